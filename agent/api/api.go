@@ -1,0 +1,360 @@
+// Package api holds the types of the agent's HTTP API: the contract between agents, the mesh, the
+// console and scripts. It imports nothing of the product, so every part can depend on it.
+//
+// Compatibility: fields are only ever added. Decoders ignore unknown fields, so an older member
+// reads a newer one's documents.
+package api
+
+import (
+	"fmt"
+	"time"
+)
+
+// Version is the API version agents announce; bump the minor part for additive changes.
+const Version = "1.0"
+
+// Runtime names an engine kind.
+type Runtime string
+
+const (
+	RuntimeLlamaServer Runtime = "llama-server"
+	RuntimeOllama      Runtime = "ollama"
+	RuntimeHailoOllama Runtime = "hailo-ollama"
+)
+
+// Runtimes lists every runtime in a stable order.
+var Runtimes = []Runtime{RuntimeLlamaServer, RuntimeOllama, RuntimeHailoOllama}
+
+// Valid reports whether r is a known runtime.
+func (r Runtime) Valid() bool {
+	for _, k := range Runtimes {
+		if r == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Priority orders placements for eviction: batch < low < normal < high < critical.
+type Priority string
+
+const (
+	PriorityBatch    Priority = "batch"
+	PriorityLow      Priority = "low"
+	PriorityNormal   Priority = "normal"
+	PriorityHigh     Priority = "high"
+	PriorityCritical Priority = "critical"
+)
+
+var priorities = []Priority{PriorityBatch, PriorityLow, PriorityNormal, PriorityHigh, PriorityCritical}
+
+// Level returns the priority's rank (0 = batch), or -1 for an unknown priority.
+// The empty priority counts as normal.
+func (p Priority) Level() int {
+	if p == "" {
+		p = PriorityNormal
+	}
+	for i, q := range priorities {
+		if p == q {
+			return i
+		}
+	}
+	return -1
+}
+
+// PlacementState is where a placement is in its life.
+type PlacementState string
+
+const (
+	StateSizing  PlacementState = "sizing"
+	StatePulling PlacementState = "pulling"
+	StateLoading PlacementState = "loading"
+	StateReady   PlacementState = "ready"
+	// StateRestarting: the engine failed its health check or exited and is being restarted;
+	// the gateway does not route to it.
+	StateRestarting PlacementState = "restarting"
+	StateFailed     PlacementState = "failed"
+	StateEvicted    PlacementState = "evicted"
+	StateStopping   PlacementState = "stopping"
+	// StateUnavailable is never set by an agent: a member's view marks the placements of a
+	// suspect, dead, left or unreachable host so, so nothing stale is shown as ready.
+	StateUnavailable PlacementState = "unavailable"
+)
+
+// Terminal reports whether the placement holds no memory and will not change by itself.
+func (s PlacementState) Terminal() bool {
+	return s == StateFailed || s == StateEvicted
+}
+
+// Code is a stable refusal or error code.
+type Code string
+
+const (
+	CodeInvalidSource      Code = "InvalidSource"
+	CodeRuntimeMismatch    Code = "RuntimeMismatch"
+	CodeAcceleratorMissing Code = "AcceleratorMissing"
+	CodeInsufficientMemory Code = "InsufficientMemory"
+	CodeMemoryCheckFailed  Code = "MemoryCheckFailed"
+	CodeNamespaceNotAllow  Code = "NamespaceNotAllowed"
+	CodeEngineUnavailable  Code = "EngineUnavailable"
+	CodeNotFound           Code = "NotFound"
+	CodeUnauthorized       Code = "Unauthorized"
+	// Codes below are not admission refusals but are still stable.
+	CodeBadRequest   Code = "BadRequest"
+	CodeConflict     Code = "Conflict"
+	CodeTooBusy      Code = "TooBusy"
+	CodeEngineError  Code = "EngineError"
+	CodePullFailed   Code = "PullFailed"
+	CodeUnreachable  Code = "Unreachable"
+	CodeInternal     Code = "Internal"
+	CodeContextLimit Code = "ContextTooLong"
+)
+
+// Error is the API's error value and its JSON shape inside ErrorBody.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	// Fix, when set, says what would make the request succeed ("free 1.2 GiB: delete qwen2:1.5b").
+	Fix string `json:"fix,omitempty"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf builds an *Error.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorBody is every error response: {"error":{"code":"…","message":"…"}}.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}
+
+// MemoryCheck modes: "" (fail closed: an unsized model is refused) or "warn" (admit with a logged warning).
+const MemoryCheckWarn = "warn"
+
+// PlacementRequest asks an agent to run a model. POST /v1/placements, POST /v1/estimate.
+type PlacementRequest struct {
+	Source    string   `json:"source"`
+	Runtime   Runtime  `json:"runtime,omitempty"`   // inferred from the source when empty
+	Namespace string   `json:"namespace,omitempty"` // "default" when empty
+	Context   int      `json:"context,omitempty"`   // tokens; 0 = the runtime's default (2048)
+	Priority  Priority `json:"priority,omitempty"`  // normal when empty
+	Name      string   `json:"name,omitempty"`      // name served by the gateway; derived from the source when empty
+	Protected bool     `json:"protected,omitempty"` // never evicted
+	// MemoryCheck "warn" admits a model whose size cannot be known, or one that does not fit,
+	// with a logged warning: the explicit "load anyway".
+	MemoryCheck string `json:"memory_check,omitempty"`
+}
+
+// DefaultNamespace is the namespace of requests that name none.
+const DefaultNamespace = "default"
+
+// DefaultContext is the context size used when a request names none.
+const DefaultContext = 2048
+
+// Size methods: how an estimate was obtained.
+const (
+	SizeHeader   = "header"   // GGUF header read locally or by HTTP range
+	SizeHead     = "head"     // HEAD Content-Length of a blob
+	SizeRange    = "range"    // one-byte range GET (Content-Range total)
+	SizeRegistry = "registry" // Ollama registry manifest layer size
+	SizeShow     = "show"     // local Ollama daemon's /api/show
+	SizeFallback = "fallback" // 1.2 × file + 512 MiB: the header could not be read
+	SizeUnknown  = "unknown"
+)
+
+// Devices a placement's memory is counted against.
+const (
+	DeviceHost  = "host"
+	DeviceHailo = "hailo" // a Hailo-10H's own 8 GB; one model at a time
+)
+
+// SizeEstimate is what a model will cost, known before any byte of it is pulled.
+type SizeEstimate struct {
+	Bytes    int64  `json:"bytes"` // total to reserve; 0 when unknown
+	Weights  int64  `json:"weights,omitempty"`
+	KV       int64  `json:"kv,omitempty"`
+	Compute  int64  `json:"compute,omitempty"`
+	Overhead int64  `json:"overhead,omitempty"`
+	Method   string `json:"method"`           // one of the Size* constants
+	Device   string `json:"device,omitempty"` // DeviceHost or DeviceHailo
+	Detail   string `json:"detail,omitempty"` // the arithmetic, in words
+}
+
+// Placement is one model on one host.
+type Placement struct {
+	ID          string         `json:"id"`
+	Host        string         `json:"host"`  // node name of the owning agent
+	Model       string         `json:"model"` // name the gateway serves it under
+	Source      string         `json:"source"`
+	Runtime     Runtime        `json:"runtime"`
+	Namespace   string         `json:"namespace"`
+	Context     int            `json:"context"`
+	Priority    Priority       `json:"priority"`
+	Protected   bool           `json:"protected,omitempty"`
+	MemoryCheck string         `json:"memory_check,omitempty"`
+	State       PlacementState `json:"state"`
+	Progress    float64        `json:"progress,omitempty"` // 0..1 while pulling
+	Code        Code           `json:"code,omitempty"`     // why it failed or was evicted
+	Reason      string         `json:"reason,omitempty"`
+	Memory      SizeEstimate   `json:"memory"`
+	Restarts    int            `json:"restarts,omitempty"`
+	CreatedAt   time.Time      `json:"created_at"`
+	UpdatedAt   time.Time      `json:"updated_at"`
+	LastUsed    time.Time      `json:"last_used,omitzero"`
+	TTFTMillis  float64        `json:"ttft_ms,omitempty"`        // rolling time to first token
+	TokensPerS  float64        `json:"tokens_per_s,omitempty"`   // rolling generation speed
+	PulledBytes int64          `json:"pulled_bytes,omitempty"`   // while pulling
+	TotalBytes  int64          `json:"total_bytes,omitempty"`    // while pulling
+	ReplacedBy  string         `json:"replaced_by,omitempty"`    // a Hailo swap evicted it for this id
+	LogPath     string         `json:"log_path,omitempty"`       // engine log on the owning host
+	Engine      string         `json:"engine_address,omitempty"` // loopback address on the owning host
+}
+
+// Memory is a host's memory accounting, in bytes.
+type Memory struct {
+	Total       int64 `json:"total"`     // min(MemTotal, cgroup limit)
+	Available   int64 `json:"available"` // min(MemAvailable, limit − current)
+	Budget      int64 `json:"budget"`    // fraction × Total, or the operator's override
+	Committed   int64 `json:"committed"` // held by placements past admission
+	Reserved    int64 `json:"reserved"`  // held by in-flight admissions
+	CgroupLimit int64 `json:"cgroup_limit,omitempty"`
+	// HostFigures: the memory controller is on cgroup v1, so the figures are the host's.
+	HostFigures bool `json:"host_figures,omitempty"`
+}
+
+// Free is the budget left for new placements.
+func (m Memory) Free() int64 {
+	f := m.Budget - m.Committed - m.Reserved
+	if f < 0 {
+		return 0
+	}
+	return f
+}
+
+// Accelerator is a device that runs models.
+type Accelerator struct {
+	Kind   string `json:"kind"` // "hailo", "metal", "nvidia"
+	Name   string `json:"name"` // "Hailo-10H", "Apple M2", "NVIDIA GeForce RTX 3090"
+	Device string `json:"device,omitempty"`
+	Memory int64  `json:"memory,omitempty"` // device memory in bytes, when known
+	// Loaded is the model on a one-model-at-a-time device (a Hailo-10H), if any.
+	Loaded string `json:"loaded,omitempty"`
+}
+
+// Engine is a runtime as seen on one host.
+type Engine struct {
+	Runtime Runtime `json:"runtime"`
+	Present bool    `json:"present"`
+	Healthy bool    `json:"healthy"`
+	Address string  `json:"address,omitempty"` // loopback address (daemons) or binary path (llama-server)
+	Version string  `json:"version,omitempty"`
+	Detail  string  `json:"detail,omitempty"` // why absent or unhealthy; how to install
+	// Models lists what the engine can run without a pull (hailo zoo, local ollama tags).
+	Models []string `json:"models,omitempty"`
+}
+
+// Host is an agent's capacity and state. GET /v1/host.
+type Host struct {
+	Name         string        `json:"name"` // node name, unique in the mesh
+	Hostname     string        `json:"hostname"`
+	OS           string        `json:"os"`
+	Arch         string        `json:"arch"`
+	Chip         string        `json:"chip,omitempty"`
+	CPUs         int           `json:"cpus"`
+	PageSize     int           `json:"page_size,omitempty"`
+	Memory       Memory        `json:"memory"`
+	Accelerators []Accelerator `json:"accelerators,omitempty"`
+	Engines      []Engine      `json:"engines,omitempty"`
+	Namespaces   []string      `json:"namespaces,omitempty"` // allowlist; empty = any
+	Placements   int           `json:"placements"`
+	APIAddr      string        `json:"api_addr"` // host:port of this agent's API
+	Version      string        `json:"version"`
+	StartedAt    time.Time     `json:"started_at"`
+	Generation   uint64        `json:"generation"` // bumps on every state change
+	// Unknown lists the probe fields that could not be read.
+	Unknown []string `json:"unknown,omitempty"`
+}
+
+// Role of a mesh member.
+type Role string
+
+const (
+	RoleAgent   Role = "agent"
+	RoleConsole Role = "console"
+)
+
+// Liveness of a mesh member.
+type Liveness string
+
+const (
+	Alive       Liveness = "alive"
+	Suspect     Liveness = "suspect"
+	Dead        Liveness = "dead"
+	Left        Liveness = "left"
+	Unreachable Liveness = "unreachable" // alive in gossip but its API address does not answer
+)
+
+// Member is one node in a view of the mesh.
+type Member struct {
+	Name       string      `json:"name"`
+	Role       Role        `json:"role"`
+	Addr       string      `json:"addr"` // gossip address
+	Liveness   Liveness    `json:"liveness"`
+	Reason     string      `json:"reason,omitempty"` // why unreachable, etc.
+	Host       *Host       `json:"host,omitempty"`   // nil for consoles and before state arrives
+	Placements []Placement `json:"placements,omitempty"`
+	Updated    time.Time   `json:"updated"`
+}
+
+// MeshView is one member's picture of the whole mesh. GET /v1/mesh.
+type MeshView struct {
+	Mesh    string    `json:"mesh"` // mesh id
+	Self    string    `json:"self"`
+	Members []Member  `json:"members"`
+	At      time.Time `json:"at"`
+}
+
+// Event types on GET /v1/events.
+const (
+	EventPlacement = "placement" // a placement changed state or progress
+	EventRefused   = "refused"   // admission refused a request
+	EventDeleted   = "deleted"
+	EventEngine    = "engine" // an engine crashed, restarted, became healthy
+	EventMesh      = "mesh"   // a member joined, left, turned suspect/dead/unreachable
+	EventLog       = "log"
+)
+
+// Event is one server-sent event (`event: <type>`, `data: <Event JSON>`).
+type Event struct {
+	Seq       uint64     `json:"seq"`
+	Time      time.Time  `json:"time"`
+	Type      string     `json:"type"`
+	Host      string     `json:"host,omitempty"`
+	Message   string     `json:"message"`
+	Code      Code       `json:"code,omitempty"`
+	Placement *Placement `json:"placement,omitempty"`
+	Member    string     `json:"member,omitempty"`
+}
+
+// Verdict of ranking a host for a placement.
+type Verdict string
+
+const (
+	VerdictFits    Verdict = "fits"
+	VerdictSwap    Verdict = "swap" // fits by replacing the model on a one-model device
+	VerdictRefused Verdict = "refused"
+)
+
+// Ranked is one host's verdict for a placement request, best first in a ranking.
+type Ranked struct {
+	Host    string  `json:"host"`
+	Verdict Verdict `json:"verdict"`
+	Code    Code    `json:"code,omitempty"` // for refusals
+	Reason  string  `json:"reason"`         // "fits: needs 1.9 GiB, 5.2 GiB free"
+	Need    int64   `json:"need"`
+	Free    int64   `json:"free"`
+	Score   float64 `json:"score"`
+	Runtime Runtime `json:"runtime,omitempty"`
+}

@@ -1,0 +1,181 @@
+package api
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// SecretSize is the size of a mesh secret in bytes.
+const SecretSize = 32
+
+// A mesh is one secret and one id. Everything else is derived from the secret with HMAC-SHA256
+// under distinct labels, so a leaked derived value (a token, the gossip key) never reveals the
+// secret or another derived value.
+const (
+	labelGossip    = "llmkube/gossip-key/v1"
+	labelAdmin     = "llmkube/admin-token/v1"
+	labelNamespace = "llmkube/namespace-token/v1/"
+	labelMeshHash  = "llmkube/mesh-id/v1/"
+)
+
+const (
+	joinPrefix  = "llmk1:"
+	adminPrefix = "llmk_admin_"
+	nsPrefix    = "llmk_ns_"
+)
+
+var (
+	meshIDRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+	namespaceRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
+
+// ValidMeshID reports whether id can name a mesh: 1–32 of [a-z0-9-], starting alphanumeric.
+func ValidMeshID(id string) error {
+	if !meshIDRe.MatchString(id) {
+		return fmt.Errorf("mesh id %q: use 1-32 lower-case letters, digits and '-', starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// ValidNamespace reports whether ns can name a namespace (a DNS label).
+func ValidNamespace(ns string) error {
+	if !namespaceRe.MatchString(ns) {
+		return fmt.Errorf("namespace %q: use 1-63 lower-case letters, digits and '-', not starting or ending with '-'", ns)
+	}
+	return nil
+}
+
+// Join is what a host needs to enter a mesh: its id, its secret, and optional seed addresses.
+type Join struct {
+	MeshID string
+	Secret []byte
+	Seeds  []string // gossip host:port
+}
+
+// NewSecret returns a fresh random mesh secret.
+func NewSecret() ([]byte, error) {
+	s := make([]byte, SecretSize)
+	if _, err := rand.Read(s); err != nil {
+		return nil, fmt.Errorf("making mesh secret: %w", err)
+	}
+	return s, nil
+}
+
+// String encodes the join string: llmk1:<mesh id>:<secret, base64url>[@seed,seed].
+func (j Join) String() string {
+	s := joinPrefix + j.MeshID + ":" + base64.RawURLEncoding.EncodeToString(j.Secret)
+	if len(j.Seeds) > 0 {
+		s += "@" + strings.Join(j.Seeds, ",")
+	}
+	return s
+}
+
+// ParseJoin decodes a join string made by Join.String.
+func ParseJoin(s string) (Join, error) {
+	s = strings.TrimSpace(s)
+	rest, ok := strings.CutPrefix(s, joinPrefix)
+	if !ok {
+		return Join{}, errors.New("join string: must start with " + joinPrefix + " (made by `llmkube-agent init`)")
+	}
+	rest, seeds, hasSeeds := strings.Cut(rest, "@")
+	id, secret, ok := strings.Cut(rest, ":")
+	if !ok {
+		return Join{}, errors.New("join string: missing ':' between mesh id and secret")
+	}
+	if err := ValidMeshID(id); err != nil {
+		return Join{}, fmt.Errorf("join string: %w", err)
+	}
+	key, err := base64.RawURLEncoding.DecodeString(secret)
+	if err != nil {
+		return Join{}, fmt.Errorf("join string: secret is not base64url: %w", err)
+	}
+	if len(key) != SecretSize {
+		return Join{}, fmt.Errorf("join string: secret has %d bytes, want %d", len(key), SecretSize)
+	}
+	j := Join{MeshID: id, Secret: key}
+	if hasSeeds {
+		for _, a := range strings.Split(seeds, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				j.Seeds = append(j.Seeds, a)
+			}
+		}
+	}
+	return j, nil
+}
+
+func mac(key []byte, label string) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(label))
+	return h.Sum(nil)
+}
+
+// GossipKey is memberlist's 32-byte encryption key for the mesh.
+func GossipKey(secret []byte) []byte { return mac(secret, labelGossip) }
+
+// MeshIDHash is what mDNS records carry instead of the mesh id: it tells meshes apart without
+// naming them to the LAN.
+func MeshIDHash(meshID string) string {
+	sum := sha256.Sum256([]byte(labelMeshHash + meshID))
+	return hex.EncodeToString(sum[:8])
+}
+
+// AdminToken is the mesh's admin API token.
+func AdminToken(secret []byte) string {
+	return adminPrefix + hex.EncodeToString(mac(secret, labelAdmin))
+}
+
+// NamespaceToken mints the token of one namespace from the admin token, so anyone holding the
+// admin token (not only the secret) can hand out namespace tokens.
+func NamespaceToken(adminToken, namespace string) (string, error) {
+	if err := ValidNamespace(namespace); err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(adminToken, adminPrefix) {
+		return "", errors.New("not an admin token")
+	}
+	return nsPrefix + namespace + "_" + hex.EncodeToString(mac([]byte(adminToken), labelNamespace+namespace)), nil
+}
+
+// Principal is who a token speaks for.
+type Principal struct {
+	Admin     bool
+	Namespace string // set for namespace tokens
+}
+
+// Allows reports whether the principal may see and use placements of namespace ns.
+func (p Principal) Allows(ns string) bool { return p.Admin || p.Namespace == ns }
+
+// Verify checks a bearer token against the mesh secret.
+func Verify(secret []byte, token string) (Principal, error) {
+	admin := AdminToken(secret)
+	if strings.HasPrefix(token, adminPrefix) {
+		if subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
+			return Principal{Admin: true}, nil
+		}
+		return Principal{}, errors.New("invalid admin token")
+	}
+	if rest, ok := strings.CutPrefix(token, nsPrefix); ok {
+		i := strings.LastIndexByte(rest, '_')
+		if i <= 0 {
+			return Principal{}, errors.New("malformed namespace token")
+		}
+		ns := rest[:i]
+		want, err := NamespaceToken(admin, ns)
+		if err != nil {
+			return Principal{}, err
+		}
+		if subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1 {
+			return Principal{Namespace: ns}, nil
+		}
+		return Principal{}, errors.New("invalid namespace token")
+	}
+	return Principal{}, errors.New("unknown token kind")
+}

@@ -1,0 +1,106 @@
+// Package engines is the one contract every runtime driver implements, so the agent drives
+// llama-server, Ollama and hailo-ollama the same way. The drivers live in sub-packages
+// (llamaserver, ollama, hailo); model sources and sizing in source and sizing.
+package engines
+
+import (
+	"context"
+	"errors"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// Model is what a driver runs: one placement's view of its model.
+type Model struct {
+	ID      string // placement id, unique on the host
+	Name    string // name the gateway serves it under (llama-server's --alias)
+	Source  string // the source as requested
+	Ref     string // engine-side name: "qwen2:1.5b" for ollama and hailo-ollama
+	Path    string // local GGUF file, for llama-server (set once pulled)
+	Context int    // context size in tokens
+	// Args are extra engine arguments; a driver passes only those on its allowlist.
+	Args []string
+}
+
+// Progress reports a pull.
+type Progress struct {
+	Status    string // engine's words: "pulling manifest", "downloading", "verifying", "success"
+	Completed int64  // bytes done
+	Total     int64  // bytes in all; 0 when not yet known
+}
+
+// Instance is a loaded model as a driver serves it.
+type Instance interface {
+	// Endpoint is the engine's base URL on loopback ("http://127.0.0.1:8000").
+	Endpoint() string
+	// Done is closed when the process behind the instance exits. A daemon's instance (Ollama,
+	// hailo-ollama) has no process of its own: its channel is never closed and health checks
+	// find failures instead.
+	Done() <-chan struct{}
+	// Err says why the instance stopped (exit status), once Done is closed.
+	Err() error
+	// LogPath is the engine's log file, or "" when the driver does not own the engine's output.
+	LogPath() string
+}
+
+// Message is one chat message.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatRequest is a chat in the engines' common form; the gateway translates the client's
+// dialect into it and each driver into its engine's.
+type ChatRequest struct {
+	Messages    []Message
+	Temperature *float64
+	TopP        *float64
+	TopK        *int
+	Seed        *int
+	MaxTokens   int // 0 = engine default
+	Stop        []string
+}
+
+// ChatChunk is one streamed piece of an answer. The last chunk has Done set, the finish
+// reason and the token counts when the engine gives them.
+type ChatChunk struct {
+	Content          string
+	Done             bool
+	FinishReason     string // "stop", "length"
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// Driver runs models on one runtime.
+type Driver interface {
+	Runtime() api.Runtime
+	// Detect tells whether the engine is present and healthy, its version and what it can run
+	// without a pull. It never fails: an absent engine is reported with how to install it.
+	Detect(ctx context.Context) api.Engine
+	// Health checks the engine serving m (llama-server: the model's own process, /health;
+	// Ollama and hailo-ollama: the daemon, GET /).
+	Health(ctx context.Context, m Model) error
+	// Pull makes m available locally, calling progress as bytes arrive. Cancelling ctx stops it.
+	Pull(ctx context.Context, m Model, progress func(Progress)) error
+	// Load starts serving m and returns once it answers.
+	Load(ctx context.Context, m Model) (Instance, error)
+	// Unload stops serving m and frees its memory.
+	Unload(ctx context.Context, m Model) error
+	// Loaded lists the engine-side names currently loaded.
+	Loaded(ctx context.Context) ([]string, error)
+	// Chat streams an answer from m, calling emit for each chunk in order; an error from emit
+	// (the client went away) stops generation upstream at once.
+	Chat(ctx context.Context, m Model, req ChatRequest, emit func(ChatChunk) error) error
+}
+
+// ErrNotFound is returned (wrapped) when the engine does not know a model.
+var ErrNotFound = errors.New("model not found")
+
+// Error is an engine failure with a stable code for the API ("EngineUnavailable", "EngineError", …).
+type Error struct {
+	Code api.Code
+	Err  error
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
