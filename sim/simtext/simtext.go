@@ -58,4 +58,19 @@ func Generate(seed int64, prompt string, n int) []string {
 	return out
 }
 
+// AnswerLength is how many tokens an answer to prompt runs before the simulated model ends it on
+// its own (an end-of-sequence token): between MinAnswer and MaxAnswer, fixed for a seed and
+// prompt. A request's token limit below it cuts the answer short ("length" rather than "stop").
+func AnswerLength(seed int64, prompt string) int {
+	h := fnv.New64a()
+	h.Write([]byte(prompt))
+	return MinAnswer + int((h.Sum64()^uint64(seed))%uint64(MaxAnswer-MinAnswer+1))
+}
+
+// Bounds of AnswerLength.
+const (
+	MinAnswer = 8
+	MaxAnswer = 39
+)
+
 func isPunct(w string) bool { return w == "." || w == "," || w == ";" }

@@ -60,3 +60,20 @@ func TestCountTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestAnswerLength(t *testing.T) {
+	seen := map[int]bool{}
+	for i := range 200 {
+		n := AnswerLength(int64(i), "prompt")
+		if n < MinAnswer || n > MaxAnswer {
+			t.Fatalf("AnswerLength = %d, outside [%d, %d]", n, MinAnswer, MaxAnswer)
+		}
+		if n != AnswerLength(int64(i), "prompt") {
+			t.Fatal("AnswerLength is not deterministic")
+		}
+		seen[n] = true
+	}
+	if len(seen) < 10 {
+		t.Fatalf("AnswerLength takes only %d values over 200 seeds", len(seen))
+	}
+}
