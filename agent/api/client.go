@@ -1,0 +1,366 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client speaks an agent's HTTP API. The console, the headless commands and agents forwarding
+// to each other all use it, so there is one reading of the API.
+type Client struct {
+	BaseURL string // "http://10.0.0.5:7777"
+	Token   string // bearer token; never logged
+	HTTP    *http.Client
+}
+
+// NewClient returns a client for the agent at addr ("host:port" or a URL).
+func NewClient(addr, token string) *Client {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return &Client{BaseURL: strings.TrimRight(addr, "/"), Token: token, HTTP: &http.Client{}}
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return http.DefaultClient
+}
+
+func (c *Client) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, r)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	return req, nil
+}
+
+// UnreachableError wraps a transport failure: the agent could not be reached or timed out.
+type UnreachableError struct {
+	URL string
+	Err error
+}
+
+func (e *UnreachableError) Error() string { return "agent " + e.URL + " unreachable: " + e.Err.Error() }
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return nil, &UnreachableError{URL: c.BaseURL, Err: err}
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+// decodeError turns an error response into *Error, keeping the status for callers that care.
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body ErrorBody
+	if json.Unmarshal(b, &body) == nil && body.Error != nil && body.Error.Code != "" {
+		return body.Error
+	}
+	code := CodeInternal
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		code = CodeUnauthorized
+	case http.StatusNotFound:
+		code = CodeNotFound
+	case http.StatusBadRequest:
+		code = CodeBadRequest
+	case http.StatusTooManyRequests:
+		code = CodeTooBusy
+	}
+	msg := strings.TrimSpace(string(b))
+	if msg == "" {
+		msg = resp.Status
+	}
+	return &Error{Code: code, Message: msg}
+}
+
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	req, err := c.newRequest(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decoding %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// Host returns the agent's capacity and state.
+func (c *Client) Host(ctx context.Context) (Host, error) {
+	var h Host
+	return h, c.call(ctx, http.MethodGet, "/v1/host", nil, &h)
+}
+
+// Mesh returns the agent's view of the whole mesh.
+func (c *Client) Mesh(ctx context.Context) (MeshView, error) {
+	var v MeshView
+	return v, c.call(ctx, http.MethodGet, "/v1/mesh", nil, &v)
+}
+
+// Estimation is the answer to POST /v1/estimate: the size and whether this host would admit it now.
+type Estimation struct {
+	Estimate SizeEstimate `json:"estimate"`
+	Verdict  Verdict      `json:"verdict"`
+	Code     Code         `json:"code,omitempty"`
+	Reason   string       `json:"reason"`
+	Free     int64        `json:"free"`
+}
+
+// Estimate sizes a request on the agent without reserving anything.
+func (c *Client) Estimate(ctx context.Context, req PlacementRequest) (Estimation, error) {
+	var e Estimation
+	return e, c.call(ctx, http.MethodPost, "/v1/estimate", req, &e)
+}
+
+// Place asks the agent to run a model. The placement comes back at once, in its first state.
+func (c *Client) Place(ctx context.Context, req PlacementRequest) (Placement, error) {
+	var p Placement
+	return p, c.call(ctx, http.MethodPost, "/v1/placements", req, &p)
+}
+
+// PlacementList is GET /v1/placements.
+type PlacementList struct {
+	Placements []Placement `json:"placements"`
+}
+
+// Placements lists the placements the token may see.
+func (c *Client) Placements(ctx context.Context) ([]Placement, error) {
+	var l PlacementList
+	return l.Placements, c.call(ctx, http.MethodGet, "/v1/placements", nil, &l)
+}
+
+// Placement returns one placement.
+func (c *Client) Placement(ctx context.Context, id string) (Placement, error) {
+	var p Placement
+	return p, c.call(ctx, http.MethodGet, "/v1/placements/"+url.PathEscape(id), nil, &p)
+}
+
+// Delete stops and removes a placement.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/placements/"+url.PathEscape(id), nil, nil)
+}
+
+// Events streams the agent's events from sequence number after (0 = from now, as far as the
+// agent's ring reaches) until ctx ends or the stream breaks; emit returning an error stops it.
+func (c *Client) Events(ctx context.Context, after uint64, emit func(Event) error) error {
+	req, err := c.newRequest(ctx, http.MethodGet, "/v1/events", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if after > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatUint(after, 10))
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return readSSE(resp.Body, func(data []byte) error {
+		var ev Event
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return fmt.Errorf("malformed event: %w", err)
+		}
+		return emit(ev)
+	})
+}
+
+// ErrStreamDone ends readSSE cleanly (an OpenAI "data: [DONE]").
+var errStreamDone = errors.New("stream done")
+
+// readSSE calls onData for each event's data (multi-line data joined with "\n"). Comments and
+// other fields are skipped.
+func readSSE(r io.Reader, onData func([]byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			if data != nil {
+				err := onData(data)
+				data = nil
+				if err == errStreamDone {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			v = bytes.TrimPrefix(v, []byte(" "))
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, v...)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if data != nil {
+		if err := onData(data); err != nil && err != errStreamDone {
+			return err
+		}
+	}
+	return nil
+}
+
+// ChatMessage is an OpenAI chat message.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatDelta is one streamed piece of an answer from the gateway.
+type ChatDelta struct {
+	Content      string
+	FinishReason string
+	Usage        *ChatUsage // on the last chunk when the gateway reports it
+}
+
+// ChatUsage is OpenAI's usage block.
+type ChatUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// ChatOptions tunes a chat request.
+type ChatOptions struct {
+	Temperature *float64 `json:"temperature,omitempty"`
+	Seed        *int     `json:"seed,omitempty"`
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+}
+
+// ChatStream sends an OpenAI streaming chat to the agent's gateway and calls emit per chunk.
+// Cancelling ctx cancels the generation upstream.
+func (c *Client) ChatStream(ctx context.Context, model string, msgs []ChatMessage, opt ChatOptions, emit func(ChatDelta) error) error {
+	body := struct {
+		Model         string        `json:"model"`
+		Messages      []ChatMessage `json:"messages"`
+		Stream        bool          `json:"stream"`
+		StreamOptions any           `json:"stream_options,omitempty"`
+		ChatOptions
+	}{model, msgs, true, map[string]bool{"include_usage": true}, opt}
+	req, err := c.newRequest(ctx, http.MethodPost, "/v1/chat/completions", body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return readSSE(resp.Body, func(data []byte) error {
+		if bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
+			return errStreamDone
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *ChatUsage `json:"usage"`
+			Error *Error     `json:"error"`
+		}
+		if err := json.Unmarshal(data, &chunk); err != nil {
+			return fmt.Errorf("malformed chat chunk: %w", err)
+		}
+		if chunk.Error != nil {
+			return chunk.Error
+		}
+		d := ChatDelta{Usage: chunk.Usage}
+		if len(chunk.Choices) > 0 {
+			d.Content = chunk.Choices[0].Delta.Content
+			if fr := chunk.Choices[0].FinishReason; fr != nil {
+				d.FinishReason = *fr
+			}
+		}
+		if d.Content == "" && d.FinishReason == "" && d.Usage == nil {
+			return nil
+		}
+		return emit(d)
+	})
+}
+
+// WaitPlacement polls a placement until it is ready or terminal, calling progress on each change.
+// It returns the final placement; a failed one comes back with an *Error carrying its code.
+func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Duration, progress func(Placement)) (Placement, error) {
+	var last Placement
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		p, err := c.Placement(ctx, id)
+		if err != nil {
+			return last, err
+		}
+		if p.State != last.State || p.Progress != last.Progress {
+			if progress != nil {
+				progress(p)
+			}
+		}
+		last = p
+		switch {
+		case p.State == StateReady:
+			return p, nil
+		case p.State.Terminal():
+			code := p.Code
+			if code == "" {
+				code = CodeEngineError
+			}
+			return p, &Error{Code: code, Message: p.Reason}
+		}
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-t.C:
+		}
+	}
+}

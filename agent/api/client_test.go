@@ -1,0 +1,98 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReadSSE(t *testing.T) {
+	in := ": heartbeat\n\nevent: placement\nid: 4\ndata: {\"a\":1}\n\ndata: line1\ndata: line2\n\ndata: tail"
+	var got []string
+	require.NoError(t, readSSE(strings.NewReader(in), func(b []byte) error {
+		got = append(got, string(b))
+		return nil
+	}))
+	assert.Equal(t, []string{`{"a":1}`, "line1\nline2", "tail"}, got)
+}
+
+func TestClientErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/host":
+			if r.Header.Get("Authorization") != "Bearer tok" {
+				w.WriteHeader(http.StatusUnauthorized)
+				fmt.Fprint(w, `{"error":{"code":"Unauthorized","message":"bad token"}}`)
+				return
+			}
+			fmt.Fprint(w, `{"name":"pi","memory":{"total":100,"budget":60,"committed":10,"reserved":5},"future_field":1}`)
+		case "/v1/placements/x":
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, "no such thing")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+
+	h, err := NewClient(srv.URL, "tok").Host(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "pi", h.Name)
+	assert.EqualValues(t, 45, h.Memory.Free())
+
+	_, err = NewClient(srv.URL, "wrong").Host(ctx)
+	var apiErr *Error
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, CodeUnauthorized, apiErr.Code)
+
+	_, err = NewClient(srv.URL, "tok").Placement(ctx, "x")
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, CodeNotFound, apiErr.Code)
+	assert.Equal(t, "no such thing", apiErr.Message)
+
+	addr := srv.Listener.Addr().String()
+	srv.Close()
+	_, err = NewClient(addr, "tok").Host(ctx)
+	var unreachable *UnreachableError
+	assert.True(t, errors.As(err, &unreachable), "%v", err)
+}
+
+func TestChatStream(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range []string{"Hel", "lo"} {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", c)
+		}
+		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"after done\"}}]}\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	var text strings.Builder
+	var finish string
+	var usage *ChatUsage
+	err := NewClient(srv.URL, "").ChatStream(context.Background(), "m", []ChatMessage{{Role: "user", Content: "hi"}}, ChatOptions{}, func(d ChatDelta) error {
+		text.WriteString(d.Content)
+		if d.FinishReason != "" {
+			finish = d.FinishReason
+		}
+		if d.Usage != nil {
+			usage = d.Usage
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "Hello", text.String())
+	assert.Equal(t, "stop", finish)
+	require.NotNil(t, usage)
+	assert.Equal(t, 5, usage.TotalTokens)
+}
