@@ -1,0 +1,144 @@
+// Package metrics is the agent's Prometheus instrumentation. Each agent has its own registry
+// (never the global one), so several agents can run in one process, as the tests do.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// Snapshot is what the gauges read at scrape time, so a scrape never shows figures older
+// than the agent's own accounting.
+type Snapshot struct {
+	Memory api.Memory
+	// States counts placements per state; every known state is exported, zeros included, so a
+	// series does not vanish when its last placement leaves it.
+	States map[api.PlacementState]int
+}
+
+// Metrics holds the agent's collectors.
+type Metrics struct {
+	reg            *prometheus.Registry
+	refused        *prometheus.CounterVec
+	evictions      *prometheus.CounterVec
+	engineRestarts *prometheus.CounterVec
+	pullBytes      *prometheus.CounterVec
+	healthLatency  *prometheus.HistogramVec
+}
+
+// New builds a registry with the agent's metrics plus the Go and process collectors (the
+// latter is how the agent's own RSS and CPU are watched). snapshot is called on every scrape.
+func New(snapshot func() Snapshot) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmkube_admissions_refused_total",
+			Help: "Placement requests refused, by refusal code.",
+		}, []string{"code"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmkube_evictions_total",
+			Help: "Placements evicted to make room, by reason (memory: host budget; swap: replaced on a one-model device).",
+		}, []string{"reason"}),
+		engineRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmkube_engine_restarts_total",
+			Help: "Engine restarts after a crash or a failed health check, by runtime.",
+		}, []string{"runtime"}),
+		pullBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmkube_pull_bytes_total",
+			Help: "Model bytes pulled, by runtime.",
+		}, []string{"runtime"}),
+		healthLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmkube_health_check_seconds",
+			Help:    "Engine health-check latency, by runtime and result (ok or fail).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"runtime", "result"}),
+	}
+	m.reg.MustRegister(m.refused, m.evictions, m.engineRestarts, m.pullBytes, m.healthLatency,
+		&gauges{snapshot: snapshot},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is the agent's registry, for tests and for mounting extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Refused counts one refused admission.
+func (m *Metrics) Refused(code api.Code) { m.refused.WithLabelValues(string(code)).Inc() }
+
+// Evicted counts one eviction.
+func (m *Metrics) Evicted(reason string) { m.evictions.WithLabelValues(reason).Inc() }
+
+// EngineRestarted counts one engine restart.
+func (m *Metrics) EngineRestarted(r api.Runtime) { m.engineRestarts.WithLabelValues(string(r)).Inc() }
+
+// Pulled adds n pulled bytes.
+func (m *Metrics) Pulled(r api.Runtime, n int64) {
+	if n > 0 {
+		m.pullBytes.WithLabelValues(string(r)).Add(float64(n))
+	}
+}
+
+// HealthChecked records one health check.
+func (m *Metrics) HealthChecked(r api.Runtime, took time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "fail"
+	}
+	m.healthLatency.WithLabelValues(string(r), result).Observe(took.Seconds())
+}
+
+var allStates = []api.PlacementState{
+	api.StateSizing, api.StatePulling, api.StateLoading, api.StateReady, api.StateRestarting,
+	api.StateStopping, api.StateFailed, api.StateEvicted,
+}
+
+var (
+	descBudget = prometheus.NewDesc("llmkube_memory_budget_bytes",
+		"Memory budget for models on this host (host-wide: shared by every namespace and runtime; fraction of the cgroup-aware total, or the operator's override).", nil, nil)
+	descTotal = prometheus.NewDesc("llmkube_memory_total_bytes",
+		"Host memory the budget is taken from: min(MemTotal, cgroup v2 memory.max).", nil, nil)
+	descCommitted = prometheus.NewDesc("llmkube_memory_committed_bytes",
+		"Host memory held by placements loading, ready or restarting.", nil, nil)
+	descReserved = prometheus.NewDesc("llmkube_memory_reserved_bytes",
+		"Host memory reserved by admitted placements still pulling.", nil, nil)
+	descAvailable = prometheus.NewDesc("llmkube_memory_available_bytes",
+		"Budget left for new placements: budget - committed - reserved.", nil, nil)
+	descPlacements = prometheus.NewDesc("llmkube_placements",
+		"Placements on this host, by state.", []string{"state"}, nil)
+)
+
+// gauges reads the agent's accounting at scrape time.
+type gauges struct{ snapshot func() Snapshot }
+
+func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descBudget, descTotal, descCommitted, descReserved, descAvailable, descPlacements} {
+		ch <- d
+	}
+}
+
+func (g *gauges) Collect(ch chan<- prometheus.Metric) {
+	s := g.snapshot()
+	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	gauge(descBudget, s.Memory.Budget)
+	gauge(descTotal, s.Memory.Total)
+	gauge(descCommitted, s.Memory.Committed)
+	gauge(descReserved, s.Memory.Reserved)
+	gauge(descAvailable, s.Memory.Free())
+	for _, st := range allStates {
+		gauge(descPlacements, int64(s.States[st]), string(st))
+	}
+}

@@ -1,0 +1,107 @@
+package metrics
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+func TestExpositionParses(t *testing.T) {
+	m := New(func() Snapshot {
+		return Snapshot{
+			Memory: api.Memory{Total: 16 << 30, Budget: 10 << 30, Committed: 3 << 30, Reserved: 1 << 30},
+			States: map[api.PlacementState]int{api.StateReady: 2, api.StatePulling: 1},
+		}
+	})
+	m.Refused(api.CodeInsufficientMemory)
+	m.Refused(api.CodeInsufficientMemory)
+	m.Evicted("memory")
+	m.EngineRestarted(api.RuntimeLlamaServer)
+	m.Pulled(api.RuntimeOllama, 1234)
+	m.HealthChecked(api.RuntimeHailoOllama, 3*time.Millisecond, nil)
+	m.HealthChecked(api.RuntimeHailoOllama, time.Second, errors.New("down"))
+
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("exposition does not parse: %v", err)
+	}
+	val := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		f, ok := fams[name]
+		if !ok {
+			t.Fatalf("missing %s", name)
+		}
+	next:
+		for _, mt := range f.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				if labels[lp.GetName()] != lp.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case mt.Gauge != nil:
+				return mt.GetGauge().GetValue()
+			case mt.Counter != nil:
+				return mt.GetCounter().GetValue()
+			case mt.Histogram != nil:
+				return float64(mt.GetHistogram().GetSampleCount())
+			}
+		}
+		t.Fatalf("%s%v not found", name, labels)
+		return 0
+	}
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"llmkube_memory_budget_bytes", nil, 10 << 30},
+		{"llmkube_memory_available_bytes", nil, 6 << 30},
+		{"llmkube_memory_reserved_bytes", nil, 1 << 30},
+		{"llmkube_placements", map[string]string{"state": "ready"}, 2},
+		{"llmkube_placements", map[string]string{"state": "failed"}, 0},
+		{"llmkube_admissions_refused_total", map[string]string{"code": "InsufficientMemory"}, 2},
+		{"llmkube_evictions_total", map[string]string{"reason": "memory"}, 1},
+		{"llmkube_engine_restarts_total", map[string]string{"runtime": "llama-server"}, 1},
+		{"llmkube_pull_bytes_total", map[string]string{"runtime": "ollama"}, 1234},
+		{"llmkube_health_check_seconds", map[string]string{"runtime": "hailo-ollama", "result": "fail"}, 1},
+	}
+	for _, c := range checks {
+		if got := val(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if _, ok := fams["process_resident_memory_bytes"]; !ok {
+		t.Error("process collector missing: the agent's own RSS is not exported")
+	}
+}
+
+func TestRegistriesAreIndependent(t *testing.T) {
+	snap := func() Snapshot { return Snapshot{} }
+	a, b := New(snap), New(snap)
+	a.Refused(api.CodeNotFound)
+	fams, err := b.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "llmkube_admissions_refused_total" && len(f.GetMetric()) > 0 {
+			t.Fatal("a refusal counted on one agent shows on another")
+		}
+	}
+}
