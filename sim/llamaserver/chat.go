@@ -1,0 +1,425 @@
+package llamaserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmkube/mesh/sim/simtext"
+)
+
+type chatRequest struct {
+	Model         string        `json:"model"`
+	Messages      []chatMessage `json:"messages"`
+	Stream        bool          `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	NPredict            *int            `json:"n_predict"`
+	Seed                *int64          `json:"seed"`
+	Stop                json.RawMessage `json:"stop"`
+	N                   *int            `json:"n"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// text returns a message's content: a string, or the text parts of an array of parts.
+func (m chatMessage) text() (string, error) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(m.Content, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", errors.New("message content must be a string or an array of content parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// stops decodes "stop": a string or an array of strings.
+func (r chatRequest) stops() ([]string, error) {
+	if len(r.Stop) == 0 || string(r.Stop) == "null" {
+		return nil, nil
+	}
+	var one string
+	if err := json.Unmarshal(r.Stop, &one); err == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(r.Stop, &many); err != nil {
+		return nil, errors.New("\"stop\" must be a string or an array of strings")
+	}
+	return many, nil
+}
+
+// limit is the request's token limit (-1 = none), falling back to the server's -n.
+func (r chatRequest) limit(def int) int {
+	for _, p := range []*int{r.MaxCompletionTokens, r.MaxTokens, r.NPredict} {
+		if p != nil {
+			return *p
+		}
+	}
+	return def
+}
+
+// render turns messages into the prompt text the simulator "evaluates", in the shape of a chat
+// template, so prompt token counts grow with every message like the real ones.
+func render(msgs []chatMessage) (string, error) {
+	var b strings.Builder
+	for _, m := range msgs {
+		t, err := m.text()
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", m.Role, t)
+	}
+	b.WriteString("<|start_header_id|>assistant<|end_header_id|>\n\n")
+	return b.String(), nil
+}
+
+// completion is one generation's outcome, for timings and counters.
+type completion struct {
+	promptTokens int
+	predicted    int
+	content      strings.Builder
+	finish       string
+	promptTime   time.Duration
+	predictTime  time.Duration
+}
+
+func (c *completion) timings() map[string]any {
+	// llama-server measures real work, never zero; the floor keeps the rates finite.
+	pms := math.Max(float64(c.promptTime)/float64(time.Millisecond), 1e-3)
+	gms := math.Max(float64(c.predictTime)/float64(time.Millisecond), 1e-3)
+	perTok := func(ms float64, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return ms / float64(n)
+	}
+	perSec := func(ms float64, n int) float64 { return 1e3 / ms * float64(n) }
+	return map[string]any{
+		"cache_n":                0,
+		"prompt_n":               c.promptTokens,
+		"prompt_ms":              pms,
+		"prompt_per_token_ms":    perTok(pms, c.promptTokens),
+		"prompt_per_second":      perSec(pms, c.promptTokens),
+		"predicted_n":            c.predicted,
+		"predicted_ms":           gms,
+		"predicted_per_token_ms": perTok(gms, c.predicted),
+		"predicted_per_second":   perSec(gms, c.predicted),
+	}
+}
+
+func (c *completion) usage() map[string]int {
+	return map[string]int{
+		"completion_tokens": c.predicted,
+		"prompt_tokens":     c.promptTokens,
+		"total_tokens":      c.predicted + c.promptTokens,
+	}
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
+		// llama-server's JSON parser throws, which its handler wrapper turns into a 500.
+		writeError(w, http.StatusInternalServerError, "server_error", "parse error: "+err.Error(), nil)
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "'messages' is required", nil)
+		return
+	}
+	if req.N != nil && *req.N != 1 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "Only one completion choice is allowed", nil)
+		return
+	}
+	stops, err := req.stops()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return
+	}
+	prompt, err := render(req.Messages)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return
+	}
+	nCtx := s.cfg.ctxSize()
+	promptTokens := simtext.CountTokens(prompt)
+	if promptTokens >= nCtx {
+		writeError(w, http.StatusBadRequest, "exceed_context_size_error",
+			fmt.Sprintf("request (%d tokens) exceeds the available context size (%d tokens), try increasing it", promptTokens, nCtx),
+			map[string]any{"n_prompt_tokens": promptTokens, "n_ctx": nCtx})
+		return
+	}
+	limit := req.limit(s.cfg.NPredict)
+	if room := nCtx - promptTokens; limit < 0 || limit > room {
+		limit = room // generation stops when the context is full
+	}
+	seed := s.cfg.Seed
+	if req.Seed != nil {
+		seed = *req.Seed
+	}
+	toks, finish := answer(seed, prompt, limit)
+
+	ctx := r.Context()
+	if !s.acquireSlot(ctx) {
+		s.noteCancelled()
+		return
+	}
+	defer s.releaseSlot()
+
+	model := req.Model
+	if model == "" {
+		model = s.modelID()
+	}
+	c := &completion{promptTokens: promptTokens, finish: finish}
+	var genErr error
+	if req.Stream {
+		genErr = s.stream(ctx, w, model, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, toks, stops, c)
+	} else {
+		genErr = s.generate(ctx, toks, stops, c)
+		if genErr == nil {
+			writeJSON(w, http.StatusOK, map[string]any{
+				"choices": []any{map[string]any{
+					"finish_reason": c.finish, "index": 0,
+					"message": map[string]any{"role": "assistant", "content": c.content.String()},
+				}},
+				"created":            time.Now().Unix(),
+				"model":              model,
+				"system_fingerprint": "b5000-llmsim00",
+				"object":             "chat.completion",
+				"usage":              c.usage(),
+				"id":                 completionID(),
+				"timings":            c.timings(),
+			})
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+		}
+	}
+	s.finish(ctx, c, genErr)
+}
+
+// generate produces the whole answer at the configured pace.
+func (s *Server) generate(ctx context.Context, toks, stops []string, c *completion) error {
+	p := pacer{start: time.Now(), ttft: s.cfg.TTFT, rate: s.cfg.TokensPerSec}
+	st := stopper{stops: stops}
+	var first time.Time
+	for i, tok := range toks {
+		if err := p.wait(ctx, i); err != nil {
+			return err
+		}
+		if i == 0 {
+			first = time.Now()
+			c.promptTime = first.Sub(p.start)
+		}
+		c.predicted++
+		out, stopped := st.add(tok)
+		c.content.WriteString(out)
+		if stopped {
+			c.finish = "stop"
+			break
+		}
+	}
+	c.content.WriteString(st.flush())
+	if !first.IsZero() {
+		c.predictTime = time.Since(first)
+	}
+	return nil
+}
+
+// stream sends the answer as llama-server's server-sent events: a role chunk with the first
+// token, one chunk per piece of text, a final chunk with finish_reason and timings (or, with
+// include_usage, one more chunk carrying usage and timings), then "data: [DONE]".
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string, includeUsage bool, toks, stops []string, c *completion) error {
+	flusher, _ := w.(http.Flusher)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	id, created := completionID(), time.Now().Unix()
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{
+			"choices":            []any{map[string]any{"finish_reason": finish, "index": 0, "delta": delta}},
+			"created":            created,
+			"id":                 id,
+			"model":              model,
+			"system_fingerprint": "b5000-llmsim00",
+			"object":             "chat.completion.chunk",
+		}
+	}
+	send := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return err
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	}
+
+	p := pacer{start: time.Now(), ttft: s.cfg.TTFT, rate: s.cfg.TokensPerSec}
+	st := stopper{stops: stops}
+	var first time.Time
+	stopped := false
+	for i, tok := range toks {
+		if err := p.wait(ctx, i); err != nil {
+			return err
+		}
+		if i == 0 {
+			first = time.Now()
+			c.promptTime = first.Sub(p.start)
+			if err := send(chunk(map[string]any{"role": "assistant", "content": nil}, nil)); err != nil {
+				return err
+			}
+		}
+		c.predicted++
+		var out string
+		out, stopped = st.add(tok)
+		if out != "" {
+			c.content.WriteString(out)
+			if err := send(chunk(map[string]any{"content": out}, nil)); err != nil {
+				return err
+			}
+		}
+		if stopped {
+			c.finish = "stop"
+			break
+		}
+	}
+	if rest := st.flush(); rest != "" {
+		c.content.WriteString(rest)
+		if err := send(chunk(map[string]any{"content": rest}, nil)); err != nil {
+			return err
+		}
+	}
+	if !first.IsZero() {
+		c.predictTime = time.Since(first)
+	}
+	final := chunk(map[string]any{}, c.finish)
+	if includeUsage {
+		if err := send(final); err != nil {
+			return err
+		}
+		final = map[string]any{
+			"choices": []any{}, "created": created, "id": id, "model": model,
+			"system_fingerprint": "b5000-llmsim00", "object": "chat.completion.chunk", "usage": c.usage(),
+		}
+	}
+	final["timings"] = c.timings()
+	if err := send(final); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, "data: [DONE]\n\n"); err != nil {
+		return err
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	return nil
+}
+
+func completionID() string {
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, 32)
+	for i := range b {
+		b[i] = letters[rand.IntN(len(letters))]
+	}
+	return "chatcmpl-" + string(b)
+}
+
+// acquireSlot waits for a free slot, counting the request as deferred meanwhile.
+func (s *Server) acquireSlot(ctx context.Context) bool {
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.deferred.Add(1)
+		defer s.deferred.Add(-1)
+		select {
+		case s.slots <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	s.processing.Add(1)
+	return true
+}
+
+func (s *Server) releaseSlot() {
+	s.processing.Add(-1)
+	<-s.slots
+}
+
+func (s *Server) noteCancelled() {
+	s.mu.Lock()
+	s.stats.Cancelled++
+	s.mu.Unlock()
+}
+
+// finish records a generation in the stats and metrics and, when it is the CrashAfter-th,
+// arms the crash for the moment its answer has been written out.
+func (s *Server) finish(ctx context.Context, c *completion, genErr error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if genErr != nil {
+		s.stats.Cancelled++
+		s.log.Debug("generation stopped", "err", genErr)
+	}
+	s.stats.Completions++
+	s.stats.PromptTokens += int64(c.promptTokens)
+	s.stats.PredictedTokens += int64(c.predicted)
+	s.totals.promptSeconds += c.promptTime.Seconds()
+	s.totals.predictedSeconds += c.predictTime.Seconds()
+	s.totals.nDecode += int64(c.predicted)
+	s.totals.nTokensMax = max(s.totals.nTokensMax, int64(c.promptTokens+c.predicted))
+	if s.cfg.CrashAfter > 0 && s.stats.Completions == s.cfg.CrashAfter {
+		if conn, ok := ctx.Value(connKey{}).(net.Conn); ok {
+			s.crashConn = conn
+		} else {
+			go s.crash()
+		}
+	}
+}
+
+// formatFloat writes metric values as llama-server does: integers without a fraction.
+func formatFloat(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}

@@ -1,0 +1,446 @@
+package llamaserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrCrashed is the server's Err after a simulated crash (Config.CrashAfter).
+var ErrCrashed = errors.New("llamaserver: simulated crash")
+
+// pageSize is the stride used to touch held memory so every page becomes resident.
+const pageSize = 4096
+
+// Server is a running simulated llama-server.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	srv       *http.Server
+	url       string
+	modelSize int64
+	created   int64 // unix seconds the model "was loaded", as /v1/models reports
+
+	baseCtx    context.Context // handlers' context: cancelled on Close so generations stop
+	cancelBase context.CancelFunc
+
+	ready   chan struct{}
+	loaded  atomic.Bool
+	done    chan struct{}
+	endOnce sync.Once
+	err     error // set before done is closed
+
+	slots      chan struct{} // one token per parallel slot
+	processing atomic.Int64
+	deferred   atomic.Int64
+
+	mu        sync.Mutex
+	stats     Stats
+	totals    metricTotals
+	crashConn net.Conn // the connection whose answer, once written, triggers the crash
+	held      []byte   // memory held to simulate the loaded model
+}
+
+// Stats is what the simulator saw. GET /_sim/stats serves it as JSON.
+type Stats struct {
+	// Requests counts requests by "METHOD /path" (simulator routes excluded).
+	Requests        map[string]int `json:"requests"`
+	Completions     int            `json:"completions"`      // chat completions that got a slot, cut ones included
+	Cancelled       int            `json:"cancelled"`        // generations stopped because the client left
+	PromptTokens    int64          `json:"prompt_tokens"`    // as in llamacpp:prompt_tokens_total
+	PredictedTokens int64          `json:"predicted_tokens"` // as in llamacpp:tokens_predicted_total
+	Ready           bool           `json:"ready"`            // the model has "loaded"
+	HeldBytes       int64          `json:"held_bytes"`       // memory held for the model
+}
+
+type metricTotals struct {
+	promptSeconds    float64
+	predictedSeconds float64
+	nDecode          int64
+	nTokensMax       int64
+}
+
+// Start validates cfg, opens the model file like llama-server (a missing or unreadable file is an
+// error), listens on cfg.Addr and starts "loading": /health answers 503 until cfg.LoadDelay has
+// passed and the held memory (cfg.HoldMemory) is allocated. The server runs until Close, a
+// simulated crash, or the end of ctx.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	size, magic, err := openModel(cfg.ModelPath)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if magic != "GGUF" {
+		log.Warn("model file does not start with the GGUF magic; the simulator serves it anyway", "path", cfg.ModelPath)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("llamaserver: couldn't bind HTTP server socket %s: %w", cfg.Addr, err)
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       log,
+		url:       "http://" + ln.Addr().String(),
+		modelSize: size,
+		created:   time.Now().Unix(),
+		ready:     make(chan struct{}),
+		done:      make(chan struct{}),
+		slots:     make(chan struct{}, cfg.Parallel),
+		stats:     Stats{Requests: map[string]int{}},
+	}
+	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+	s.srv = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
+		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
+		ConnState:         s.connState,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serve", "err", err)
+		}
+	}()
+	go s.load()
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.Close()
+		case <-s.done:
+		}
+	}()
+	log.Info("loading model", "path", cfg.ModelPath, "url", s.url)
+	return s, nil
+}
+
+// openModel checks the model file as llama-server would and returns its size and first 4 bytes.
+func openModel(path string) (int64, string, error) {
+	if path == "" {
+		return 0, "", errors.New("llamaserver: no model path (-m)")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", fmt.Errorf("llamaserver: failed to open model file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, "", fmt.Errorf("llamaserver: failed to open model file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, "", fmt.Errorf("llamaserver: model path %s is not a regular file", path)
+	}
+	magic := make([]byte, 4)
+	n, err := io.ReadFull(f, magic)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return 0, "", fmt.Errorf("llamaserver: failed to read model file: %w", err)
+	}
+	return fi.Size(), string(magic[:n]), nil
+}
+
+// load simulates loading the model: it allocates and touches the held memory, waits out the
+// load delay, then marks the server ready.
+func (s *Server) load() {
+	start := time.Now()
+	if s.cfg.HoldMemory > 0 {
+		n := int64(s.cfg.HoldMemory * float64(s.modelSize))
+		b := make([]byte, n)
+		for i := 0; i < len(b); i += pageSize {
+			b[i] = 1 // a write makes the page resident: RSS really grows
+		}
+		s.mu.Lock()
+		s.held = b
+		s.stats.HeldBytes = n
+		s.mu.Unlock()
+	}
+	if rest := s.cfg.LoadDelay - time.Since(start); rest > 0 {
+		t := time.NewTimer(rest)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.done:
+			return
+		}
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.loaded.Store(true)
+	close(s.ready)
+	s.log.Info("model loaded", "url", s.url)
+}
+
+// URL is the server's base URL, e.g. "http://127.0.0.1:41234".
+func (s *Server) URL() string { return s.url }
+
+// Ready is closed once the model has "loaded" and /health answers 200.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Done is closed when the server has stopped: Close, a simulated crash, or the end of Start's ctx.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err is why the server stopped once Done is closed: ErrCrashed after a simulated crash, nil
+// otherwise.
+func (s *Server) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// Close stops the server gracefully: generations in progress end, connections close, the held
+// memory is released.
+func (s *Server) Close() error {
+	var err error
+	s.end(nil, func() {
+		s.cancelBase()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err = s.srv.Shutdown(ctx); err != nil {
+			err = s.srv.Close()
+		}
+	})
+	return err
+}
+
+// crash stops the server abruptly, as a dying process would: every connection is cut.
+func (s *Server) crash() {
+	s.end(ErrCrashed, func() {
+		s.log.Error("simulated crash", "completions", s.cfg.CrashAfter)
+		s.cancelBase()
+		s.srv.Close()
+	})
+}
+
+func (s *Server) end(reason error, stop func()) {
+	s.endOnce.Do(func() {
+		stop()
+		s.mu.Lock()
+		s.held = nil
+		s.stats.HeldBytes = 0
+		s.mu.Unlock()
+		s.err = reason
+		close(s.done)
+	})
+}
+
+// Stats returns a copy of what the server saw.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Requests = make(map[string]int, len(s.stats.Requests))
+	for k, v := range s.stats.Requests {
+		st.Requests[k] = v
+	}
+	st.Ready = s.loaded.Load()
+	return st
+}
+
+type connKey struct{}
+
+// connState crashes the server once the connection that served the last allowed completion has
+// finished writing it (idle again, or closed), so the client gets its whole answer first.
+func (s *Server) connState(c net.Conn, state http.ConnState) {
+	if state != http.StateIdle && state != http.StateClosed {
+		return
+	}
+	s.mu.Lock()
+	hit := s.crashConn != nil && s.crashConn == c
+	s.mu.Unlock()
+	if hit {
+		go s.crash()
+	}
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /v1/health", s.handleHealth)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /models", s.handleModels)
+	mux.HandleFunc("GET /props", s.handleProps)
+	mux.HandleFunc("GET /slots", s.handleSlots)
+	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	mux.HandleFunc("POST /chat/completions", s.handleChat)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// llama-server (cpp-httplib) answers any unknown route or method with this 404.
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{
+			"message": "File Not Found", "type": "not_found_error", "code": 404,
+		}})
+	})
+
+	sim := http.NewServeMux()
+	sim.HandleFunc("GET /_sim/stats", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Stats())
+	})
+
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Server", "llama.cpp")
+		if strings.HasPrefix(r.URL.Path, "/_sim/") {
+			sim.ServeHTTP(w, r)
+			return
+		}
+		s.mu.Lock()
+		s.stats.Requests[r.Method+" "+r.URL.Path]++
+		s.mu.Unlock()
+		// No endpoint is served while the model loads, /health included.
+		if !s.loaded.Load() {
+			writeError(w, http.StatusServiceUnavailable, "unavailable_error", "Loading model", nil)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// modelID is the name clients use: the alias, or the model path when there is none.
+func (s *Server) modelID() string {
+	if s.cfg.Alias != "" {
+		return s.cfg.Alias
+	}
+	return s.cfg.ModelPath
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	id := s.modelID()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"models": []any{map[string]any{
+			"name": id, "model": id, "modified_at": "", "size": "", "digest": "", "type": "model",
+			"description": "", "tags": []string{""}, "capabilities": []string{"completion"},
+			"parameters": "", "details": map[string]any{
+				"parent_model": "", "format": "gguf", "family": "", "families": []string{""},
+				"parameter_size": "", "quantization_level": "",
+			},
+		}},
+		"object": "list",
+		"data": []any{map[string]any{
+			"id": id, "object": "model", "created": s.created, "owned_by": "llamacpp",
+			"meta": map[string]any{"n_ctx_train": s.cfg.ctxSize(), "size": s.modelSize},
+		}},
+	})
+}
+
+func (s *Server) handleProps(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"default_generation_settings": map[string]any{
+			"id": 0, "id_task": -1, "n_ctx": s.cfg.ctxSize(), "speculative": false, "is_processing": false,
+			"params": map[string]any{
+				"n_predict": s.cfg.NPredict, "seed": s.cfg.Seed, "temperature": 0.8, "top_k": 40,
+				"top_p": 0.95, "min_p": 0.05, "stream": true,
+			},
+		},
+		"total_slots":      s.cfg.Parallel,
+		"model_alias":      s.modelID(),
+		"model_path":       s.cfg.ModelPath,
+		"modalities":       map[string]bool{"vision": false, "audio": false},
+		"endpoint_slots":   true,
+		"endpoint_props":   false,
+		"endpoint_metrics": s.cfg.Metrics,
+		"chat_template":    chatTemplate,
+		"bos_token":        "<|begin_of_text|>",
+		"eos_token":        "<|eot_id|>",
+		"build_info":       "b5000-llmsim00",
+		"is_sleeping":      false,
+		"n_gpu_layers":     s.cfg.GPULayers,
+	})
+}
+
+// chatTemplate is the template /props reports; the simulator renders prompts its own simple way.
+const chatTemplate = "{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] }}<|eot_id|>{% endfor %}"
+
+func (s *Server) handleSlots(w http.ResponseWriter, r *http.Request) {
+	busy := int(s.processing.Load())
+	slots := make([]map[string]any, s.cfg.Parallel)
+	for i := range slots {
+		slots[i] = map[string]any{
+			"id": i, "id_task": -1, "n_ctx": s.cfg.ctxSize(), "speculative": false, "is_processing": i < busy,
+		}
+	}
+	writeJSON(w, http.StatusOK, slots)
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.Metrics {
+		writeError(w, http.StatusNotImplemented, "not_supported_error",
+			"This server does not support metrics endpoint. Start it with `--metrics`", nil)
+		return
+	}
+	s.mu.Lock()
+	st, tot := s.stats, s.totals
+	s.mu.Unlock()
+	rate := func(n int64, secs float64) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return float64(n) / secs
+	}
+	busyPerDecode := 0.0
+	if tot.nDecode > 0 {
+		busyPerDecode = 1 // one sequence per decode call in the simulator
+	}
+	var b strings.Builder
+	emit := func(name, help, kind string, v float64) {
+		fmt.Fprintf(&b, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %s\n",
+			name, help, name, kind, name, formatFloat(v))
+	}
+	emit("prompt_tokens_total", "Number of prompt tokens processed.", "counter", float64(st.PromptTokens))
+	emit("prompt_seconds_total", "Prompt process time", "counter", tot.promptSeconds)
+	emit("tokens_predicted_total", "Number of generation tokens processed.", "counter", float64(st.PredictedTokens))
+	emit("tokens_predicted_seconds_total", "Predict process time", "counter", tot.predictedSeconds)
+	emit("n_decode_total", "Total number of llama_decode() calls", "counter", float64(tot.nDecode))
+	emit("n_tokens_max", "Largest observed n_tokens.", "counter", float64(tot.nTokensMax))
+	emit("prompt_tokens_seconds", "Average prompt throughput in tokens/s.", "gauge", rate(st.PromptTokens, tot.promptSeconds))
+	emit("predicted_tokens_seconds", "Average generation throughput in tokens/s.", "gauge", rate(st.PredictedTokens, tot.predictedSeconds))
+	emit("requests_processing", "Number of requests processing.", "gauge", float64(s.processing.Load()))
+	emit("requests_deferred", "Number of requests deferred.", "gauge", float64(s.deferred.Load()))
+	emit("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", "gauge", busyPerDecode)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	w.WriteHeader(http.StatusOK)
+	io.WriteString(w, b.String())
+}
+
+// writeJSON writes v with a Content-Length, so the body is complete once flushed.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		code, body = http.StatusInternalServerError, []byte(`{"error":{"code":500,"message":"encoding failed","type":"server_error"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.WriteHeader(code)
+	w.Write(body)
+}
+
+// writeError writes llama-server's error shape: {"error":{"code","message","type",...}}.
+func writeError(w http.ResponseWriter, code int, typ, msg string, extra map[string]any) {
+	e := map[string]any{"code": code, "message": msg, "type": typ}
+	for k, v := range extra {
+		e[k] = v
+	}
+	writeJSON(w, code, map[string]any{"error": e})
+}

@@ -1,0 +1,551 @@
+package llamaserver
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// modelFile writes a sparse model file of size bytes that starts with the GGUF magic.
+func modelFile(t *testing.T, size int64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "model.gguf")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	_, err = f.WriteString("GGUF")
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(size))
+	require.NoError(t, f.Close())
+	return path
+}
+
+// start runs a server with cfg (ModelPath filled in when empty) and waits until it is ready
+// unless the load delay is long.
+func start(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	if cfg.ModelPath == "" {
+		cfg.ModelPath = modelFile(t, 1<<20)
+	}
+	s, err := Start(context.Background(), cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	if cfg.LoadDelay < time.Minute {
+		select {
+		case <-s.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatal("server never became ready")
+		}
+	}
+	return s
+}
+
+func quick() Config {
+	cfg := DefaultConfig()
+	cfg.LoadDelay = 0
+	return cfg
+}
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	if v != nil {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(v))
+	}
+	return resp.StatusCode
+}
+
+func postJSON(t *testing.T, url, body string) *http.Response {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+type apiError struct {
+	Error struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		NPrompt int    `json:"n_prompt_tokens"`
+		NCtx    int    `json:"n_ctx"`
+	} `json:"error"`
+}
+
+func TestEverythingAnswers503WhileLoading(t *testing.T) {
+	cfg := quick()
+	cfg.LoadDelay = time.Hour
+	s := start(t, cfg)
+	for _, path := range []string{"/health", "/v1/models", "/props", "/metrics"} {
+		var e apiError
+		require.Equal(t, http.StatusServiceUnavailable, getJSON(t, s.URL()+path, &e), path)
+		assert.Equal(t, 503, e.Error.Code)
+		assert.Equal(t, "Loading model", e.Error.Message)
+		assert.Equal(t, "unavailable_error", e.Error.Type)
+	}
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	// The simulator's own route answers during loading.
+	var st Stats
+	require.Equal(t, http.StatusOK, getJSON(t, s.URL()+"/_sim/stats", &st))
+	assert.False(t, st.Ready)
+	assert.Equal(t, 1, st.Requests["GET /health"])
+}
+
+func TestHealthTurnsOKWhenLoaded(t *testing.T) {
+	cfg := quick()
+	cfg.LoadDelay = 300 * time.Millisecond
+	s := start(t, cfg)
+	var body map[string]string
+	require.Equal(t, http.StatusOK, getJSON(t, s.URL()+"/health", &body))
+	assert.Equal(t, map[string]string{"status": "ok"}, body)
+	assert.True(t, s.Stats().Ready)
+}
+
+func TestStartRejectsMissingOrUnreadableModel(t *testing.T) {
+	cfg := quick()
+	cfg.ModelPath = filepath.Join(t.TempDir(), "absent.gguf")
+	_, err := Start(context.Background(), cfg, nil)
+	require.ErrorContains(t, err, "failed to open model file")
+
+	cfg.ModelPath = t.TempDir()
+	_, err = Start(context.Background(), cfg, nil)
+	require.ErrorContains(t, err, "not a regular file")
+
+	if os.Geteuid() != 0 { // root reads anything
+		p := modelFile(t, 64)
+		require.NoError(t, os.Chmod(p, 0))
+		cfg.ModelPath = p
+		_, err = Start(context.Background(), cfg, nil)
+		require.ErrorContains(t, err, "failed to open model file")
+	}
+}
+
+func TestModelsIDIsAliasOrPath(t *testing.T) {
+	cfg := quick()
+	cfg.ModelPath = modelFile(t, 12345)
+	s := start(t, cfg)
+	var list struct {
+		Object string `json:"object"`
+		Data   []struct {
+			ID      string `json:"id"`
+			Object  string `json:"object"`
+			OwnedBy string `json:"owned_by"`
+			Meta    struct {
+				Size int64 `json:"size"`
+			} `json:"meta"`
+		} `json:"data"`
+	}
+	require.Equal(t, http.StatusOK, getJSON(t, s.URL()+"/v1/models", &list))
+	require.Len(t, list.Data, 1)
+	assert.Equal(t, "list", list.Object)
+	assert.Equal(t, cfg.ModelPath, list.Data[0].ID)
+	assert.Equal(t, "llamacpp", list.Data[0].OwnedBy)
+	assert.EqualValues(t, 12345, list.Data[0].Meta.Size)
+
+	cfg.Alias = "tiny:1b"
+	s = start(t, cfg)
+	require.Equal(t, http.StatusOK, getJSON(t, s.URL()+"/v1/models", &list))
+	assert.Equal(t, "tiny:1b", list.Data[0].ID)
+}
+
+func TestProps(t *testing.T) {
+	cfg := quick()
+	cfg.CtxSize = 2048
+	cfg.Alias = "m"
+	s := start(t, cfg)
+	var props struct {
+		Default struct {
+			NCtx int `json:"n_ctx"`
+		} `json:"default_generation_settings"`
+		TotalSlots      int    `json:"total_slots"`
+		ModelPath       string `json:"model_path"`
+		ModelAlias      string `json:"model_alias"`
+		EndpointMetrics bool   `json:"endpoint_metrics"`
+		BuildInfo       string `json:"build_info"`
+	}
+	require.Equal(t, http.StatusOK, getJSON(t, s.URL()+"/props", &props))
+	assert.Equal(t, 2048, props.Default.NCtx)
+	assert.Equal(t, cfg.Parallel, props.TotalSlots)
+	assert.Equal(t, s.cfg.ModelPath, props.ModelPath)
+	assert.Equal(t, "m", props.ModelAlias)
+	assert.False(t, props.EndpointMetrics)
+	assert.NotEmpty(t, props.BuildInfo)
+}
+
+type chatResponse struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Model   string `json:"model"`
+	Created int64  `json:"created"`
+	Choices []struct {
+		FinishReason string `json:"finish_reason"`
+		Message      struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"message"`
+	} `json:"choices"`
+	Usage struct {
+		Prompt     int `json:"prompt_tokens"`
+		Completion int `json:"completion_tokens"`
+		Total      int `json:"total_tokens"`
+	} `json:"usage"`
+	Timings map[string]float64 `json:"timings"`
+}
+
+func chat(t *testing.T, s *Server, body string) chatResponse {
+	t.Helper()
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", body)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out chatResponse
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out
+}
+
+func TestChatNonStreaming(t *testing.T) {
+	s := start(t, quick())
+	out := chat(t, s, `{"model":"x","messages":[{"role":"user","content":"Why is the sky blue?"}],"seed":3}`)
+	assert.True(t, strings.HasPrefix(out.ID, "chatcmpl-"))
+	assert.Equal(t, "chat.completion", out.Object)
+	assert.Equal(t, "x", out.Model)
+	assert.InDelta(t, time.Now().Unix(), out.Created, 5, "created is in seconds")
+	require.Len(t, out.Choices, 1)
+	assert.Equal(t, "assistant", out.Choices[0].Message.Role)
+	assert.Equal(t, "stop", out.Choices[0].FinishReason)
+	assert.NotEmpty(t, out.Choices[0].Message.Content)
+	assert.Positive(t, out.Usage.Prompt)
+	assert.GreaterOrEqual(t, out.Usage.Completion, minAnswer)
+	assert.Equal(t, out.Usage.Prompt+out.Usage.Completion, out.Usage.Total)
+	assert.EqualValues(t, out.Usage.Prompt, out.Timings["prompt_n"])
+	assert.EqualValues(t, out.Usage.Completion, out.Timings["predicted_n"])
+	assert.Positive(t, out.Timings["predicted_per_second"])
+	for _, k := range []string{"prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_ms", "predicted_per_token_ms"} {
+		assert.Contains(t, out.Timings, k)
+	}
+
+	again := chat(t, s, `{"model":"x","messages":[{"role":"user","content":"Why is the sky blue?"}],"seed":3}`)
+	assert.Equal(t, out.Choices[0].Message.Content, again.Choices[0].Message.Content, "same seed, same answer")
+	other := chat(t, s, `{"model":"x","messages":[{"role":"user","content":"Why is the sky blue?"}],"seed":4}`)
+	assert.NotEqual(t, out.Choices[0].Message.Content, other.Choices[0].Message.Content)
+}
+
+func TestChatLimits(t *testing.T) {
+	s := start(t, quick())
+	out := chat(t, s, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`)
+	assert.Equal(t, "length", out.Choices[0].FinishReason)
+	assert.Equal(t, 3, out.Usage.Completion)
+	assert.Equal(t, s.modelID(), out.Model, "no model in the request: the server's name")
+
+	full := chat(t, s, `{"messages":[{"role":"user","content":"hi"}]}`)
+	cut := full.Choices[0].Message.Content[:len(full.Choices[0].Message.Content)/2]
+	stop := cut[len(cut)-4:]
+	stopped := chat(t, s, `{"messages":[{"role":"user","content":"hi"}],"stop":`+quote(stop)+`}`)
+	assert.Equal(t, "stop", stopped.Choices[0].FinishReason)
+	assert.NotContains(t, stopped.Choices[0].Message.Content, stop)
+	assert.True(t, strings.HasPrefix(full.Choices[0].Message.Content, stopped.Choices[0].Message.Content))
+}
+
+func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func TestChatErrors(t *testing.T) {
+	cfg := quick()
+	cfg.CtxSize = 64
+	s := start(t, cfg)
+
+	var e apiError
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+strings.Repeat("word ", 60)+`"}]}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	assert.Equal(t, "exceed_context_size_error", e.Error.Type)
+	assert.Equal(t, 64, e.Error.NCtx)
+	assert.Greater(t, e.Error.NPrompt, 64)
+
+	resp = postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[]}`)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	resp = postJSON(t, s.URL()+"/v1/chat/completions", `{not json`)
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	resp = postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"n":2}`)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+
+	require.Equal(t, http.StatusNotFound, getJSON(t, s.URL()+"/nope", &e))
+	assert.Equal(t, "File Not Found", e.Error.Message)
+	assert.Equal(t, "not_found_error", e.Error.Type)
+	require.Equal(t, http.StatusNotFound, getJSON(t, s.URL()+"/v1/chat/completions", &e), "GET on a POST route")
+}
+
+// sseEvents reads "data: ..." events until [DONE] or EOF.
+func sseEvents(t *testing.T, r io.Reader) (events []map[string]any, done bool) {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		require.True(t, ok, "line %q is not an SSE data line", line)
+		if data == "[DONE]" {
+			return events, true
+		}
+		var ev map[string]any
+		require.NoError(t, json.Unmarshal([]byte(data), &ev))
+		events = append(events, ev)
+	}
+	return events, false
+}
+
+func TestChatStreaming(t *testing.T) {
+	s := start(t, quick())
+	body := `{"model":"m","messages":[{"role":"user","content":"Tell me about rivers"}],"seed":9,"stream":true}`
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", body)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	events, done := sseEvents(t, resp.Body)
+	require.True(t, done, "stream must end with data: [DONE]")
+	require.GreaterOrEqual(t, len(events), 3)
+
+	choice := func(ev map[string]any) map[string]any {
+		cs := ev["choices"].([]any)
+		require.Len(t, cs, 1)
+		return cs[0].(map[string]any)
+	}
+	first := choice(events[0])
+	assert.Equal(t, map[string]any{"role": "assistant", "content": nil}, first["delta"])
+	assert.Nil(t, first["finish_reason"])
+
+	var text strings.Builder
+	for _, ev := range events[1 : len(events)-1] {
+		assert.Equal(t, "chat.completion.chunk", ev["object"])
+		assert.Equal(t, "m", ev["model"])
+		c := choice(ev)
+		assert.Nil(t, c["finish_reason"])
+		assert.NotContains(t, ev, "timings", "timings only on the last chunk")
+		text.WriteString(c["delta"].(map[string]any)["content"].(string))
+	}
+	last := events[len(events)-1]
+	lc := choice(last)
+	assert.Equal(t, "stop", lc["finish_reason"])
+	assert.Equal(t, map[string]any{}, lc["delta"])
+	timings, ok := last["timings"].(map[string]any)
+	require.True(t, ok, "last chunk carries timings")
+	assert.Positive(t, timings["predicted_per_second"])
+	assert.Positive(t, timings["predicted_n"])
+
+	plain := chat(t, s, `{"messages":[{"role":"user","content":"Tell me about rivers"}],"seed":9}`)
+	assert.Equal(t, plain.Choices[0].Message.Content, text.String(), "streaming and not give the same answer")
+}
+
+func TestChatStreamingUsageChunk(t *testing.T) {
+	s := start(t, quick())
+	resp := postJSON(t, s.URL()+"/v1/chat/completions",
+		`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":4}`)
+	events, done := sseEvents(t, resp.Body)
+	require.True(t, done)
+	last := events[len(events)-1]
+	assert.Empty(t, last["choices"])
+	usage := last["usage"].(map[string]any)
+	assert.EqualValues(t, 4, usage["completion_tokens"])
+	assert.Contains(t, last, "timings")
+	prev := events[len(events)-2]["choices"].([]any)[0].(map[string]any)
+	assert.Equal(t, "length", prev["finish_reason"])
+}
+
+func TestPacing(t *testing.T) {
+	cfg := quick()
+	cfg.TokensPerSec = 200
+	cfg.TTFT = 100 * time.Millisecond
+	s := start(t, cfg)
+	begin := time.Now()
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream":true,"max_tokens":21}`)
+	r := bufio.NewReader(resp.Body)
+	_, err := r.ReadString('\n')
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(begin), cfg.TTFT, "first token after TTFT")
+	events, done := sseEvents(t, r)
+	require.True(t, done)
+	// 21 tokens at 200/s: the last is due 20/200 s = 100 ms after the first.
+	assert.GreaterOrEqual(t, time.Since(begin), cfg.TTFT+100*time.Millisecond)
+	timings := events[len(events)-1]["timings"].(map[string]any)
+	assert.GreaterOrEqual(t, timings["prompt_ms"].(float64), 100.0)
+	assert.LessOrEqual(t, timings["predicted_per_second"].(float64), 220.0)
+}
+
+func TestClientDisconnectStopsGeneration(t *testing.T) {
+	cfg := quick()
+	cfg.TokensPerSec = 20
+	s := start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/chat/completions",
+		strings.NewReader(`{"messages":[{"role":"user","content":"x"}],"stream":true}`))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, err = bufio.NewReader(resp.Body).ReadString('\n') // the first chunk
+	require.NoError(t, err)
+	cancel()
+	resp.Body.Close()
+	require.Eventually(t, func() bool { return s.Stats().Cancelled == 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.Less(t, s.Stats().PredictedTokens, int64(minAnswer), "generation stopped early")
+	assert.Zero(t, s.processing.Load(), "slot released")
+}
+
+func TestMetrics(t *testing.T) {
+	s := start(t, quick())
+	var e apiError
+	require.Equal(t, http.StatusNotImplemented, getJSON(t, s.URL()+"/metrics", &e))
+	assert.Equal(t, "not_supported_error", e.Error.Type)
+	assert.Contains(t, e.Error.Message, "--metrics")
+
+	cfg := quick()
+	cfg.Metrics = true
+	s = start(t, cfg)
+	out := chat(t, s, `{"messages":[{"role":"user","content":"count me"}],"max_tokens":5}`)
+	resp, err := http.Get(s.URL() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, _ := io.ReadAll(resp.Body)
+	text := string(body)
+	assert.Contains(t, text, "# TYPE llamacpp:prompt_tokens_total counter\n")
+	assert.Contains(t, text, "\nllamacpp:prompt_tokens_total "+itoa(out.Usage.Prompt)+"\n")
+	assert.Contains(t, text, "\nllamacpp:tokens_predicted_total 5\n")
+	assert.Contains(t, text, "\nllamacpp:requests_processing 0\n")
+	assert.Contains(t, text, "llamacpp:predicted_tokens_seconds ")
+}
+
+func itoa(n int) string { return formatFloat(float64(n)) }
+
+func TestSlotsDeferRequests(t *testing.T) {
+	cfg := quick()
+	cfg.Parallel = 1
+	cfg.Metrics = true
+	cfg.TokensPerSec = 50
+	s := start(t, cfg)
+	results := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Post(s.URL()+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"messages":[{"role":"user","content":"x"}],"max_tokens":10}`))
+			if err != nil {
+				results <- 0
+				return
+			}
+			resp.Body.Close()
+			results <- resp.StatusCode
+		}()
+	}
+	require.Eventually(t, func() bool { return s.deferred.Load() == 1 && s.processing.Load() == 1 },
+		5*time.Second, 5*time.Millisecond)
+	var slots []map[string]any
+	require.Equal(t, http.StatusOK, getJSON(t, s.URL()+"/slots", &slots))
+	require.Len(t, slots, 1)
+	assert.Equal(t, true, slots[0]["is_processing"])
+	assert.Equal(t, http.StatusOK, <-results)
+	assert.Equal(t, http.StatusOK, <-results)
+}
+
+func TestCrashAfter(t *testing.T) {
+	cfg := quick()
+	cfg.CrashAfter = 2
+	s := start(t, cfg)
+	chat(t, s, `{"messages":[{"role":"user","content":"one"}]}`)
+	select {
+	case <-s.Done():
+		t.Fatal("crashed too early")
+	default:
+	}
+	out := chat(t, s, `{"messages":[{"role":"user","content":"two"}],"stream":false}`)
+	assert.NotEmpty(t, out.Choices[0].Message.Content, "the last answer is delivered whole")
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no crash after the second completion")
+	}
+	assert.ErrorIs(t, s.Err(), ErrCrashed)
+	_, err := http.Get(s.URL() + "/health")
+	assert.Error(t, err, "a crashed server answers nothing")
+}
+
+func TestHoldMemory(t *testing.T) {
+	cfg := quick()
+	cfg.ModelPath = modelFile(t, 4<<20)
+	cfg.HoldMemory = 1.5
+	s := start(t, cfg)
+	assert.EqualValues(t, 6<<20, s.Stats().HeldBytes)
+	require.NoError(t, s.Close())
+	assert.Zero(t, s.Stats().HeldBytes)
+	assert.NoError(t, s.Err())
+}
+
+func TestStatsCountRequests(t *testing.T) {
+	s := start(t, quick())
+	getJSON(t, s.URL()+"/health", nil)
+	getJSON(t, s.URL()+"/health", nil)
+	chat(t, s, `{"messages":[{"role":"user","content":"x"}],"max_tokens":2}`)
+	var st Stats
+	require.Equal(t, http.StatusOK, getJSON(t, s.URL()+"/_sim/stats", &st))
+	assert.Equal(t, 2, st.Requests["GET /health"])
+	assert.Equal(t, 1, st.Requests["POST /v1/chat/completions"])
+	assert.NotContains(t, st.Requests, "GET /_sim/stats")
+	assert.Equal(t, 1, st.Completions)
+	assert.EqualValues(t, 2, st.PredictedTokens)
+	assert.Equal(t, st, s.Stats())
+}
+
+func TestStartContextStopsServer(t *testing.T) {
+	cfg := quick()
+	cfg.ModelPath = modelFile(t, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := Start(ctx, cfg, nil)
+	require.NoError(t, err)
+	cancel()
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("server still running after its context ended")
+	}
+	assert.NoError(t, s.Err())
+}
+
+func TestStopper(t *testing.T) {
+	st := stopper{stops: []string{"END"}}
+	var got strings.Builder
+	for _, tok := range []string{"a", " E", "N", "x", " EN", "D", " more"} {
+		out, stopped := st.add(tok)
+		got.WriteString(out)
+		if stopped {
+			break
+		}
+	}
+	assert.Equal(t, "a ENx ", got.String())
+
+	st = stopper{stops: []string{"zzz"}}
+	out1, _ := st.add("ab z")
+	assert.Equal(t, "ab ", out1, "a possible stop start is held back")
+	assert.Equal(t, "z", st.flush())
+}
+
+func TestAnswer(t *testing.T) {
+	toks, finish := answer(1, "p", -1)
+	assert.Equal(t, "stop", finish)
+	assert.GreaterOrEqual(t, len(toks), minAnswer)
+	assert.LessOrEqual(t, len(toks), maxAnswer)
+	short, finish := answer(1, "p", 2)
+	assert.Equal(t, "length", finish)
+	assert.Equal(t, toks[:2], short)
+	none, _ := answer(1, "p", 0)
+	assert.Empty(t, none)
+}
