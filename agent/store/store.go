@@ -119,10 +119,11 @@ func Check(dir string, opt Options) error {
 	return nil
 }
 
-// CleanPartials removes half-finished downloads left by an earlier run. It must run before any
-// pull starts (the state dir lock guarantees no other agent is pulling into this store): every
-// .partial file is then an orphan. It returns the paths removed.
-func (s *Store) CleanPartials(log *slog.Logger) ([]string, error) {
+// CleanPartials removes half-finished downloads left by an earlier run, except those keep
+// wants to resume (keep may be nil). It must run before any pull starts — the state dir lock
+// guarantees no other agent pulls into this store — so no file it sees is being written.
+// It returns the paths removed.
+func (s *Store) CleanPartials(log *slog.Logger, keep func(path string, modTime time.Time) bool) ([]string, error) {
 	var removed []string
 	err := filepath.WalkDir(s.path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -135,16 +136,19 @@ func (s *Store) CleanPartials(log *slog.Logger) ([]string, error) {
 		if d.IsDir() || !strings.HasSuffix(d.Name(), PartialSuffix) {
 			return nil
 		}
-		info, _ := d.Info()
+		info, err := d.Info()
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		if keep != nil && keep(p, info.ModTime()) {
+			log.Info("model store: keeping a half-finished download to resume", "path", p)
+			return nil
+		}
 		if err := os.Remove(p); err != nil {
 			log.Warn("model store: cannot remove a half-finished download", "path", p, "err", err)
 			return nil
 		}
-		var age time.Duration
-		if info != nil {
-			age = time.Since(info.ModTime()).Round(time.Second)
-		}
-		log.Info("model store: removed a half-finished download", "path", p, "age", age)
+		log.Info("model store: removed a half-finished download", "path", p, "age", time.Since(info.ModTime()).Round(time.Second))
 		removed = append(removed, p)
 		return nil
 	})

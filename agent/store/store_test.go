@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTempFolderRefusedUnlessAllowed(t *testing.T) {
@@ -97,12 +98,21 @@ func TestCleanPartials(t *testing.T) {
 	}
 	keep := filepath.Join(sub, "m.gguf")
 	gone := []string{filepath.Join(sub, "m.gguf"+PartialSuffix), filepath.Join(s.Path(), "x.gguf"+PartialSuffix)}
-	for _, p := range append(gone, keep) {
+	resume := filepath.Join(s.Path(), "y.gguf"+PartialSuffix)
+	for _, p := range append(gone, keep, resume) {
 		if err := os.WriteFile(p, []byte("GGUF"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	removed, err := s.CleanPartials(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	old := time.Now().Add(-time.Hour)
+	for _, p := range gone {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Keep what is newer than the oldest placement still pulling: it may be that placement's.
+	since := time.Now().Add(-time.Minute)
+	removed, err := s.CleanPartials(slog.New(slog.NewTextHandler(io.Discard, nil)), func(_ string, mod time.Time) bool { return !mod.Before(since) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +124,10 @@ func TestCleanPartials(t *testing.T) {
 			t.Fatalf("%s still there", p)
 		}
 	}
-	if _, err := os.Stat(keep); err != nil {
-		t.Fatalf("a finished model was removed: %v", err)
+	for _, p := range []string{keep, resume} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s was removed: %v", p, err)
+		}
 	}
 }
 
