@@ -8,28 +8,15 @@ import (
 	"github.com/llmkube/mesh/sim/simtext"
 )
 
-// An answer's natural length: it ends at the first full stop after minAnswer tokens (the model's
-// end of sequence), or after maxAnswer tokens if simtext gives no full stop by then.
-const (
-	minAnswer = 12
-	maxAnswer = 96
-)
-
-// answer returns the tokens of the reply to prompt and why it ends: "stop" when it ends by
-// itself, "length" when limit (>= 0) cut it short. limit < 0 means no limit.
+// answer returns the tokens of the reply to prompt and why it ends: "stop" when the simulated
+// model ends it on its own (simtext.AnswerLength), "length" when limit (>= 0) cuts it short.
+// limit < 0 means no limit.
 func answer(seed int64, prompt string, limit int) ([]string, string) {
-	all := simtext.Generate(seed, prompt, maxAnswer)
-	n := len(all)
-	for i := minAnswer - 1; i < len(all); i++ {
-		if all[i] == "." {
-			n = i + 1
-			break
-		}
-	}
+	n := simtext.AnswerLength(seed, prompt)
 	if limit >= 0 && limit < n {
-		return all[:limit], "length"
+		return simtext.Generate(seed, prompt, limit), "length"
 	}
-	return all[:n], "stop"
+	return simtext.Generate(seed, prompt, n), "stop"
 }
 
 // stopper applies stop strings to streamed text the way llama-server does: text that might be

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmkube/mesh/sim/simtext"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -226,7 +227,7 @@ func TestChatNonStreaming(t *testing.T) {
 	assert.Equal(t, "stop", out.Choices[0].FinishReason)
 	assert.NotEmpty(t, out.Choices[0].Message.Content)
 	assert.Positive(t, out.Usage.Prompt)
-	assert.GreaterOrEqual(t, out.Usage.Completion, minAnswer)
+	assert.GreaterOrEqual(t, out.Usage.Completion, simtext.MinAnswer)
 	assert.Equal(t, out.Usage.Prompt+out.Usage.Completion, out.Usage.Total)
 	assert.EqualValues(t, out.Usage.Prompt, out.Timings["prompt_n"])
 	assert.EqualValues(t, out.Usage.Completion, out.Timings["predicted_n"])
@@ -398,7 +399,7 @@ func TestClientDisconnectStopsGeneration(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	require.Eventually(t, func() bool { return s.Stats().Cancelled == 1 }, 5*time.Second, 10*time.Millisecond)
-	assert.Less(t, s.Stats().PredictedTokens, int64(minAnswer), "generation stopped early")
+	assert.Less(t, s.Stats().PredictedTokens, int64(simtext.MinAnswer), "generation stopped early")
 	assert.Zero(t, s.processing.Load(), "slot released")
 }
 
@@ -541,8 +542,7 @@ func TestStopper(t *testing.T) {
 func TestAnswer(t *testing.T) {
 	toks, finish := answer(1, "p", -1)
 	assert.Equal(t, "stop", finish)
-	assert.GreaterOrEqual(t, len(toks), minAnswer)
-	assert.LessOrEqual(t, len(toks), maxAnswer)
+	assert.Len(t, toks, simtext.AnswerLength(1, "p"))
 	short, finish := answer(1, "p", 2)
 	assert.Equal(t, "length", finish)
 	assert.Equal(t, toks[:2], short)
