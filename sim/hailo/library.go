@@ -1,0 +1,80 @@
+package hailo
+
+import (
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// serveLibrary plays Hailo's model library (dev-public.hailo.ai) for the zoo's fake HEFs:
+//   - 5.1.1 form: /blob/sha256_<digest>; HEAD answers the Content-Length, GET the bytes, a
+//     Range GET (bytes=0-0) a 206.
+//   - 5.4 form: /v<version>/blob/<File>.hef and its companion /v<version>/blob/<File>.sha256
+//     ("<hex>  <File>.hef\n"), the same methods.
+//
+// Anything else, an unknown digest included, is a 404.
+func (s *Server) serveLibrary(w http.ResponseWriter, r *http.Request) {
+	s.count(func(st *Stats) { st.LibraryRequests[r.Method+" "+r.URL.Path]++ })
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	cw := &countingWriter{ResponseWriter: w}
+	defer func() { s.count(func(st *Stats) { st.LibraryBytes += cw.n }) }()
+
+	path := r.URL.Path
+	if digest, ok := strings.CutPrefix(path, "/blob/sha256_"); ok {
+		if _, known := s.store.library[digest]; known {
+			s.serveBlob(cw, r, digest)
+			return
+		}
+		http.NotFound(w, r)
+		return
+	}
+	prefix := "/v" + s.cfg.LibraryVersion + "/blob/"
+	file, ok := strings.CutPrefix(path, prefix)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	if z, ok := zooByFile(file); ok {
+		s.serveBlob(cw, r, s.digestOf(z.name))
+		return
+	}
+	if stem, ok := strings.CutSuffix(file, ".sha256"); ok {
+		if z, ok := zooByFile(stem + ".hef"); ok {
+			body := s.digestOf(z.name) + "  " + z.hefFile + "\n"
+			w.Header().Set("Content-Type", "text/plain")
+			http.ServeContent(cw, r, file, time.Time{}, strings.NewReader(body))
+			return
+		}
+	}
+	http.NotFound(w, r)
+}
+
+func (s *Server) digestOf(model string) string {
+	for d, m := range s.store.library {
+		if m == model {
+			return d
+		}
+	}
+	return ""
+}
+
+func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest string) {
+	f, err := os.Open(s.store.libraryPath(digest))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
