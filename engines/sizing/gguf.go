@@ -1,0 +1,225 @@
+package sizing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	parser "github.com/gpustack/gguf-parser-go"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// remoteBufferSize is how much gguf-parser-go asks for per range request. A header is a few
+// kilobytes to a few megabytes (the tokenizer's vocabulary); 1 MiB reads it in a handful of
+// requests while the weights, gigabytes further on, are never touched.
+const remoteBufferSize = 1 << 20
+
+// ggufMagic opens every GGUF file.
+const ggufMagic = "GGUF"
+
+// readOptions keep gguf-parser-go from writing its cache under the user's home
+// (~/.cache/gguf-parser: SkipCache), from holding the tokenizer's strings in memory
+// (SkipLargeMetadata: the estimate needs only the vocabulary's length, which it keeps) and from
+// keeping a process-wide DNS cache (SkipDNSCache).
+func readOptions() []parser.GGUFReadOption {
+	return []parser.GGUFReadOption{
+		parser.SkipCache(),
+		parser.SkipLargeMetadata(),
+		parser.SkipDNSCache(),
+		parser.UseBufferSize(remoteBufferSize),
+	}
+}
+
+// localGGUF sizes a GGUF file on this host from its header.
+func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (api.SizeEstimate, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "model file %s does not exist", path)
+	}
+	if err != nil {
+		return api.SizeEstimate{}, failed("cannot read model file: %v", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return api.SizeEstimate{}, failed("cannot read model file: %v", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return api.SizeEstimate{}, api.Errorf(api.CodeInvalidSource, "%s is not a regular file", path)
+	}
+	magic := make([]byte, len(ggufMagic))
+	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != ggufMagic {
+		return api.SizeEstimate{}, notGGUF(path, magic, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return api.SizeEstimate{}, failed("sizing %s: %v", path, err)
+	}
+	gf, err := safeParse(func() (*parser.GGUFFile, error) { return parser.ParseGGUFFile(path, readOptions()...) })
+	if err != nil {
+		// A GGUF this parser cannot read (a newer version, a damaged header) is still a GGUF:
+		// size it by the file, and say so.
+		return fallback(fi.Size(), fmt.Sprintf("GGUF header of %s could not be parsed (%v)", path, err)), nil
+	}
+	return fromHeader(gf, contextSize, "header read from "+path)
+}
+
+// remoteGGUF sizes a GGUF behind an HTTP URL from its header, fetched by range requests.
+//
+// It first probes the URL itself with one small range GET (bytes 0-7, the magic and version):
+//   - 206: the server honours ranges; the magic is checked, and gguf-parser-go then reads the
+//     header with range requests of remoteBufferSize and nothing beyond it.
+//   - 200: the server ignores ranges and started sending the whole file. The body is closed at
+//     once (never downloaded) and the model is sized by Content-Length with the fallback
+//     formula, Method SizeFallback, and a Detail that says so.
+//
+// gguf-parser-go uses its own HTTP client for the header (it exposes no way to pass one); the
+// probe, with the Sizer's client, is what decides whether that read happens at all.
+func (s *Sizer) remoteGGUF(ctx context.Context, url string, contextSize int) (api.SizeEstimate, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return api.SizeEstimate{}, failed("sizing %s: %v", url, err)
+	}
+	req.Header.Set("Range", "bytes=0-7")
+	// A compressed answer has no byte ranges of the file; ask for the bytes themselves.
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := s.client().Do(req)
+	if err != nil {
+		return api.SizeEstimate{}, failed("cannot size %s: %v", url, err)
+	}
+	defer resp.Body.Close() // closing unread is the point when the server ignores the range
+
+	var total int64 = -1
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		total = contentRangeTotal(resp.Header.Get("Content-Range"))
+	case http.StatusOK:
+		total = resp.ContentLength
+	case http.StatusNotFound, http.StatusGone:
+		return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "%s", httpStatusError("GET", url, resp))
+	default:
+		return api.SizeEstimate{}, failed("cannot size: %s", httpStatusError("GET", url, resp))
+	}
+	magic := make([]byte, len(ggufMagic))
+	if _, err := io.ReadFull(resp.Body, magic); err != nil || string(magic) != ggufMagic {
+		return api.SizeEstimate{}, notGGUF(url, magic, err)
+	}
+
+	if resp.StatusCode == http.StatusOK {
+		if total <= 0 {
+			return api.SizeEstimate{}, failed("cannot size %s: the server ignores range requests and sends no Content-Length", url)
+		}
+		return fallback(total, "server ignores range requests; sized by Content-Length "+Bytes(total)), nil
+	}
+	resp.Body.Close()
+
+	gf, err := safeParse(func() (*parser.GGUFFile, error) {
+		return parser.ParseGGUFFileRemote(ctx, url, readOptions()...)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return api.SizeEstimate{}, failed("sizing %s: %v", url, ctx.Err())
+		}
+		if total <= 0 {
+			return api.SizeEstimate{}, failed("cannot size %s: the GGUF header could not be read (%v) and the server gives no total size", url, err)
+		}
+		return fallback(total, fmt.Sprintf("GGUF header could not be read by range requests (%v)", err)), nil
+	}
+	return fromHeader(gf, contextSize, "header read by HTTP range requests")
+}
+
+// fromHeader turns a parsed header into the estimate.
+//
+// Which of gguf-parser-go's estimates: EstimateLLaMACppRun with the requested context and
+// WithLLaMACppOffloadLayers(0), then the host device's (Devices[0]) own parts — weights,
+// KV cache, computation buffers and footprint (metadata, tokenizer, output buffer) — with
+// mmap counted as resident. Why:
+//   - The agent's budget is host RAM. On the hosts we target (a Raspberry Pi, CPU-only Linux
+//     boxes) llama-server runs on the CPU, so the CPU-only figure is the real one. On Apple
+//     silicon the GPU shares that same RAM, and the sum barely moves with offload. On a host
+//     with a discrete GPU, counting everything against RAM is the conservative side.
+//   - The summary's RAM "UMA" figure subtracts mmap'd weights (page cache can be reclaimed),
+//     but under load those pages are resident, and a budget that ignores them is how a host
+//     gets wired to death (LLMKube #640): weights are counted in full.
+//   - Parallel 1, batch 2048/512, f16 cache, no flash attention: llama-server's defaults,
+//     flash attention off being the larger compute buffer.
+//
+// gguf-parser-go includes no process overhead, so Overhead (512 MiB) is added on top.
+func fromHeader(gf *parser.GGUFFile, contextSize int, how string) (api.SizeEstimate, error) {
+	a := gf.Architecture()
+	if a.Type != "" && a.Type != "model" {
+		return api.SizeEstimate{}, api.Errorf(api.CodeInvalidSource, "the GGUF is a %s (%s), not a model llama-server can serve alone", a.Type, a.Architecture)
+	}
+	ctxTokens := int32(min(contextSize, math.MaxInt32))
+	var e parser.LLaMACppRunEstimate
+	if err := safely(func() {
+		e = gf.EstimateLLaMACppRun(parser.WithLLaMACppContextSize(ctxTokens), parser.WithLLaMACppOffloadLayers(0))
+	}); err != nil || len(e.Devices) == 0 {
+		return fallback(int64(gf.Size), fmt.Sprintf("the GGUF header cannot be estimated (%v)", err)), nil
+	}
+	d := e.Devices[0]
+	weights := int64(d.Weight.Sum())
+	kv := int64(d.KVCache.Sum())
+	compute := int64(d.Computation.Sum()) + int64(d.Footprint)
+	kvType := "f16"
+	return api.SizeEstimate{
+		Bytes:    weights + kv + compute + Overhead,
+		Weights:  weights,
+		KV:       kv,
+		Compute:  compute,
+		Overhead: Overhead,
+		Method:   api.SizeHeader,
+		Device:   api.DeviceHost,
+		Detail: fmt.Sprintf("weights %s + KV %s (%d layers × %d ctx, %s) + compute %s + overhead %s; %s",
+			Bytes(weights), Bytes(kv), a.BlockCount, e.ContextSize, kvType, Bytes(compute), Bytes(Overhead), how),
+	}, nil
+}
+
+func notGGUF(where string, magic []byte, err error) error {
+	if err != nil {
+		return api.Errorf(api.CodeInvalidSource, "%s is not a GGUF file: it is too short to hold a header (%v)", where, err)
+	}
+	return api.Errorf(api.CodeInvalidSource, "%s is not a GGUF file: it starts with %q, not %q", where, magic, ggufMagic)
+}
+
+// contentRangeTotal reads the total of "bytes 0-7/12345"; -1 when absent or "*".
+func contentRangeTotal(h string) int64 {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(h), "bytes ")
+	if !ok {
+		return -1
+	}
+	_, total, ok := strings.Cut(rest, "/")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(total), 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// safeParse runs a gguf-parser-go parse, turning a panic on a hostile header into an error.
+func safeParse(parse func() (*parser.GGUFFile, error)) (gf *parser.GGUFFile, err error) {
+	if perr := safely(func() { gf, err = parse() }); perr != nil {
+		return nil, perr
+	}
+	return gf, err
+}
+
+// safely runs f and reports a panic as an error: the header is untrusted input.
+func safely(f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("parser panicked: %v", r)
+		}
+	}()
+	f()
+	return nil
+}

@@ -1,0 +1,236 @@
+package sizing
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines/source"
+)
+
+// Media types in an Ollama registry manifest.
+const (
+	ollamaManifestType  = "application/vnd.docker.distribution.manifest.v2+json"
+	ollamaModelLayer    = "application/vnd.ollama.image.model"
+	ollamaProjectorType = "application/vnd.ollama.image.projector"
+	maxOllamaDocument   = 4 << 20 // /api/show carries the whole Modelfile and template
+)
+
+// ollama sizes an ollama:// model: from the local daemon when it already has the model
+// (/api/show for the architecture, /api/tags for the size), else from the registry manifest.
+func (s *Sizer) ollama(ctx context.Context, src source.Source, contextSize int) (api.SizeEstimate, error) {
+	if s.OllamaDaemon != "" {
+		est, ok, err := s.ollamaShow(ctx, src, contextSize)
+		if err == nil && ok {
+			return est, nil
+		}
+		if err != nil {
+			// The daemon is down or odd: the registry still knows the size.
+			s.log().Warn("ollama daemon could not size the model; asking the registry", "model", src.Ref(), "err", err)
+		}
+	}
+	return s.ollamaRegistry(ctx, src, contextSize)
+}
+
+// ollamaModelInfo is the part of /api/show's answer the sizer reads.
+type ollamaModelInfo struct {
+	ModelInfo map[string]any `json:"model_info"`
+	Details   struct {
+		ParameterSize     string `json:"parameter_size"`
+		QuantizationLevel string `json:"quantization_level"`
+	} `json:"details"`
+}
+
+// ollamaShow asks the local daemon; ok is false when the daemon does not have the model.
+func (s *Sizer) ollamaShow(ctx context.Context, src source.Source, contextSize int) (api.SizeEstimate, bool, error) {
+	base := strings.TrimRight(s.OllamaDaemon, "/")
+	var show ollamaModelInfo
+	status, err := s.postJSON(ctx, base+"/api/show", map[string]string{"model": src.Ref()}, &show)
+	if err != nil {
+		return api.SizeEstimate{}, false, err
+	}
+	if status == http.StatusNotFound {
+		return api.SizeEstimate{}, false, nil
+	}
+	var tags struct {
+		Models []struct {
+			Name  string `json:"name"`
+			Model string `json:"model"`
+			Size  int64  `json:"size"`
+		} `json:"models"`
+	}
+	if err := s.getJSON(ctx, base+"/api/tags", "", &tags); err != nil {
+		return api.SizeEstimate{}, false, err
+	}
+	var size int64
+	for _, m := range tags.Models {
+		if sameOllamaModel(m.Name, src) || sameOllamaModel(m.Model, src) {
+			size = m.Size
+			break
+		}
+	}
+	if size <= 0 {
+		return api.SizeEstimate{}, false, fmt.Errorf("the daemon shows %s but lists no size for it in /api/tags", src.Ref())
+	}
+	kv, kvWords := ollamaKV(show.ModelInfo, contextSize)
+	return api.SizeEstimate{
+		Bytes:    size + kv + Overhead,
+		Weights:  size,
+		KV:       kv,
+		Overhead: Overhead,
+		Method:   api.SizeShow,
+		Device:   api.DeviceHost,
+		Detail: fmt.Sprintf("weights %s + %s + overhead %s; from the local Ollama daemon (/api/show, /api/tags)",
+			Bytes(size), kvWords, Bytes(Overhead)),
+	}, true, nil
+}
+
+// sameOllamaModel compares a daemon's model name with the source, ignoring the default
+// registry host and namespace ("registry.ollama.ai/library/qwen2:1.5b" is "qwen2:1.5b").
+func sameOllamaModel(name string, src source.Source) bool {
+	name = strings.TrimPrefix(name, "registry.ollama.ai/")
+	name = strings.TrimPrefix(name, "library/")
+	if !strings.Contains(name, ":") {
+		name += ":latest"
+	}
+	return strings.EqualFold(name, src.Ref())
+}
+
+// ollamaKV computes the KV cache from /api/show's model_info (<arch>.block_count,
+// .embedding_length, .attention.head_count, .attention.head_count_kv), and says how in words.
+func ollamaKV(info map[string]any, contextSize int) (int64, string) {
+	arch, _ := info["general.architecture"].(string)
+	num := func(key string) int64 {
+		if f, ok := info[arch+"."+key].(float64); ok && f > 0 && f < 1<<40 {
+			return int64(f)
+		}
+		return 0
+	}
+	layers, embd := num("block_count"), num("embedding_length")
+	heads, kvHeads := num("attention.head_count"), num("attention.head_count_kv")
+	if arch == "" || layers == 0 || embd == 0 {
+		return 0, "KV unknown (no architecture in model_info; covered by the overhead)"
+	}
+	kv := kvBytes(layers, int64(contextSize), embd, heads, kvHeads)
+	return kv, fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", Bytes(kv), layers, contextSize)
+}
+
+// ollamaManifest is a registry manifest (Docker distribution v2).
+type ollamaManifest struct {
+	Layers []struct {
+		MediaType string `json:"mediaType"`
+		Digest    string `json:"digest"`
+		Size      int64  `json:"size"`
+	} `json:"layers"`
+}
+
+// ollamaRegistry reads the model's manifest from the registry: the weights are the model
+// layer (and a vision projector, which is loaded beside it). The architecture is not in the
+// manifest, so the KV cache cannot be known before the pull; the overhead covers it at the
+// default context, and the Detail says so.
+func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSize int) (api.SizeEstimate, error) {
+	reg := orDefault(s.OllamaRegistry, DefaultOllamaRegistry)
+	repo := src.Name
+	if !strings.Contains(repo, "/") {
+		repo = "library/" + repo
+	}
+	url := reg + "/v2/" + repo + "/manifests/" + src.Tag
+	var m ollamaManifest
+	if err := s.getJSON(ctx, url, ollamaManifestType, &m); err != nil {
+		return api.SizeEstimate{}, err
+	}
+	var weights int64
+	var model bool
+	for _, l := range m.Layers {
+		switch l.MediaType {
+		case ollamaModelLayer:
+			model = true
+			fallthrough
+		case ollamaProjectorType:
+			if l.Size < 0 {
+				return api.SizeEstimate{}, failed("cannot size %s: the registry manifest has a layer of negative size", src)
+			}
+			weights += l.Size
+		}
+	}
+	if !model || weights == 0 {
+		return api.SizeEstimate{}, failed("cannot size %s: the registry manifest at %s has no %s layer", src, url, ollamaModelLayer)
+	}
+	return api.SizeEstimate{
+		Bytes:    weights + Overhead,
+		Weights:  weights,
+		Overhead: Overhead,
+		Method:   api.SizeRegistry,
+		Device:   api.DeviceHost,
+		Detail: fmt.Sprintf("weights %s + overhead %s (KV for %d ctx unknown before the pull; covered by the overhead); from the registry manifest %s",
+			Bytes(weights), Bytes(Overhead), contextSize, url),
+	}, nil
+}
+
+// getJSON GETs url into v. A 404 is NotFound; anything else unexpected is MemoryCheckFailed.
+func (s *Sizer) getJSON(ctx context.Context, url, accept string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return failed("sizing: %v", err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := s.client().Do(req)
+	if err != nil {
+		return failed("cannot size: GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return api.Errorf(api.CodeNotFound, "%s", httpStatusError("GET", url, resp))
+	default:
+		return failed("cannot size: %s", httpStatusError("GET", url, resp))
+	}
+	return decodeJSON(resp.Body, url, v)
+}
+
+// postJSON POSTs body to url and decodes a 200 answer into v; it returns the status.
+func (s *Sizer) postJSON(ctx context.Context, url string, body, v any) (int, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client().Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("POST %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return resp.StatusCode, decodeJSON(resp.Body, url, v)
+	case http.StatusNotFound:
+		return resp.StatusCode, nil
+	}
+	return resp.StatusCode, fmt.Errorf("%s", httpStatusError("POST", url, resp))
+}
+
+func decodeJSON(r io.Reader, url string, v any) error {
+	data, err := io.ReadAll(io.LimitReader(r, maxOllamaDocument+1))
+	if err != nil {
+		return failed("cannot size: reading %s: %v", url, err)
+	}
+	if len(data) > maxOllamaDocument {
+		return failed("cannot size: %s answered over %s", url, Bytes(maxOllamaDocument))
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return failed("cannot size: %s answered something that is not the expected JSON: %v", url, err)
+	}
+	return nil
+}
