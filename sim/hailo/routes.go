@@ -48,7 +48,7 @@ func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request) {
 	key := r.Method + " " + r.URL.Path
 	s.count(func(st *Stats) { st.Requests[key]++ })
 	w.Header().Set("Server", oatppServer)
-	h, ok := s.engineRoutes()[key]
+	h, ok := s.routes[key]
 	if !ok {
 		oatppError(w, http.StatusNotFound, fmt.Sprintf("No mapping for HTTP-method: '%s', URL: '%s'", r.Method, r.URL.Path))
 		return

@@ -45,6 +45,7 @@ type Server struct {
 	dev        *device
 	client     *http.Client
 	libraryURL string
+	routes     map[string]http.HandlerFunc // "METHOD /path" → handler
 
 	ln, libLn   net.Listener
 	srv, libSrv *http.Server
@@ -114,6 +115,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		libLn:  libLn,
 		stats:  Stats{Requests: map[string]int{}, LibraryRequests: map[string]int{}},
 	}
+	s.routes = s.engineRoutes()
 	s.libraryURL = cfg.LibraryURL
 	if s.libraryURL == "" {
 		s.libraryURL = s.LibraryURL()
