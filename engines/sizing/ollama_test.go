@@ -1,0 +1,192 @@
+package sizing
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+const qwenModelLayer = 934_964_576
+
+// registry plays an Ollama registry's manifest route; it refuses a request without the
+// manifest media type in Accept, as a distribution registry may.
+func registry(t *testing.T) *httptest.Server {
+	t.Helper()
+	manifests := map[string]string{
+		"/v2/library/qwen2/manifests/1.5b": `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json",
+			"config":{"mediaType":"application/vnd.docker.container.image.v1+json","digest":"sha256:aa","size":485},
+			"layers":[
+			 {"mediaType":"application/vnd.ollama.image.model","digest":"sha256:bb","size":934964576},
+			 {"mediaType":"application/vnd.ollama.image.template","digest":"sha256:cc","size":182},
+			 {"mediaType":"application/vnd.ollama.image.license","digest":"sha256:dd","size":11344}]}`,
+		"/v2/someone/vision/manifests/v1": `{"layers":[
+			 {"mediaType":"application/vnd.ollama.image.model","size":1000000000},
+			 {"mediaType":"application/vnd.ollama.image.projector","size":600000000}]}`,
+		"/v2/library/empty/manifests/latest":   `{"layers":[{"mediaType":"application/vnd.ollama.image.template","size":10}]}`,
+		"/v2/library/garbage/manifests/latest": `<html>`,
+		"/v2/library/negative/manifests/latest": `{"layers":[{"mediaType":"application/vnd.ollama.image.model","size":-5},
+			{"mediaType":"application/vnd.ollama.image.model","size":10}]}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Accept") != ollamaManifestType {
+			http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN"}]}`, http.StatusNotAcceptable)
+			return
+		}
+		body, ok := manifests[r.URL.Path]
+		if !ok {
+			http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}`, http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", ollamaManifestType)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestOllamaFromRegistry(t *testing.T) {
+	reg := registry(t)
+	s := &Sizer{HTTP: reg.Client(), OllamaRegistry: reg.URL}
+	est, err := s.Estimate(context.Background(), parse(t, "ollama://qwen2:1.5b"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeRegistry, est.Method)
+	assert.Equal(t, api.DeviceHost, est.Device)
+	assert.Equal(t, int64(qwenModelLayer), est.Weights, "only the model layer counts")
+	assert.Equal(t, int64(qwenModelLayer)+Overhead, est.Bytes)
+	assert.Contains(t, est.Detail, "weights 892 MiB + overhead 512 MiB (KV for 2048 ctx unknown before the pull")
+	assert.Contains(t, est.Detail, reg.URL+"/v2/library/qwen2/manifests/1.5b")
+
+	est, err = s.Estimate(context.Background(), parse(t, "ollama://someone/vision:v1"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1_600_000_000), est.Weights, "a vision projector is loaded beside the model")
+}
+
+func TestOllamaRegistryRefusals(t *testing.T) {
+	reg := registry(t)
+	s := &Sizer{HTTP: reg.Client(), OllamaRegistry: reg.URL}
+	ctx := context.Background()
+
+	_, err := s.Estimate(ctx, parse(t, "ollama://nosuch:7b"), 0)
+	requireCode(t, err, api.CodeNotFound, "GET "+reg.URL+"/v2/library/nosuch/manifests/7b: HTTP 404 Not Found")
+
+	_, err = s.Estimate(ctx, parse(t, "ollama://empty"), 0)
+	requireCode(t, err, api.CodeMemoryCheckFailed, "has no application/vnd.ollama.image.model layer")
+
+	_, err = s.Estimate(ctx, parse(t, "ollama://garbage"), 0)
+	requireCode(t, err, api.CodeMemoryCheckFailed, "answered something that is not the expected JSON")
+
+	_, err = s.Estimate(ctx, parse(t, "ollama://negative"), 0)
+	requireCode(t, err, api.CodeMemoryCheckFailed, "a layer of negative size")
+}
+
+// daemon plays a local Ollama daemon that has qwen2:1.5b, and counts /api/show calls.
+func daemon(t *testing.T, modelInfo map[string]any) (*httptest.Server, *int) {
+	t.Helper()
+	var mu sync.Mutex
+	shows := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/show", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		shows++
+		mu.Unlock()
+		var req struct {
+			Model string `json:"model"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || r.Header.Get("Content-Type") != "application/json" {
+			http.Error(w, `{"error":"bad request"}`, http.StatusBadRequest)
+			return
+		}
+		if req.Model != "qwen2:1.5b" {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"error":"model '`+req.Model+`' not found"}`)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"details":    map[string]any{"parameter_size": "1.5B", "quantization_level": "Q4_0"},
+			"model_info": modelInfo,
+		})
+	})
+	mux.HandleFunc("GET /api/tags", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"models":[{"name":"llama3:latest","model":"llama3:latest","size":4661224676},
+			{"name":"qwen2:1.5b","model":"qwen2:1.5b","size":934964814}]}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, &shows
+}
+
+func TestOllamaFromLocalDaemon(t *testing.T) {
+	d, _ := daemon(t, map[string]any{
+		"general.architecture":           "qwen2",
+		"qwen2.block_count":              28,
+		"qwen2.embedding_length":         1536,
+		"qwen2.attention.head_count":     12,
+		"qwen2.attention.head_count_kv":  2,
+		"qwen2.context_length":           32768,
+		"general.parameter_count":        1543714304,
+		"tokenizer.ggml.tokens":          nil,
+		"qwen2.attention.layer_norm_eps": 1e-6,
+	})
+	reg := registry(t)
+	s := &Sizer{OllamaDaemon: d.URL, OllamaRegistry: reg.URL}
+	est, err := s.Estimate(context.Background(), parse(t, "ollama://qwen2:1.5b"), 4096)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeShow, est.Method)
+	assert.Equal(t, int64(934964814), est.Weights)
+	// K and V × 28 layers × 4096 × 256 (2 KV heads of 128) × 2 bytes.
+	assert.Equal(t, int64(2*28*4096*256*2), est.KV)
+	assert.Equal(t, est.Weights+est.KV+Overhead, est.Bytes)
+	assert.Contains(t, est.Detail, "KV 112 MiB (28 layers × 4096 ctx, f16)")
+	assert.Contains(t, est.Detail, "from the local Ollama daemon")
+
+	// A model the daemon lacks is sized from the registry.
+	est, err = s.Estimate(context.Background(), parse(t, "ollama://someone/vision:v1"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeRegistry, est.Method)
+}
+
+func TestOllamaDaemonWithoutArchitecture(t *testing.T) {
+	d, _ := daemon(t, map[string]any{})
+	s := &Sizer{OllamaDaemon: d.URL}
+	est, err := s.Estimate(context.Background(), parse(t, "ollama://qwen2:1.5b"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeShow, est.Method)
+	assert.Zero(t, est.KV)
+	assert.Contains(t, est.Detail, "KV unknown (no architecture in model_info; covered by the overhead)")
+}
+
+func TestOllamaDaemonDownFallsBackToRegistry(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	reg := registry(t)
+	s := &Sizer{OllamaDaemon: down.URL, OllamaRegistry: reg.URL}
+	est, err := s.Estimate(context.Background(), parse(t, "ollama://qwen2:1.5b"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeRegistry, est.Method)
+}
+
+func TestSameOllamaModel(t *testing.T) {
+	src := parse(t, "ollama://qwen2:1.5b")
+	for name, want := range map[string]bool{
+		"qwen2:1.5b": true, "registry.ollama.ai/library/qwen2:1.5b": true, "library/qwen2:1.5b": true,
+		"QWEN2:1.5B": true, "qwen2": false, "qwen2:7b": false,
+	} {
+		assert.Equal(t, want, sameOllamaModel(name, src), name)
+	}
+	assert.True(t, sameOllamaModel("llama3", parse(t, "ollama://llama3")))
+}
+
+func TestKVBytes(t *testing.T) {
+	assert.Equal(t, int64(2*32*2048*4096*2), kvBytes(32, 2048, 4096, 32, 0), "no KV head count: one per head")
+	assert.Equal(t, int64(2*32*2048*1024*2), kvBytes(32, 2048, 4096, 32, 8))
+	assert.Equal(t, int64(2*32*2048*4096*2), kvBytes(32, 2048, 4096, 32, 64), "a nonsense KV head count is ignored")
+}
