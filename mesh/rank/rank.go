@@ -1,0 +1,350 @@
+// Package rank previews where a model can go: every host of a mesh view gets a verdict (fits,
+// swap, refused), a human reason that shows the arithmetic, and a score. It is a pure function
+// of the view and the request, so the console can re-rank on every gossip update; the chosen
+// agent's admission stays authoritative.
+package rank
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// Request is a placement request plus what the console learned while preparing it.
+type Request struct {
+	api.PlacementRequest
+	// Estimate is an agent's answer to POST /v1/estimate; Bytes 0 means the size is unknown.
+	Estimate api.SizeEstimate
+	// Spread places on the host with the most memory left instead of the tightest fit.
+	Spread bool
+	// HasFiles names the hosts that already hold the model's files (no download).
+	HasFiles map[string]bool
+}
+
+// The Hailo-10H is the only device hailo:// models run on.
+const (
+	hailoKind = "hailo"
+	hailoName = "Hailo-10H"
+)
+
+// Scores: the verdict decides the band, preferences order hosts within it. Weights inside a
+// band add up to less than one, so no preference lifts a host into a better band.
+const (
+	bandFits       = 3.0
+	bandSwap       = 2.0
+	bandLoadAnyway = 1.0 // fits only because the operator said "warn": unsized or over budget
+
+	weightFiles  = 0.4  // no download: often gigabytes
+	weightSpeed  = 0.35 // measured tokens/s for this model, relative to the fastest host
+	weightMemory = 0.24 // best fit (or spread)
+)
+
+// Rank gives every agent member exactly one entry, best first; consoles are skipped. Ties are
+// broken by host name, so the order is deterministic.
+func Rank(members []api.Member, req Request) []api.Ranked {
+	kind, runtime, mismatch := classify(req)
+	model := req.Name
+	if model == "" {
+		model = modelName(req.Source)
+	}
+	ns := req.Namespace
+	if ns == "" {
+		ns = api.DefaultNamespace
+	}
+	// Text shared by many hosts is built once: Rank runs on every gossip update.
+	nsRefusal := "refused: namespace " + ns + " not allowed"
+	needStr := FormatBytes(req.Estimate.Bytes)
+
+	out := make([]api.Ranked, 0, len(members))
+	speeds := make([]float64, 0, len(members))
+	var fastest float64
+	for i := range members {
+		m := &members[i]
+		if m.Role == api.RoleConsole {
+			continue
+		}
+		r := api.Ranked{Host: m.Name, Runtime: runtime}
+		switch {
+		case m.Liveness != api.Alive:
+			why := "refused: host is " + string(m.Liveness)
+			if m.Liveness == "" {
+				why = "refused: host liveness unknown"
+			}
+			if m.Reason != "" {
+				why += " (" + m.Reason + ")"
+			}
+			refuse(&r, api.CodeUnreachable, why)
+		case m.Host == nil:
+			refuse(&r, api.CodeUnreachable, "refused: no state from this host yet")
+		case mismatch.Code != "":
+			refuse(&r, mismatch.Code, mismatch.Reason)
+		case !nsAllowed(m.Host.Namespaces, ns):
+			refuse(&r, api.CodeNamespaceNotAllow, nsRefusal)
+		default:
+			judge(&r, m.Host, kind, runtime, model, needStr, req)
+		}
+		speed := 0.0
+		if r.Verdict != api.VerdictRefused {
+			speed = measuredSpeed(m.Placements, req.Source, model)
+			fastest = max(fastest, speed)
+			if req.HasFiles[m.Name] {
+				r.Score += weightFiles
+				r.Reason += "; has the files"
+			}
+			if speed > 0 {
+				r.Reason += "; " + strconv.FormatFloat(speed, 'f', 1, 64) + " tok/s measured"
+			}
+		}
+		out = append(out, r)
+		speeds = append(speeds, speed)
+	}
+	if fastest > 0 {
+		for i := range out {
+			out[i].Score += weightSpeed * speeds[i] / fastest
+		}
+	}
+	// Sort indices, not the structs: moving strings around would cost a write barrier each.
+	order := make([]int32, len(out))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		ra, rb := &out[a], &out[b]
+		if c := cmp.Compare(rb.Score, ra.Score); c != 0 {
+			return c
+		}
+		return strings.Compare(ra.Host, rb.Host)
+	})
+	sorted := make([]api.Ranked, len(out))
+	for i, j := range order {
+		sorted[i] = out[j]
+	}
+	return sorted
+}
+
+// sourceKind is what a source is, as far as placement cares.
+type sourceKind int
+
+const (
+	kindGGUF sourceKind = iota
+	kindOllama
+	kindHailo
+)
+
+// classify infers the source kind and runtime and checks the request's runtime against it,
+// with the engines/source rules: hailo:// only on hailo-ollama, ollama:// only on Ollama, GGUF
+// only on llama-server. The problem, if any, is the same for every host.
+func classify(req Request) (sourceKind, api.Runtime, api.Ranked) {
+	var bad api.Ranked
+	src := strings.TrimSpace(req.Source)
+	kind, want := kindGGUF, api.RuntimeLlamaServer
+	switch {
+	case src == "":
+		return kind, req.Runtime, api.Ranked{Code: api.CodeInvalidSource, Reason: "refused: no model source"}
+	case hasPrefixFold(src, "hailo://"):
+		kind, want = kindHailo, api.RuntimeHailoOllama
+	case hasPrefixFold(src, "ollama://"):
+		kind, want = kindOllama, api.RuntimeOllama
+	}
+	rt := req.Runtime
+	if rt == "" {
+		return kind, want, bad
+	}
+	if !rt.Valid() {
+		bad = api.Ranked{Code: api.CodeRuntimeMismatch, Reason: "refused: unknown runtime " + strconv.Quote(string(rt))}
+	} else if rt != want {
+		what := "GGUF models run"
+		switch kind {
+		case kindHailo:
+			what = "hailo:// runs"
+		case kindOllama:
+			what = "ollama:// runs"
+		}
+		bad = api.Ranked{Code: api.CodeRuntimeMismatch, Reason: "refused: " + what + " only on " + string(want) + ", not " + string(rt)}
+	}
+	return kind, rt, bad
+}
+
+// judge decides a live host that allows the namespace: hardware, engine, then memory.
+func judge(r *api.Ranked, h *api.Host, kind sourceKind, rt api.Runtime, model, needStr string, req Request) {
+	var hailo *api.Accelerator
+	for i := range h.Accelerators {
+		if a := &h.Accelerators[i]; a.Kind == hailoKind && a.Name == hailoName {
+			hailo = a
+			break
+		}
+	}
+	if kind == kindHailo && hailo == nil {
+		refuse(r, api.CodeAcceleratorMissing, "refused: hailo:// needs a Hailo-10H")
+		return
+	}
+	if !enginePresent(h.Engines, rt) {
+		refuse(r, api.CodeEngineUnavailable, "refused: "+string(rt)+" is not installed here")
+		return
+	}
+	device := req.Estimate.Device
+	if device == "" {
+		device = api.DeviceHost
+		if rt == api.RuntimeHailoOllama {
+			device = api.DeviceHailo
+		}
+	}
+	need := req.Estimate.Bytes
+	r.Need = need
+	warn := req.MemoryCheck == api.MemoryCheckWarn
+	if need <= 0 {
+		r.Need = 0
+		if !warn {
+			refuse(r, api.CodeMemoryCheckFailed, `refused: size unknown, not loading blind (memory check "warn" loads anyway)`)
+			return
+		}
+		r.Verdict, r.Score, r.Reason = api.VerdictFits, bandLoadAnyway, "fits (unsized, load anyway)"
+		return
+	}
+
+	if device == api.DeviceHailo {
+		if hailo == nil {
+			refuse(r, api.CodeAcceleratorMissing, "refused: needs a Hailo-10H")
+			return
+		}
+		// One model at a time in the device's own memory: the host's free memory is irrelevant.
+		r.Free = hailo.Memory
+		if hailo.Memory > 0 && need > hailo.Memory {
+			refuse(r, api.CodeInsufficientMemory, "refused: needs "+needStr+", the Hailo-10H has "+FormatBytes(hailo.Memory))
+			return
+		}
+		switch hailo.Loaded {
+		case "":
+			r.Verdict, r.Score = api.VerdictFits, bandFits+weightMemory*fitTerm(hailo.Memory-need, req.Spread)
+			r.Reason = "fits: needs " + needStr + ", the Hailo-10H is free"
+		case model:
+			r.Verdict, r.Score = api.VerdictFits, bandFits+weightMemory
+			r.Reason = "fits: " + model + " is already on the Hailo-10H"
+		default:
+			r.Verdict, r.Score = api.VerdictSwap, bandSwap+weightMemory*fitTerm(hailo.Memory-need, req.Spread)
+			r.Reason = "swap: replaces " + hailo.Loaded + " on the Hailo-10H"
+		}
+		return
+	}
+
+	free := h.Memory.Free()
+	r.Free = free
+	var buf [64]byte
+	arithmetic := func(verdict string) string {
+		b := append(buf[:0], verdict...)
+		b = append(b, ": needs "...)
+		b = append(b, needStr...)
+		b = append(b, ", "...)
+		b = appendBytes(b, free)
+		return string(append(b, " free"...))
+	}
+	if need > free {
+		if warn {
+			r.Verdict, r.Score, r.Reason = api.VerdictFits, bandLoadAnyway, arithmetic("load anyway")
+			return
+		}
+		refuse(r, api.CodeInsufficientMemory, arithmetic("refused"))
+		return
+	}
+	r.Verdict, r.Score, r.Reason = api.VerdictFits, bandFits+weightMemory*fitTerm(free-need, req.Spread), arithmetic("fits")
+}
+
+// fitTerm maps the memory left after placing to [0, 1]: best fit prefers little left, spread
+// prefers much. It depends on absolute bytes so hosts compare without a second pass.
+func fitTerm(left int64, spread bool) float64 {
+	left = max(left, 0) // a device of unknown size
+	gib := float64(left) / (1 << 30)
+	tight := 1 / (1 + gib)
+	if spread {
+		return 1 - tight
+	}
+	return tight
+}
+
+func refuse(r *api.Ranked, code api.Code, reason string) {
+	r.Verdict, r.Code, r.Reason, r.Score = api.VerdictRefused, code, reason, 0
+}
+
+func nsAllowed(allow []string, ns string) bool {
+	return len(allow) == 0 || slices.Contains(allow, ns)
+}
+
+func enginePresent(es []api.Engine, rt api.Runtime) bool {
+	for _, e := range es {
+		if e.Runtime == rt {
+			return e.Present
+		}
+	}
+	return false
+}
+
+// measuredSpeed is the best tokens/s a host has measured for this model.
+func measuredSpeed(ps []api.Placement, source, model string) float64 {
+	var best float64
+	for i := range ps {
+		p := &ps[i]
+		if p.TokensPerS > best && (p.Source == source || model != "" && p.Model == model) {
+			best = p.TokensPerS
+		}
+	}
+	return best
+}
+
+// modelName is the name a source is served under when the request names none: the part after
+// the scheme for registry sources, the file name without .gguf for files and URLs.
+func modelName(src string) string {
+	src = strings.TrimSpace(src)
+	for _, p := range []string{"hailo://", "ollama://"} {
+		if hasPrefixFold(src, p) {
+			return src[len(p):]
+		}
+	}
+	if i := strings.LastIndexByte(src, '/'); i >= 0 {
+		src = src[i+1:]
+	}
+	if hasSuffixFold(src, ".gguf") {
+		src = src[:len(src)-len(".gguf")]
+	}
+	return src
+}
+
+func hasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
+func hasSuffixFold(s, p string) bool {
+	return len(s) >= len(p) && strings.EqualFold(s[len(s)-len(p):], p)
+}
+
+// FormatBytes is a size for people: GiB with one decimal from 1 GiB up, whole MiB below, and
+// KiB or bytes for small values ("5.2 GiB", "512 MiB").
+func FormatBytes(b int64) string {
+	var buf [32]byte
+	return string(appendBytes(buf[:0], b))
+}
+
+func appendBytes(dst []byte, b int64) []byte {
+	if b < 0 {
+		// +1: -math.MinInt64 overflows; one byte never shows.
+		return appendBytes(append(dst, '-'), -(b + 1))
+	}
+	const kib, mib, gib = 1 << 10, 1 << 20, 1 << 30
+	switch {
+	case b < kib:
+		return append(strconv.AppendInt(dst, b, 10), " B"...)
+	case roundDiv(b, kib) < 1024:
+		return append(strconv.AppendInt(dst, roundDiv(b, kib), 10), " KiB"...)
+	case roundDiv(b, mib) < 1024:
+		return append(strconv.AppendInt(dst, roundDiv(b, mib), 10), " MiB"...)
+	}
+	return append(strconv.AppendFloat(dst, float64(b)/gib, 'f', 1, 64), " GiB"...)
+}
+
+// roundDiv is b/d rounded half up, without the overflow of (b+d/2)/d near math.MaxInt64.
+func roundDiv(b, d int64) int64 {
+	q := b / d
+	if b%d >= d/2 {
+		q++
+	}
+	return q
+}

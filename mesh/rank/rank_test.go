@@ -1,0 +1,367 @@
+package rank
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+const (
+	mib = int64(1) << 20
+	gib = int64(1) << 30
+)
+
+func gibs(f float64) int64 { return int64(f * float64(gib)) }
+
+// agent is a live agent with every runtime installed and free GiB of budget.
+func agent(name string, free float64) api.Member {
+	return api.Member{
+		Name: name, Role: api.RoleAgent, Liveness: api.Alive,
+		Host: &api.Host{
+			Name:   name,
+			Memory: api.Memory{Total: gibs(free) * 2, Budget: gibs(free) + gib, Committed: gib},
+			Engines: []api.Engine{
+				{Runtime: api.RuntimeLlamaServer, Present: true, Healthy: true},
+				{Runtime: api.RuntimeOllama, Present: true, Healthy: true},
+			},
+		},
+	}
+}
+
+// pi is a Pi 5 with a Hailo-10H running hailo-ollama, loaded is the model on the device.
+func pi(name string, free float64, loaded string) api.Member {
+	m := agent(name, free)
+	m.Host.Accelerators = []api.Accelerator{{Kind: "hailo", Name: "Hailo-10H", Memory: 8 * gib, Loaded: loaded}}
+	m.Host.Engines = append(m.Host.Engines, api.Engine{Runtime: api.RuntimeHailoOllama, Present: true, Healthy: true})
+	return m
+}
+
+func with(m api.Member, f func(*api.Member)) api.Member { f(&m); return m }
+
+func gguf(bytes int64) Request {
+	return Request{
+		PlacementRequest: api.PlacementRequest{Source: "hf://Qwen/Qwen2-1.5B-Instruct-GGUF/qwen2-1_5b-instruct-q4_k_m.gguf"},
+		Estimate:         api.SizeEstimate{Bytes: bytes, Method: api.SizeHeader},
+	}
+}
+
+func hailo(model string, bytes int64) Request {
+	return Request{
+		PlacementRequest: api.PlacementRequest{Source: "hailo://" + model},
+		Estimate:         api.SizeEstimate{Bytes: bytes, Method: api.SizeHead, Device: api.DeviceHailo},
+	}
+}
+
+func byHost(rs []api.Ranked) map[string]api.Ranked {
+	m := map[string]api.Ranked{}
+	for _, r := range rs {
+		m[r.Host] = r
+	}
+	return m
+}
+
+func TestRules(t *testing.T) {
+	cases := []struct {
+		name    string
+		member  api.Member
+		req     Request
+		verdict api.Verdict
+		code    api.Code
+		reason  string
+	}{
+		{"fits", agent("h", 5.2), gguf(gibs(1.9)), api.VerdictFits, "", "fits: needs 1.9 GiB, 5.2 GiB free"},
+		{"too big", agent("h", 5.2), gguf(gibs(6.1)), api.VerdictRefused, api.CodeInsufficientMemory, "refused: needs 6.1 GiB, 5.2 GiB free"},
+		{"too big, load anyway", agent("h", 5.2), func() Request { r := gguf(gibs(6.1)); r.MemoryCheck = api.MemoryCheckWarn; return r }(),
+			api.VerdictFits, "", "load anyway: needs 6.1 GiB, 5.2 GiB free"},
+		{"exactly fits", agent("h", 2), gguf(gibs(2)), api.VerdictFits, "", "fits: needs 2.0 GiB, 2.0 GiB free"},
+		{"small model", agent("h", 0.75), gguf(300 * mib), api.VerdictFits, "", "fits: needs 300 MiB, 768 MiB free"},
+		{"reservations count", with(agent("h", 5.2), func(m *api.Member) { m.Host.Memory.Reserved = gibs(4) }), gguf(gibs(1.9)),
+			api.VerdictRefused, api.CodeInsufficientMemory, "refused: needs 1.9 GiB, 1.2 GiB free"},
+		{"unsized", agent("h", 5.2), gguf(0), api.VerdictRefused, api.CodeMemoryCheckFailed,
+			`refused: size unknown, not loading blind (memory check "warn" loads anyway)`},
+		{"unsized, warn", agent("h", 5.2), func() Request { r := gguf(0); r.MemoryCheck = api.MemoryCheckWarn; return r }(),
+			api.VerdictFits, "", "fits (unsized, load anyway)"},
+
+		{"suspect", with(agent("h", 5), func(m *api.Member) { m.Liveness = api.Suspect }), gguf(gib), api.VerdictRefused, api.CodeUnreachable, "refused: host is suspect"},
+		{"dead", with(agent("h", 5), func(m *api.Member) { m.Liveness = api.Dead }), gguf(gib), api.VerdictRefused, api.CodeUnreachable, "refused: host is dead"},
+		{"left", with(agent("h", 5), func(m *api.Member) { m.Liveness = api.Left }), gguf(gib), api.VerdictRefused, api.CodeUnreachable, "refused: host is left"},
+		{"unreachable", with(agent("h", 5), func(m *api.Member) { m.Liveness = api.Unreachable; m.Reason = "connection refused" }), gguf(gib),
+			api.VerdictRefused, api.CodeUnreachable, "refused: host is unreachable (connection refused)"},
+		{"no liveness", with(agent("h", 5), func(m *api.Member) { m.Liveness = "" }), gguf(gib), api.VerdictRefused, api.CodeUnreachable, "refused: host liveness unknown"},
+		{"no state yet", with(agent("h", 5), func(m *api.Member) { m.Host = nil }), gguf(gib), api.VerdictRefused, api.CodeUnreachable, "refused: no state from this host yet"},
+
+		{"namespace not allowed", with(agent("h", 5), func(m *api.Member) { m.Host.Namespaces = []string{"team-a"} }),
+			func() Request { r := gguf(gib); r.Namespace = "team-b"; return r }(),
+			api.VerdictRefused, api.CodeNamespaceNotAllow, "refused: namespace team-b not allowed"},
+		{"default namespace not allowed", with(agent("h", 5), func(m *api.Member) { m.Host.Namespaces = []string{"team-a"} }), gguf(gib),
+			api.VerdictRefused, api.CodeNamespaceNotAllow, "refused: namespace default not allowed"},
+		{"namespace allowed", with(agent("h", 5), func(m *api.Member) { m.Host.Namespaces = []string{"team-a", "team-b"} }),
+			func() Request { r := gguf(gib); r.Namespace = "team-b"; return r }(),
+			api.VerdictFits, "", "fits: needs 1.0 GiB, 5.0 GiB free"},
+
+		{"no llama-server", with(agent("h", 5), func(m *api.Member) { m.Host.Engines[0].Present = false }), gguf(gib),
+			api.VerdictRefused, api.CodeEngineUnavailable, "refused: llama-server is not installed here"},
+		{"ollama missing from list", with(agent("h", 5), func(m *api.Member) { m.Host.Engines = m.Host.Engines[:1] }),
+			Request{PlacementRequest: api.PlacementRequest{Source: "ollama://qwen2:1.5b"}, Estimate: api.SizeEstimate{Bytes: gib}},
+			api.VerdictRefused, api.CodeEngineUnavailable, "refused: ollama is not installed here"},
+		{"ollama fits", agent("h", 5), Request{PlacementRequest: api.PlacementRequest{Source: "ollama://qwen2:1.5b"}, Estimate: api.SizeEstimate{Bytes: gib}},
+			api.VerdictFits, "", "fits: needs 1.0 GiB, 5.0 GiB free"},
+
+		{"hailo on a host without one", agent("h", 5), hailo("qwen2:1.5b", gibs(1.6)),
+			api.VerdictRefused, api.CodeAcceleratorMissing, "refused: hailo:// needs a Hailo-10H"},
+		{"hailo-8 is not a hailo-10h", with(pi("h", 5, ""), func(m *api.Member) { m.Host.Accelerators[0].Name = "Hailo-8" }), hailo("qwen2:1.5b", gibs(1.6)),
+			api.VerdictRefused, api.CodeAcceleratorMissing, "refused: hailo:// needs a Hailo-10H"},
+		{"hailo without hailo-ollama", with(pi("h", 5, ""), func(m *api.Member) { m.Host.Engines = m.Host.Engines[:2] }), hailo("qwen2:1.5b", gibs(1.6)),
+			api.VerdictRefused, api.CodeEngineUnavailable, "refused: hailo-ollama is not installed here"},
+		{"hailo on ollama", pi("h", 5, ""), func() Request { r := hailo("qwen2:1.5b", gibs(1.6)); r.Runtime = api.RuntimeOllama; return r }(),
+			api.VerdictRefused, api.CodeRuntimeMismatch, "refused: hailo:// runs only on hailo-ollama, not ollama"},
+		{"gguf on hailo-ollama", pi("h", 5, ""), func() Request { r := gguf(gib); r.Runtime = api.RuntimeHailoOllama; return r }(),
+			api.VerdictRefused, api.CodeRuntimeMismatch, "refused: GGUF models run only on llama-server, not hailo-ollama"},
+		{"ollama on llama-server", agent("h", 5),
+			Request{PlacementRequest: api.PlacementRequest{Source: "ollama://qwen2:1.5b", Runtime: api.RuntimeLlamaServer}, Estimate: api.SizeEstimate{Bytes: gib}},
+			api.VerdictRefused, api.CodeRuntimeMismatch, "refused: ollama:// runs only on ollama, not llama-server"},
+		{"unknown runtime", agent("h", 5), func() Request { r := gguf(gib); r.Runtime = "vllm"; return r }(),
+			api.VerdictRefused, api.CodeRuntimeMismatch, `refused: unknown runtime "vllm"`},
+		{"explicit matching runtime", agent("h", 5), func() Request { r := gguf(gib); r.Runtime = api.RuntimeLlamaServer; return r }(),
+			api.VerdictFits, "", "fits: needs 1.0 GiB, 5.0 GiB free"},
+		{"no source", agent("h", 5), Request{Estimate: api.SizeEstimate{Bytes: gib}},
+			api.VerdictRefused, api.CodeInvalidSource, "refused: no model source"},
+
+		{"hailo empty device", pi("h", 0.5, ""), hailo("qwen2:1.5b", gibs(1.6)), api.VerdictFits, "", "fits: needs 1.6 GiB, the Hailo-10H is free"},
+		{"hailo occupied", pi("h", 5, "qwen2:1.5b"), hailo("llama3.2:3b", gibs(2.9)), api.VerdictSwap, "", "swap: replaces qwen2:1.5b on the Hailo-10H"},
+		{"hailo already loaded", pi("h", 5, "qwen2:1.5b"), hailo("qwen2:1.5b", gibs(1.6)), api.VerdictFits, "", "fits: qwen2:1.5b is already on the Hailo-10H"},
+		{"hailo too big for the device", pi("h", 5, ""), hailo("huge:70b", 9*gib),
+			api.VerdictRefused, api.CodeInsufficientMemory, "refused: needs 9.0 GiB, the Hailo-10H has 8.0 GiB"},
+		{"hailo unsized", pi("h", 5, ""), hailo("qwen2:1.5b", 0), api.VerdictRefused, api.CodeMemoryCheckFailed,
+			`refused: size unknown, not loading blind (memory check "warn" loads anyway)`},
+		{"hailo device inferred from runtime", pi("h", 0.5, "x:1b"),
+			Request{PlacementRequest: api.PlacementRequest{Source: "hailo://qwen2:1.5b"}, Estimate: api.SizeEstimate{Bytes: gibs(1.6)}},
+			api.VerdictSwap, "", "swap: replaces x:1b on the Hailo-10H"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := Rank([]api.Member{c.member}, c.req)
+			require.Len(t, got, 1)
+			r := got[0]
+			assert.Equal(t, c.verdict, r.Verdict)
+			assert.Equal(t, c.code, r.Code)
+			assert.Equal(t, c.reason, r.Reason)
+			assert.Equal(t, "h", r.Host)
+			if c.verdict == api.VerdictRefused {
+				assert.Zero(t, r.Score)
+			} else {
+				assert.Positive(t, r.Score)
+			}
+		})
+	}
+}
+
+func TestConsolesSkippedEveryAgentOnce(t *testing.T) {
+	members := []api.Member{
+		{Name: "laptop", Role: api.RoleConsole, Liveness: api.Alive},
+		agent("b", 4), agent("a", 4),
+		with(agent("c", 4), func(m *api.Member) { m.Liveness = api.Dead }),
+	}
+	got := Rank(members, gguf(gib))
+	var hosts []string
+	for _, r := range got {
+		hosts = append(hosts, r.Host)
+	}
+	assert.Equal(t, []string{"a", "b", "c"}, hosts, "equal hosts tie-break by name; refused last")
+}
+
+func TestBestFitAndSpread(t *testing.T) {
+	members := []api.Member{agent("roomy", 30), agent("tight", 2.5), agent("mid", 8), agent("small", 1)}
+	req := gguf(gibs(1.9))
+	order := func(rs []api.Ranked) string {
+		var s []string
+		for _, r := range rs {
+			s = append(s, r.Host+"/"+string(r.Verdict))
+		}
+		return strings.Join(s, " ")
+	}
+	assert.Equal(t, "tight/fits mid/fits roomy/fits small/refused", order(Rank(members, req)))
+	req.Spread = true
+	assert.Equal(t, "roomy/fits mid/fits tight/fits small/refused", order(Rank(members, req)))
+
+	r := byHost(Rank(members, req))["tight"]
+	assert.Equal(t, gibs(1.9), r.Need)
+	assert.Equal(t, gibs(2.5), r.Free)
+	assert.Equal(t, api.RuntimeLlamaServer, r.Runtime)
+}
+
+func TestPreferencesFilesAndSpeed(t *testing.T) {
+	req := gguf(gibs(1.9))
+	members := []api.Member{agent("tight", 2.5), agent("roomy", 30)}
+
+	// Files already on the roomy host outweigh the tighter fit elsewhere.
+	req.HasFiles = map[string]bool{"roomy": true}
+	got := Rank(members, req)
+	assert.Equal(t, "roomy", got[0].Host)
+	assert.Equal(t, "fits: needs 1.9 GiB, 30.0 GiB free; has the files", got[0].Reason)
+
+	// Measured speed for this model counts too; other models' speed does not.
+	req.HasFiles = nil
+	members[1].Placements = []api.Placement{{Source: req.Source, Model: "qwen2-1_5b-instruct-q4_k_m", TokensPerS: 41.3}}
+	members[0].Placements = []api.Placement{{Source: "hf://other/x.gguf", Model: "x", TokensPerS: 90}}
+	got = Rank(members, req)
+	assert.Equal(t, "roomy", got[0].Host)
+	assert.Equal(t, "fits: needs 1.9 GiB, 30.0 GiB free; 41.3 tok/s measured", got[0].Reason)
+	assert.Equal(t, "fits: needs 1.9 GiB, 2.5 GiB free", got[1].Reason)
+
+	// Matching by served model name works when the source differs (e.g. a mirror URL).
+	members[1].Placements[0].Source = "https://mirror.lan/qwen2-1_5b-instruct-q4_k_m.gguf"
+	assert.Equal(t, "roomy", Rank(members, req)[0].Host)
+
+	// The faster of two hosts with the files wins.
+	req.HasFiles = map[string]bool{"roomy": true, "tight": true}
+	members[0].Placements = []api.Placement{{Source: req.Source, TokensPerS: 80}}
+	got = Rank(members, req)
+	assert.Equal(t, "tight", got[0].Host)
+}
+
+func TestVerdictBands(t *testing.T) {
+	// fits > swap > load anyway > refused, whatever the preferences.
+	members := []api.Member{
+		pi("swapper", 1, "old:1b"),
+		pi("empty", 1, ""),
+		with(pi("dead", 1, ""), func(m *api.Member) { m.Liveness = api.Dead }),
+	}
+	req := hailo("new:1b", gibs(1.6))
+	req.HasFiles = map[string]bool{"swapper": true, "dead": true}
+	members[0].Placements = []api.Placement{{Source: req.Source, TokensPerS: 30}}
+	got := Rank(members, req)
+	assert.Equal(t, []string{"empty", "swapper", "dead"}, []string{got[0].Host, got[1].Host, got[2].Host})
+	assert.Equal(t, api.VerdictSwap, got[1].Verdict)
+	assert.Less(t, got[1].Score, got[0].Score)
+
+	warn := gguf(10 * gib)
+	warn.MemoryCheck = api.MemoryCheckWarn
+	warn.HasFiles = map[string]bool{"over": true}
+	got = Rank([]api.Member{agent("over", 2), agent("ok", 12)}, warn)
+	assert.Equal(t, "ok", got[0].Host)
+	assert.Equal(t, "load anyway: needs 10.0 GiB, 2.0 GiB free; has the files", got[1].Reason)
+}
+
+func TestRankDoesNotModifyInput(t *testing.T) {
+	members := []api.Member{agent("b", 4), pi("a", 4, "x:1b")}
+	before := fmt.Sprintf("%+v %+v", *members[0].Host, *members[1].Host)
+	Rank(members, hailo("y:1b", gib))
+	assert.Equal(t, before, fmt.Sprintf("%+v %+v", *members[0].Host, *members[1].Host))
+	assert.Equal(t, "b", members[0].Name)
+}
+
+// TestReasonsGolden pins the exact text a person reads for a realistic mesh.
+func TestReasonsGolden(t *testing.T) {
+	members := []api.Member{
+		{Name: "laptop", Role: api.RoleConsole, Liveness: api.Alive},
+		pi("pi-kitchen", 5.2, "qwen2:1.5b"),
+		pi("pi-garage", 5.2, ""),
+		agent("linux-box", 5.2),
+		with(agent("mac-mini", 22), func(m *api.Member) { m.Host.Namespaces = []string{"team-a"} }),
+		with(agent("nas", 12), func(m *api.Member) { m.Liveness = api.Suspect }),
+	}
+	check := func(req Request, want string) {
+		t.Helper()
+		var lines []string
+		for _, r := range Rank(members, req) {
+			code := ""
+			if r.Code != "" {
+				code = " [" + string(r.Code) + "]"
+			}
+			lines = append(lines, fmt.Sprintf("%-10s %s%s", r.Host, r.Reason, code))
+		}
+		assert.Equal(t, strings.TrimSpace(want), strings.Join(lines, "\n"))
+	}
+
+	req := gguf(gibs(1.9))
+	req.Namespace = "team-b"
+	check(req, `
+linux-box  fits: needs 1.9 GiB, 5.2 GiB free
+pi-garage  fits: needs 1.9 GiB, 5.2 GiB free
+pi-kitchen fits: needs 1.9 GiB, 5.2 GiB free
+mac-mini   refused: namespace team-b not allowed [NamespaceNotAllowed]
+nas        refused: host is suspect [Unreachable]`)
+
+	check(hailo("llama3.2:3b", gibs(2.9)), `
+pi-garage  fits: needs 2.9 GiB, the Hailo-10H is free
+pi-kitchen swap: replaces qwen2:1.5b on the Hailo-10H
+linux-box  refused: hailo:// needs a Hailo-10H [AcceleratorMissing]
+mac-mini   refused: namespace default not allowed [NamespaceNotAllowed]
+nas        refused: host is suspect [Unreachable]`)
+}
+
+func TestFormatBytes(t *testing.T) {
+	cases := map[int64]string{
+		0:                          "0 B",
+		1023:                       "1023 B",
+		1024:                       "1 KiB",
+		1024*1024 - 1:              "1 MiB",
+		512 * mib:                  "512 MiB",
+		1023 * mib:                 "1023 MiB",
+		gib - 1:                    "1.0 GiB",
+		gib:                        "1.0 GiB",
+		gibs(1.9):                  "1.9 GiB",
+		gibs(5.25) + 1:             "5.3 GiB",
+		8 * gib:                    "8.0 GiB",
+		123 * gib:                  "123.0 GiB",
+		-2 * gib:                   "-2.0 GiB",
+		-1 << 63:                   "-8589934592.0 GiB",
+		1<<63 - 1:                  "8589934592.0 GiB",
+		1024*1024 - 1024/2 - 1:     "1023 KiB",
+		1024*1024*1024 - mib/2:     "1.0 GiB",
+		1024*1024*1024 - mib/2 - 1: "1023 MiB",
+	}
+	for b, want := range cases {
+		assert.Equal(t, want, FormatBytes(b), "%d", b)
+	}
+}
+
+func TestModelName(t *testing.T) {
+	for src, want := range map[string]string{
+		"hailo://qwen2:1.5b":             "qwen2:1.5b",
+		"ollama://llama3.2:3b":           "llama3.2:3b",
+		"/models/Qwen2-1.5B.Q4_K_M.gguf": "Qwen2-1.5B.Q4_K_M",
+		"hf://o/r/file.GGUF":             "file",
+		"https://mirror.lan/a/b/m.gguf":  "m",
+	} {
+		assert.Equal(t, want, modelName(src), src)
+	}
+}
+
+// BenchmarkRank1000 ranks a 1,000-host mesh of mixed hosts; the target is at most 1 ms per op.
+func BenchmarkRank1000(b *testing.B) {
+	members := make([]api.Member, 0, 1000)
+	for i := range 1000 {
+		name := fmt.Sprintf("host-%04d", i)
+		var m api.Member
+		switch i % 4 {
+		case 0:
+			m = pi(name, float64(i%16)/2, "")
+		case 1:
+			m = pi(name, float64(i%16)/2, "qwen2:1.5b")
+		case 2:
+			m = agent(name, float64(i%64))
+		default:
+			m = with(agent(name, float64(i%32)), func(m *api.Member) { m.Host.Namespaces = []string{"team-a"} })
+		}
+		m.Placements = []api.Placement{
+			{Source: "hf://o/r/other.gguf", Model: "other", TokensPerS: 20},
+			{Source: "hf://Qwen/Qwen2-1.5B-Instruct-GGUF/qwen2-1_5b-instruct-q4_k_m.gguf", TokensPerS: float64(i % 50)},
+		}
+		members = append(members, m)
+	}
+	req := gguf(gibs(1.9))
+	req.HasFiles = map[string]bool{"host-0002": true, "host-0500": true}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := Rank(members, req); len(got) != 1000 {
+			b.Fatal(len(got))
+		}
+	}
+}
