@@ -82,56 +82,69 @@ func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (ap
 // gguf-parser-go uses its own HTTP client for the header (it exposes no way to pass one); the
 // probe, with the Sizer's client, is what decides whether that read happens at all.
 func (s *Sizer) remoteGGUF(ctx context.Context, url string, contextSize int) (api.SizeEstimate, error) {
+	gf, total, why, err := s.remoteHeader(ctx, url)
+	switch {
+	case err != nil:
+		return api.SizeEstimate{}, err
+	case gf == nil:
+		return fallback(total, why), nil
+	}
+	return fromHeader(gf, contextSize, "header read by HTTP range requests")
+}
+
+// remoteHeader probes url and reads its GGUF header by range requests. When the header cannot
+// be read but the file's size is known, gf is nil and why says what happened, for the fallback.
+func (s *Sizer) remoteHeader(ctx context.Context, url string) (gf *parser.GGUFFile, total int64, why string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return api.SizeEstimate{}, failed("sizing %s: %v", url, err)
+		return nil, 0, "", failed("sizing %s: %v", url, err)
 	}
 	req.Header.Set("Range", "bytes=0-7")
 	// A compressed answer has no byte ranges of the file; ask for the bytes themselves.
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := s.client().Do(req)
 	if err != nil {
-		return api.SizeEstimate{}, failed("cannot size %s: %v", url, err)
+		return nil, 0, "", failed("cannot size %s: %v", url, err)
 	}
 	defer resp.Body.Close() // closing unread is the point when the server ignores the range
 
-	var total int64 = -1
+	total = -1
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		total = contentRangeTotal(resp.Header.Get("Content-Range"))
 	case http.StatusOK:
 		total = resp.ContentLength
 	case http.StatusNotFound, http.StatusGone:
-		return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "%s", httpStatusError("GET", url, resp))
+		return nil, 0, "", api.Errorf(api.CodeNotFound, "%s", httpStatusError("GET", url, resp))
 	default:
-		return api.SizeEstimate{}, failed("cannot size: %s", httpStatusError("GET", url, resp))
+		return nil, 0, "", failed("cannot size: %s", httpStatusError("GET", url, resp))
 	}
 	magic := make([]byte, len(ggufMagic))
 	if _, err := io.ReadFull(resp.Body, magic); err != nil || string(magic) != ggufMagic {
-		return api.SizeEstimate{}, notGGUF(url, magic, err)
+		return nil, 0, "", notGGUF(url, magic, err)
 	}
 
 	if resp.StatusCode == http.StatusOK {
 		if total <= 0 {
-			return api.SizeEstimate{}, failed("cannot size %s: the server ignores range requests and sends no Content-Length", url)
+			return nil, 0, "", failed("cannot size %s: the server ignores range requests and sends no Content-Length", url)
 		}
-		return fallback(total, "server ignores range requests; sized by Content-Length "+Bytes(total)), nil
+		return nil, total, "server ignores range requests; sized by Content-Length " + Bytes(total), nil
 	}
 	resp.Body.Close()
 
-	gf, err := safeParse(func() (*parser.GGUFFile, error) {
+	gf, err = safeParse(func() (*parser.GGUFFile, error) {
 		return parser.ParseGGUFFileRemote(ctx, url, readOptions()...)
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return api.SizeEstimate{}, failed("sizing %s: %v", url, ctx.Err())
+			return nil, 0, "", failed("sizing %s: %v", url, ctx.Err())
 		}
 		if total <= 0 {
-			return api.SizeEstimate{}, failed("cannot size %s: the GGUF header could not be read (%v) and the server gives no total size", url, err)
+			return nil, 0, "", failed("cannot size %s: the GGUF header could not be read (%v) and the server gives no total size", url, err)
 		}
-		return fallback(total, fmt.Sprintf("GGUF header could not be read by range requests (%v)", err)), nil
+		return nil, total, fmt.Sprintf("GGUF header could not be read by range requests (%v)", err), nil
 	}
-	return fromHeader(gf, contextSize, "header read by HTTP range requests")
+	return gf, total, "", nil
 }
 
 // fromHeader turns a parsed header into the estimate.
@@ -152,32 +165,58 @@ func (s *Sizer) remoteGGUF(ctx context.Context, url string, contextSize int) (ap
 //
 // gguf-parser-go includes no process overhead, so Overhead (512 MiB) is added on top.
 func fromHeader(gf *parser.GGUFFile, contextSize int, how string) (api.SizeEstimate, error) {
+	p, err := headerParts(gf, contextSize)
+	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			return api.SizeEstimate{}, err
+		}
+		return fallback(int64(gf.Size), fmt.Sprintf("the GGUF header cannot be estimated (%v)", err)), nil
+	}
+	return api.SizeEstimate{
+		Bytes:    p.weights + p.kv + p.compute + Overhead,
+		Weights:  p.weights,
+		KV:       p.kv,
+		Compute:  p.compute,
+		Overhead: Overhead,
+		Method:   api.SizeHeader,
+		Device:   api.DeviceHost,
+		Detail: fmt.Sprintf("weights %s + %s + compute %s + overhead %s; %s",
+			Bytes(p.weights), p.kvWords, Bytes(p.compute), Bytes(Overhead), how),
+	}, nil
+}
+
+// parts are gguf-parser-go's figures for the host device.
+type parts struct {
+	weights, kv, compute int64
+	kvWords              string // "KV 224 MiB (28 layers × 2048 ctx, f16)"
+}
+
+// headerParts runs the estimate fromHeader describes. A GGUF that is not a model is an
+// InvalidSource *api.Error; a panic in the estimator is a plain error.
+func headerParts(gf *parser.GGUFFile, contextSize int) (parts, error) {
 	a := gf.Architecture()
 	if a.Type != "" && a.Type != "model" {
-		return api.SizeEstimate{}, api.Errorf(api.CodeInvalidSource, "the GGUF is a %s (%s), not a model llama-server can serve alone", a.Type, a.Architecture)
+		return parts{}, api.Errorf(api.CodeInvalidSource, "the GGUF is a %s (%s), not a model llama-server can serve alone", a.Type, a.Architecture)
 	}
 	ctxTokens := int32(min(contextSize, math.MaxInt32))
 	var e parser.LLaMACppRunEstimate
 	if err := safely(func() {
 		e = gf.EstimateLLaMACppRun(parser.WithLLaMACppContextSize(ctxTokens), parser.WithLLaMACppOffloadLayers(0))
-	}); err != nil || len(e.Devices) == 0 {
-		return fallback(int64(gf.Size), fmt.Sprintf("the GGUF header cannot be estimated (%v)", err)), nil
+	}); err != nil {
+		return parts{}, err
+	}
+	if len(e.Devices) == 0 {
+		return parts{}, errors.New("the estimator returned no device")
 	}
 	d := e.Devices[0]
-	weights := int64(d.Weight.Sum())
 	kv := int64(d.KVCache.Sum())
-	compute := int64(d.Computation.Sum()) + int64(d.Footprint)
-	kvType := "f16"
-	return api.SizeEstimate{
-		Bytes:    weights + kv + compute + Overhead,
-		Weights:  weights,
-		KV:       kv,
-		Compute:  compute,
-		Overhead: Overhead,
-		Method:   api.SizeHeader,
-		Device:   api.DeviceHost,
-		Detail: fmt.Sprintf("weights %s + KV %s (%d layers × %d ctx, %s) + compute %s + overhead %s; %s",
-			Bytes(weights), Bytes(kv), a.BlockCount, e.ContextSize, kvType, Bytes(compute), Bytes(Overhead), how),
+	return parts{
+		weights: int64(d.Weight.Sum()),
+		kv:      kv,
+		compute: int64(d.Computation.Sum()) + int64(d.Footprint),
+		// f16: llama.cpp's default cache type, which the estimate assumes.
+		kvWords: fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", Bytes(kv), a.BlockCount, e.ContextSize),
 	}, nil
 }
 

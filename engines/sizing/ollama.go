@@ -130,9 +130,12 @@ type ollamaManifest struct {
 }
 
 // ollamaRegistry reads the model's manifest from the registry: the weights are the model
-// layer (and a vision projector, which is loaded beside it). The architecture is not in the
-// manifest, so the KV cache cannot be known before the pull; the overhead covers it at the
-// default context, and the Detail says so.
+// layer (and a vision projector, which is loaded beside it). The manifest does not say the
+// architecture, so the sizer then reads the model blob's GGUF header by range requests
+// (<registry>/v2/<repo>/blobs/<digest>, as gguf-parser-go does for Ollama models) for the KV
+// cache and compute buffers. When that header cannot be read the estimate stays the weights
+// plus the overhead, which covers the KV cache of a small model at the default context, and
+// the Detail says the KV is unknown.
 func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSize int) (api.SizeEstimate, error) {
 	reg := orDefault(s.OllamaRegistry, DefaultOllamaRegistry)
 	repo := src.Name
@@ -145,11 +148,15 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 		return api.SizeEstimate{}, err
 	}
 	var weights int64
-	var model bool
+	var modelDigest string
+	var hasModel bool
 	for _, l := range m.Layers {
 		switch l.MediaType {
 		case ollamaModelLayer:
-			model = true
+			if !hasModel {
+				hasModel = true
+				modelDigest = l.Digest
+			}
 			fallthrough
 		case ollamaProjectorType:
 			if l.Size < 0 {
@@ -158,10 +165,10 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 			weights += l.Size
 		}
 	}
-	if !model || weights == 0 {
+	if !hasModel || weights == 0 {
 		return api.SizeEstimate{}, failed("cannot size %s: the registry manifest at %s has no %s layer", src, url, ollamaModelLayer)
 	}
-	return api.SizeEstimate{
+	est := api.SizeEstimate{
 		Bytes:    weights + Overhead,
 		Weights:  weights,
 		Overhead: Overhead,
@@ -169,7 +176,32 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 		Device:   api.DeviceHost,
 		Detail: fmt.Sprintf("weights %s + overhead %s (KV for %d ctx unknown before the pull; covered by the overhead); from the registry manifest %s",
 			Bytes(weights), Bytes(Overhead), contextSize, url),
-	}, nil
+	}
+	if !validDigest(modelDigest) {
+		return est, nil
+	}
+	blob := reg + "/v2/" + repo + "/blobs/" + modelDigest
+	gf, _, why, err := s.remoteHeader(ctx, blob)
+	if err != nil || gf == nil {
+		s.log().Info("ollama model blob header not read; KV unknown", "blob", blob, "err", err, "why", why)
+		return est, nil
+	}
+	p, err := headerParts(gf, contextSize)
+	if err != nil {
+		s.log().Info("ollama model blob header not estimated; KV unknown", "blob", blob, "err", err)
+		return est, nil
+	}
+	est.KV, est.Compute = p.kv, p.compute
+	est.Bytes = weights + p.kv + p.compute + Overhead
+	est.Detail = fmt.Sprintf("weights %s + %s + compute %s + overhead %s; weights from the registry manifest %s, the rest from the model blob's GGUF header (range requests)",
+		Bytes(weights), p.kvWords, Bytes(p.compute), Bytes(Overhead), url)
+	return est, nil
+}
+
+// validDigest accepts "sha256:<64 hex>", the only digest form a blob URL is built from.
+func validDigest(d string) bool {
+	hex, ok := strings.CutPrefix(d, "sha256:")
+	return ok && isSHA256Hex(hex)
 }
 
 // getJSON GETs url into v. A 404 is NotFound; anything else unexpected is MemoryCheckFailed.

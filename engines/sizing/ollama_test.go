@@ -3,9 +3,13 @@ package sizing
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/sim/gguf"
 )
 
 const qwenModelLayer = 934_964_576
@@ -189,4 +194,50 @@ func TestKVBytes(t *testing.T) {
 	assert.Equal(t, int64(2*32*2048*4096*2), kvBytes(32, 2048, 4096, 32, 0), "no KV head count: one per head")
 	assert.Equal(t, int64(2*32*2048*1024*2), kvBytes(32, 2048, 4096, 32, 8))
 	assert.Equal(t, int64(2*32*2048*4096*2), kvBytes(32, 2048, 4096, 32, 64), "a nonsense KV head count is ignored")
+}
+
+// A registry that serves the model blob with ranges lets the sizer read its GGUF header for
+// the KV cache; one that ignores ranges leaves the KV unknown and the blob undownloaded.
+func TestOllamaRegistryReadsBlobHeader(t *testing.T) {
+	path, spec := writeModel(t, "sim-tiny", func(s *gguf.Spec) { s.WeightBytes = 1 << 30 })
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	manifest := `{"layers":[{"mediaType":"application/vnd.ollama.image.model","digest":"` + digest + `","size":` + strconv.FormatInt(fi.Size(), 10) + `}]}`
+
+	for _, ranges := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ranges=%v", ranges), func(t *testing.T) {
+			blob := serveFile(t, path, ranges)
+			mux := http.NewServeMux()
+			mux.HandleFunc("/v2/library/tiny/manifests/q8", func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, manifest)
+			})
+			mux.HandleFunc("/v2/library/tiny/blobs/"+digest, func(w http.ResponseWriter, r *http.Request) {
+				// The real registry redirects blobs to a CDN.
+				http.Redirect(w, r, blob.URL+"/blob", http.StatusTemporaryRedirect)
+			})
+			reg := httptest.NewServer(mux)
+			t.Cleanup(reg.Close)
+
+			s := &Sizer{OllamaRegistry: reg.URL}
+			est, err := s.Estimate(context.Background(), parse(t, "ollama://tiny:q8"), 8192)
+			require.NoError(t, err)
+			assert.Equal(t, api.SizeRegistry, est.Method)
+			assert.Equal(t, fi.Size(), est.Weights, "weights come from the manifest")
+			if ranges {
+				kv := kvBytes(int64(spec.BlockCount), 8192, int64(spec.EmbeddingLength), int64(spec.HeadCount), int64(spec.HeadCountKV))
+				assert.Equal(t, kv, est.KV)
+				assert.Positive(t, est.Compute)
+				assert.Equal(t, est.Weights+est.KV+est.Compute+Overhead, est.Bytes)
+				assert.Contains(t, est.Detail, "(4 layers × 8192 ctx, f16)")
+				assert.Contains(t, est.Detail, "the rest from the model blob's GGUF header")
+			} else {
+				assert.Zero(t, est.KV)
+				assert.Equal(t, est.Weights+Overhead, est.Bytes)
+				assert.Contains(t, est.Detail, "KV for 8192 ctx unknown before the pull")
+			}
+			blob.Close()
+			assert.Less(t, blob.sent.Load(), int64(64*mib), "the blob was not downloaded")
+		})
+	}
 }
