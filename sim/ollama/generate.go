@@ -1,0 +1,550 @@
+package ollama
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmkube/mesh/sim/simtext"
+)
+
+// keepAlive decodes keep_alive as Ollama's api.Duration does: a number of seconds or a Go
+// duration string; negative means Forever.
+type keepAlive struct{ d time.Duration }
+
+func (k *keepAlive) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch t := v.(type) {
+	case float64:
+		if t < 0 {
+			k.d = Forever
+		} else {
+			k.d = time.Duration(int(t)) * time.Second
+		}
+	case string:
+		d, err := time.ParseDuration(t)
+		if err != nil {
+			return err
+		}
+		if d < 0 {
+			d = Forever
+		}
+		k.d = d
+	default:
+		return fmt.Errorf("Unsupported type: '%T'", v)
+	}
+	return nil
+}
+
+type message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// metrics are Ollama's timing fields, durations in nanoseconds.
+type metrics struct {
+	TotalDuration      time.Duration `json:"total_duration,omitempty"`
+	LoadDuration       time.Duration `json:"load_duration,omitempty"`
+	PromptEvalCount    int           `json:"prompt_eval_count,omitempty"`
+	PromptEvalDuration time.Duration `json:"prompt_eval_duration,omitempty"`
+	EvalCount          int           `json:"eval_count,omitempty"`
+	EvalDuration       time.Duration `json:"eval_duration,omitempty"`
+}
+
+type chatResponse struct {
+	Model      string    `json:"model"`
+	CreatedAt  time.Time `json:"created_at"`
+	Message    message   `json:"message"`
+	DoneReason string    `json:"done_reason,omitempty"`
+	Done       bool      `json:"done"`
+	metrics
+}
+
+type generateResponse struct {
+	Model      string    `json:"model"`
+	CreatedAt  time.Time `json:"created_at"`
+	Response   string    `json:"response"`
+	Done       bool      `json:"done"`
+	DoneReason string    `json:"done_reason,omitempty"`
+	Context    []int     `json:"context,omitempty"`
+	metrics
+}
+
+// options are the request options the simulator honours.
+type options struct {
+	seed       *int64
+	numPredict int
+	numCtx     int
+}
+
+// parseOptions reads seed, num_predict and num_ctx; like Ollama, a value of the wrong type is an
+// error (a 500 there, as it surfaces while scheduling the runner).
+func (s *Server) parseOptions(raw map[string]any) (options, error) {
+	o := options{numPredict: -1, numCtx: s.cfg.NumCtx}
+	num := func(key string) (int64, bool, error) {
+		v, ok := raw[key]
+		if !ok || v == nil {
+			return 0, false, nil
+		}
+		f, isNum := v.(float64)
+		if !isNum {
+			return 0, false, fmt.Errorf("option %q must be of type integer", key)
+		}
+		return int64(f), true, nil
+	}
+	if v, ok, err := num("seed"); err != nil {
+		return o, err
+	} else if ok && v != -1 { // -1 is Ollama's "random"; the simulator keeps its own seed
+		o.seed = &v
+	}
+	if v, ok, err := num("num_predict"); err != nil {
+		return o, err
+	} else if ok {
+		o.numPredict = int(v)
+	}
+	if v, ok, err := num("num_ctx"); err != nil {
+		return o, err
+	} else if ok && v > 0 {
+		o.numCtx = int(v)
+	}
+	return o, nil
+}
+
+func (s *Server) keepOf(k *keepAlive) time.Duration {
+	if k == nil {
+		return s.cfg.KeepAlive
+	}
+	return k.d
+}
+
+func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
+	begin := time.Now()
+	var req struct {
+		Model     string         `json:"model"`
+		Prompt    string         `json:"prompt"`
+		System    string         `json:"system"`
+		Stream    *bool          `json:"stream"`
+		KeepAlive *keepAlive     `json:"keep_alive"`
+		Options   map[string]any `json:"options"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	p := s.pulledSpec(req.Model)
+	if p == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("model '%s' not found", req.Model))
+		return
+	}
+	opts, err := s.parseOptions(req.Options)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	keep := s.keepOf(req.KeepAlive)
+	// An empty prompt loads, and with keep_alive 0 unloads; plain Ollama treats "prompt":""
+	// like an absent prompt (hailo-ollama does not).
+	if req.Prompt == "" && req.KeepAlive != nil && keep == 0 {
+		s.unload(p.name)
+		writeJSON(w, http.StatusOK, generateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: "unload"})
+		return
+	}
+	if req.Prompt == "" {
+		if err := s.load(r.Context(), p.name, opts.numCtx, keep); err != nil {
+			return // the client left while the model loaded
+		}
+		writeJSON(w, http.StatusOK, generateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: "load"})
+		return
+	}
+
+	system := req.System
+	if system == "" {
+		system = p.spec.system
+	}
+	prompt := render(system, []message{{Role: "user", Content: req.Prompt}})
+	stream := req.Stream == nil || *req.Stream
+	out := newNDJSON(w, stream)
+	var text strings.Builder
+	res, err := s.generate(r.Context(), p.name, prompt, opts, keep, func(tok string) error {
+		if !stream {
+			text.WriteString(tok)
+			return nil
+		}
+		return out.send(generateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: tok})
+	})
+	if err != nil {
+		return
+	}
+	final := generateResponse{
+		Model: req.Model, CreatedAt: time.Now().UTC(), Response: text.String(), Done: true,
+		DoneReason: res.finish, Context: contextTokens(prompt, res.promptTokens+res.evalCount), metrics: res.metrics(begin),
+	}
+	out.finish(final)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	begin := time.Now()
+	var req struct {
+		Model     string         `json:"model"`
+		Messages  []message      `json:"messages"`
+		Stream    *bool          `json:"stream"`
+		KeepAlive *keepAlive     `json:"keep_alive"`
+		Options   map[string]any `json:"options"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Model == "" {
+		writeError(w, http.StatusBadRequest, "model is required")
+		return
+	}
+	p := s.pulledSpec(req.Model)
+	if p == nil {
+		writeError(w, http.StatusNotFound, notPulled(req.Model))
+		return
+	}
+	opts, err := s.parseOptions(req.Options)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	keep := s.keepOf(req.KeepAlive)
+	if len(req.Messages) == 0 {
+		reason := "load"
+		if req.KeepAlive != nil && keep == 0 {
+			s.unload(p.name)
+			reason = "unload"
+		} else if err := s.load(r.Context(), p.name, opts.numCtx, keep); err != nil {
+			return
+		}
+		writeJSON(w, http.StatusOK, chatResponse{
+			Model: req.Model, CreatedAt: time.Now().UTC(), Message: message{Role: "assistant"}, Done: true, DoneReason: reason,
+		})
+		return
+	}
+
+	prompt := render(p.spec.system, req.Messages)
+	stream := req.Stream == nil || *req.Stream
+	out := newNDJSON(w, stream)
+	var text strings.Builder
+	res, err := s.generate(r.Context(), p.name, prompt, opts, keep, func(tok string) error {
+		if !stream {
+			text.WriteString(tok)
+			return nil
+		}
+		return out.send(chatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: message{Role: "assistant", Content: tok}})
+	})
+	if err != nil {
+		return
+	}
+	out.finish(chatResponse{
+		Model: req.Model, CreatedAt: time.Now().UTC(), Message: message{Role: "assistant", Content: text.String()},
+		Done: true, DoneReason: res.finish, metrics: res.metrics(begin),
+	})
+}
+
+// notPulled is Ollama's answer to a chat with a model it does not have.
+func notPulled(model string) string {
+	return fmt.Sprintf("model %q not found, try pulling it first", model)
+}
+
+// ndjson writes a streamed answer line by line (each flushed at once), or, not streaming, only
+// the final object.
+type ndjson struct {
+	w       http.ResponseWriter
+	f       http.Flusher
+	stream  bool
+	started bool
+}
+
+func newNDJSON(w http.ResponseWriter, stream bool) *ndjson {
+	f, _ := w.(http.Flusher)
+	return &ndjson{w: w, f: f, stream: stream}
+}
+
+func (n *ndjson) send(v any) error {
+	if !n.started {
+		n.w.Header().Set("Content-Type", "application/x-ndjson")
+		n.w.WriteHeader(http.StatusOK)
+		n.started = true
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := n.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if n.f != nil {
+		n.f.Flush()
+	}
+	return nil
+}
+
+func (n *ndjson) finish(v any) {
+	if n.stream {
+		n.send(v)
+		return
+	}
+	writeJSON(n.w, http.StatusOK, v)
+}
+
+// render is the prompt the simulated model "evaluates": the system prompt and messages in a
+// chat-template shape, so prompt_eval_count grows with the conversation like the real one.
+func render(system string, msgs []message) string {
+	var b strings.Builder
+	if system != "" {
+		fmt.Fprintf(&b, "<|system|>\n%s\n", system)
+	}
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "<|%s|>\n%s\n", m.Role, m.Content)
+	}
+	b.WriteString("<|assistant|>\n")
+	return b.String()
+}
+
+// contextTokens stands in for /api/generate's "context": n token ids derived from the text.
+func contextTokens(text string, n int) []int {
+	h := fnv.New32a()
+	h.Write([]byte(text))
+	x := h.Sum32()
+	ids := make([]int, n)
+	for i := range ids {
+		x = x*1664525 + 1013904223
+		ids[i] = int(x % 128000)
+	}
+	return ids
+}
+
+// result is one generation's outcome.
+type result struct {
+	loadDur, promptDur, evalDur time.Duration
+	promptTokens, evalCount     int
+	finish                      string
+}
+
+func (r result) metrics(begin time.Time) metrics {
+	return metrics{
+		TotalDuration: time.Since(begin), LoadDuration: r.loadDur, PromptEvalCount: r.promptTokens,
+		PromptEvalDuration: r.promptDur, EvalCount: r.evalCount, EvalDuration: r.evalDur,
+	}
+}
+
+// generate loads the model if needed, then emits the answer's tokens at the configured pace.
+// An error means the client left (or the server closed): nothing more is to be written.
+func (s *Server) generate(ctx context.Context, name, prompt string, o options, keep time.Duration, emit func(string) error) (result, error) {
+	lm, loadDur, err := s.acquire(ctx, name, o.numCtx)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.release(lm, keep)
+	seed := s.cfg.Seed
+	if o.seed != nil {
+		seed = *o.seed
+	}
+	toks, finish := answer(seed, prompt, o.numPredict)
+	res := result{loadDur: loadDur, promptTokens: simtext.CountTokens(prompt), finish: finish}
+	start := time.Now()
+	var first time.Time
+	for i, tok := range toks {
+		err := pace(ctx, start, s.cfg.TTFT, s.cfg.TokensPerSec, i)
+		if err == nil {
+			if i == 0 {
+				first = time.Now()
+				res.promptDur = first.Sub(start)
+			}
+			res.evalCount++
+			err = emit(tok)
+		}
+		if err != nil {
+			s.mu.Lock()
+			s.stats.Cancelled++
+			s.mu.Unlock()
+			return res, err
+		}
+	}
+	if !first.IsZero() {
+		res.evalDur = time.Since(first)
+	}
+	s.mu.Lock()
+	s.stats.Generations++
+	s.mu.Unlock()
+	return res, nil
+}
+
+// answer returns the reply's tokens and why it ends: "stop" where the simulated model ends it
+// (simtext.AnswerLength), "length" when limit (>= 0) cuts it short.
+func answer(seed int64, prompt string, limit int) ([]string, string) {
+	n := simtext.AnswerLength(seed, prompt)
+	if limit >= 0 && limit < n {
+		return simtext.Generate(seed, prompt, limit), "length"
+	}
+	return simtext.Generate(seed, prompt, n), "stop"
+}
+
+// pace waits until token i is due: the first after ttft, then one every 1/rate seconds on an
+// absolute schedule; rate 0 does not wait between tokens.
+func pace(ctx context.Context, start time.Time, ttft time.Duration, rate float64, i int) error {
+	due := start.Add(ttft)
+	if rate > 0 {
+		due = due.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+	}
+	return sleep(ctx, time.Until(due))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errNotPulled is returned by acquire when the model was deleted while a request waited.
+var errNotPulled = errors.New("model not pulled")
+
+// load loads a model without generating (an empty prompt) and starts its keep-alive.
+func (s *Server) load(ctx context.Context, name string, numCtx int, keep time.Duration) error {
+	lm, _, err := s.acquire(ctx, name, numCtx)
+	if err != nil {
+		return err
+	}
+	s.release(lm, keep)
+	return nil
+}
+
+// acquire returns the loaded model, loading it first (cfg.LoadDelay) if needed, and marks it in
+// use so it does not expire mid-answer. A model loaded with another num_ctx is reloaded, as
+// Ollama does when load-time options change, unless it is busy.
+func (s *Server) acquire(ctx context.Context, name string, numCtx int) (*loadedModel, time.Duration, error) {
+	start := time.Now()
+	s.mu.Lock()
+	for {
+		if lm, ok := s.loaded[name]; ok {
+			if lm.numCtx == numCtx || lm.inUse > 0 {
+				lm.inUse++
+				lm.gen++ // a pending expiry no longer applies
+				if lm.timer != nil {
+					lm.timer.Stop()
+				}
+				s.mu.Unlock()
+				return lm, time.Since(start), nil
+			}
+			s.unloadLocked(lm)
+		}
+		ch, ok := s.loading[name]
+		if !ok {
+			break
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	p := s.pulled[name]
+	if p == nil {
+		s.mu.Unlock()
+		return nil, 0, errNotPulled
+	}
+	ch := make(chan struct{})
+	s.loading[name] = ch
+	s.mu.Unlock()
+
+	err := sleep(ctx, s.cfg.LoadDelay)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.loading, name)
+	close(ch)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.evictLocked()
+	lm := &loadedModel{name: name, spec: p.spec, numCtx: numCtx, inUse: 1, expires: time.Now().Add(s.cfg.KeepAlive)}
+	s.loaded[name] = lm
+	s.stats.Loads++
+	return lm, time.Since(start), nil
+}
+
+// release ends a request's use of lm and starts its keep-alive: keep 0 unloads it now (once no
+// other request uses it), Forever never.
+func (s *Server) release(lm *loadedModel, keep time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lm.inUse--
+	if s.loaded[lm.name] != lm || lm.inUse > 0 {
+		return
+	}
+	if keep == 0 || lm.unloadWanted {
+		s.unloadLocked(lm)
+		return
+	}
+	lm.expires = time.Now().Add(keep) // Forever lands in the 2300s, as in Ollama's /api/ps
+	lm.gen++
+	if keep == Forever {
+		return
+	}
+	gen := lm.gen
+	lm.timer = time.AfterFunc(keep, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.loaded[lm.name] == lm && lm.gen == gen && lm.inUse == 0 {
+			s.unloadLocked(lm)
+		}
+	})
+}
+
+// unload answers keep_alive 0: the model goes now, or when its last request ends.
+func (s *Server) unload(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lm, ok := s.loaded[name]
+	if !ok {
+		return
+	}
+	if lm.inUse > 0 {
+		lm.unloadWanted = true
+		return
+	}
+	s.unloadLocked(lm)
+}
+
+func (s *Server) unloadLocked(lm *loadedModel) {
+	if lm.timer != nil {
+		lm.timer.Stop()
+	}
+	delete(s.loaded, lm.name)
+	s.stats.Unloads++
+}
+
+// evictLocked makes room for one more model: the idle model expiring soonest goes.
+func (s *Server) evictLocked() {
+	for len(s.loaded) >= s.cfg.MaxLoaded {
+		var victim *loadedModel
+		for _, lm := range s.loaded {
+			if lm.inUse == 0 && (victim == nil || lm.expires.Before(victim.expires)) {
+				victim = lm
+			}
+		}
+		if victim == nil {
+			return // every model is busy: Ollama would queue; the simulator overcommits
+		}
+		s.unloadLocked(victim)
+	}
+}
