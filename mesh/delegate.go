@@ -1,0 +1,156 @@
+package mesh
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// delegate is memberlist's Delegate. memberlist calls it from its packet and stream loops,
+// concurrently: nothing here blocks, and buffers are copied before they are kept.
+type delegate Mesh
+
+func (d *delegate) mesh() *Mesh { return (*Mesh)(d) }
+
+// NodeMeta hands memberlist the metadata encoded (and size-checked) by SetLocal.
+func (d *delegate) NodeMeta(limit int) []byte {
+	b := *d.mesh().meta.Load()
+	if len(b) > limit {
+		// encodeMeta never returns more than memberlist.MetaMaxSize; a smaller limit would be a
+		// memberlist change. Say only the role rather than let memberlist panic.
+		return b[:min(len(b), 4)]
+	}
+	return b
+}
+
+// NotifyMsg receives a user message, by gossip or by TCP.
+func (d *delegate) NotifyMsg(b []byte) {
+	m := d.mesh()
+	if len(b) == 0 {
+		return
+	}
+	switch b[0] {
+	case msgDoc:
+		wire := append([]byte(nil), b[1:]...) // memberlist reuses b after we return
+		doc, err := decodeDoc(wire)
+		if err != nil {
+			m.log.Warn("dropping a state document", "err", err)
+			return
+		}
+		m.acceptDoc(doc, wire)
+	case msgDocRequest:
+		node, from, err := decodeDocRequest(b[1:])
+		if err != nil {
+			m.log.Warn("dropping a document request", "err", err)
+			return
+		}
+		m.answerDocRequest(node, from)
+	case msgLive:
+		n, err := decodeLive(b[1:])
+		if err != nil {
+			m.log.Warn("dropping a liveness notice", "err", err)
+			return
+		}
+		m.acceptLive(n)
+	default:
+		m.log.Debug("ignoring a message of an unknown type (a newer member?)", "type", b[0])
+	}
+}
+
+// GetBroadcasts hands memberlist our queued documents and notices to piggyback on gossip.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.mesh().queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState is our side of a push/pull: every document we hold of a known member.
+func (d *delegate) LocalState(join bool) []byte {
+	m := d.mesh()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	wires := make([][]byte, 0, len(m.docs))
+	for name, e := range m.docs {
+		if _, ok := m.members[name]; ok {
+			wires = append(wires, e.wire)
+		}
+	}
+	return encodeState(wires)
+}
+
+// MergeRemoteState merges the other side of a push/pull.
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	m := d.mesh()
+	wires, err := decodeState(buf)
+	if err != nil {
+		m.log.Warn("dropping push/pull state", "err", err)
+		return
+	}
+	for _, w := range wires {
+		doc, err := decodeDoc(w)
+		if err != nil {
+			m.log.Warn("dropping a state document from push/pull", "err", err)
+			continue
+		}
+		m.acceptDoc(doc, w)
+	}
+}
+
+// acceptDoc merges a document (see the merge rule in doc.go). A newer small document is
+// gossiped on; a document about ourselves only ever pushes our generation forward.
+func (m *Mesh) acceptDoc(doc *stateDoc, wire []byte) {
+	if doc.Node == m.name {
+		m.mu.Lock()
+		cur := m.docs[m.name]
+		stale := doc.Gen > m.local.gen || (doc.Gen == m.local.gen && cur.doc != nil && !bytes.Equal(wire, cur.wire))
+		publish := stale && m.local.host != nil
+		if stale {
+			// The mesh remembers a generation of ours we have not reached: we restarted with a
+			// clock set back. The next document goes above it.
+			m.local.gen = doc.Gen
+			m.local.force = true
+		}
+		m.mu.Unlock()
+		if publish {
+			m.log.Warn("the mesh holds a newer state document of this node; publishing above it", "gen", doc.Gen)
+			m.republish()
+		}
+		return
+	}
+	e := docEntry{doc: doc, wire: wire, at: time.Now()}
+	m.mu.Lock()
+	old := m.docs[doc.Node]
+	if !e.newer(old) {
+		m.mu.Unlock()
+		return
+	}
+	m.docs[doc.Node] = e
+	if mb := m.members[doc.Node]; mb != nil {
+		mb.updated = e.at
+		if doc.Gen >= mb.meta.Gen {
+			mb.wantSince = time.Time{}
+		}
+	}
+	m.mu.Unlock()
+	if len(wire) <= maxGossipDoc {
+		m.queue.QueueBroadcast(&broadcast{name: "doc:" + doc.Node, msg: append([]byte{msgDoc}, wire...)})
+	}
+	signal(m.changed)
+}
+
+// answerDocRequest sends our document to a member that asked for it.
+func (m *Mesh) answerDocRequest(node, from string) {
+	if node != m.name {
+		return // only the owner answers: it alone has the newest
+	}
+	m.mu.Lock()
+	e, ok := m.docs[m.name]
+	var addr string
+	if mb := m.members[from]; mb != nil && (mb.state == api.Alive || mb.state == api.Suspect) {
+		addr = mb.addr
+	}
+	m.mu.Unlock()
+	if !ok || addr == "" {
+		return
+	}
+	m.sendTo(from, addr, append([]byte{msgDoc}, e.wire...))
+}

@@ -1,0 +1,145 @@
+package mesh
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// maxDialBacks bounds the checks in flight, so a mesh of 100 agents appearing at once does not
+// open 100 connections from every member.
+const maxDialBacks = 8
+
+// Reachability of an agent's API address, checked from here.
+const (
+	reachUnknown = iota
+	reachOK
+	reachFailed
+)
+
+type reachState struct {
+	addr     string // the API address these results are about
+	status   int
+	err      string
+	at       time.Time // last check finished
+	inflight bool
+}
+
+// defaultDialBack asks GET http://addr/healthz; any HTTP answer, whatever its status, shows the
+// address answers (a 503 is an unhealthy agent, not an unreachable one).
+func defaultDialBack(ctx context.Context, addr string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// scheduleDialBacksLocked starts the checks that are due: an agent that appeared or changed
+// its API address at once, one that did not answer every dialRetry, one that answered every
+// dialRecheck.
+func (m *Mesh) scheduleDialBacksLocked(now time.Time) {
+	inflight := 0
+	for _, mb := range m.members {
+		if mb.reach.inflight {
+			inflight++
+		}
+	}
+	for _, mb := range m.members {
+		if inflight >= maxDialBacks {
+			return
+		}
+		if mb.name == m.name || mb.state != api.Alive || !mb.isAgent() || mb.meta.APIAddr == "" || mb.reach.inflight {
+			continue
+		}
+		r := &mb.reach
+		switch {
+		case r.addr != mb.meta.APIAddr:
+			*r = reachState{addr: mb.meta.APIAddr}
+		case r.status == reachUnknown:
+		case r.status == reachFailed && now.Sub(r.at) >= m.t.dialRetry:
+		case r.status == reachOK && now.Sub(r.at) >= m.t.dialRecheck:
+		default:
+			continue
+		}
+		r.inflight = true
+		inflight++
+		name, addr := mb.name, r.addr
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.dialBack(name, addr)
+		}()
+	}
+}
+
+func (m *Mesh) dialBack(name, addr string) {
+	dial := m.cfg.DialBack
+	if dial == nil {
+		dial = defaultDialBack
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, m.t.dialTimeout)
+	err := dial(ctx, addr)
+	cancel()
+	if m.ctx.Err() != nil {
+		return // shutting down: the result means nothing
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb := m.members[name]
+	if mb == nil || mb.reach.addr != addr {
+		return // gone, or moved to another address meanwhile
+	}
+	r := &mb.reach
+	r.inflight, r.at = false, time.Now()
+	old := r.status
+	if err != nil {
+		r.status, r.err = reachFailed, err.Error()
+	} else {
+		r.status, r.err = reachOK, ""
+	}
+	if old != r.status {
+		if err != nil {
+			m.log.Warn("agent API address does not answer", "member", name, "api", addr, "err", err)
+		}
+		mb.updated = r.at
+		m.emitLocked(mb)
+		signal(m.changed)
+	}
+}
+
+// recheck dials the given agents now, for a fresh doctor's report; bounded by ctx.
+func (m *Mesh) recheck(ctx context.Context, addrs map[string]string) map[string]error {
+	dial := m.cfg.DialBack
+	if dial == nil {
+		dial = defaultDialBack
+	}
+	type result struct {
+		name string
+		err  error
+	}
+	ch := make(chan result, len(addrs))
+	sem := make(chan struct{}, maxDialBacks)
+	for name, addr := range addrs {
+		go func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			dctx, cancel := context.WithTimeout(ctx, m.t.dialTimeout)
+			defer cancel()
+			ch <- result{name, dial(dctx, addr)}
+		}()
+	}
+	out := map[string]error{}
+	for range addrs {
+		r := <-ch
+		out[r.name] = r.err
+	}
+	return out
+}

@@ -1,0 +1,231 @@
+package mesh
+
+import (
+	"bytes"
+	"compress/flate"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// Per-node state documents carry what does not fit in node metadata: the placement list with
+// states and memory, engine health, measured tokens/s — the agent's whole api.Host.
+//
+// Transport. A document travels in three ways:
+//
+//  1. Gossip. When an agent's state changes enough to matter (see SetLocal), it bumps the
+//     document's generation and, if the encoded document is at most maxGossipDoc bytes, queues
+//     it as a named broadcast ("doc:<node>"), so only the latest document of a node is ever in a
+//     queue. Every member that learns a newer small document queues it again: the epidemic that
+//     gives SWIM its O(log N) rounds (memberlist itself only retransmits what its owner queued).
+//  2. TCP. A larger document is never gossiped (it would not fit a UDP packet). The node's
+//     metadata carries the document's generation, and metadata travels in memberlist's own
+//     alive messages, so the metadata *is* the "generation N available" notice. A member that
+//     sees a generation newer than the document it holds asks the owner for it over TCP
+//     (memberlist SendReliable); the owner answers the same way. The same rule repairs a
+//     missed small document (after a short grace, flagDocGossiped, to let gossip win). Agents
+//     also push every new document straight to the consoles over TCP, so a console sees a
+//     change within one round trip.
+//  3. Anti-entropy. memberlist's periodic push/pull carries every document this member holds
+//     for a known member (LocalState / MergeRemoteState).
+//
+// Merge rule, per node: the document with the higher generation wins; at equal generations the
+// one whose encoded bytes sort higher wins (an owner never publishes two documents under one
+// generation, so in practice they are identical). The merge is therefore idempotent (merging a
+// document twice changes nothing), commutative and associative (the result is the maximum under
+// a total order, whatever the order of arrival) — tests check all three. An owner's generation
+// never goes backwards: it starts at the wall clock in microseconds, grows by at least one per
+// change, and jumps past any higher generation of its own name the mesh still remembers (a
+// restart with a clock set back).
+const (
+	docVersion   = 1       // JSON layout of stateDoc; bumped only for incompatible changes
+	docWire      = 1       // first byte of an encoded document: deflate-compressed JSON follows
+	maxDocBytes  = 4 << 20 // decompressed size limit: a hostile document cannot balloon
+	maxGossipDoc = 1000    // encoded size up to which a document is gossiped
+	maxStateDocs = 4096    // documents in one push/pull state
+)
+
+// stateDoc is one node's state.
+type stateDoc struct {
+	V          int             `json:"v"`
+	Node       string          `json:"node"`
+	Gen        uint64          `json:"gen"`
+	At         time.Time       `json:"at"`
+	Host       *api.Host       `json:"host,omitempty"`
+	Placements []api.Placement `json:"placements,omitempty"`
+}
+
+// encodeDoc returns the wire form of d.
+func encodeDoc(d *stateDoc) ([]byte, error) {
+	js, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("encoding state document: %w", err)
+	}
+	var buf bytes.Buffer
+	buf.WriteByte(docWire)
+	w, err := flate.NewWriter(&buf, flate.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.Write(js); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// decodeDoc decodes a document's wire form. Unknown JSON fields are ignored.
+func decodeDoc(b []byte) (*stateDoc, error) {
+	if len(b) == 0 {
+		return nil, errors.New("state document is empty")
+	}
+	if b[0] != docWire {
+		return nil, fmt.Errorf("state document: unknown encoding %d", b[0])
+	}
+	r := flate.NewReader(bytes.NewReader(b[1:]))
+	defer r.Close()
+	js, err := io.ReadAll(io.LimitReader(r, maxDocBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("state document: %w", err)
+	}
+	if len(js) > maxDocBytes {
+		return nil, fmt.Errorf("state document is over %d bytes", maxDocBytes)
+	}
+	var d stateDoc
+	if err := json.Unmarshal(js, &d); err != nil {
+		return nil, fmt.Errorf("state document: %w", err)
+	}
+	switch {
+	case d.V < 1:
+		return nil, errors.New("state document: no version")
+	case d.V > docVersion:
+		return nil, fmt.Errorf("state document: version %d, this build reads %d", d.V, docVersion)
+	case d.Node == "":
+		return nil, errors.New("state document: no node name")
+	}
+	return &d, nil
+}
+
+// docEntry is a stored document with the exact bytes it arrived as, so relays forward what
+// the owner wrote and the tie-break compares the same bytes everywhere.
+type docEntry struct {
+	doc  *stateDoc
+	wire []byte
+	at   time.Time // when it arrived
+}
+
+// newer reports whether e should replace old under the merge rule.
+func (e docEntry) newer(old docEntry) bool {
+	if old.doc == nil {
+		return true
+	}
+	if e.doc.Gen != old.doc.Gen {
+		return e.doc.Gen > old.doc.Gen
+	}
+	return bytes.Compare(e.wire, old.wire) > 0
+}
+
+// Messages between members (memberlist user messages) start with a type byte.
+const (
+	msgDoc        = 1 // a state document (wire form)
+	msgDocRequest = 2 // "send me the document of node N": node, requester
+	msgLive       = 3 // a liveness notice, see liveNotice
+)
+
+// Liveness notices complete what memberlist tells its delegates, which is only join, leave and
+// metadata updates: memberlist's Node.State is never filled in v0.7.0 and no delegate hears of
+// suspicion. So a member whose memberlist suspects a node (its failure detector logs it) gossips
+// a suspect notice; the suspected node, if alive, refutes with an alive notice; a node leaving
+// gracefully first gossips a leave notice, which tells a graceful leave from a death. Notices
+// are ordered per node by Seq like memberlist's incarnations: a node's own notices (alive,
+// leave) carry a new, higher Seq; a suspect notice carries the Seq it suspects, so a refutation
+// outranks it and a stale suspicion is ignored.
+const (
+	liveAlive   = 1
+	liveSuspect = 2
+	liveLeave   = 3
+)
+
+type liveNotice struct {
+	Kind byte
+	Seq  uint64
+	Node string
+	From string
+}
+
+func encodeLive(n liveNotice) []byte {
+	b := []byte{msgLive, n.Kind}
+	b = binary.AppendUvarint(b, n.Seq)
+	b = appendLenString(b, n.Node)
+	return appendLenString(b, n.From)
+}
+
+func decodeLive(p []byte) (liveNotice, error) {
+	r := reader{b: p}
+	n := liveNotice{Kind: r.byte(), Seq: r.uint(), Node: r.str(), From: r.str()}
+	if r.err != nil {
+		return liveNotice{}, fmt.Errorf("liveness notice: %w", r.err)
+	}
+	if n.Kind < liveAlive || n.Kind > liveLeave || n.Node == "" {
+		return liveNotice{}, errors.New("liveness notice: bad kind or node")
+	}
+	return n, nil
+}
+
+func encodeDocRequest(node, from string) []byte {
+	return appendLenString(appendLenString([]byte{msgDocRequest}, node), from)
+}
+
+func decodeDocRequest(p []byte) (node, from string, err error) {
+	r := reader{b: p}
+	node, from = r.str(), r.str()
+	if r.err != nil || node == "" || from == "" {
+		return "", "", errors.New("document request: malformed")
+	}
+	return node, from, nil
+}
+
+// Push/pull state: one version byte, a count, then each document's wire form with its length.
+const stateWire = 1
+
+func encodeState(wires [][]byte) []byte {
+	b := []byte{stateWire}
+	b = binary.AppendUvarint(b, uint64(len(wires)))
+	for _, w := range wires {
+		b = binary.AppendUvarint(b, uint64(len(w)))
+		b = append(b, w...)
+	}
+	return b
+}
+
+// decodeState splits a push/pull state into document wire forms (not yet decoded).
+func decodeState(b []byte) ([][]byte, error) {
+	if len(b) == 0 {
+		return nil, nil // a member with nothing to say
+	}
+	if b[0] != stateWire {
+		return nil, fmt.Errorf("push/pull state: unknown version %d", b[0])
+	}
+	r := reader{b: b[1:]}
+	n := r.uint()
+	if r.err == nil && n > maxStateDocs {
+		return nil, fmt.Errorf("push/pull state: %d documents, at most %d", n, maxStateDocs)
+	}
+	out := make([][]byte, 0, min(n, 128))
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		if w := r.str(); r.err == nil {
+			out = append(out, []byte(w))
+		}
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("push/pull state: %w", r.err)
+	}
+	return out, nil
+}

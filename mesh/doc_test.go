@@ -1,0 +1,222 @@
+package mesh
+
+import (
+	"bytes"
+	"compress/flate"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+func sampleDoc(node string, gen uint64, nPlacements int) *stateDoc {
+	d := &stateDoc{V: docVersion, Node: node, Gen: gen, At: time.Unix(1700000000, 0).UTC(),
+		Host: &api.Host{Name: node, OS: "linux", Arch: "arm64", APIAddr: "10.0.0.7:7777",
+			Memory: api.Memory{Total: 8 << 30, Budget: 5 << 30, Committed: int64(gen)}}}
+	for i := range nPlacements {
+		d.Placements = append(d.Placements, api.Placement{
+			ID: fmt.Sprintf("p%d", i), Host: node, Model: fmt.Sprintf("model-%d", i), Source: "ollama://qwen2:1.5b",
+			Runtime: api.RuntimeOllama, Namespace: "default", Context: 2048, Priority: api.PriorityNormal,
+			State: api.StateReady, Memory: api.SizeEstimate{Bytes: 1 << 30, Method: api.SizeRegistry}, TokensPerS: 12.5,
+		})
+	}
+	return d
+}
+
+func mustEncode(t testing.TB, d *stateDoc) []byte {
+	w, err := encodeDoc(d)
+	require.NoError(t, err)
+	return w
+}
+
+func TestDocRoundTrip(t *testing.T) {
+	d := sampleDoc("pi", 12345, 2)
+	w := mustEncode(t, d)
+	got, err := decodeDoc(w)
+	require.NoError(t, err)
+	require.Equal(t, d, got)
+	t.Logf("a document with 2 placements: %d bytes encoded", len(w))
+}
+
+func TestDocIgnoresUnknownFieldsAndRefusesBadOnes(t *testing.T) {
+	enc := func(js string) []byte {
+		var buf bytes.Buffer
+		buf.WriteByte(docWire)
+		fw, _ := flate.NewWriter(&buf, flate.BestSpeed)
+		fw.Write([]byte(js))
+		fw.Close()
+		return buf.Bytes()
+	}
+	d, err := decodeDoc(enc(`{"v":1,"node":"a","gen":3,"from_the_future":{"x":1}}`))
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), d.Gen)
+
+	for js, want := range map[string]string{
+		`{"v":2,"node":"a","gen":3}`: "version 2",
+		`{"node":"a","gen":3}`:       "no version",
+		`{"v":1,"gen":3}`:            "no node",
+		`not json`:                   "invalid character",
+	} {
+		_, err := decodeDoc(enc(js))
+		require.ErrorContains(t, err, want, js)
+	}
+	_, err = decodeDoc([]byte{9, 1, 2})
+	require.ErrorContains(t, err, "unknown encoding")
+	_, err = decodeDoc(nil)
+	require.Error(t, err)
+
+	// A small message that inflates past the limit is refused, not swallowed whole.
+	bomb := enc(`{"v":1,"node":"a","pad":"` + strings.Repeat("A", maxDocBytes+10) + `"}`)
+	require.Less(t, len(bomb), 64<<10)
+	_, err = decodeDoc(bomb)
+	require.ErrorContains(t, err, "over")
+}
+
+// merge applies the rule of doc.go to a store, as acceptDoc does.
+func merge(store map[string]docEntry, e docEntry) {
+	if e.newer(store[e.doc.Node]) {
+		store[e.doc.Node] = e
+	}
+}
+
+func storeKey(store map[string]docEntry) string {
+	var b strings.Builder
+	for _, n := range []string{"a", "b", "c"} {
+		fmt.Fprintf(&b, "%s:%x;", n, store[n].wire)
+	}
+	return b.String()
+}
+
+// TestMergeIsIdempotentCommutativeAssociative: whatever the order and repetition in which
+// documents arrive, every member ends with the same store.
+func TestMergeIsIdempotentCommutativeAssociative(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var all []docEntry
+	for _, n := range []string{"a", "b", "c"} {
+		for _, gen := range []uint64{1, 2, 2, 5} { // two different documents under generation 2
+			d := sampleDoc(n, gen, 1)
+			d.Placements[0].Model = fmt.Sprintf("m%d", rng.IntN(1000))
+			w := mustEncode(t, d)
+			dd, err := decodeDoc(w)
+			require.NoError(t, err)
+			all = append(all, docEntry{doc: dd, wire: w})
+		}
+	}
+	reference := map[string]docEntry{}
+	for _, e := range all {
+		merge(reference, e)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		require.Equal(t, uint64(5), reference[n].doc.Gen)
+	}
+	for range 200 {
+		order := rng.Perm(len(all))
+		store := map[string]docEntry{}
+		for _, i := range order {
+			merge(store, all[i])
+			if rng.IntN(3) == 0 {
+				merge(store, all[i]) // again: idempotent
+			}
+		}
+		require.Equal(t, storeKey(reference), storeKey(store))
+	}
+	// Ties break the same way in either order.
+	var tie []docEntry
+	for _, e := range all {
+		if e.doc.Node == "a" && e.doc.Gen == 2 {
+			tie = append(tie, e)
+		}
+	}
+	require.Len(t, tie, 2)
+	s1, s2 := map[string]docEntry{}, map[string]docEntry{}
+	merge(s1, tie[0])
+	merge(s1, tie[1])
+	merge(s2, tie[1])
+	merge(s2, tie[0])
+	require.Equal(t, s1["a"].wire, s2["a"].wire)
+}
+
+func TestMessagesRoundTrip(t *testing.T) {
+	n := liveNotice{Kind: liveSuspect, Seq: 99, Node: "pi-1", From: "mac-2"}
+	b := encodeLive(n)
+	require.Equal(t, byte(msgLive), b[0])
+	got, err := decodeLive(b[1:])
+	require.NoError(t, err)
+	require.Equal(t, n, got)
+
+	r := encodeDocRequest("pi-1", "mac-2")
+	node, from, err := decodeDocRequest(r[1:])
+	require.NoError(t, err)
+	require.Equal(t, "pi-1", node)
+	require.Equal(t, "mac-2", from)
+
+	w1, w2 := mustEncode(t, sampleDoc("a", 1, 1)), mustEncode(t, sampleDoc("b", 2, 0))
+	wires, err := decodeState(encodeState([][]byte{w1, w2}))
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{w1, w2}, wires)
+	wires, err = decodeState(nil)
+	require.NoError(t, err)
+	require.Empty(t, wires)
+	_, err = decodeState([]byte{stateWire, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	require.ErrorContains(t, err, "at most")
+	_, err = decodeState([]byte{stateWire, 2, 3, 'a'})
+	require.Error(t, err)
+}
+
+// FuzzDecodeDoc: any bytes decode or fail cleanly; what decodes re-encodes to the same doc.
+func FuzzDecodeDoc(f *testing.F) {
+	f.Add(mustEncode(f, sampleDoc("pi", 1, 0)))
+	f.Add(mustEncode(f, sampleDoc("pi", 1<<60, 3)))
+	f.Add([]byte{docWire})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := decodeDoc(b)
+		if err != nil {
+			return
+		}
+		require.NotEmpty(t, d.Node)
+		w, err := encodeDoc(d)
+		require.NoError(t, err)
+		d2, err := decodeDoc(w)
+		require.NoError(t, err)
+		j1, _ := json.Marshal(d)
+		j2, _ := json.Marshal(d2)
+		require.JSONEq(t, string(j1), string(j2))
+	})
+}
+
+// FuzzDecodeMessage: liveness notices, document requests and push/pull states never panic.
+func FuzzDecodeMessage(f *testing.F) {
+	f.Add(encodeLive(liveNotice{Kind: liveLeave, Seq: 1, Node: "a", From: "a"}))
+	f.Add(encodeDocRequest("a", "b"))
+	f.Add(append([]byte{0}, encodeState([][]byte{mustEncode(f, sampleDoc("a", 1, 1))})...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		switch b[0] {
+		case msgLive:
+			if n, err := decodeLive(b[1:]); err == nil {
+				again, err := decodeLive(encodeLive(n)[1:])
+				require.NoError(t, err)
+				require.Equal(t, n, again)
+			}
+		case msgDocRequest:
+			if node, from, err := decodeDocRequest(b[1:]); err == nil {
+				require.NotEmpty(t, node)
+				require.NotEmpty(t, from)
+			}
+		default:
+			if wires, err := decodeState(b[1:]); err == nil {
+				for _, w := range wires {
+					decodeDoc(w)
+				}
+			}
+		}
+	})
+}

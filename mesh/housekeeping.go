@@ -1,0 +1,126 @@
+package mesh
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/discovery"
+)
+
+// housekeeper does everything that is due rather than triggered, every tick: announcing deaths
+// after their grace, expiring suspicions memberlist must have cleared, forgetting long-gone
+// members, fetching documents we are missing, checking API addresses, saving last-known peers.
+func (m *Mesh) housekeeper() {
+	tick := time.NewTicker(m.t.tick)
+	defer tick.Stop()
+	lastSave := time.Now()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case now := <-tick.C:
+			m.housekeep(now)
+			if now.Sub(lastSave) >= m.t.saveEvery {
+				lastSave = now
+				m.saveLastKnown()
+			}
+		}
+	}
+}
+
+func (m *Mesh) housekeep(now time.Time) {
+	type fetch struct{ name, addr string }
+	var fetches []fetch
+	changed := false
+	maxSusp := m.maxSuspicion()
+
+	m.mu.Lock()
+	for name, mb := range m.members {
+		if name == m.name {
+			continue
+		}
+		switch mb.state {
+		case api.Suspect:
+			if now.Sub(mb.since) > maxSusp {
+				mb.state, mb.since, mb.updated = api.Alive, now, now
+				changed = true
+			}
+		case api.Dead, api.Left:
+			if now.Sub(mb.since) > m.t.retainGone {
+				delete(m.members, name)
+				changed = true
+				continue
+			}
+		}
+		m.emitLocked(mb)
+
+		// A newer document than ours exists: wait a moment for gossip if it travels that way,
+		// then ask its owner over TCP, again every fetchRetry until it arrives.
+		have := uint64(0)
+		if e, ok := m.docs[name]; ok {
+			have = e.doc.Gen
+		}
+		if mb.state != api.Alive || mb.metaErr != nil || mb.meta.Gen <= have {
+			mb.wantSince = time.Time{}
+			continue
+		}
+		if mb.wantSince.IsZero() {
+			mb.wantSince = now
+		}
+		wait := time.Duration(0)
+		if mb.meta.Flags&flagDocGossiped != 0 {
+			wait = m.t.fetchGrace
+		}
+		if now.Sub(mb.wantSince) >= wait && now.Sub(mb.fetchAt) >= m.t.fetchRetry {
+			mb.fetchAt = now
+			fetches = append(fetches, fetch{name, mb.addr})
+		}
+	}
+	for name, e := range m.docs {
+		if _, ok := m.members[name]; !ok && now.Sub(e.at) > m.t.retainGone {
+			delete(m.docs, name)
+		}
+	}
+	if changed {
+		m.countAliveLocked()
+	}
+	m.scheduleDialBacksLocked(now)
+	m.mu.Unlock()
+
+	for _, f := range fetches {
+		m.sendTo(f.name, f.addr, encodeDocRequest(f.name, m.name))
+	}
+	m.diag.expire(now)
+	if changed {
+		signal(m.changed)
+	}
+}
+
+// saveLastKnown writes the gossip addresses of the members alive now, when they changed. An
+// empty list never overwrites a saved one: a member alone still wants to find the old peers.
+func (m *Mesh) saveLastKnown() {
+	path := m.lastKnownPath()
+	if path == "" {
+		return
+	}
+	m.mu.Lock()
+	var addrs []string
+	for name, mb := range m.members {
+		if name != m.name && mb.state == api.Alive && mb.addr != "" {
+			addrs = append(addrs, mb.addr)
+		}
+	}
+	slices.Sort(addrs)
+	joined := strings.Join(addrs, ",")
+	if len(addrs) == 0 || joined == m.savedPeers {
+		m.mu.Unlock()
+		return
+	}
+	m.savedPeers = joined
+	m.mu.Unlock()
+	if err := discovery.SaveLastKnown(path, addrs); err != nil {
+		m.log.Warn("saving last-known peers", "err", err)
+	}
+}

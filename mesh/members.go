@@ -1,0 +1,307 @@
+package mesh
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// member is what this node knows of one member. Guarded by Mesh.mu.
+type member struct {
+	name    string
+	addr    string // gossip host:port
+	meta    nodeMeta
+	metaErr error
+
+	state   api.Liveness // Alive, Suspect, Dead or Left: memberlist's view, completed by notices
+	since   time.Time    // of the last state change
+	updated time.Time    // of the last change of anything shown
+	liveSeq uint64       // highest liveness notice seen for this node
+	leaving bool         // it announced a graceful leave
+
+	reach reachState
+
+	emitted api.Liveness // the liveness last announced as an event; "" = none yet
+
+	wantSince time.Time // first seen with a newer document generation than we hold
+	fetchAt   time.Time // last time we asked it for its document
+}
+
+func (mb *member) setMeta(b []byte) {
+	meta, err := decodeMeta(b)
+	mb.meta, mb.metaErr = meta, err
+	if err != nil {
+		mb.meta = nodeMeta{}
+	}
+}
+
+func (mb *member) isAgent() bool { return mb.metaErr == nil && mb.meta.Role == api.RoleAgent }
+
+// liveness is what a View shows: memberlist's state, or Unreachable for an alive agent whose
+// API address did not answer.
+func (mb *member) liveness() (api.Liveness, string) {
+	if mb.state != api.Alive || !mb.isAgent() {
+		return mb.state, ""
+	}
+	if mb.meta.APIAddr == "" {
+		return api.Unreachable, "advertises no API address"
+	}
+	if mb.reach.addr == mb.meta.APIAddr && mb.reach.status == reachFailed {
+		return api.Unreachable, fmt.Sprintf("API address %s does not answer: %s", mb.reach.addr, mb.reach.err)
+	}
+	return api.Alive, ""
+}
+
+// verified reports whether the member may be routed to: alive and its API address answered.
+func (mb *member) verified(self string) bool {
+	if mb.name == self {
+		return true
+	}
+	live, _ := mb.liveness()
+	return live == api.Alive && mb.reach.addr == mb.meta.APIAddr && mb.reach.status == reachOK
+}
+
+// countAliveLocked refreshes the number of members alive or suspect.
+func (m *Mesh) countAliveLocked() {
+	n := 0
+	for _, mb := range m.members {
+		if mb.state == api.Alive || mb.state == api.Suspect {
+			n++
+		}
+	}
+	m.nAlive.Store(int32(n))
+}
+
+// emitLocked announces mb's liveness if it changed since the last announcement. A death waits
+// deadGrace, in case the leave notice that makes it a graceful leave is a packet behind.
+func (m *Mesh) emitLocked(mb *member) {
+	live, reason := mb.liveness()
+	if live == mb.emitted || mb.name == m.name {
+		return
+	}
+	if live == api.Dead && time.Since(mb.since) < m.t.deadGrace {
+		return // the housekeeper looks again
+	}
+	var kind string
+	switch live {
+	case api.Alive:
+		kind = "joined"
+		if mb.emitted == api.Suspect || mb.emitted == api.Dead || mb.emitted == api.Unreachable {
+			kind = "recovered"
+		}
+	case api.Suspect:
+		kind = "suspect"
+	case api.Dead:
+		kind = "dead"
+	case api.Left:
+		kind = "left"
+	case api.Unreachable:
+		kind = "unreachable"
+	}
+	mb.emitted = live
+	msg := kind
+	if reason != "" {
+		msg += ": " + reason
+	}
+	m.log.Info("mesh member "+kind, "member", mb.name, "addr", mb.addr, "reason", reason)
+	m.subs.event(api.Event{Type: api.EventMesh, Host: m.name, Member: mb.name, Message: msg, Code: eventCode(live)})
+}
+
+func eventCode(l api.Liveness) api.Code {
+	if l == api.Unreachable {
+		return api.CodeUnreachable
+	}
+	return ""
+}
+
+// events receives memberlist's membership callbacks. They run with memberlist's node lock
+// held: they only update our table, never call back into memberlist, never block.
+type events Mesh
+
+func (e *events) mesh() *Mesh { return (*Mesh)(e) }
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	m := e.mesh()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb := m.members[n.Name]
+	now := time.Now()
+	if mb == nil {
+		mb = &member{name: n.Name}
+		m.members[n.Name] = mb
+	}
+	mb.addr = n.Address()
+	m.updateMetaLocked(mb, n.Meta)
+	if mb.state != api.Alive {
+		mb.state, mb.since = api.Alive, now
+	}
+	mb.leaving = false
+	mb.updated = now
+	m.countAliveLocked()
+	m.emitLocked(mb)
+	signal(m.changed)
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	m := e.mesh()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb := m.members[n.Name]
+	if mb == nil || n.Name == m.name {
+		return
+	}
+	state := api.Dead
+	if mb.leaving {
+		state = api.Left
+	}
+	now := time.Now()
+	mb.state, mb.since, mb.updated = state, now, now
+	m.countAliveLocked()
+	m.emitLocked(mb)
+	signal(m.changed)
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	m := e.mesh()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb := m.members[n.Name]
+	if mb == nil {
+		return
+	}
+	mb.addr = n.Address()
+	m.updateMetaLocked(mb, n.Meta)
+	mb.updated = time.Now()
+	m.emitLocked(mb)
+	signal(m.changed)
+}
+
+// NotifyConflict: two nodes claim one name. memberlist keeps the first and refuses the
+// other; we make sure a person hears of it.
+func (e *events) NotifyConflict(existing, other *memberlist.Node) {
+	m := e.mesh()
+	if m.diag.conflict(existing.Name, existing.Address(), other.Address()) {
+		msg := fmt.Sprintf("name conflict: %s is claimed by %s and %s", existing.Name, existing.Address(), other.Address())
+		m.log.Error("mesh "+msg, "member", existing.Name)
+		m.subs.event(api.Event{Type: api.EventMesh, Host: m.name, Member: existing.Name, Message: msg, Code: api.CodeConflict})
+	}
+}
+
+// updateMetaLocked decodes new metadata; a changed API address must be checked again.
+func (m *Mesh) updateMetaLocked(mb *member, b []byte) {
+	oldAPI := mb.meta.APIAddr
+	mb.setMeta(b)
+	if mb.metaErr != nil {
+		m.log.Warn("member metadata not understood", "member", mb.name, "err", mb.metaErr)
+	}
+	if mb.meta.APIAddr != oldAPI {
+		mb.reach = reachState{}
+	}
+}
+
+// acceptLive applies a liveness notice (see liveNotice) and gossips it on if it was news.
+func (m *Mesh) acceptLive(n liveNotice) {
+	m.mu.Lock()
+	if n.Node == m.name {
+		refute := n.Kind == liveSuspect && n.Seq >= m.liveSeq && !m.leaving.Load()
+		m.mu.Unlock()
+		if refute {
+			m.refute()
+		}
+		return
+	}
+	mb := m.members[n.Node]
+	if mb == nil {
+		m.mu.Unlock()
+		return
+	}
+	news := false
+	now := time.Now()
+	switch n.Kind {
+	case liveAlive:
+		if n.Seq > mb.liveSeq {
+			mb.liveSeq, news = n.Seq, true
+			if mb.state == api.Suspect {
+				mb.state, mb.since = api.Alive, now
+			}
+		}
+	case liveSuspect:
+		if n.Seq >= mb.liveSeq && mb.state == api.Alive {
+			mb.liveSeq, news = n.Seq, true
+			mb.state, mb.since = api.Suspect, now
+		}
+	case liveLeave:
+		if n.Seq > mb.liveSeq {
+			mb.liveSeq, news = n.Seq, true
+			mb.leaving = true
+			if mb.state == api.Dead {
+				mb.state = api.Left
+			}
+		}
+	}
+	if news {
+		mb.updated = now
+		m.countAliveLocked()
+		m.emitLocked(mb)
+	}
+	m.mu.Unlock()
+	if news {
+		m.queueLive(n)
+		signal(m.changed)
+	}
+}
+
+// suspected is called when our own memberlist's failure detector suspects a node.
+func (m *Mesh) suspected(name string) {
+	m.mu.Lock()
+	mb := m.members[name]
+	if mb == nil || name == m.name {
+		m.mu.Unlock()
+		return
+	}
+	n := liveNotice{Kind: liveSuspect, Seq: mb.liveSeq, Node: name, From: m.name}
+	m.mu.Unlock()
+	m.acceptLive(n)
+}
+
+// refute answers a suspicion of ourselves with a newer alive notice.
+func (m *Mesh) refute() {
+	m.mu.Lock()
+	m.liveSeq = max(m.liveSeq+1, uint64(time.Now().UnixMicro()))
+	n := liveNotice{Kind: liveAlive, Seq: m.liveSeq, Node: m.name, From: m.name}
+	m.mu.Unlock()
+	m.queueLive(n)
+}
+
+func (m *Mesh) queueLive(n liveNotice) {
+	m.queue.QueueBroadcast(&broadcast{name: "live:" + n.Node, msg: encodeLive(n)})
+}
+
+// maxSuspicion bounds how long memberlist keeps a node suspect before declaring it dead
+// (SuspicionMaxTimeoutMult × the suspicion timeout, see memberlist's suspicionTimeout), plus a
+// probe round. A node still suspect in our table after that was refuted in a way we missed.
+func (m *Mesh) maxSuspicion() time.Duration {
+	n := float64(max(m.nAlive.Load(), 1))
+	scale := math.Max(1, math.Log10(n))
+	base := time.Duration(float64(m.mlc.SuspicionMult) * scale * float64(m.mlc.ProbeInterval))
+	return time.Duration(m.mlc.SuspicionMaxTimeoutMult)*base + 2*m.mlc.ProbeInterval
+}
+
+// broadcast is a named memberlist broadcast: queuing one replaces any queued broadcast of the
+// same name, so only the latest document or notice of a node waits in the queue.
+type broadcast struct {
+	name string
+	msg  []byte
+}
+
+func (b *broadcast) Name() string    { return b.name }
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}
+func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
+	nb, ok := o.(memberlist.NamedBroadcast)
+	return ok && nb.Name() == b.name
+}

@@ -1,0 +1,375 @@
+// Package mesh is the llmkube membership layer: who is in the mesh, what each host has, and
+// whether it can be reached. It runs hashicorp/memberlist (SWIM gossip, encrypted with a key
+// derived from the mesh secret, labelled with the mesh id), carries each node's compact
+// metadata and its versioned state document, and keeps a View of every member for the
+// console and the gateway.
+//
+// Roles: agents are placement targets and publish their state with SetLocal; consoles (the
+// TUI and headless commands) are members that observe and act, never targets. Both must leave
+// gracefully on exit (Close, or Leave then Shutdown): a bare Shutdown looks like a crash.
+//
+// Nothing stale is ever shown as ready: a member's liveness comes from memberlist's failure
+// detector (alive, suspect, dead, left), and every placement of a member that is not alive and
+// reachable is shown unavailable at once.
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/discovery"
+)
+
+// lastKnownFile holds the gossip addresses of the peers seen last, under the state dir.
+const lastKnownFile = "last-known-peers.json"
+
+// Config configures a member.
+type Config struct {
+	MeshID string // names the mesh; memberlist's Label, so meshes never mix
+	Secret []byte // the mesh secret (api.SecretSize bytes); keys gossip encryption
+	// NodeName is this member's name, unique in the mesh. Empty: made from the hostname plus a
+	// random suffix, and kept in StateDir so it is stable across restarts.
+	NodeName string
+	Role     api.Role // api.RoleAgent (default) or api.RoleConsole
+
+	BindAddr      string // gossip listen address; "" = 0.0.0.0
+	BindPort      int    // gossip port, UDP and TCP; 0 = any free port
+	AdvertiseAddr string // address others reach us at; "" = the one memberlist picks
+	AdvertisePort int    // 0 = BindPort
+	// APIAddr is an agent's HTTP API, host:port as other hosts reach it. Members check that it
+	// answers (dial-back) before they route anything to it.
+	APIAddr string
+
+	Seeds    []string // gossip host:port to join (--join); retried with backoff
+	StateDir string   // node name and last-known peers; "" = keep nothing (consoles)
+	// Discovery finds more peers to join (mDNS); nil = none. Its Findings join the doctor's.
+	Discovery discovery.Source
+
+	Profile string // ProfileLAN (default), ProfileWAN or ProfileLocal
+	// Transport replaces the UDP/TCP sockets (in-process tests); nil = real sockets.
+	Transport memberlist.Transport
+	// DialBack checks that an agent's API address answers; nil = GET http://<addr>/healthz,
+	// where any HTTP response counts as an answer.
+	DialBack func(ctx context.Context, apiAddr string) error
+	Log      *slog.Logger
+}
+
+// Mesh is a running member. Its methods are safe for concurrent use.
+type Mesh struct {
+	cfg   Config
+	t     timings
+	name  string
+	log   *slog.Logger
+	ml    *memberlist.Memberlist
+	mlc   *memberlist.Config
+	queue *memberlist.TransmitLimitedQueue
+	diag  *diagnostics
+	subs  broker
+
+	ctx     context.Context // background work; ends at Shutdown
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	jobs    chan func()   // TCP sends, run by a few workers so delegates never block
+	publish chan struct{} // the local metadata changed: tell memberlist, push to consoles
+	changed chan struct{} // something a View shows changed
+	joinCh  chan struct{} // a new join candidate
+
+	meta   atomic.Pointer[[]byte] // encoded local metadata, what memberlist gossips
+	nAlive atomic.Int32           // members alive or suspect, for the broadcast queue
+	leaving atomic.Bool           // Leave was called: refute no suspicion
+
+	mu         sync.Mutex // guards everything below; never held while calling memberlist
+	members    map[string]*member
+	docs       map[string]docEntry
+	local      localState
+	liveSeq    uint64 // our own liveness notices
+	candidates map[string]*candidate
+	foreign    map[string]discovery.Peer // mDNS answers from other meshes
+	savedPeers string                    // last list written to the last-known file
+
+	life     sync.Mutex // orders Leave and Shutdown
+	left     bool
+	shutdown bool
+	done     chan struct{}
+}
+
+// Start joins the mesh: it starts memberlist and, in the background, joins the seeds, the
+// last-known peers and whatever Discovery finds, retrying with backoff. It returns once
+// memberlist listens; it does not wait for peers. When ctx ends the member leaves gracefully
+// and shuts down (as Close does); call Close yourself to leave earlier.
+func Start(ctx context.Context, cfg Config) (*Mesh, error) {
+	if err := api.ValidMeshID(cfg.MeshID); err != nil {
+		return nil, err
+	}
+	if len(cfg.Secret) != api.SecretSize {
+		return nil, fmt.Errorf("mesh secret has %d bytes, want %d", len(cfg.Secret), api.SecretSize)
+	}
+	switch cfg.Role {
+	case "":
+		cfg.Role = api.RoleAgent
+	case api.RoleAgent, api.RoleConsole:
+	default:
+		return nil, fmt.Errorf("mesh role %q: use %q or %q", cfg.Role, api.RoleAgent, api.RoleConsole)
+	}
+	if cfg.Role == api.RoleConsole {
+		cfg.APIAddr = ""
+	}
+	mlc, t, err := profile(cfg.Profile)
+	if err != nil {
+		return nil, err
+	}
+	logger := cfg.Log
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	hostname, _ := os.Hostname()
+	name, err := resolveNodeName(cfg.NodeName, cfg.StateDir, hostname)
+	if err != nil {
+		return nil, err
+	}
+	logger = logger.With("node", name)
+
+	m := &Mesh{
+		cfg: cfg, t: t, name: name, log: logger, mlc: mlc,
+		jobs:       make(chan func(), 256),
+		publish:    make(chan struct{}, 1),
+		changed:    make(chan struct{}, 1),
+		joinCh:     make(chan struct{}, 1),
+		members:    map[string]*member{},
+		docs:       map[string]docEntry{},
+		candidates: map[string]*candidate{},
+		foreign:    map[string]discovery.Peer{},
+		done:       make(chan struct{}),
+		liveSeq:    uint64(time.Now().UnixMicro()),
+	}
+	m.diag = newDiagnostics(m)
+	m.local.gen = uint64(time.Now().UnixMicro())
+	initial, err := encodeMeta(nodeMeta{Role: cfg.Role, APIAddr: cfg.APIAddr})
+	if err != nil {
+		return nil, err
+	}
+	m.meta.Store(&initial)
+	m.members[name] = &member{name: name, state: api.Alive, emitted: api.Alive, since: time.Now(), updated: time.Now()}
+	m.members[name].setMeta(initial)
+	m.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return int(m.nAlive.Load()) },
+		RetransmitMult: mlc.RetransmitMult,
+	}
+
+	mlc.Name = name
+	mlc.Label = cfg.MeshID
+	mlc.SecretKey = api.GossipKey(cfg.Secret)
+	mlc.GossipVerifyIncoming = true
+	mlc.GossipVerifyOutgoing = true
+	mlc.BindAddr = cfg.BindAddr
+	if mlc.BindAddr == "" {
+		mlc.BindAddr = "0.0.0.0"
+	}
+	mlc.BindPort = cfg.BindPort
+	mlc.AdvertiseAddr = cfg.AdvertiseAddr
+	mlc.AdvertisePort = cfg.AdvertisePort
+	if mlc.AdvertisePort == 0 {
+		mlc.AdvertisePort = cfg.BindPort
+	}
+	mlc.Transport = cfg.Transport
+	mlc.Delegate = (*delegate)(m)
+	mlc.Events = (*events)(m)
+	mlc.Conflict = (*events)(m)
+	mlc.LogOutput = nil
+	mlc.Logger = log.New(m.diag, "", 0)
+
+	ml, err := memberlist.Create(mlc)
+	if err != nil {
+		return nil, fmt.Errorf("starting memberlist: %w", err)
+	}
+	m.ml = ml
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+
+	for range 4 {
+		m.goRun(m.worker)
+	}
+	m.goRun(m.publisher)
+	m.goRun(m.notifier)
+	m.goRun(m.housekeeper)
+	m.goRun(m.joiner)
+	m.goRun(m.discover)
+	go func() {
+		select {
+		case <-ctx.Done():
+			cctx, cancel := context.WithTimeout(context.Background(), m.t.publishWait)
+			defer cancel()
+			if err := m.Close(cctx); err != nil {
+				m.log.Warn("leaving the mesh", "err", err)
+			}
+		case <-m.done:
+		}
+	}()
+	m.log.Info("mesh member started", "mesh", cfg.MeshID, "role", cfg.Role, "gossip", m.GossipAddr(), "profile", cfg.Profile)
+	return m, nil
+}
+
+func (m *Mesh) goRun(f func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+}
+
+// worker runs queued jobs (TCP sends) until shutdown.
+func (m *Mesh) worker() {
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case job := <-m.jobs:
+			job()
+		}
+	}
+}
+
+// do queues a job without ever blocking: a full queue drops it, and the housekeeping that
+// queued it will queue it again.
+func (m *Mesh) do(job func()) {
+	select {
+	case m.jobs <- job:
+	default:
+		m.log.Debug("mesh job queue full; dropping a send")
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// LocalNode is this member's node name.
+func (m *Mesh) LocalNode() string { return m.name }
+
+// GossipAddr is the host:port other members reach this one at.
+func (m *Mesh) GossipAddr() string { return m.ml.LocalNode().Address() }
+
+// Members is the number of members memberlist counts alive (suspect included), this one too.
+func (m *Mesh) Members() int { return m.ml.NumMembers() }
+
+// Done is closed once the member has shut down.
+func (m *Mesh) Done() <-chan struct{} { return m.done }
+
+// Leave tells the mesh this member is going: a leave notice (so others show it "left", not
+// "dead"), then memberlist's own leave, waiting at most timeout for it to go out. The member
+// keeps running until Shutdown. Safe to call more than once.
+func (m *Mesh) Leave(timeout time.Duration) error {
+	m.life.Lock()
+	defer m.life.Unlock()
+	if m.shutdown {
+		return errors.New("mesh: leave after shutdown")
+	}
+	if m.left {
+		return nil
+	}
+	m.left = true
+	m.leaving.Store(true)
+	start := time.Now()
+	m.mu.Lock()
+	m.liveSeq = max(m.liveSeq+1, uint64(time.Now().UnixMicro()))
+	n := liveNotice{Kind: liveLeave, Seq: m.liveSeq, Node: m.name, From: m.name}
+	others := m.nAlive.Load() > 1
+	m.mu.Unlock()
+	m.queueLive(n)
+	if others {
+		// Give the notice a head start on memberlist's leave message, which would otherwise
+		// overtake it in the same packet.
+		time.Sleep(min(m.t.leaveWait, timeout))
+	}
+	rest := max(timeout-time.Since(start), 10*time.Millisecond)
+	if err := m.ml.Leave(rest); err != nil {
+		return fmt.Errorf("leaving the mesh: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops the member at once. Without Leave first, the others see it die.
+func (m *Mesh) Shutdown() error {
+	m.life.Lock()
+	defer m.life.Unlock()
+	if m.shutdown {
+		return nil
+	}
+	m.shutdown = true
+	m.saveLastKnown()
+	m.cancel()
+	err := m.ml.Shutdown()
+	m.wg.Wait()
+	m.subs.close()
+	close(m.done)
+	m.log.Info("mesh member stopped")
+	return err
+}
+
+// Close leaves gracefully (waiting until ctx's deadline, or 5 s) and shuts down.
+func (m *Mesh) Close(ctx context.Context) error {
+	timeout := 5 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	m.life.Lock()
+	down := m.shutdown
+	m.life.Unlock()
+	if down {
+		return nil
+	}
+	lerr := m.Leave(timeout)
+	return errors.Join(lerr, m.Shutdown())
+}
+
+// memberlistNode addresses a member for SendReliable.
+func memberlistNode(name, addr string) (*memberlist.Node, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, err
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return nil, fmt.Errorf("member %s has no IP address (%q)", name, addr)
+	}
+	return &memberlist.Node{Name: name, Addr: ip, Port: uint16(p)}, nil
+}
+
+// sendTo sends a message to a member over TCP, in a worker.
+func (m *Mesh) sendTo(name, addr string, msg []byte) {
+	m.do(func() {
+		n, err := memberlistNode(name, addr)
+		if err == nil {
+			err = m.ml.SendReliable(n, msg)
+		}
+		if err != nil {
+			m.log.Debug("sending to member", "member", name, "err", err)
+		}
+	})
+}
+
+func (m *Mesh) lastKnownPath() string {
+	if m.cfg.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(m.cfg.StateDir, lastKnownFile)
+}

@@ -1,0 +1,80 @@
+package mesh
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Profiles name a set of timings: memberlist's and ours.
+const (
+	ProfileLAN   = "lan"   // memberlist.DefaultLANConfig: one LAN, up to ~100 hosts
+	ProfileWAN   = "wan"   // memberlist.DefaultWANConfig: several sites over seeds or a tailnet
+	ProfileLocal = "local" // fast timings for tests and the demo, on one machine
+)
+
+// timings are the mesh's own intervals, scaled with memberlist's for each profile.
+type timings struct {
+	tick         time.Duration // housekeeping: fetches, dial-backs, expiries, events
+	dialTimeout  time.Duration // one dial-back attempt
+	dialRetry    time.Duration // between attempts while an API address does not answer
+	dialRecheck  time.Duration // between checks of an address that answered
+	joinFirst    time.Duration // first retry of a join
+	joinMax      time.Duration // backoff cap
+	saveEvery    time.Duration // last-known peers
+	fetchGrace   time.Duration // wait for a gossiped document before fetching it over TCP
+	fetchRetry   time.Duration // between TCP fetches of one document
+	retainGone   time.Duration // a dead or left member stays in the view this long
+	deadGrace    time.Duration // a death is announced after this, in case a leave notice follows
+	leaveWait    time.Duration // time for the leave notice to go out before memberlist's
+	publishWait  time.Duration // UpdateNode's wait for the metadata broadcast
+	conflictKeep time.Duration // a name conflict stays in the doctor's report
+}
+
+// profile returns memberlist's config and our timings for a profile name.
+func profile(name string) (*memberlist.Config, timings, error) {
+	switch name {
+	case "", ProfileLAN:
+		c := memberlist.DefaultLANConfig()
+		c.DeadNodeReclaimTime = 10 * time.Second // a host back on a new DHCP address within seconds
+		return c, timings{
+			tick: 100 * time.Millisecond, dialTimeout: 2 * time.Second, dialRetry: 5 * time.Second,
+			dialRecheck: time.Minute, joinFirst: time.Second, joinMax: 30 * time.Second,
+			saveEvery: 30 * time.Second, fetchGrace: time.Second, fetchRetry: 3 * time.Second,
+			retainGone: 30 * time.Minute, deadGrace: 400 * time.Millisecond, leaveWait: 600 * time.Millisecond,
+			publishWait: 5 * time.Second, conflictKeep: 10 * time.Minute,
+		}, nil
+	case ProfileWAN:
+		c := memberlist.DefaultWANConfig()
+		c.DeadNodeReclaimTime = 30 * time.Second
+		return c, timings{
+			tick: 250 * time.Millisecond, dialTimeout: 5 * time.Second, dialRetry: 15 * time.Second,
+			dialRecheck: 2 * time.Minute, joinFirst: 2 * time.Second, joinMax: time.Minute,
+			saveEvery: time.Minute, fetchGrace: 2 * time.Second, fetchRetry: 10 * time.Second,
+			retainGone: time.Hour, deadGrace: time.Second, leaveWait: 1500 * time.Millisecond,
+			publishWait: 10 * time.Second, conflictKeep: 30 * time.Minute,
+		}, nil
+	case ProfileLocal:
+		// Short intervals, but not so short that a busy test machine (-race, 2 cores) makes
+		// members suspect each other for being slow.
+		c := memberlist.DefaultLocalConfig()
+		c.ProbeInterval = 200 * time.Millisecond
+		c.ProbeTimeout = 100 * time.Millisecond
+		c.GossipInterval = 20 * time.Millisecond
+		c.PushPullInterval = time.Second
+		c.GossipToTheDeadTime = time.Second
+		c.SuspicionMult = 3
+		c.SuspicionMaxTimeoutMult = 3
+		c.TCPTimeout = 2 * time.Second
+		c.DeadNodeReclaimTime = 500 * time.Millisecond
+		return c, timings{
+			tick: 20 * time.Millisecond, dialTimeout: 500 * time.Millisecond, dialRetry: 100 * time.Millisecond,
+			dialRecheck: 2 * time.Second, joinFirst: 50 * time.Millisecond, joinMax: 500 * time.Millisecond,
+			saveEvery: 200 * time.Millisecond, fetchGrace: 100 * time.Millisecond, fetchRetry: 300 * time.Millisecond,
+			retainGone: 10 * time.Second, deadGrace: 60 * time.Millisecond, leaveWait: 80 * time.Millisecond,
+			publishWait: time.Second, conflictKeep: time.Minute,
+		}, nil
+	}
+	return nil, timings{}, fmt.Errorf("mesh profile %q: use %q, %q or %q", name, ProfileLAN, ProfileWAN, ProfileLocal)
+}

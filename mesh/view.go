@@ -1,0 +1,154 @@
+package mesh
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// View is an immutable snapshot of the mesh as this member sees it: every member with its
+// liveness, capacity and placements. It marshals to JSON as api.MeshView (GET /v1/mesh).
+// Treat everything reachable from it as read-only: snapshots share memory.
+//
+// Placements of a member that is not alive and reachable (suspect, dead, left, unreachable)
+// have State api.StateUnavailable, Code api.CodeUnreachable, and a Reason that starts with the
+// state they had — "was ready: host dead" — which WasState reads back.
+type View struct {
+	api.MeshView
+	index    map[string]int
+	verified []bool // per member: alive and its API answered (or this member itself)
+}
+
+// Member returns the member called name.
+func (v View) Member(name string) (api.Member, bool) {
+	i, ok := v.index[name]
+	if !ok {
+		return api.Member{}, false
+	}
+	return v.Members[i], true
+}
+
+// Agents returns the agents — placement targets — whatever their liveness, by name.
+func (v View) Agents() []api.Member {
+	var out []api.Member
+	for _, mb := range v.Members {
+		if mb.Role == api.RoleAgent {
+			out = append(out, mb)
+		}
+	}
+	return out
+}
+
+// Placements returns every placement of every member, unavailable ones included.
+func (v View) Placements() []api.Placement {
+	var out []api.Placement
+	for _, mb := range v.Members {
+		out = append(out, mb.Placements...)
+	}
+	return out
+}
+
+// Ready returns the placements serving model that can take a request now: state ready, on an
+// agent that is alive and whose API address answered. namespace "" matches every namespace.
+// Never stale: a member that stops answering leaves this list at once.
+func (v View) Ready(namespace, model string) []api.Placement {
+	var out []api.Placement
+	for i, mb := range v.Members {
+		if !v.verified[i] || mb.Liveness != api.Alive || mb.Role != api.RoleAgent {
+			continue
+		}
+		for _, p := range mb.Placements {
+			if p.State == api.StateReady && p.Model == model && (namespace == "" || p.Namespace == namespace) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// WasState returns the state an unavailable placement had before its host stopped answering.
+func WasState(p api.Placement) (api.PlacementState, bool) {
+	if p.State != api.StateUnavailable {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(p.Reason, "was ")
+	if !ok {
+		return "", false
+	}
+	s, _, ok := strings.Cut(rest, ":")
+	return api.PlacementState(s), ok
+}
+
+// View returns a fresh snapshot.
+func (m *Mesh) View() View {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.viewLocked()
+}
+
+func (m *Mesh) viewLocked() View {
+	v := View{
+		MeshView: api.MeshView{Mesh: m.cfg.MeshID, Self: m.name, At: time.Now()},
+		index:    make(map[string]int, len(m.members)),
+	}
+	names := make([]string, 0, len(m.members))
+	for name := range m.members {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		mb := m.members[name]
+		live, reason := mb.liveness()
+		out := api.Member{Name: name, Role: mb.meta.Role, Addr: mb.addr, Liveness: live, Reason: reason, Updated: mb.updated}
+		verified := mb.verified(m.name)
+		switch {
+		case mb.metaErr != nil:
+			out.Reason = mb.metaErr.Error()
+		case reason == "" && live == api.Alive && mb.isAgent() && !verified:
+			out.Reason = "API address " + mb.meta.APIAddr + " not checked yet"
+		}
+		if c := m.diag.conflictOf(name); c != "" && out.Reason == "" {
+			out.Reason = c
+		}
+		if mb.isAgent() {
+			out.Host, out.Placements = m.hostLocked(mb, live)
+		}
+		v.index[name] = len(v.Members)
+		v.Members = append(v.Members, out)
+		v.verified = append(v.verified, verified)
+	}
+	return v
+}
+
+// hostLocked joins what the metadata and the state document say of an agent. The document has
+// everything; metadata newer than the document (the document is still on its way) updates the
+// capacity figures it carries.
+func (m *Mesh) hostLocked(mb *member, live api.Liveness) (*api.Host, []api.Placement) {
+	e, ok := m.docs[mb.name]
+	if !ok || e.doc.Host == nil {
+		return mb.meta.host(mb.name), nil
+	}
+	h := *e.doc.Host
+	h.Name = mb.name
+	if mb.meta.Gen > e.doc.Gen {
+		h.Memory, h.Placements, h.APIAddr = mb.meta.Memory, mb.meta.Placements, mb.meta.APIAddr
+	}
+	ps := make([]api.Placement, len(e.doc.Placements))
+	copy(ps, e.doc.Placements)
+	for i := range ps {
+		ps[i].Host = mb.name
+		if live != api.Alive {
+			ps[i].Reason = fmt.Sprintf("was %s: host %s", ps[i].State, live)
+			ps[i].State = api.StateUnavailable
+			ps[i].Code = api.CodeUnreachable
+		}
+	}
+	slices.SortStableFunc(ps, func(a, b api.Placement) int {
+		return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.ID, b.ID))
+	})
+	return &h, ps
+}
