@@ -184,6 +184,9 @@ func (p *prober) linuxCgroup() (cg cgroupMemory, ok bool) {
 	m.CgroupLimit, m.CgroupHigh = cg.Limit, cg.High
 	if cg.Limited {
 		m.CgroupLimitPath = cgroupPathOf(mountPoint, mountRoot, cg.LimitPath)
+		if cg.Limit == 0 {
+			p.note("cgroup " + m.CgroupLimitPath + " has a memory.max of 0: the agent may use no memory")
+		}
 	}
 	if cg.HasCurrent {
 		m.CgroupCurrent = cg.Current

@@ -62,7 +62,9 @@ type MemInfo struct {
 	HostTotal     int64 `json:"host_total"`
 	HostAvailable int64 `json:"host_available"`
 	// CgroupLimit is the tightest cgroup v2 memory.max over the agent's cgroup and its ancestors,
-	// held by CgroupLimitPath; 0 when there is none. CgroupHigh likewise for memory.high.
+	// held by CgroupLimitPath. With no limit both are empty; a CgroupLimitPath with a
+	// CgroupLimit of 0 is a real limit of nothing. CgroupHigh is the tightest memory.high, 0 for
+	// none.
 	CgroupLimit     int64  `json:"cgroup_limit"`
 	CgroupLimitPath string `json:"cgroup_limit_path,omitempty"`
 	CgroupHigh      int64  `json:"cgroup_high"`
@@ -130,15 +132,15 @@ func Probe(ctx context.Context, opts Options) Info {
 	if opts.Arch == "" {
 		opts.Arch = runtime.GOARCH
 	}
-	p := &prober{
-		ctx:  ctx,
-		r:    newRootFS(opts.Root),
-		opts: opts,
-		// The Go runtime answers for this very process, and better than files (NumCPU honours
-		// the CPU affinity mask); a fixture root exercises the file parsers instead.
-		live: opts.Root == "/" && opts.OS == runtime.GOOS && opts.Arch == runtime.GOARCH,
-		info: Info{OS: opts.OS, Arch: opts.Arch},
-	}
+	// The Go runtime answers for this very process, and better than files (NumCPU honours the
+	// CPU affinity mask); a fixture root exercises the file parsers instead.
+	live := opts.Root == "/" && opts.OS == runtime.GOOS && opts.Arch == runtime.GOARCH
+	return probe(ctx, opts, newRootFS(opts.Root), live)
+}
+
+// probe reads a host through r.
+func probe(ctx context.Context, opts Options, r rootFS, live bool) Info {
+	p := &prober{ctx: ctx, r: r, opts: opts, live: live, info: Info{OS: opts.OS, Arch: opts.Arch}}
 	switch opts.OS {
 	case "linux":
 		p.linux()

@@ -28,16 +28,14 @@ func newRootFS(root string) rootFS {
 	return rootFS{fsys: os.DirFS(root)}
 }
 
-// rel turns a host path into a path inside the root, refusing anything that would leave it.
-func rel(hostPath string) (string, error) {
+// rel turns a host path into a path inside the root. Cleaning it as an absolute path first
+// drops any "..", so the result never leaves the root.
+func rel(hostPath string) string {
 	p := strings.TrimPrefix(path.Clean("/"+hostPath), "/")
 	if p == "" {
-		p = "."
+		return "."
 	}
-	if !fs.ValidPath(p) {
-		return "", &fs.PathError{Op: "open", Path: hostPath, Err: fs.ErrInvalid}
-	}
-	return p, nil
+	return p
 }
 
 // hostErr rewrites an fs error so it names the host path rather than the path inside the root.
@@ -70,11 +68,7 @@ func (r rootFS) readFile(hostPath string) ([]byte, error) {
 
 // readPrefix reads at most n bytes from the start of a file.
 func (r rootFS) readPrefix(hostPath string, n int64) ([]byte, error) {
-	p, err := rel(hostPath)
-	if err != nil {
-		return nil, err
-	}
-	f, err := r.fsys.Open(p)
+	f, err := r.fsys.Open(rel(hostPath))
 	if err != nil {
 		return nil, hostErr("open", hostPath, err)
 	}
@@ -95,30 +89,9 @@ func (r rootFS) readString(hostPath string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// exists reports whether a path exists; any error other than "does not exist" is returned.
-func (r rootFS) exists(hostPath string) (bool, error) {
-	p, err := rel(hostPath)
-	if err != nil {
-		return false, err
-	}
-	_, err = fs.Stat(r.fsys, p)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	default:
-		return false, hostErr("stat", hostPath, err)
-	}
-}
-
 // glob returns the host paths matching a pattern written as a host path.
 func (r rootFS) glob(hostPattern string) ([]string, error) {
-	p, err := rel(hostPattern)
-	if err != nil {
-		return nil, err
-	}
-	matches, err := fs.Glob(r.fsys, p)
+	matches, err := fs.Glob(r.fsys, rel(hostPattern))
 	if err != nil {
 		return nil, fmt.Errorf("glob %s: %w", hostPattern, err)
 	}
