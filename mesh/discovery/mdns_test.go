@@ -178,3 +178,30 @@ func TestResponderAnswersOnlyItsName(t *testing.T) {
 	resp, _ = r.answer(&dns.Msg{MsgHdr: dns.MsgHdr{Response: true}, Question: q.Question}, 40000)
 	assert.Nil(t, resp, "responses are not questions")
 }
+
+// FuzzDNSPackets feeds arbitrary datagrams, as anyone on the LAN can send, to both readers of
+// port-5353 traffic we own: the responder's query handling and the resolver's answer parsing.
+func FuzzDNSPackets(f *testing.F) {
+	r := &hostResponder{host: "alpha.llmkube.local.", addrs: []net.IP{net.ParseIP("10.0.0.1").To4(), net.ParseIP("2001:db8::1")}}
+	q := new(dns.Msg)
+	q.SetQuestion("alpha.llmkube.local.", dns.TypeANY)
+	qb, _ := q.Pack()
+	f.Add(qb)
+	resp, _ := r.answer(q, 40000)
+	rb, _ := resp.Pack()
+	f.Add(rb)
+	f.Add([]byte{})
+	f.Add([]byte{0, 0, 0x84, 0, 0, 0, 0, 1, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = answerAddrs(b, q.Id, "alpha.llmkube.local.")
+		var m dns.Msg
+		if m.Unpack(b) != nil {
+			return
+		}
+		if resp, _ := r.answer(&m, 40000); resp != nil {
+			if _, err := resp.Pack(); err != nil {
+				t.Fatalf("answer to %v does not pack: %v", m.Question, err)
+			}
+		}
+	})
+}
