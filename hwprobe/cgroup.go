@@ -125,8 +125,7 @@ func parseCgroupValue(data []byte) (n int64, limited bool, err error) {
 
 // cgroupMemory is what the agent's own cgroup v2 and its ancestors say about memory.
 type cgroupMemory struct {
-	Path      string // the agent's cgroup, as /proc/self/cgroup names it
-	Limit     int64  // tightest memory.max; 0 with Limited false when there is none
+	Limit     int64 // tightest memory.max; 0 with Limited false when there is none
 	Limited   bool
 	LimitPath string // the cgroup that holds Limit
 	High      int64  // tightest memory.high; 0 with HasHigh false when there is none

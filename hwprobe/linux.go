@@ -115,12 +115,12 @@ func (p *prober) linuxMemory() {
 		}
 	}
 
-	cg, cgOK := p.linuxCgroup()
+	cg := p.linuxCgroup()
 
 	switch {
 	case !hostTotalOK:
 		p.unknown(FieldTotal, "the host's total is unknown")
-	case cgOK && cg.Limited:
+	case cg.Limited:
 		m.Total = min(m.HostTotal, cg.Limit)
 	default:
 		m.Total = m.HostTotal
@@ -128,16 +128,17 @@ func (p *prober) linuxMemory() {
 	switch {
 	case !hostAvailOK:
 		p.unknown(FieldAvailable, "the host's available memory is unknown")
-	case cgOK && cg.Limited:
+	case cg.Limited:
 		m.Available = min(m.HostAvailable, cg.Headroom)
 	default:
 		m.Available = m.HostAvailable
 	}
 }
 
-// linuxCgroup finds the agent's cgroup and reads its memory limits. ok says the cgroup
-// figures may be combined with the host's: v2 and read, or nothing to read.
-func (p *prober) linuxCgroup() (cg cgroupMemory, ok bool) {
+// linuxCgroup finds the agent's cgroup and reads its memory limits into Info. What it returns
+// is unlimited when there is no limit to apply: none set, the memory controller on cgroup v1,
+// or the files unreadable (each noted).
+func (p *prober) linuxCgroup() cgroupMemory {
 	m := &p.info.Memory
 	cgUnknown := func(why string) {
 		p.unknownAll([]string{FieldCgroupLimit, FieldCgroupHigh, FieldCgroupCurrent}, why)
@@ -154,7 +155,7 @@ func (p *prober) linuxCgroup() (cg cgroupMemory, ok bool) {
 		p.unknown(FieldCgroupVersion, err.Error())
 		cgUnknown("the agent's cgroup is unknown")
 		p.note("memory figures are the host's: the agent's cgroup could not be read")
-		return cgroupMemory{}, false
+		return cgroupMemory{}
 	}
 	if pc.MemoryV1 {
 		m.CgroupVersion, m.HostFigures = 1, true
@@ -163,7 +164,7 @@ func (p *prober) linuxCgroup() (cg cgroupMemory, ok bool) {
 		}
 		cgUnknown("the memory controller is on cgroup v1")
 		p.note("memory figures are the host's: memory controller on cgroup v1")
-		return cgroupMemory{}, false
+		return cgroupMemory{}
 	}
 	m.CgroupVersion, m.CgroupPath = 2, pc.V2Path
 
@@ -175,11 +176,11 @@ func (p *prober) linuxCgroup() (cg cgroupMemory, ok bool) {
 	if note != "" {
 		p.note(note)
 	}
-	cg, err = readCgroupMemory(p.r, mountPoint, dir)
+	cg, err := readCgroupMemory(p.r, mountPoint, dir)
 	if err != nil {
 		cgUnknown(err.Error())
 		p.note("memory figures are the host's: the cgroup limits could not be read")
-		return cgroupMemory{}, false
+		return cgroupMemory{}
 	}
 	m.CgroupLimit, m.CgroupHigh = cg.Limit, cg.High
 	if cg.Limited {
@@ -193,7 +194,7 @@ func (p *prober) linuxCgroup() (cg cgroupMemory, ok bool) {
 	} else {
 		p.unknown(FieldCgroupCurrent, fmt.Sprintf("no memory.current in %s", dir))
 	}
-	return cg, true
+	return cg
 }
 
 func (p *prober) linuxAccelerators() {

@@ -114,10 +114,10 @@ func AcceleratorMemoryField(i int) string {
 	return "accelerators." + strconv.Itoa(i) + ".memory"
 }
 
-// Known reports whether a field (a Field* name) was read.
+// Known reports whether a field (a Field* name) was read. It does not rely on Unknown being
+// sorted: an Info may come from another member as JSON.
 func (i Info) Known(field string) bool {
-	_, found := slices.BinarySearch(i.Unknown, field)
-	return !found
+	return !slices.Contains(i.Unknown, field)
 }
 
 // Probe reads what the host has. It never fails: what it cannot read is named in Unknown, and
