@@ -61,7 +61,13 @@ func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (ap
 	if err := ctx.Err(); err != nil {
 		return api.SizeEstimate{}, failed("sizing %s: %v", path, err)
 	}
-	gf, err := safeParse(func() (*parser.GGUFFile, error) { return parser.ParseGGUFFile(path, readOptions()...) })
+	// mmap: the header is a few hundred thousand small reads (one per vocabulary token), ~20×
+	// faster from a mapping than by read calls. A file truncated while mapped cannot crash the
+	// agent: gguf-parser-go copies out of the mapping with debug.SetPanicOnFault and reports a
+	// fault as an error.
+	gf, err := safeParse(func() (*parser.GGUFFile, error) {
+		return parser.ParseGGUFFile(path, append(readOptions(), parser.UseMMap())...)
+	})
 	if err != nil {
 		// A GGUF this parser cannot read (a newer version, a damaged header) is still a GGUF:
 		// size it by the file, and say so.

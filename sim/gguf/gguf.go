@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // Spec describes the model to write. Zero fields take the defaults noted.
@@ -295,17 +296,17 @@ func (w *writer) kvTokens(k string, n int) {
 	w.u32(typeArray)
 	w.u32(typeString)
 	w.u64(uint64(n))
+	special := []string{"<unk>", "<s>", "</s>"}
+	tok := make([]byte, 0, 32)
 	for i := range n {
-		switch i {
-		case 0:
-			w.str("<unk>")
-		case 1:
-			w.str("<s>")
-		case 2:
-			w.str("</s>")
-		default:
-			w.str(fmt.Sprintf("tok%d", i))
+		tok = tok[:0]
+		if i < len(special) {
+			tok = append(tok, special[i]...)
+		} else {
+			tok = strconv.AppendInt(append(tok, "tok"...), int64(i), 10)
 		}
+		w.u64(uint64(len(tok)))
+		w.raw(tok)
 	}
 }
 

@@ -17,7 +17,7 @@ func TestWriteParsesWithGGUFParser(t *testing.T) {
 			path := filepath.Join(t.TempDir(), spec.Name+".gguf")
 			require.NoError(t, Write(path, spec))
 
-			gf, err := parser.ParseGGUFFile(path, parser.SkipCache())
+			gf, err := parser.ParseGGUFFile(path, parser.SkipLargeMetadata(), parser.UseMMap())
 			require.NoError(t, err)
 			a := gf.Architecture()
 			assert.Equal(t, "llama", a.Architecture)
@@ -65,7 +65,7 @@ func TestEstimateScalesWithContext(t *testing.T) {
 	spec, _ := Preset("sim-tiny")
 	path := filepath.Join(t.TempDir(), "tiny.gguf")
 	require.NoError(t, Write(path, spec))
-	gf, err := parser.ParseGGUFFile(path, parser.SkipCache())
+	gf, err := parser.ParseGGUFFile(path, parser.SkipLargeMetadata(), parser.UseMMap())
 	require.NoError(t, err)
 
 	kv := func(ctx int32) uint64 {
@@ -86,7 +86,7 @@ func TestWeightBytesPadsTheDataRegion(t *testing.T) {
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Greater(t, fi.Size(), int64(1<<30))
-	gf, err := parser.ParseGGUFFile(path, parser.SkipCache())
+	gf, err := parser.ParseGGUFFile(path, parser.SkipLargeMetadata(), parser.UseMMap())
 	require.NoError(t, err)
 	// gguf-parser-go sizes the data region from the file; the weights it estimates come from
 	// the tensor infos.
