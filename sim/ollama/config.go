@@ -149,10 +149,10 @@ func SplitList(v string) []string {
 // a negative value means Forever.
 func ParseKeepAlive(v string) (time.Duration, error) {
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if f < 0 {
-			return Forever, nil
+		if math.IsNaN(f) {
+			return 0, fmt.Errorf("want seconds or a duration such as \"5m\" (negative = forever)")
 		}
-		return time.Duration(f) * time.Second, nil
+		return secondsKeepAlive(f), nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
@@ -162,6 +162,15 @@ func ParseKeepAlive(v string) (time.Duration, error) {
 		return Forever, nil
 	}
 	return d, nil
+}
+
+// secondsKeepAlive turns a keep-alive in seconds into a duration: negative, or too long for a
+// time.Duration (where Ollama's own conversion overflows), is Forever.
+func secondsKeepAlive(f float64) time.Duration {
+	if f < 0 || f >= float64(math.MaxInt64/int64(time.Second)) {
+		return Forever
+	}
+	return time.Duration(f) * time.Second
 }
 
 // Validate checks the configuration, including that preloaded models are in the catalogue.

@@ -24,11 +24,7 @@ func (k *keepAlive) UnmarshalJSON(b []byte) error {
 	}
 	switch t := v.(type) {
 	case float64:
-		if t < 0 {
-			k.d = Forever
-		} else {
-			k.d = time.Duration(int(t)) * time.Second
-		}
+		k.d = secondsKeepAlive(t)
 	case string:
 		d, err := time.ParseDuration(t)
 		if err != nil {

@@ -763,3 +763,18 @@ func ExampleServer_RegistryURL() {
 	fmt.Println(m.Layers[0].MediaType, m.Layers[0].Size)
 	// Output: application/vnd.ollama.image.model 397807936
 }
+
+func FuzzKeepAlive(f *testing.F) {
+	for _, s := range []string{"5m", "-1", "0", "300", "1e309", "-0", "1h30m", "NaN", `"10s"`, `-3.5`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if d, err := ParseKeepAlive(s); err == nil && d < 0 {
+			t.Fatalf("ParseKeepAlive(%q) = %v, negative", s, d)
+		}
+		var k keepAlive
+		if err := json.Unmarshal([]byte(s), &k); err == nil && k.d < 0 {
+			t.Fatalf("keep_alive %s decoded to %v, negative", s, k.d)
+		}
+	})
+}
