@@ -90,12 +90,20 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 		if r.Verdict != api.VerdictRefused {
 			speed = measuredSpeed(m.Placements, req.Source, model)
 			fastest = max(fastest, speed)
-			if req.HasFiles[m.Name] {
+			files := req.HasFiles[m.Name]
+			if files {
 				r.Score += weightFiles
-				r.Reason += "; has the files"
 			}
-			if speed > 0 {
-				r.Reason += "; " + strconv.FormatFloat(speed, 'f', 1, 64) + " tok/s measured"
+			if files || speed > 0 {
+				var buf [128]byte
+				b := append(buf[:0], r.Reason...)
+				if files {
+					b = append(b, "; has the files"...)
+				}
+				if speed > 0 {
+					b = append(strconv.AppendFloat(append(b, "; "...), speed, 'f', 1, 64), " tok/s measured"...)
+				}
+				r.Reason = string(b)
 			}
 		}
 		out = append(out, r)
@@ -118,11 +126,30 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 		}
 		return strings.Compare(ra.Host, rb.Host)
 	})
-	sorted := make([]api.Ranked, len(out))
-	for i, j := range order {
-		sorted[i] = out[j]
+	permute(out, order)
+	return out
+}
+
+// permute reorders rs in place so that rs[i] becomes the old rs[order[i]], following each
+// cycle once; it consumes order.
+func permute(rs []api.Ranked, order []int32) {
+	for start := range rs {
+		if order[start] < 0 {
+			continue
+		}
+		tmp := rs[start]
+		j := start
+		for {
+			k := int(order[j])
+			order[j] = -1
+			if k == start {
+				rs[j] = tmp
+				break
+			}
+			rs[j] = rs[k]
+			j = k
+		}
 	}
-	return sorted
 }
 
 // sourceKind is what a source is, as far as placement cares.

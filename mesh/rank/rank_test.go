@@ -2,6 +2,7 @@ package rank
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -362,6 +363,37 @@ func BenchmarkRank1000(b *testing.B) {
 	for b.Loop() {
 		if got := Rank(members, req); len(got) != 1000 {
 			b.Fatal(len(got))
+		}
+	}
+}
+
+// TestOrderIsSortedAndComplete checks the in-place reordering on a large, varied mesh: every
+// agent exactly once, scores never increasing, equal scores by name.
+func TestOrderIsSortedAndComplete(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var members []api.Member
+	for i := range 300 {
+		name := fmt.Sprintf("h%03d", rng.IntN(1000)*1000+i)
+		m := agent(name, float64(rng.IntN(8)))
+		if rng.IntN(5) == 0 {
+			m.Liveness = api.Dead
+		}
+		if rng.IntN(4) == 0 {
+			m.Placements = []api.Placement{{Source: gguf(0).Source, TokensPerS: float64(rng.IntN(40))}}
+		}
+		members = append(members, m)
+	}
+	req := gguf(gibs(1.5))
+	req.HasFiles = map[string]bool{members[7].Name: true}
+	got := Rank(members, req)
+	require.Len(t, got, len(members))
+	seen := map[string]bool{}
+	for i, r := range got {
+		assert.False(t, seen[r.Host], "%s twice", r.Host)
+		seen[r.Host] = true
+		if i > 0 {
+			p := got[i-1]
+			assert.True(t, p.Score > r.Score || p.Score == r.Score && p.Host < r.Host, "%v before %v", p, r)
 		}
 	}
 }
