@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/sim/gguf"
+	simollama "github.com/llmkube/mesh/sim/ollama"
 )
 
 const qwenModelLayer = 934_964_576
@@ -240,4 +241,37 @@ func TestOllamaRegistryReadsBlobHeader(t *testing.T) {
 			assert.Less(t, blob.sent.Load(), int64(64*mib), "the blob was not downloaded")
 		})
 	}
+}
+
+// The Ollama simulator's daemon and registry: a model the daemon has is sized by /api/show, the
+// others by the registry manifest and the model blob's header, and nothing is pulled.
+func TestOllamaAgainstSimulator(t *testing.T) {
+	cfg := simollama.DefaultConfig()
+	cfg.Preloaded = []string{"llama3.2:1b"}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sim, err := simollama.Start(ctx, cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	s := &Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}
+
+	est, err := s.Estimate(ctx, parse(t, "ollama://llama3.2:1b"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeShow, est.Method)
+	assert.Equal(t, kvBytes(16, 2048, 2048, 32, 8), est.KV)
+	assert.Contains(t, est.Detail, "KV 64 MiB (16 layers × 2048 ctx, f16)")
+
+	est, err = s.Estimate(ctx, parse(t, "ollama://qwen2.5:0.5b"), 4096)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeRegistry, est.Method)
+	assert.Greater(t, est.Weights, int64(390_000_000))
+	assert.Equal(t, kvBytes(24, 4096, 896, 14, 2), est.KV, "KV from the blob's header")
+	assert.Contains(t, est.Detail, "from the model blob's GGUF header")
+
+	_, err = s.Estimate(ctx, parse(t, "ollama://nosuch:1b"), 0)
+	requireCode(t, err, api.CodeNotFound, "/v2/library/nosuch/manifests/1b: HTTP 404")
+
+	st := sim.Stats()
+	assert.Zero(t, st.Pulls)
+	t.Logf("registry requests: %v", st.Registry)
 }
