@@ -277,10 +277,27 @@ func TestServesLikeLlamaServer(t *testing.T) {
 	var st struct {
 		Requests    map[string]int `json:"requests"`
 		Completions int            `json:"completions"`
+		Settings    struct {
+			CtxSize   int    `json:"ctx_size"`
+			GPULayers int    `json:"n_gpu_layers"`
+			Threads   int    `json:"threads"`
+			Metrics   bool   `json:"metrics"`
+			MLock     bool   `json:"mlock"`
+			FlashAttn string `json:"flash_attn"`
+			Jinja     bool   `json:"jinja"`
+			Alias     string `json:"alias"`
+		} `json:"settings"`
 	}
 	getJSON(t, url+"/_sim/stats", &st)
 	assert.Equal(t, 2, st.Completions)
 	assert.Equal(t, 2, st.Requests["POST /v1/chat/completions"])
+	// The command line as the simulator understood it, for tests of how the agent launches it.
+	assert.Equal(t, 2048, st.Settings.CtxSize)
+	assert.Equal(t, 99, st.Settings.GPULayers)
+	assert.Equal(t, 2, st.Settings.Threads)
+	assert.True(t, st.Settings.Metrics && st.Settings.MLock && st.Settings.Jinja)
+	assert.Equal(t, "on", st.Settings.FlashAttn)
+	assert.Equal(t, "tiny:1b", st.Settings.Alias)
 }
 
 func TestMetricsNeedTheFlag(t *testing.T) {

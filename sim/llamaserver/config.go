@@ -23,7 +23,7 @@ type Config struct {
 	ModelPath string // -m: the model file (any readable file; a GGUF one avoids a warning)
 	Alias     string // --alias: the name /v1/models reports; the model path when empty
 	CtxSize   int    // -c: context size in tokens; 0 means the model's (DefaultCtxSize here)
-	GPULayers int    // -ngl: reported in /props, changes nothing else
+	GPULayers int    // -ngl: reported in Stats.Settings, changes nothing else
 	Threads   int    // -t: reported in the start-up log
 	Parallel  int    // -np: slots that generate at once; more requests wait (requests_deferred)
 	NPredict  int    // -n: default token limit per answer; -1 = until the answer ends

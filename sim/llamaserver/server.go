@@ -61,6 +61,21 @@ type Stats struct {
 	PredictedTokens int64          `json:"predicted_tokens"` // as in llamacpp:tokens_predicted_total
 	Ready           bool           `json:"ready"`            // the model has "loaded"
 	HeldBytes       int64          `json:"held_bytes"`       // memory held for the model
+	Settings        Settings       `json:"settings"`         // what the command line asked for
+}
+
+// Settings are the server's command-line settings, so a test can check how it was launched.
+type Settings struct {
+	ModelPath string `json:"model_path"`
+	Alias     string `json:"alias"`
+	CtxSize   int    `json:"ctx_size"`
+	GPULayers int    `json:"n_gpu_layers"`
+	Threads   int    `json:"threads"`
+	Parallel  int    `json:"parallel"`
+	Metrics   bool   `json:"metrics"`
+	MLock     bool   `json:"mlock"`
+	FlashAttn string `json:"flash_attn"`
+	Jinja     bool   `json:"jinja"`
 }
 
 type metricTotals struct {
@@ -101,7 +116,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
 		slots:     make(chan struct{}, cfg.Parallel),
-		stats:     Stats{Requests: map[string]int{}},
+		stats: Stats{Requests: map[string]int{}, Settings: Settings{
+			ModelPath: cfg.ModelPath, Alias: cfg.Alias, CtxSize: cfg.CtxSize, GPULayers: cfg.GPULayers,
+			Threads: cfg.Threads, Parallel: cfg.Parallel, Metrics: cfg.Metrics, MLock: cfg.MLock,
+			FlashAttn: cfg.FlashAttn, Jinja: cfg.Jinja,
+		}},
 	}
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.srv = &http.Server{
@@ -366,7 +385,6 @@ func (s *Server) handleProps(w http.ResponseWriter, r *http.Request) {
 		"eos_token":        "<|eot_id|>",
 		"build_info":       "b5000-llmsim00",
 		"is_sleeping":      false,
-		"n_gpu_layers":     s.cfg.GPULayers,
 	})
 }
 
