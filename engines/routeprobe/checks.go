@@ -43,7 +43,7 @@ type prober struct {
 	base   string
 	client *http.Client
 	seen   map[string]answer // bodiless GETs, asked once
-	model  string            // the model llama-server serves, once /v1/models told it
+	served string            // the model llama-server serves, once /v1/models told it
 }
 
 func (p *prober) get(path string) answer { return p.do(http.MethodGet, path, "", "") }
@@ -86,17 +86,19 @@ func (p *prober) exchange(method, path, contentType, body string) answer {
 type check struct {
 	method, path, note string
 	contentType        string // defaults to application/json when there is a body
-	body               string // "%MODEL%" stands for the model to name
-	expected           string
-	verify             func(a answer, p *prober, rep *Report) (observation string, ok bool)
+	// body: "%MODEL%" stands for ProbeModel, "%SERVED%" for the model the engine says it serves
+	// (only ever used with llama-server, which serves one model whatever the name).
+	body     string
+	expected string
+	verify   func(a answer, p *prober, rep *Report) (observation string, ok bool)
 }
 
 func (p *prober) run(c check, rep *Report) RouteResult {
-	model := ProbeModel
-	if p.model != "" {
-		model = p.model
+	served := ProbeModel
+	if p.served != "" {
+		served = p.served
 	}
-	body := strings.ReplaceAll(c.body, "%MODEL%", model)
+	body := strings.NewReplacer("%MODEL%", ProbeModel, "%SERVED%", served).Replace(c.body)
 	ct := c.contentType
 	if ct == "" && body != "" {
 		ct = "application/json"
@@ -214,8 +216,8 @@ func openAIModels(a answer, p *prober, _ *Report) (string, bool) {
 	for _, d := range l.Data {
 		ids = append(ids, d.ID)
 	}
-	if len(ids) > 0 && p.model == "" {
-		p.model = ids[0]
+	if len(ids) > 0 && p.served == "" {
+		p.served = ids[0]
 	}
 	return fmt.Sprintf("%d models: %s", len(ids), strings.Join(ids, ", ")), true
 }
@@ -284,7 +286,7 @@ var llamaChecks = []check{
 	{method: "GET", path: "/slots", expected: "200 JSON array of slots", verify: jsonValid},
 	{method: "GET", path: "/metrics", expected: "200 Prometheus text with llamacpp:* series (the driver starts llama-server with --metrics)", verify: llamaMetrics},
 	{method: "POST", path: "/v1/chat/completions", note: "stream:true, 1 token",
-		body:     `{"model":"%MODEL%","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":1}`,
+		body:     `{"model":"%SERVED%","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":1}`,
 		expected: "200 text/event-stream: data: {chunk} lines ending with data: [DONE]", verify: sse},
 }
 

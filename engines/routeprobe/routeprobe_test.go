@@ -21,6 +21,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/sim/hailo"
 	"github.com/llmkube/mesh/sim/llamaserver"
+	"github.com/llmkube/mesh/sim/ollama"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -82,7 +83,8 @@ func TestHailoSim(t *testing.T) {
 	for key := range st.Requests {
 		assert.False(t, strings.HasPrefix(key, "GET /_sim"), key)
 	}
-	assert.Contains(t, route(t, rep, "GET", "/api/tags", "").Observation, "qwen2:1.5b", "the model is still there")
+	_, tags := get(t, s.URL()+"/api/tags")
+	assert.Contains(t, tags, "qwen2:1.5b", "the model is still there")
 }
 
 func TestReportOutputs(t *testing.T) {
@@ -230,4 +232,61 @@ func TestCancelledContext(t *testing.T) {
 	_, err := Run(ctx, s.URL(), nil)
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, context.Canceled), err)
+}
+
+func TestOllamaSim(t *testing.T) {
+	cfg := ollama.DefaultConfig()
+	cfg.Preloaded = []string{"llama3.2:1b"}
+	s, err := ollama.Start(t.Context(), cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+
+	rep, err := Run(t.Context(), s.URL(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, api.RuntimeOllama, rep.Kind)
+	assert.Equal(t, cfg.Version, rep.Version)
+	for _, r := range rep.Routes {
+		assert.Equal(t, OK, r.Verdict, "%s %s: %s; expected %s", r.Method, r.Path, r.Observation, r.Expected)
+	}
+	assert.Equal(t, 404, route(t, rep, "GET", "/hailo/v1/list", "").Status)
+	assert.Equal(t, 404, route(t, rep, "GET", "/health", "").Status)
+	assert.Contains(t, route(t, rep, "GET", "/api/tags", "").Observation, "llama3.2:1b")
+
+	// Nothing pulled, loaded or deleted.
+	st := s.Stats()
+	assert.Zero(t, st.Pulls)
+	assert.Zero(t, st.Loads)
+	assert.Zero(t, st.Generations)
+	assert.Empty(t, st.Registry)
+	assert.Zero(t, st.Requests["DELETE /api/delete"]-1, "one delete, of the probe's unknown model")
+	_, tags := get(t, s.URL()+"/api/tags")
+	assert.Contains(t, tags, "llama3.2:1b", "the model is still there")
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// Only llama-server's one-token chat may name the model an engine serves; every other request
+// names ProbeModel, so a delete, pull or load can never touch a real model.
+func TestOnlyTheProbeModelIsNamed(t *testing.T) {
+	for kind, plan := range map[string][]check{"hailo": hailoChecks, "ollama": ollamaChecks, "llama": llamaChecks} {
+		for _, c := range plan {
+			if strings.Contains(c.body, "%SERVED%") {
+				assert.True(t, kind == "llama" && c.path == "/v1/chat/completions", "%s %s %s names the served model", kind, c.method, c.path)
+			}
+			if c.body != "" && !strings.Contains(c.body, "%SERVED%") {
+				assert.Contains(t, c.body, `"model":"%MODEL%"`, "%s %s %s", kind, c.method, c.path)
+			}
+			if c.path == "/api/generate" || c.path == "/api/chat" {
+				assert.NotRegexp(t, `"keep_alive"`, c.body, "no unload request")
+			}
+		}
+	}
 }
