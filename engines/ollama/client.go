@@ -1,0 +1,557 @@
+package ollama
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+)
+
+// Client speaks the HTTP API that Ollama and hailo-ollama share. It is written to the stricter
+// of the two dialects, so one client serves both drivers:
+//   - every request carries Content-Type: application/json (hailo-ollama fails a body of any
+//     other type with a 500);
+//   - load and unload requests have no prompt field at all (hailo-ollama generates for a present
+//     "prompt": "");
+//   - an "error" in any answer is an error whatever the status (hailo-ollama 5.1.x answers
+//     unknown models with HTTP 200 {"error": …}), and APIError matches engines.ErrNotFound
+//     when the daemon does not know the model.
+//
+// Errors are *engines.Error: EngineUnavailable when the daemon does not answer, PullFailed for
+// pulls, EngineError otherwise.
+type Client struct {
+	base   string
+	daemon string // "Ollama" or "hailo-ollama", for messages
+	hc     *http.Client
+}
+
+// NewClient returns a client of the daemon at baseURL ("http://127.0.0.1:11434"). daemon names
+// it in messages. A nil hc means a client without proxy (the daemon is on the LAN or loopback)
+// and without overall timeout (answers stream for minutes); requests end with their context.
+func NewClient(baseURL, daemon string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return nil, fmt.Errorf("%s URL %q: want http://host:port", daemon, baseURL)
+	}
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 4,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	return &Client{base: strings.TrimSuffix(u.String(), "/"), daemon: daemon, hc: hc}, nil
+}
+
+// URL is the daemon's base URL.
+func (c *Client) URL() string { return c.base }
+
+// APIError is an error the daemon answered with.
+type APIError struct {
+	Daemon  string
+	Status  int // HTTP status; 200 for hailo-ollama's errors in a 200 answer
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s: %s (HTTP %d)", e.Daemon, e.Message, e.Status)
+}
+
+// Is makes an unknown-model answer match engines.ErrNotFound. Ollama says `model "x" not
+// found, try pulling it first` (404) or, pulling, "file does not exist"; hailo-ollama says
+// "model 'x' not found" (200).
+func (e *APIError) Is(target error) bool {
+	if target != engines.ErrNotFound {
+		return false
+	}
+	m := strings.ToLower(e.Message)
+	return strings.Contains(m, "not found") || strings.Contains(m, "file does not exist")
+}
+
+// errorField reads an "error" member, which Ollama writes as a string and some proxies as an
+// object with a message.
+type errorField struct {
+	Error json.RawMessage `json:"error"`
+}
+
+func (f errorField) message() string {
+	if len(f.Error) == 0 || string(f.Error) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(f.Error, &s) == nil {
+		return s
+	}
+	var o struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(f.Error, &o) == nil && o.Message != "" {
+		return o.Message
+	}
+	return string(f.Error)
+}
+
+func (c *Client) unavailable(err error) error {
+	return &engines.Error{Code: api.CodeEngineUnavailable, Err: fmt.Errorf("%s at %s does not answer: %w", c.daemon, c.base, err)}
+}
+
+// do sends one request. A transport failure is EngineUnavailable; the caller reads the answer.
+func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, &engines.Error{Code: api.CodeInternal, Err: err}
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, &engines.Error{Code: api.CodeInternal, Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, application/x-ndjson")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, c.unavailable(err)
+	}
+	return resp, nil
+}
+
+// statusError turns a non-200 answer into an APIError carrying the daemon's own words: a JSON
+// error member, or the first line of a text body (hailo-ollama's framework answers text).
+func (c *Client) statusError(code api.Code, resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	var f errorField
+	msg := ""
+	if json.Unmarshal(b, &f) == nil {
+		msg = f.message()
+	}
+	if msg == "" {
+		msg = strings.TrimSpace(string(b))
+		if line, _, ok := strings.Cut(msg, "\n"); ok {
+			msg = line
+		}
+		if msg == "" {
+			msg = resp.Status
+		}
+	}
+	return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: resp.StatusCode, Message: msg}}
+}
+
+// call sends a request and decodes a single JSON answer into out (which may be nil).
+func (c *Client) call(ctx context.Context, code api.Code, method, path string, body, out any) error {
+	resp, err := c.do(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return c.statusError(code, resp)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return c.unavailable(err)
+	}
+	var f errorField
+	if json.Unmarshal(b, &f) == nil {
+		if msg := f.message(); msg != "" {
+			return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: resp.StatusCode, Message: msg}}
+		}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return &engines.Error{Code: code, Err: fmt.Errorf("%s %s %s: unreadable answer: %w", c.daemon, method, path, err)}
+	}
+	return nil
+}
+
+// maxAnswer bounds a single JSON answer (a tag list of many models is still far smaller).
+const maxAnswer = 16 << 20
+
+// GetJSON fetches path and decodes its JSON answer into out.
+func (c *Client) GetJSON(ctx context.Context, path string, out any) error {
+	return c.call(ctx, api.CodeEngineError, http.MethodGet, path, nil, out)
+}
+
+// Root is GET /, the only liveness probe both daemons have ("Ollama is running",
+// "hailo-ollama is running"); it returns the text.
+func (c *Client) Root(ctx context.Context) (string, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/", nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", c.statusError(api.CodeEngineUnavailable, resp)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if err != nil {
+		return "", c.unavailable(err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Version is GET /api/version.
+func (c *Client) Version(ctx context.Context) (string, error) {
+	var v struct {
+		Version string `json:"version"`
+	}
+	err := c.GetJSON(ctx, "/api/version", &v)
+	return v.Version, err
+}
+
+// HailoList is GET /hailo/v1/list, the route only hailo-ollama has: isHailo is false when the
+// daemon answers it with a 404 (plain Ollama), and models lists its zoo.
+func (c *Client) HailoList(ctx context.Context) (models []string, isHailo bool, err error) {
+	resp, err := c.do(ctx, http.MethodGet, "/hailo/v1/list", nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		return nil, false, nil
+	default:
+		return nil, false, c.statusError(api.CodeEngineError, resp)
+	}
+	var l struct {
+		Models []string `json:"models"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(&l); err != nil {
+		return nil, false, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s /hailo/v1/list: unreadable answer: %w", c.daemon, err)}
+	}
+	return l.Models, true, nil
+}
+
+// Tag is a pulled model, from /api/tags.
+type Tag struct {
+	Name  string `json:"name"`
+	Model string `json:"model"`
+	Size  int64  `json:"size"`
+}
+
+// Tags is GET /api/tags: the models present locally.
+func (c *Client) Tags(ctx context.Context) ([]Tag, error) {
+	var l struct {
+		Models []Tag `json:"models"`
+	}
+	err := c.GetJSON(ctx, "/api/tags", &l)
+	return l.Models, err
+}
+
+// Running is a loaded model, from /api/ps.
+type Running struct {
+	Name      string `json:"name"`
+	Model     string `json:"model"`
+	Size      int64  `json:"size"`
+	SizeVRAM  int64  `json:"size_vram"`
+	ExpiresAt string `json:"expires_at"`
+}
+
+// PS is GET /api/ps: the models loaded now.
+func (c *Client) PS(ctx context.Context) ([]Running, error) {
+	var l struct {
+		Models []Running `json:"models"`
+	}
+	err := c.GetJSON(ctx, "/api/ps", &l)
+	return l.Models, err
+}
+
+// SameModel reports whether two model names are the same model to Ollama: "llama3.2" is
+// "llama3.2:latest", and "library/x" and "registry.ollama.ai/library/x" are "x".
+func SameModel(a, b string) bool { return canonical(a) == canonical(b) }
+
+func canonical(n string) string {
+	n = strings.ToLower(strings.TrimSpace(n))
+	n = strings.TrimPrefix(n, "registry.ollama.ai/")
+	n = strings.TrimPrefix(n, "library/")
+	if i := strings.LastIndex(n, "/"); !strings.Contains(n[i+1:], ":") {
+		n += ":latest"
+	}
+	return n
+}
+
+// Listed reports whether name is among the running models.
+func Listed(running []Running, name string) bool {
+	for _, r := range running {
+		if SameModel(r.Name, name) || SameModel(r.Model, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Pull is POST /api/pull, streaming: progress gets the bytes done and known in all, summed over
+// the layers announced so far. It succeeds only on the daemon's final "success".
+func (c *Client) Pull(ctx context.Context, model string, progress func(engines.Progress)) error {
+	if progress == nil {
+		progress = func(engines.Progress) {}
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/api/pull", map[string]any{"model": model, "stream": true})
+	if err != nil {
+		return asPull(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return c.statusError(api.CodePullFailed, resp)
+	}
+	type layer struct{ total, completed int64 }
+	layers := map[string]*layer{}
+	var order []string
+	success := false
+	err = c.lines(ctx, resp.Body, api.CodePullFailed, func(b []byte) error {
+		var p struct {
+			Status    string `json:"status"`
+			Digest    string `json:"digest"`
+			Total     int64  `json:"total"`
+			Completed int64  `json:"completed"`
+		}
+		if err := json.Unmarshal(b, &p); err != nil {
+			return fmt.Errorf("unreadable progress line %q: %w", truncate(b), err)
+		}
+		if p.Digest != "" {
+			l, ok := layers[p.Digest]
+			if !ok {
+				l = &layer{}
+				layers[p.Digest] = l
+				order = append(order, p.Digest)
+			}
+			l.total = max(l.total, p.Total)
+			l.completed = max(l.completed, p.Completed)
+		}
+		var done, total int64
+		for _, d := range order {
+			done += layers[d].completed
+			total += layers[d].total
+		}
+		progress(engines.Progress{Status: p.Status, Completed: done, Total: total})
+		if p.Status == "success" {
+			success = true
+		}
+		return nil
+	})
+	if err != nil {
+		return asPull(err)
+	}
+	if !success {
+		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%s: pull of %s ended without success", c.daemon, model)}
+	}
+	return nil
+}
+
+// asPull makes an error of a pull a PullFailed, keeping EngineUnavailable (the daemon is down,
+// which says more) and context errors as they are.
+func asPull(err error) error {
+	var ee *engines.Error
+	if errors.As(err, &ee) && ee.Code == api.CodeEngineError {
+		return &engines.Error{Code: api.CodePullFailed, Err: ee.Err}
+	}
+	return err
+}
+
+// KeepForever is the keep_alive of a placement: a negative value keeps the model loaded until
+// it is unloaded explicitly. The daemons' default (5 minutes) would unload an idle placement
+// behind the agent's back, leaving it shown ready while the engine has dropped it; and every
+// request resets the timer to its own keep_alive, so chats must send it too.
+const KeepForever = -1
+
+// generateRequest is /api/generate for loading and unloading. It has no prompt field at all:
+// hailo-ollama loads and unloads only when "prompt" is absent.
+type generateRequest struct {
+	Model     string         `json:"model"`
+	KeepAlive int            `json:"keep_alive"`
+	Stream    bool           `json:"stream"`
+	Options   map[string]any `json:"options,omitempty"`
+}
+
+type generateAnswer struct {
+	Model      string `json:"model"`
+	Done       bool   `json:"done"`
+	DoneReason string `json:"done_reason"`
+}
+
+// Load loads model with keep_alive KeepForever and the given options (Ollama's num_ctx; nil for
+// hailo-ollama) and checks that the daemon says it loaded.
+func (c *Client) Load(ctx context.Context, model string, options map[string]any) error {
+	var a generateAnswer
+	req := generateRequest{Model: model, KeepAlive: KeepForever, Options: options}
+	if err := c.call(ctx, api.CodeEngineError, http.MethodPost, "/api/generate", req, &a); err != nil {
+		return err
+	}
+	if a.DoneReason != "load" {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s: loading %s answered done_reason %q, want \"load\"", c.daemon, model, a.DoneReason)}
+	}
+	return nil
+}
+
+// Unload unloads model (keep_alive 0) and checks that the daemon says it did.
+func (c *Client) Unload(ctx context.Context, model string) error {
+	var a generateAnswer
+	if err := c.call(ctx, api.CodeEngineError, http.MethodPost, "/api/generate", generateRequest{Model: model}, &a); err != nil {
+		return err
+	}
+	if a.DoneReason != "unload" {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s: unloading %s answered done_reason %q, want \"unload\"", c.daemon, model, a.DoneReason)}
+	}
+	return nil
+}
+
+// Options are a chat's options in the protocol's form.
+func Options(req engines.ChatRequest) map[string]any {
+	o := map[string]any{}
+	if req.Temperature != nil {
+		o["temperature"] = *req.Temperature
+	}
+	if req.TopP != nil {
+		o["top_p"] = *req.TopP
+	}
+	if req.TopK != nil {
+		o["top_k"] = *req.TopK
+	}
+	if req.Seed != nil {
+		o["seed"] = *req.Seed
+	}
+	if req.MaxTokens > 0 {
+		o["num_predict"] = req.MaxTokens
+	}
+	if len(req.Stop) > 0 {
+		o["stop"] = req.Stop
+	}
+	return o
+}
+
+type chatRequest struct {
+	Model     string            `json:"model"`
+	Messages  []engines.Message `json:"messages"`
+	Stream    bool              `json:"stream"`
+	KeepAlive int               `json:"keep_alive"`
+	Options   map[string]any    `json:"options,omitempty"`
+}
+
+// Chat is POST /api/chat, streaming NDJSON: emit gets each piece of the answer and a last chunk
+// with Done set. An error from emit closes the connection at once, which stops generation.
+func (c *Client) Chat(ctx context.Context, model string, messages []engines.Message, options map[string]any, emit func(engines.ChatChunk) error) error {
+	if len(messages) == 0 {
+		// An absent or empty message list would load or unload instead of answering.
+		return &engines.Error{Code: api.CodeBadRequest, Err: errors.New("a chat needs at least one message")}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := c.do(ctx, http.MethodPost, "/api/chat", chatRequest{Model: model, Messages: messages, Stream: true, KeepAlive: KeepForever, Options: options})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return c.statusError(api.CodeEngineError, resp)
+	}
+	done := false
+	var emitErr error
+	err = c.lines(ctx, resp.Body, api.CodeEngineError, func(b []byte) error {
+		if done {
+			return nil // nothing follows the last chunk; ignore stray lines
+		}
+		var m struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			Done            bool   `json:"done"`
+			DoneReason      string `json:"done_reason"`
+			PromptEvalCount int    `json:"prompt_eval_count"`
+			EvalCount       int    `json:"eval_count"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("unreadable chat line %q: %w", truncate(b), err)
+		}
+		ch := engines.ChatChunk{Content: m.Message.Content}
+		if m.Done {
+			done = true
+			ch.Done, ch.FinishReason = true, m.DoneReason
+			ch.PromptTokens, ch.CompletionTokens = m.PromptEvalCount, m.EvalCount
+		}
+		if ch.Content == "" && !ch.Done {
+			return nil
+		}
+		if err := emit(ch); err != nil {
+			emitErr = err
+			return err
+		}
+		return nil
+	})
+	if emitErr != nil {
+		return emitErr
+	}
+	if err != nil {
+		return err
+	}
+	if !done {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s: the answer from %s ended before its last chunk", c.daemon, model)}
+	}
+	return nil
+}
+
+// maxLine bounds one NDJSON line.
+const maxLine = 4 << 20
+
+// lines calls fn for each NDJSON line of body (blank lines and "\r" endings tolerated). A line
+// with an "error" member ends the stream with that error, under code.
+func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn func([]byte) error) error {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	for sc.Scan() {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var f errorField
+		if json.Unmarshal(b, &f) == nil {
+			if msg := f.message(); msg != "" {
+				return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: http.StatusOK, Message: msg}}
+			}
+		}
+		if err := fn(b); err != nil {
+			var ee *engines.Error
+			if errors.As(err, &ee) || ctx.Err() != nil {
+				return err
+			}
+			return &engines.Error{Code: code, Err: fmt.Errorf("%s: %w", c.daemon, err)}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &engines.Error{Code: code, Err: fmt.Errorf("%s: stream broke off: %w", c.daemon, err)}
+	}
+	return nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 120 {
+		return string(b[:120]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,280 @@
+// Package ollama drives an Ollama daemon (default 127.0.0.1:11434): pulls with NDJSON progress,
+// loads and unloads with keep_alive, confirms with /api/ps, and streams chats through
+// /api/chat. Its Client speaks the protocol Ollama shares with hailo-ollama and is reused by the
+// hailo driver.
+package ollama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/source"
+)
+
+// DefaultURL is where Ollama listens unless told otherwise.
+const DefaultURL = "http://127.0.0.1:11434"
+
+// probeTimeout bounds each request Detect makes, so a hung daemon cannot hang start-up.
+const probeTimeout = 5 * time.Second
+
+// Config is how to reach the daemon.
+type Config struct {
+	URL  string       // the daemon's base URL; DefaultURL when empty
+	HTTP *http.Client // nil: a client without proxy or overall timeout
+}
+
+// Driver runs models on an Ollama daemon. It is safe for concurrent use.
+type Driver struct {
+	c   *Client
+	log *slog.Logger
+}
+
+var _ engines.Driver = (*Driver)(nil)
+
+// New returns a driver for the daemon cfg names. It fails only on a malformed URL; an absent
+// daemon is found by Detect.
+func New(cfg Config, log *slog.Logger) (*Driver, error) {
+	if cfg.URL == "" {
+		cfg.URL = DefaultURL
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c, err := NewClient(cfg.URL, "Ollama", cfg.HTTP)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{c: c, log: log.With("runtime", string(api.RuntimeOllama))}, nil
+}
+
+// Client is the driver's protocol client.
+func (d *Driver) Client() *Client { return d.c }
+
+// Runtime is api.RuntimeOllama.
+func (d *Driver) Runtime() api.Runtime { return api.RuntimeOllama }
+
+// Detect reports whether an Ollama daemon answers at the URL, its version and pulled models.
+// A daemon that answers /hailo/v1/list is hailo-ollama, and is reported as not Ollama.
+func (d *Driver) Detect(ctx context.Context) api.Engine {
+	e := api.Engine{Runtime: api.RuntimeOllama, Address: d.c.URL()}
+	probe := func(f func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		return f(ctx)
+	}
+	if err := probe(func(ctx context.Context) error { _, err := d.c.Root(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("no Ollama daemon answers at %s (%v); install it from https://ollama.com/download and start it with `ollama serve`, or point the agent at its address", d.c.URL(), rootCause(err))
+		return e
+	}
+	var isHailo bool
+	if err := probe(func(ctx context.Context) (err error) { _, isHailo, err = d.c.HailoList(ctx); return err }); err == nil && isHailo {
+		e.Detail = fmt.Sprintf("the daemon at %s is hailo-ollama (it answers /hailo/v1/list), not Ollama: select the hailo-ollama runtime for it", d.c.URL())
+		return e
+	}
+	e.Present = true
+	if err := probe(func(ctx context.Context) (err error) { e.Version, err = d.c.Version(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("Ollama answers / but not /api/version: %v", rootCause(err))
+		return e
+	}
+	var tags []Tag
+	if err := probe(func(ctx context.Context) (err error) { tags, err = d.c.Tags(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("Ollama answers / but not /api/tags: %v", rootCause(err))
+		return e
+	}
+	for _, t := range tags {
+		e.Models = append(e.Models, t.Name)
+	}
+	e.Healthy = true
+	return e
+}
+
+// rootCause drops the *engines.Error wrapper for messages that already say what failed.
+func rootCause(err error) error {
+	var ee *engines.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}
+
+// Health checks that the daemon answers GET / (Ollama has no /health) and that m is still
+// loaded: a daemon that restarted, or dropped the model, would otherwise leave the placement
+// shown ready with nothing behind it.
+func (d *Driver) Health(ctx context.Context, m engines.Model) error {
+	if _, err := d.c.Root(ctx); err != nil {
+		return err
+	}
+	ref, err := d.ref(m)
+	if err != nil {
+		return err
+	}
+	running, err := d.c.PS(ctx)
+	if err != nil {
+		return err
+	}
+	if !Listed(running, ref) {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s is no longer loaded in Ollama at %s (the daemon restarted or unloaded it)", ref, d.c.URL())}
+	}
+	return nil
+}
+
+// ref is the name Ollama knows m by. The source, when given, must be an ollama:// one.
+func (d *Driver) ref(m engines.Model) (string, error) {
+	return Ref(m, api.RuntimeOllama)
+}
+
+// Ref is the engine-side name of m on runtime r (Ollama or hailo-ollama): m.Ref, or the name
+// its source gives. A source the runtime cannot run is refused with RuntimeMismatch.
+func Ref(m engines.Model, r api.Runtime) (string, error) {
+	ref := m.Ref
+	if m.Source != "" {
+		s, err := source.Parse(m.Source)
+		if err != nil {
+			return "", asEngineError(err)
+		}
+		if err := s.CheckRuntime(r); err != nil {
+			return "", asEngineError(err)
+		}
+		if ref == "" {
+			ref = s.Ref()
+		}
+	}
+	if ref == "" {
+		return "", &engines.Error{Code: api.CodeBadRequest, Err: fmt.Errorf("model %q names neither a source nor an engine-side name", m.ID)}
+	}
+	return ref, nil
+}
+
+// asEngineError carries an *api.Error's code into an *engines.Error.
+func asEngineError(err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return &engines.Error{Code: ae.Code, Err: errors.New(ae.Message)}
+	}
+	return err
+}
+
+// Pull pulls m through the daemon, reporting its NDJSON progress.
+func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engines.Progress)) error {
+	ref, err := d.ref(m)
+	if err != nil {
+		return err
+	}
+	d.log.Info("pulling", "model", ref)
+	return d.c.Pull(ctx, ref, progress)
+}
+
+// loadOptions are the options a placement loads with and every chat repeats: Ollama reloads a
+// model whose load-time options (num_ctx) change between requests.
+func loadOptions(m engines.Model) map[string]any {
+	if m.Context <= 0 {
+		return nil
+	}
+	return map[string]any{"num_ctx": m.Context}
+}
+
+// Load loads m with keep_alive -1 (see KeepForever) and its context size, then confirms with
+// /api/ps that the daemon holds it.
+func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, error) {
+	ref, err := d.ref(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.c.Load(ctx, ref, loadOptions(m)); err != nil {
+		return nil, err
+	}
+	running, err := d.c.PS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !Listed(running, ref) {
+		return nil, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("Ollama said it loaded %s but /api/ps does not list it", ref)}
+	}
+	d.log.Info("loaded", "model", ref, "context", m.Context)
+	return NewInstance(d.c.URL()), nil
+}
+
+// unloadWait bounds how long Unload waits for /api/ps to drop the model: Ollama answers the
+// keep_alive 0 request at once and stops the runner just after.
+const unloadWait = 10 * time.Second
+
+// Unload unloads m (keep_alive 0) and waits until /api/ps no longer lists it. A model the
+// daemon does not know is already unloaded.
+func (d *Driver) Unload(ctx context.Context, m engines.Model) error {
+	ref, err := d.ref(m)
+	if err != nil {
+		return err
+	}
+	if err := d.c.Unload(ctx, ref); err != nil && !errors.Is(err, engines.ErrNotFound) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, unloadWait)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		running, err := d.c.PS(ctx)
+		if err == nil && !Listed(running, ref) {
+			d.log.Info("unloaded", "model", ref)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("Ollama still lists %s in /api/ps after unloading it", ref)
+			}
+			return &engines.Error{Code: api.CodeEngineError, Err: rootCause(err)}
+		case <-tick.C:
+		}
+	}
+}
+
+// Loaded lists the models /api/ps reports.
+func (d *Driver) Loaded(ctx context.Context) ([]string, error) {
+	running, err := d.c.PS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(running))
+	for _, r := range running {
+		names = append(names, r.Name)
+	}
+	return names, nil
+}
+
+// Chat streams an answer from m through /api/chat, with keep_alive -1 and m's context size so
+// the chat neither shortens the model's stay nor reloads it.
+func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequest, emit func(engines.ChatChunk) error) error {
+	ref, err := d.ref(m)
+	if err != nil {
+		return err
+	}
+	opts := Options(req)
+	for k, v := range loadOptions(m) {
+		opts[k] = v
+	}
+	return d.c.Chat(ctx, ref, req.Messages, opts, emit)
+}
+
+// Instance is a model served by a daemon: it has no process of its own, so Done never closes
+// and health checks find failures instead.
+type Instance struct {
+	endpoint string
+	done     chan struct{}
+}
+
+// NewInstance returns the instance of a model served by the daemon at endpoint.
+func NewInstance(endpoint string) *Instance {
+	return &Instance{endpoint: endpoint, done: make(chan struct{})}
+}
+
+func (i *Instance) Endpoint() string      { return i.endpoint }
+func (i *Instance) Done() <-chan struct{} { return i.done }
+func (i *Instance) Err() error            { return nil }
+func (i *Instance) LogPath() string       { return "" }
