@@ -58,6 +58,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stderr, "system info: n_threads = %d, n_threads_batch = %d, total_threads = %d\n", threads, threads, runtime.NumCPU())
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := llamaserver.Start(ctx, cfg, log)
+	if errors.Is(err, llamaserver.ErrBind) {
+		// llama-server's own words, then the reason.
+		fmt.Fprintf(stderr, "main: couldn't bind HTTP server socket, address: %s\n", cfg.Addr)
+		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, "main: exiting due to HTTP server error")
+		return 1
+	}
 	if err != nil {
 		// llama-server's own words when the model cannot be loaded, then the reason.
 		fmt.Fprintf(stderr, "srv    load_model: loading model '%s'\n", cfg.ModelPath)

@@ -387,6 +387,14 @@ func TestRefusesBadCommandLines(t *testing.T) {
 	}
 }
 
+func TestPortInUse(t *testing.T) {
+	_, url := ready(t, quick, "-m", modelFile(t, 1024))
+	port := url[strings.LastIndex(url, ":")+1:]
+	p := launch(t, quick, "-m", modelFile(t, 1024), "--port", port)
+	assert.Equal(t, 1, p.exitCode(t))
+	assert.Contains(t, p.output(), "couldn't bind HTTP server socket")
+}
+
 func TestVersionAndHelp(t *testing.T) {
 	p := launch(t, nil, "--version")
 	assert.Equal(t, 0, p.exitCode(t))

@@ -19,6 +19,9 @@ import (
 // ErrCrashed is the server's Err after a simulated crash (Config.CrashAfter).
 var ErrCrashed = errors.New("llamaserver: simulated crash")
 
+// ErrBind is returned (wrapped) by Start when the listen address cannot be bound.
+var ErrBind = errors.New("couldn't bind HTTP server socket")
+
 // pageSize is the stride used to touch held memory so every page becomes resident.
 const pageSize = 4096
 
@@ -105,7 +108,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("llamaserver: couldn't bind HTTP server socket %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("llamaserver: %w %s: %v", ErrBind, cfg.Addr, err)
 	}
 	s := &Server{
 		cfg:       cfg,
