@@ -30,7 +30,8 @@ const (
 	defaultBrowseEvery = 15 * time.Second
 	// debounce gathers a burst of answers (every host answers one query at about the same
 	// time) into one batch of found calls.
-	debounce = 200 * time.Millisecond
+	debounce    = 200 * time.Millisecond
+	maxDebounce = time.Second
 )
 
 // MDNSConfig configures NewMDNS.
@@ -244,17 +245,19 @@ func (m *mdnsSource) announce(old *announcer, ifs []net.Interface) *announcer {
 		})
 		return nil
 	}
+	m.findings.clear("announce")
+	// Without the responder, browsing and announcing still work; only "--join <this
+	// host>.llmkube.local" does not, so it is a warning, not a stop.
 	resp, err := newHostResponder(host, addrs, ifs, m.cfg.Log)
 	if err != nil {
-		srv.Shutdown()
-		m.findings.set("announce", Finding{
-			Severity: SeverityError,
-			Problem:  "mDNS: cannot answer for " + host + ": " + err.Error(),
-			Fix:      "check that UDP port 5353 can be bound, or join by --join seeds",
+		m.findings.set("responder", Finding{
+			Severity: SeverityWarning,
+			Problem:  "mDNS: cannot answer queries for " + host + ": " + err.Error(),
+			Fix:      "peers cannot use " + strings.TrimSuffix(host, ".") + " as a --join seed; give them this host's IP address, or check that UDP port 5353 is free for sharing and IPv4 multicast works here",
 		})
-		return nil
+	} else {
+		m.findings.clear("responder")
 	}
-	m.findings.clear("announce")
 	m.cfg.Log.Info("mdns: announcing", "host", host, "addrs", ips, "interfaces", key.String())
 	return &announcer{key: key.String(), server: srv, responder: resp}
 }
@@ -264,6 +267,7 @@ func (m *mdnsSource) announce(old *announcer, ifs []net.Interface) *announcer {
 func (m *mdnsSource) browseRound(ctx context.Context, ifs []net.Interface, localNets []*net.IPNet, seen map[string]Peer, found func(Peer)) {
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.BrowseEvery)
 	defer cancel()
+	m.cfg.Log.Debug("mdns: browse round", "interfaces", len(ifs), "known", len(seen))
 	r, err := zeroconf.NewResolver(zeroconf.SelectIfaces(ifs))
 	if err != nil {
 		// IPv6 may be off on the host; IPv4 alone is enough on a LAN.
@@ -290,6 +294,7 @@ func (m *mdnsSource) browseRound(ctx context.Context, ifs []net.Interface, local
 	m.findings.clear("browse")
 
 	pending := map[string]Peer{}
+	var since time.Time // when the oldest pending answer arrived
 	flush := func() {
 		for node, p := range pending {
 			if seen[node] != p {
@@ -311,8 +316,16 @@ func (m *mdnsSource) browseRound(ctx context.Context, ifs []net.Interface, local
 				return
 			}
 			if p, ok := m.consider(e, localNets); ok {
+				if len(pending) == 0 {
+					since = time.Now()
+				}
 				pending[p.Node] = p
-				timer.Reset(debounce)
+				// A steady trickle of answers (a big LAN) must not hold back the first ones.
+				if time.Since(since) > maxDebounce {
+					flush()
+				} else {
+					timer.Reset(debounce)
+				}
 			}
 		case <-timer.C:
 			flush()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -224,6 +225,15 @@ func TestMDNSBetweenNamespaces(t *testing.T) {
 		assert.NotContains(t, c.output(), `"node":"gamma"`)
 	}
 
+	// Several rounds later, each with a fresh resolver that hears alpha again, alpha has still
+	// been reported once: the seen-set holds across rounds.
+	beta.wait(t, "LOG", func(s string) bool {
+		return strings.Contains(s, "mdns: browse round") && strings.Contains(s, "known=1")
+	})
+	beta.wait(t, "LOG", func(s string) bool { return strings.Count(beta.output(), "mdns: browse round") >= 4 })
+	assert.Equal(t, 1, strings.Count(beta.output(), `PEER {"node":"alpha"`), beta.output())
+	assert.Equal(t, 1, strings.Count(beta.output(), "PEER "), "beta reports only alpha")
+
 	// A .local seed resolves across namespaces through our own mDNS query, answered by alpha's
 	// host-name responder; no Avahi anywhere.
 	got := lab.start(4, roleEnv+"=resolve", targetEnv+"="+MDNSHostName("alpha")).wait(t, "RESOLVED", func(string) bool { return true })
@@ -252,6 +262,19 @@ func TestMDNSWithoutMulticastInterface(t *testing.T) {
 	assert.Equal(t, "resolving alpha.local over mDNS: no multicast-capable interface: lo is loopback, which never carries mDNS", got)
 }
 
+// prefixWriter marks each log line (slog writes one line per Write) for the parent.
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	if _, err := p.w.Write(append([]byte(p.prefix), b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
 // TestNetnsHelper is the child side of TestMDNSBetweenNamespaces; run directly it skips.
 func TestNetnsHelper(t *testing.T) {
 	role := os.Getenv(roleEnv)
@@ -273,9 +296,11 @@ func TestNetnsHelper(t *testing.T) {
 		gossip, apiPort, _ := strings.Cut(os.Getenv(portsEnv), ",")
 		g, _ := strconv.Atoi(gossip)
 		a, _ := strconv.Atoi(apiPort)
+		// Short rounds, so a test sees several fresh resolvers; the log goes to the parent.
+		log := slog.New(slog.NewTextHandler(prefixWriter{"LOG ", os.Stdout}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		src, err := NewMDNS(MDNSConfig{
 			MeshID: os.Getenv(meshEnv), Node: os.Getenv(nodeEnv), GossipPort: g, APIPort: a,
-			BrowseEvery: 2 * time.Second,
+			BrowseEvery: 400 * time.Millisecond, Log: log,
 		})
 		if err != nil {
 			fmt.Println("ERROR", err)
