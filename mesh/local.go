@@ -154,8 +154,16 @@ func (m *Mesh) publisher() {
 				m.sendTo(c.name, c.addr, msg)
 			}
 		}
-		if err := m.ml.UpdateNode(m.t.publishWait); err != nil {
-			m.log.Debug("metadata update not yet gossiped", "err", err)
+		// UpdateNode waits until the update has gone out once; a shutdown must not wait for it.
+		sent := make(chan error, 1)
+		go func() { sent <- m.ml.UpdateNode(m.t.publishWait) }()
+		select {
+		case err := <-sent:
+			if err != nil {
+				m.log.Debug("metadata update not yet gossiped", "err", err)
+			}
+		case <-m.ctx.Done():
+			return
 		}
 	}
 }

@@ -69,15 +69,16 @@ type Config struct {
 
 // Mesh is a running member. Its methods are safe for concurrent use.
 type Mesh struct {
-	cfg   Config
-	t     timings
-	name  string
-	log   *slog.Logger
-	ml    *memberlist.Memberlist
-	mlc   *memberlist.Config
-	queue *memberlist.TransmitLimitedQueue
-	diag  *diagnostics
-	subs  broker
+	cfg        Config
+	t          timings
+	name       string
+	gossipAddr string
+	log        *slog.Logger
+	ml         *memberlist.Memberlist
+	mlc        *memberlist.Config
+	queue      *memberlist.TransmitLimitedQueue
+	diag       *diagnostics
+	subs       broker
 
 	ctx     context.Context // background work; ends at Shutdown
 	cancel  context.CancelFunc
@@ -87,9 +88,9 @@ type Mesh struct {
 	changed chan struct{} // something a View shows changed
 	joinCh  chan struct{} // a new join candidate
 
-	meta   atomic.Pointer[[]byte] // encoded local metadata, what memberlist gossips
-	nAlive atomic.Int32           // members alive or suspect, for the broadcast queue
-	leaving atomic.Bool           // Leave was called: refute no suspicion
+	meta    atomic.Pointer[[]byte] // encoded local metadata, what memberlist gossips
+	nAlive  atomic.Int32           // members alive or suspect, for the broadcast queue
+	leaving atomic.Bool            // Leave was called: refute no suspicion
 
 	mu         sync.Mutex // guards everything below; never held while calling memberlist
 	members    map[string]*member
@@ -196,6 +197,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		return nil, fmt.Errorf("starting memberlist: %w", err)
 	}
 	m.ml = ml
+	m.gossipAddr = ml.LocalNode().Address() // read once: the node memberlist returns is not ours to read later
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 
 	for range 4 {
@@ -262,7 +264,7 @@ func signal(ch chan struct{}) {
 func (m *Mesh) LocalNode() string { return m.name }
 
 // GossipAddr is the host:port other members reach this one at.
-func (m *Mesh) GossipAddr() string { return m.ml.LocalNode().Address() }
+func (m *Mesh) GossipAddr() string { return m.gossipAddr }
 
 // Members is the number of members memberlist counts alive (suspect included), this one too.
 func (m *Mesh) Members() int { return m.ml.NumMembers() }
