@@ -203,7 +203,7 @@ type parts struct {
 func headerParts(gf *parser.GGUFFile, contextSize int) (parts, error) {
 	a := gf.Architecture()
 	if a.Type != "" && a.Type != "model" {
-		return parts{}, api.Errorf(api.CodeInvalidSource, "the GGUF is a %s (%s), not a model llama-server can serve alone", a.Type, a.Architecture)
+		return parts{}, api.Errorf(api.CodeInvalidSource, "the GGUF is of type %q (%s), not a model llama-server can serve alone", a.Type, a.Architecture)
 	}
 	ctxTokens := int32(min(contextSize, math.MaxInt32))
 	var e parser.LLaMACppRunEstimate
