@@ -86,7 +86,11 @@ func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (ap
 //     formula, Method SizeFallback, and a Detail that says so.
 //
 // gguf-parser-go uses its own HTTP client for the header (it exposes no way to pass one); the
-// probe, with the Sizer's client, is what decides whether that read happens at all.
+// probe, with the Sizer's client, is what decides whether that read happens at all. So a
+// policy the Sizer's client enforces (refused address ranges, a redirect limit) gates the
+// header read through the probe, which follows the same redirects first, but is not applied
+// to gguf-parser-go's own requests: a host that answers the probe and the read differently
+// (DNS rebinding) is outside what the probe can catch.
 func (s *Sizer) remoteGGUF(ctx context.Context, url string, contextSize int) (api.SizeEstimate, error) {
 	gf, total, why, err := s.remoteHeader(ctx, url)
 	switch {
