@@ -1,0 +1,128 @@
+// Package common is what every view of the console shares: the Component contract (a tea.Model
+// that can be sized and can say its keys, after soft-serve's pkg/ui/common), the shared Context
+// pushed to children after each update (after gh-dash), and the messages that cross views.
+package common
+
+import (
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/console"
+	"github.com/llmkube/mesh/tui/keymap"
+	"github.com/llmkube/mesh/tui/styles"
+)
+
+// Component is a view or a widget.
+type Component interface {
+	tea.Model
+	SetSize(width, height int)
+	// ShortHelp lists the keys that matter now, for the footer.
+	ShortHelp() []key.Binding
+	// Capturing reports that the component is taking text input, so the root must not treat
+	// letters as global keys.
+	Capturing() bool
+}
+
+// Context is shared by all views: styles, keys, the latest mesh picture and history.
+type Context struct {
+	Styles *styles.Styles
+	Keys   keymap.KeyMap
+	// Mesh is the latest view of the mesh; views read it, the root replaces it.
+	Mesh api.MeshView
+	// Memory holds recent memory samples per host, for charts.
+	Memory *History
+	// Events are the most recent events, oldest first.
+	Events []api.Event
+	// Now is the clock views render against (tests fix it).
+	Now func() time.Time
+	// Recent are sources placed in this session, newest first (suggestions in Place).
+	Recent []string
+	// Conn reaches the mesh. Views call it only inside tea.Cmd closures, never in Update.
+	Conn *console.Conn
+}
+
+// MaxEvents bounds Context.Events.
+const MaxEvents = 500
+
+// AddEvent appends an event, dropping the oldest past MaxEvents.
+func (c *Context) AddEvent(e api.Event) {
+	c.Events = append(c.Events, e)
+	if over := len(c.Events) - MaxEvents; over > 0 {
+		c.Events = append(c.Events[:0:0], c.Events[over:]...)
+	}
+}
+
+// Page names a view.
+type Page int
+
+const (
+	PageHosts Page = iota
+	PageModels
+	PagePlace
+	PageChat
+	PageEvents
+	PageDoctor
+	PageHostDetail
+	PageHelp
+)
+
+// Tabs are the pages reachable with tab, in order.
+var Tabs = []Page{PageHosts, PageModels, PagePlace, PageChat, PageEvents, PageDoctor}
+
+// Title of a page, as shown in the tab bar.
+func (p Page) Title() string {
+	switch p {
+	case PageHosts:
+		return "Hosts"
+	case PageModels:
+		return "Models"
+	case PagePlace:
+		return "Place"
+	case PageChat:
+		return "Chat"
+	case PageEvents:
+		return "Events"
+	case PageDoctor:
+		return "Doctor"
+	case PageHostDetail:
+		return "Host"
+	case PageHelp:
+		return "Help"
+	}
+	return "?"
+}
+
+// NavigateMsg switches the console to a page; Arg carries what it opens (a host name, a model,
+// a source to place).
+type NavigateMsg struct {
+	Page Page
+	Arg  string
+}
+
+// Navigate is a command that switches pages.
+func Navigate(p Page, arg string) tea.Cmd {
+	return func() tea.Msg { return NavigateMsg{Page: p, Arg: arg} }
+}
+
+// MeshMsg carries a new picture of the mesh.
+type MeshMsg struct{ View api.MeshView }
+
+// EventMsg carries one event from an agent or the mesh.
+type EventMsg struct{ Event api.Event }
+
+// TickMsg is the console's once-a-second clock (memory sampling, elapsed times).
+type TickMsg time.Time
+
+// StatusMsg shows a line in the status bar; Err makes it an error.
+type StatusMsg struct {
+	Text string
+	Err  bool
+}
+
+// Status is a command that shows a status line.
+func Status(text string, isErr bool) tea.Cmd {
+	return func() tea.Msg { return StatusMsg{Text: text, Err: isErr} }
+}

@@ -1,0 +1,439 @@
+// Package console is the one action layer behind the interactive console and the headless
+// `llmkube-tui mesh …` commands: connect to the mesh, read its picture, rank, place, wait,
+// delete, chat, watch events and ask the doctor. Both front ends call these functions, so they
+// cannot drift apart.
+//
+// A console reaches the mesh in one of two ways: as a member (it joins the gossip mesh with the
+// console role and sees what every agent sees within a gossip round) or through one agent's API
+// (--agent URL, across subnets, without joining). Actions always go to the agents' HTTP API.
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/rank"
+)
+
+// Options says how to reach the mesh.
+type Options struct {
+	// Join is the mesh's join string; with it the console joins as a member (unless AgentURL is
+	// set) and, when Token is empty, uses the mesh's admin token.
+	Join string
+	// Token is the API token (admin or namespace).
+	Token string
+	// AgentURL watches and acts through one agent's API without joining the mesh.
+	AgentURL string
+	// Seeds are gossip addresses to join (member mode); they add to the join string's seeds.
+	Seeds []string
+	// MDNS turns on mDNS discovery in member mode (off by default in tests and the demo).
+	MDNS          bool
+	MDNSInterface string
+	// NodeName names this console in the mesh ("" = from the host name).
+	NodeName string
+	// Profile is the memberlist timing profile: "lan" (default), "wan" or "local".
+	Profile string
+	// Poll is how often agent mode re-reads the agent's view (default 1 s).
+	Poll time.Duration
+	// Timeout bounds each API call (default 10 s).
+	Timeout time.Duration
+	Log     *slog.Logger
+}
+
+// ErrNoAgents means the view holds no agent that could serve the action.
+var ErrNoAgents = errors.New("no reachable agent in the mesh")
+
+// source is where a console's picture of the mesh comes from.
+type source interface {
+	view() api.MeshView
+	doctor(ctx context.Context) Doctor
+	close(ctx context.Context) error
+}
+
+// Conn is a live connection to the mesh.
+type Conn struct {
+	opts  Options
+	token string
+	src   source
+	log   *slog.Logger
+	mode  string
+	bell  *notifier
+
+	mu      sync.Mutex
+	clients map[string]*api.Client
+}
+
+// Connect reaches the mesh as Options say. In agent mode it checks the agent answers before
+// returning; in member mode it returns once memberlist is up (peers may still be joining).
+func Connect(ctx context.Context, opts Options) (*Conn, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	c := &Conn{opts: opts, token: opts.Token, log: opts.Log, clients: map[string]*api.Client{}, bell: newNotifier()}
+	var join api.Join
+	if opts.Join != "" {
+		j, err := api.ParseJoin(opts.Join)
+		if err != nil {
+			return nil, err
+		}
+		join = j
+		if c.token == "" {
+			c.token = api.AdminToken(j.Secret)
+		}
+	}
+	switch {
+	case opts.AgentURL != "":
+		src, err := newAgentSource(ctx, opts.AgentURL, c.token, opts.Poll, opts.Timeout, c.bell, opts.Log)
+		if err != nil {
+			return nil, err
+		}
+		c.src, c.mode = src, "agent"
+	case opts.Join != "":
+		src, err := newMemberSource(ctx, join, opts, c.bell)
+		if err != nil {
+			return nil, err
+		}
+		c.src, c.mode = src, "member"
+	default:
+		return nil, errors.New("nothing to connect to: give a join string (--join-string, LLMKUBE_JOIN or --join-file) or --agent URL")
+	}
+	return c, nil
+}
+
+// Mode is "member" (joined the mesh) or "agent" (through one agent's API).
+func (c *Conn) Mode() string { return c.mode }
+
+// Token is the API token actions use.
+func (c *Conn) Token() string { return c.token }
+
+// View is the latest picture of the mesh.
+func (c *Conn) View() api.MeshView { return c.src.view() }
+
+// Subscribe returns a channel that receives after each change of the view, coalesced (a slow
+// reader misses nothing but intermediate states: it reads View() when woken), and a cancel func.
+func (c *Conn) Subscribe() (<-chan struct{}, func()) { return c.bell.subscribe() }
+
+// Close leaves the mesh gracefully (member mode) and stops polling.
+func (c *Conn) Close(ctx context.Context) error { return c.src.close(ctx) }
+
+// Client returns an API client for a host of the view.
+func (c *Conn) Client(host string) (*api.Client, error) {
+	v := c.View()
+	for _, m := range v.Members {
+		if m.Name == host && m.Host != nil {
+			return c.clientFor(m.Host.APIAddr), nil
+		}
+	}
+	return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("host %q is not in the mesh", host)}
+}
+
+func (c *Conn) clientFor(addr string) *api.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl, ok := c.clients[addr]
+	if !ok {
+		cl = api.NewClient(addr, c.token)
+		c.clients[addr] = cl
+	}
+	return cl
+}
+
+func (c *Conn) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.opts.Timeout)
+}
+
+// Agents returns the alive agents of the view, sorted by name.
+func Agents(v api.MeshView) []api.Member {
+	var out []api.Member
+	for _, m := range v.Members {
+		if m.Role == api.RoleAgent && m.Host != nil && m.Liveness == api.Alive {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Placements returns every placement in the view, sorted by host then model.
+func Placements(v api.MeshView) []api.Placement {
+	var out []api.Placement
+	for _, m := range v.Members {
+		out = append(out, m.Placements...)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Host != out[j].Host {
+			return out[i].Host < out[j].Host
+		}
+		return out[i].Model < out[j].Model
+	})
+	return out
+}
+
+// FindPlacement finds a placement by id, or by unique id prefix, or by model name when only one
+// placement serves it.
+func FindPlacement(v api.MeshView, ref string) (api.Placement, error) {
+	var hits []api.Placement
+	for _, p := range Placements(v) {
+		if p.ID == ref {
+			return p, nil
+		}
+		if strings.HasPrefix(p.ID, ref) || p.Model == ref {
+			hits = append(hits, p)
+		}
+	}
+	switch len(hits) {
+	case 0:
+		return api.Placement{}, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no placement %q in the mesh", ref)}
+	case 1:
+		return hits[0], nil
+	}
+	ids := make([]string, len(hits))
+	for i, h := range hits {
+		ids[i] = h.ID + " (" + h.Model + " on " + h.Host + ")"
+	}
+	return api.Placement{}, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("%q matches %d placements: %s", ref, len(hits), strings.Join(ids, ", "))}
+}
+
+// Ranking is a fit preview: the size and every host's verdict, best first.
+type Ranking struct {
+	Estimate api.SizeEstimate `json:"estimate"`
+	SizedBy  string           `json:"sized_by"` // host whose agent sized the source
+	Hosts    []api.Ranked     `json:"hosts"`
+}
+
+// Best is the first host that fits or swaps, if any.
+func (r Ranking) Best() (api.Ranked, bool) {
+	for _, h := range r.Hosts {
+		if h.Verdict != api.VerdictRefused {
+			return h, true
+		}
+	}
+	return api.Ranked{}, false
+}
+
+// Rank sizes the request on an agent (the source's size does not depend on who asks, except for
+// files only one host has: a host that answers refuses nothing here) and ranks every host.
+func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) (Ranking, error) {
+	v := c.View()
+	agents := Agents(v)
+	if len(agents) == 0 {
+		return Ranking{}, ErrNoAgents
+	}
+	// Ask agents that can run the request first: a hailo:// source is best sized where
+	// hailo-ollama's manifests live.
+	sort.SliceStable(agents, func(i, j int) bool {
+		return canRun(agents[i], req) && !canRun(agents[j], req)
+	})
+	var firstErr error
+	for _, a := range agents {
+		cctx, cancel := c.callCtx(ctx)
+		est, err := c.clientFor(a.Host.APIAddr).Estimate(cctx, req)
+		cancel()
+		if err != nil {
+			var apiErr *api.Error
+			if errors.As(err, &apiErr) && apiErr.Code == api.CodeInvalidSource {
+				return Ranking{}, err
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		hosts := rank.Rank(v.Members, rank.Request{PlacementRequest: req, Estimate: est.Estimate, Spread: spread})
+		return Ranking{Estimate: est.Estimate, SizedBy: a.Name, Hosts: hosts}, nil
+	}
+	return Ranking{}, firstErr
+}
+
+// canRun is a cheap guess at whether an agent has the runtime a request needs.
+func canRun(m api.Member, req api.PlacementRequest) bool {
+	want := req.Runtime
+	if want == "" {
+		switch {
+		case strings.HasPrefix(req.Source, "hailo://"):
+			want = api.RuntimeHailoOllama
+		case strings.HasPrefix(req.Source, "ollama://"):
+			want = api.RuntimeOllama
+		default:
+			want = api.RuntimeLlamaServer
+		}
+	}
+	for _, e := range m.Host.Engines {
+		if e.Runtime == want && e.Present {
+			return true
+		}
+	}
+	return false
+}
+
+// Place asks host to run the request. host "" picks the best host of a ranking.
+func (c *Conn) Place(ctx context.Context, host string, req api.PlacementRequest) (api.Placement, error) {
+	if host == "" {
+		r, err := c.Rank(ctx, req, false)
+		if err != nil {
+			return api.Placement{}, err
+		}
+		best, ok := r.Best()
+		if !ok {
+			return api.Placement{}, noFit(r)
+		}
+		host = best.Host
+	}
+	cl, err := c.Client(host)
+	if err != nil {
+		return api.Placement{}, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	return cl.Place(cctx, req)
+}
+
+// noFit turns a ranking with no fitting host into a refusal naming the most common reason.
+func noFit(r Ranking) error {
+	if len(r.Hosts) == 0 {
+		return ErrNoAgents
+	}
+	first := r.Hosts[0]
+	var reasons []string
+	for _, h := range r.Hosts {
+		reasons = append(reasons, h.Host+": "+h.Reason)
+	}
+	return &api.Error{Code: first.Code, Message: "no host can take it — " + strings.Join(reasons, "; ")}
+}
+
+// Wait follows a placement until it is ready or has failed, calling progress on each change.
+func (c *Conn) Wait(ctx context.Context, p api.Placement, progress func(api.Placement)) (api.Placement, error) {
+	cl, err := c.Client(p.Host)
+	if err != nil {
+		return p, err
+	}
+	return cl.WaitPlacement(ctx, p.ID, 200*time.Millisecond, progress)
+}
+
+// Delete stops and removes a placement, found by id, id prefix or unique model name.
+func (c *Conn) Delete(ctx context.Context, ref string) (api.Placement, error) {
+	p, err := FindPlacement(c.View(), ref)
+	if err != nil {
+		return p, err
+	}
+	cl, err := c.Client(p.Host)
+	if err != nil {
+		return p, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	return p, cl.Delete(cctx, p.ID)
+}
+
+// ChatTarget picks the agent to send a chat to: the owner of a ready placement of the model when
+// there is one (no forwarding hop), else any alive agent (its gateway forwards).
+func ChatTarget(v api.MeshView, model string) (api.Member, error) {
+	agents := Agents(v)
+	if len(agents) == 0 {
+		return api.Member{}, ErrNoAgents
+	}
+	for _, a := range agents {
+		for _, p := range a.Placements {
+			if p.Model == model && p.State == api.StateReady {
+				return a, nil
+			}
+		}
+	}
+	return agents[0], nil
+}
+
+// Chat streams an answer from model through the gateway. Cancelling ctx cancels the generation.
+func (c *Conn) Chat(ctx context.Context, model string, msgs []api.ChatMessage, opt api.ChatOptions, emit func(api.ChatDelta) error) (host string, err error) {
+	target, err := ChatTarget(c.View(), model)
+	if err != nil {
+		return "", err
+	}
+	return target.Name, c.clientFor(target.Host.APIAddr).ChatStream(ctx, model, msgs, opt, emit)
+}
+
+// Doctor is the discovery doctor's report as the console sees it.
+type Doctor struct {
+	Mode     string    `json:"mode"`
+	Findings []Finding `json:"findings"`
+}
+
+// Finding is one reason peers may be invisible, with the fix.
+type Finding struct {
+	Severity string `json:"severity"`
+	Problem  string `json:"problem"`
+	Fix      string `json:"fix"`
+}
+
+// Doctor explains why peers may not be visible.
+func (c *Conn) Doctor(ctx context.Context) Doctor {
+	return c.src.doctor(ctx)
+}
+
+// Events merges the events of every alive agent (and, in member mode, the mesh's own) into one
+// stream until ctx ends. Agents that appear later are followed too; a broken stream is retried.
+func (c *Conn) Events(ctx context.Context, emit func(api.Event)) {
+	var mu sync.Mutex
+	out := func(ev api.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		emit(ev)
+	}
+	following := map[string]context.CancelFunc{}
+	follow := func() {
+		for _, a := range Agents(c.View()) {
+			addr := a.Host.APIAddr
+			if _, ok := following[addr]; ok {
+				continue
+			}
+			fctx, cancel := context.WithCancel(ctx)
+			following[addr] = cancel
+			go c.followEvents(fctx, addr, out)
+		}
+	}
+	changed, stop := c.Subscribe()
+	defer stop()
+	follow()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			follow()
+		}
+	}
+}
+
+func (c *Conn) followEvents(ctx context.Context, addr string, emit func(api.Event)) {
+	var last uint64
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		err := c.clientFor(addr).Events(ctx, last, func(ev api.Event) error {
+			last = ev.Seq
+			emit(ev)
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Debug("event stream ended", "agent", addr, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}

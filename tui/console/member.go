@@ -1,0 +1,81 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh"
+	"github.com/llmkube/mesh/mesh/discovery"
+)
+
+// memberSource is a console that joined the gossip mesh: its view is memberlist's, refreshed
+// on every change, and it leaves gracefully when closed.
+type memberSource struct {
+	m    *mesh.Mesh
+	stop func()
+	done chan struct{}
+
+	mu   sync.Mutex
+	last api.MeshView
+}
+
+func newMemberSource(ctx context.Context, join api.Join, opts Options, bell *notifier) (*memberSource, error) {
+	var disc discovery.Source
+	if opts.MDNS {
+		d, err := discovery.NewMDNS(discovery.MDNSConfig{MeshID: join.MeshID, Node: opts.NodeName, Interface: opts.MDNSInterface, Log: opts.Log})
+		if err != nil {
+			return nil, fmt.Errorf("mDNS: %w", err)
+		}
+		disc = d
+	}
+	m, err := mesh.Start(context.WithoutCancel(ctx), mesh.Config{
+		MeshID:    join.MeshID,
+		Secret:    join.Secret,
+		NodeName:  opts.NodeName,
+		Role:      api.RoleConsole,
+		BindAddr:  "127.0.0.1",
+		Seeds:     append(append([]string(nil), join.Seeds...), opts.Seeds...),
+		Discovery: disc,
+		Profile:   opts.Profile,
+		Log:       opts.Log.With(slog.String("part", "mesh")),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("joining mesh %s: %w", join.MeshID, err)
+	}
+	views, stop := m.Subscribe()
+	s := &memberSource{m: m, stop: stop, done: make(chan struct{}), last: m.View().MeshView}
+	go func() {
+		defer close(s.done)
+		for v := range views {
+			s.mu.Lock()
+			s.last = v.MeshView
+			s.mu.Unlock()
+			bell.ring()
+		}
+	}()
+	return s, nil
+}
+
+func (s *memberSource) view() api.MeshView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+func (s *memberSource) doctor(ctx context.Context) Doctor {
+	r := s.m.Doctor(ctx)
+	d := Doctor{Mode: "member"}
+	for _, f := range r.Findings {
+		d.Findings = append(d.Findings, Finding(f))
+	}
+	return d
+}
+
+func (s *memberSource) close(ctx context.Context) error {
+	err := s.m.Close(ctx)
+	s.stop()
+	return err
+}

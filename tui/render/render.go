@@ -1,0 +1,213 @@
+// Package render holds the console's pure formatting functions: a memory bar, a size, a
+// duration, a cell cut to width. They take values and return strings, so they are tested with
+// tables and never touch the model.
+package render
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/llmkube/mesh/mesh/rank"
+	"github.com/llmkube/mesh/tui/styles"
+)
+
+// Bytes is a size for people: "1.9 GiB", "512 MiB", "—" for unknown (0).
+func Bytes(b int64) string {
+	if b <= 0 {
+		return "—"
+	}
+	return rank.FormatBytes(b)
+}
+
+// Cut shortens s to width display cells, ending with "…" when cut.
+func Cut(s string, width int) string {
+	if width <= 0 {
+		return ""
+	}
+	if ansi.StringWidth(s) <= width {
+		return s
+	}
+	return ansi.Truncate(s, width, "…")
+}
+
+// Pad cuts or pads s to exactly width cells.
+func Pad(s string, width int) string {
+	s = Cut(s, width)
+	if w := ansi.StringWidth(s); w < width {
+		s += strings.Repeat(" ", width-w)
+	}
+	return s
+}
+
+// PadLeft right-aligns s in width cells.
+func PadLeft(s string, width int) string {
+	s = Cut(s, width)
+	if w := ansi.StringWidth(s); w < width {
+		s = strings.Repeat(" ", width-w) + s
+	}
+	return s
+}
+
+// MemBar draws a host's memory in width cells over its total: committed (█), reserved by
+// in-flight admissions (▓), budget left (░), and memory outside the budget (·). An unknown total
+// draws a bar of "?".
+func MemBar(st *styles.Styles, width int, committed, reserved, budget, total int64) string {
+	if width <= 0 {
+		return ""
+	}
+	if total <= 0 {
+		return st.Muted.Render(strings.Repeat("?", width))
+	}
+	cells := func(v int64) int {
+		if v <= 0 {
+			return 0
+		}
+		n := int((v*int64(width) + total/2) / total)
+		if n == 0 {
+			n = 1 // something held is never drawn as nothing
+		}
+		return n
+	}
+	used := min(cells(committed), width)
+	res := min(cells(reserved), width-used)
+	inBudget := min(cells(budget), width)
+	free := max(inBudget-used-res, 0)
+	outside := max(width-used-res-free, 0)
+	return st.BarUsed.Render(strings.Repeat("█", used)) +
+		st.BarReserve.Render(strings.Repeat("▓", res)) +
+		st.BarFree.Render(strings.Repeat("░", free)) +
+		st.BarOutside.Render(strings.Repeat("·", outside))
+}
+
+// Progress draws a 0..1 fraction as a bar of width cells with the percentage after it.
+func Progress(st *styles.Styles, width int, frac float64) string {
+	frac = max(0, min(1, frac))
+	pct := fmt.Sprintf(" %3d%%", int(frac*100+0.5))
+	bw := width - len(pct)
+	if bw < 1 {
+		return strings.TrimSpace(pct)
+	}
+	n := int(frac*float64(bw) + 0.5)
+	return st.BarUsed.Render(strings.Repeat("█", n)) + st.Muted.Render(strings.Repeat("░", bw-n)) + pct
+}
+
+// Ago says how long ago t was, briefly: "now", "42s", "5m", "3h", "2d"; "—" for the zero time.
+func Ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 2*time.Second:
+		return "now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// Speed formats tokens/s ("8.2 tok/s"), "—" when not measured.
+func Speed(tps float64) string {
+	if tps <= 0 {
+		return "—"
+	}
+	if tps >= 100 {
+		return fmt.Sprintf("%.0f tok/s", tps)
+	}
+	return fmt.Sprintf("%.1f tok/s", tps)
+}
+
+// Millis formats a latency in milliseconds ("320 ms", "1.47 s"), "—" when not measured.
+func Millis(ms float64) string {
+	if ms <= 0 {
+		return "—"
+	}
+	if ms >= 1000 {
+		return fmt.Sprintf("%.2f s", ms/1000)
+	}
+	return fmt.Sprintf("%.0f ms", ms)
+}
+
+// Column is one column of a table: a title, a width, and right alignment for numbers.
+type Column struct {
+	Title string
+	Width int
+	Right bool
+}
+
+// Row lays out cells under columns, one space apart.
+func Row(cols []Column, cells []string) string {
+	var b strings.Builder
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		cell := ""
+		if i < len(cells) {
+			cell = cells[i]
+		}
+		if c.Right {
+			b.WriteString(PadLeft(cell, c.Width))
+		} else {
+			b.WriteString(Pad(cell, c.Width))
+		}
+	}
+	return b.String()
+}
+
+// Head lays out the column titles.
+func Head(st *styles.Styles, cols []Column) string {
+	titles := make([]string, len(cols))
+	for i, c := range cols {
+		titles[i] = c.Title
+	}
+	return st.TableHead.Render(Row(cols, titles))
+}
+
+// Fit gives flexible columns (Width 0) an equal share of what is left of total after the fixed
+// ones, at least min each, and returns the columns with widths set.
+func Fit(cols []Column, total, minFlex int) []Column {
+	out := append([]Column(nil), cols...)
+	fixed, flex := 0, 0
+	for _, c := range out {
+		if c.Width == 0 {
+			flex++
+		} else {
+			fixed += c.Width
+		}
+	}
+	gaps := len(out) - 1
+	if flex == 0 {
+		return out
+	}
+	share := max((total-fixed-gaps)/flex, minFlex)
+	for i := range out {
+		if out[i].Width == 0 {
+			out[i].Width = share
+		}
+	}
+	return out
+}
+
+// Place puts content in a box of exactly width × height, cutting what does not fit.
+func Place(content string, width, height int) string {
+	lines := strings.Split(content, "\n")
+	if len(lines) > height {
+		lines = lines[:height]
+	}
+	for i, l := range lines {
+		lines[i] = Pad(l, width)
+	}
+	for len(lines) < height {
+		lines = append(lines, strings.Repeat(" ", width))
+	}
+	return lipgloss.JoinVertical(lipgloss.Left, lines...)
+}

@@ -1,0 +1,124 @@
+// Package styles holds every style of the console in one struct, built from a lipgloss renderer
+// so tests can pass an ASCII one and NO_COLOR is honoured in one place.
+package styles
+
+import (
+	"github.com/charmbracelet/lipgloss"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// Styles is the console's look.
+type Styles struct {
+	r *lipgloss.Renderer
+
+	App        lipgloss.Style
+	Title      lipgloss.Style
+	Header     lipgloss.Style // the mesh summary line
+	TabActive  lipgloss.Style
+	TabIdle    lipgloss.Style
+	TableHead  lipgloss.Style
+	Row        lipgloss.Style
+	Selected   lipgloss.Style
+	Muted      lipgloss.Style
+	Bold       lipgloss.Style
+	OK         lipgloss.Style
+	Warn       lipgloss.Style
+	Error      lipgloss.Style
+	Danger     lipgloss.Style // dangerous actions and their confirmations
+	Box        lipgloss.Style // bordered panels
+	BoxTitle   lipgloss.Style
+	StatusBar  lipgloss.Style
+	HelpKey    lipgloss.Style
+	HelpDesc   lipgloss.Style
+	Prompt     lipgloss.Style
+	User       lipgloss.Style // chat: the person's turns
+	Assistant  lipgloss.Style // chat: the model's turns
+	BarUsed    lipgloss.Style // memory bar: committed
+	BarReserve lipgloss.Style // memory bar: reserved by in-flight admissions
+	BarFree    lipgloss.Style // memory bar: budget left
+	BarOutside lipgloss.Style // memory bar: outside the budget
+}
+
+// New builds the styles for a renderer (lipgloss.DefaultRenderer() in the program).
+func New(r *lipgloss.Renderer) *Styles {
+	s := &Styles{r: r}
+	ns := r.NewStyle
+	accent := lipgloss.AdaptiveColor{Light: "#5A3FC0", Dark: "#A78BFA"}
+	muted := lipgloss.AdaptiveColor{Light: "#777777", Dark: "#8A8A8A"}
+	green := lipgloss.AdaptiveColor{Light: "#1F7A1F", Dark: "#4ADE80"}
+	yellow := lipgloss.AdaptiveColor{Light: "#9A6700", Dark: "#FACC15"}
+	red := lipgloss.AdaptiveColor{Light: "#B91C1C", Dark: "#F87171"}
+
+	s.App = ns()
+	s.Title = ns().Bold(true).Foreground(accent)
+	s.Header = ns().Foreground(muted)
+	s.TabActive = ns().Bold(true).Foreground(accent).Underline(true)
+	s.TabIdle = ns().Foreground(muted)
+	s.TableHead = ns().Bold(true)
+	s.Row = ns()
+	s.Selected = ns().Reverse(true)
+	s.Muted = ns().Foreground(muted)
+	s.Bold = ns().Bold(true)
+	s.OK = ns().Foreground(green)
+	s.Warn = ns().Foreground(yellow)
+	s.Error = ns().Foreground(red)
+	s.Danger = ns().Bold(true).Foreground(red)
+	s.Box = ns().Border(lipgloss.NormalBorder()).BorderForeground(muted).Padding(0, 1)
+	s.BoxTitle = ns().Bold(true)
+	s.StatusBar = ns().Foreground(muted)
+	s.HelpKey = ns().Bold(true).Foreground(accent)
+	s.HelpDesc = ns().Foreground(muted)
+	s.Prompt = ns().Bold(true).Foreground(accent)
+	s.User = ns().Bold(true)
+	s.Assistant = ns()
+	s.BarUsed = ns().Foreground(accent)
+	s.BarReserve = ns().Foreground(yellow)
+	s.BarFree = ns().Foreground(green)
+	s.BarOutside = ns().Foreground(muted)
+	return s
+}
+
+// Renderer is the renderer the styles were made for.
+func (s *Styles) Renderer() *lipgloss.Renderer { return s.r }
+
+// Liveness colours a member's liveness; the word is always spelled out too, so colour is
+// never the only signal.
+func (s *Styles) Liveness(l api.Liveness) lipgloss.Style {
+	switch l {
+	case api.Alive:
+		return s.OK
+	case api.Suspect:
+		return s.Warn
+	case api.Dead, api.Unreachable:
+		return s.Error
+	default:
+		return s.Muted
+	}
+}
+
+// State colours a placement's state.
+func (s *Styles) State(st api.PlacementState) lipgloss.Style {
+	switch st {
+	case api.StateReady:
+		return s.OK
+	case api.StateSizing, api.StatePulling, api.StateLoading, api.StateRestarting, api.StateStopping:
+		return s.Warn
+	case api.StateFailed, api.StateUnavailable:
+		return s.Error
+	default:
+		return s.Muted
+	}
+}
+
+// Verdict colours a ranking verdict.
+func (s *Styles) Verdict(v api.Verdict) lipgloss.Style {
+	switch v {
+	case api.VerdictFits:
+		return s.OK
+	case api.VerdictSwap:
+		return s.Warn
+	default:
+		return s.Error
+	}
+}

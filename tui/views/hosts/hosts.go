@@ -1,0 +1,431 @@
+// Package hosts is the console's home: one row per mesh member with its capacity, memory bar,
+// models, speed and liveness, under a header that sums the mesh.
+package hosts
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/render"
+)
+
+// Sort orders of the table.
+const (
+	SortName = iota
+	SortFree
+	SortModels
+	sortCount
+)
+
+var sortNames = [sortCount]string{"name", "free memory", "models"}
+
+// Model is the hosts view.
+type Model struct {
+	ctx    *common.Context
+	width  int
+	height int
+	cursor int
+	offset int
+	sortBy int
+
+	filter    textinput.Model
+	filtering bool
+}
+
+// New returns the hosts view.
+func New(ctx *common.Context) *Model {
+	f := textinput.New()
+	f.Prompt = "/"
+	f.Placeholder = "filter by name, chip, engine, model"
+	return &Model{ctx: ctx, filter: f}
+}
+
+func (m *Model) Init() tea.Cmd { return nil }
+
+func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
+
+func (m *Model) Capturing() bool { return m.filtering }
+
+func (m *Model) ShortHelp() []key.Binding {
+	k := m.ctx.Keys
+	if m.filtering {
+		return []key.Binding{key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply")), key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear"))}
+	}
+	return []key.Binding{k.Up, k.Down, k.Open, k.Filter, k.Sort, k.Place}
+}
+
+// Rows are the members shown, filtered and sorted.
+func (m *Model) Rows() []api.Member {
+	q := strings.ToLower(strings.TrimSpace(m.filter.Value()))
+	var rows []api.Member
+	for _, mb := range m.ctx.Mesh.Members {
+		if q == "" || strings.Contains(strings.ToLower(searchText(mb)), q) {
+			rows = append(rows, mb)
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		// Agents before consoles: consoles hold no models.
+		if (a.Role == api.RoleAgent) != (b.Role == api.RoleAgent) {
+			return a.Role == api.RoleAgent
+		}
+		switch m.sortBy {
+		case SortFree:
+			if fa, fb := free(a), free(b); fa != fb {
+				return fa > fb
+			}
+		case SortModels:
+			if la, lb := len(a.Placements), len(b.Placements); la != lb {
+				return la > lb
+			}
+		}
+		return a.Name < b.Name
+	})
+	return rows
+}
+
+func free(m api.Member) int64 {
+	if m.Host == nil {
+		return -1
+	}
+	return m.Host.Memory.Free()
+}
+
+func searchText(m api.Member) string {
+	parts := []string{m.Name, string(m.Liveness), string(m.Role)}
+	if h := m.Host; h != nil {
+		parts = append(parts, h.OS, h.Arch, h.Chip, h.Hostname)
+		for _, a := range h.Accelerators {
+			parts = append(parts, a.Name)
+		}
+		for _, e := range h.Engines {
+			if e.Present {
+				parts = append(parts, string(e.Runtime))
+			}
+		}
+	}
+	for _, p := range m.Placements {
+		parts = append(parts, p.Model)
+	}
+	return strings.Join(parts, " ")
+}
+
+// Selected is the member under the cursor.
+func (m *Model) Selected() (api.Member, bool) {
+	rows := m.Rows()
+	if m.cursor < 0 || m.cursor >= len(rows) {
+		return api.Member{}, false
+	}
+	return rows[m.cursor], true
+}
+
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	k := m.ctx.Keys
+	switch msg := msg.(type) {
+	case tea.KeyMsg:
+		if m.filtering {
+			switch msg.String() {
+			case "enter":
+				m.filtering = false
+				m.filter.Blur()
+				return m, nil
+			case "esc":
+				m.filtering = false
+				m.filter.Blur()
+				m.filter.SetValue("")
+				return m, nil
+			}
+			var cmd tea.Cmd
+			m.filter, cmd = m.filter.Update(msg)
+			m.cursor = 0
+			return m, cmd
+		}
+		n := len(m.Rows())
+		switch {
+		case key.Matches(msg, k.Up):
+			m.cursor--
+		case key.Matches(msg, k.Down):
+			m.cursor++
+		case key.Matches(msg, k.PageUp):
+			m.cursor -= max(m.tableHeight()-1, 1)
+		case key.Matches(msg, k.PageDown):
+			m.cursor += max(m.tableHeight()-1, 1)
+		case key.Matches(msg, k.Top):
+			m.cursor = 0
+		case key.Matches(msg, k.Bottom):
+			m.cursor = n - 1
+		case key.Matches(msg, k.Sort):
+			m.sortBy = (m.sortBy + 1) % sortCount
+			return m, common.Status("sorted by "+sortNames[m.sortBy], false)
+		case key.Matches(msg, k.Filter):
+			m.filtering = true
+			return m, m.filter.Focus()
+		case key.Matches(msg, k.Back):
+			if m.filter.Value() != "" {
+				m.filter.SetValue("")
+			}
+		case key.Matches(msg, k.Open):
+			if sel, ok := m.Selected(); ok {
+				return m, common.Navigate(common.PageHostDetail, sel.Name)
+			}
+		}
+		m.clamp(n)
+	case tea.MouseMsg:
+		switch msg.Button {
+		case tea.MouseButtonWheelUp:
+			m.cursor--
+		case tea.MouseButtonWheelDown:
+			m.cursor++
+		}
+		m.clamp(len(m.Rows()))
+	case common.MeshMsg:
+		m.clamp(len(m.Rows()))
+	}
+	return m, nil
+}
+
+func (m *Model) clamp(n int) {
+	m.cursor = max(0, min(m.cursor, n-1))
+	h := m.tableHeight()
+	if m.cursor < m.offset {
+		m.offset = m.cursor
+	}
+	if m.cursor >= m.offset+h {
+		m.offset = m.cursor - h + 1
+	}
+	m.offset = max(0, min(m.offset, max(n-h, 0)))
+}
+
+// tableHeight is the number of rows that fit under the summary and the column titles.
+func (m *Model) tableHeight() int {
+	return max(m.height-3, 1)
+}
+
+// Summary is the header line that sums the mesh.
+func Summary(v api.MeshView) string {
+	var agents, consoles, ready, alerts int
+	var committed, budget, total int64
+	for _, mb := range v.Members {
+		if mb.Role == api.RoleConsole {
+			consoles++
+			continue
+		}
+		agents++
+		if mb.Liveness != api.Alive {
+			alerts++
+		}
+		if mb.Host != nil && mb.Liveness == api.Alive {
+			committed += mb.Host.Memory.Committed + mb.Host.Memory.Reserved
+			budget += mb.Host.Memory.Budget
+			total += mb.Host.Memory.Total
+		}
+		for _, p := range mb.Placements {
+			switch p.State {
+			case api.StateReady:
+				ready++
+			case api.StateFailed, api.StateRestarting:
+				alerts++
+			}
+		}
+	}
+	mesh := v.Mesh
+	if mesh == "" {
+		mesh = "mesh"
+	}
+	s := fmt.Sprintf("%s · %d agents", mesh, agents)
+	if consoles > 0 {
+		s += fmt.Sprintf(" + %d console", consoles)
+		if consoles > 1 {
+			s += "s"
+		}
+	}
+	s += fmt.Sprintf(" · memory %s of %s budget (%s total) · %d ready model", render.Bytes(committed), render.Bytes(budget), render.Bytes(total), ready)
+	if ready != 1 {
+		s += "s"
+	}
+	switch alerts {
+	case 0:
+		s += " · no alerts"
+	case 1:
+		s += " · 1 alert"
+	default:
+		s += fmt.Sprintf(" · %d alerts", alerts)
+	}
+	return s
+}
+
+func (m *Model) columns() []render.Column {
+	w := m.width
+	cols := []render.Column{
+		{Title: "NAME", Width: 0},
+		{Title: "STATE", Width: 11},
+		{Title: "OS/ARCH", Width: 13},
+		{Title: "CHIP", Width: 0},
+		{Title: "ACCEL", Width: 10},
+		{Title: "ENGINES", Width: 0},
+		{Title: "MEMORY", Width: 16},
+		{Title: "FREE", Width: 8, Right: true},
+		{Title: "MODELS", Width: 6, Right: true},
+		{Title: "TOK/S", Width: 7, Right: true},
+	}
+	// Narrow terminals lose the least telling columns first.
+	drop := func(title string) {
+		for i, c := range cols {
+			if c.Title == title {
+				cols = append(cols[:i], cols[i+1:]...)
+				return
+			}
+		}
+	}
+	if w < 120 {
+		drop("CHIP")
+	}
+	if w < 100 {
+		drop("ENGINES")
+		drop("TOK/S")
+	}
+	return render.Fit(cols, w, 8)
+}
+
+func (m *Model) cells(cols []render.Column, mb api.Member) []string {
+	st := m.ctx.Styles
+	out := make([]string, len(cols))
+	h := mb.Host
+	for i, c := range cols {
+		var v string
+		switch c.Title {
+		case "NAME":
+			v = mb.Name
+			if mb.Role == api.RoleConsole {
+				v += " (console)"
+			}
+		case "STATE":
+			v = st.Liveness(mb.Liveness).Render(string(mb.Liveness))
+		case "OS/ARCH":
+			if h != nil {
+				v = h.OS + "/" + h.Arch
+			}
+		case "CHIP":
+			if h != nil {
+				v = h.Chip
+			}
+		case "ACCEL":
+			if h != nil {
+				var names []string
+				for _, a := range h.Accelerators {
+					names = append(names, a.Name)
+				}
+				v = strings.Join(names, ",")
+			}
+			if v == "" {
+				v = "—"
+			}
+		case "ENGINES":
+			if h != nil {
+				var names []string
+				for _, e := range h.Engines {
+					if e.Present {
+						n := string(e.Runtime)
+						if !e.Healthy {
+							n += "!"
+						}
+						names = append(names, n)
+					}
+				}
+				v = strings.Join(names, ",")
+			}
+			if v == "" {
+				v = "—"
+			}
+		case "MEMORY":
+			if h != nil {
+				v = render.MemBar(st, c.Width, h.Memory.Committed, h.Memory.Reserved, h.Memory.Budget, h.Memory.Total)
+			}
+		case "FREE":
+			if h != nil {
+				v = render.Bytes(h.Memory.Free())
+			}
+		case "MODELS":
+			if mb.Role == api.RoleAgent {
+				v = fmt.Sprint(len(mb.Placements))
+			}
+		case "TOK/S":
+			var best float64
+			for _, p := range mb.Placements {
+				best = max(best, p.TokensPerS)
+			}
+			v = render.Speed(best)
+			v = strings.TrimSuffix(v, " tok/s")
+		}
+		out[i] = v
+	}
+	return out
+}
+
+func (m *Model) View() string {
+	st := m.ctx.Styles
+	var b strings.Builder
+	b.WriteString(st.Header.Render(render.Cut(Summary(m.ctx.Mesh), m.width)))
+	b.WriteString("\n")
+	if m.filtering || m.filter.Value() != "" {
+		b.WriteString(render.Cut(m.filter.View(), m.width))
+	} else {
+		b.WriteString(st.Muted.Render(render.Cut("sorted by "+sortNames[m.sortBy]+" · █ committed ▓ reserved ░ free budget · outside budget", m.width)))
+	}
+	b.WriteString("\n")
+	rows := m.Rows()
+	if len(m.ctx.Mesh.Members) == 0 || countAgents(m.ctx.Mesh) == 0 {
+		b.WriteString(emptyState(m.ctx))
+		return render.Place(b.String(), m.width, m.height)
+	}
+	cols := m.columns()
+	b.WriteString(render.Head(st, cols))
+	end := min(m.offset+m.tableHeight(), len(rows))
+	for i := m.offset; i < end; i++ {
+		line := render.Row(cols, m.cells(cols, rows[i]))
+		b.WriteString("\n")
+		if i == m.cursor {
+			b.WriteString(st.Selected.Render(line))
+		} else {
+			b.WriteString(line)
+		}
+	}
+	if len(rows) == 0 {
+		b.WriteString("\n" + st.Muted.Render("no host matches the filter (esc clears it)"))
+	}
+	return render.Place(b.String(), m.width, m.height)
+}
+
+func countAgents(v api.MeshView) int {
+	n := 0
+	for _, m := range v.Members {
+		if m.Role == api.RoleAgent {
+			n++
+		}
+	}
+	return n
+}
+
+func emptyState(ctx *common.Context) string {
+	st := ctx.Styles
+	lines := []string{
+		"",
+		st.Bold.Render("No agents in sight yet."),
+		"",
+		"  • Start an agent on a host:   llmkube-agent run --join-string \"$LLMKUBE_JOIN\"",
+		"  • Or join one by address:     llmkube-tui --join-string … --join 10.0.0.5:7946",
+		"  • Ask why peers are invisible: press 6 for the doctor",
+		"  • Or try it all locally:      llmkube-tui --demo",
+	}
+	if ctx.Conn != nil && ctx.Conn.Mode() == "agent" {
+		lines = append(lines, "", st.Muted.Render("Watching through one agent's API: its view has no agents yet."))
+	}
+	return strings.Join(lines, "\n")
+}
