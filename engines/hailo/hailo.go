@@ -1,0 +1,341 @@
+// Package hailo drives hailo-ollama, Hailo's Ollama-like server for the Hailo-10H (default
+// 127.0.0.1:8000). It speaks the Ollama protocol through engines/ollama's Client, with the
+// dialect hailo-ollama needs:
+//   - the daemon is recognised by GET /hailo/v1/list; one that lacks it is not hailo-ollama, and
+//     pulls and loads on it are refused with RuntimeMismatch;
+//   - load and unload requests carry no prompt field, every request a JSON Content-Type, and a
+//     200 answer with an "error" body is an error (all in the shared Client);
+//   - one model at a time: loading a second model replaces the first, and the Instance says which
+//     (Replaced); unloading a model that is no longer on the device leaves the device alone
+//     (keep_alive 0 takes off whatever is loaded);
+//   - chats stream through /api/chat, since its /v1/chat/completions cannot stream.
+//
+// Requests that use the device (load, unload, chat, /api/ps) are serialised in the driver, one
+// at a time. The device runs one anyway, so nothing is lost, and it makes the driver's
+// check-then-act steps atomic: a load knows which model it replaces, an unload never takes off
+// another placement's model, and a chat never swaps a replaced model back in behind the
+// agent's back. Waiting requests give up with their context.
+package hailo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/ollama"
+)
+
+// DefaultURL is where hailo-ollama listens by default (its config says 0.0.0.0:8000; the agent
+// reaches it on loopback).
+const DefaultURL = "http://127.0.0.1:8000"
+
+// probeTimeout bounds each request Detect makes.
+const probeTimeout = 5 * time.Second
+
+// Config is how to reach the daemon.
+type Config struct {
+	URL  string       // the daemon's base URL; DefaultURL when empty
+	HTTP *http.Client // nil: a client without proxy or overall timeout
+}
+
+// Driver runs models on hailo-ollama. It is safe for concurrent use.
+type Driver struct {
+	c      *ollama.Client
+	log    *slog.Logger
+	device chan struct{} // held by the one request using the device
+}
+
+var _ engines.Driver = (*Driver)(nil)
+
+// New returns a driver for the daemon cfg names. It fails only on a malformed URL.
+func New(cfg Config, log *slog.Logger) (*Driver, error) {
+	if cfg.URL == "" {
+		cfg.URL = DefaultURL
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c, err := ollama.NewClient(cfg.URL, "hailo-ollama", cfg.HTTP)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{c: c, log: log.With("runtime", string(api.RuntimeHailoOllama)), device: make(chan struct{}, 1)}, nil
+}
+
+// Client is the driver's protocol client.
+func (d *Driver) Client() *ollama.Client { return d.c }
+
+// Runtime is api.RuntimeHailoOllama.
+func (d *Driver) Runtime() api.Runtime { return api.RuntimeHailoOllama }
+
+// lock takes the device for one request, or gives up with ctx.
+func (d *Driver) lock(ctx context.Context) error {
+	select {
+	case d.device <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *Driver) unlock() { <-d.device }
+
+// zoo returns the daemon's model list, refusing a daemon that is not hailo-ollama.
+func (d *Driver) zoo(ctx context.Context) ([]string, error) {
+	models, isHailo, err := d.c.HailoList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !isHailo {
+		return nil, &engines.Error{Code: api.CodeRuntimeMismatch, Err: fmt.Errorf(
+			"the daemon at %s is not hailo-ollama: it has no /hailo/v1/list (is it plain Ollama?); hailo:// models run only on hailo-ollama with a Hailo-10H", d.c.URL())}
+	}
+	return models, nil
+}
+
+// Detect reports whether hailo-ollama answers at the URL, its version and its zoo (Models);
+// Detail says which zoo models are downloaded.
+func (d *Driver) Detect(ctx context.Context) api.Engine {
+	e := api.Engine{Runtime: api.RuntimeHailoOllama, Address: d.c.URL()}
+	probe := func(f func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		return f(ctx)
+	}
+	if err := probe(func(ctx context.Context) error { _, err := d.c.Root(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("no hailo-ollama answers at %s (%v); it comes with Hailo's GenAI model zoo for the Hailo-10H (AI HAT+ 2 on a Raspberry Pi 5): install it and start `hailo-ollama`, or point the agent at its address", d.c.URL(), cause(err))
+		return e
+	}
+	var zoo []string
+	if err := probe(func(ctx context.Context) (err error) { zoo, err = d.zoo(ctx); return err }); err != nil {
+		e.Detail = cause(err).Error()
+		return e
+	}
+	e.Present = true
+	e.Models = zoo
+	if err := probe(func(ctx context.Context) (err error) { e.Version, err = d.c.Version(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/version: %v", cause(err))
+		return e
+	}
+	var have []string
+	if err := probe(func(ctx context.Context) (err error) { have, err = d.downloaded(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/tags: %v", cause(err))
+		return e
+	}
+	e.Healthy = true
+	if len(have) == 0 {
+		e.Detail = "no zoo model downloaded yet"
+	} else {
+		e.Detail = "downloaded: " + strings.Join(have, ", ")
+	}
+	return e
+}
+
+// Downloaded lists the zoo models whose HEF is on this host (/api/tags), which load without a pull.
+func (d *Driver) Downloaded(ctx context.Context) ([]string, error) { return d.downloaded(ctx) }
+
+func (d *Driver) downloaded(ctx context.Context) ([]string, error) {
+	tags, err := d.c.Tags(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(tags))
+	for _, t := range tags {
+		names = append(names, t.Name)
+	}
+	return names, nil
+}
+
+func cause(err error) error {
+	var ee *engines.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}
+
+// Health checks that the daemon answers GET / (hailo-ollama has no /health) and, when no
+// request of this driver is using the device, that m is the model on it: a daemon that
+// restarted, or a swap, would otherwise leave the placement shown ready. While a request is
+// using the device the model is working, and /api/ps would only queue behind it.
+func (d *Driver) Health(ctx context.Context, m engines.Model) error {
+	if _, err := d.c.Root(ctx); err != nil {
+		return err
+	}
+	ref, err := ollama.Ref(m, api.RuntimeHailoOllama)
+	if err != nil {
+		return err
+	}
+	select {
+	case d.device <- struct{}{}:
+	default:
+		return nil // busy with one of our requests
+	}
+	defer d.unlock()
+	loaded, err := d.loaded(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(loaded) == 0:
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("no model is on the Hailo-10H: hailo-ollama at %s lost %s (restarted?)", d.c.URL(), ref)}
+	case !ollama.SameModel(loaded[0], ref):
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s is no longer on the Hailo-10H: %s replaced it", ref, loaded[0])}
+	}
+	return nil
+}
+
+// Pull downloads m's HEF through the daemon, reporting its progress.
+func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engines.Progress)) error {
+	ref, err := ollama.Ref(m, api.RuntimeHailoOllama)
+	if err != nil {
+		return err
+	}
+	zoo, err := d.zoo(ctx)
+	if err != nil {
+		return err
+	}
+	d.log.Info("pulling", "model", ref)
+	err = d.c.Pull(ctx, ref, progress)
+	if errors.Is(err, engines.ErrNotFound) {
+		// /hailo/v1/list is not always the whole zoo, so the daemon decides; the list helps.
+		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", cause(err), strings.Join(zoo, ", "))}
+	}
+	return err
+}
+
+// Load puts m on the Hailo-10H with keep_alive -1 and confirms with /api/ps. A model already on
+// the device is replaced: the returned *Instance's Replaced names it, and the swap is logged.
+func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, error) {
+	ref, err := ollama.Ref(m, api.RuntimeHailoOllama)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.zoo(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer d.unlock()
+	before, err := d.loaded(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// hailo-ollama takes no num_ctx: every zoo HEF has its context built in.
+	if err := d.c.Load(ctx, ref, nil); err != nil {
+		return nil, err
+	}
+	after, err := d.loaded(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(after) != 1 || !ollama.SameModel(after[0], ref) {
+		return nil, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("hailo-ollama said it loaded %s but /api/ps lists %v", ref, after)}
+	}
+	inst := &Instance{Instance: ollama.NewInstance(d.c.URL())}
+	if len(before) > 0 && !ollama.SameModel(before[0], ref) {
+		inst.replaced = before[0]
+		d.log.Warn("swapped the model on the Hailo-10H", "loaded", ref, "replaced", inst.replaced)
+	} else {
+		d.log.Info("loaded", "model", ref)
+	}
+	return inst, nil
+}
+
+// loaded is /api/ps's names: at most one. Caller holds the device.
+func (d *Driver) loaded(ctx context.Context) ([]string, error) {
+	running, err := d.c.PS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(running))
+	for _, r := range running {
+		names = append(names, r.Name)
+	}
+	return names, nil
+}
+
+// Unload takes m off the device and confirms with /api/ps. When m is not the model on the
+// device (a swap replaced it) there is nothing to free, and the device is left alone.
+func (d *Driver) Unload(ctx context.Context, m engines.Model) error {
+	ref, err := ollama.Ref(m, api.RuntimeHailoOllama)
+	if err != nil {
+		return err
+	}
+	if err := d.lock(ctx); err != nil {
+		return err
+	}
+	defer d.unlock()
+	before, err := d.loaded(ctx)
+	if err != nil {
+		return err
+	}
+	if len(before) == 0 || !ollama.SameModel(before[0], ref) {
+		d.log.Info("not on the device; nothing to unload", "model", ref, "loaded", before)
+		return nil
+	}
+	if err := d.c.Unload(ctx, ref); err != nil {
+		return err
+	}
+	after, err := d.loaded(ctx)
+	if err != nil {
+		return err
+	}
+	if len(after) > 0 {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("hailo-ollama said it unloaded %s but /api/ps lists %v", ref, after)}
+	}
+	d.log.Info("unloaded", "model", ref)
+	return nil
+}
+
+// Loaded lists the model on the device (at most one).
+func (d *Driver) Loaded(ctx context.Context) ([]string, error) {
+	if err := d.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer d.unlock()
+	return d.loaded(ctx)
+}
+
+// Chat streams an answer from m through /api/chat (NDJSON). It is refused when another model is
+// on the device: hailo-ollama would swap m back in, silently evicting the other placement. The
+// request carries keep_alive -1 so it does not shorten the model's stay. "stop" is not sent:
+// hailo-ollama does not honour it.
+func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequest, emit func(engines.ChatChunk) error) error {
+	ref, err := ollama.Ref(m, api.RuntimeHailoOllama)
+	if err != nil {
+		return err
+	}
+	if err := d.lock(ctx); err != nil {
+		return err
+	}
+	defer d.unlock()
+	loaded, err := d.loaded(ctx)
+	if err != nil {
+		return err
+	}
+	if len(loaded) > 0 && !ollama.SameModel(loaded[0], ref) {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
+			"%s is not on the Hailo-10H (%s is); answering would swap it back in, so the chat is refused", ref, loaded[0])}
+	}
+	opts := ollama.Options(req)
+	delete(opts, "stop")
+	return d.c.Chat(ctx, ref, req.Messages, opts, emit)
+}
+
+// Instance is a model on the Hailo-10H. It has no process of its own (Done never closes).
+type Instance struct {
+	*ollama.Instance
+	replaced string
+}
+
+// Replaced names the model this load took off the device, "" when the device was free or
+// already held this model. The agent marks that model's placement replaced.
+func (i *Instance) Replaced() string { return i.replaced }
