@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"strings"
@@ -90,9 +91,13 @@ func (d *diagnostics) line(line string) {
 				label = msg[i+1 : i+1+j]
 			}
 		}
-		d.saw(d.label, from, label)
+		d.saw(d.label, cmp.Or(from, "an unknown address"), label)
 	case strings.Contains(lower, "decrypt"), strings.Contains(lower, "not encrypted"):
-		d.saw(d.decrypt, from, "")
+		// Only what arrived from somewhere: our own failed joins say "decrypt" too, and
+		// the joiner reports those per seed.
+		if from != "" {
+			d.saw(d.decrypt, from, "")
+		}
 	case strings.Contains(msg, "over TCP but UDP probes failed"):
 		if _, rest, ok := strings.Cut(msg, "Was able to connect to "); ok {
 			name, _, _ := strings.Cut(rest, " over TCP")
@@ -104,8 +109,8 @@ func (d *diagnostics) line(line string) {
 // fromAddr finds memberlist's "from=<addr>" in a log message.
 func fromAddr(msg string) string {
 	_, rest, ok := strings.Cut(msg, "from=")
-	if !ok {
-		return "an unknown address"
+	if !ok || strings.HasPrefix(rest, "<unknown") {
+		return ""
 	}
 	addr, _, _ := strings.Cut(rest, " ")
 	return addr

@@ -67,13 +67,13 @@ func (m *Mesh) Doctor(ctx context.Context) DoctorReport {
 			joinFix+"; if two meshes share this network on purpose, give them different gossip ports")
 	}
 	for name, s := range d.conflicts {
-		dir := "the state dir"
+		file := nodeNameFile + " in its state dir"
 		if m.cfg.StateDir != "" {
-			dir = m.cfg.StateDir
+			file = filepath.Join(m.cfg.StateDir, nodeNameFile)
 		}
 		add(SeverityError,
 			fmt.Sprintf("two nodes claim the name %q: %s (last %s ago); the second is refused", name, s.detail, ago(s.last)),
-			fmt.Sprintf("give one of them another name: delete %s on it (a copied state folder or a cloned disk image carries the name along) or start it with another name, then restart it", filepath.Join(dir, nodeNameFile)))
+			fmt.Sprintf("give one of them another name: delete %s (a copied state folder or a cloned disk image carries the name along) or start it with another name, then restart it", file))
 	}
 	for name, s := range d.udp {
 		add(SeverityError,

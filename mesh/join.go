@@ -138,8 +138,9 @@ func joinError(err error) error {
 		s = s[i+2:]
 	}
 	s = strings.TrimSpace(s)
-	if _, rest, ok := strings.Cut(s, "Failed to join "); ok {
-		if _, cause, ok := strings.Cut(rest, ": "); ok {
+	const prefix = "failed to join " // "Failed to join" in older memberlist versions
+	if len(s) > len(prefix) && strings.EqualFold(s[:len(prefix)], prefix) {
+		if _, cause, ok := strings.Cut(s[len(prefix):], ": "); ok {
 			s = cause
 		}
 	}

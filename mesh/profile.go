@@ -66,7 +66,7 @@ func profile(name string) (*memberlist.Config, timings, error) {
 		c.GossipToTheDeadTime = time.Second
 		c.SuspicionMult = 3
 		c.SuspicionMaxTimeoutMult = 3
-		c.TCPTimeout = 2 * time.Second
+		c.TCPTimeout = time.Second
 		c.DeadNodeReclaimTime = 500 * time.Millisecond
 		return c, timings{
 			tick: 20 * time.Millisecond, dialTimeout: 500 * time.Millisecond, dialRetry: 100 * time.Millisecond,

@@ -1,0 +1,139 @@
+package mesh
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+func findingWith(r DoctorReport, problem string) (Finding, bool) {
+	for _, f := range r.Findings {
+		if strings.Contains(f.Problem, problem) {
+			return f, true
+		}
+	}
+	return Finding{}, false
+}
+
+// wrongKey checks that a member holding another secret neither joins nor reads anything, and
+// that the good side's doctor says why.
+func wrongKey(t *testing.T, good []*Mesh, bad *Mesh) {
+	require.NoError(t, good[0].SetLocal(hostOf(1<<30), []api.Placement{placement("p1", "secret-model", api.StateReady)}))
+	// Long enough for many join attempts, gossip rounds and push/pulls of the local profile.
+	require.Never(t, func() bool {
+		if bad.Members() > 1 || len(bad.View().Members) > 1 {
+			return true
+		}
+		bad.mu.Lock()
+		docs := len(bad.docs)
+		bad.mu.Unlock()
+		if docs > 0 {
+			return true
+		}
+		for _, g := range good {
+			if _, ok := g.View().Member(bad.LocalNode()); ok {
+				return true
+			}
+		}
+		return false
+	}, 1500*time.Millisecond, 20*time.Millisecond, "a member with another secret got in or read something")
+
+	var f Finding
+	require.Eventually(t, func() bool {
+		var ok bool
+		f, ok = findingWith(good[0].Doctor(context.Background()), "could not be decrypted")
+		return ok
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, SeverityError, f.Severity)
+	require.Contains(t, f.Fix, "check the join string")
+
+	r := bad.Doctor(context.Background())
+	bf, ok := findingWith(r, "rejected us")
+	if !ok {
+		bf, ok = findingWith(r, "hung up on us")
+	}
+	require.True(t, ok, "the outsider's doctor explains too: %+v", r.Findings)
+	require.Contains(t, bf.Fix, "check the join string")
+	var text strings.Builder
+	require.NoError(t, r.WriteText(&text))
+	require.Contains(t, text.String(), "fix: check the join string")
+}
+
+func TestAnotherSecretCanNeitherJoinNorRead(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	b := c.add("b", api.RoleAgent)
+	waitFor(t, 10*time.Second, []*Mesh{a, b}, "formed", allAlive("a", "b"))
+
+	cfg, _ := c.config("intruder", api.RoleAgent)
+	cfg.Secret = make([]byte, api.SecretSize) // all zeros: another mesh's secret
+	intruder := c.start(cfg)
+	wrongKey(t, []*Mesh{a, b}, intruder)
+}
+
+func TestAnotherMeshIDIsReported(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	cfg, _ := c.config("stranger", api.RoleAgent)
+	cfg.MeshID = "other"
+	stranger := c.start(cfg)
+	var f Finding
+	require.Eventually(t, func() bool {
+		var ok bool
+		f, ok = findingWith(a.Doctor(context.Background()), `belong to mesh "other"`)
+		return ok
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Contains(t, f.Fix, "check the join string")
+	require.Equal(t, 1, a.Members())
+	require.Equal(t, 1, stranger.Members())
+}
+
+func TestAnotherSecretOnRealSockets(t *testing.T) {
+	start := func(name string, secret []byte, seeds ...string) *Mesh {
+		m, err := Start(context.Background(), Config{
+			MeshID: "test", Secret: secret, NodeName: name, Role: api.RoleAgent, Profile: ProfileLocal,
+			BindAddr: "127.0.0.1", APIAddr: "127.0.0.1:1", Seeds: seeds, Log: testLog(),
+			DialBack: func(context.Context, string) error { return nil },
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { m.Shutdown() })
+		return m
+	}
+	a := start("a", testSecret)
+	b := start("b", testSecret, a.GossipAddr())
+	waitFor(t, 10*time.Second, []*Mesh{a, b}, "formed over real sockets", allAlive("a", "b"))
+	intruder := start("intruder", make([]byte, api.SecretSize), a.GossipAddr())
+	wrongKey(t, []*Mesh{a, b}, intruder)
+}
+
+func TestDuplicateNamesAreReportedNotMerged(t *testing.T) {
+	c := newCluster(t)
+	seed := c.add("seed", api.RoleAgent)
+	first := c.add("pi", api.RoleAgent)
+	waitFor(t, 10*time.Second, []*Mesh{seed}, "first pi joined", allAlive("pi"))
+	events := eventsOf(t, seed)
+
+	cfg, _ := c.config("pi", api.RoleAgent) // a cloned disk image: same name, another address
+	second := c.start(cfg)
+	require.Eventually(t, func() bool {
+		_, ok := findingWith(seed.Doctor(context.Background()), `two nodes claim the name "pi"`)
+		return ok
+	}, 5*time.Second, 20*time.Millisecond)
+	f, _ := findingWith(seed.Doctor(context.Background()), `two nodes claim the name "pi"`)
+	require.Contains(t, f.Problem, first.GossipAddr())
+	require.Contains(t, f.Problem, second.GossipAddr())
+	require.Contains(t, f.Fix, "node-name")
+	require.Eventually(t, func() bool { return hasEvent(events(), "pi", "name conflict") }, time.Second, 10*time.Millisecond)
+
+	v := seed.View()
+	mb, ok := v.Member("pi")
+	require.True(t, ok)
+	require.Equal(t, first.GossipAddr(), mb.Addr, "the first keeps the name; the second is not merged into it")
+	require.Contains(t, mb.Reason, "name also claimed")
+	require.Len(t, v.Members, 2)
+}
