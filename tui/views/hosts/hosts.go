@@ -241,15 +241,12 @@ func Summary(v api.MeshView) string {
 	}
 	s := fmt.Sprintf("%s · %d agents", mesh, agents)
 	if consoles > 0 {
-		s += fmt.Sprintf(" + %d console", consoles)
+		s += fmt.Sprintf(", %d console", consoles)
 		if consoles > 1 {
 			s += "s"
 		}
 	}
-	s += fmt.Sprintf(" · memory %s of %s budget (%s total) · %d ready model", render.Bytes(committed), render.Bytes(budget), render.Bytes(total), ready)
-	if ready != 1 {
-		s += "s"
-	}
+	s += fmt.Sprintf(" · %s of %s budget used (%s RAM) · %d ready", render.Bytes(committed), render.Bytes(budget), render.Bytes(total), ready)
 	switch alerts {
 	case 0:
 		s += " · no alerts"
@@ -264,9 +261,10 @@ func Summary(v api.MeshView) string {
 func (m *Model) columns() []render.Column {
 	w := m.width
 	cols := []render.Column{
+		{Title: " ", Width: 1},
 		{Title: "NAME", Width: 0},
 		{Title: "STATE", Width: 11},
-		{Title: "OS/ARCH", Width: 13},
+		{Title: "OS/ARCH", Width: 12},
 		{Title: "CHIP", Width: 0},
 		{Title: "ACCEL", Width: 10},
 		{Title: "ENGINES", Width: 0},
@@ -290,27 +288,37 @@ func (m *Model) columns() []render.Column {
 	if w < 100 {
 		drop("ENGINES")
 		drop("TOK/S")
+		for i := range cols {
+			if cols[i].Title == "MEMORY" {
+				cols[i].Width = 12
+			}
+		}
 	}
 	return render.Fit(cols, w, 8)
 }
 
-func (m *Model) cells(cols []render.Column, mb api.Member) []string {
+func (m *Model) cells(cols []render.Column, mb api.Member, selected bool) []string {
 	st := m.ctx.Styles
 	out := make([]string, len(cols))
 	h := mb.Host
 	for i, c := range cols {
 		var v string
 		switch c.Title {
+		case " ":
+			// The cursor is marked in text too: reverse video is lost without colour.
+			if selected {
+				v = "›"
+			}
 		case "NAME":
 			v = mb.Name
-			if mb.Role == api.RoleConsole {
-				v += " (console)"
-			}
 		case "STATE":
 			v = st.Liveness(mb.Liveness).Render(string(mb.Liveness))
 		case "OS/ARCH":
 			if h != nil {
 				v = h.OS + "/" + h.Arch
+			}
+			if mb.Role == api.RoleConsole {
+				v = "console"
 			}
 		case "CHIP":
 			if h != nil {
@@ -324,7 +332,7 @@ func (m *Model) cells(cols []render.Column, mb api.Member) []string {
 				}
 				v = strings.Join(names, ",")
 			}
-			if v == "" {
+			if v == "" && mb.Role == api.RoleAgent {
 				v = "—"
 			}
 		case "ENGINES":
@@ -341,7 +349,7 @@ func (m *Model) cells(cols []render.Column, mb api.Member) []string {
 				}
 				v = strings.Join(names, ",")
 			}
-			if v == "" {
+			if v == "" && mb.Role == api.RoleAgent {
 				v = "—"
 			}
 		case "MEMORY":
@@ -357,6 +365,9 @@ func (m *Model) cells(cols []render.Column, mb api.Member) []string {
 				v = fmt.Sprint(len(mb.Placements))
 			}
 		case "TOK/S":
+			if mb.Role != api.RoleAgent {
+				break
+			}
 			var best float64
 			for _, p := range mb.Placements {
 				best = max(best, p.TokensPerS)
@@ -389,7 +400,7 @@ func (m *Model) View() string {
 	b.WriteString(render.Head(st, cols))
 	end := min(m.offset+m.tableHeight(), len(rows))
 	for i := m.offset; i < end; i++ {
-		line := render.Row(cols, m.cells(cols, rows[i]))
+		line := render.Row(cols, m.cells(cols, rows[i], i == m.cursor))
 		b.WriteString("\n")
 		if i == m.cursor {
 			b.WriteString(st.Selected.Render(line))

@@ -1,0 +1,465 @@
+// Package tui is the interactive console: a root model that owns the window, the tab bar, the
+// `:` command line, help and the status line, and routes messages to one sub-model per view
+// (tui/views/…). The mesh reaches it through tui/console; all I/O runs inside tea.Cmd closures.
+package tui
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
+	"github.com/llmkube/mesh/tui/keymap"
+	"github.com/llmkube/mesh/tui/render"
+	"github.com/llmkube/mesh/tui/styles"
+)
+
+// Options tune the console.
+type Options struct {
+	// Renderer draws the styles; nil = lipgloss's default (which honours NO_COLOR).
+	Renderer *lipgloss.Renderer
+	// Now is the clock; nil = time.Now.
+	Now func() time.Time
+	// Tick is the sampling period of memory charts and elapsed times (default 1 s).
+	Tick time.Duration
+	// Views adds views by page, beyond the built-in ones (the root routes to them the same way).
+	Views map[common.Page]func(*common.Context) common.Component
+}
+
+// opener is a view that opens with an argument (a host, a model, a source).
+type opener interface {
+	Open(arg string) tea.Cmd
+}
+
+// App is the root model.
+type App struct {
+	ctx    *common.Context
+	conn   *console.Conn
+	pages  map[common.Page]common.Component
+	active common.Page
+	back   common.Page // where esc returns from detail and help
+	width  int
+	height int
+	tick   time.Duration
+
+	cmdline   textinput.Model
+	cmdActive bool
+
+	status    string
+	statusErr bool
+	statusAt  time.Time
+
+	changed    <-chan struct{}
+	stopChange func()
+	events     chan api.Event
+	stopEvents context.CancelFunc
+}
+
+// Messages of the root's own subscriptions.
+type (
+	meshChangedMsg  struct{}
+	eventsClosedMsg struct{}
+)
+
+// New builds the console over a connection (nil: the console shows that it is not connected).
+func New(conn *console.Conn, opts Options) *App {
+	r := opts.Renderer
+	if r == nil {
+		r = lipgloss.DefaultRenderer()
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	if opts.Tick <= 0 {
+		opts.Tick = time.Second
+	}
+	ctx := &common.Context{
+		Styles: styles.New(r),
+		Keys:   keymap.Default(),
+		Memory: common.NewHistory(300),
+		Now:    now,
+		Conn:   conn,
+	}
+	if conn != nil {
+		ctx.Mesh = conn.View()
+	}
+	ci := textinput.New()
+	ci.Prompt = ":"
+	ci.Placeholder = "hosts · models · place SOURCE · chat MODEL · host NAME · events · doctor · help · quit"
+	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, cmdline: ci, tick: opts.Tick}
+	for p, mk := range builtinViews() {
+		a.pages[p] = mk(ctx)
+	}
+	for p, mk := range opts.Views {
+		a.pages[p] = mk(ctx)
+	}
+	return a
+}
+
+// Context exposes the shared context (tests read it).
+func (a *App) Context() *common.Context { return a.ctx }
+
+// Active is the page on screen.
+func (a *App) Active() common.Page { return a.active }
+
+func (a *App) Init() tea.Cmd {
+	cmds := []tea.Cmd{a.tickCmd()}
+	if a.conn != nil {
+		a.changed, a.stopChange = a.conn.Subscribe()
+		cmds = append(cmds, a.waitMesh())
+		a.events = make(chan api.Event, 256)
+		ectx, cancel := context.WithCancel(context.Background())
+		a.stopEvents = cancel
+		go func() {
+			a.conn.Events(ectx, func(ev api.Event) {
+				select {
+				case a.events <- ev:
+				case <-ectx.Done():
+				}
+			})
+			close(a.events)
+		}()
+		cmds = append(cmds, a.waitEvent())
+	}
+	for _, p := range a.pages {
+		cmds = append(cmds, p.Init())
+	}
+	a.recordMemory()
+	return tea.Batch(cmds...)
+}
+
+func (a *App) waitMesh() tea.Cmd {
+	ch := a.changed
+	return func() tea.Msg {
+		if _, ok := <-ch; !ok {
+			return nil
+		}
+		return meshChangedMsg{}
+	}
+}
+
+func (a *App) waitEvent() tea.Cmd {
+	ch := a.events
+	return func() tea.Msg {
+		ev, ok := <-ch
+		if !ok {
+			return eventsClosedMsg{}
+		}
+		return common.EventMsg{Event: ev}
+	}
+}
+
+func (a *App) tickCmd() tea.Cmd {
+	return tea.Tick(a.tick, func(t time.Time) tea.Msg { return common.TickMsg(t) })
+}
+
+// stop ends the root's subscriptions; the caller closes the connection (leaving the mesh).
+func (a *App) stop() {
+	if a.stopChange != nil {
+		a.stopChange()
+	}
+	if a.stopEvents != nil {
+		a.stopEvents()
+	}
+}
+
+func (a *App) recordMemory() {
+	var mm []common.MemberMemory
+	for _, m := range a.ctx.Mesh.Members {
+		if m.Host == nil {
+			continue
+		}
+		mem := m.Host.Memory
+		mm = append(mm, common.MemberMemory{Name: m.Name, Committed: mem.Committed, Reserved: mem.Reserved, Available: mem.Available, Budget: mem.Budget, Total: mem.Total})
+	}
+	a.ctx.Memory.Record(a.ctx.Now(), mm)
+}
+
+// chrome is the height of the tab bar (top) and the footer (bottom).
+const (
+	topLines    = 2
+	bottomLines = 1
+)
+
+func (a *App) setSize(w, h int) {
+	a.width, a.height = w, h
+	a.cmdline.Width = max(w-2, 1)
+	for _, p := range a.pages {
+		p.SetSize(w, max(h-topLines-bottomLines, 1))
+	}
+}
+
+func (a *App) page() common.Component { return a.pages[a.active] }
+
+func (a *App) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		a.setSize(msg.Width, msg.Height)
+		return a, nil
+	case tea.KeyMsg:
+		return a.key(msg)
+	case meshChangedMsg:
+		a.ctx.Mesh = a.conn.View()
+		return a, tea.Batch(a.broadcast(common.MeshMsg{View: a.ctx.Mesh}), a.waitMesh())
+	case common.EventMsg:
+		a.ctx.AddEvent(msg.Event)
+		return a, tea.Batch(a.broadcast(msg), a.waitEvent())
+	case eventsClosedMsg:
+		return a, nil
+	case common.TickMsg:
+		a.recordMemory()
+		if a.status != "" && a.ctx.Now().Sub(a.statusAt) > 8*time.Second {
+			a.status = ""
+		}
+		return a, tea.Batch(a.broadcast(msg), a.tickCmd())
+	case common.NavigateMsg:
+		return a, a.navigate(msg.Page, msg.Arg)
+	case common.StatusMsg:
+		a.status, a.statusErr, a.statusAt = msg.Text, msg.Err, a.ctx.Now()
+		return a, nil
+	case tea.MouseMsg:
+		return a, a.forward(msg)
+	}
+	// Everything else is a view's own asynchronous result: every view sees it and keeps what
+	// is tagged for it.
+	return a, a.broadcast(msg)
+}
+
+// broadcast sends msg to every view (mesh changes, events, ticks, tagged async results).
+func (a *App) broadcast(msg tea.Msg) tea.Cmd {
+	var cmds []tea.Cmd
+	for _, p := range a.pages {
+		_, cmd := p.Update(msg)
+		cmds = append(cmds, cmd)
+	}
+	return tea.Batch(cmds...)
+}
+
+func (a *App) forward(msg tea.Msg) tea.Cmd {
+	p := a.page()
+	if p == nil {
+		return nil
+	}
+	_, cmd := p.Update(msg)
+	return cmd
+}
+
+func (a *App) navigate(p common.Page, arg string) tea.Cmd {
+	if _, ok := a.pages[p]; !ok {
+		return common.Status(p.Title()+" is not available in this build", true)
+	}
+	if p == common.PageHostDetail || p == common.PageHelp {
+		if a.active != common.PageHostDetail && a.active != common.PageHelp {
+			a.back = a.active
+		}
+	}
+	a.active = p
+	if o, ok := a.pages[p].(opener); ok {
+		return o.Open(arg)
+	}
+	return nil
+}
+
+func (a *App) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
+	k := a.ctx.Keys
+	if msg.String() == "ctrl+c" {
+		return a, a.quit()
+	}
+	if a.cmdActive {
+		switch msg.String() {
+		case "esc":
+			a.cmdActive = false
+			a.cmdline.Blur()
+			a.cmdline.SetValue("")
+			return a, nil
+		case "enter":
+			line := a.cmdline.Value()
+			a.cmdActive = false
+			a.cmdline.Blur()
+			a.cmdline.SetValue("")
+			return a, a.command(line)
+		}
+		var cmd tea.Cmd
+		a.cmdline, cmd = a.cmdline.Update(msg)
+		return a, cmd
+	}
+	// A view taking text gets every key but ctrl+c.
+	if p := a.page(); p != nil && p.Capturing() {
+		return a, a.forward(msg)
+	}
+	switch {
+	case key.Matches(msg, k.Quit):
+		return a, a.quit()
+	case key.Matches(msg, k.Command):
+		a.cmdActive = true
+		return a, a.cmdline.Focus()
+	case key.Matches(msg, k.Help):
+		if a.active == common.PageHelp {
+			a.active = a.back
+			return a, nil
+		}
+		return a, a.navigate(common.PageHelp, "")
+	case key.Matches(msg, k.Back) && (a.active == common.PageHostDetail || a.active == common.PageHelp):
+		a.active = a.back
+		return a, nil
+	case key.Matches(msg, k.NextTab):
+		return a, a.navigate(a.tabStep(1), "")
+	case key.Matches(msg, k.PrevTab):
+		return a, a.navigate(a.tabStep(-1), "")
+	case key.Matches(msg, k.Hosts):
+		return a, a.navigate(common.PageHosts, "")
+	case key.Matches(msg, k.Models):
+		return a, a.navigate(common.PageModels, "")
+	case key.Matches(msg, k.Place):
+		return a, a.navigate(common.PagePlace, "")
+	case key.Matches(msg, k.Chat):
+		return a, a.navigate(common.PageChat, "")
+	case key.Matches(msg, k.Events):
+		return a, a.navigate(common.PageEvents, "")
+	case key.Matches(msg, k.Doctor):
+		return a, a.navigate(common.PageDoctor, "")
+	}
+	return a, a.forward(msg)
+}
+
+func (a *App) tabStep(d int) common.Page {
+	i := 0
+	for j, p := range common.Tabs {
+		if p == a.active {
+			i = j
+		}
+	}
+	n := len(common.Tabs)
+	return common.Tabs[((i+d)%n+n)%n]
+}
+
+// command runs a `:` command line, k9s-style.
+func (a *App) command(line string) tea.Cmd {
+	verb, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+	arg = strings.TrimSpace(arg)
+	switch strings.ToLower(verb) {
+	case "":
+		return nil
+	case "q", "quit", "exit":
+		return a.quit()
+	case "hosts", "host", "h":
+		if arg != "" {
+			return a.navigate(common.PageHostDetail, arg)
+		}
+		return a.navigate(common.PageHosts, "")
+	case "models", "model", "m", "placements":
+		return a.navigate(common.PageModels, "")
+	case "place", "p":
+		return a.navigate(common.PagePlace, arg)
+	case "chat", "c":
+		return a.navigate(common.PageChat, arg)
+	case "events", "e":
+		return a.navigate(common.PageEvents, arg)
+	case "doctor", "d":
+		return a.navigate(common.PageDoctor, "")
+	case "help", "?":
+		return a.navigate(common.PageHelp, "")
+	}
+	return common.Status(fmt.Sprintf("unknown command %q — try :help", verb), true)
+}
+
+func (a *App) quit() tea.Cmd {
+	a.stop()
+	return tea.Quit
+}
+
+func (a *App) View() string {
+	if a.width == 0 {
+		return "starting…"
+	}
+	st := a.ctx.Styles
+	var top strings.Builder
+	mode := "not connected"
+	if a.conn != nil {
+		mode = a.conn.Mode()
+		if mode == "agent" {
+			mode = "via one agent's API"
+		} else {
+			mode = "joined as a console"
+		}
+	}
+	mesh := a.ctx.Mesh.Mesh
+	if mesh == "" {
+		mesh = "—"
+	}
+	top.WriteString(st.Title.Render("llmkube mesh") + st.Muted.Render(" · "+mesh+" · "+mode))
+	top.WriteString("\n")
+	var tabs []string
+	for i, p := range common.Tabs {
+		label := fmt.Sprintf("%d %s", i+1, p.Title())
+		if p == a.active {
+			tabs = append(tabs, st.TabActive.Render(label))
+		} else {
+			tabs = append(tabs, st.TabIdle.Render(label))
+		}
+	}
+	if a.active == common.PageHostDetail || a.active == common.PageHelp {
+		tabs = append(tabs, st.TabActive.Render(a.active.Title()))
+	}
+	top.WriteString(render.Cut(strings.Join(tabs, "  "), a.width))
+
+	body := ""
+	if p := a.page(); p != nil {
+		body = p.View()
+	}
+	body = render.Place(body, a.width, max(a.height-topLines-bottomLines, 1))
+	return top.String() + "\n" + body + "\n" + a.footer()
+}
+
+func (a *App) footer() string {
+	st := a.ctx.Styles
+	if a.cmdActive {
+		return render.Cut(a.cmdline.View(), a.width)
+	}
+	if a.status != "" {
+		if a.statusErr {
+			return render.Cut(st.Error.Render(a.status), a.width)
+		}
+		return render.Cut(st.OK.Render(a.status), a.width)
+	}
+	var parts []string
+	var binds []key.Binding
+	if p := a.page(); p != nil {
+		binds = p.ShortHelp()
+	}
+	binds = append(binds, a.ctx.Keys.Command, a.ctx.Keys.Help, a.ctx.Keys.Quit)
+	for _, b := range binds {
+		h := b.Help()
+		parts = append(parts, st.HelpKey.Render(h.Key)+" "+st.HelpDesc.Render(h.Desc))
+	}
+	return render.Cut(strings.Join(parts, st.Muted.Render(" · ")), a.width)
+}
+
+// Run shows the console on the terminal until the person quits, then leaves the mesh
+// gracefully. Logs must already go to a file: the terminal belongs to the console.
+func Run(ctx context.Context, conn *console.Conn, opts Options) error {
+	app := New(conn, opts)
+	p := tea.NewProgram(app, tea.WithAltScreen(), tea.WithMouseCellMotion(), tea.WithContext(ctx))
+	_, err := p.Run()
+	app.stop()
+	if conn != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if cerr := conn.Close(cctx); err == nil {
+			err = cerr
+		}
+	}
+	if err == tea.ErrProgramKilled && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}

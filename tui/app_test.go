@@ -1,0 +1,152 @@
+package tui
+
+import (
+	"fmt"
+	"testing"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/exp/golden"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/internal/fixture"
+)
+
+// newApp is the console over the fixture mesh, without a connection.
+func newApp(t *testing.T, w, h int) *App {
+	t.Helper()
+	a := New(nil, Options{Renderer: fixture.Styles().Renderer(), Now: fixture.Context().Now, Views: routingViews})
+	a.ctx.Mesh = fixture.Mesh()
+	a.Update(tea.WindowSizeMsg{Width: w, Height: h})
+	return a
+}
+
+// routingViews fills every page with a real view, so routing can be tested whatever views
+// the build has; the views themselves have their own tests.
+var routingViews = func() map[common.Page]func(*common.Context) common.Component {
+	m := map[common.Page]func(*common.Context) common.Component{}
+	for _, p := range append(common.Tabs, common.PageHostDetail) {
+		if _, ok := builtinViews()[p]; !ok {
+			m[p] = builtinViews()[common.PageHosts]
+		}
+	}
+	return m
+}()
+
+func keys(a *App, ks ...string) {
+	for _, k := range ks {
+		var msg tea.KeyMsg
+		switch k {
+		case "enter":
+			msg = tea.KeyMsg{Type: tea.KeyEnter}
+		case "esc":
+			msg = tea.KeyMsg{Type: tea.KeyEsc}
+		case "tab":
+			msg = tea.KeyMsg{Type: tea.KeyTab}
+		case "shift+tab":
+			msg = tea.KeyMsg{Type: tea.KeyShiftTab}
+		default:
+			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+		}
+		_, cmd := a.Update(msg)
+		drain(a, cmd)
+	}
+}
+
+// drain runs commands that answer at once (navigation, status) back into the app, as the
+// program would; ticks and subscriptions are left alone.
+func drain(a *App, cmd tea.Cmd) {
+	if cmd == nil {
+		return
+	}
+	msg := cmd()
+	switch msg := msg.(type) {
+	case tea.BatchMsg:
+		for _, c := range msg {
+			drain(a, c)
+		}
+	case common.NavigateMsg, common.StatusMsg:
+		_, next := a.Update(msg)
+		drain(a, next)
+	}
+}
+
+func TestGoldenHosts(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			a := newApp(t, size[0], size[1])
+			view := a.View()
+			assert.Equal(t, size[1], lipgloss.Height(view), "the view fills the terminal exactly")
+			assert.LessOrEqual(t, lipgloss.Width(view), size[0])
+			golden.RequireEqual(t, []byte(view))
+		})
+	}
+}
+
+func TestGoldenHelp(t *testing.T) {
+	a := newApp(t, 120, 35)
+	keys(a, "?")
+	require.Equal(t, common.PageHelp, a.Active())
+	golden.RequireEqual(t, []byte(a.View()))
+	keys(a, "esc")
+	assert.Equal(t, common.PageHosts, a.Active(), "esc returns to where help was opened")
+}
+
+func TestKeymapNavigation(t *testing.T) {
+	a := newApp(t, 100, 30)
+	assert.Equal(t, common.PageHosts, a.Active())
+	keys(a, "tab")
+	assert.Equal(t, common.PageModels, a.Active())
+	keys(a, "shift+tab", "shift+tab")
+	assert.Equal(t, common.PageDoctor, a.Active(), "shift+tab wraps around")
+	keys(a, "1")
+	assert.Equal(t, common.PageHosts, a.Active())
+
+	// Enter on the first host opens its detail; esc comes back.
+	keys(a, "enter")
+	assert.Equal(t, common.PageHostDetail, a.Active())
+	keys(a, "esc")
+	assert.Equal(t, common.PageHosts, a.Active())
+}
+
+func TestCommandLine(t *testing.T) {
+	a := newApp(t, 100, 30)
+	keys(a, ":")
+	assert.True(t, a.cmdActive)
+	assert.Contains(t, a.View(), ":", "the command line shows in the footer")
+	keys(a, "models", "enter")
+	assert.False(t, a.cmdActive)
+	assert.Equal(t, common.PageModels, a.Active())
+
+	keys(a, ":", "bogus", "enter")
+	assert.True(t, a.statusErr)
+	assert.Contains(t, a.status, `unknown command "bogus"`)
+	assert.Contains(t, a.View(), "unknown command")
+
+	keys(a, ":", "host mac-studio", "enter")
+	assert.Equal(t, common.PageHostDetail, a.Active())
+
+	keys(a, ":", "anything", "esc")
+	assert.False(t, a.cmdActive)
+	assert.Equal(t, common.PageHostDetail, a.Active(), "esc abandons the command line")
+}
+
+func TestQuit(t *testing.T) {
+	a := newApp(t, 80, 24)
+	_, cmd := a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
+	require.NotNil(t, cmd)
+	assert.Equal(t, tea.Quit(), cmd())
+}
+
+func TestHostsFilterCapturesKeys(t *testing.T) {
+	a := newApp(t, 120, 35)
+	keys(a, "/", "q", "2") // typed into the filter, not quit / models
+	assert.Equal(t, common.PageHosts, a.Active())
+	keys(a, "esc")
+	keys(a, "/", "hailo", "enter")
+	view := a.View()
+	assert.Contains(t, view, "pi5-hailo")
+	assert.NotContains(t, view, "nuc-linux")
+}
