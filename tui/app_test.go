@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
@@ -61,7 +62,15 @@ func drain(a *App, cmd tea.Cmd) {
 	if cmd == nil {
 		return
 	}
-	msg := cmd()
+	// Commands that wait (cursor blinks, ticks, subscriptions) are left alone.
+	got := make(chan tea.Msg, 1)
+	go func() { got <- cmd() }()
+	var msg tea.Msg
+	select {
+	case msg = <-got:
+	case <-time.After(20 * time.Millisecond):
+		return
+	}
 	switch msg := msg.(type) {
 	case tea.BatchMsg:
 		for _, c := range msg {
