@@ -1,0 +1,285 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+)
+
+// progressEvery spaces pull progress events: a live bar, not an event per chunk.
+const progressEvery = 250 * time.Millisecond
+
+// startLocked starts a placement's lifecycle goroutine. It ends when the placement is
+// deleted or evicted (its context) or the agent stops (Run's context).
+func (a *Agent) startLocked(pl *placement) {
+	if pl.ctx.Err() != nil {
+		return // deleted before it could start
+	}
+	pl.started = true
+	pl.done = make(chan struct{})
+	stop := context.AfterFunc(a.runCtx, pl.cancel)
+	restored := pl.p.Reason == reasonRestoring
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer close(pl.done)
+		defer stop()
+		a.lifecycle(pl, restored)
+	}()
+}
+
+const reasonRestoring = "restoring after restart"
+
+// lifecycle takes a placement from admitted to ready and keeps it there: unload what it
+// replaces, pull, load, health-check, supervise, restart with backoff.
+func (a *Agent) lifecycle(pl *placement, restored bool) {
+	ctx := pl.ctx
+	for _, v := range pl.victims {
+		a.mu.Lock()
+		var done chan struct{}
+		if v.started {
+			done = v.done
+		}
+		a.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+		uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := v.driver.Unload(uctx, v.model)
+		cancel()
+		if err != nil && !errors.Is(err, engines.ErrNotFound) && ctx.Err() == nil {
+			a.log.Warn("unloading an evicted placement", "placement", v.p.ID, "err", err)
+		}
+	}
+	if !a.pull(ctx, pl) {
+		return
+	}
+	a.serve(ctx, pl, restored)
+}
+
+// update changes a placement unless its lifecycle was cancelled meanwhile (deleted, evicted,
+// agent stopping): a cancelled lifecycle must not overwrite the state its canceller set.
+func (a *Agent) update(pl *placement, f func(p *api.Placement)) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if pl.ctx.Err() != nil {
+		return false
+	}
+	f(&pl.p)
+	pl.p.UpdatedAt = time.Now().UTC()
+	a.changedLocked()
+	return true
+}
+
+// pull makes the model available locally, reporting progress.
+func (a *Agent) pull(ctx context.Context, pl *placement) bool {
+	var last int64
+	var lastPub time.Time
+	err := pl.driver.Pull(ctx, pl.model, func(pr engines.Progress) {
+		if pr.Completed < last {
+			last = 0 // the download started over
+		}
+		a.metrics.Pulled(pl.p.Runtime, pr.Completed-last)
+		last = pr.Completed
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		pl.p.PulledBytes, pl.p.TotalBytes = pr.Completed, pr.Total
+		if pr.Total > 0 {
+			pl.p.Progress = min(1, float64(pr.Completed)/float64(pr.Total))
+		}
+		if now := time.Now(); now.Sub(lastPub) >= progressEvery || (pr.Total > 0 && pr.Completed >= pr.Total) {
+			lastPub = now
+			pl.p.UpdatedAt = now.UTC()
+			a.changedLocked()
+			msg := pr.Status
+			if pr.Total > 0 {
+				msg = fmt.Sprintf("pulling %.0f%% (%s of %s)", 100*pl.p.Progress, FormatBytes(pr.Completed), FormatBytes(pr.Total))
+			}
+			a.publishLocked(api.EventPlacement, pl, msg, "")
+		}
+	})
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		a.mu.Lock()
+		a.failLocked(pl, codeOf(err, api.CodePullFailed), "pull failed: "+err.Error())
+		a.mu.Unlock()
+		a.log.Warn("pull failed", "placement", pl.p.ID, "model", pl.p.Model, "err", err)
+		a.saveOrLog()
+		return false
+	}
+	if pp, ok := pl.driver.(interface{ ModelPath(engines.Model) string }); ok && pl.model.Path == "" {
+		a.mu.Lock()
+		pl.model.Path = pp.ModelPath(pl.model)
+		a.mu.Unlock()
+	}
+	return true
+}
+
+// codeOf is the stable code an engine error carries, or def.
+func codeOf(err error, def api.Code) api.Code {
+	var ee *engines.Error
+	if errors.As(err, &ee) && ee.Code != "" {
+		return ee.Code
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code != "" {
+		return ae.Code
+	}
+	return def
+}
+
+// serve loads the model and supervises it, restarting the engine with backoff when it crashes
+// or fails its health check. A first load that fails fails the placement (the reason is
+// usually the model itself); once a placement has run — or when it is being restored after
+// a restart, when a daemon may simply not be up yet — failures are retried.
+func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
+	backoff := a.cfg.RestartBackoff
+	restarting := false
+	for {
+		if !restarting {
+			if !a.update(pl, func(p *api.Placement) {
+				p.State, p.Progress = api.StateLoading, 0
+				p.PulledBytes, p.TotalBytes = 0, 0
+			}) {
+				return
+			}
+			a.publish(pl, "loading on "+string(pl.p.Runtime))
+			a.saveOrLog()
+		}
+		inst, err := pl.driver.Load(ctx, pl.model)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = a.check(ctx, pl)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		var failure string
+		if err != nil {
+			if !retry && !restarting {
+				a.mu.Lock()
+				a.failLocked(pl, codeOf(err, api.CodeEngineError), "load failed: "+err.Error())
+				a.mu.Unlock()
+				a.log.Warn("load failed", "placement", pl.p.ID, "model", pl.p.Model, "err", err)
+				a.saveOrLog()
+				if inst != nil {
+					a.unload(pl)
+				}
+				return
+			}
+			failure = "load failed: " + err.Error()
+		} else {
+			readyAt := time.Now()
+			ok := a.update(pl, func(p *api.Placement) {
+				p.State, p.Reason, p.Code = api.StateReady, "", ""
+				p.Engine, p.LogPath = inst.Endpoint(), inst.LogPath()
+			})
+			if !ok {
+				return
+			}
+			a.mu.Lock()
+			pl.inst, pl.readyAt = inst, readyAt
+			a.mu.Unlock()
+			a.publish(pl, "ready at "+inst.Endpoint())
+			a.log.Info("placement ready", "placement", pl.p.ID, "model", pl.p.Model, "engine", inst.Endpoint())
+			a.saveOrLog()
+			retry = true
+			failure = a.supervise(ctx, pl, inst)
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(readyAt) > a.cfg.RestartBackoffMax {
+				backoff = a.cfg.RestartBackoff // it ran well for a while: start the backoff over
+			}
+		}
+		// Withdraw first, then restart: the gateway stops routing before the engine goes.
+		restarting = true
+		if !a.update(pl, func(p *api.Placement) {
+			p.State, p.Reason, p.Engine = api.StateRestarting, failure, ""
+			p.Restarts++
+		}) {
+			return
+		}
+		a.mu.Lock()
+		pl.inst = nil
+		a.mu.Unlock()
+		a.metrics.EngineRestarted(pl.p.Runtime)
+		a.log.Warn("engine failed; restarting", "placement", pl.p.ID, "model", pl.p.Model, "reason", failure, "backoff", backoff)
+		a.hub.Publish(api.Event{Type: api.EventEngine, Message: fmt.Sprintf("%s for %s: %s; restarting in %s", pl.p.Runtime, pl.p.Model, failure, backoff)})
+		a.publish(pl, "restarting: "+failure)
+		a.saveOrLog()
+		a.unload(pl)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, a.cfg.RestartBackoffMax)
+	}
+}
+
+// supervise watches a ready instance until it fails (returning why) or ctx ends ("").
+func (a *Agent) supervise(ctx context.Context, pl *placement, inst engines.Instance) string {
+	tick := time.NewTicker(a.cfg.HealthInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-inst.Done():
+			if err := inst.Err(); err != nil {
+				return "engine exited: " + err.Error()
+			}
+			return "engine exited"
+		case <-tick.C:
+			if err := a.check(ctx, pl); err != nil {
+				if ctx.Err() != nil {
+					return ""
+				}
+				return "health check failed: " + err.Error()
+			}
+		}
+	}
+}
+
+// check runs one health check with a deadline and records when it last passed.
+func (a *Agent) check(ctx context.Context, pl *placement) error {
+	hctx, cancel := context.WithTimeout(ctx, a.cfg.HealthTimeout)
+	defer cancel()
+	start := time.Now()
+	err := pl.driver.Health(hctx, pl.model)
+	a.metrics.HealthChecked(pl.p.Runtime, time.Since(start), err)
+	if err == nil {
+		a.mu.Lock()
+		pl.healthyAt = time.Now()
+		a.mu.Unlock()
+	}
+	return err
+}
+
+// unload stops the engine serving pl, best effort (the engine may be gone already).
+func (a *Agent) unload(pl *placement) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pl.driver.Unload(ctx, pl.model); err != nil && !errors.Is(err, engines.ErrNotFound) {
+		a.log.Debug("unload", "placement", pl.p.ID, "err", err)
+	}
+}
+
+// publish sends a placement event with its current view.
+func (a *Agent) publish(pl *placement, msg string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.publishLocked(api.EventPlacement, pl, msg, "")
+}

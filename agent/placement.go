@@ -1,0 +1,501 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/source"
+)
+
+// placement is the agent's record of one placement. p and the fields below it are guarded by
+// Agent.mu; the lifecycle goroutine owns the engine calls.
+type placement struct {
+	p      api.Placement
+	src    source.Source
+	model  engines.Model
+	driver engines.Driver
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the lifecycle goroutine has returned
+	// started is set once a lifecycle goroutine was started for it.
+	started bool
+
+	inst      engines.Instance
+	healthyAt time.Time // last passed health check; "ready" expires without a fresh one
+	readyAt   time.Time
+	// victims are placements evicted (or swapped out) for this one: the lifecycle unloads
+	// them before pulling.
+	victims []*placement
+	// deleted is closed when a deletion has finished (the placement left the map).
+	deleted chan struct{}
+}
+
+// hold is what a state holds of the budget.
+type hold int
+
+const (
+	holdNothing hold = iota
+	holdReserved
+	holdCommitted
+)
+
+// holds maps a state to its share of the accounting: admitted placements still pulling hold a
+// reservation; placements with an engine (loading, ready, restarting, stopping) hold committed
+// memory; sizing (not yet admitted) and terminal placements hold nothing.
+func holds(s api.PlacementState) hold {
+	switch s {
+	case api.StatePulling:
+		return holdReserved
+	case api.StateLoading, api.StateReady, api.StateRestarting, api.StateStopping:
+		return holdCommitted
+	}
+	return holdNothing
+}
+
+// viewLocked is the placement as the API shows it. "ready" is only shown while a health check
+// has passed recently: a supervision loop that stalls must not leave a placement looking ready.
+func (a *Agent) viewLocked(pl *placement) api.Placement {
+	v := pl.p
+	if v.State == api.StateReady && time.Since(pl.healthyAt) > a.cfg.ReadyTTL {
+		v.State = api.StateRestarting
+		v.Reason = fmt.Sprintf("no health check has passed for %s", time.Since(pl.healthyAt).Round(time.Second))
+	}
+	return v
+}
+
+func newID() string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported systems
+	}
+	return "p-" + hex.EncodeToString(b)
+}
+
+// checked is a validated request.
+type checked struct {
+	req     api.PlacementRequest
+	src     source.Source
+	runtime api.Runtime
+	warn    bool // memory check "warn" for this request
+	driver  engines.Driver
+}
+
+// validate applies every check that needs no sizing, in the order the codes document:
+// a request that fails here costs nothing.
+func (a *Agent) validate(ctx context.Context, who api.Principal, req api.PlacementRequest) (checked, error) {
+	if req.Namespace == "" {
+		req.Namespace = who.Namespace
+		if req.Namespace == "" {
+			req.Namespace = api.DefaultNamespace
+		}
+	}
+	if err := api.ValidNamespace(req.Namespace); err != nil {
+		return checked{}, api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	if !who.Allows(req.Namespace) {
+		return checked{}, api.Errorf(api.CodeUnauthorized, "this token is for namespace %q and cannot place into %q", who.Namespace, req.Namespace)
+	}
+	if len(a.cfg.Namespaces) > 0 && !slices.Contains(a.cfg.Namespaces, req.Namespace) {
+		e := api.Errorf(api.CodeNamespaceNotAllow, "namespace %q is not allowed on host %s", req.Namespace, a.Name())
+		e.Fix = "this host accepts namespaces " + strings.Join(a.cfg.Namespaces, ", ") + " (--namespaces)"
+		return checked{}, e
+	}
+	src, err := source.Parse(req.Source)
+	if err != nil {
+		return checked{}, asAPIError(err, api.CodeInvalidSource)
+	}
+	if src.Insecure && !a.cfg.AllowHTTP {
+		if err := src.RequireTLS(); err != nil {
+			return checked{}, asAPIError(err, api.CodeInvalidSource)
+		}
+	}
+	if err := src.CheckRuntime(req.Runtime); err != nil {
+		return checked{}, asAPIError(err, api.CodeRuntimeMismatch)
+	}
+	rt := req.Runtime
+	if rt == "" {
+		rt = src.Runtime()
+	}
+	if src.Kind == source.KindHailo && a.hailoMem == 0 {
+		return checked{}, &api.Error{Code: api.CodeAcceleratorMissing,
+			Message: fmt.Sprintf("%s needs a Hailo-10H, and host %s has no Hailo device node (/dev/hailo0)", src.String(), a.Name()),
+			Fix:     "place it on a Raspberry Pi 5 with the AI HAT+ 2, or use a GGUF or ollama:// source here"}
+	}
+	if req.Priority == "" {
+		req.Priority = api.PriorityNormal
+	}
+	if req.Priority.Level() < 0 {
+		return checked{}, api.Errorf(api.CodeBadRequest, "unknown priority %q; use batch, low, normal, high or critical", req.Priority)
+	}
+	switch {
+	case req.Context < 0 || req.Context > 1<<20:
+		return checked{}, api.Errorf(api.CodeBadRequest, "context %d: want 0 (the default, %d) up to %d tokens", req.Context, api.DefaultContext, 1<<20)
+	case req.Context == 0:
+		req.Context = api.DefaultContext
+	}
+	if src.Kind == source.KindHailo && req.Context > api.DefaultContext {
+		return checked{}, api.Errorf(api.CodeContextLimit, "every Hailo zoo model is compiled for a %d-token context; %d was asked", api.DefaultContext, req.Context)
+	}
+	if req.Name == "" {
+		req.Name = src.ModelName()
+	}
+	if err := validName(req.Name); err != nil {
+		return checked{}, api.Errorf(api.CodeBadRequest, "name %q: %v", req.Name, err)
+	}
+	var warn bool
+	switch req.MemoryCheck {
+	case "":
+		warn = a.cfg.MemoryCheckMode == MemoryCheckWarn
+	case api.MemoryCheckWarn:
+		// Loading anyway can take the host down for everyone: an operator's decision.
+		if !who.Admin {
+			return checked{}, api.Errorf(api.CodeUnauthorized, "memory_check \"warn\" needs the admin token")
+		}
+		warn = true
+	default:
+		return checked{}, api.Errorf(api.CodeBadRequest, "memory_check %q: want \"warn\" or nothing", req.MemoryCheck)
+	}
+	d, err := a.engineFor(ctx, rt)
+	if err != nil {
+		return checked{}, err
+	}
+	return checked{req: req, src: src, runtime: rt, warn: warn, driver: d}, nil
+}
+
+func validName(s string) error {
+	if len(s) > 128 {
+		return errors.New("longer than 128 bytes")
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) >= 0 {
+		return errors.New("has spaces or control characters")
+	}
+	return nil
+}
+
+// asAPIError keeps an *api.Error as it is and wraps anything else under code.
+func asAPIError(err error, code api.Code) *api.Error {
+	var e *api.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &api.Error{Code: code, Message: err.Error()}
+}
+
+// Place admits a request: it validates it, sizes the model before pulling anything, and
+// reserves its memory. The placement comes back in its first admitted state (pulling); the
+// rest of its life runs in the background. A refusal is an *api.Error with a stable code.
+func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementRequest) (api.Placement, error) {
+	c, err := a.validate(ctx, who, req)
+	if err != nil {
+		return api.Placement{}, a.refuse(req, who, err)
+	}
+	now := time.Now().UTC()
+	pl := &placement{
+		p: api.Placement{
+			ID: newID(), Model: c.req.Name, Source: c.src.String(), Runtime: c.runtime,
+			Namespace: c.req.Namespace, Context: c.req.Context, Priority: c.req.Priority,
+			Protected: c.req.Protected, MemoryCheck: c.req.MemoryCheck, State: api.StateSizing,
+			CreatedAt: now, UpdatedAt: now,
+		},
+		src:     c.src,
+		driver:  c.driver,
+		deleted: make(chan struct{}),
+	}
+	pl.ctx, pl.cancel = context.WithCancel(context.Background())
+	pl.p.Host = a.Name()
+	pl.model = a.modelFor(pl)
+
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return api.Placement{}, api.Errorf(api.CodeTooBusy, "the agent is shutting down")
+	}
+	for _, o := range a.placements {
+		if o.p.Namespace == pl.p.Namespace && o.p.Model == pl.p.Model && !o.p.State.Terminal() {
+			a.mu.Unlock()
+			e := api.Errorf(api.CodeConflict, "namespace %s already has a placement named %s on this host (%s, %s)", o.p.Namespace, o.p.Model, o.p.ID, o.p.State)
+			e.Fix = "delete " + o.p.ID + " first, or give this one another name"
+			return api.Placement{}, a.refuse(req, who, e)
+		}
+	}
+	a.placements[pl.p.ID] = pl
+	a.changedLocked()
+	a.publishLocked(api.EventPlacement, pl, "sizing "+pl.p.Source, "")
+	a.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
+	est, serr := a.cfg.Sizer.Estimate(sctx, c.src, c.req.Context)
+	cancel()
+
+	a.mu.Lock()
+	verdict, aerr := a.admitLocked(pl, est, serr, c.warn, true)
+	if aerr != nil {
+		delete(a.placements, pl.p.ID)
+		a.changedLocked()
+		a.mu.Unlock()
+		return api.Placement{}, a.refuse(req, who, aerr)
+	}
+	pl.p.Memory = verdict.estimate
+	pl.p.State = api.StatePulling
+	pl.p.Reason = verdict.note
+	pl.p.UpdatedAt = time.Now().UTC()
+	pl.victims = verdict.victims
+	a.evictLocked(pl, verdict)
+	a.changedLocked()
+	a.publishLocked(api.EventPlacement, pl, verdict.reason, "")
+	if a.runCtx != nil {
+		a.startLocked(pl)
+	} else {
+		a.pending = append(a.pending, pl)
+	}
+	v := a.viewLocked(pl)
+	a.mu.Unlock()
+	if verdict.warned {
+		a.log.Warn("admitted despite the memory check (warn)", "placement", v.ID, "model", v.Model, "reason", verdict.reason)
+	}
+	a.log.Info("placement admitted", "placement", v.ID, "model", v.Model, "runtime", v.Runtime, "namespace", v.Namespace,
+		"need", FormatBytes(v.Memory.Bytes), "device", v.Memory.Device, "method", v.Memory.Method)
+	a.saveOrLog()
+	return v, nil
+}
+
+// refuse records a refusal (metric, event, log) and returns it.
+func (a *Agent) refuse(req api.PlacementRequest, who api.Principal, err error) error {
+	e := asAPIError(err, api.CodeInternal)
+	a.metrics.Refused(e.Code)
+	ns := req.Namespace
+	if ns == "" {
+		ns = who.Namespace
+	}
+	if ns == "" {
+		ns = api.DefaultNamespace
+	}
+	p := &api.Placement{Source: req.Source, Runtime: req.Runtime, Namespace: ns, Model: req.Name, State: api.StateFailed, Code: e.Code, Reason: e.Message}
+	a.hub.Publish(api.Event{Type: api.EventRefused, Message: e.Message, Code: e.Code, Placement: p})
+	a.log.Info("placement refused", "source", req.Source, "namespace", ns, "code", e.Code, "reason", e.Message)
+	return e
+}
+
+// Estimate sizes a request and says whether this host would admit it now, reserving nothing.
+func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.PlacementRequest) (api.Estimation, error) {
+	c, err := a.validate(ctx, who, req)
+	if err != nil {
+		e := asAPIError(err, api.CodeInternal)
+		if e.Code == api.CodeBadRequest || e.Code == api.CodeUnauthorized {
+			return api.Estimation{}, e
+		}
+		return api.Estimation{Verdict: api.VerdictRefused, Code: e.Code, Reason: e.Message, Free: a.Host().Memory.Free()}, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
+	est, serr := a.cfg.Sizer.Estimate(sctx, c.src, c.req.Context)
+	cancel()
+	pl := &placement{p: api.Placement{Namespace: c.req.Namespace, Model: c.req.Name, Priority: c.req.Priority, Runtime: c.runtime}}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	free := a.memoryLocked().Free()
+	verdict, aerr := a.admitLocked(pl, est, serr, c.warn, false)
+	if aerr != nil {
+		out := api.Estimation{Estimate: est, Verdict: api.VerdictRefused, Code: aerr.Code, Reason: aerr.Message, Free: free}
+		if aerr.Fix != "" {
+			out.Reason += " (" + aerr.Fix + ")"
+		}
+		return out, nil
+	}
+	out := api.Estimation{Estimate: verdict.estimate, Verdict: api.VerdictFits, Reason: verdict.reason, Free: free}
+	if verdict.swap != nil {
+		out.Verdict = api.VerdictSwap
+	}
+	return out, nil
+}
+
+// modelFor is the driver's view of a placement.
+func (a *Agent) modelFor(pl *placement) engines.Model {
+	m := engines.Model{
+		ID:      pl.p.ID,
+		Name:    pl.p.Model,
+		Source:  pl.p.Source,
+		Ref:     pl.src.Ref(),
+		Context: pl.p.Context,
+	}
+	if pl.src.Kind == source.KindFile {
+		m.Path = pl.src.Path
+	}
+	return m
+}
+
+// List returns the placements who may see, oldest first.
+func (a *Agent) List(who api.Principal) []api.Placement {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []api.Placement{}
+	for _, pl := range a.sortedLocked() {
+		if who.Allows(pl.p.Namespace) {
+			out = append(out, a.viewLocked(pl))
+		}
+	}
+	return out
+}
+
+// Placements returns every placement (the mesh publishes them all; readers filter).
+func (a *Agent) Placements() []api.Placement { return a.List(api.Principal{Admin: true}) }
+
+// Get returns one placement. Another namespace's placement is NotFound, exactly like a
+// missing one, so a token cannot learn what other namespaces run.
+func (a *Agent) Get(who api.Principal, id string) (api.Placement, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pl, ok := a.placements[id]
+	if !ok || !who.Allows(pl.p.Namespace) {
+		return api.Placement{}, api.Errorf(api.CodeNotFound, "no placement %q on host %s", id, a.identity.NodeName)
+	}
+	return a.viewLocked(pl), nil
+}
+
+// Delete stops a placement, unloads its model and forgets it. It waits up to wait for the
+// engine to let go; done is false when the deletion is still finishing in the background.
+func (a *Agent) Delete(who api.Principal, id string, wait time.Duration) (p api.Placement, done bool, err error) {
+	a.mu.Lock()
+	pl, ok := a.placements[id]
+	if !ok || !who.Allows(pl.p.Namespace) {
+		a.mu.Unlock()
+		return api.Placement{}, false, api.Errorf(api.CodeNotFound, "no placement %q on host %s", id, a.identity.NodeName)
+	}
+	first := pl.p.State != api.StateStopping
+	// Only an engine that may hold the model needs unloading: not a placement still being
+	// sized, nor one that already failed or was evicted (its engine let go then).
+	unload := holds(pl.p.State) != holdNothing
+	if first {
+		pl.cancel()
+		if !pl.p.State.Terminal() {
+			pl.p.State = api.StateStopping
+			pl.p.UpdatedAt = time.Now().UTC()
+			a.changedLocked()
+			a.publishLocked(api.EventPlacement, pl, "stopping", "")
+		}
+	}
+	deleted := pl.deleted
+	var lifecycleDone chan struct{}
+	if pl.started {
+		lifecycleDone = pl.done
+	}
+	a.mu.Unlock()
+	if first {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.finishDelete(pl, lifecycleDone, unload)
+		}()
+	}
+	select {
+	case <-deleted:
+		return pl.p, true, nil
+	case <-time.After(wait):
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.viewLocked(pl), false, nil
+	}
+}
+
+// finishDelete waits for the lifecycle to stop, unloads the engine and drops the placement.
+func (a *Agent) finishDelete(pl *placement, lifecycleDone <-chan struct{}, unload bool) {
+	if lifecycleDone != nil {
+		<-lifecycleDone
+	}
+	if unload {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := pl.driver.Unload(ctx, pl.model); err != nil && !errors.Is(err, engines.ErrNotFound) {
+			a.log.Warn("unloading a deleted placement", "placement", pl.p.ID, "err", err)
+		}
+		cancel()
+	}
+	a.mu.Lock()
+	delete(a.placements, pl.p.ID)
+	pl.p.UpdatedAt = time.Now().UTC()
+	a.changedLocked()
+	v := pl.p
+	a.hub.Publish(api.Event{Type: api.EventDeleted, Message: "deleted " + v.Model, Placement: &v})
+	close(pl.deleted)
+	a.mu.Unlock()
+	a.log.Info("placement deleted", "placement", v.ID, "model", v.Model)
+	a.saveOrLog()
+}
+
+// restore takes back the placements of the last run. Those that held memory are admitted
+// again against today's budget (the estimate they were admitted with stands: the model is
+// already sized, maybe pulled) and restarted by Run; those that no longer fit fail with the
+// reason. Failed and evicted placements are kept as records.
+func (a *Agent) restore(saved []api.Placement) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range saved {
+		pl := &placement{p: p, deleted: make(chan struct{})}
+		pl.ctx, pl.cancel = context.WithCancel(context.Background())
+		pl.p.Host = a.identity.NodeName
+		a.placements[p.ID] = pl
+		src, err := source.Parse(p.Source)
+		if err != nil {
+			a.failLocked(pl, api.CodeInvalidSource, "not restored: "+err.Error())
+			continue
+		}
+		pl.src = src
+		pl.model = a.modelFor(pl)
+		if p.State.Terminal() {
+			continue
+		}
+		d, ok := a.drivers[p.Runtime]
+		if !ok {
+			a.failLocked(pl, api.CodeEngineUnavailable, fmt.Sprintf("not restored: runtime %s is not enabled on this agent (--runtimes)", p.Runtime))
+			continue
+		}
+		pl.driver = d
+		// Re-admit with the recorded estimate.
+		pl.p.State = api.StateSizing
+		verdict, aerr := a.admitLocked(pl, p.Memory, nil, p.MemoryCheck == api.MemoryCheckWarn || a.cfg.MemoryCheckMode == MemoryCheckWarn, false)
+		if aerr != nil {
+			a.failLocked(pl, aerr.Code, "not restored: "+aerr.Message)
+			continue
+		}
+		pl.p.Memory = verdict.estimate
+		pl.p.State = api.StatePulling
+		pl.p.Reason = reasonRestoring
+		pl.p.Progress, pl.p.PulledBytes, pl.p.TotalBytes = 0, 0, 0
+		pl.p.Engine = ""
+		a.pending = append(a.pending, pl)
+	}
+	// Half-finished downloads: keep those a restored pull may resume (written after the
+	// oldest such placement was made); the rest belong to nothing.
+	var oldest time.Time
+	for _, pl := range a.pending {
+		if oldest.IsZero() || pl.p.CreatedAt.Before(oldest) {
+			oldest = pl.p.CreatedAt
+		}
+	}
+	_, err := a.store.CleanPartials(a.log, func(_ string, mod time.Time) bool {
+		return !oldest.IsZero() && !mod.Before(oldest)
+	})
+	if err != nil {
+		a.log.Warn("model store: cleaning half-finished downloads", "err", err)
+	}
+}
+
+// failLocked moves a placement to failed with a code and a reason.
+func (a *Agent) failLocked(pl *placement, code api.Code, reason string) {
+	pl.p.State = api.StateFailed
+	pl.p.Code = code
+	pl.p.Reason = reason
+	pl.p.Progress = 0
+	pl.p.Engine = ""
+	pl.p.UpdatedAt = time.Now().UTC()
+	a.changedLocked()
+	a.publishLocked(api.EventPlacement, pl, "failed: "+reason, code)
+}

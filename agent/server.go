@@ -1,0 +1,413 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// Limits of the API. Bodies are small JSON documents; the gateway sets its own limits for chats.
+const (
+	maxBody        = 1 << 20
+	maxEventSubs   = 128
+	requestTimeout = 30 * time.Second
+	deleteWait     = 20 * time.Second
+)
+
+// ServerConfig builds the HTTP API server.
+type ServerConfig struct {
+	Agent *Agent
+	// Secret is the mesh secret tokens are checked against.
+	Secret []byte
+	MeshID string
+	// Mesh returns the mesh view when the agent runs in a mesh; nil serves a view of this host alone.
+	Mesh func() api.MeshView
+	// OpenMetrics serves /metrics without a token (for a scraper on a trusted network).
+	// By default /metrics needs a token like every other route but /healthz and /readyz.
+	OpenMetrics bool
+	// Heartbeat is how often an idle event stream gets a comment line (proxies drop silent
+	// connections); 15 s when zero.
+	Heartbeat time.Duration
+	Log       *slog.Logger
+}
+
+// Server is the agent's HTTP API on one listener.
+type Server struct {
+	cfg  ServerConfig
+	a    *Agent
+	log  *slog.Logger
+	mux  *http.ServeMux
+	subs atomic.Int64
+}
+
+// NewServer builds the API's routes.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, a: cfg.Agent, log: cfg.Log, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.Handle("GET /v1/host", http.HandlerFunc(s.host))
+	s.Handle("GET /v1/mesh", http.HandlerFunc(s.mesh))
+	s.Handle("POST /v1/placements", http.HandlerFunc(s.place))
+	s.Handle("GET /v1/placements", http.HandlerFunc(s.list))
+	s.Handle("GET /v1/placements/{id}", http.HandlerFunc(s.get))
+	s.Handle("DELETE /v1/placements/{id}", http.HandlerFunc(s.delete))
+	s.Handle("POST /v1/estimate", http.HandlerFunc(s.estimate))
+	s.Handle("GET /v1/events", http.HandlerFunc(s.events))
+	if cfg.OpenMetrics {
+		s.mux.Handle("GET /metrics", s.a.metrics.Handler())
+	} else {
+		s.Handle("GET /metrics", s.a.metrics.Handler())
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, api.Errorf(api.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+// Handle mounts a handler behind token authentication; the handler finds the caller with
+// PrincipalFrom. The gateway mounts its routes this way.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, s.Authenticate(h))
+}
+
+// Handler is the server's root handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve answers on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		// No WriteTimeout: event streams and streamed chats are long-lived by design; each
+		// non-streaming handler bounds its own work with requestTimeout.
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = hs.Close()
+	}
+	<-errc
+	return err
+}
+
+type principalKey struct{}
+
+// PrincipalFrom returns who an authenticated request speaks for.
+func PrincipalFrom(ctx context.Context) (api.Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(api.Principal)
+	return p, ok
+}
+
+// WithPrincipal returns ctx carrying p (for handlers that authenticate by other means).
+func WithPrincipal(ctx context.Context, p api.Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// Authenticate admits requests with a valid bearer token (admin or namespace) and puts the
+// principal in the request context; others get 401 Unauthorized. Tokens are never logged.
+func (s *Server) Authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := bearer(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="llmkube"`)
+			WriteError(w, api.Errorf(api.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (`llmkube-agent init` prints the admin token)"))
+			return
+		}
+		p, err := api.Verify(s.cfg.Secret, tok)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="llmkube", error="invalid_token"`)
+			WriteError(w, api.Errorf(api.CodeUnauthorized, "token refused: %v", err))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+	})
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// HTTPStatus is the status an error code is answered with.
+func HTTPStatus(code api.Code) int {
+	switch code {
+	case api.CodeBadRequest, api.CodeInvalidSource, api.CodeRuntimeMismatch, api.CodeContextLimit:
+		return http.StatusBadRequest
+	case api.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case api.CodeNamespaceNotAllow:
+		return http.StatusForbidden
+	case api.CodeNotFound:
+		return http.StatusNotFound
+	case api.CodeConflict:
+		return http.StatusConflict
+	case api.CodeAcceleratorMissing, api.CodeInsufficientMemory, api.CodeMemoryCheckFailed:
+		return http.StatusUnprocessableEntity
+	case api.CodeTooBusy:
+		return http.StatusTooManyRequests
+	case api.CodeEngineUnavailable:
+		return http.StatusServiceUnavailable
+	case api.CodeEngineError, api.CodePullFailed, api.CodeUnreachable:
+		return http.StatusBadGateway
+	}
+	return http.StatusInternalServerError
+}
+
+// WriteError answers with the JSON error body and the status that fits its code.
+func WriteError(w http.ResponseWriter, err error) {
+	e := asAPIError(err, api.CodeInternal)
+	writeJSON(w, HTTPStatus(e.Code), api.ErrorBody{Error: e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// decode reads a bounded JSON body, refusing unknown fields so a typo ("contxt") is an error
+// rather than a silently ignored setting.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return api.Errorf(api.CodeBadRequest, "Content-Type %q: send application/json", ct)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return api.Errorf(api.CodeBadRequest, "body larger than %d bytes", maxBody)
+		}
+		return api.Errorf(api.CodeBadRequest, "body is not a valid request: %v", err)
+	}
+	if dec.More() {
+		return api.Errorf(api.CodeBadRequest, "body holds more than one JSON document")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return api.Errorf(api.CodeBadRequest, "trailing data after the JSON document")
+	}
+	return nil
+}
+
+func principal(r *http.Request) api.Principal {
+	p, _ := PrincipalFrom(r.Context())
+	return p
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.a.Ready(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) host(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.a.Host())
+}
+
+// mesh serves the mesh view, showing a namespace token only its own namespace's placements.
+func (s *Server) mesh(w http.ResponseWriter, r *http.Request) {
+	var v api.MeshView
+	if s.cfg.Mesh != nil {
+		v = s.cfg.Mesh()
+	} else {
+		h := s.a.Host()
+		v = api.MeshView{Mesh: s.cfg.MeshID, Self: h.Name, At: time.Now().UTC(), Members: []api.Member{{
+			Name: h.Name, Role: api.RoleAgent, Addr: h.APIAddr, Liveness: api.Alive,
+			Host: &h, Placements: s.a.Placements(), Updated: time.Now().UTC(),
+		}}}
+	}
+	who := principal(r)
+	if !who.Admin {
+		members := make([]api.Member, len(v.Members))
+		for i, m := range v.Members {
+			var ps []api.Placement
+			for _, p := range m.Placements {
+				if who.Allows(p.Namespace) {
+					ps = append(ps, p)
+				}
+			}
+			m.Placements = ps
+			members[i] = m
+		}
+		v.Members = members
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) place(w http.ResponseWriter, r *http.Request) {
+	var req api.PlacementRequest
+	if err := decode(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*requestTimeout)
+	defer cancel()
+	p, err := s.a.Place(ctx, principal(r), req)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/placements/"+p.ID)
+	writeJSON(w, http.StatusCreated, p)
+}
+
+func (s *Server) estimate(w http.ResponseWriter, r *http.Request) {
+	var req api.PlacementRequest
+	if err := decode(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*requestTimeout)
+	defer cancel()
+	e, err := s.a.Estimate(ctx, principal(r), req)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.PlacementList{Placements: s.a.List(principal(r))})
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	p, err := s.a.Get(principal(r), r.PathValue("id"))
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// delete answers 200 with the placement once it is gone, or 202 while the engine is still
+// letting go (the deletion finishes in the background; an event says when).
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	p, done, err := s.a.Delete(principal(r), r.PathValue("id"), deleteWait)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if !done {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, p)
+}
+
+// events streams server-sent events: `id`, `event: <type>`, `data: <api.Event JSON>`.
+// Last-Event-ID (or ?since=) replays what the ring still holds; a namespace token sees its own
+// namespace's placement events and host-wide ones (engines, mesh).
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	who := principal(r)
+	var after uint64
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			WriteError(w, api.Errorf(api.CodeBadRequest, "Last-Event-ID %q is not a sequence number", v))
+			return
+		}
+		after = n
+	} else if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			WriteError(w, api.Errorf(api.CodeBadRequest, "since=%q is not a sequence number", v))
+			return
+		}
+		after = n
+	}
+	if s.subs.Add(1) > maxEventSubs {
+		s.subs.Add(-1)
+		WriteError(w, api.Errorf(api.CodeTooBusy, "too many event streams open (%d)", maxEventSubs))
+		return
+	}
+	defer s.subs.Add(-1)
+	rc := http.NewResponseController(w)
+	filter := func(ev api.Event) bool { return ev.Placement == nil || who.Allows(ev.Placement.Namespace) }
+	replay, sub := s.a.hub.Subscribe(after, filter)
+	defer sub.Close()
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(ev api.Event) error {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	// A comment first, so the client sees the stream is open even before any event.
+	if _, err := io.WriteString(w, ": llmkube events\n\n"); err != nil || rc.Flush() != nil {
+		return
+	}
+	for _, ev := range replay {
+		if write(ev) != nil {
+			return
+		}
+	}
+	hb := time.NewTicker(s.cfg.Heartbeat)
+	defer hb.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev, ok := <-sub.C():
+			if !ok {
+				return // fell behind: the client reconnects with Last-Event-ID and replays
+			}
+			if write(ev) != nil {
+				return
+			}
+		case <-hb.C:
+			if _, err := io.WriteString(w, ": ping\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
