@@ -1,0 +1,592 @@
+package llamaserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/sim/gguf"
+	simls "github.com/llmkube/mesh/sim/llamaserver"
+)
+
+// simBin is cmd/llama-server-sim built as "llama-server", launched exactly as the real binary.
+var simBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "llamaserver-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	simBin = filepath.Join(dir, BinaryName)
+	out, err := exec.Command("go", "build", "-o", simBin, "github.com/llmkube/mesh/cmd/llama-server-sim").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building the llama-server simulator: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// modelFile writes a small valid GGUF file.
+func modelFile(t *testing.T) string {
+	t.Helper()
+	spec, ok := gguf.Preset("sim-tiny")
+	require.True(t, ok)
+	p := filepath.Join(t.TempDir(), "tiny.gguf")
+	require.NoError(t, gguf.Write(p, spec))
+	return p
+}
+
+func newDriver(t *testing.T, tune func(*Config)) *Driver {
+	t.Helper()
+	cfg := Config{Binary: simBin, LogDir: t.TempDir(), ModelsDir: t.TempDir(), StopGrace: 5 * time.Second, HealthTimeout: 30 * time.Second}
+	if tune != nil {
+		tune(&cfg)
+	}
+	d, err := New(cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.StopAll(context.Background()) })
+	return d
+}
+
+func codeOf(err error) api.Code {
+	var ee *engines.Error
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return ""
+}
+
+func hello() engines.ChatRequest {
+	return engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "Say hello to the mesh."}}}
+}
+
+func collect(t *testing.T, d *Driver, m engines.Model, req engines.ChatRequest) []engines.ChatChunk {
+	t.Helper()
+	var chunks []engines.ChatChunk
+	require.NoError(t, d.Chat(t.Context(), m, req, func(c engines.ChatChunk) error {
+		chunks = append(chunks, c)
+		return nil
+	}))
+	return chunks
+}
+
+func simStats(t *testing.T, endpoint string) simls.Stats {
+	t.Helper()
+	resp, err := http.Get(endpoint + "/_sim/stats")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var st simls.Stats
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+	return st
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	// A zombie waiting for a parent that is not reaping it is dead too.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // not Linux: kill(0) is all there is
+	}
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(fields) == 0 || fields[0] != "Z"
+}
+
+func TestLifecycle(t *testing.T) {
+	path := modelFile(t)
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=300ms"} })
+	ctx := t.Context()
+	m := engines.Model{ID: "p1", Name: "tiny", Source: path, Context: 1024, Args: []string{"-ngl", "0", "--threads=2"}}
+
+	e := d.Detect(ctx)
+	assert.True(t, e.Present, e.Detail)
+	assert.True(t, e.Healthy, e.Detail)
+	assert.Equal(t, simBin, e.Address)
+	assert.Equal(t, "5000 (llmsim00)", e.Version)
+
+	var events []engines.Progress
+	require.NoError(t, d.Pull(ctx, m, func(p engines.Progress) { events = append(events, p) }))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, []engines.Progress{{Status: "success", Completed: fi.Size(), Total: fi.Size()}}, events)
+	lp, err := d.LocalPath(m)
+	require.NoError(t, err)
+	assert.Equal(t, path, lp)
+
+	start := time.Now()
+	inst, err := d.Load(ctx, m)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "Load waits while /health answers 503")
+	li := inst.(*Instance)
+	assert.True(t, strings.HasPrefix(inst.Endpoint(), "http://127.0.0.1:"))
+	assert.Equal(t, filepath.Join(d.cfg.LogDir, "p1.log"), inst.LogPath())
+	pgid, err := syscall.Getpgid(li.Pid())
+	require.NoError(t, err)
+	assert.Equal(t, li.Pid(), pgid, "llama-server leads its own process group")
+
+	st := simStats(t, inst.Endpoint())
+	assert.Equal(t, path, st.Settings.ModelPath)
+	assert.Equal(t, "tiny", st.Settings.Alias)
+	assert.Equal(t, 1024, st.Settings.CtxSize)
+	assert.Equal(t, 2, st.Settings.Threads)
+	assert.True(t, st.Settings.Metrics)
+
+	require.NoError(t, d.Health(ctx, m))
+	names, err := d.Loaded(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"tiny"}, names)
+
+	again, err := d.Load(ctx, m)
+	require.NoError(t, err)
+	assert.Same(t, inst, again, "a running placement is returned as it is")
+
+	chunks := collect(t, d, m, hello())
+	require.Greater(t, len(chunks), 2)
+	final := chunks[len(chunks)-1]
+	assert.True(t, final.Done)
+	assert.Equal(t, "stop", final.FinishReason)
+	assert.Positive(t, final.PromptTokens)
+	assert.Equal(t, len(chunks)-1, final.CompletionTokens)
+	for _, c := range chunks[:len(chunks)-1] {
+		assert.False(t, c.Done)
+		assert.NotEmpty(t, c.Content)
+	}
+	limited := hello()
+	limited.MaxTokens = 3
+	chunks = collect(t, d, m, limited)
+	assert.Equal(t, "length", chunks[len(chunks)-1].FinishReason)
+	assert.Equal(t, 3, chunks[len(chunks)-1].CompletionTokens)
+
+	logText, err := os.ReadFile(inst.LogPath())
+	require.NoError(t, err)
+	assert.Contains(t, string(logText), "main: model loaded")
+
+	require.NoError(t, d.Unload(ctx, m))
+	select {
+	case <-inst.Done():
+	default:
+		t.Fatal("Unload returned before the process exited")
+	}
+	assert.NoError(t, inst.Err(), "a requested stop is not a failure")
+	assert.False(t, alive(li.Pid()))
+	names, err = d.Loaded(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, names)
+	err = d.Health(ctx, m)
+	assert.Equal(t, api.CodeEngineUnavailable, codeOf(err))
+	assert.EqualError(t, err, "EngineUnavailable: placement p1 has no llama-server running")
+	err = d.Chat(ctx, m, hello(), func(engines.ChatChunk) error { return nil })
+	assert.Equal(t, api.CodeEngineUnavailable, codeOf(err))
+	logText, err = os.ReadFile(inst.LogPath())
+	require.NoError(t, err)
+	assert.Contains(t, string(logText), "cleaning up before exit", "stopped by SIGTERM, gracefully")
+
+	// A restart keeps the previous run's log.
+	inst2, err := d.Load(ctx, m)
+	require.NoError(t, err)
+	assert.NotEqual(t, li.Pid(), inst2.(*Instance).Pid())
+	prev, err := os.ReadFile(inst.LogPath() + ".1")
+	require.NoError(t, err)
+	assert.Contains(t, string(prev), "cleaning up before exit")
+}
+
+func TestCrashReported(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_CRASH_AFTER=1", "LLAMA_SIM_LOAD_DELAY=0s"} })
+	m := engines.Model{ID: "crashy", Source: modelFile(t)}
+	inst, err := d.Load(t.Context(), m)
+	require.NoError(t, err)
+	collect(t, d, m, hello())
+
+	select {
+	case <-inst.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the crash was not reported")
+	}
+	err = inst.Err()
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	var xe *ExitError
+	require.ErrorAs(t, err, &xe)
+	assert.Equal(t, 1, xe.Code)
+	assert.Empty(t, xe.Signal)
+	assert.Contains(t, xe.Tail, "simulated crash after 1 completion requests")
+	assert.True(t, strings.HasPrefix(err.Error(), "EngineError: llama-server exited with status 1; last log lines:\n"), err.Error())
+
+	err = d.Health(t.Context(), m)
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.ErrorAs(t, err, &xe)
+	names, err := d.Loaded(t.Context())
+	require.NoError(t, err)
+	assert.Empty(t, names)
+
+	// The placement can be started again.
+	inst2, err := d.Load(t.Context(), m)
+	require.NoError(t, err)
+	assert.NotSame(t, inst, inst2)
+}
+
+func TestKilledBySignal(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"} })
+	inst, err := d.Load(t.Context(), engines.Model{ID: "k", Source: modelFile(t)})
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(inst.(*Instance).Pid(), syscall.SIGKILL))
+	<-inst.Done()
+	var xe *ExitError
+	require.ErrorAs(t, inst.Err(), &xe)
+	assert.Equal(t, -1, xe.Code)
+	assert.Equal(t, "killed", xe.Signal)
+	assert.Contains(t, inst.Err().Error(), "llama-server was killed by signal killed")
+}
+
+func TestStartFailureReported(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_HOLD_MEMORY=lots"} })
+	_, err := d.Load(t.Context(), engines.Model{ID: "bad", Source: modelFile(t)})
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	var xe *ExitError
+	require.ErrorAs(t, err, &xe)
+	assert.Equal(t, 1, xe.Code)
+	assert.Contains(t, err.Error(), "EngineError: while starting, llama-server exited with status 1; last log lines:")
+	assert.Contains(t, err.Error(), "LLAMA_SIM_HOLD_MEMORY")
+}
+
+func TestHealthTimeout(t *testing.T) {
+	d := newDriver(t, func(c *Config) {
+		c.Env = []string{"LLAMA_SIM_LOAD_DELAY=1h"}
+		c.HealthTimeout = 400 * time.Millisecond
+	})
+	m := engines.Model{ID: "slow", Source: modelFile(t)}
+	_, err := d.Load(t.Context(), m)
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.ErrorContains(t, err, "llama-server did not become healthy within 400ms (raise the health timeout for large models); last log lines:")
+	// The process was stopped (gracefully), not left behind.
+	logText, rerr := os.ReadFile(filepath.Join(d.cfg.LogDir, "slow.log"))
+	require.NoError(t, rerr)
+	assert.Contains(t, string(logText), "cleaning up before exit")
+	names, _ := d.Loaded(t.Context())
+	assert.Empty(t, names)
+}
+
+// A process that ignores SIGTERM is killed after the grace period, with everything it started.
+func TestStopEscalatesToSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	script := filepath.Join(dir, "llama-server")
+	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
+trap '' TERM
+"`+simBin+`" "$@" &
+sleep 60 &
+echo $! > "`+pidFile+`"
+wait
+`), 0o755))
+	d := newDriver(t, func(c *Config) {
+		c.Binary = script
+		c.StopGrace = 300 * time.Millisecond
+		c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"}
+	})
+	m := engines.Model{ID: "stubborn", Source: modelFile(t)}
+	inst, err := d.Load(t.Context(), m)
+	require.NoError(t, err)
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	child, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	require.True(t, alive(child))
+
+	start := time.Now()
+	require.NoError(t, d.Unload(t.Context(), m))
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "SIGKILL only after the grace period")
+	<-inst.Done()
+	assert.NoError(t, inst.Err())
+	assert.False(t, alive(inst.(*Instance).Pid()))
+	assert.Eventually(t, func() bool { return !alive(child) }, 5*time.Second, 20*time.Millisecond, "the whole process group is killed")
+}
+
+// A port another server took between the choice and the bind is detected (the server there does
+// not serve our alias, and ours cannot bind), and the start retried on another port.
+func TestPortTakenRetried(t *testing.T) {
+	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			w.Write([]byte(`{"status":"ok"}`))
+		case "/v1/models":
+			w.Write([]byte(`{"object":"list","data":[{"id":"someone-else"}]}`))
+		}
+	}))
+	t.Cleanup(foreign.Close)
+	taken := foreign.Listener.Addr().(*net.TCPAddr).Port
+
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"} })
+	calls := 0
+	d.freePort = func() (int, error) {
+		calls++
+		if calls == 1 {
+			return taken, nil
+		}
+		return freePort()
+	}
+	inst, err := d.Load(t.Context(), engines.Model{ID: "p", Name: "mine", Source: modelFile(t)})
+	require.NoError(t, err)
+	assert.Equal(t, 2, calls)
+	assert.NotEqual(t, taken, inst.(*Instance).Port())
+	assert.Equal(t, "mine", simStats(t, inst.Endpoint()).Settings.Alias)
+
+	// Every port taken: a clear error after a few attempts.
+	d.freePort = func() (int, error) { return taken, nil }
+	_, err = d.Load(t.Context(), engines.Model{ID: "q", Name: "other", Source: modelFile(t)})
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.EqualError(t, err, "EngineError: llama-server could not get a free port in 3 attempts: another process took each one first")
+}
+
+func TestMissingBinary(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Binary = "/nonexistent/llama-server" })
+	e := d.Detect(t.Context())
+	assert.False(t, e.Present)
+	assert.False(t, e.Healthy)
+	assert.Contains(t, e.Detail, "llama-server not found at /nonexistent/llama-server")
+	assert.Contains(t, e.Detail, "brew install llama.cpp")
+
+	_, err := d.Load(t.Context(), engines.Model{ID: "p", Source: modelFile(t)})
+	assert.Equal(t, api.CodeEngineUnavailable, codeOf(err))
+	assert.ErrorContains(t, err, "llama-server not found at /nonexistent/llama-server")
+
+	t.Setenv("PATH", t.TempDir())
+	d = newDriver(t, func(c *Config) { c.Binary = "" })
+	e = d.Detect(t.Context())
+	assert.False(t, e.Present)
+	assert.Equal(t, "llama-server not found on PATH; "+InstallHint, e.Detail)
+
+	// Found on PATH once it is there.
+	t.Setenv("PATH", filepath.Dir(simBin))
+	e = d.Detect(t.Context())
+	assert.True(t, e.Present)
+	assert.Equal(t, simBin, e.Address)
+}
+
+func TestBrokenBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "llama-server")
+	require.NoError(t, os.WriteFile(bin, []byte("#!/bin/sh\necho 'error while loading shared libraries: libggml.so' >&2\nexit 127\n"), 0o755))
+	e := newDriver(t, func(c *Config) { c.Binary = bin }).Detect(t.Context())
+	assert.True(t, e.Present)
+	assert.False(t, e.Healthy)
+	assert.Equal(t, bin+" --version failed: exit status 127: error while loading shared libraries: libggml.so", e.Detail)
+
+	dir := t.TempDir()
+	e = newDriver(t, func(c *Config) { c.Binary = dir }).Detect(t.Context())
+	assert.False(t, e.Present)
+	assert.Contains(t, e.Detail, dir+" is not an executable file")
+}
+
+func TestArgsRefused(t *testing.T) {
+	d := newDriver(t, nil)
+	allowed := "; allowed: -ngl N|auto|all, -t N, -tb N, -b N, -ub N, -np N, -fa on|off|auto, -ctk f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, -ctv f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, --mlock, --no-mmap, --jinja, --no-webui"
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--host", "0.0.0.0"}, `llama-server argument "--host" is not allowed`},
+		{[]string{"--api-key-file=/etc/shadow"}, `llama-server argument "--api-key-file" is not allowed`},
+		{[]string{"-ngl", "lots"}, `llama-server argument -ngl "lots" is not valid: want N|auto|all`},
+		{[]string{"-fa", "yes"}, `llama-server argument -fa "yes" is not valid: want on|off|auto`},
+		{[]string{"--mlock=1"}, `llama-server argument --mlock takes no value (got "--mlock=1")`},
+		{[]string{"-t"}, `llama-server argument -t needs a value: N`},
+		{[]string{"stray"}, `llama-server argument "stray" is not a flag`},
+	} {
+		err := d.CheckArgs(c.args)
+		assert.Equal(t, api.CodeBadRequest, codeOf(err), c.args)
+		assert.EqualError(t, err, "BadRequest: "+c.msg+allowed, c.args)
+	}
+	out, err := checkArgs([]string{"-ngl", "99", "--threads=4", "--mlock", "-fa", "on", "-ctk=q8_0"}, DefaultArgs)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"-ngl", "99", "--threads", "4", "--mlock", "-fa", "on", "-ctk", "q8_0"}, out)
+
+	// Load refuses before starting anything.
+	_, err = d.Load(t.Context(), engines.Model{ID: "p", Source: modelFile(t), Args: []string{"--port", "80"}})
+	assert.Equal(t, api.CodeBadRequest, codeOf(err))
+	assert.NoFileExists(t, filepath.Join(d.cfg.LogDir, "p.log"))
+
+	// An operator's own allowlist replaces the default.
+	d = newDriver(t, func(c *Config) { c.ExtraArgs = []Arg{{Names: []string{"--mlock"}}} })
+	assert.EqualError(t, d.CheckArgs([]string{"-ngl", "1"}), `BadRequest: llama-server argument "-ngl" is not allowed; allowed: --mlock`)
+}
+
+func TestPullRefusals(t *testing.T) {
+	d := newDriver(t, nil)
+	ctx := t.Context()
+
+	err := d.Pull(ctx, engines.Model{ID: "p", Source: "/nonexistent/x.gguf"}, nil)
+	assert.Equal(t, api.CodePullFailed, codeOf(err))
+	assert.ErrorIs(t, err, engines.ErrNotFound)
+	assert.EqualError(t, err, "PullFailed: model file /nonexistent/x.gguf does not exist: model not found")
+
+	dir := filepath.Join(t.TempDir(), "dir.gguf")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	err = d.Pull(ctx, engines.Model{ID: "p", Source: dir}, nil)
+	assert.Equal(t, api.CodePullFailed, codeOf(err))
+	assert.EqualError(t, err, "PullFailed: model file "+dir+" is not a regular file")
+
+	err = d.Pull(ctx, engines.Model{ID: "p", Source: "ollama://llama3.2:1b"}, nil)
+	assert.Equal(t, api.CodeRuntimeMismatch, codeOf(err))
+	assert.ErrorContains(t, err, "cannot run on llama-server")
+
+	err = d.Pull(ctx, engines.Model{ID: "p", Source: "gopher://x"}, nil)
+	assert.Equal(t, api.CodeInvalidSource, codeOf(err))
+
+	_, err = d.Load(ctx, engines.Model{ID: "p", Source: "/nonexistent/x.gguf"})
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.ErrorIs(t, err, engines.ErrNotFound)
+	assert.EqualError(t, err, "EngineError: model file /nonexistent/x.gguf does not exist: model not found (pull it first)")
+
+	_, err = d.Load(ctx, engines.Model{ID: "../escape", Source: modelFile(t)})
+	assert.Equal(t, api.CodeBadRequest, codeOf(err))
+	assert.EqualError(t, err, `BadRequest: placement id "../escape" cannot name a log file`)
+
+	noStore := newDriver(t, func(c *Config) { c.ModelsDir = "" })
+	err = noStore.Pull(ctx, engines.Model{ID: "p", Source: "https://example.com/x.gguf"}, nil)
+	assert.Equal(t, api.CodePullFailed, codeOf(err))
+	assert.EqualError(t, err, "PullFailed: no models folder is configured for downloads")
+
+	_, err = New(Config{}, nil)
+	assert.EqualError(t, err, "llama-server driver: a log folder (Config.LogDir) is required")
+}
+
+// https and hf sources are downloaded into the models folder, then served.
+func TestPullDownloads(t *testing.T) {
+	content, err := os.ReadFile(modelFile(t))
+	require.NoError(t, err)
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.URL.Path)
+		http.ServeContent(w, r, "tiny.gguf", time.Time{}, bytes.NewReader(content))
+	}))
+	t.Cleanup(srv.Close)
+	d := newDriver(t, func(c *Config) {
+		c.HFBase = srv.URL
+		c.Download = download.Options{AllowHosts: []string{"127.0.0.1"}}
+		c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"}
+	})
+	ctx := t.Context()
+
+	hf := engines.Model{ID: "h", Source: "hf://acme/tiny-GGUF/tiny-Q8_0.gguf"}
+	var last engines.Progress
+	require.NoError(t, d.Pull(ctx, hf, func(p engines.Progress) { last = p }))
+	assert.Equal(t, engines.Progress{Status: "success", Completed: int64(len(content)), Total: int64(len(content))}, last)
+	assert.Equal(t, []string{"/acme/tiny-GGUF/resolve/main/tiny-Q8_0.gguf"}, paths)
+	local, err := d.LocalPath(hf)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(d.cfg.ModelsDir, "hf", "acme", "tiny-GGUF", "tiny-Q8_0.gguf"), local)
+	got, err := os.ReadFile(local)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(content, got))
+
+	inst, err := d.Load(ctx, hf)
+	require.NoError(t, err)
+	assert.Equal(t, "tiny-Q8_0", simStats(t, inst.Endpoint()).Settings.Alias, "the alias defaults to the file's name")
+	assert.Equal(t, local, simStats(t, inst.Endpoint()).Settings.ModelPath)
+
+	web := engines.Model{ID: "w", Source: srv.URL + "/files/tiny.gguf"}
+	require.NoError(t, d.Pull(ctx, web, nil))
+	local, err = d.LocalPath(web)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(d.cfg.ModelsDir, "https"), filepath.Dir(filepath.Dir(local)))
+	assert.True(t, strings.HasSuffix(local, "-tiny.gguf"), local)
+	assert.FileExists(t, local)
+
+	// Without the allowlist, the download guard refuses loopback.
+	guarded := newDriver(t, func(c *Config) { c.HFBase = srv.URL })
+	err = guarded.Pull(ctx, engines.Model{ID: "g", Source: "hf://acme/tiny-GGUF/other.gguf"}, nil)
+	assert.Equal(t, api.CodePullFailed, codeOf(err))
+	assert.ErrorIs(t, err, download.ErrRefused)
+	assert.ErrorContains(t, err, "a loopback address")
+}
+
+func TestChatStopsWhenEmitFails(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s", "LLAMA_SIM_TOKENS_PER_SEC=100"} })
+	m := engines.Model{ID: "c", Source: modelFile(t)}
+	inst, err := d.Load(t.Context(), m)
+	require.NoError(t, err)
+	gone := errors.New("client went away")
+	n := 0
+	err = d.Chat(t.Context(), m, hello(), func(engines.ChatChunk) error { n++; return gone })
+	require.ErrorIs(t, err, gone)
+	assert.Equal(t, 1, n)
+	assert.Eventually(t, func() bool { return simStats(t, inst.Endpoint()).Cancelled == 1 }, 5*time.Second, 20*time.Millisecond)
+}
+
+func TestChatErrors(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"} })
+	m := engines.Model{ID: "c", Source: modelFile(t), Context: 64}
+	_, err := d.Load(t.Context(), m)
+	require.NoError(t, err)
+
+	long := engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: strings.Repeat("many words ", 100)}}}
+	err = d.Chat(t.Context(), m, long, func(engines.ChatChunk) error { return nil })
+	assert.Equal(t, api.CodeContextLimit, codeOf(err))
+	assert.ErrorContains(t, err, "exceeds the available context size (64 tokens)")
+
+	err = d.Chat(t.Context(), m, engines.ChatRequest{}, func(engines.ChatChunk) error { return nil })
+	assert.Equal(t, api.CodeBadRequest, codeOf(err))
+	assert.EqualError(t, err, "BadRequest: a chat needs at least one message")
+}
+
+func TestLogRotation(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.log")
+	require.NoError(t, os.WriteFile(p, []byte("previous run\n"), 0o640))
+	lf, err := openLog(p, 10)
+	require.NoError(t, err)
+	prev, _ := os.ReadFile(p + ".1")
+	assert.Equal(t, "previous run\n", string(prev))
+	lf.Write([]byte("12345678\n"))
+	lf.Write([]byte("abcdefgh\n"))
+	require.NoError(t, lf.Close())
+	cur, _ := os.ReadFile(p)
+	old, _ := os.ReadFile(p + ".1")
+	assert.Equal(t, "abcdefgh\n", string(cur))
+	assert.Equal(t, "12345678\n", string(old))
+	assert.Equal(t, "abcdefgh", tailLines(p, 3))
+}
+
+func FuzzReadEvents(f *testing.F) {
+	f.Add("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	f.Add("data: {\"error\":{\"message\":\"boom\"}}\n\n")
+	f.Add("error: {\"message\":\"boom\"}\n")
+	f.Add(": comment\nevent: x\ndata: nonsense\n")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, body string) {
+		done := 0
+		err := readEvents(context.Background(), strings.NewReader(body), func(c engines.ChatChunk) error {
+			if done > 0 {
+				t.Fatal("a chunk after the last one")
+			}
+			if c.Done {
+				done++
+			}
+			return nil
+		})
+		if err == nil && done != 1 {
+			t.Fatalf("success with %d last chunks", done)
+		}
+	})
+}
