@@ -422,23 +422,19 @@ func (a *Agent) Ready() error {
 func (a *Agent) shutdown() {
 	a.mu.Lock()
 	a.closed = true
-	var owned []*placement
 	for _, pl := range a.placements {
 		pl.cancel()
-		if pl.p.Runtime == api.RuntimeLlamaServer && pl.inst != nil {
-			owned = append(owned, pl)
-		}
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
-	// llama-server processes are the agent's children: leaving them would orphan engines
-	// nobody supervises. Daemon models (Ollama, hailo-ollama) stay loaded; the next start
-	// loads them again, which the daemons answer at once.
+	// Engine processes (llama-server) are the agent's children: leaving them would orphan
+	// engines nobody supervises. Daemon models (Ollama, hailo-ollama) stay loaded; the next
+	// start loads them again, which the daemons answer at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	for _, pl := range owned {
-		if err := pl.driver.Unload(ctx, pl.model); err != nil {
-			a.log.Warn("stopping engine", "placement", pl.p.ID, "err", err)
+	for _, d := range a.drivers {
+		if s, ok := d.(interface{ StopAll(context.Context) }); ok {
+			s.StopAll(ctx)
 		}
 	}
 	if err := a.save(); err != nil {

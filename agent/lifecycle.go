@@ -116,10 +116,15 @@ func (a *Agent) pull(ctx context.Context, pl *placement) bool {
 		a.saveOrLog()
 		return false
 	}
-	if pp, ok := pl.driver.(interface{ ModelPath(engines.Model) string }); ok && pl.model.Path == "" {
-		a.mu.Lock()
-		pl.model.Path = pp.ModelPath(pl.model)
-		a.mu.Unlock()
+	// A driver that downloads into the store says where the file went; the placement keeps it.
+	if lp, ok := pl.driver.(interface {
+		LocalPath(engines.Model) (string, error)
+	}); ok && pl.model.Path == "" {
+		if path, err := lp.LocalPath(pl.model); err == nil {
+			a.mu.Lock()
+			pl.model.Path = path
+			a.mu.Unlock()
+		}
 	}
 	return true
 }
