@@ -1,0 +1,433 @@
+// Package models lists every placement in the mesh — model, host, runtime, namespace, memory,
+// state (with a progress bar while pulling), speed and last use — and deletes one after asking.
+package models
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
+	"github.com/llmkube/mesh/tui/render"
+)
+
+// deleteTimeout bounds a delete, on top of the connection's own per-call timeout: the agent
+// stops the engine before it answers.
+const deleteTimeout = 30 * time.Second
+
+// Model is the models view.
+type Model struct {
+	ctx    *common.Context
+	width  int
+	height int
+	cursor int
+	offset int
+
+	filter    textinput.Model
+	filtering bool
+
+	// confirm is the placement a delete waits on a yes for.
+	confirm *api.Placement
+	// deleting holds the ids of deletes in flight, shown as such until the agent answers.
+	deleting map[string]bool
+}
+
+// deletedMsg is the answer to a delete.
+type deletedMsg struct {
+	p   api.Placement
+	err error
+}
+
+// New returns the models view.
+func New(ctx *common.Context) *Model {
+	return &Model{
+		ctx:      ctx,
+		filter:   common.NewInput(ctx.Styles, "/", "filter by model, host, runtime, namespace, state"),
+		deleting: map[string]bool{},
+	}
+}
+
+func (m *Model) Init() tea.Cmd { return nil }
+
+func (m *Model) SetSize(w, h int) {
+	m.width, m.height = w, h
+	m.filter.Width = max(w-2, 1)
+	m.clamp(len(m.Rows()))
+}
+
+// Capturing: the filter takes letters, and so does a pending confirmation (a stray global key
+// must not act while a delete waits for its answer).
+func (m *Model) Capturing() bool { return m.filtering || m.confirm != nil }
+
+var (
+	keyApply = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply"))
+	keyClear = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear"))
+	keyChat  = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "chat"))
+)
+
+func (m *Model) ShortHelp() []key.Binding {
+	k := m.ctx.Keys
+	switch {
+	case m.confirm != nil:
+		return []key.Binding{k.Confirm, k.Cancel}
+	case m.filtering:
+		return []key.Binding{keyApply, keyClear}
+	}
+	return []key.Binding{k.Up, k.Down, keyChat, k.Delete, k.Filter, k.Place}
+}
+
+// Rows are the placements shown, filtered, host then model.
+func (m *Model) Rows() []api.Placement {
+	all := console.Placements(m.ctx.Mesh)
+	q := strings.ToLower(strings.TrimSpace(m.filter.Value()))
+	if q == "" {
+		return all
+	}
+	var rows []api.Placement
+	for _, p := range all {
+		text := strings.ToLower(strings.Join([]string{p.Model, p.Host, string(p.Runtime), p.Namespace, string(p.State), p.Source, p.ID}, " "))
+		if strings.Contains(text, q) {
+			rows = append(rows, p)
+		}
+	}
+	return rows
+}
+
+// Selected is the placement under the cursor.
+func (m *Model) Selected() (api.Placement, bool) {
+	rows := m.Rows()
+	if m.cursor < 0 || m.cursor >= len(rows) {
+		return api.Placement{}, false
+	}
+	return rows[m.cursor], true
+}
+
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyMsg:
+		return m, m.key(msg)
+	case tea.MouseMsg:
+		switch msg.Button {
+		case tea.MouseButtonWheelUp:
+			m.cursor--
+		case tea.MouseButtonWheelDown:
+			m.cursor++
+		}
+		m.clamp(len(m.Rows()))
+	case common.MeshMsg:
+		// A placement that left the mesh is no longer being deleted, it is gone.
+		present := map[string]bool{}
+		for _, p := range console.Placements(m.ctx.Mesh) {
+			present[p.ID] = true
+		}
+		for id := range m.deleting {
+			if !present[id] {
+				delete(m.deleting, id)
+			}
+		}
+		m.clamp(len(m.Rows()))
+	case deletedMsg:
+		if msg.err != nil {
+			delete(m.deleting, msg.p.ID)
+			return m, common.Status(fmt.Sprintf("delete %s on %s failed: %v", msg.p.Model, msg.p.Host, msg.err), true)
+		}
+		return m, common.Status(fmt.Sprintf("deleted %s on %s", msg.p.Model, msg.p.Host), false)
+	}
+	return m, nil
+}
+
+func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
+	k := m.ctx.Keys
+	if m.confirm != nil {
+		p := *m.confirm
+		m.confirm = nil
+		if key.Matches(msg, k.Confirm) {
+			m.deleting[p.ID] = true
+			return m.deleteCmd(p)
+		}
+		return common.Status("kept "+p.Model+" on "+p.Host, false)
+	}
+	if m.filtering {
+		switch msg.String() {
+		case "enter":
+			m.filtering = false
+			m.filter.Blur()
+			return nil
+		case "esc":
+			m.filtering = false
+			m.filter.Blur()
+			m.filter.SetValue("")
+			m.clamp(len(m.Rows()))
+			return nil
+		}
+		var cmd tea.Cmd
+		m.filter, cmd = m.filter.Update(msg)
+		m.cursor = 0
+		m.clamp(len(m.Rows()))
+		return cmd
+	}
+	n := len(m.Rows())
+	switch {
+	case key.Matches(msg, k.Up):
+		m.cursor--
+	case key.Matches(msg, k.Down):
+		m.cursor++
+	case key.Matches(msg, k.PageUp):
+		m.cursor -= max(m.tableHeight()-1, 1)
+	case key.Matches(msg, k.PageDown):
+		m.cursor += max(m.tableHeight()-1, 1)
+	case key.Matches(msg, k.Top):
+		m.cursor = 0
+	case key.Matches(msg, k.Bottom):
+		m.cursor = n - 1
+	case key.Matches(msg, k.Filter):
+		m.filtering = true
+		return m.filter.Focus()
+	case key.Matches(msg, k.Back):
+		m.filter.SetValue("")
+	case key.Matches(msg, k.Delete):
+		if p, ok := m.Selected(); ok {
+			if m.deleting[p.ID] {
+				return common.Status(p.Model+" on "+p.Host+" is already being deleted", false)
+			}
+			m.confirm = &p
+		}
+	case key.Matches(msg, k.Open):
+		if p, ok := m.Selected(); ok {
+			if p.State != api.StateReady {
+				return common.Status(fmt.Sprintf("%s on %s is %s: chat opens once it is ready", p.Model, p.Host, p.State), false)
+			}
+			return common.Navigate(common.PageChat, p.Model)
+		}
+	}
+	m.clamp(len(m.Rows()))
+	return nil
+}
+
+// deleteCmd deletes by id, so a second placement of the same model is never hit by mistake.
+func (m *Model) deleteCmd(p api.Placement) tea.Cmd {
+	conn := m.ctx.Conn
+	return func() tea.Msg {
+		if conn == nil {
+			return deletedMsg{p: p, err: errNotConnected}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
+		defer cancel()
+		_, err := conn.Delete(ctx, p.ID)
+		return deletedMsg{p: p, err: err}
+	}
+}
+
+var errNotConnected = fmt.Errorf("not connected to a mesh")
+
+func (m *Model) clamp(n int) {
+	m.cursor = max(0, min(m.cursor, n-1))
+	h := m.tableHeight()
+	if m.cursor < m.offset {
+		m.offset = m.cursor
+	}
+	if m.cursor >= m.offset+h {
+		m.offset = m.cursor - h + 1
+	}
+	m.offset = max(0, min(m.offset, max(n-h, 0)))
+}
+
+// tableHeight is the rows left under the summary, the column titles and the detail line.
+func (m *Model) tableHeight() int { return max(m.height-4, 1) }
+
+// Summary counts placements by state.
+func Summary(ps []api.Placement) string {
+	if len(ps) == 0 {
+		return "no placements"
+	}
+	counts := map[api.PlacementState]int{}
+	for _, p := range ps {
+		counts[p.State]++
+	}
+	parts := []string{fmt.Sprintf("%d placement%s", len(ps), plural(len(ps)))}
+	for _, st := range []api.PlacementState{api.StateReady, api.StateSizing, api.StatePulling, api.StateLoading, api.StateRestarting,
+		api.StateStopping, api.StateFailed, api.StateEvicted, api.StateUnavailable} {
+		if n := counts[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	return strings.Join(parts, " · ")
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func (m *Model) columns() []render.Column {
+	cols := []render.Column{
+		{Title: "MODEL"},
+		{Title: "HOST", Width: 8},
+		{Title: "RUNTIME", Width: 12},
+		{Title: "NAMESPACE", Width: 9},
+		{Title: "MEMORY", Width: 8, Right: true},
+		{Title: "STATE", Width: 16},
+		{Title: "TTFT", Width: 7, Right: true},
+		{Title: "TOK/S", Width: 5, Right: true},
+		{Title: "USED", Width: 4, Right: true},
+	}
+	if m.width >= 110 {
+		cols[1].Width, cols[5].Width = 10, 24
+	} else {
+		// Narrow terminals keep what tells models apart and whether they work.
+		cols[5].Width = 18
+		cols = drop(cols, "NAMESPACE", "TTFT", "USED")
+	}
+	return render.Fit(cols, m.width-len(gutter), 12)
+}
+
+// gutter marks the row under the cursor in characters, not only in reverse video: with
+// NO_COLOR the renderer drops every attribute, and the cursor must still show.
+const gutter = "  "
+
+func mark(selected bool) string {
+	if selected {
+		return "> "
+	}
+	return gutter
+}
+
+func drop(cols []render.Column, titles ...string) []render.Column {
+	out := cols[:0:0]
+	for _, c := range cols {
+		keep := true
+		for _, t := range titles {
+			keep = keep && c.Title != t
+		}
+		if keep {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// StateCell spells a placement's state in width cells, coloured, with a progress bar while
+// pulling and the code of a failure.
+func StateCell(ctx *common.Context, p api.Placement, deleting bool, width int) string {
+	st := ctx.Styles
+	if deleting {
+		return st.Warn.Render(render.Cut("deleting…", width))
+	}
+	word := string(p.State)
+	switch p.State {
+	case api.StatePulling:
+		if width >= len(word)+7 {
+			return st.State(p.State).Render(word) + " " + render.Progress(st, width-len(word)-1, p.Progress)
+		}
+		word = fmt.Sprintf("%s %d%%", word, int(p.Progress*100+0.5))
+	case api.StateFailed, api.StateEvicted:
+		if p.Code != "" {
+			word += " (" + string(p.Code) + ")"
+		}
+	case api.StateRestarting:
+		if p.Restarts > 0 {
+			word += fmt.Sprintf(" ×%d", p.Restarts)
+		}
+	}
+	return st.State(p.State).Render(render.Cut(word, width))
+}
+
+func (m *Model) cells(cols []render.Column, p api.Placement) []string {
+	now := m.ctx.Now()
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		switch c.Title {
+		case "MODEL":
+			out[i] = p.Model
+		case "HOST":
+			out[i] = p.Host
+		case "RUNTIME":
+			out[i] = string(p.Runtime)
+		case "NAMESPACE":
+			out[i] = p.Namespace
+		case "MEMORY":
+			out[i] = render.Bytes(p.Memory.Bytes)
+		case "STATE":
+			out[i] = StateCell(m.ctx, p, m.deleting[p.ID], c.Width)
+		case "TTFT":
+			out[i] = render.Millis(p.TTFTMillis)
+		case "TOK/S":
+			out[i] = strings.TrimSuffix(render.Speed(p.TokensPerS), " tok/s")
+		case "USED":
+			out[i] = render.Ago(now, p.LastUsed)
+		}
+	}
+	return out
+}
+
+// Detail is one line about a placement: where it comes from and what it is doing.
+func Detail(p api.Placement) string {
+	parts := []string{p.Host + "/" + p.ID, p.Source, fmt.Sprintf("ctx %d", p.Context), "priority " + string(p.Priority)}
+	if p.Memory.Device == api.DeviceHailo {
+		parts = append(parts, "on the Hailo-10H")
+	}
+	if p.State == api.StatePulling && p.TotalBytes > 0 {
+		parts = append(parts, render.Bytes(p.PulledBytes)+" of "+render.Bytes(p.TotalBytes)+" pulled")
+	}
+	if p.Reason != "" {
+		parts = append(parts, p.Reason)
+	}
+	if p.Protected {
+		parts = append(parts, "protected")
+	}
+	return strings.Join(parts, " · ")
+}
+
+func (m *Model) View() string {
+	st := m.ctx.Styles
+	rows := m.Rows()
+	var b strings.Builder
+	if m.filtering || m.filter.Value() != "" {
+		b.WriteString(render.Cut(m.filter.View(), m.width))
+	} else {
+		b.WriteString(st.Header.Render(render.Cut(Summary(rows), m.width)))
+	}
+	b.WriteString("\n")
+	all := console.Placements(m.ctx.Mesh)
+	if len(all) == 0 {
+		b.WriteString("\n" + st.Bold.Render("No models placed yet.") + "\n\n")
+		b.WriteString(render.Cut("  Press p to place one: pick a source, see which hosts it fits, confirm.", m.width))
+		if m.ctx.Conn == nil {
+			b.WriteString("\n\n" + st.Muted.Render("not connected to a mesh"))
+		}
+		return render.Place(b.String(), m.width, m.height)
+	}
+	cols := m.columns()
+	b.WriteString(gutter + render.Head(st, cols))
+	end := min(m.offset+m.tableHeight(), len(rows))
+	for i := m.offset; i < end; i++ {
+		line := mark(i == m.cursor) + render.Row(cols, m.cells(cols, rows[i]))
+		b.WriteString("\n")
+		if i == m.cursor {
+			b.WriteString(st.Selected.Render(line))
+		} else {
+			b.WriteString(line)
+		}
+	}
+	if len(rows) == 0 {
+		b.WriteString("\n" + st.Muted.Render("no model matches the filter (esc clears it)"))
+	}
+	body := render.Place(b.String(), m.width, max(m.height-1, 0))
+	var foot string
+	switch sel, ok := m.Selected(); {
+	case m.confirm != nil:
+		foot = st.Danger.Render(render.Cut(fmt.Sprintf("delete %s on %s? (y/n)", m.confirm.Model, m.confirm.Host), m.width))
+	case ok:
+		foot = st.Muted.Render(render.Cut(Detail(sel), m.width))
+	}
+	return body + "\n" + render.Pad(foot, m.width)
+}

@@ -1,0 +1,219 @@
+package models
+
+import (
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/exp/golden"
+	"github.com/muesli/termenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/keymap"
+	"github.com/llmkube/mesh/tui/styles"
+)
+
+var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+func testCtx() *common.Context {
+	r := lipgloss.NewRenderer(io.Discard)
+	r.SetColorProfile(termenv.Ascii)
+	return &common.Context{
+		Styles: styles.New(r),
+		Keys:   keymap.Default(),
+		Mesh:   common.SampleMesh(now),
+		Memory: common.NewHistory(300),
+		Events: common.SampleEvents(now),
+		Now:    func() time.Time { return now },
+	}
+}
+
+func press(m *Model, keys ...string) tea.Cmd {
+	var cmd tea.Cmd
+	for _, k := range keys {
+		var msg tea.KeyMsg
+		switch k {
+		case "enter":
+			msg = tea.KeyMsg{Type: tea.KeyEnter}
+		case "esc":
+			msg = tea.KeyMsg{Type: tea.KeyEsc}
+		case "down":
+			msg = tea.KeyMsg{Type: tea.KeyDown}
+		case "up":
+			msg = tea.KeyMsg{Type: tea.KeyUp}
+		default:
+			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+		}
+		_, cmd = m.Update(msg)
+	}
+	return cmd
+}
+
+func TestRowsSortedByHostThenModel(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(120, 35)
+	var got []string
+	for _, p := range m.Rows() {
+		got = append(got, p.Host+"/"+p.Model)
+	}
+	assert.Equal(t, []string{
+		"mac-mini/llama-3.1-8b-instruct", "mac-mini/qwen2.5-coder-7b",
+		"pi4/tinyllama-1.1b", "pi5/qwen2:1.5b",
+		"tower/llama3.2:3b", "tower/mistral:7b",
+	}, got)
+}
+
+func TestFilterNarrowsRows(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	press(m, "/")
+	assert.True(t, m.Capturing(), "the filter takes letters")
+	press(m, "t", "o", "w", "e", "r")
+	require.Len(t, m.Rows(), 2)
+	assert.Equal(t, "tower", m.Rows()[0].Host)
+	press(m, "enter")
+	assert.False(t, m.Capturing())
+	assert.Len(t, m.Rows(), 2, "enter keeps the filter")
+	press(m, "/", "esc")
+	assert.Len(t, m.Rows(), 6, "esc clears it")
+
+	press(m, "/", "p", "u", "l", "l", "enter")
+	require.Len(t, m.Rows(), 1, "the state is searchable")
+	assert.Equal(t, "llama-3.1-8b-instruct", m.Rows()[0].Model)
+}
+
+func TestDeleteAsksFirst(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	press(m, "down", "down", "down") // pi5/qwen2:1.5b
+	sel, _ := m.Selected()
+	require.Equal(t, "qwen2:1.5b", sel.Model)
+
+	cmd := press(m, "x")
+	assert.Nil(t, cmd, "x alone does nothing but ask")
+	assert.True(t, m.Capturing())
+	assert.Contains(t, m.View(), "delete qwen2:1.5b on pi5? (y/n)")
+
+	cmd = press(m, "n")
+	assert.False(t, m.Capturing())
+	assert.NotContains(t, m.View(), "(y/n)")
+	require.NotNil(t, cmd)
+	assert.Equal(t, common.StatusMsg{Text: "kept qwen2:1.5b on pi5"}, cmd(), "n keeps it and says so")
+	assert.Empty(t, m.deleting)
+
+	press(m, "x")
+	cmd = press(m, "q")
+	assert.Equal(t, common.StatusMsg{Text: "kept qwen2:1.5b on pi5"}, cmd(), "any key but y keeps it")
+
+	press(m, "x")
+	cmd = press(m, "y")
+	require.NotNil(t, cmd)
+	assert.True(t, m.deleting["p-7f3a9c"])
+	assert.Contains(t, m.View(), "deleting…")
+	msg := cmd()
+	require.IsType(t, deletedMsg{}, msg)
+	assert.ErrorIs(t, msg.(deletedMsg).err, errNotConnected, "no connection: an error, not a crash")
+
+	_, cmd = m.Update(msg)
+	assert.Equal(t, common.StatusMsg{Text: "delete qwen2:1.5b on pi5 failed: not connected to a mesh", Err: true}, cmd())
+	assert.False(t, m.deleting["p-7f3a9c"], "a failed delete shows the row as it is again")
+}
+
+func TestDeletedPlacementLeavesDeleting(t *testing.T) {
+	ctx := testCtx()
+	m := New(ctx)
+	m.SetSize(80, 24)
+	m.deleting["p-7f3a9c"] = true
+	_, cmd := m.Update(deletedMsg{p: api.Placement{ID: "p-7f3a9c", Model: "qwen2:1.5b", Host: "pi5"}})
+	assert.Equal(t, common.StatusMsg{Text: "deleted qwen2:1.5b on pi5"}, cmd())
+	assert.True(t, m.deleting["p-7f3a9c"], "still deleting until the mesh says it is gone")
+
+	for i := range ctx.Mesh.Members {
+		if ctx.Mesh.Members[i].Name == "pi5" {
+			ctx.Mesh.Members[i].Placements = nil
+		}
+	}
+	m.Update(common.MeshMsg{View: ctx.Mesh})
+	assert.Empty(t, m.deleting)
+	assert.Len(t, m.Rows(), 5)
+}
+
+func TestEnterChatsWithReadyModelsOnly(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	cmd := press(m, "enter") // mac-mini/llama-3.1-8b-instruct, pulling
+	assert.Equal(t, common.StatusMsg{Text: "llama-3.1-8b-instruct on mac-mini is pulling: chat opens once it is ready"}, cmd())
+	cmd = press(m, "down", "enter")
+	assert.Equal(t, common.NavigateMsg{Page: common.PageChat, Arg: "qwen2.5-coder-7b"}, cmd())
+}
+
+func TestCursorAndWheel(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 6) // two table rows
+	press(m, "G")
+	sel, _ := m.Selected()
+	assert.Equal(t, "mistral:7b", sel.Model)
+	assert.Contains(t, m.View(), "mistral:7b")
+	assert.NotContains(t, m.View(), "tinyllama", "scrolled past")
+	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelUp})
+	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelUp})
+	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelUp})
+	sel, _ = m.Selected()
+	assert.Equal(t, "tinyllama-1.1b", sel.Model)
+	press(m, "g", "up")
+	sel, _ = m.Selected()
+	assert.Equal(t, "llama-3.1-8b-instruct", sel.Model, "the cursor stops at the top")
+}
+
+func TestStateCell(t *testing.T) {
+	ctx := testCtx()
+	cases := []struct {
+		p     api.Placement
+		width int
+		want  string
+	}{
+		{api.Placement{State: api.StateReady}, 10, "ready"},
+		{api.Placement{State: api.StatePulling, Progress: 0.42}, 16, "pulling █░░  42%"},
+		{api.Placement{State: api.StatePulling, Progress: 0.42}, 12, "pulling 42%"},
+		{api.Placement{State: api.StateFailed, Code: api.CodePullFailed}, 24, "failed (PullFailed)"},
+		{api.Placement{State: api.StateRestarting, Restarts: 2}, 16, "restarting ×2"},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, StateCell(ctx, c.p, false, c.width), c.want)
+	}
+	assert.Equal(t, "deleting…", StateCell(ctx, api.Placement{State: api.StateReady}, true, 16))
+}
+
+func TestNoPlacements(t *testing.T) {
+	ctx := testCtx()
+	ctx.Mesh = api.MeshView{}
+	m := New(ctx)
+	m.SetSize(80, 24)
+	assert.Contains(t, m.View(), "No models placed yet.")
+	assert.Contains(t, m.View(), "not connected")
+	assert.Nil(t, press(m, "x", "enter"), "nothing to act on")
+}
+
+func TestView(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			m := New(testCtx())
+			m.SetSize(size[0], size[1])
+			press(m, "down")
+			golden.RequireEqual(t, []byte(m.View()))
+		})
+	}
+}
+
+func TestViewConfirm(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	press(m, "down", "down", "down", "x")
+	golden.RequireEqual(t, []byte(m.View()))
+}
