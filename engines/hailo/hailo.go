@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -49,6 +50,7 @@ type Driver struct {
 	c      *ollama.Client
 	log    *slog.Logger
 	device chan struct{} // held by the one request using the device
+	pulls  atomic.Int32  // pulls in progress
 }
 
 var _ engines.Driver = (*Driver)(nil)
@@ -160,14 +162,13 @@ func cause(err error) error {
 	return err
 }
 
-// Health checks that the daemon answers GET / (hailo-ollama has no /health) and, when no
-// request of this driver is using the device, that m is the model on it: a daemon that
-// restarted, or a swap, would otherwise leave the placement shown ready. While a request is
-// using the device the model is working, and /api/ps would only queue behind it.
+// Health checks that the daemon answers GET / (hailo-ollama has no /health) and that m is the
+// model on the device: a daemon that restarted, or a swap, would otherwise leave the placement
+// shown ready. While one of this driver's requests is using the device the model is working,
+// and the check is skipped: hailo-ollama serves one request at a time, so a probe would only
+// wait behind it. For the same reason a probe that times out while a pull is running counts
+// as busy, not dead; a daemon that is gone refuses the connection at once.
 func (d *Driver) Health(ctx context.Context, m engines.Model) error {
-	if _, err := d.c.Root(ctx); err != nil {
-		return err
-	}
 	ref, err := ollama.Ref(m, api.RuntimeHailoOllama)
 	if err != nil {
 		return err
@@ -175,9 +176,15 @@ func (d *Driver) Health(ctx context.Context, m engines.Model) error {
 	select {
 	case d.device <- struct{}{}:
 	default:
-		return nil // busy with one of our requests
+		return nil
 	}
 	defer d.unlock()
+	if _, err := d.c.Root(ctx); err != nil {
+		if d.pulls.Load() > 0 && errors.Is(err, context.DeadlineExceeded) {
+			return nil
+		}
+		return err
+	}
 	loaded, err := d.loaded(ctx)
 	if err != nil {
 		return err
@@ -202,7 +209,11 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 		return err
 	}
 	d.log.Info("pulling", "model", ref)
+	// Pulls do not hold the device: the blob download does not use it, and a model on the
+	// device keeps answering meanwhile.
+	d.pulls.Add(1)
 	err = d.c.Pull(ctx, ref, progress)
+	d.pulls.Add(-1)
 	if errors.Is(err, engines.ErrNotFound) {
 		// /hailo/v1/list is not always the whole zoo, so the daemon decides; the list helps.
 		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", cause(err), strings.Join(zoo, ", "))}

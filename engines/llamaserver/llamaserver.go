@@ -86,7 +86,7 @@ type Driver struct {
 
 	mu        sync.Mutex
 	instances map[string]*Instance // by placement id
-	starting  map[string]bool
+	starting  map[string]*start
 }
 
 var _ engines.Driver = (*Driver)(nil)
@@ -121,7 +121,7 @@ func New(cfg Config, log *slog.Logger) (*Driver, error) {
 		http:      &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}},
 		freePort:  freePort,
 		instances: map[string]*Instance{},
-		starting:  map[string]bool{},
+		starting:  map[string]*start{},
 	}, nil
 }
 
@@ -340,16 +340,21 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		d.mu.Unlock()
 		return inst, nil
 	}
-	if d.starting[m.ID] {
+	if _, ok := d.starting[m.ID]; ok {
 		d.mu.Unlock()
 		return nil, &engines.Error{Code: api.CodeConflict, Err: fmt.Errorf("placement %s is already starting", m.ID)}
 	}
-	d.starting[m.ID] = true
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	st := &start{cancel: cancel, done: make(chan struct{})}
+	d.starting[m.ID] = st
 	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()
 		delete(d.starting, m.ID)
 		d.mu.Unlock()
+		cancel()
+		close(st.done)
 	}()
 
 	ctxSize := m.Context
@@ -374,12 +379,20 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		err = inst.waitReady(ctx, d.cfg.HealthTimeout)
 		if err == nil {
 			d.mu.Lock()
+			if ctx.Err() != nil { // an Unload came just as it became ready
+				d.mu.Unlock()
+				inst.stop(context.WithoutCancel(ctx), d.cfg.StopGrace)
+				return nil, unloadedWhileStarting(parent, m.ID)
+			}
 			d.instances[m.ID] = inst
 			d.mu.Unlock()
 			d.log.Info("ready", "placement", m.ID, "endpoint", inst.Endpoint(), "pid", inst.Pid())
 			return inst, nil
 		}
 		inst.stop(context.WithoutCancel(ctx), d.cfg.StopGrace)
+		if ctx.Err() != nil {
+			return nil, unloadedWhileStarting(parent, m.ID)
+		}
 		if !errors.Is(err, errBindCollision) {
 			return nil, err
 		}
@@ -389,6 +402,21 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 				"llama-server could not get a free port in %d attempts: another process took each one first", startAttempts)}
 		}
 	}
+}
+
+// unloadedWhileStarting is Load's error when its start was cancelled: the caller's context
+// ended, or an Unload came.
+func unloadedWhileStarting(parent context.Context, id string) error {
+	if err := parent.Err(); err != nil {
+		return err
+	}
+	return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("placement %s was unloaded while llama-server started", id)}
+}
+
+// start is a Load in progress, which Unload can cancel and wait for.
+type start struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // instance is the running instance of placement id.
@@ -431,12 +459,23 @@ func (d *Driver) Health(ctx context.Context, m engines.Model) error {
 }
 
 // Unload stops m's llama-server (SIGTERM, SIGKILL after the grace period or when ctx ends) and
-// waits for it to exit. A placement with no process is already unloaded.
+// waits for it to exit; a start in progress is cancelled and waited for. A placement with no
+// process is already unloaded.
 func (d *Driver) Unload(ctx context.Context, m engines.Model) error {
 	d.mu.Lock()
 	inst, ok := d.instances[m.ID]
 	delete(d.instances, m.ID)
+	st := d.starting[m.ID]
 	d.mu.Unlock()
+	if st != nil {
+		// A start in progress is cancelled; it stops its process before it returns.
+		st.cancel()
+		select {
+		case <-st.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if !ok {
 		return nil
 	}

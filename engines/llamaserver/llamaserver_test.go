@@ -590,3 +590,41 @@ func FuzzReadEvents(f *testing.F) {
 		}
 	})
 }
+
+// An Unload while the engine is still loading cancels the start and stops the process.
+func TestUnloadWhileStarting(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=1h"} })
+	m := engines.Model{ID: "s", Source: modelFile(t)}
+	loadErr := make(chan error, 1)
+	go func() {
+		_, err := d.Load(t.Context(), m)
+		loadErr <- err
+	}()
+	logPath := filepath.Join(d.cfg.LogDir, "s.log")
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), "loading model")
+	}, 10*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, d.Unload(t.Context(), m))
+	b, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "cleaning up before exit", "stopped before Unload returned")
+	err = <-loadErr
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.EqualError(t, err, "EngineError: placement s was unloaded while llama-server started")
+	names, _ := d.Loaded(t.Context())
+	assert.Empty(t, names)
+}
+
+// A caller giving up on a start gets its context's error, and the process is stopped.
+func TestLoadCancelled(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=1h"} })
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := d.Load(ctx, engines.Model{ID: "c", Source: modelFile(t)})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	b, rerr := os.ReadFile(filepath.Join(d.cfg.LogDir, "c.log"))
+	require.NoError(t, rerr)
+	assert.Contains(t, string(b), "cleaning up before exit")
+}

@@ -191,7 +191,8 @@ var probeClient = &http.Client{
 // then checks that the server on the port is this one (serving this alias), so a port taken by
 // another server is not mistaken for our engine.
 func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	errTimeout := errors.New("health timeout")
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
 	defer cancel()
 	interval := 20 * time.Millisecond
 	for {
@@ -213,7 +214,7 @@ func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
 			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("while starting, %w", ee)}
 		case <-ctx.Done():
 			t.Stop()
-			if ctx.Err() == context.DeadlineExceeded {
+			if context.Cause(ctx) == errTimeout {
 				return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
 					"llama-server did not become healthy within %v (raise the health timeout for large models); last log lines:\n%s",
 					timeout, tailLines(i.logPath, tailLinesInErrors))}
