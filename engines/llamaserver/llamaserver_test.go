@@ -490,9 +490,13 @@ func TestPullDownloads(t *testing.T) {
 	ctx := t.Context()
 
 	hf := engines.Model{ID: "h", Source: "hf://acme/tiny-GGUF/tiny-Q8_0.gguf"}
-	var last engines.Progress
-	require.NoError(t, d.Pull(ctx, hf, func(p engines.Progress) { last = p }))
-	assert.Equal(t, engines.Progress{Status: "success", Completed: int64(len(content)), Total: int64(len(content))}, last)
+	var events []engines.Progress
+	require.NoError(t, d.Pull(ctx, hf, func(p engines.Progress) { events = append(events, p) }))
+	size := int64(len(content))
+	require.GreaterOrEqual(t, len(events), 3)
+	assert.Equal(t, engines.Progress{Status: "downloading", Completed: 0, Total: size}, events[0])
+	assert.Equal(t, engines.Progress{Status: "downloading", Completed: size, Total: size}, events[len(events)-2])
+	assert.Equal(t, engines.Progress{Status: "success", Completed: size, Total: size}, events[len(events)-1])
 	assert.Equal(t, []string{"/acme/tiny-GGUF/resolve/main/tiny-Q8_0.gguf"}, paths)
 	local, err := d.LocalPath(hf)
 	require.NoError(t, err)
