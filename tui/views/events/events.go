@@ -1,0 +1,232 @@
+// Package events lists what the agents and the mesh report — placements changing state,
+// refusals, deletions, engines, members joining and failing — newest at the bottom, following
+// new events unless the user scrolled up, filterable by text and by type.
+package events
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/render"
+	"github.com/llmkube/mesh/tui/styles"
+)
+
+// Types are the type filter's steps; "" shows every type.
+var Types = []string{"", api.EventPlacement, api.EventRefused, api.EventDeleted, api.EventEngine, api.EventMesh, api.EventLog}
+
+var (
+	keyType  = key.NewBinding(key.WithKeys("t"), key.WithHelp("t", "type filter"))
+	keyApply = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply"))
+	keyClear = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear"))
+	keyFollw = key.NewBinding(key.WithKeys("G"), key.WithHelp("G", "follow"))
+)
+
+// Model is the events view.
+type Model struct {
+	ctx    *common.Context
+	width  int
+	height int
+	scroll common.Scroll
+	typ    int // index in Types
+
+	filter    textinput.Model
+	filtering bool
+}
+
+// New returns the events view, following new events.
+func New(ctx *common.Context) *Model {
+	return &Model{
+		ctx:    ctx,
+		scroll: common.Scroll{Follow: true},
+		filter: common.NewInput(ctx.Styles, "/", "filter by host, model, message, code"),
+	}
+}
+
+func (m *Model) Init() tea.Cmd { return nil }
+
+func (m *Model) SetSize(w, h int) {
+	m.width, m.height = w, h
+	m.filter.Width = max(w-2, 1)
+}
+
+func (m *Model) Capturing() bool { return m.filtering }
+
+func (m *Model) ShortHelp() []key.Binding {
+	k := m.ctx.Keys
+	if m.filtering {
+		return []key.Binding{keyApply, keyClear}
+	}
+	b := []key.Binding{k.Up, k.Down, k.Filter, keyType}
+	if !m.scroll.Follow {
+		b = append(b, keyFollw)
+	}
+	return b
+}
+
+// Type is the type filter ("" for all).
+func (m *Model) Type() string { return Types[m.typ] }
+
+// Rows are the events shown, oldest first.
+func (m *Model) Rows() []api.Event {
+	q := strings.ToLower(strings.TrimSpace(m.filter.Value()))
+	typ := m.Type()
+	var out []api.Event
+	for _, e := range m.ctx.Events {
+		if typ != "" && e.Type != typ {
+			continue
+		}
+		if q != "" && !strings.Contains(strings.ToLower(searchText(e)), q) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func searchText(e api.Event) string {
+	s := e.Type + " " + e.Host + " " + e.Message + " " + string(e.Code) + " " + e.Member
+	if p := e.Placement; p != nil {
+		s += " " + p.Model + " " + string(p.State)
+	}
+	return s
+}
+
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyMsg:
+		if m.filtering {
+			switch msg.String() {
+			case "enter":
+				m.filtering = false
+				m.filter.Blur()
+				return m, nil
+			case "esc":
+				m.filtering = false
+				m.filter.Blur()
+				m.filter.SetValue("")
+				return m, nil
+			}
+			var cmd tea.Cmd
+			m.filter, cmd = m.filter.Update(msg)
+			m.scroll.Follow = true
+			return m, cmd
+		}
+		k := m.ctx.Keys
+		switch {
+		case key.Matches(msg, k.Filter):
+			m.filtering = true
+			return m, m.filter.Focus()
+		case key.Matches(msg, keyType):
+			m.typ = (m.typ + 1) % len(Types)
+			m.scroll.Follow = true // a new selection starts at its newest event
+			return m, nil
+		case key.Matches(msg, k.Back):
+			m.filter.SetValue("")
+			m.typ = 0
+			return m, nil
+		}
+		m.scroll.Update(k, msg, len(m.lines()), m.listHeight())
+	case tea.MouseMsg:
+		m.scroll.Update(m.ctx.Keys, msg, len(m.lines()), m.listHeight())
+	}
+	// New events (common.EventMsg) need nothing here: the root has added them to the context,
+	// and a following scroll shows them on the next render.
+	return m, nil
+}
+
+// listHeight is the rows under the status line and the column titles.
+func (m *Model) listHeight() int { return max(m.height-2, 1) }
+
+var cols = []render.Column{{Title: "TIME", Width: 8}, {Title: "TYPE", Width: 9}, {Title: "HOST", Width: 10}, {Title: "MESSAGE"}}
+
+// lines renders every shown event, a long message wrapped under itself.
+func (m *Model) lines() []string {
+	st := m.ctx.Styles
+	cs := render.Fit(cols, m.width, 20)
+	msgWidth := cs[3].Width
+	indent := strings.Repeat(" ", m.width-msgWidth)
+	now := m.ctx.Now()
+	var out []string
+	for _, e := range m.Rows() {
+		text := e.Message
+		if e.Code != "" {
+			text += " (" + string(e.Code) + ")"
+		}
+		wrapped := strings.Split(ansi.Wrap(text, msgWidth, " "), "\n")
+		out = append(out, render.Row(cs, []string{Clock(now, e.Time), TypeStyle(st, e.Type).Render(e.Type), e.Host, wrapped[0]}))
+		for _, w := range wrapped[1:] {
+			out = append(out, indent+w)
+		}
+	}
+	return out
+}
+
+// Clock is an event's time in the console's zone (the zone of now): the time of day, or the
+// date for an event of another day.
+func Clock(now, t time.Time) string {
+	t = t.In(now.Location())
+	if y, d := t.Year(), t.YearDay(); y == now.Year() && d == now.YearDay() {
+		return t.Format("15:04:05")
+	}
+	return t.Format("Jan 02")
+}
+
+// TypeStyle colours an event type; the type is always spelled too.
+func TypeStyle(st *styles.Styles, typ string) lipgloss.Style {
+	switch typ {
+	case api.EventRefused:
+		return st.Error
+	case api.EventDeleted, api.EventEngine, api.EventMesh:
+		return st.Warn
+	case api.EventPlacement:
+		return st.OK
+	}
+	return st.Muted
+}
+
+func (m *Model) View() string {
+	st := m.ctx.Styles
+	var b strings.Builder
+	rows := m.Rows()
+	if m.filtering || m.filter.Value() != "" {
+		b.WriteString(render.Cut(m.filter.View(), m.width))
+	} else {
+		typ := m.Type()
+		if typ == "" {
+			typ = "all types"
+		}
+		status := fmt.Sprintf("%d events · %s", len(rows), typ)
+		if len(rows) != len(m.ctx.Events) {
+			status = fmt.Sprintf("%d of %d events · %s", len(rows), len(m.ctx.Events), typ)
+		}
+		lines := m.lines()
+		if m.scroll.AtBottom(len(lines), m.listHeight()) {
+			status += " · following new events"
+		} else {
+			status += " · paused (G follows)"
+		}
+		b.WriteString(st.Header.Render(render.Cut(status, m.width)))
+	}
+	b.WriteString("\n")
+	b.WriteString(render.Head(st, render.Fit(cols, m.width, 20)))
+	switch {
+	case len(m.ctx.Events) == 0:
+		b.WriteString("\n" + st.Muted.Render(render.Cut("no events yet: placements, refusals, engines and members joining or failing show here", m.width)))
+	case len(rows) == 0:
+		b.WriteString("\n" + st.Muted.Render(render.Cut("no event matches (esc clears the filters)", m.width)))
+	default:
+		for _, l := range m.scroll.Window(m.lines(), m.listHeight()) {
+			b.WriteString("\n" + l)
+		}
+	}
+	return render.Place(b.String(), m.width, m.height)
+}

@@ -1,0 +1,163 @@
+package events
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/exp/golden"
+	"github.com/muesli/termenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/keymap"
+	"github.com/llmkube/mesh/tui/styles"
+)
+
+var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+func testCtx() *common.Context {
+	r := lipgloss.NewRenderer(io.Discard)
+	r.SetColorProfile(termenv.Ascii)
+	ctx := &common.Context{
+		Styles: styles.New(r),
+		Keys:   keymap.Default(),
+		Mesh:   common.SampleMesh(now),
+		Memory: common.NewHistory(300),
+		Now:    func() time.Time { return now },
+	}
+	for _, e := range common.SampleEvents(now) {
+		ctx.AddEvent(e)
+	}
+	ctx.AddEvent(api.Event{Seq: 11, Time: now.Add(-2 * time.Second), Type: api.EventRefused, Host: "tower", Code: api.CodeInsufficientMemory,
+		Message: "hf://bartowski/Meta-Llama-3.1-70B-Instruct-GGUF/Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf needs 40.1 GiB, 9.3 GiB free of a 16.1 GiB budget"})
+	return ctx
+}
+
+func press(m *Model, keys ...string) {
+	for _, k := range keys {
+		var msg tea.KeyMsg
+		switch k {
+		case "enter":
+			msg = tea.KeyMsg{Type: tea.KeyEnter}
+		case "esc":
+			msg = tea.KeyMsg{Type: tea.KeyEsc}
+		case "up":
+			msg = tea.KeyMsg{Type: tea.KeyUp}
+		default:
+			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+		}
+		m.Update(msg)
+	}
+}
+
+func lastLine(view string) string {
+	lines := strings.Split(strings.TrimRight(view, " \n"), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestFollowsNewEventsUntilScrolledUp(t *testing.T) {
+	ctx := testCtx()
+	m := New(ctx)
+	m.SetSize(80, 8)
+	assert.Contains(t, m.View(), "following new events")
+
+	add := func(seq uint64, text string) {
+		ev := api.Event{Seq: seq, Time: now, Type: api.EventPlacement, Host: "pi5", Message: text}
+		ctx.AddEvent(ev)
+		m.Update(common.EventMsg{Event: ev})
+	}
+	add(20, "first new event")
+	assert.Contains(t, lastLine(m.View()), "first new event", "the newest is at the bottom")
+
+	press(m, "up", "up")
+	assert.Contains(t, m.View(), "paused (G follows)")
+	add(21, "second new event")
+	assert.NotContains(t, m.View(), "second new event", "scrolled up: the view stays put")
+
+	press(m, "G")
+	assert.Contains(t, lastLine(m.View()), "second new event")
+	assert.Contains(t, m.View(), "following new events")
+
+	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelUp})
+	assert.Contains(t, m.View(), "paused")
+	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelDown})
+	assert.Contains(t, m.View(), "following")
+}
+
+func TestTypeFilterCycles(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	assert.Len(t, m.Rows(), 11)
+	press(m, "t")
+	assert.Equal(t, api.EventPlacement, m.Type())
+	for _, e := range m.Rows() {
+		assert.Equal(t, api.EventPlacement, e.Type)
+	}
+	press(m, "t")
+	require.Len(t, m.Rows(), 2)
+	assert.Contains(t, m.View(), "2 of 11 events · refused")
+	press(m, "t", "t", "t", "t", "t")
+	assert.Equal(t, "", m.Type(), "the cycle comes back to all types")
+	press(m, "t", "esc")
+	assert.Equal(t, "", m.Type(), "esc clears the type filter")
+}
+
+func TestTextFilterNarrows(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	press(m, "/")
+	assert.True(t, m.Capturing())
+	press(m, "t", "o", "w", "e", "r", "enter")
+	assert.False(t, m.Capturing())
+	require.Len(t, m.Rows(), 3)
+	for _, e := range m.Rows() {
+		assert.Equal(t, "tower", e.Host)
+	}
+	press(m, "/", "e", "s", "c")
+	press(m, "esc")
+	assert.Len(t, m.Rows(), 11)
+
+	press(m, "/", "M", "E", "M", "O", "R", "Y", "enter")
+	require.Len(t, m.Rows(), 1, "codes are searchable, case aside")
+	press(m, "/", "z", "z", "z", "enter")
+	assert.Contains(t, m.View(), "no event matches")
+}
+
+func TestClock(t *testing.T) {
+	assert.Equal(t, "15:08:26", Clock(now, now.Add(-time.Minute)))
+	assert.Equal(t, "Mar 13", Clock(now, now.Add(-20*time.Hour)))
+	zone := time.FixedZone("CET", 3600)
+	assert.Equal(t, "16:09:26", Clock(now.In(zone), now), "shown in the console's zone")
+}
+
+func TestEmpty(t *testing.T) {
+	ctx := testCtx()
+	ctx.Events = nil
+	m := New(ctx)
+	m.SetSize(80, 24)
+	assert.Contains(t, m.View(), "no events yet")
+}
+
+func TestView(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			m := New(testCtx())
+			m.SetSize(size[0], size[1])
+			golden.RequireEqual(t, []byte(m.View()))
+		})
+	}
+}
+
+func TestViewScrolled(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 6)
+	press(m, "t", "up", "up")
+	golden.RequireEqual(t, []byte(m.View()))
+}
