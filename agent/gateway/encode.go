@@ -1,0 +1,415 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// out writes a response chunk by chunk, flushing each one (nothing waits in a buffer), with a
+// write deadline so that a client that stops reading is cut instead of holding the engine.
+type out struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
+	armed time.Time // when the write deadline was last pushed forward
+	begun bool
+	err   error // the first write error: the client is gone or stalled
+}
+
+func newOut(w http.ResponseWriter, stall time.Duration) out {
+	return out{w: w, rc: http.NewResponseController(w), stall: stall}
+}
+
+// begin sends the status line and headers with the first chunk.
+func (o *out) begin(contentType string) {
+	h := o.w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // tell a reverse proxy in front not to buffer either
+	o.w.WriteHeader(http.StatusOK)
+	o.begun = true
+}
+
+// send writes b and flushes it. The write deadline is pushed forward only when a quarter of
+// the stall timeout has passed since it last was, which keeps a timer update off the per-token
+// path while still cutting a stalled client after between 3/4 and all of the stall timeout.
+func (o *out) send(b []byte) error {
+	if o.err != nil {
+		return o.err
+	}
+	if now := time.Now(); now.Sub(o.armed) > o.stall/4 {
+		// An error here means the writer has no deadlines (a test recorder): writes still work.
+		_ = o.rc.SetWriteDeadline(now.Add(o.stall))
+		o.armed = now
+	}
+	if _, err := o.w.Write(b); err != nil {
+		o.err = err
+		return err
+	}
+	if err := o.rc.Flush(); err != nil {
+		o.err = err
+		return err
+	}
+	return nil
+}
+
+func (o *out) writeFailed() bool { return o.err != nil }
+
+// end clears the write deadline: net/http keeps the connection for the client's next request,
+// which must not inherit this one's deadline.
+func (o *out) end() {
+	if !o.armed.IsZero() {
+		_ = o.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// stats closes an answer: token counts and timings.
+type stats struct {
+	finish           string
+	promptTokens     int
+	completionTokens int
+	total            time.Duration // since the request arrived
+	promptEval       time.Duration // engine start to first token
+	eval             time.Duration // first token to last
+}
+
+// encoder writes an answer in a client's dialect.
+type encoder interface {
+	// chunk writes (or, not streaming, keeps) one piece of the answer.
+	chunk(content string) error
+	// finish writes the end of the answer (all of it, not streaming).
+	finish(st stats) error
+	// started reports whether anything was written: before, the request can still fail over
+	// or be answered with an error status.
+	started() bool
+	// fail reports an error after the answer started, in the dialect's in-stream form.
+	fail(f *failure)
+	// writeFailed reports whether a write failed: the client left or stopped reading.
+	writeFailed() bool
+	// done releases the writer.
+	done()
+}
+
+func newEncoder(c *chatCall, w http.ResponseWriter, stall time.Duration, start time.Time) encoder {
+	o := newOut(w, stall)
+	if c.d == dialectOpenAI {
+		if c.stream {
+			return newOAStream(o, c, start)
+		}
+		return &oaWhole{out: o, model: c.model, created: start.Unix()}
+	}
+	if c.stream {
+		return &ollamaStream{out: o, model: c.model, generate: c.d == dialectOllamaGenerate}
+	}
+	return &ollamaWhole{out: o, model: c.model, generate: c.d == dialectOllamaGenerate}
+}
+
+// completionID is an OpenAI-style id.
+func completionID() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "chatcmpl-" + hex.EncodeToString(b)
+}
+
+// oaStream writes OpenAI server-sent events. Chunks are assembled from a prefix made once per
+// request, so a token costs an escape and two writes into a reused buffer, no reflection.
+type oaStream struct {
+	out
+	prefix  []byte // `data: {"id":…,"choices":[{"index":0,"delta":{`
+	head    []byte // `data: {"id":…` up to the choices, for the usage chunk
+	buf     []byte
+	role    bool // the role went out with the first chunk
+	usage   bool
+	created int64
+}
+
+func newOAStream(o out, c *chatCall, start time.Time) *oaStream {
+	s := &oaStream{out: o, usage: c.usageChunk, created: start.Unix(), buf: make([]byte, 0, 512)}
+	h := append([]byte(nil), `data: {"id":"`...)
+	h = append(h, completionID()...)
+	h = append(h, `","object":"chat.completion.chunk","created":`...)
+	h = strconv.AppendInt(h, s.created, 10)
+	h = append(h, `,"model":`...)
+	h = appendJSONString(h, c.model)
+	h = append(h, `,"system_fingerprint":null`...)
+	s.head = h
+	s.prefix = append(append([]byte(nil), h...), `,"choices":[{"index":0,"delta":{`...)
+	return s
+}
+
+func (s *oaStream) start() {
+	if !s.begun {
+		s.begin("text/event-stream")
+	}
+}
+
+func (s *oaStream) chunk(content string) error {
+	s.start()
+	b := append(s.buf[:0], s.prefix...)
+	if !s.role {
+		b = append(b, `"role":"assistant",`...)
+		s.role = true
+	}
+	b = append(b, `"content":`...)
+	b = appendJSONString(b, content)
+	b = append(b, `},"finish_reason":null}]}`+"\n\n"...)
+	s.buf = b
+	return s.send(b)
+}
+
+func (s *oaStream) finish(st stats) error {
+	s.start()
+	b := append(s.buf[:0], s.prefix...)
+	if !s.role {
+		b = append(b, `"role":"assistant","content":""`...)
+	}
+	b = append(b, `},"finish_reason":`...)
+	b = appendJSONString(b, st.finish)
+	b = append(b, "}]}\n\n"...)
+	if s.usage {
+		b = append(b, s.head...)
+		b = append(b, `,"choices":[],"usage":`...)
+		b = appendUsage(b, st)
+		b = append(b, "}\n\n"...)
+	}
+	b = append(b, "data: [DONE]\n\n"...)
+	s.buf = b
+	return s.send(b)
+}
+
+func (s *oaStream) started() bool { return s.begun }
+
+func (s *oaStream) fail(f *failure) {
+	b, _ := json.Marshal(f.openAI())
+	s.send(append(append([]byte("data: "), b...), "\n\n"...))
+}
+
+func (s *oaStream) done() { s.end() }
+
+func appendUsage(b []byte, st stats) []byte {
+	b = append(b, `{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(st.promptTokens), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(st.completionTokens), 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, int64(st.promptTokens+st.completionTokens), 10)
+	return append(b, '}')
+}
+
+// oaWhole answers an OpenAI request that did not ask to stream: one JSON document at the end.
+type oaWhole struct {
+	out
+	model   string
+	created int64
+	text    []byte
+}
+
+func (s *oaWhole) chunk(content string) error {
+	s.text = append(s.text, content...)
+	return nil
+}
+
+type oaUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type oaCompletion struct {
+	ID      string     `json:"id"`
+	Object  string     `json:"object"`
+	Created int64      `json:"created"`
+	Model   string     `json:"model"`
+	Choices []oaChoice `json:"choices"`
+	Usage   oaUsage    `json:"usage"`
+}
+
+type oaChoice struct {
+	Index        int       `json:"index"`
+	Message      oaAnswer  `json:"message"`
+	FinishReason string    `json:"finish_reason"`
+	Logprobs     *struct{} `json:"logprobs"`
+}
+
+type oaAnswer struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+func (s *oaWhole) finish(st stats) error {
+	b, err := json.Marshal(oaCompletion{
+		ID: completionID(), Object: "chat.completion", Created: s.created, Model: s.model,
+		Choices: []oaChoice{{Message: oaAnswer{Role: "assistant", Content: string(s.text)}, FinishReason: st.finish}},
+		Usage:   oaUsage{st.promptTokens, st.completionTokens, st.promptTokens + st.completionTokens},
+	})
+	if err != nil {
+		return err
+	}
+	s.w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	s.begin("application/json")
+	return s.send(append(b, '\n'))
+}
+
+func (s *oaWhole) started() bool { return s.begun }
+func (s *oaWhole) fail(*failure) {}
+func (s *oaWhole) done()         { s.end() }
+
+// ollamaStream writes Ollama's NDJSON: one object per piece, then a last one with done:true
+// and the counts and durations (nanoseconds) Ollama reports.
+type ollamaStream struct {
+	out
+	model    string
+	generate bool
+	buf      []byte
+}
+
+// appendOllamaHead writes `{"model":…,"created_at":…,` — the start of every Ollama answer.
+func appendOllamaHead(b []byte, model string) []byte {
+	b = append(b, `{"model":`...)
+	b = appendJSONString(b, model)
+	b = append(b, `,"created_at":"`...)
+	b = time.Now().UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, `",`...)
+}
+
+func appendOllamaContent(b []byte, generate bool, content string) []byte {
+	if generate {
+		b = append(b, `"response":`...)
+		return appendJSONString(b, content)
+	}
+	b = append(b, `"message":{"role":"assistant","content":`...)
+	b = appendJSONString(b, content)
+	return append(b, '}')
+}
+
+func appendOllamaDone(b []byte, st stats) []byte {
+	b = append(b, `,"done_reason":`...)
+	b = appendJSONString(b, st.finish)
+	b = append(b, `,"done":true,"total_duration":`...)
+	b = strconv.AppendInt(b, st.total.Nanoseconds(), 10)
+	b = append(b, `,"load_duration":0,"prompt_eval_count":`...)
+	b = strconv.AppendInt(b, int64(st.promptTokens), 10)
+	b = append(b, `,"prompt_eval_duration":`...)
+	b = strconv.AppendInt(b, st.promptEval.Nanoseconds(), 10)
+	b = append(b, `,"eval_count":`...)
+	b = strconv.AppendInt(b, int64(st.completionTokens), 10)
+	b = append(b, `,"eval_duration":`...)
+	b = strconv.AppendInt(b, st.eval.Nanoseconds(), 10)
+	return append(b, "}\n"...)
+}
+
+func (s *ollamaStream) start() {
+	if !s.begun {
+		s.begin("application/x-ndjson")
+	}
+}
+
+func (s *ollamaStream) chunk(content string) error {
+	s.start()
+	b := appendOllamaHead(s.buf[:0], s.model)
+	b = appendOllamaContent(b, s.generate, content)
+	b = append(b, `,"done":false}`+"\n"...)
+	s.buf = b
+	return s.send(b)
+}
+
+func (s *ollamaStream) finish(st stats) error {
+	s.start()
+	b := appendOllamaHead(s.buf[:0], s.model)
+	b = appendOllamaContent(b, s.generate, "")
+	b = appendOllamaDone(b, st)
+	s.buf = b
+	return s.send(b)
+}
+
+func (s *ollamaStream) started() bool { return s.begun }
+
+func (s *ollamaStream) fail(f *failure) {
+	b, _ := json.Marshal(ollamaErrorBody{Error: f.msg})
+	s.send(append(b, '\n'))
+}
+
+func (s *ollamaStream) done() { s.end() }
+
+// ollamaWhole answers an Ollama request with "stream": false.
+type ollamaWhole struct {
+	out
+	model    string
+	generate bool
+	text     []byte
+}
+
+func (s *ollamaWhole) chunk(content string) error {
+	s.text = append(s.text, content...)
+	return nil
+}
+
+func (s *ollamaWhole) finish(st stats) error {
+	b := appendOllamaHead(make([]byte, 0, len(s.text)+256), s.model)
+	b = appendOllamaContent(b, s.generate, string(s.text))
+	b = appendOllamaDone(b, st)
+	s.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	s.begin("application/json")
+	return s.send(b)
+}
+
+func (s *ollamaWhole) started() bool { return s.begun }
+func (s *ollamaWhole) fail(*failure) {}
+func (s *ollamaWhole) done()         { s.end() }
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, and U+2028 and
+// U+2029 are escaped, as encoding/json does; HTML characters are left alone (these are API
+// answers, not pages).
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// copyBufs are the buffers forwarded answers are copied through.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// retryableStatus is an owner's answer another replica may do better with: it lost the model
+// (a view a moment stale), is full, or its engine is down.
+func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusNotFound, http.StatusTooManyRequests, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// forward sends the original request (same path, same body, the caller's own token) to the
+// agent that owns placement c, marked as a hop so it is never forwarded again, and streams the
+// answer back, flushing each read: bytes reach the client as the owner writes them. The
+// client's leaving cancels the forwarded request, which cancels the owner's engine request.
+//
+// An owner that fails before answering (no connection, or a retryable status while this is not
+// the last replica) leaves nothing written, so the caller can fail over; otherwise the owner's
+// answer, error or not, is the client's.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, body []byte, c candidate, v View, final bool, start time.Time) (committed bool, err error) {
+	mb, ok := v.Member(c.p.Host)
+	if !ok || mb.Host == nil || mb.Host.APIAddr == "" {
+		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
+			msg: fmt.Sprintf("host %s serves %q but the mesh view has no API address for it", c.p.Host, c.p.Model)}
+	}
+	c.busy.Add(1)
+	defer c.busy.Add(-1)
+	ctx := r.Context()
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+mb.Host.APIAddr+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, msg: "forwarding: " + err.Error()}
+	}
+	copyHeaders(req.Header, r.Header)
+	req.Header.Del("Content-Length")
+	req.Header.Set(HopHeader, "1")
+	forwardedFor(req.Header, r)
+	resp, err := g.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
+			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.p.Host, mb.Host.APIAddr, c.p.Model, err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
+			msg: fmt.Sprintf("agent %s answered with a protocol switch, which the gateway does not pass on", c.p.Host)}
+	}
+	if !final && retryableStatus(resp.StatusCode) {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return false, &failure{status: resp.StatusCode, code: api.CodeUnreachable,
+			msg: fmt.Sprintf("agent %s answered %d: %s", c.p.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
+	}
+
+	copyHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	o := newOut(w, g.cfg.StallTimeout)
+	defer o.end()
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var first time.Time
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			if o.send(buf[:n]) != nil {
+				g.m.clientGone()
+				return true, nil // returning closes the owner's answer: its engine stops
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if ctx.Err() != nil {
+				g.m.clientGone()
+				return true, nil
+			}
+			f := &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
+				msg: fmt.Sprintf("agent %s broke off its answer: %v", c.p.Host, rerr)}
+			g.m.fail(f)
+			g.log.Warn("forwarded answer broke off", "host", c.p.Host, "model", c.p.Model, "err", rerr)
+			streamFailure(&o, d, resp.Header.Get("Content-Type"), f)
+			return true, nil
+		}
+	}
+	if resp.StatusCode < 400 {
+		var ttft time.Duration
+		if !first.IsZero() {
+			ttft = first.Sub(start)
+		}
+		g.m.served(c.p.Model, routeForward, ttft, time.Since(start), 0, 0)
+	}
+	return true, nil
+}
+
+// streamFailure ends a streamed answer that broke off with an error in the stream's own form,
+// on a fresh line, so the client sees an error rather than a silently short answer.
+func streamFailure(o *out, d dialect, contentType string, f *failure) {
+	switch {
+	case strings.HasPrefix(contentType, "text/event-stream"):
+		b, _ := json.Marshal(f.openAI())
+		o.send(append(append([]byte("\n\ndata: "), b...), "\n\n"...))
+	case strings.HasPrefix(contentType, "application/x-ndjson") && d != dialectOpenAI:
+		b, _ := json.Marshal(ollamaErrorBody{Error: f.msg})
+		o.send(append(append([]byte("\n"), b...), '\n'))
+	}
+}

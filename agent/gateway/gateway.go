@@ -1,0 +1,325 @@
+// Package gateway is the agent's mesh-wide OpenAI- and Ollama-compatible front door. Any
+// client pointed at any agent reaches a model wherever it runs: a request for a model this host
+// serves goes to the local engine through its driver; one for a model another agent serves is
+// forwarded there, streaming, with the caller's own token (the owner checks it again).
+//
+// Nothing buffers: every chunk is written and flushed as the engine produces it, and a client
+// that goes away cancels the engine's work at once. Each request is measured (time to first
+// token, tokens per second) into the placement's rolling figures, which travel in the node's
+// state document, and into Prometheus metrics.
+package gateway
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmkube/mesh/agent"
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// HopHeader marks a request one agent forwarded to another. The owner serves such a request
+// only from its own engines: a forwarded request is never forwarded again, so a stale view on
+// two agents cannot bounce a request between them. A client that sets it only loses forwarding.
+const HopHeader = "X-Llmkube-Hop"
+
+// internalPrefix starts every header the gateway uses between agents; they are stripped from
+// what a client sends and from what an owner answers.
+const internalPrefix = "X-Llmkube-"
+
+// Defaults of Config.
+const (
+	DefaultQueueDepth   = 8
+	DefaultMaxBody      = 8 << 20
+	DefaultStallTimeout = 30 * time.Second
+)
+
+// View is what the gateway reads of the mesh. mesh.View satisfies it.
+type View interface {
+	// Ready lists the placements serving model that can take a request now (state ready, on an
+	// alive agent whose API answers); namespace "" matches every namespace.
+	Ready(namespace, model string) []api.Placement
+	// Member finds a member by node name (for its API address).
+	Member(name string) (api.Member, bool)
+	// Placements lists every placement of every member, unavailable ones included.
+	Placements() []api.Placement
+}
+
+// Config builds a Gateway.
+type Config struct {
+	// Agent serves the local placements and keeps their rolling speed figures.
+	Agent *agent.Agent
+	// View returns the current mesh view; nil serves this host's placements only.
+	View func() View
+	// Self is this agent's node name in the mesh; Agent.Name() when empty.
+	Self string
+	Log  *slog.Logger
+	// Registerer receives the gateway's metrics; nil = the agent's own registry.
+	Registerer prometheus.Registerer
+	// QueueDepth is how many requests may wait for an engine that serves one at a time
+	// (hailo-ollama) behind the one it is serving; more are answered 429 with Retry-After.
+	QueueDepth int
+	// MaxBody bounds a request body; a larger one is answered 413.
+	MaxBody int64
+	// StallTimeout cuts a client that has not taken a written chunk for this long, so a reader
+	// that stopped reading cannot hold an engine.
+	StallTimeout time.Duration
+	// HTTP forwards requests to other agents; nil = a client made for streaming (no overall
+	// timeout, no compression, many idle connections per agent).
+	HTTP *http.Client
+	// Version is what GET /api/version reports; api.Version when empty.
+	Version string
+}
+
+// Gateway serves the chat and model-listing routes.
+type Gateway struct {
+	cfg  Config
+	a    *agent.Agent
+	self string
+	log  *slog.Logger
+	hc   *http.Client
+	m    *metrics
+
+	mu       sync.Mutex
+	inflight map[string]*atomic.Int64 // by host + "/" + placement id
+	queues   map[string]*queue        // by runtime + " " + engine address
+}
+
+// New builds a gateway and registers its metrics.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Agent == nil {
+		return nil, errors.New("gateway: no agent")
+	}
+	if cfg.QueueDepth <= 0 {
+		cfg.QueueDepth = DefaultQueueDepth
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Version == "" {
+		cfg.Version = api.Version
+	}
+	if cfg.Self == "" {
+		cfg.Self = cfg.Agent.Name()
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = cfg.Agent.Metrics().Registry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	hc := cfg.HTTP
+	if hc == nil {
+		hc = &http.Client{Transport: forwardTransport()}
+	}
+	return &Gateway{
+		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hc: hc, m: m,
+		inflight: map[string]*atomic.Int64{},
+		queues:   map[string]*queue{},
+	}, nil
+}
+
+// forwardTransport is a transport for long streams between agents: no response compression
+// (it would buffer), enough idle connections per agent for hundreds of concurrent streams, and a
+// short dial timeout so a dead owner fails over quickly.
+func forwardTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DisableCompression:    true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: 0,
+		WriteBufferSize:       32 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+}
+
+// Register mounts the gateway's routes. Pass the agent server's Handle, which puts them behind
+// bearer-token authentication: every handler reads the caller with agent.PrincipalFrom.
+func (g *Gateway) Register(mount func(pattern string, h http.Handler)) {
+	mount("GET /v1/models", http.HandlerFunc(g.openAIModels))
+	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat))
+	mount("GET /api/tags", http.HandlerFunc(g.ollamaTags))
+	mount("GET /api/ps", http.HandlerFunc(g.ollamaPS))
+	mount("GET /api/version", http.HandlerFunc(g.ollamaVersion))
+	mount("POST /api/chat", http.HandlerFunc(g.ollamaChat))
+	mount("POST /api/generate", http.HandlerFunc(g.ollamaGenerate))
+}
+
+// principal is the authenticated caller. A request that reached a gateway route without one
+// (a mount outside the authentication middleware) gets no access at all.
+func principal(r *http.Request) (api.Principal, bool) {
+	return agent.PrincipalFrom(r.Context())
+}
+
+// nsFilter is the namespace filter a principal's lookups use: "" (every namespace) for the admin.
+func nsFilter(who api.Principal) string {
+	if who.Admin {
+		return ""
+	}
+	return who.Namespace
+}
+
+// counter returns the in-flight counter of one placement.
+func (g *Gateway) counter(host, id string) *atomic.Int64 {
+	key := host + "/" + id
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok := g.inflight[key]
+	if !ok {
+		c = new(atomic.Int64)
+		g.inflight[key] = c
+	}
+	return c
+}
+
+// candidate is one replica a request may go to.
+type candidate struct {
+	p     api.Placement
+	local *agent.Local // nil: on another agent
+	busy  *atomic.Int64
+	load  int64 // busy at the time of choosing
+}
+
+// candidates lists the replicas of model the caller may use, least busy first. Local ones come
+// from the agent; remote ones from the mesh view (never for a forwarded request). Busy is what
+// this gateway knows: requests it is serving on a local placement (queued ones included), or
+// forwards in flight to a remote one. Other agents' traffic to a remote replica is invisible
+// here; measured speed breaks ties.
+func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v View) []candidate {
+	var out []candidate
+	for _, l := range g.a.ServingAll(who) {
+		if l.Placement.Model != model {
+			continue
+		}
+		out = append(out, candidate{p: l.Placement, local: &l})
+	}
+	if !forwarded && v != nil {
+		for _, p := range v.Ready(nsFilter(who), model) {
+			if p.Host == g.self || !who.Allows(p.Namespace) {
+				continue
+			}
+			out = append(out, candidate{p: p})
+		}
+	}
+	for i := range out {
+		out[i].busy = g.counter(out[i].p.Host, out[i].p.ID)
+		out[i].load = out[i].busy.Load()
+	}
+	slices.SortStableFunc(out, func(a, b candidate) int {
+		return cmp.Or(
+			cmp.Compare(a.load, b.load),
+			boolOrder(a.local == nil, b.local == nil), // a local replica saves a hop
+			cmp.Compare(b.p.TokensPerS, a.p.TokensPerS),
+			cmp.Compare(a.p.TTFTMillis, b.p.TTFTMillis),
+		)
+	})
+	return out
+}
+
+func boolOrder(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}
+
+// notServed is the error for a model with no replica to take the request: 503 when the caller
+// may see a placement of it that is not ready (loading, restarting, on an unreachable host), 404
+// when there is none — the same answer whether the model exists in a namespace the caller may
+// not see or nowhere, so a token learns nothing of other namespaces.
+func (g *Gateway) notServed(who api.Principal, model string, forwarded bool, v View) *failure {
+	var seen []api.Placement
+	for _, p := range g.a.List(who) {
+		if p.Model == model {
+			seen = append(seen, p)
+		}
+	}
+	if !forwarded && v != nil {
+		for _, p := range v.Placements() {
+			if p.Model == model && who.Allows(p.Namespace) && p.Host != g.self {
+				seen = append(seen, p)
+			}
+		}
+	}
+	for _, p := range seen {
+		if p.State.Terminal() {
+			continue
+		}
+		why := string(p.State)
+		if p.Reason != "" {
+			why += ": " + p.Reason
+		}
+		return &failure{status: http.StatusServiceUnavailable, code: api.CodeEngineUnavailable, oaCode: "model_not_ready",
+			msg: fmt.Sprintf("model %q is not ready on %s (%s)", model, p.Host, why), retryAfter: 1}
+	}
+	where := "in the mesh"
+	if forwarded || v == nil {
+		where = "on " + g.self
+	}
+	return &failure{status: http.StatusNotFound, code: api.CodeNotFound, oaCode: "model_not_found",
+		msg: fmt.Sprintf("model %q is not served %s for this token's namespace", model, where)}
+}
+
+// view is the current mesh view, or nil when the gateway runs without a mesh.
+func (g *Gateway) view() View {
+	if g.cfg.View == nil {
+		return nil
+	}
+	return g.cfg.View()
+}
+
+// clientAddr is the address a request came from, for logs and X-Forwarded-For.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// hopByHop are the headers that describe one connection, never passed through a proxy.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// copyHeaders copies end-to-end headers: not hop-by-hop ones, not those the Connection header
+// names, not the gateway's internal ones.
+func copyHeaders(dst, src http.Header) {
+	var named []string
+	for _, v := range src.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				named = append(named, http.CanonicalHeaderKey(f))
+			}
+		}
+	}
+	for k, vs := range src {
+		if slices.Contains(hopByHop, k) || slices.Contains(named, k) || strings.HasPrefix(k, internalPrefix) {
+			continue
+		}
+		dst[k] = append(dst[k][:0:0], vs...)
+	}
+}

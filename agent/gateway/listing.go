@@ -1,0 +1,195 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// listed is one model name the caller may use, with every ready placement serving it.
+type listed struct {
+	name       string
+	placements []api.Placement // local first, then by host
+}
+
+// served lists the models the caller may use now, mesh-wide: every ready placement in the
+// caller's namespaces, on this host or on an alive, reachable agent; one entry per name.
+func (g *Gateway) served(who api.Principal) []listed {
+	byName := map[string]*listed{}
+	var names []string
+	add := func(p api.Placement) {
+		l, ok := byName[p.Model]
+		if !ok {
+			l = &listed{name: p.Model}
+			byName[p.Model] = l
+			names = append(names, p.Model)
+		}
+		l.placements = append(l.placements, p)
+	}
+	for _, l := range g.a.ServingAll(who) {
+		add(l.Placement)
+	}
+	if v := g.view(); v != nil {
+		seen := map[string]bool{}
+		for _, p := range v.Placements() {
+			if p.Host == g.self || p.State != api.StateReady || !who.Allows(p.Namespace) || seen[p.Model] {
+				continue
+			}
+			seen[p.Model] = true
+			for _, q := range v.Ready(nsFilter(who), p.Model) {
+				if q.Host != g.self && who.Allows(q.Namespace) {
+					add(q)
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	out := make([]listed, len(names))
+	for i, n := range names {
+		out[i] = *byName[n]
+	}
+	return out
+}
+
+// listWith answers a listing to an authenticated caller.
+func (g *Gateway) listWith(w http.ResponseWriter, r *http.Request, d dialect, f func(api.Principal) any) {
+	who, ok := principal(r)
+	if !ok {
+		g.fail(w, d, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		return
+	}
+	b, err := json.Marshal(f(who))
+	if err != nil {
+		g.fail(w, d, &failure{status: http.StatusInternalServerError, code: api.CodeInternal, msg: err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	w.Write(append(b, '\n'))
+}
+
+type oaModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+type oaModelList struct {
+	Object string    `json:"object"`
+	Data   []oaModel `json:"data"`
+}
+
+// openAIModels is GET /v1/models: every model the caller may use, owned_by the host serving it
+// (a local replica first; replicas on several hosts are listed once, their hosts joined by ",").
+func (g *Gateway) openAIModels(w http.ResponseWriter, r *http.Request) {
+	g.listWith(w, r, dialectOpenAI, func(who api.Principal) any {
+		list := oaModelList{Object: "list", Data: []oaModel{}}
+		for _, l := range g.served(who) {
+			var hosts []string
+			created := l.placements[0].CreatedAt
+			for _, p := range l.placements {
+				if !slices.Contains(hosts, p.Host) {
+					hosts = append(hosts, p.Host)
+				}
+				if p.CreatedAt.Before(created) {
+					created = p.CreatedAt
+				}
+			}
+			list.Data = append(list.Data, oaModel{ID: l.name, Object: "model", Created: created.Unix(), OwnedBy: strings.Join(hosts, ",")})
+		}
+		return list
+	})
+}
+
+type ollamaDetails struct {
+	ParentModel       string   `json:"parent_model"`
+	Format            string   `json:"format"`
+	Family            string   `json:"family"`
+	Families          []string `json:"families"`
+	ParameterSize     string   `json:"parameter_size"`
+	QuantizationLevel string   `json:"quantization_level"`
+}
+
+type ollamaTag struct {
+	Name       string        `json:"name"`
+	Model      string        `json:"model"`
+	ModifiedAt time.Time     `json:"modified_at"`
+	Size       int64         `json:"size"`
+	Digest     string        `json:"digest"`
+	Details    ollamaDetails `json:"details"`
+}
+
+type ollamaRunning struct {
+	Name          string        `json:"name"`
+	Model         string        `json:"model"`
+	Size          int64         `json:"size"`
+	Digest        string        `json:"digest"`
+	Details       ollamaDetails `json:"details"`
+	SizeVRAM      int64         `json:"size_vram"`
+	ContextLength int           `json:"context_length"`
+}
+
+// digestOf stands in for Ollama's manifest digest, which clients show and some slice: a stable
+// hash of the placement's source.
+func digestOf(p api.Placement) string {
+	sum := sha256.Sum256([]byte(p.Source))
+	return hex.EncodeToString(sum[:])
+}
+
+func detailsOf(p api.Placement) ollamaDetails {
+	format := "gguf"
+	if p.Runtime == api.RuntimeHailoOllama {
+		format = "hef"
+	}
+	return ollamaDetails{Format: format}
+}
+
+// ollamaTags is GET /api/tags over the same set as /v1/models.
+func (g *Gateway) ollamaTags(w http.ResponseWriter, r *http.Request) {
+	g.listWith(w, r, dialectOllamaChat, func(who api.Principal) any {
+		models := []ollamaTag{}
+		for _, l := range g.served(who) {
+			p := l.placements[0]
+			size := p.Memory.Weights
+			if size == 0 {
+				size = p.Memory.Bytes
+			}
+			models = append(models, ollamaTag{Name: l.name, Model: l.name, ModifiedAt: p.CreatedAt, Size: size,
+				Digest: digestOf(p), Details: detailsOf(p)})
+		}
+		return map[string]any{"models": models}
+	})
+}
+
+// ollamaPS is GET /api/ps: what is loaded and ready, which is every served model. No expiry is
+// reported: placements, not keep_alive, decide what stays loaded.
+func (g *Gateway) ollamaPS(w http.ResponseWriter, r *http.Request) {
+	g.listWith(w, r, dialectOllamaChat, func(who api.Principal) any {
+		models := []ollamaRunning{}
+		for _, l := range g.served(who) {
+			p := l.placements[0]
+			m := ollamaRunning{Name: l.name, Model: l.name, Size: p.Memory.Bytes, Digest: digestOf(p),
+				Details: detailsOf(p), ContextLength: p.Context}
+			if p.Memory.Device == api.DeviceHailo {
+				m.SizeVRAM = p.Memory.Bytes
+			}
+			models = append(models, m)
+		}
+		return map[string]any{"models": models}
+	})
+}
+
+// ollamaVersion is GET /api/version.
+func (g *Gateway) ollamaVersion(w http.ResponseWriter, r *http.Request) {
+	g.listWith(w, r, dialectOllamaChat, func(api.Principal) any {
+		return map[string]string{"version": g.cfg.Version}
+	})
+}

@@ -1,0 +1,383 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/llmkube/mesh/engines"
+)
+
+// dialect is the protocol a client speaks on a route.
+type dialect int
+
+const (
+	dialectOpenAI         dialect = iota // POST /v1/chat/completions
+	dialectOllamaChat                    // POST /api/chat
+	dialectOllamaGenerate                // POST /api/generate
+)
+
+// bytesPerToken is the prompt-size approximation used to refuse an over-long prompt before the
+// engine sees it: about four bytes of English per token, the usual rule of thumb for these
+// models' vocabularies (and what the simulators count). It is not a tokenizer: a prompt near
+// the limit may still be refused by the engine itself, which the gateway then reports.
+const bytesPerToken = 4
+
+// chatCall is a parsed chat request in any dialect.
+type chatCall struct {
+	d      dialect
+	model  string
+	req    engines.ChatRequest
+	stream bool
+	// usageChunk: OpenAI stream_options.include_usage, a last chunk with the token counts.
+	usageChunk bool
+	// promptTokens is the prompt's estimated size in tokens (see bytesPerToken).
+	promptTokens int
+	// load: an Ollama request without messages (or prompt) asks to load the model; a ready
+	// placement is loaded already, so the gateway answers it without the engine.
+	load bool
+}
+
+// readBody reads a bounded body: 413 when it is larger than max.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *failure) {
+	tooLarge := &failure{status: http.StatusRequestEntityTooLarge, code: "BodyTooLarge", oaCode: "request_too_large",
+		msg: fmt.Sprintf("request body larger than %d bytes", max)}
+	if r.ContentLength > max {
+		return nil, tooLarge
+	}
+	size := 512
+	if r.ContentLength > 0 {
+		size = int(r.ContentLength) + 1 // +1: ReadAll needs room to see EOF without growing
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge
+		}
+		return nil, badRequest("reading the request body: " + err.Error())
+	}
+	return buf.Bytes(), nil
+}
+
+// decodeJSON decodes one JSON document, refusing trailing data. Unknown fields are ignored:
+// clients send many the engines do not use.
+func decodeJSON(body []byte, v any) *failure {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("empty request body: send a JSON document")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return badRequest("malformed JSON body: " + err.Error())
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("malformed JSON body: trailing data after the JSON document")
+	}
+	return nil
+}
+
+// role checks a message role; OpenAI's "developer" is a system message to these engines.
+func role(r string) (string, error) {
+	switch r {
+	case "system", "user", "assistant":
+		return r, nil
+	case "developer":
+		return "system", nil
+	case "":
+		return "", errors.New("a message has no role")
+	}
+	return "", fmt.Errorf("message role %q is not supported (use system, user or assistant)", r)
+}
+
+// estimateTokens is the prompt's size by the bytesPerToken rule, rounded up.
+func estimateTokens(msgs []engines.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Content)
+	}
+	return (n + bytesPerToken - 1) / bytesPerToken
+}
+
+func checkTemperature(t *float64) error {
+	if t != nil && (*t < 0 || *t > 2 || math.IsNaN(*t)) {
+		return fmt.Errorf("temperature %v: want 0 to 2", *t)
+	}
+	return nil
+}
+
+func checkTopP(p *float64) error {
+	if p != nil && (*p < 0 || *p > 1 || math.IsNaN(*p)) {
+		return fmt.Errorf("top_p %v: want 0 to 1", *p)
+	}
+	return nil
+}
+
+// present reports whether a raw JSON member carries something other than null, "", [] or {}.
+func present(raw json.RawMessage) bool {
+	s := string(bytes.TrimSpace(raw))
+	return s != "" && s != "null" && s != `""` && s != "[]" && s != "{}"
+}
+
+// OpenAI's request, the parts the engines use.
+type oaRequest struct {
+	Model         string      `json:"model"`
+	Messages      []oaMessage `json:"messages"`
+	Stream        bool        `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"` // not OpenAI's, but llama.cpp and others take it
+	Seed                *int            `json:"seed"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Stop                json.RawMessage `json:"stop"`
+	N                   *int            `json:"n"`
+	Tools               json.RawMessage `json:"tools"`
+	ResponseFormat      *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+}
+
+type oaMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// text is a message's content: a string, or the text of an array of content parts.
+func (m oaMessage) text() (string, error) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return "", nil
+	}
+	if m.Content[0] == '"' {
+		var s string
+		if err := json.Unmarshal(m.Content, &s); err != nil {
+			return "", err
+		}
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", errors.New("message content must be a string or an array of content parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("content part of type %q is not supported: the engines take text only", p.Type)
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+func parseStop(raw json.RawMessage) ([]string, error) {
+	if !present(raw) {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, errors.New("stop must be a string or an array of strings")
+	}
+	if len(many) > 4 {
+		return nil, fmt.Errorf("stop has %d sequences, at most 4 are allowed", len(many))
+	}
+	return many, nil
+}
+
+func parseOpenAI(body []byte) (*chatCall, *failure) {
+	var req oaRequest
+	if f := decodeJSON(body, &req); f != nil {
+		return nil, f
+	}
+	if req.Model == "" {
+		return nil, badRequest("model is required")
+	}
+	if len(req.Messages) == 0 {
+		return nil, badRequest("messages is required: send at least one message")
+	}
+	if req.N != nil && *req.N != 1 {
+		return nil, badRequest("n must be 1: one choice per request")
+	}
+	if present(req.Tools) {
+		return nil, badRequest("tools are not supported by these engines")
+	}
+	if rf := req.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
+		return nil, badRequest(fmt.Sprintf("response_format %q is not supported: only text", rf.Type))
+	}
+	c := &chatCall{d: dialectOpenAI, model: req.Model, stream: req.Stream,
+		usageChunk: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
+	c.req.Messages = make([]engines.Message, 0, len(req.Messages))
+	for _, m := range req.Messages {
+		r, err := role(m.Role)
+		if err != nil {
+			return nil, badRequest(err.Error())
+		}
+		text, err := m.text()
+		if err != nil {
+			return nil, badRequest(err.Error())
+		}
+		c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: text})
+	}
+	if err := errors.Join(checkTemperature(req.Temperature), checkTopP(req.TopP)); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	c.req.Temperature, c.req.TopP, c.req.TopK, c.req.Seed = req.Temperature, req.TopP, req.TopK, req.Seed
+	for _, mt := range []*int{req.MaxTokens, req.MaxCompletionTokens} {
+		if mt == nil {
+			continue
+		}
+		if *mt < 1 {
+			return nil, badRequest(fmt.Sprintf("max_tokens %d: want at least 1", *mt))
+		}
+		c.req.MaxTokens = *mt
+	}
+	stop, err := parseStop(req.Stop)
+	if err != nil {
+		return nil, badRequest(err.Error())
+	}
+	c.req.Stop = stop
+	c.promptTokens = estimateTokens(c.req.Messages)
+	return c, nil
+}
+
+// Ollama's requests, the parts the engines use.
+type ollamaOptions struct {
+	Temperature *float64        `json:"temperature"`
+	TopP        *float64        `json:"top_p"`
+	TopK        *int            `json:"top_k"`
+	Seed        *int            `json:"seed"`
+	NumPredict  *int            `json:"num_predict"`
+	Stop        json.RawMessage `json:"stop"`
+}
+
+type ollamaMessage struct {
+	Role    string          `json:"role"`
+	Content string          `json:"content"`
+	Images  json.RawMessage `json:"images"`
+}
+
+type ollamaChatRequest struct {
+	Model    string          `json:"model"`
+	Messages []ollamaMessage `json:"messages"`
+	Stream   *bool           `json:"stream"` // Ollama streams unless told not to
+	Options  *ollamaOptions  `json:"options"`
+	Format   json.RawMessage `json:"format"`
+	Tools    json.RawMessage `json:"tools"`
+}
+
+type ollamaGenerateRequest struct {
+	Model   string          `json:"model"`
+	Prompt  *string         `json:"prompt"`
+	System  string          `json:"system"`
+	Stream  *bool           `json:"stream"`
+	Options *ollamaOptions  `json:"options"`
+	Format  json.RawMessage `json:"format"`
+	Images  json.RawMessage `json:"images"`
+	Raw     bool            `json:"raw"`
+	Suffix  string          `json:"suffix"`
+}
+
+func (o *ollamaOptions) apply(req *engines.ChatRequest) error {
+	if o == nil {
+		return nil
+	}
+	if err := errors.Join(checkTemperature(o.Temperature), checkTopP(o.TopP)); err != nil {
+		return err
+	}
+	req.Temperature, req.TopP, req.TopK, req.Seed = o.Temperature, o.TopP, o.TopK, o.Seed
+	if o.NumPredict != nil && *o.NumPredict > 0 { // -1 (no limit) and -2 (fill the context): the engine's default
+		req.MaxTokens = *o.NumPredict
+	}
+	stop, err := parseStop(o.Stop)
+	if err != nil {
+		return err
+	}
+	req.Stop = stop
+	return nil
+}
+
+func parseOllamaChat(body []byte) (*chatCall, *failure) {
+	var req ollamaChatRequest
+	if f := decodeJSON(body, &req); f != nil {
+		return nil, f
+	}
+	if req.Model == "" {
+		return nil, badRequest("model is required")
+	}
+	if present(req.Format) || present(req.Tools) {
+		return nil, badRequest("format and tools are not supported by these engines")
+	}
+	c := &chatCall{d: dialectOllamaChat, model: req.Model, stream: req.Stream == nil || *req.Stream}
+	if len(req.Messages) == 0 {
+		c.load = true
+		return c, nil
+	}
+	c.req.Messages = make([]engines.Message, 0, len(req.Messages))
+	for _, m := range req.Messages {
+		r, err := role(m.Role)
+		if err != nil {
+			return nil, badRequest(err.Error())
+		}
+		if present(m.Images) {
+			return nil, badRequest("images are not supported: the engines take text only")
+		}
+		c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: m.Content})
+	}
+	if err := req.Options.apply(&c.req); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	c.promptTokens = estimateTokens(c.req.Messages)
+	return c, nil
+}
+
+func parseOllamaGenerate(body []byte) (*chatCall, *failure) {
+	var req ollamaGenerateRequest
+	if f := decodeJSON(body, &req); f != nil {
+		return nil, f
+	}
+	if req.Model == "" {
+		return nil, badRequest("model is required")
+	}
+	if present(req.Format) || present(req.Images) || req.Raw || req.Suffix != "" {
+		return nil, badRequest("format, images, raw and suffix are not supported by these engines")
+	}
+	c := &chatCall{d: dialectOllamaGenerate, model: req.Model, stream: req.Stream == nil || *req.Stream}
+	if req.Prompt == nil || (*req.Prompt == "" && req.System == "") {
+		// Ollama loads the model for a generate without a prompt (an empty one too).
+		c.load = true
+		return c, nil
+	}
+	if req.System != "" {
+		c.req.Messages = append(c.req.Messages, engines.Message{Role: "system", Content: req.System})
+	}
+	c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: *req.Prompt})
+	if err := req.Options.apply(&c.req); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	c.promptTokens = estimateTokens(c.req.Messages)
+	return c, nil
+}
+
+func parse(d dialect, body []byte) (*chatCall, *failure) {
+	switch d {
+	case dialectOllamaChat:
+		return parseOllamaChat(body)
+	case dialectOllamaGenerate:
+		return parseOllamaGenerate(body)
+	}
+	return parseOpenAI(body)
+}

@@ -1,0 +1,244 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+)
+
+func (g *Gateway) openAIChat(w http.ResponseWriter, r *http.Request) {
+	g.chat(w, r, dialectOpenAI)
+}
+
+func (g *Gateway) ollamaChat(w http.ResponseWriter, r *http.Request) {
+	g.chat(w, r, dialectOllamaChat)
+}
+
+func (g *Gateway) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
+	g.chat(w, r, dialectOllamaGenerate)
+}
+
+// chat answers a chat in any dialect: parse, find the replicas, serve from the least busy one
+// (locally or by forwarding), failing over to the next only while nothing has been written.
+// Errors come in a fixed order: 401 (the middleware), 400 and 413 (the request), 404 (no such
+// model for this token), 503 (not ready), 400 (prompt over the context), then the engine's.
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
+	start := time.Now()
+	who, ok := principal(r)
+	if !ok {
+		g.fail(w, d, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		return
+	}
+	if r.Header.Get("Upgrade") != "" {
+		g.fail(w, d, badRequest("protocol upgrades are not served"))
+		return
+	}
+	body, f := readBody(w, r, g.cfg.MaxBody)
+	if f != nil {
+		g.fail(w, d, f)
+		return
+	}
+	call, f := parse(d, body)
+	if f != nil {
+		g.fail(w, d, f)
+		return
+	}
+	forwarded := r.Header.Get(HopHeader) != ""
+	var v View
+	if !forwarded {
+		v = g.view()
+	}
+	cands := g.candidates(who, call.model, forwarded, v)
+	if len(cands) == 0 {
+		g.fail(w, d, g.notServed(who, call.model, forwarded, v))
+		return
+	}
+	if cands, f = fitting(cands, call); f != nil {
+		g.fail(w, d, f)
+		return
+	}
+	if call.load {
+		g.answerLoad(w, call)
+		return
+	}
+	var last *failure
+	for i, c := range cands {
+		var committed bool
+		var err error
+		if c.local != nil {
+			committed, err = g.serveLocal(w, r, call, c, start)
+		} else {
+			committed, err = g.forward(w, r, d, body, c, v, i == len(cands)-1, start)
+		}
+		if committed || err == nil {
+			return
+		}
+		if r.Context().Err() != nil {
+			g.m.clientGone()
+			return
+		}
+		last = failureOf(err)
+		if !last.retryable() {
+			break
+		}
+		if i < len(cands)-1 {
+			g.log.Info("replica failed before answering; trying the next", "model", call.model,
+				"host", c.p.Host, "placement", c.p.ID, "err", err)
+		}
+	}
+	g.fail(w, d, last)
+}
+
+// fail answers an error and counts it.
+func (g *Gateway) fail(w http.ResponseWriter, d dialect, f *failure) {
+	g.m.fail(f)
+	writeFailure(w, d, f)
+}
+
+// fitting drops the replicas whose context is known to be too small for the prompt. When none
+// is left the prompt is refused before any engine sees it.
+func fitting(cands []candidate, call *chatCall) ([]candidate, *failure) {
+	if call.load {
+		return cands, nil
+	}
+	out := cands[:0:0]
+	largest := 0
+	for _, c := range cands {
+		if c.p.Context > 0 && call.promptTokens > c.p.Context {
+			largest = max(largest, c.p.Context)
+			continue
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, &failure{status: http.StatusBadRequest, code: api.CodeContextLimit, oaCode: "context_length_exceeded",
+			msg: fmt.Sprintf("the prompt is about %d tokens (at ~%d bytes per token), more than the %d-token context of model %q",
+				call.promptTokens, bytesPerToken, largest, call.model)}
+	}
+	return out, nil
+}
+
+// answerLoad answers an Ollama load request (no messages, no prompt): a ready placement is
+// loaded, and placements, not keep_alive, decide what stays loaded.
+func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall) {
+	b := appendOllamaHead(nil, call.model)
+	b = appendOllamaContent(b, call.d == dialectOllamaGenerate, "")
+	b = append(b, `,"done_reason":"load","done":true}`+"\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+}
+
+// serveLocal runs a chat on a local placement's engine through its driver, writing each chunk
+// as it comes. It returns committed once anything reached the client (the request is then
+// answered, error or not); otherwise err says why, and another replica may be tried.
+func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatCall, c candidate, start time.Time) (committed bool, err error) {
+	c.busy.Add(1)
+	defer c.busy.Add(-1)
+	ctx := r.Context()
+	p := c.p
+	if q := g.queueFor(p); q != nil {
+		release, err := q.acquire(ctx)
+		if err != nil {
+			return false, err
+		}
+		defer release()
+	}
+	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
+	defer enc.done()
+
+	engineStart := time.Now()
+	var first, last time.Time
+	var count int
+	var final *engines.ChatChunk
+	err = c.local.Driver.Chat(ctx, c.local.Model, call.req, func(ch engines.ChatChunk) error {
+		if final != nil {
+			return nil // nothing follows the last chunk
+		}
+		if ch.Content != "" {
+			now := time.Now()
+			if first.IsZero() {
+				first = now
+			}
+			last = now
+			count++
+			if err := enc.chunk(ch.Content); err != nil {
+				return err
+			}
+		}
+		if ch.Done {
+			final = &ch
+		}
+		return nil
+	})
+	if err == nil && final == nil {
+		err = &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s ended the answer without its last chunk", p.Runtime)}
+	}
+	if err != nil {
+		if ctx.Err() != nil || enc.writeFailed() {
+			g.m.clientGone()
+			g.log.Debug("client left mid-answer; engine request cancelled", "model", p.Model, "placement", p.ID, "client", clientAddr(r))
+			return true, nil
+		}
+		if !enc.started() {
+			return false, err
+		}
+		f := failureOf(err)
+		g.m.fail(f)
+		enc.fail(f)
+		g.log.Warn("engine failed mid-answer", "model", p.Model, "placement", p.ID, "err", err)
+		return true, nil
+	}
+
+	st := stats{
+		finish:           final.FinishReason,
+		promptTokens:     final.PromptTokens,
+		completionTokens: final.CompletionTokens,
+		total:            time.Since(start),
+	}
+	if st.finish == "" {
+		st.finish = "stop"
+	}
+	if st.promptTokens == 0 {
+		st.promptTokens = call.promptTokens // the engine gave no count: the estimate
+	}
+	if st.completionTokens == 0 {
+		st.completionTokens = count
+	}
+	var ttft time.Duration
+	var tps float64
+	if !first.IsZero() {
+		ttft = first.Sub(engineStart)
+		st.promptEval, st.eval = ttft, last.Sub(first)
+		// Speed over the tokens after the first: the first one's wait is the TTFT.
+		if st.completionTokens > 1 && st.eval > 0 {
+			tps = float64(st.completionTokens-1) / st.eval.Seconds()
+		}
+	}
+	if err := enc.finish(st); err != nil {
+		g.m.clientGone()
+		return true, nil
+	}
+	g.a.RecordSpeed(p.ID, ttft, tps)
+	var clientTTFT time.Duration
+	if !first.IsZero() {
+		clientTTFT = first.Sub(start)
+	}
+	g.m.served(p.Model, routeLocal, clientTTFT, time.Since(start), st.promptTokens, st.completionTokens)
+	return true, nil
+}
+
+// forwardedFor appends the client's address to X-Forwarded-For.
+func forwardedFor(h http.Header, r *http.Request) {
+	prior := h.Values("X-Forwarded-For")
+	addr := clientAddr(r)
+	if len(prior) > 0 {
+		addr = strings.Join(prior, ", ") + ", " + addr
+	}
+	h.Set("X-Forwarded-For", addr)
+}
