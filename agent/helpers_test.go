@@ -153,3 +153,5 @@ func waitFor(t testing.TB, cond func() bool, what string) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }

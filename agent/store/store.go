@@ -28,6 +28,23 @@ type Options struct {
 	AllowTemp bool
 	// TempDirs are the temporary folders to refuse; os.TempDir(), /tmp and /var/tmp when empty.
 	TempDirs []string
+	// Label and Flag name the folder in messages: "model store" and "--models-dir" when empty.
+	// The state dir (it holds the mesh secret) is checked by the same rules.
+	Label, Flag string
+}
+
+func (o Options) label() string {
+	if o.Label == "" {
+		return "model store"
+	}
+	return o.Label
+}
+
+func (o Options) flag() string {
+	if o.Flag == "" {
+		return "--models-dir"
+	}
+	return o.Flag
 }
 
 // Store is an opened, checked model store.
@@ -37,13 +54,14 @@ type Store struct {
 
 // UnsafeError is a refusal with the steps that fix it.
 type UnsafeError struct {
+	Label  string // "model store"
 	Path   string
 	Reason string
 	Fix    []string
 }
 
 func (e *UnsafeError) Error() string {
-	s := "model store " + e.Path + " is unsafe: " + e.Reason
+	s := e.Label + " " + e.Path + " is unsafe: " + e.Reason
 	if len(e.Fix) > 0 {
 		s += "; to fix: " + strings.Join(e.Fix, "; ")
 	}
@@ -53,18 +71,18 @@ func (e *UnsafeError) Error() string {
 // Open creates dir (0700) if it does not exist and checks that it is safe to keep models in.
 func Open(dir string, opt Options) (*Store, error) {
 	if dir == "" {
-		return nil, errors.New("model store: no folder given")
+		return nil, errors.New(opt.label() + ": no folder given")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(abs, 0o700); err != nil {
-		return nil, fmt.Errorf("model store: %w", err)
+		return nil, fmt.Errorf("%s: %w", opt.label(), err)
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if err != nil {
-		return nil, fmt.Errorf("model store: %w", err)
+		return nil, fmt.Errorf("%s: %w", opt.label(), err)
 	}
 	if err := Check(real, opt); err != nil {
 		return nil, err
@@ -77,40 +95,39 @@ func (s *Store) Path() string { return s.path }
 
 // Check applies the safety rules to an existing folder (symlinks already resolved).
 func Check(dir string, opt Options) error {
+	unsafe := func(reason string, fix ...string) error {
+		return &UnsafeError{Label: opt.label(), Path: dir, Reason: reason, Fix: fix}
+	}
 	if !opt.AllowTemp {
 		for _, t := range tempDirs(opt) {
 			if within(dir, t) {
-				return &UnsafeError{Path: dir,
-					Reason: "it is under the temporary folder " + t + ", where any user can create paths first",
-					Fix:    []string{"choose a folder of your own with --models-dir, e.g. " + defaultHint(opt.GOOS)}}
+				return unsafe("it is under the temporary folder "+t+", where any user can create paths first",
+					"choose a folder of your own with "+opt.flag()+", e.g. "+defaultHint(opt.GOOS, opt.label()))
 			}
 		}
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("model store: %w", err)
+		return fmt.Errorf("%s: %w", opt.label(), err)
 	}
 	if !fi.IsDir() {
-		return &UnsafeError{Path: dir, Reason: "it is not a folder", Fix: []string{"point --models-dir at a folder"}}
+		return unsafe("it is not a folder", "point "+opt.flag()+" at a folder")
 	}
 	if uid, ok := owner(fi); ok && uid != os.Getuid() {
-		return &UnsafeError{Path: dir,
-			Reason: fmt.Sprintf("it is owned by user id %d, not by the agent's user (id %d)", uid, os.Getuid()),
-			Fix:    []string{chownHint(opt.GOOS, dir), "or choose another folder with --models-dir"}}
+		return unsafe(fmt.Sprintf("it is owned by user id %d, not by the agent's user (id %d)", uid, os.Getuid()),
+			chownHint(opt.GOOS, dir), "or choose another folder with "+opt.flag())
 	}
 	if fi.Mode().Perm()&0o022 != 0 {
-		return &UnsafeError{Path: dir,
-			Reason: fmt.Sprintf("it is writable by group or others (mode %v)", fi.Mode().Perm()),
-			Fix:    []string{"chmod 700 " + shellQuote(dir)}}
+		return unsafe(fmt.Sprintf("it is writable by group or others (mode %v)", fi.Mode().Perm()),
+			"chmod 700 "+shellQuote(dir))
 	}
 	// A folder above that others can write to (without the sticky bit) lets them rename the
 	// store away and put their own in its place.
 	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
 		pi, err := os.Stat(p)
 		if err == nil && pi.Mode().Perm()&0o022 != 0 && pi.Mode()&fs.ModeSticky == 0 {
-			return &UnsafeError{Path: dir,
-				Reason: fmt.Sprintf("the folder above it, %s, is writable by group or others (mode %v) without the sticky bit", p, pi.Mode().Perm()),
-				Fix:    []string{"chmod go-w " + shellQuote(p), "or choose another folder with --models-dir"}}
+			return unsafe(fmt.Sprintf("the folder above it, %s, is writable by group or others (mode %v) without the sticky bit", p, pi.Mode().Perm()),
+				"chmod go-w "+shellQuote(p), "or choose another folder with "+opt.flag())
 		}
 		if p == filepath.Dir(p) {
 			break
@@ -178,11 +195,15 @@ func within(p, dir string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-func defaultHint(goos string) string {
-	if goos == "darwin" {
-		return "~/Library/Application Support/llmkube/models"
+func defaultHint(goos, label string) string {
+	leaf := "models"
+	if label != "model store" {
+		leaf = "agent"
 	}
-	return "~/.local/share/llmkube/models"
+	if goos == "darwin" {
+		return "'~/Library/Application Support/llmkube/" + leaf + "'"
+	}
+	return "~/.local/share/llmkube/" + leaf
 }
 
 func chownHint(goos, dir string) string {

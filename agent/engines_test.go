@@ -1,0 +1,609 @@
+package agent
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/hailo"
+	"github.com/llmkube/mesh/engines/llamaserver"
+	"github.com/llmkube/mesh/engines/ollama"
+	"github.com/llmkube/mesh/engines/sizing"
+	"github.com/llmkube/mesh/sim/gguf"
+	hailosim "github.com/llmkube/mesh/sim/hailo"
+	ollamasim "github.com/llmkube/mesh/sim/ollama"
+)
+
+// tinyEstimate is about what the sizer says a sim-tiny GGUF costs with a 2048 context
+// (weights, KV cache, compute buffer and the 512 MiB overhead): 552 MiB.
+const tinyEstimate = 552 << 20
+
+// tinyModel writes a small valid GGUF file named name.gguf and returns its path.
+func tinyModel(t testing.TB, dir, name string) string {
+	t.Helper()
+	spec, _ := gguf.Preset("sim-tiny")
+	p := filepath.Join(dir, name+".gguf")
+	if err := gguf.Write(p, spec); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// llamaDriver is the real llama-server driver running the simulator binary, with no load delay.
+func llamaDriver(t testing.TB, dir string, extraEnv ...string) *llamaserver.Driver {
+	t.Helper()
+	d, err := llamaserver.New(llamaserver.Config{
+		Binary:    llamaSimBin,
+		ModelsDir: filepath.Join(dir, "models"),
+		LogDir:    filepath.Join(dir, "logs"),
+		StopGrace: 2 * time.Second,
+		Env:       append([]string{"LLAMA_SIM_LOAD_DELAY=0"}, extraEnv...),
+		Download:  download.Options{AllowPrivate: true},
+	}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.StopAll(context.Background()) })
+	return d
+}
+
+// fast are supervision timings for tests.
+func fast(c *Config) {
+	c.HealthInterval = 50 * time.Millisecond
+	c.HealthTimeout = 2 * time.Second
+	c.RestartBackoff = 20 * time.Millisecond
+	c.RestartBackoffMax = 200 * time.Millisecond
+	c.DetectInterval = time.Second
+}
+
+// engineAgent builds an agent on a fixture host with the given drivers, sharing dir.
+func engineAgent(t testing.TB, dir, fixture string, drivers []engines.Driver, mod func(*Config)) *Agent {
+	t.Helper()
+	cfg := Config{
+		State:          openState(t, filepath.Join(dir, "state")),
+		ModelsDir:      filepath.Join(dir, "models"),
+		AllowTempStore: true,
+		Host:           probeFixture(t, fixture),
+		Drivers:        drivers,
+		Sizer:          &sizing.Sizer{},
+		Log:            testLog(t),
+	}
+	fast(&cfg)
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// waitState waits for a placement to reach want, failing at once if it fails instead.
+func waitState(t testing.TB, c *api.Client, id string, want api.PlacementState) api.Placement {
+	t.Helper()
+	var p api.Placement
+	waitFor(t, func() bool {
+		var err error
+		p, err = c.Placement(context.Background(), id)
+		if err != nil {
+			t.Fatalf("placement %s: %v", id, err)
+		}
+		if p.State == api.StateFailed && want != api.StateFailed {
+			t.Fatalf("placement %s failed: %s %s", id, p.Code, p.Reason)
+		}
+		return p.State == want
+	}, "placement "+id+" to be "+string(want))
+	return p
+}
+
+// chat asks a local placement something through its driver and returns the answer.
+func chat(t testing.TB, a *Agent, ns, model string) string {
+	t.Helper()
+	l, ok := a.Serving(ns, model)
+	if !ok {
+		t.Fatalf("%s/%s is not served", ns, model)
+	}
+	var b strings.Builder
+	err := l.Driver.Chat(context.Background(), l.Model, engines.ChatRequest{
+		Messages:  []engines.Message{{Role: "user", Content: "Say hello."}},
+		MaxTokens: 16,
+	}, func(c engines.ChatChunk) error {
+		b.WriteString(c.Content)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("chat with %s: %v", model, err)
+	}
+	a.Touch(l.Placement.ID)
+	return b.String()
+}
+
+func TestPlaceReadyChatDelete(t *testing.T) {
+	dir := t.TempDir()
+	ld := llamaDriver(t, dir)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, nil)
+	s := serve(t, a, nil)
+	ctx := context.Background()
+
+	evCtx, stopEvents := context.WithCancel(ctx)
+	defer stopEvents()
+	var mu sync.Mutex
+	var states []api.PlacementState
+	go s.admin.Events(evCtx, 0, func(ev api.Event) error {
+		if ev.Type == api.EventPlacement && ev.Placement != nil {
+			mu.Lock()
+			if n := len(states); n == 0 || states[n-1] != ev.Placement.State {
+				states = append(states, ev.Placement.State)
+			}
+			mu.Unlock()
+		}
+		return nil
+	})
+	waitFor(t, func() bool { return s.srv.subs.Load() == 1 }, "the event stream")
+
+	model := tinyModel(t, dir, "tiny")
+	p, err := s.admin.Place(ctx, api.PlacementRequest{Source: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.State != api.StatePulling || p.Model != "tiny" || p.Runtime != api.RuntimeLlamaServer || p.Memory.Method != api.SizeHeader || p.Memory.Bytes == 0 {
+		t.Fatalf("admitted placement = %+v", p)
+	}
+	p = waitState(t, s.admin, p.ID, api.StateReady)
+	if !strings.HasPrefix(p.Engine, "http://127.0.0.1:") || p.LogPath == "" {
+		t.Fatalf("ready placement: engine %q log %q", p.Engine, p.LogPath)
+	}
+	h, _ := s.admin.Host(ctx)
+	if h.Memory.Committed != p.Memory.Bytes || h.Memory.Reserved != 0 || h.Placements != 1 {
+		t.Fatalf("host memory after ready: %+v", h.Memory)
+	}
+	if answer := chat(t, a, "default", "tiny"); answer == "" {
+		t.Fatal("empty answer")
+	}
+
+	if err := s.admin.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.admin.Placement(ctx, p.ID); codeOfErr(err) != api.CodeNotFound {
+		t.Fatalf("deleted placement still there: %v", err)
+	}
+	if loaded, _ := ld.Loaded(ctx); len(loaded) != 0 {
+		t.Fatalf("llama-server still running after delete: %v", loaded)
+	}
+	h, _ = s.admin.Host(ctx)
+	if h.Memory.Committed != 0 || h.Placements != 0 {
+		t.Fatalf("memory not released: %+v", h.Memory)
+	}
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(states) >= 5
+	}, "the placement's events")
+	mu.Lock()
+	got := fmtStates(states)
+	mu.Unlock()
+	if !strings.HasPrefix(got, "sizing pulling loading ready stopping") {
+		t.Fatalf("events went through %s", got)
+	}
+}
+
+func fmtStates(s []api.PlacementState) string {
+	var out []string
+	for _, x := range s {
+		out = append(out, string(x))
+	}
+	return strings.Join(out, " ")
+}
+
+func TestConcurrentPlacementsExactlyOneWins(t *testing.T) {
+	dir := t.TempDir()
+	ld := llamaDriver(t, dir)
+	// Room for one sim-tiny model, not two.
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, func(c *Config) { c.Budget = tinyEstimate * 3 / 2 })
+	s := serve(t, a, nil)
+	models := []string{tinyModel(t, dir, "left"), tinyModel(t, dir, "right")}
+	for round := 0; round < 3; round++ {
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		ids := make([]string, 2)
+		start := make(chan struct{})
+		for i := range models {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				p, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: models[i]})
+				errs[i], ids[i] = err, p.ID
+			}()
+		}
+		close(start)
+		wg.Wait()
+		won := 0
+		for i, err := range errs {
+			switch codeOfErr(err) {
+			case "":
+				won++
+				waitState(t, s.admin, ids[i], api.StateReady)
+				if err := s.admin.Delete(context.Background(), ids[i]); err != nil {
+					t.Fatal(err)
+				}
+			case api.CodeInsufficientMemory:
+				if !strings.Contains(err.Error(), "free") {
+					t.Fatalf("refusal does not say what is free: %v", err)
+				}
+			default:
+				t.Fatalf("placement %d: %v", i, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d placements won, want exactly 1 (%v)", round, won, errs)
+		}
+	}
+}
+
+func TestKilledEngineIsRestarted(t *testing.T) {
+	dir := t.TempDir()
+	ld := llamaDriver(t, dir)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, nil)
+	s := serve(t, a, nil)
+	p, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: tinyModel(t, dir, "tiny")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = waitState(t, s.admin, p.ID, api.StateReady)
+	pid := enginePid(t, a, p.ID)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		q, _ := s.admin.Placement(context.Background(), p.ID)
+		return q.Restarts >= 1 && q.State == api.StateReady
+	}, "the engine to be restarted")
+	if newPid := enginePid(t, a, p.ID); newPid == pid {
+		t.Fatal("ready again on the killed process")
+	}
+	if answer := chat(t, a, "default", "tiny"); answer == "" {
+		t.Fatal("no answer after the restart")
+	}
+	fams := scrape(t, s.url, api.AdminToken(s.secret))
+	var restarts float64
+	for _, m := range fams["llmkube_engine_restarts_total"].GetMetric() {
+		restarts += m.GetCounter().GetValue()
+	}
+	if restarts < 1 {
+		t.Fatal("the restart was not counted")
+	}
+}
+
+func TestEngineCrashAfterRequestsIsRestarted(t *testing.T) {
+	dir := t.TempDir()
+	ld := llamaDriver(t, dir, "LLAMA_SIM_CRASH_AFTER=1")
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, nil)
+	s := serve(t, a, nil)
+	p, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: tinyModel(t, dir, "tiny")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.admin, p.ID, api.StateReady)
+	chat(t, a, "default", "tiny") // the simulator exits after answering
+	waitFor(t, func() bool {
+		q, _ := s.admin.Placement(context.Background(), p.ID)
+		return q.Restarts == 1 && q.State == api.StateReady
+	}, "the crashed engine to be restarted")
+}
+
+// enginePid is the process id behind a ready llama-server placement.
+func enginePid(t testing.TB, a *Agent, id string) int {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	inst, ok := a.placements[id].inst.(interface{ Pid() int })
+	if !ok {
+		t.Fatalf("placement %s has no process", id)
+	}
+	return inst.Pid()
+}
+
+func TestRestartRestoresPlacements(t *testing.T) {
+	dir := t.TempDir()
+	model := tinyModel(t, dir, "tiny")
+	secret, _ := api.NewSecret()
+	start := func() (*Agent, *api.Client, context.CancelFunc, chan error) {
+		ld := llamaDriver(t, dir)
+		cfg := Config{
+			State:          nil,
+			ModelsDir:      filepath.Join(dir, "models"),
+			AllowTempStore: true,
+			Host:           probeFixture(t, "x86-nvidia"),
+			Drivers:        []engines.Driver{ld},
+			Sizer:          &sizing.Sizer{},
+			Log:            testLog(t),
+		}
+		fast(&cfg)
+		sd := openState(t, filepath.Join(dir, "state"))
+		cfg.State = sd
+		a, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := serveWith(t, a, secret)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		waitReady(t, a)
+		return a, s, func() { cancel(); sd.Close() }, done
+	}
+
+	a1, c1, stop1, done1 := start()
+	p, err := c1.Place(context.Background(), api.PlacementRequest{Source: model, Namespace: "team-a", Priority: api.PriorityHigh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c1, p.ID, api.StateReady)
+	pid := enginePid(t, a1, p.ID)
+	stop1()
+	<-done1
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatal("the engine process outlived the agent")
+	}
+
+	_, c2, stop2, done2 := start()
+	defer func() { stop2(); <-done2 }()
+	q := waitState(t, c2, p.ID, api.StateReady)
+	if q.Namespace != "team-a" || q.Priority != api.PriorityHigh || q.Memory != p.Memory || q.CreatedAt != p.CreatedAt {
+		t.Fatalf("restored placement differs: %+v\nwas %+v", q, p)
+	}
+}
+
+// serveWith serves a's API with a given secret (Run is the caller's).
+func serveWith(t testing.TB, a *Agent, secret []byte) *api.Client {
+	t.Helper()
+	ln, err := netListen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(ServerConfig{Agent: a, Secret: secret, Log: a.log})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return api.NewClient("http://"+ln.Addr().String(), api.AdminToken(secret))
+}
+
+func TestNamespaceTokenSeesOnlyItsNamespace(t *testing.T) {
+	dir := t.TempDir()
+	ld := llamaDriver(t, dir)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, nil)
+	s := serve(t, a, nil)
+	ctx := context.Background()
+	teamA, teamB := s.nsClient(t, "team-a"), s.nsClient(t, "team-b")
+	// A namespace token places into its own namespace without naming it.
+	p, err := teamA.Place(ctx, api.PlacementRequest{Source: tinyModel(t, dir, "tiny")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Namespace != "team-a" {
+		t.Fatalf("namespace %q, want team-a", p.Namespace)
+	}
+	waitState(t, teamA, p.ID, api.StateReady)
+	if ps, err := teamB.Placements(ctx); err != nil || len(ps) != 0 {
+		t.Fatalf("team-b lists %v (%v)", ps, err)
+	}
+	if _, err := teamB.Placement(ctx, p.ID); codeOfErr(err) != api.CodeNotFound {
+		t.Fatalf("team-b get: %v, want NotFound", err)
+	}
+	if err := teamB.Delete(ctx, p.ID); codeOfErr(err) != api.CodeNotFound {
+		t.Fatalf("team-b delete: %v, want NotFound", err)
+	}
+	v, err := teamB.Mesh(ctx)
+	if err != nil || len(v.Members) != 1 || len(v.Members[0].Placements) != 0 {
+		t.Fatalf("team-b mesh view shows placements: %+v %v", v, err)
+	}
+	if ps, _ := teamA.Placements(ctx); len(ps) != 1 {
+		t.Fatalf("team-a lists %d placements", len(ps))
+	}
+	if q, err := s.admin.Placement(ctx, p.ID); err != nil || q.State != api.StateReady {
+		t.Fatalf("team-b's attempt changed the placement: %+v %v", q, err)
+	}
+	if _, ok := a.Serving("team-b", "tiny"); ok {
+		t.Fatal("served to another namespace")
+	}
+	fams := scrape(t, s.url, api.AdminToken(s.secret))
+	for _, m := range fams["llmkube_placements"].GetMetric() {
+		if m.GetLabel()[0].GetValue() == "ready" && m.GetGauge().GetValue() != 1 {
+			t.Fatalf("placements{state=ready} = %v", m.GetGauge().GetValue())
+		}
+	}
+	if got := fams["llmkube_memory_committed_bytes"].GetMetric()[0].GetGauge().GetValue(); got != float64(p.Memory.Bytes) {
+		t.Fatalf("committed gauge %v, want %d", got, p.Memory.Bytes)
+	}
+}
+
+func TestEvictionMakesRoomForHigherPriority(t *testing.T) {
+	dir := t.TempDir()
+	ld := llamaDriver(t, dir)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, func(c *Config) {
+		c.Budget = tinyEstimate * 3 / 2
+		c.Evict = true
+		c.IdleAfter = time.Millisecond
+	})
+	s := serve(t, a, nil)
+	ctx := context.Background()
+	low, err := s.admin.Place(ctx, api.PlacementRequest{Source: tinyModel(t, dir, "low"), Priority: api.PriorityLow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.admin, low.ID, api.StateReady)
+	// Same priority: not evictable, refused with what would have to go.
+	_, err = s.admin.Place(ctx, api.PlacementRequest{Source: tinyModel(t, dir, "same"), Priority: api.PriorityLow})
+	if codeOfErr(err) != api.CodeInsufficientMemory || !strings.Contains(err.(*api.Error).Fix, "low (") {
+		t.Fatalf("same priority: %v", err)
+	}
+	high, err := s.admin.Place(ctx, api.PlacementRequest{Source: tinyModel(t, dir, "high"), Priority: api.PriorityHigh})
+	if err != nil {
+		t.Fatalf("higher priority with --evict: %v", err)
+	}
+	waitState(t, s.admin, high.ID, api.StateReady)
+	gone, _ := s.admin.Placement(ctx, low.ID)
+	if gone.State != api.StateEvicted || !strings.Contains(gone.Reason, high.ID) {
+		t.Fatalf("low placement: %s %q", gone.State, gone.Reason)
+	}
+	if loaded, _ := ld.Loaded(ctx); len(loaded) != 1 || loaded[0] != "high" {
+		t.Fatalf("running engines %v, want only high", loaded)
+	}
+}
+
+// hailoRig is a simulated Pi 5 with a Hailo-10H running hailo-ollama.
+func hailoRig(t testing.TB, mod func(*Config)) (*Agent, *served, *hailosim.Server) {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	sim, err := hailosim.Start(ctx, hailosim.FastConfig(filepath.Join(dir, "hailo-data")), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); sim.Close() })
+	hd, err := hailo.New(hailo.Config{URL: sim.URL()}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, dir, "pi5-hailo", []engines.Driver{hd}, func(c *Config) {
+		c.Sizer = &sizing.Sizer{
+			HailoManifestsDir: filepath.Join(dir, "hailo-data", "models", "manifests"),
+			HailoLibraryURL:   sim.LibraryURL(),
+		}
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return a, serve(t, a, nil), sim
+}
+
+func TestHailoPlaceChatAndSwap(t *testing.T) {
+	a, s, sim := hailoRig(t, nil)
+	ctx := context.Background()
+	first, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://qwen2:1.5b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Runtime != api.RuntimeHailoOllama || first.Memory.Device != api.DeviceHailo {
+		t.Fatalf("placement = %+v", first)
+	}
+	waitState(t, s.admin, first.ID, api.StateReady)
+	if chat(t, a, "default", "qwen2:1.5b") == "" {
+		t.Fatal("empty answer")
+	}
+	if h, _ := s.admin.Host(ctx); h.Memory.Committed != 0 || h.Accelerators[0].Loaded != "qwen2:1.5b" {
+		t.Fatalf("host after a Hailo placement: memory %+v accelerators %+v", h.Memory, h.Accelerators)
+	}
+	// The estimate says a second model is a swap.
+	e, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: "hailo://llama3.2:3b"})
+	if err != nil || e.Verdict != api.VerdictSwap {
+		t.Fatalf("estimate of a second Hailo model: %+v %v", e, err)
+	}
+	second, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://llama3.2:3b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.admin, second.ID, api.StateReady)
+	old, _ := s.admin.Placement(ctx, first.ID)
+	if old.State != api.StateEvicted || old.ReplacedBy != second.ID {
+		t.Fatalf("swapped-out placement: %s replaced by %q", old.State, old.ReplacedBy)
+	}
+	if got := sim.Stats().Loaded; got != "llama3.2:3b" {
+		t.Fatalf("device holds %q", got)
+	}
+}
+
+func TestRefusedBeforeAnyBytePulled(t *testing.T) {
+	t.Run("hailo device held by a protected model", func(t *testing.T) {
+		_, s, sim := hailoRig(t, nil)
+		ctx := context.Background()
+		p, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://qwen2:1.5b", Protected: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, s.admin, p.ID, api.StateReady)
+		before := sim.Stats()
+		_, err = s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://llama3.2:3b"})
+		if codeOfErr(err) != api.CodeInsufficientMemory {
+			t.Fatalf("second model over a protected one: %v", err)
+		}
+		after := sim.Stats()
+		if after.Pulls != before.Pulls || after.LibraryBytes != before.LibraryBytes {
+			t.Fatalf("the refused model was pulled: pulls %d→%d, library bytes %d→%d", before.Pulls, after.Pulls, before.LibraryBytes, after.LibraryBytes)
+		}
+	})
+	t.Run("hailo size unknown fails closed", func(t *testing.T) {
+		_, s, sim := hailoRig(t, func(c *Config) {
+			c.Sizer.(*sizing.Sizer).HailoLibraryURL = "http://127.0.0.1:1" // nothing listens: the HEF's size cannot be known
+		})
+		_, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: "hailo://qwen2:1.5b"})
+		if codeOfErr(err) != api.CodeMemoryCheckFailed {
+			t.Fatalf("unsized HEF: %v", err)
+		}
+		if st := sim.Stats(); st.Pulls != 0 || st.LibraryBytes != 0 {
+			t.Fatalf("pulled anyway: %+v", st)
+		}
+	})
+	t.Run("ollama model over budget", func(t *testing.T) {
+		dir := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sim, err := ollamasim.Start(ctx, ollamasim.DefaultConfig(), testLog(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sim.Close()
+		od, err := ollama.New(ollama.Config{URL: sim.URL()}, testLog(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{od}, func(c *Config) {
+			c.Budget = 256 << 20
+			c.Sizer = &sizing.Sizer{OllamaRegistry: sim.RegistryURL(), OllamaDaemon: sim.URL()}
+		})
+		s := serve(t, a, nil)
+		_, err = s.admin.Place(ctx, api.PlacementRequest{Source: "ollama://qwen2.5:0.5b"})
+		if codeOfErr(err) != api.CodeInsufficientMemory {
+			t.Fatalf("over budget: %v", err)
+		}
+		st := sim.Stats()
+		if st.Pulls != 0 || st.Requests["POST /api/pull"] != 0 {
+			t.Fatalf("the refused model was pulled: %+v", st)
+		}
+		// (The registry did see the sizer: a manifest request and ranged reads of the GGUF
+		// header. The daemon saw no pull.)
+		// Under the warn mode the same model is admitted, and pulled.
+		p, err := s.admin.Place(ctx, api.PlacementRequest{Source: "ollama://qwen2.5:0.5b", MemoryCheck: api.MemoryCheckWarn})
+		if err != nil {
+			t.Fatalf("warn: %v", err)
+		}
+		waitState(t, s.admin, p.ID, api.StateReady)
+		if n := sim.Stats().Pulls; n != 1 {
+			t.Fatalf("warned placement ready after %d pulls, want 1", n)
+		}
+	})
+}
+
+func TestEngineUnavailableSaysHowToInstall(t *testing.T) {
+	dir := t.TempDir()
+	ld, err := llamaserver.New(llamaserver.Config{Binary: filepath.Join(dir, "no-such-llama-server"), LogDir: filepath.Join(dir, "logs")}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, nil)
+	s := serve(t, a, nil)
+	_, err = s.admin.Place(context.Background(), api.PlacementRequest{Source: tinyModel(t, dir, "tiny")})
+	if codeOfErr(err) != api.CodeEngineUnavailable || !strings.Contains(err.(*api.Error).Fix, "llama.cpp") {
+		t.Fatalf("missing llama-server: %v", err)
+	}
+}
