@@ -1,0 +1,433 @@
+// Package detail is one host up close: its memory over the last minutes as a chart sampled
+// live, its engines and their health, its placements with their memory, what hwprobe found,
+// its recent events, and where its engines' logs are.
+package detail
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/render"
+)
+
+// axisWidth is the room left of the chart for its scale ("32.0 GiB ┤").
+const axisWidth = 10
+
+// maxEvents is how many of the host's recent events the view lists.
+const maxEvents = 6
+
+// Model is the host detail view.
+type Model struct {
+	ctx    *common.Context
+	width  int
+	height int
+	host   string
+	scroll common.Scroll
+}
+
+// New returns the host detail view; Open says which host.
+func New(ctx *common.Context) *Model { return &Model{ctx: ctx} }
+
+func (m *Model) Init() tea.Cmd { return nil }
+
+// Open shows host (a member's name) from the top. Everything it shows is in the shared context
+// already, so opening needs no I/O.
+func (m *Model) Open(host string) tea.Cmd {
+	m.host = host
+	m.scroll = common.Scroll{}
+	return nil
+}
+
+// Host is the member shown.
+func (m *Model) Host() string { return m.host }
+
+func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
+
+func (m *Model) Capturing() bool { return false }
+
+func (m *Model) ShortHelp() []key.Binding {
+	k := m.ctx.Keys
+	return []key.Binding{k.Up, k.Down, k.PageDown, k.Back}
+}
+
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyMsg:
+		if key.Matches(msg, m.ctx.Keys.Back) {
+			return m, common.Navigate(common.PageHosts, "")
+		}
+		m.scroll.Update(m.ctx.Keys, msg, len(m.body()), m.bodyHeight())
+	case tea.MouseMsg:
+		m.scroll.Update(m.ctx.Keys, msg, len(m.body()), m.bodyHeight())
+	}
+	// Mesh updates and memory samples (common.MeshMsg, common.TickMsg) reach the context
+	// through the root; the next render draws them.
+	return m, nil
+}
+
+func (m *Model) member() (api.Member, bool) {
+	for _, mb := range m.ctx.Mesh.Members {
+		if mb.Name == m.host {
+			return mb, true
+		}
+	}
+	return api.Member{}, false
+}
+
+func (m *Model) bodyHeight() int { return max(m.height-2, 1) }
+
+// chartHeight grows with the terminal: the chart is the first thing to read.
+func (m *Model) chartHeight() int {
+	switch {
+	case m.height >= 32:
+		return 8
+	case m.height >= 22:
+		return 5
+	}
+	return 3
+}
+
+func (m *Model) header(mb api.Member) string {
+	st := m.ctx.Styles
+	parts := []string{st.Title.Render(mb.Name), st.Liveness(mb.Liveness).Render(string(mb.Liveness))}
+	if mb.Reason != "" {
+		parts[1] += st.Liveness(mb.Liveness).Render(" (" + mb.Reason + ")")
+	}
+	if h := mb.Host; h != nil {
+		parts = append(parts, h.OS+"/"+h.Arch)
+		if h.Version != "" {
+			parts = append(parts, "agent "+h.Version)
+		}
+		if !h.StartedAt.IsZero() {
+			parts = append(parts, "up "+render.Ago(m.ctx.Now(), h.StartedAt))
+		}
+		if h.APIAddr != "" {
+			parts = append(parts, "api "+h.APIAddr)
+		}
+	} else if mb.Role == api.RoleConsole {
+		parts = append(parts, "console")
+	}
+	return render.Cut(strings.Join(parts, " · "), m.width)
+}
+
+func (m *Model) section(title string) string {
+	return m.ctx.Styles.BoxTitle.Render(title)
+}
+
+// body is every line under the header; the view scrolls over it.
+func (m *Model) body() []string {
+	mb, ok := m.member()
+	if !ok {
+		return nil
+	}
+	var out []string
+	add := func(lines ...string) { out = append(out, lines...) }
+	if mb.Host == nil {
+		if mb.Role == api.RoleConsole {
+			add("", "A console: it watches the mesh and holds no models.")
+		} else {
+			add("", "No state from this host yet: it has joined but not sent its capacity.")
+		}
+		return append(out, m.events(mb)...)
+	}
+	add(m.memory(mb.Name, mb.Host)...)
+	add("")
+	add(m.engines(mb.Host)...)
+	add("")
+	add(m.placements(mb)...)
+	add("")
+	add(m.hardware(mb.Host)...)
+	add("")
+	add(m.events(mb)...)
+	add("")
+	add(m.logs(mb)...)
+	return out
+}
+
+func (m *Model) memory(name string, h *api.Host) []string {
+	st := m.ctx.Styles
+	mem := h.Memory
+	var samples []common.Sample
+	if m.ctx.Memory != nil {
+		samples = m.ctx.Memory.Of(name)
+	}
+	title := "MEMORY"
+	if len(samples) > 1 {
+		title += " · last " + span(samples[len(samples)-1].At.Sub(samples[0].At))
+	}
+	out := []string{m.section(title)}
+	width := max(m.width-axisWidth, 10)
+	if len(samples) == 0 {
+		out = append(out, st.Muted.Render("  sampling: the chart fills in as readings arrive, one a second"))
+	} else {
+		held := make([]float64, len(samples))
+		avail := make([]float64, len(samples))
+		var top int64
+		for i, s := range samples {
+			held[i] = float64(s.Committed + s.Reserved)
+			avail[i] = float64(s.Available)
+			top = max(top, s.Total)
+		}
+		last := samples[len(samples)-1]
+		rows := render.AreaChart(st, render.Downsample(held, width), float64(top), float64(last.Budget), width, m.chartHeight())
+		for i, r := range rows {
+			label, tick := "", " │"
+			switch i {
+			case 0:
+				label, tick = render.Bytes(top), " ┤"
+			case len(rows) - 1:
+				label, tick = "0", " ┤"
+			}
+			out = append(out, st.Muted.Render(render.PadLeft(label, axisWidth-2)+tick)+r)
+		}
+		// The time axis starts where the data does: a young history fills only the right part.
+		cols := len(render.Downsample(held, width))
+		left := span(last.At.Sub(samples[0].At)) + " ago"
+		axis := strings.Repeat(" ", axisWidth+width-cols)
+		if cols-3 > len(left) {
+			axis += st.Muted.Render(render.Pad(left, cols-3) + "now")
+		} else {
+			axis = strings.Repeat(" ", axisWidth) + st.Muted.Render(render.PadLeft("now", width))
+		}
+		out = append(out, axis)
+		out = append(out, strings.Repeat(" ", axisWidth)+st.Muted.Render("available ")+
+			render.Sparkline(st, render.Downsample(avail, width-10), 0, float64(top), width-10))
+	}
+	out = append(out, render.Cut(fmt.Sprintf("  held %s (committed %s + reserved %s) · budget %s · free %s",
+		size(mem.Committed+mem.Reserved), size(mem.Committed), size(mem.Reserved), size(mem.Budget), size(mem.Free())), m.width))
+	out = append(out, render.Cut(fmt.Sprintf("  available %s · total %s · ", size(mem.Available), size(mem.Total))+
+		st.BarUsed.Render("█")+" held  "+st.Muted.Render("┄")+" budget", m.width))
+	for _, a := range h.Accelerators {
+		if a.Kind == "hailo" && a.Loaded != "" {
+			out = append(out, render.Cut(fmt.Sprintf("  %s runs on the %s in its own %s: not counted here", a.Loaded, a.Name, size(a.Memory)), m.width))
+		}
+	}
+	return out
+}
+
+// size is a size where zero is a real reading ("0 B"), not an unknown one.
+func size(b int64) string {
+	if b == 0 {
+		return "0 B"
+	}
+	return render.Bytes(b)
+}
+
+// span says a duration the way the chart's title reads: "42s", "5m", "1h10m".
+func span(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Round(time.Minute).Minutes()))
+	}
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+var engineCols = []render.Column{{Title: "RUNTIME", Width: 12}, {Title: "STATE", Width: 9}, {Title: "VERSION", Width: 8}, {Title: "WHERE · DETAIL"}}
+
+func (m *Model) engines(h *api.Host) []string {
+	st := m.ctx.Styles
+	cols := render.Fit(engineCols, m.width-2, 10)
+	out := []string{m.section("ENGINES"), "  " + render.Head(st, cols)}
+	if len(h.Engines) == 0 {
+		return append(out, st.Muted.Render("  no engine reported"))
+	}
+	for _, e := range h.Engines {
+		state := st.Muted.Render("absent")
+		switch {
+		case e.Present && e.Healthy:
+			state = st.OK.Render("healthy")
+		case e.Present:
+			state = st.Error.Render("unhealthy")
+		}
+		var where []string
+		if e.Address != "" {
+			where = append(where, e.Address)
+		}
+		if e.Detail != "" {
+			where = append(where, e.Detail)
+		}
+		if n := len(e.Models); n > 0 {
+			what := "local tags"
+			if e.Runtime == api.RuntimeHailoOllama {
+				what = "in the zoo"
+			}
+			where = append(where, fmt.Sprintf("%d models %s", n, what))
+		}
+		version := e.Version
+		if version == "" {
+			version = "—"
+		}
+		out = append(out, "  "+render.Row(cols, []string{string(e.Runtime), state, version, strings.Join(where, " · ")}))
+	}
+	return out
+}
+
+var placementCols = []render.Column{{Title: "MODEL"}, {Title: "RUNTIME", Width: 12}, {Title: "STATE", Width: 12}, {Title: "MEMORY", Width: 20}, {Title: "TTFT", Width: 7, Right: true}, {Title: "SPEED", Width: 10, Right: true}}
+
+func (m *Model) placements(mb api.Member) []string {
+	st := m.ctx.Styles
+	cols := placementCols
+	if m.width < 100 {
+		cols = append(cols[:4:4], cols[5]) // the model's name matters more than its latency
+	}
+	cols = render.Fit(cols, m.width-2, 12)
+	out := []string{m.section(fmt.Sprintf("PLACEMENTS · %d", len(mb.Placements)))}
+	if len(mb.Placements) == 0 {
+		return append(out, st.Muted.Render("  none: press p to place a model"))
+	}
+	out = append(out, "  "+render.Head(st, cols))
+	for _, p := range mb.Placements {
+		state := string(p.State)
+		if p.State == api.StatePulling {
+			state = fmt.Sprintf("pulling %d%%", int(p.Progress*100+0.5))
+		}
+		memory := render.Bytes(p.Memory.Bytes)
+		if p.Memory.Device == api.DeviceHailo {
+			memory += " on Hailo-10H"
+		} else if p.Memory.Method != "" {
+			memory += " by " + p.Memory.Method
+		}
+		cells := []string{p.Model, string(p.Runtime), st.State(p.State).Render(render.Cut(state, 12)), memory, render.Millis(p.TTFTMillis), render.Speed(p.TokensPerS)}
+		if len(cols) < len(placementCols) {
+			cells = append(cells[:4:4], cells[5])
+		}
+		out = append(out, "  "+render.Row(cols, cells))
+	}
+	return out
+}
+
+func (m *Model) hardware(h *api.Host) []string {
+	st := m.ctx.Styles
+	out := []string{m.section("HARDWARE · what hwprobe found")}
+	kv := func(k, v string) {
+		out = append(out, render.Cut("  "+st.Muted.Render(render.Pad(k, 13))+v, m.width))
+	}
+	orUnknown := func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	}
+	kv("chip", orUnknown(h.Chip))
+	kv("CPUs", fmt.Sprint(h.CPUs))
+	page := "unknown"
+	if h.PageSize > 0 {
+		page = render.Bytes(int64(h.PageSize))
+	}
+	kv("page size", page)
+	limit := "none"
+	if h.Memory.CgroupLimit > 0 {
+		limit = render.Bytes(h.Memory.CgroupLimit)
+	}
+	if h.Memory.HostFigures {
+		limit += " (cgroup v1: the figures are the host's)"
+	}
+	kv("cgroup limit", limit)
+	kv("hostname", orUnknown(h.Hostname))
+	if len(h.Accelerators) == 0 {
+		kv("accelerator", "none")
+	}
+	for _, a := range h.Accelerators {
+		parts := []string{a.Name}
+		if a.Device != "" {
+			parts = append(parts, a.Device)
+		}
+		if a.Memory > 0 {
+			parts = append(parts, render.Bytes(a.Memory))
+		}
+		if a.Kind == "hailo" {
+			loaded := "nothing loaded"
+			if a.Loaded != "" {
+				loaded = "loaded: " + a.Loaded
+			}
+			parts = append(parts, loaded)
+		}
+		kv("accelerator", strings.Join(parts, " · "))
+	}
+	ns := "any"
+	if len(h.Namespaces) > 0 {
+		ns = strings.Join(h.Namespaces, ", ")
+	}
+	kv("namespaces", ns)
+	if len(h.Unknown) > 0 {
+		kv("not read", st.Warn.Render(strings.Join(h.Unknown, ", ")))
+	}
+	return out
+}
+
+func (m *Model) events(mb api.Member) []string {
+	st := m.ctx.Styles
+	var evs []api.Event
+	for _, e := range m.ctx.Events {
+		if e.Host == mb.Name || e.Member == mb.Name {
+			evs = append(evs, e)
+		}
+	}
+	if len(evs) > maxEvents {
+		evs = evs[len(evs)-maxEvents:]
+	}
+	out := []string{m.section("RECENT EVENTS")}
+	if len(evs) == 0 {
+		return append(out, st.Muted.Render("  none since the console started"))
+	}
+	loc := m.ctx.Now().Location()
+	for _, e := range evs {
+		text := e.Message
+		if e.Code != "" {
+			text += " (" + string(e.Code) + ")"
+		}
+		out = append(out, render.Cut("  "+st.Muted.Render(e.Time.In(loc).Format("15:04:05"))+" "+render.Pad(e.Type, 9)+" "+text, m.width))
+	}
+	return out
+}
+
+// logs says where each engine's log is. The agent API has no endpoint that serves a log, so the
+// console cannot tail it; it says so rather than show nothing.
+func (m *Model) logs(mb api.Member) []string {
+	st := m.ctx.Styles
+	out := []string{m.section("ENGINE LOGS")}
+	n := 0
+	for _, p := range mb.Placements {
+		if p.LogPath == "" {
+			continue
+		}
+		n++
+		out = append(out, render.Cut("  "+render.Pad(p.Model, 20)+" "+p.LogPath, m.width))
+	}
+	if n == 0 {
+		out = append(out, st.Muted.Render("  no engine log reported"))
+	}
+	note := "the log files are on " + mb.Name + "; the agent API serves no log yet, so the console cannot show their tail"
+	for _, l := range strings.Split(ansi.Wrap(note, max(m.width-2, 20), " "), "\n") {
+		out = append(out, st.Muted.Render("  "+l))
+	}
+	return out
+}
+
+func (m *Model) View() string {
+	st := m.ctx.Styles
+	mb, ok := m.member()
+	if !ok {
+		msg := "no host chosen: pick one in Hosts (1) and press enter"
+		if m.host != "" {
+			msg = m.host + " is not in the mesh (any more): it left or was never seen · esc goes back"
+		}
+		return render.Place(st.Muted.Render(render.Cut(msg, m.width)), m.width, m.height)
+	}
+	var b strings.Builder
+	b.WriteString(m.header(mb))
+	b.WriteString("\n")
+	for _, l := range m.scroll.Window(m.body(), m.bodyHeight()) {
+		b.WriteString("\n" + l)
+	}
+	return render.Place(b.String(), m.width, m.height)
+}

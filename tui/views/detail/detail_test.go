@@ -1,0 +1,155 @@
+package detail
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/exp/golden"
+	"github.com/muesli/termenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/keymap"
+	"github.com/llmkube/mesh/tui/styles"
+)
+
+var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+const mib = int64(1) << 20
+
+// testCtx has five minutes of memory samples: the Mac mini's second model started reserving
+// memory a minute ago; the others were steady.
+func testCtx() *common.Context {
+	r := lipgloss.NewRenderer(io.Discard)
+	r.SetColorProfile(termenv.Ascii)
+	ctx := &common.Context{
+		Styles: styles.New(r),
+		Keys:   keymap.Default(),
+		Mesh:   common.SampleMesh(now),
+		Memory: common.NewHistory(300),
+		Events: common.SampleEvents(now),
+		Now:    func() time.Time { return now },
+	}
+	for i := 299; i >= 0; i-- {
+		var mm []common.MemberMemory
+		for _, mb := range ctx.Mesh.Members {
+			if mb.Host == nil {
+				continue
+			}
+			mem := mb.Host.Memory
+			if mb.Name == "mac-mini" && i > 60 {
+				mem.Available += mem.Reserved
+				mem.Reserved = 0
+			}
+			mm = append(mm, common.MemberMemory{Name: mb.Name, Committed: mem.Committed, Reserved: mem.Reserved,
+				Available: mem.Available, Budget: mem.Budget, Total: mem.Total})
+		}
+		ctx.Memory.Record(now.Add(-time.Duration(i)*time.Second), mm)
+	}
+	return ctx
+}
+
+func TestOpenShowsTheHostFromTheTop(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	assert.Contains(t, m.View(), "no host chosen")
+	assert.Nil(t, m.Open("pi5"))
+	assert.Equal(t, "pi5", m.Host())
+	assert.Contains(t, m.View(), "pi5 · alive · linux/arm64")
+	m.Update(tea.KeyMsg{Type: tea.KeyPgDown})
+	assert.NotZero(t, m.scroll.Offset)
+	m.Open("mac-mini")
+	assert.Zero(t, m.scroll.Offset)
+	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelDown})
+	assert.Equal(t, common.WheelLines, m.scroll.Offset, "the wheel scrolls")
+}
+
+func TestEscGoesBack(t *testing.T) {
+	m := New(testCtx())
+	m.Open("pi5")
+	_, cmd := m.Update(tea.KeyMsg{Type: tea.KeyEsc})
+	require.NotNil(t, cmd)
+	assert.Equal(t, common.NavigateMsg{Page: common.PageHosts}, cmd())
+}
+
+func TestHostThatLeft(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("pi9")
+	assert.Contains(t, m.View(), "pi9 is not in the mesh (any more)")
+}
+
+func TestHostWithoutState(t *testing.T) {
+	ctx := testCtx()
+	ctx.Mesh.Members = append(ctx.Mesh.Members, api.Member{Name: "new", Role: api.RoleAgent, Liveness: api.Alive})
+	m := New(ctx)
+	m.SetSize(80, 24)
+	m.Open("new")
+	assert.Contains(t, m.View(), "No state from this host yet")
+	m.Open("laptop")
+	assert.Contains(t, m.View(), "A console")
+}
+
+func TestNoSamplesYet(t *testing.T) {
+	ctx := testCtx()
+	ctx.Memory = common.NewHistory(300)
+	m := New(ctx)
+	m.SetSize(80, 24)
+	m.Open("tower")
+	assert.Contains(t, m.View(), "sampling: the chart fills in")
+	ctx.Memory = nil
+	assert.Contains(t, m.View(), "sampling", "no history at all is no crash")
+}
+
+func TestYoungHistoryStartsTheAxisWithTheData(t *testing.T) {
+	ctx := testCtx()
+	ctx.Memory = common.NewHistory(300)
+	for i := 30; i >= 0; i-- {
+		ctx.Memory.Record(now.Add(-time.Duration(i)*time.Second), []common.MemberMemory{{Name: "tower", Committed: 2355 * mib, Total: 24 << 30, Budget: 16466 * mib}})
+	}
+	m := New(ctx)
+	m.SetSize(80, 24)
+	m.Open("tower")
+	view := m.View()
+	assert.Contains(t, view, "MEMORY · last 30s")
+	i := strings.Index(view, "30s ago")
+	require.Positive(t, i)
+	line := view[strings.LastIndex(view[:i], "\n")+1 : i]
+	assert.Equal(t, 80-31, len(line), "the label sits over the first sample's column")
+}
+
+func TestSpan(t *testing.T) {
+	assert.Equal(t, "42s", span(42*time.Second))
+	assert.Equal(t, "5m", span(299*time.Second))
+	assert.Equal(t, "1m", span(61*time.Second))
+	assert.Equal(t, "1h05m", span(65*time.Minute))
+}
+
+func TestView(t *testing.T) {
+	for _, c := range []struct {
+		host string
+		w, h int
+	}{{"mac-mini", 80, 24}, {"mac-mini", 120, 35}, {"pi5", 120, 35}, {"pi4", 80, 24}} {
+		t.Run(fmt.Sprintf("%s-%dx%d", c.host, c.w, c.h), func(t *testing.T) {
+			m := New(testCtx())
+			m.SetSize(c.w, c.h)
+			m.Open(c.host)
+			golden.RequireEqual(t, []byte(m.View()))
+		})
+	}
+}
+
+func TestViewScrolledToTheEnd(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("pi5")
+	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("G")})
+	golden.RequireEqual(t, []byte(m.View()))
+}
