@@ -374,6 +374,8 @@ func metricSum(t testing.TB, n *node, name, label string) float64 {
 			switch {
 			case m.GetCounter() != nil:
 				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
 			case m.GetHistogram() != nil:
 				sum += float64(m.GetHistogram().GetSampleCount())
 			}

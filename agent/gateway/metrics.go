@@ -24,6 +24,7 @@ type metrics struct {
 	tokens   *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	requests *prometheus.CounterVec
+	queued   *prometheus.GaugeVec
 
 	mu    sync.Mutex
 	cache map[[2]string]*observers
@@ -59,9 +60,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "llmkube_gateway_requests_total",
 			Help: "Chat requests answered, by model and route.",
 		}, []string{"model", "route"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmkube_gateway_queued_requests",
+			Help: "Requests waiting for an engine that serves one at a time, by runtime and engine address.",
+		}, []string{"runtime", "engine"}),
 		cache: map[[2]string]*observers{},
 	}
-	for _, c := range []prometheus.Collector{m.ttft, m.duration, m.tokens, m.errors, m.requests} {
+	for _, c := range []prometheus.Collector{m.ttft, m.duration, m.tokens, m.errors, m.requests, m.queued} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

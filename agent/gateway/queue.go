@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llmkube/mesh/agent/api"
 )
 
@@ -18,14 +20,15 @@ func serial(r api.Runtime) bool { return r == api.RuntimeHailoOllama }
 
 // queue admits one request at a time to an engine, with a bounded number waiting behind it.
 type queue struct {
-	slot    chan struct{}
-	waiting atomic.Int64
-	depth   int64
-	avg     atomic.Int64 // rolling time one request holds the engine, ns: for Retry-After
+	waitingGauge prometheus.Gauge
+	slot         chan struct{}
+	waiting      atomic.Int64
+	depth        int64
+	avg          atomic.Int64 // rolling time one request holds the engine, ns: for Retry-After
 }
 
-func newQueue(depth int) *queue {
-	return &queue{slot: make(chan struct{}, 1), depth: int64(depth)}
+func newQueue(depth int, waiting prometheus.Gauge) *queue {
+	return &queue{slot: make(chan struct{}, 1), depth: int64(depth), waitingGauge: waiting}
 }
 
 // queueFor returns the queue of the engine serving p, or nil when the engine takes requests in
@@ -39,7 +42,7 @@ func (g *Gateway) queueFor(p api.Placement) *queue {
 	defer g.mu.Unlock()
 	q, ok := g.queues[key]
 	if !ok {
-		q = newQueue(g.cfg.QueueDepth)
+		q = newQueue(g.cfg.QueueDepth, g.m.queued.WithLabelValues(string(p.Runtime), p.Engine))
 		g.queues[key] = q
 	}
 	return q
@@ -59,7 +62,11 @@ func (q *queue) acquire(ctx context.Context) (release func(), err error) {
 			msg:        fmt.Sprintf("the engine serves one request at a time and %d are already waiting; retry later", q.depth),
 			retryAfter: q.retryAfter(n)}
 	}
-	defer q.waiting.Add(-1)
+	q.waitingGauge.Inc()
+	defer func() {
+		q.waiting.Add(-1)
+		q.waitingGauge.Dec()
+	}()
 	select {
 	case q.slot <- struct{}{}:
 		return q.releaser(), nil
