@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/console"
+)
+
+func (a *app) meshCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "mesh",
+		Short: "Every console action as a command, for scripts (tables, or --json)",
+		Long: `Every action of the interactive console as a command: data on stdout (a table, or one JSON
+document with --json, NDJSON for watch and chat), progress and reasons on stderr.
+
+Exit codes: 0 done, 1 failed, 2 usage, 3 refused by admission, 4 not found,
+5 mesh or agent unreachable or timed out, 130 interrupted.`,
+		Args: a.args(func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return nil
+		}),
+		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
+			names := make([]string, 0, len(cmd.Commands()))
+			for _, s := range cmd.Commands() {
+				names = append(names, s.Name())
+			}
+			return usagef("give a command: %s", strings.Join(names, ", "))
+		}),
+	}
+	c.AddCommand(a.hostsCmd(), a.modelsCmd(), a.rankCmd(), a.placeCmd(), a.deleteCmd(),
+		a.chatCmd(), a.watchCmd(), a.doctorCmd(), a.tokenCmd())
+	return c
+}
+
+// oneShot runs a command body that needs the mesh, bounded by --timeout.
+func (a *app) oneShot(stream bool, mode settleMode, body func(ctx context.Context, s *session, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return a.run(func(cmd *cobra.Command, args []string) error {
+		ctx, cancel := a.commandContext(cmd, stream)
+		defer cancel()
+		s, err := a.connect(ctx, mode, false)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		if _, err := s.conn.ScopedView(); err != nil {
+			return err // a token the mesh refuses, found before anything is done with it
+		}
+		return body(ctx, s, cmd, args)
+	})
+}
+
+func (a *app) hostsCmd() *cobra.Command {
+	var all bool
+	c := &cobra.Command{
+		Use:   "hosts",
+		Short: "List the mesh's hosts: liveness, hardware, engines, memory, models",
+		Args:  a.args(cobra.NoArgs),
+	}
+	c.Flags().BoolVar(&all, "all", false, "list consoles too")
+	c.RunE = a.oneShot(false, needAgents, func(_ context.Context, s *session, _ *cobra.Command, _ []string) error {
+		v, err := s.conn.ScopedView()
+		if err != nil {
+			return err
+		}
+		hosts := []api.Member{}
+		for _, m := range v.Members {
+			if m.Role == api.RoleAgent || all {
+				hosts = append(hosts, m)
+			}
+		}
+		sort.SliceStable(hosts, func(i, j int) bool { return hosts[i].Name < hosts[j].Name })
+		if a.g.json {
+			return a.writeDoc(HostsDoc{Schema: Schema, Mesh: v.Mesh, Mode: s.conn.Mode(), Hosts: hosts})
+		}
+		return hostsTable(a.stdout, hosts, all)
+	})
+	return c
+}
+
+func (a *app) modelsCmd() *cobra.Command {
+	var namespace, host string
+	c := &cobra.Command{
+		Use:     "models",
+		Aliases: []string{"placements"},
+		Short:   "List the placements: which model runs where, in which state",
+		Args:    a.args(cobra.NoArgs),
+	}
+	c.Flags().StringVar(&namespace, "namespace", "", "only this namespace's placements")
+	c.Flags().StringVar(&host, "host", "", "only this host's placements")
+	_ = c.RegisterFlagCompletionFunc("host", a.complete(completeHosts))
+	c.RunE = a.oneShot(false, needAgents, func(_ context.Context, s *session, _ *cobra.Command, _ []string) error {
+		v, err := s.conn.ScopedView()
+		if err != nil {
+			return err
+		}
+		ps := []api.Placement{}
+		for _, p := range console.Placements(v) {
+			if (namespace == "" || p.Namespace == namespace) && (host == "" || p.Host == host) {
+				ps = append(ps, p)
+			}
+		}
+		if a.g.json {
+			return a.writeDoc(PlacementsDoc{Schema: Schema, Placements: ps})
+		}
+		return placementsTable(a.stdout, ps)
+	})
+	return c
+}
+
+// requestFlags are what a placement request is made of, shared by rank and place.
+type requestFlags struct {
+	runtime, namespace, priority, name string
+	context                            int
+	protected, loadAnyway, spread      bool
+}
+
+func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
+	f := c.Flags()
+	f.StringVar(&r.runtime, "runtime", "", "llama-server, ollama or hailo-ollama (default: from the source)")
+	f.StringVar(&r.namespace, "namespace", "", "namespace of the placement (default \"default\")")
+	f.IntVar(&r.context, "context", 0, "context size in tokens (default: the runtime's, 2048)")
+	f.StringVar(&r.priority, "priority", "", "batch, low, normal, high or critical (eviction order; default normal)")
+	f.BoolVar(&r.spread, "spread", false, "prefer the host with the most room left (default: the tightest fit)")
+	if forPlace {
+		f.StringVar(&r.name, "name", "", "name the gateway serves the model under (default: from the source)")
+		f.BoolVar(&r.protected, "protected", false, "never evict this placement")
+		f.BoolVar(&r.loadAnyway, "load-anyway", false, "admit even when the size cannot be known or does not fit (memory check warn)")
+	}
+	_ = c.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions(
+		[]string{string(api.RuntimeLlamaServer), string(api.RuntimeOllama), string(api.RuntimeHailoOllama)}, cobra.ShellCompDirectiveNoFileComp))
+	_ = c.RegisterFlagCompletionFunc("priority", cobra.FixedCompletions(
+		[]string{"batch", "low", "normal", "high", "critical"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// request checks the flags and builds the request; a bad value is a usage error, found before
+// anything reaches the mesh.
+func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
+	req := api.PlacementRequest{
+		Source: strings.TrimSpace(source), Runtime: api.Runtime(r.runtime), Namespace: r.namespace,
+		Context: r.context, Priority: api.Priority(r.priority), Name: r.name, Protected: r.protected,
+	}
+	if req.Source == "" {
+		return req, usagef("the source is empty: give file:///abs/x.gguf, https://…/x.gguf, hf://owner/repo/file.gguf, ollama://name:tag or hailo://name:tag")
+	}
+	if req.Runtime != "" && !req.Runtime.Valid() {
+		return req, usagef("--runtime %q: want llama-server, ollama or hailo-ollama", r.runtime)
+	}
+	if req.Namespace != "" {
+		if err := api.ValidNamespace(req.Namespace); err != nil {
+			return req, &usageError{fmt.Errorf("--namespace: %w", err)}
+		}
+	}
+	if req.Context < 0 {
+		return req, usagef("--context %d: want a positive number of tokens", req.Context)
+	}
+	if req.Priority.Level() < 0 {
+		return req, usagef("--priority %q: want batch, low, normal, high or critical", r.priority)
+	}
+	if r.loadAnyway {
+		req.MemoryCheck = api.MemoryCheckWarn
+	}
+	return req, nil
+}
+
+func (a *app) rankCmd() *cobra.Command {
+	var rf requestFlags
+	c := &cobra.Command{
+		Use:   "rank SOURCE",
+		Short: "Preview where a model would fit, without placing it (exit 3 when no host fits)",
+		Args:  a.args(cobra.ExactArgs(1)),
+	}
+	rf.add(c, false)
+	var req api.PlacementRequest
+	// PreRunE: a bad flag is a usage error found before anything reaches the mesh.
+	c.PreRunE = func(_ *cobra.Command, args []string) (err error) {
+		req, err = rf.request(args[0])
+		return err
+	}
+	c.RunE = a.oneShot(false, needAgents, func(ctx context.Context, s *session, _ *cobra.Command, _ []string) error {
+		r, err := s.conn.Rank(ctx, req, rf.spread)
+		if err != nil {
+			return err
+		}
+		refusal := r.Refusal()
+		if a.g.json {
+			if err := a.writeDoc(RankingDoc{Schema: Schema, Ranking: r, Error: a.errorOf(refusal)}); err != nil {
+				return err
+			}
+		} else if err := rankingTable(a.stdout, r); err != nil {
+			return err
+		}
+		return refusal
+	})
+	return c
+}

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/console"
+)
+
+func (a *app) placeCmd() *cobra.Command {
+	var (
+		rf         requestFlags
+		host       string
+		auto, wait bool
+	)
+	c := &cobra.Command{
+		Use:   "place SOURCE [--host H | --auto]",
+		Short: "Run a model on a host: the agent sizes it, admits it, pulls and loads it",
+		Long: `Run a model on a host. The host's agent makes the decision: it sizes the source before
+pulling anything and refuses (exit 3) what cannot fit or run there.
+
+--host H places on H; --auto places on the best host of the ranking (see 'mesh rank').
+With neither, the one host that fits is used; when several fit, choose (exit 2).
+--wait follows the placement (progress on stderr) until it is ready (exit 0) or failed
+(exit 3 for an admission refusal, 1 otherwise); without it the placement prints at once.`,
+		Args: a.args(cobra.ExactArgs(1)),
+	}
+	rf.add(c, true)
+	f := c.Flags()
+	f.StringVar(&host, "host", "", "the host to place on")
+	f.BoolVar(&auto, "auto", false, "place on the best host of the ranking")
+	f.BoolVar(&wait, "wait", false, "wait until the model is ready or failed, progress on stderr")
+	_ = c.RegisterFlagCompletionFunc("host", a.complete(completeHosts))
+	var req api.PlacementRequest
+	// PreRunE: a bad flag is a usage error found before anything reaches the mesh.
+	c.PreRunE = func(_ *cobra.Command, args []string) (err error) {
+		if host != "" && auto {
+			return usagef("give --host or --auto, not both")
+		}
+		req, err = rf.request(args[0])
+		return err
+	}
+	c.RunE = a.run(func(cmd *cobra.Command, _ []string) error {
+		ctx, cancel := a.commandContext(cmd, wait)
+		defer cancel()
+		s, err := a.connect(ctx, needAgents, false)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		if _, err := s.conn.ScopedView(); err != nil {
+			return err
+		}
+		if host == "" {
+			if host, err = a.chooseHost(ctx, s.conn, req, rf.spread, auto); err != nil {
+				return err
+			}
+		}
+		if req.MemoryCheck == api.MemoryCheckWarn {
+			fmt.Fprintf(a.stderr, "warning: --load-anyway: %s admits it even if its size cannot be known or it does not fit\n", host)
+		}
+		p, err := s.conn.Place(ctx, host, req)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stderr, "placed %s on %s as %s (%s)\n", p.Model, p.Host, p.ID, p.State)
+		if wait {
+			pr := progress{w: a}
+			pr.show(p)
+			final, werr := s.conn.Wait(ctx, p, pr.show)
+			if final.ID != "" {
+				p = final
+			}
+			if werr != nil && ctx.Err() != nil {
+				fmt.Fprintf(a.stderr, "stopped waiting: %s continues on %s; `llmkube-tui mesh delete %s` stops it\n", p.ID, p.Host, p.ID)
+			}
+			err = werr
+		}
+		if a.g.json {
+			if werr := a.writeDoc(PlacementDoc{Schema: Schema, Placement: &p, Error: a.errorOf(err)}); werr != nil {
+				return werr
+			}
+		} else if werr := placementsTable(a.stdout, []api.Placement{p}); werr != nil {
+			return werr
+		}
+		return err
+	})
+	return c
+}
+
+// chooseHost picks the host when --host is not given: the best of the ranking with --auto;
+// without it, the one host that fits, or a usage error naming the candidates when several do.
+// No host fitting is the refusal Place itself would give.
+func (a *app) chooseHost(ctx context.Context, conn *console.Conn, req api.PlacementRequest, spread, auto bool) (string, error) {
+	r, err := conn.Rank(ctx, req, spread)
+	if err != nil {
+		return "", err
+	}
+	if err := r.Refusal(); err != nil {
+		return "", err
+	}
+	var fits []string
+	for _, h := range r.Hosts {
+		if h.Verdict != api.VerdictRefused {
+			fits = append(fits, h.Host)
+		}
+	}
+	best, _ := r.Best()
+	switch {
+	case auto:
+		fmt.Fprintf(a.stderr, "best host: %s (%s)\n", best.Host, best.Reason)
+	case len(fits) > 1:
+		return "", usagef("%d hosts fit (%s): choose one with --host, or let --auto pick %s", len(fits), strings.Join(fits, ", "), best.Host)
+	default:
+		fmt.Fprintf(a.stderr, "the one host that fits: %s (%s)\n", best.Host, best.Reason)
+	}
+	return best.Host, nil
+}
+
+// progress prints a placement's progress on stderr: each state once, and pulls in steps of
+// 10%, so a log of it stays short.
+type progress struct {
+	w       *app
+	state   api.PlacementState
+	decile  int
+	started bool
+}
+
+func (p *progress) show(pl api.Placement) {
+	d := int(pl.Progress * 10)
+	if p.started && pl.State == p.state && (pl.State != api.StatePulling || d <= p.decile) {
+		return
+	}
+	p.started, p.state, p.decile = true, pl.State, d
+	line := pl.Host + ": " + stateText(pl)
+	if pl.State == api.StatePulling && pl.TotalBytes > 0 {
+		line += fmt.Sprintf(" (%s of %s)", size(pl.PulledBytes), size(pl.TotalBytes))
+	}
+	if pl.Reason != "" && (pl.State.Terminal() || pl.State == api.StateRestarting) {
+		line += ": " + pl.Reason
+	}
+	fmt.Fprintln(p.w.stderr, line)
+}
+
+func (a *app) deleteCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:               "delete ID",
+		Aliases:           []string{"rm"},
+		Short:             "Stop and remove a placement (by id, unique id prefix, or a model served once)",
+		Args:              a.args(cobra.ExactArgs(1)),
+		ValidArgsFunction: a.complete(completePlacements),
+	}
+	c.RunE = a.oneShot(false, needAgents, func(ctx context.Context, s *session, _ *cobra.Command, args []string) error {
+		p, err := s.conn.Delete(ctx, args[0])
+		if err != nil {
+			var ae *api.Error
+			if errors.As(err, &ae) && ae.Code == api.CodeBadRequest {
+				return &usageError{err} // an ambiguous reference: name one placement
+			}
+			return err
+		}
+		if a.g.json {
+			return a.writeDoc(DeletedDoc{Schema: Schema, Deleted: p})
+		}
+		_, err = fmt.Fprintf(a.stdout, "deleted %s (%s on %s)\n", p.ID, p.Model, p.Host)
+		return err
+	})
+	return c
+}

@@ -1,0 +1,39 @@
+package console
+
+import "github.com/llmkube/mesh/agent/api"
+
+// ScopedView is View limited to the placements the connection's token may see. A console that
+// joined the mesh receives every namespace's placements by gossip; with a namespace token it
+// must show what that token would see through an agent's API (which filters GET /v1/mesh), so
+// both ways of connecting show the same. A token the mesh secret does not verify sees nothing
+// and gets the Unauthorized error an agent would answer with.
+func (c *Conn) ScopedView() (api.MeshView, error) {
+	v := c.View()
+	if c.opts.Join == "" {
+		return v, nil // through an agent without the secret: the agent scoped the view already
+	}
+	j, err := api.ParseJoin(c.opts.Join)
+	if err != nil {
+		return api.MeshView{}, err
+	}
+	who, err := api.Verify(j.Secret, c.token)
+	if err != nil {
+		return api.MeshView{}, api.Errorf(api.CodeUnauthorized, "token refused: %v", err)
+	}
+	if who.Admin {
+		return v, nil
+	}
+	members := make([]api.Member, len(v.Members))
+	for i, m := range v.Members {
+		var ps []api.Placement
+		for _, p := range m.Placements {
+			if who.Allows(p.Namespace) {
+				ps = append(ps, p)
+			}
+		}
+		m.Placements = ps
+		members[i] = m
+	}
+	v.Members = members
+	return v, nil
+}
