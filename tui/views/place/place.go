@@ -1,0 +1,721 @@
+// Package place is the console's placement form: choose a source (with suggestions from the
+// mesh), a runtime, namespace, context size and priority; every host is ranked live below it
+// with its verdict and reason; confirming one places the model there and follows it through
+// pulling and loading to ready, or shows the refusal with its reason and what would fix it.
+package place
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/rank"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
+)
+
+// Timings. The estimate waits for the user to stop typing; every call has its own bound so a
+// dead host never holds the form up.
+const (
+	Debounce     = 300 * time.Millisecond
+	PollEvery    = 250 * time.Millisecond
+	rankTimeout  = 20 * time.Second
+	placeTimeout = 30 * time.Second
+	pollTimeout  = 5 * time.Second
+	maxRecent    = 20
+)
+
+// Fields of the form, in tab order; fieldHosts is the ranked host list under it.
+const (
+	fieldSource = iota
+	fieldNamespace
+	fieldContext
+	fieldPriority
+	fieldHosts
+)
+
+var (
+	keyRuntime = key.NewBinding(key.WithKeys("ctrl+r"), key.WithHelp("ctrl+r", "runtime"))
+	keyChoose  = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "choose host"))
+	keyPlace   = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "place here"))
+	keyEdit    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "edit the form"))
+	keyDone    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "place another"))
+	keyChat    = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "chat with it"))
+	keyLeave   = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "stop watching"))
+	keyForm    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "leave the form"))
+)
+
+// Model is the place view.
+type Model struct {
+	ctx    *common.Context
+	width  int
+	height int
+
+	inputs  [4]textinput.Model
+	focus   int
+	runtime api.Runtime // "" = inferred from the source
+	spread  bool
+	sugg    int // highlighted suggestion, -1 for none
+
+	// The estimate is asked of an agent when the source, runtime or context change (debounced,
+	// by sequence number); the ranking is recomputed locally from it on every mesh change.
+	seq      int
+	sizing   bool
+	estKey   string
+	estimate *console.Ranking
+	hosts    []api.Ranked
+	rankErr  error
+	cursor   int
+	swapping *api.Ranked // a swap waits for a yes: it evicts the model on the device
+
+	// A placement being followed; placeSeq drops answers for one the user stopped watching.
+	placeSeq  int
+	placing   bool
+	req       api.PlacementRequest
+	target    string
+	placement *api.Placement
+	placeErr  error
+	pollErr   error
+}
+
+type (
+	debounceMsg struct{ seq int }
+	rankedMsg   struct {
+		seq     int
+		ranking console.Ranking
+		err     error
+	}
+	placedMsg struct {
+		seq int
+		p   api.Placement
+		err error
+	}
+	pollMsg     struct{ seq int }
+	progressMsg struct {
+		seq int
+		p   api.Placement
+		err error
+	}
+)
+
+// New returns the place view with the source field focused.
+func New(ctx *common.Context) *Model {
+	st := ctx.Styles
+	m := &Model{ctx: ctx, sugg: -1}
+	m.inputs[fieldSource] = common.NewInput(st, "", "hailo://qwen2:1.5b · ollama://llama3.2:3b · hf://owner/repo/file.gguf · /path/x.gguf")
+	m.inputs[fieldNamespace] = common.NewInput(st, "", api.DefaultNamespace)
+	m.inputs[fieldContext] = common.NewInput(st, "", strconv.Itoa(api.DefaultContext))
+	m.inputs[fieldPriority] = common.NewInput(st, "", string(api.PriorityNormal))
+	m.inputs[fieldNamespace].CharLimit = 63
+	m.inputs[fieldContext].CharLimit = 7
+	m.inputs[fieldPriority].CharLimit = 8
+	m.inputs[fieldSource].Focus()
+	m.layout()
+	return m
+}
+
+func (m *Model) Init() tea.Cmd { return nil }
+
+// Open pre-fills the source (from ":place hailo://…") and starts ranking it.
+func (m *Model) Open(source string) tea.Cmd {
+	if m.placing {
+		return nil // a placement in progress keeps the screen; esc leaves it first
+	}
+	m.clearDone()
+	if source == "" {
+		return m.setFocus(fieldSource)
+	}
+	m.inputs[fieldSource].SetValue(source)
+	m.inputs[fieldSource].CursorEnd()
+	return tea.Batch(m.setFocus(fieldSource), m.changed())
+}
+
+func (m *Model) SetSize(w, h int) {
+	m.width, m.height = w, h
+	m.layout()
+}
+
+func (m *Model) layout() {
+	m.inputs[fieldSource].Width = max(m.width-labelWidth-2, 10)
+	m.inputs[fieldNamespace].Width = 14
+	m.inputs[fieldContext].Width = 7
+	m.inputs[fieldPriority].Width = 8
+}
+
+// Capturing while a field takes text or a swap waits for its answer.
+func (m *Model) Capturing() bool {
+	return m.swapping != nil || (!m.placing && m.placement == nil && m.placeErr == nil && m.focus != fieldHosts)
+}
+
+func (m *Model) ShortHelp() []key.Binding {
+	k := m.ctx.Keys
+	switch {
+	case m.swapping != nil:
+		return []key.Binding{k.Confirm, k.Cancel}
+	case m.placing:
+		return []key.Binding{keyLeave}
+	case m.placement != nil && m.placement.State == api.StateReady:
+		return []key.Binding{keyChat, keyDone}
+	case m.placeErr != nil:
+		return []key.Binding{keyDone}
+	case m.focus == fieldHosts:
+		return []key.Binding{k.Up, k.Down, keyPlace, k.Spread, keyEdit}
+	}
+	return []key.Binding{k.NextFld, k.PrevFld, keyChoose, keyRuntime, k.Spread, keyForm}
+}
+
+// Request is the placement request the form describes, or why it is not one yet.
+func (m *Model) Request() (api.PlacementRequest, error) {
+	req := api.PlacementRequest{
+		Source:    strings.TrimSpace(m.inputs[fieldSource].Value()),
+		Runtime:   m.runtime,
+		Namespace: strings.TrimSpace(m.inputs[fieldNamespace].Value()),
+		Priority:  api.Priority(strings.TrimSpace(m.inputs[fieldPriority].Value())),
+	}
+	if !LooksLikeSource(req.Source) {
+		return req, errIncomplete
+	}
+	if c := strings.TrimSpace(m.inputs[fieldContext].Value()); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n <= 0 {
+			return req, fmt.Errorf("context %q is not a number of tokens", c)
+		}
+		req.Context = n
+	}
+	if req.Priority.Level() < 0 {
+		return req, fmt.Errorf("priority %q is not one of batch, low, normal, high, critical", req.Priority)
+	}
+	return req, nil
+}
+
+// Runtime is the runtime the request will use: the override, or the source's.
+func (m *Model) Runtime() (rt api.Runtime, inferred bool) {
+	if m.runtime != "" {
+		return m.runtime, false
+	}
+	return InferRuntime(m.inputs[fieldSource].Value()), true
+}
+
+// InferRuntime is the runtime a source implies: hailo:// on hailo-ollama, ollama:// on Ollama,
+// every GGUF on llama-server.
+func InferRuntime(source string) api.Runtime {
+	s := strings.ToLower(strings.TrimSpace(source))
+	switch {
+	case strings.HasPrefix(s, "hailo://"):
+		return api.RuntimeHailoOllama
+	case strings.HasPrefix(s, "ollama://"):
+		return api.RuntimeOllama
+	}
+	return api.RuntimeLlamaServer
+}
+
+func estimateKey(req api.PlacementRequest) string {
+	return req.Source + "\x00" + string(req.Runtime) + "\x00" + strconv.Itoa(req.Context)
+}
+
+// changed reacts to an edit: a new estimate after a pause if the size may differ, else a new
+// ranking from the one already known.
+func (m *Model) changed() tea.Cmd {
+	req, err := m.Request()
+	if err != nil {
+		m.seq++ // whatever is in flight describes another request
+		m.sizing, m.estimate, m.hosts, m.rankErr, m.estKey = false, nil, nil, nil, ""
+		return nil
+	}
+	if k := estimateKey(req); k != m.estKey {
+		m.seq++
+		m.estKey = k
+		m.sizing, m.estimate, m.hosts, m.rankErr = true, nil, nil, nil
+		seq := m.seq
+		return tea.Tick(Debounce, func(time.Time) tea.Msg { return debounceMsg{seq: seq} })
+	}
+	m.rerank()
+	return nil
+}
+
+// rerank ranks every host again from the known estimate: a pure function of the view.
+func (m *Model) rerank() {
+	if m.estimate == nil {
+		return
+	}
+	req, err := m.Request()
+	if err != nil {
+		return
+	}
+	m.hosts = rank.Rank(m.ctx.Mesh.Members, rank.Request{PlacementRequest: req, Estimate: m.estimate.Estimate, Spread: m.spread})
+	m.cursor = max(0, min(m.cursor, len(m.hosts)-1))
+}
+
+func (m *Model) rankCmd(seq int) tea.Cmd {
+	req, err := m.Request()
+	if err != nil {
+		return nil
+	}
+	conn, spread := m.ctx.Conn, m.spread
+	return func() tea.Msg {
+		if conn == nil {
+			return rankedMsg{seq: seq, err: errNotConnected}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), rankTimeout)
+		defer cancel()
+		r, err := conn.Rank(ctx, req, spread)
+		return rankedMsg{seq: seq, ranking: r, err: err}
+	}
+}
+
+var (
+	errNotConnected = errors.New("not connected to a mesh")
+	// errIncomplete: the source field does not hold a source yet (being typed); nothing is
+	// asked of the mesh for it.
+	errIncomplete = errors.New("a source looks like hailo://name:tag, ollama://name:tag, hf://owner/repo/file.gguf, https://…/file.gguf or /abs/file.gguf")
+)
+
+// schemes a source may start with; anything else must be an absolute path.
+var schemes = []string{"hailo://", "ollama://", "hf://", "https://", "http://", "file://"}
+
+// LooksLikeSource is a cheap check of a source's shape, so half-typed text is not sent to an
+// agent to be sized; the agent's validation stays the authority.
+func LooksLikeSource(s string) bool {
+	low := strings.ToLower(s)
+	for _, p := range schemes {
+		if strings.HasPrefix(low, p) {
+			return len(s) > len(p)
+		}
+	}
+	return strings.HasPrefix(s, "/") && len(s) > 1
+}
+
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyMsg:
+		return m, m.key(msg)
+	case tea.MouseMsg:
+		if m.focus == fieldHosts && !m.placing {
+			switch msg.Button {
+			case tea.MouseButtonWheelUp:
+				m.cursor = max(m.cursor-1, 0)
+			case tea.MouseButtonWheelDown:
+				m.cursor = max(0, min(m.cursor+1, len(m.hosts)-1))
+			}
+		}
+	case common.MeshMsg:
+		m.rerank()
+	case debounceMsg:
+		if msg.seq == m.seq {
+			return m, m.rankCmd(msg.seq)
+		}
+	case rankedMsg:
+		if msg.seq != m.seq {
+			return m, nil // an answer for what the form said before
+		}
+		m.sizing = false
+		if msg.err != nil {
+			m.rankErr = msg.err
+			return m, nil
+		}
+		r := msg.ranking
+		m.estimate, m.rankErr = &r, nil
+		m.rerank()
+		m.cursor = m.bestIndex()
+	case placedMsg:
+		if msg.seq != m.placeSeq {
+			return m, nil
+		}
+		if msg.err != nil {
+			m.placing, m.placeErr = false, msg.err
+			return m, nil
+		}
+		p := msg.p
+		m.placement = &p
+		return m, m.settle()
+	case pollMsg:
+		if msg.seq == m.placeSeq && m.placing {
+			return m, m.pollCmd(msg.seq)
+		}
+	case progressMsg:
+		if msg.seq != m.placeSeq || !m.placing {
+			return m, nil
+		}
+		if msg.err != nil {
+			var apiErr *api.Error
+			if errors.As(msg.err, &apiErr) && apiErr.Code == api.CodeNotFound {
+				m.placing, m.placeErr = false, fmt.Errorf("the placement is gone from %s: it was deleted", m.target)
+				return m, nil
+			}
+			m.pollErr = msg.err // the agent may be busy: keep asking
+			return m, m.nextPoll()
+		}
+		p := msg.p
+		m.placement, m.pollErr = &p, nil
+		return m, m.settle()
+	}
+	return m, nil
+}
+
+// settle decides what follows a placement's new state: done, failed, or another look.
+func (m *Model) settle() tea.Cmd {
+	p := m.placement
+	switch {
+	case p.State == api.StateReady:
+		m.placing = false
+		m.remember(m.req.Source)
+		return common.Status(fmt.Sprintf("%s is ready on %s", p.Model, p.Host), false)
+	case p.State.Terminal():
+		m.placing = false
+		code := p.Code
+		if code == "" {
+			code = api.CodeEngineError
+		}
+		m.placeErr = &api.Error{Code: code, Message: p.Reason}
+		return nil
+	}
+	return m.nextPoll()
+}
+
+func (m *Model) nextPoll() tea.Cmd {
+	seq := m.placeSeq
+	return tea.Tick(PollEvery, func(time.Time) tea.Msg { return pollMsg{seq: seq} })
+}
+
+// pollCmd reads the placement once, bounded: a host that stops answering is retried, never
+// waited on forever.
+func (m *Model) pollCmd(seq int) tea.Cmd {
+	conn, host, id := m.ctx.Conn, m.placement.Host, m.placement.ID
+	return func() tea.Msg {
+		if conn == nil {
+			return progressMsg{seq: seq, err: errNotConnected}
+		}
+		cl, err := conn.Client(host)
+		if err != nil {
+			return progressMsg{seq: seq, err: err}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+		defer cancel()
+		p, err := cl.Placement(ctx, id)
+		return progressMsg{seq: seq, p: p, err: err}
+	}
+}
+
+func (m *Model) remember(source string) {
+	recent := []string{source}
+	for _, s := range m.ctx.Recent {
+		if s != source && len(recent) < maxRecent {
+			recent = append(recent, s)
+		}
+	}
+	m.ctx.Recent = recent
+}
+
+// place sends the request to host.
+func (m *Model) place(host string) tea.Cmd {
+	req, err := m.Request()
+	if err != nil {
+		return common.Status(err.Error(), true)
+	}
+	m.placeSeq++
+	m.placing, m.req, m.target = true, req, host
+	m.placement, m.placeErr, m.pollErr = nil, nil, nil
+	seq, conn := m.placeSeq, m.ctx.Conn
+	return func() tea.Msg {
+		if conn == nil {
+			return placedMsg{seq: seq, err: errNotConnected}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), placeTimeout)
+		defer cancel()
+		p, err := conn.Place(ctx, host, req)
+		return placedMsg{seq: seq, p: p, err: err}
+	}
+}
+
+func (m *Model) clearDone() {
+	m.placement, m.placeErr, m.pollErr, m.swapping = nil, nil, nil, nil
+}
+
+func (m *Model) bestIndex() int {
+	for i, h := range m.hosts {
+		if h.Verdict != api.VerdictRefused {
+			return i
+		}
+	}
+	return 0
+}
+
+func (m *Model) setFocus(f int) tea.Cmd {
+	m.focus = f
+	var cmd tea.Cmd
+	for i := range m.inputs {
+		if i == f {
+			cmd = m.inputs[i].Focus()
+		} else {
+			m.inputs[i].Blur()
+		}
+	}
+	if f != fieldSource {
+		m.sugg = -1
+	}
+	return cmd
+}
+
+func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
+	k := m.ctx.Keys
+	if m.swapping != nil {
+		h := *m.swapping
+		m.swapping = nil
+		if key.Matches(msg, k.Confirm) {
+			return m.place(h.Host)
+		}
+		return common.Status("not placed on "+h.Host, false)
+	}
+	if m.placing {
+		if key.Matches(msg, keyLeave) {
+			m.placeSeq++
+			m.placing = false
+			m.clearDone()
+			return common.Status(fmt.Sprintf("still placing on %s: follow it in Models", m.target), false)
+		}
+		return nil
+	}
+	if m.placement != nil || m.placeErr != nil {
+		switch {
+		case key.Matches(msg, keyChat) && m.placement != nil && m.placement.State == api.StateReady:
+			model := m.placement.Model
+			m.clearDone()
+			return common.Navigate(common.PageChat, model)
+		case key.Matches(msg, keyDone), key.Matches(msg, k.Open):
+			m.clearDone()
+			return m.setFocus(fieldSource)
+		}
+		return nil
+	}
+	if key.Matches(msg, k.Spread) {
+		m.spread = !m.spread
+		m.rerank()
+		m.cursor = m.bestIndex()
+		mode := "best fit: the tightest host first"
+		if m.spread {
+			mode = "spread: the host with the most room first"
+		}
+		return common.Status(mode, false)
+	}
+	if key.Matches(msg, keyRuntime) {
+		m.runtime = nextRuntime(m.runtime)
+		return m.changed()
+	}
+	if m.focus == fieldHosts {
+		return m.hostsKey(msg)
+	}
+	return m.formKey(msg)
+}
+
+// nextRuntime cycles inferred → each runtime → inferred.
+func nextRuntime(rt api.Runtime) api.Runtime {
+	if rt == "" {
+		return api.Runtimes[0]
+	}
+	for i, r := range api.Runtimes {
+		if r == rt && i+1 < len(api.Runtimes) {
+			return api.Runtimes[i+1]
+		}
+	}
+	return ""
+}
+
+func (m *Model) hostsKey(msg tea.KeyMsg) tea.Cmd {
+	k := m.ctx.Keys
+	switch {
+	case key.Matches(msg, k.Up):
+		if m.cursor == 0 {
+			return m.setFocus(fieldPriority)
+		}
+		m.cursor--
+	case key.Matches(msg, k.Down):
+		m.cursor = max(0, min(m.cursor+1, len(m.hosts)-1))
+	case key.Matches(msg, k.Top):
+		m.cursor = 0
+	case key.Matches(msg, k.Bottom):
+		m.cursor = max(len(m.hosts)-1, 0)
+	case key.Matches(msg, k.Back):
+		return m.setFocus(fieldSource)
+	case key.Matches(msg, k.Open):
+		if m.cursor >= len(m.hosts) {
+			return nil
+		}
+		h := m.hosts[m.cursor]
+		switch h.Verdict {
+		case api.VerdictRefused:
+			return common.Status(h.Host+" cannot take it: "+trimVerdict(h), true)
+		case api.VerdictSwap:
+			m.swapping = &h
+			return nil
+		}
+		return m.place(h.Host)
+	}
+	return nil
+}
+
+func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
+	sugg := m.Suggestions()
+	switch msg.String() {
+	case "tab":
+		if m.focus == fieldSource && m.sugg >= 0 && m.sugg < len(sugg) {
+			m.inputs[fieldSource].SetValue(sugg[m.sugg].Source)
+			m.inputs[fieldSource].CursorEnd()
+			m.sugg = -1
+			return m.changed()
+		}
+		return m.setFocus(m.focus + 1)
+	case "shift+tab":
+		return m.setFocus(max(m.focus-1, fieldSource))
+	case "down":
+		if m.focus == fieldSource && len(sugg) > 0 && m.sugg < len(sugg)-1 {
+			m.sugg++
+			return nil
+		}
+		return m.setFocus(m.focus + 1)
+	case "up":
+		if m.focus == fieldSource && m.sugg >= 0 {
+			m.sugg--
+			return nil
+		}
+		return m.setFocus(max(m.focus-1, fieldSource))
+	case "enter":
+		if m.focus == fieldSource && m.sugg >= 0 && m.sugg < len(sugg) {
+			m.inputs[fieldSource].SetValue(sugg[m.sugg].Source)
+			m.inputs[fieldSource].CursorEnd()
+			m.sugg = -1
+			return m.changed()
+		}
+		m.cursor = m.bestIndex()
+		return m.setFocus(fieldHosts)
+	case "esc":
+		// Leaving the form gives the global keys back (tab to other views, q).
+		return m.setFocus(fieldHosts)
+	}
+	before := m.inputs[m.focus].Value()
+	var cmd tea.Cmd
+	m.inputs[m.focus], cmd = m.inputs[m.focus].Update(msg)
+	if m.inputs[m.focus].Value() == before {
+		return cmd
+	}
+	if m.focus == fieldSource {
+		m.sugg = -1
+	}
+	return tea.Batch(cmd, m.changed())
+}
+
+// Suggestion is a source the form offers, with where it comes from.
+type Suggestion struct {
+	Source string
+	Note   string
+}
+
+// Suggestions are sources that match what is typed: recent ones first, then the Hailo zoo of
+// hosts running hailo-ollama, then Ollama's local tags; the exact text typed is not repeated.
+func (m *Model) Suggestions() []Suggestion {
+	all := Suggest(m.ctx.Mesh, m.ctx.Recent)
+	typed := strings.ToLower(strings.TrimSpace(m.inputs[fieldSource].Value()))
+	var out []Suggestion
+	for _, s := range all {
+		low := strings.ToLower(s.Source)
+		if low == typed || (typed != "" && !strings.Contains(low, typed)) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Suggest lists every source the mesh offers without a pull, and the recent ones.
+func Suggest(v api.MeshView, recent []string) []Suggestion {
+	var out []Suggestion
+	seen := map[string]int{}
+	for _, r := range recent {
+		if _, ok := seen[r]; !ok {
+			seen[r] = len(out)
+			out = append(out, Suggestion{Source: r, Note: "recent"})
+		}
+	}
+	type offer struct{ source, what, host string }
+	var offers []offer
+	for _, a := range console.Agents(v) {
+		for _, e := range a.Host.Engines {
+			if !e.Present {
+				continue
+			}
+			for _, name := range e.Models {
+				switch e.Runtime {
+				case api.RuntimeHailoOllama:
+					offers = append(offers, offer{"hailo://" + name, "zoo", a.Name})
+				case api.RuntimeOllama:
+					offers = append(offers, offer{"ollama://" + name, "local", a.Name})
+				}
+			}
+		}
+	}
+	sort.SliceStable(offers, func(i, j int) bool {
+		if offers[i].what != offers[j].what {
+			return offers[i].what > offers[j].what // the zoo first: it is what a Hailo runs
+		}
+		return offers[i].source < offers[j].source
+	})
+	for _, o := range offers {
+		if i, ok := seen[o.source]; ok {
+			if out[i].Note != "recent" && !strings.Contains(out[i].Note, o.host) {
+				out[i].Note += ", " + o.host
+			}
+			continue
+		}
+		seen[o.source] = len(out)
+		out = append(out, Suggestion{Source: o.source, Note: o.what + " on " + o.host})
+	}
+	return out
+}
+
+// trimVerdict is a host's reason without the verdict word the table already shows.
+func trimVerdict(h api.Ranked) string {
+	return strings.TrimPrefix(h.Reason, string(h.Verdict)+": ")
+}
+
+// Hint says what would make a refused request fit, by the code most hosts refused it with.
+func Hint(hosts []api.Ranked) string {
+	counts := map[api.Code]int{}
+	var top api.Code
+	for _, h := range hosts {
+		if h.Verdict != api.VerdictRefused {
+			return ""
+		}
+		if h.Code == api.CodeUnreachable {
+			continue // a host that is down says nothing about the request
+		}
+		counts[h.Code]++
+		if counts[h.Code] > counts[top] {
+			top = h.Code
+		}
+	}
+	switch top {
+	case api.CodeInsufficientMemory:
+		return "free memory (delete a model in Models), or pick a smaller quantisation or context"
+	case api.CodeAcceleratorMissing:
+		return "hailo:// models need a host with a Hailo-10H running hailo-ollama"
+	case api.CodeEngineUnavailable:
+		return "install the runtime on a host (Hosts → enter shows how), or pick a source for one that is there"
+	case api.CodeNamespaceNotAllow:
+		return "use a namespace the hosts allow (Hosts → enter lists them)"
+	case api.CodeRuntimeMismatch:
+		return "ctrl+r until the runtime is inferred from the source"
+	case api.CodeMemoryCheckFailed:
+		return "the size could not be read before pulling: check the source"
+	case api.CodeInvalidSource:
+		return "sources look like hailo://name:tag, ollama://name:tag, hf://owner/repo/file.gguf or /abs/file.gguf"
+	}
+	return ""
+}

@@ -1,0 +1,567 @@
+package place
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/exp/golden"
+	"github.com/muesli/termenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
+	"github.com/llmkube/mesh/tui/keymap"
+	"github.com/llmkube/mesh/tui/styles"
+)
+
+var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+const mib = int64(1) << 20
+
+func testCtx() *common.Context {
+	r := lipgloss.NewRenderer(io.Discard)
+	r.SetColorProfile(termenv.Ascii)
+	return &common.Context{
+		Styles: styles.New(r),
+		Keys:   keymap.Default(),
+		Mesh:   common.SampleMesh(now),
+		Memory: common.NewHistory(300),
+		Events: common.SampleEvents(now),
+		Now:    func() time.Time { return now },
+	}
+}
+
+func keyMsg(k string) tea.KeyMsg {
+	switch k {
+	case "enter":
+		return tea.KeyMsg{Type: tea.KeyEnter}
+	case "esc":
+		return tea.KeyMsg{Type: tea.KeyEsc}
+	case "tab":
+		return tea.KeyMsg{Type: tea.KeyTab}
+	case "shift+tab":
+		return tea.KeyMsg{Type: tea.KeyShiftTab}
+	case "up":
+		return tea.KeyMsg{Type: tea.KeyUp}
+	case "down":
+		return tea.KeyMsg{Type: tea.KeyDown}
+	case "ctrl+s":
+		return tea.KeyMsg{Type: tea.KeyCtrlS}
+	case "ctrl+r":
+		return tea.KeyMsg{Type: tea.KeyCtrlR}
+	case "backspace":
+		return tea.KeyMsg{Type: tea.KeyBackspace}
+	}
+	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+}
+
+func press(m *Model, keys ...string) tea.Cmd {
+	var cmd tea.Cmd
+	for _, k := range keys {
+		_, cmd = m.Update(keyMsg(k))
+	}
+	return cmd
+}
+
+func typeText(m *Model, s string) {
+	for _, r := range s {
+		m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
+	}
+}
+
+var hailoEstimate = api.SizeEstimate{Bytes: 1946 * mib, Method: api.SizeHead, Device: api.DeviceHailo, Detail: "HEF blob 1.9 GiB (HEAD Content-Length)"}
+
+// ranked answers the pending estimate the way an agent would.
+func ranked(m *Model, est api.SizeEstimate, by string) {
+	m.Update(rankedMsg{seq: m.seq, ranking: console.Ranking{Estimate: est, SizedBy: by}})
+}
+
+func TestTypingDebouncesTheEstimate(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	assert.True(t, m.Capturing(), "the source field takes letters at once")
+	typeText(m, "ollama://llama3.2:3")
+	first := m.seq
+	typeText(m, "b")
+	assert.Greater(t, m.seq, first, "each edit restarts the wait")
+	assert.True(t, m.sizing)
+
+	_, cmd := m.Update(debounceMsg{seq: first})
+	assert.Nil(t, cmd, "a pause that an edit interrupted asks nothing")
+	_, cmd = m.Update(debounceMsg{seq: m.seq})
+	require.NotNil(t, cmd, "the last pause asks an agent")
+	msg := cmd()
+	require.IsType(t, rankedMsg{}, msg)
+	assert.ErrorIs(t, msg.(rankedMsg).err, errNotConnected)
+	m.Update(msg)
+	assert.Contains(t, m.View(), "not connected to a mesh")
+}
+
+func TestStaleRankingDropped(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	typeText(m, "hailo://qwen2:1.5b")
+	old := m.seq
+	typeText(m, "x")
+	m.Update(rankedMsg{seq: old, ranking: console.Ranking{Estimate: hailoEstimate, SizedBy: "pi5"}})
+	assert.Nil(t, m.estimate, "an estimate for the previous text is dropped")
+	assert.Empty(t, m.hosts)
+	press(m, "backspace")
+	ranked(m, hailoEstimate, "pi5")
+	require.NotNil(t, m.estimate)
+	require.Len(t, m.hosts, 4, "every agent is ranked, the console is not")
+}
+
+func TestRanksEveryHostAndTogglesSpread(t *testing.T) {
+	ctx := testCtx()
+	for i := range ctx.Mesh.Members {
+		if h := ctx.Mesh.Members[i].Host; h != nil && h.Name == "tower" {
+			h.Engines[0] = api.Engine{Runtime: api.RuntimeLlamaServer, Present: true, Healthy: true, Address: "/usr/bin/llama-server"}
+		}
+	}
+	m := New(ctx)
+	m.SetSize(120, 35)
+	typeText(m, "hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf")
+	ranked(m, api.SizeEstimate{Bytes: 2 << 30, Method: api.SizeHeader, Device: api.DeviceHost}, "mac-mini")
+	require.Len(t, m.hosts, 4)
+	assert.Equal(t, "tower", m.hosts[0].Host, "best fit: the tightest host first")
+	assert.Equal(t, api.VerdictFits, m.hosts[0].Verdict)
+	assert.Equal(t, "mac-mini", m.hosts[1].Host)
+
+	cmd := press(m, "ctrl+s")
+	assert.Equal(t, common.StatusMsg{Text: "spread: the host with the most room first"}, cmd())
+	assert.Equal(t, "mac-mini", m.hosts[0].Host, "spread: the roomiest host first")
+	assert.Contains(t, m.View(), "spread: the host with the most room first")
+
+	// A mesh change re-ranks without asking anyone: the estimate is known.
+	for i := range ctx.Mesh.Members {
+		if ctx.Mesh.Members[i].Name == "mac-mini" {
+			ctx.Mesh.Members[i].Liveness = api.Dead
+		}
+	}
+	seq := m.seq
+	_, cmd = m.Update(common.MeshMsg{View: ctx.Mesh})
+	assert.Nil(t, cmd)
+	assert.Equal(t, seq, m.seq)
+	assert.Equal(t, "tower", m.hosts[0].Host)
+	assert.Contains(t, m.View(), "host is dead")
+}
+
+func TestNamespaceReranksLocally(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	typeText(m, "ollama://mistral:7b")
+	ranked(m, api.SizeEstimate{Bytes: 4506 * mib, Method: api.SizeShow}, "tower")
+	seq := m.seq
+	press(m, "tab")
+	typeText(m, "team-b")
+	assert.Equal(t, seq, m.seq, "the namespace does not change the size")
+	for _, h := range m.hosts {
+		if h.Host == "tower" {
+			assert.Equal(t, api.CodeNamespaceNotAllow, h.Code)
+		}
+	}
+	assert.Contains(t, m.View(), "namespace team-b not allowed")
+
+	press(m, "tab")
+	typeText(m, "4096")
+	assert.Greater(t, m.seq, seq, "the context changes the KV cache: a new estimate")
+}
+
+func TestSuggestionsComplete(t *testing.T) {
+	ctx := testCtx()
+	ctx.Recent = []string{"hf://Qwen/Qwen2.5-Coder-7B-Instruct-GGUF/qwen2.5-coder-7b-instruct-q4_k_m.gguf"}
+	m := New(ctx)
+	m.SetSize(80, 24)
+	all := m.Suggestions()
+	require.Len(t, all, 1+5+3)
+	assert.Equal(t, Suggestion{Source: ctx.Recent[0], Note: "recent"}, all[0])
+	assert.Equal(t, Suggestion{Source: "hailo://deepseek_r1:1.5b", Note: "zoo on pi5"}, all[1])
+	assert.Equal(t, Suggestion{Source: "ollama://llama3.2:3b", Note: "local on tower"}, all[6])
+
+	typeText(m, "qwen2.5-i")
+	got := m.Suggestions()
+	require.Len(t, got, 1)
+	assert.Equal(t, "hailo://qwen2.5-instruct:1.5b", got[0].Source)
+
+	press(m, "down")
+	assert.Equal(t, 0, m.sugg)
+	assert.Equal(t, fieldSource, m.focus, "down walks the suggestions first")
+	press(m, "tab")
+	assert.Equal(t, "hailo://qwen2.5-instruct:1.5b", m.inputs[fieldSource].Value())
+	assert.True(t, m.sizing, "a completion asks for an estimate")
+	assert.Empty(t, m.Suggestions(), "the exact text is not suggested again")
+	press(m, "tab")
+	assert.Equal(t, fieldNamespace, m.focus, "tab without a suggestion moves on")
+}
+
+func TestRuntimeInferredAndCycled(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	typeText(m, "hailo://qwen2:1.5b")
+	rt, inferred := m.Runtime()
+	assert.Equal(t, api.RuntimeHailoOllama, rt)
+	assert.True(t, inferred)
+	assert.Contains(t, m.View(), "hailo-ollama (from hailo://)")
+
+	seq := m.seq
+	press(m, "ctrl+r")
+	rt, inferred = m.Runtime()
+	assert.Equal(t, api.RuntimeLlamaServer, rt)
+	assert.False(t, inferred)
+	assert.Greater(t, m.seq, seq, "another runtime is another estimate")
+	ranked(m, hailoEstimate, "pi5")
+	assert.Equal(t, api.CodeRuntimeMismatch, m.hosts[0].Code)
+	assert.Contains(t, m.View(), "ctrl+r until the runtime is inferred")
+	press(m, "ctrl+r", "ctrl+r", "ctrl+r")
+	_, inferred = m.Runtime()
+	assert.True(t, inferred, "the cycle comes back to inferred")
+	assert.Equal(t, api.RuntimeOllama, InferRuntime("OLLAMA://x"))
+	assert.Equal(t, api.RuntimeLlamaServer, InferRuntime("/srv/x.gguf"))
+}
+
+func TestBadOptionsAreSaid(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	typeText(m, "ollama://llama3.2:3b")
+	press(m, "tab", "tab")
+	typeText(m, "lots")
+	assert.Contains(t, m.View(), `context "lots" is not a number of tokens`)
+	assert.False(t, m.sizing, "nothing is asked for a request that is not one")
+	press(m, "backspace", "backspace", "backspace", "backspace", "tab")
+	typeText(m, "urgent")
+	assert.Contains(t, m.View(), `priority "urgent" is not one of batch, low, normal, high, critical`)
+}
+
+func TestHalfTypedSourceAsksNothing(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	typeText(m, "qwen")
+	assert.False(t, m.sizing)
+	assert.Contains(t, m.View(), "a source looks like hailo://name:tag")
+	for _, s := range []string{"hailo://", "ollama:/x", "qwen2", "/"} {
+		assert.False(t, LooksLikeSource(s), s)
+	}
+	for _, s := range []string{"hailo://qwen2:1.5b", "HF://a/b/c.gguf", "/srv/x.gguf", "https://h/x.gguf", "file:///x.gguf"} {
+		assert.True(t, LooksLikeSource(s), s)
+	}
+}
+
+func TestOpenPrefills(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	cmd := m.Open("hailo://qwen2.5-instruct:1.5b")
+	require.NotNil(t, cmd)
+	assert.Equal(t, "hailo://qwen2.5-instruct:1.5b", m.inputs[fieldSource].Value())
+	assert.True(t, m.sizing)
+	assert.Equal(t, fieldSource, m.focus)
+}
+
+func TestChoosingHosts(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("hailo://qwen2.5-instruct:1.5b")
+	ranked(m, hailoEstimate, "pi5")
+	press(m, "enter")
+	assert.Equal(t, fieldHosts, m.focus)
+	assert.False(t, m.Capturing(), "the host list leaves the global keys free")
+	require.Equal(t, "pi5", m.hosts[m.cursor].Host)
+	assert.Equal(t, api.VerdictSwap, m.hosts[m.cursor].Verdict)
+
+	assert.Nil(t, press(m, "enter"), "a swap asks first")
+	assert.True(t, m.Capturing())
+	assert.Contains(t, m.View(), "place on pi5? it replaces qwen2:1.5b on the Hailo-10H (y/n)")
+	cmd := press(m, "n")
+	assert.Equal(t, common.StatusMsg{Text: "not placed on pi5"}, cmd())
+	assert.False(t, m.placing)
+
+	cmd = press(m, "down", "enter")
+	msg := cmd()
+	require.IsType(t, common.StatusMsg{}, msg)
+	assert.True(t, msg.(common.StatusMsg).Err, "a refused host is not asked")
+	assert.Contains(t, msg.(common.StatusMsg).Text, "cannot take it: hailo:// needs a Hailo-10H")
+	assert.False(t, m.placing)
+
+	press(m, "g", "enter")
+	cmd = press(m, "y")
+	require.NotNil(t, cmd)
+	assert.True(t, m.placing)
+	assert.Equal(t, "pi5", m.target)
+	assert.Contains(t, m.View(), "asking pi5 to admit it…")
+	placed := cmd()
+	assert.Equal(t, placedMsg{seq: m.placeSeq, err: errNotConnected}, placed)
+	m.Update(placed)
+	assert.False(t, m.placing)
+	assert.Contains(t, m.View(), "✗ refused")
+	assert.Contains(t, m.View(), "not connected to a mesh")
+
+	press(m, "up")
+	press(m, "esc")
+	assert.Equal(t, fieldSource, m.focus, "esc goes back to the form")
+	assert.Nil(t, m.placeErr)
+}
+
+func pullingPlacement(progress float64) api.Placement {
+	return api.Placement{ID: "p-55aa", Host: "mac-mini", Model: "mistral-7b-instruct-v0.2", Runtime: api.RuntimeLlamaServer,
+		Source: "hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf",
+		State:  api.StatePulling, Progress: progress, PulledBytes: int64(progress * float64(2<<30)), TotalBytes: 2 << 30,
+		Memory: api.SizeEstimate{Bytes: 3 << 30, Method: api.SizeHeader, Device: api.DeviceHost}}
+}
+
+// startPlacing places the Mistral GGUF on the mac-mini without a connection.
+func startPlacing(t *testing.T, m *Model) {
+	t.Helper()
+	typeText(m, "hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf")
+	ranked(m, api.SizeEstimate{Bytes: 3 << 30, Method: api.SizeHeader, Weights: 2 << 30, KV: 768 * mib, Compute: 200 * mib, Overhead: 56 * mib}, "mac-mini")
+	press(m, "enter")
+	require.Equal(t, "mac-mini", m.hosts[m.cursor].Host)
+	require.NotNil(t, press(m, "enter"))
+	require.True(t, m.placing)
+}
+
+func TestFollowsAPlacementToReady(t *testing.T) {
+	ctx := testCtx()
+	m := New(ctx)
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+
+	_, cmd := m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.1)})
+	require.NotNil(t, cmd, "admitted: follow it")
+	_, cmd = m.Update(pollMsg{seq: m.placeSeq})
+	require.NotNil(t, cmd)
+	assert.IsType(t, progressMsg{}, cmd(), "each look is one bounded call")
+
+	m.Update(progressMsg{seq: m.placeSeq, err: &api.UnreachableError{URL: "http://192.168.1.30:7777", Err: fmt.Errorf("i/o timeout")}})
+	assert.True(t, m.placing, "a host that does not answer once is asked again")
+	assert.Contains(t, m.View(), "does not answer, asking again")
+
+	m.Update(progressMsg{seq: m.placeSeq, p: pullingPlacement(0.42)})
+	assert.Contains(t, m.View(), "42%")
+	assert.NotContains(t, m.View(), "does not answer")
+
+	loading := pullingPlacement(1)
+	loading.State = api.StateLoading
+	m.Update(progressMsg{seq: m.placeSeq, p: loading})
+	assert.Contains(t, m.View(), "› loading")
+
+	ready := loading
+	ready.State = api.StateReady
+	_, cmd = m.Update(progressMsg{seq: m.placeSeq, p: ready})
+	assert.Equal(t, common.StatusMsg{Text: "mistral-7b-instruct-v0.2 is ready on mac-mini"}, cmd())
+	assert.False(t, m.placing)
+	assert.Equal(t, []string{"hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf"}, ctx.Recent, "a placed source is remembered")
+	assert.Contains(t, m.View(), "ready: mistral-7b-instruct-v0.2 on mac-mini — press enter to chat with it")
+
+	cmd = press(m, "enter")
+	assert.Equal(t, common.NavigateMsg{Page: common.PageChat, Arg: "mistral-7b-instruct-v0.2"}, cmd())
+}
+
+func TestRefusalShowsTheFix(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+	m.Update(placedMsg{seq: m.placeSeq, err: &api.Error{Code: api.CodeInsufficientMemory,
+		Message: "needs 3.0 GiB, 1.1 GiB free of a 21.4 GiB budget", Fix: "free 1.9 GiB: delete qwen2.5-coder-7b"}})
+	view := m.View()
+	assert.Contains(t, view, "✗ refused: InsufficientMemory")
+	assert.Contains(t, view, "needs 3.0 GiB, 1.1 GiB free")
+	assert.Contains(t, view, "fix: free 1.9 GiB: delete qwen2.5-coder-7b")
+}
+
+func TestFailedPlacementShowsItsCode(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+	m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.5)})
+	failed := pullingPlacement(0.5)
+	failed.State, failed.Code, failed.Reason = api.StateFailed, api.CodePullFailed, "huggingface.co answered 503"
+	m.Update(progressMsg{seq: m.placeSeq, p: failed})
+	assert.False(t, m.placing)
+	assert.Contains(t, m.View(), "✗ refused: PullFailed")
+	assert.Contains(t, m.View(), "huggingface.co answered 503")
+}
+
+func TestStopWatchingDropsLateAnswers(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+	seq := m.placeSeq
+	cmd := press(m, "esc")
+	assert.Equal(t, common.StatusMsg{Text: "still placing on mac-mini: follow it in Models"}, cmd())
+	assert.False(t, m.placing)
+	_, cmd = m.Update(placedMsg{seq: seq, p: pullingPlacement(0.1)})
+	assert.Nil(t, cmd)
+	assert.Nil(t, m.placement, "the answer for a placement no longer watched is dropped")
+	_, cmd = m.Update(pollMsg{seq: seq})
+	assert.Nil(t, cmd)
+}
+
+func TestDeletedWhileWatching(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+	m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.1)})
+	m.Update(progressMsg{seq: m.placeSeq, err: &api.Error{Code: api.CodeNotFound, Message: "no placement p-55aa"}})
+	assert.False(t, m.placing)
+	assert.Contains(t, m.View(), "it was deleted")
+}
+
+func TestHint(t *testing.T) {
+	refused := func(code api.Code) api.Ranked { return api.Ranked{Verdict: api.VerdictRefused, Code: code} }
+	assert.Empty(t, Hint([]api.Ranked{refused(api.CodeInsufficientMemory), {Verdict: api.VerdictFits}}), "a host fits: no hint")
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeUnreachable), refused(api.CodeAcceleratorMissing), refused(api.CodeAcceleratorMissing), refused(api.CodeEngineUnavailable)}), "Hailo-10H")
+	assert.Empty(t, Hint([]api.Ranked{refused(api.CodeUnreachable)}), "only dead hosts: nothing to say about the request")
+}
+
+func TestView(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			m := New(testCtx())
+			m.SetSize(size[0], size[1])
+			m.Open("hailo://qwen2.5-instruct:1.5b")
+			ranked(m, hailoEstimate, "pi5")
+			press(m, "enter")
+			golden.RequireEqual(t, []byte(m.View()))
+		})
+	}
+}
+
+func TestViewSuggestions(t *testing.T) {
+	ctx := testCtx()
+	ctx.Recent = []string{"hailo://qwen2:1.5b"}
+	m := New(ctx)
+	m.SetSize(80, 24)
+	typeText(m, "qwen")
+	press(m, "down", "down")
+	golden.RequireEqual(t, []byte(m.View()))
+}
+
+func TestViewEmpty(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	golden.RequireEqual(t, []byte(m.View()))
+}
+
+func TestViewPulling(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+	m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.42)})
+	golden.RequireEqual(t, []byte(m.View()))
+}
+
+func TestViewRefused(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+	m.Update(placedMsg{seq: m.placeSeq, err: &api.Error{Code: api.CodeInsufficientMemory,
+		Message: "needs 3.0 GiB, 1.1 GiB free of a 21.4 GiB budget (4.7 GiB committed, 5.6 GiB reserved by an admission in flight)",
+		Fix:     "free 1.9 GiB: delete qwen2.5-coder-7b, or wait for llama-3.1-8b-instruct to finish"}})
+	golden.RequireEqual(t, []byte(m.View()))
+}
+
+func TestViewRankedGGUF(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(120, 35)
+	typeText(m, "hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf")
+	ranked(m, api.SizeEstimate{Bytes: 3 << 30, Method: api.SizeHeader, Weights: 2 << 30, KV: 768 * mib, Compute: 200 * mib, Overhead: 56 * mib}, "mac-mini")
+	golden.RequireEqual(t, []byte(m.View()))
+}
+
+// fakeAgent answers the agent API calls the place view makes, on loopback: the mesh (every
+// agent's API is this server), an estimate, an admission, and a placement that goes pulling →
+// loading → ready one read at a time.
+func fakeAgent(t *testing.T) *console.Conn {
+	t.Helper()
+	var mu sync.Mutex
+	reads := 0
+	var placed api.PlacementRequest
+	mux := http.NewServeMux()
+	var addr string
+	mux.HandleFunc("GET /v1/mesh", func(w http.ResponseWriter, r *http.Request) {
+		v := common.SampleMesh(now)
+		for i := range v.Members {
+			if h := v.Members[i].Host; h != nil {
+				h.APIAddr = addr
+			}
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	})
+	mux.HandleFunc("POST /v1/estimate", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(api.Estimation{Estimate: hailoEstimate, Verdict: api.VerdictFits})
+	})
+	mux.HandleFunc("POST /v1/placements", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = json.NewDecoder(r.Body).Decode(&placed)
+		_ = json.NewEncoder(w).Encode(api.Placement{ID: "p-1", Host: "pi5", Model: "qwen2.5-instruct:1.5b", Source: placed.Source,
+			Runtime: api.RuntimeHailoOllama, State: api.StateSizing, Memory: hailoEstimate})
+	})
+	mux.HandleFunc("GET /v1/placements/p-1", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		p := api.Placement{ID: "p-1", Host: "pi5", Model: "qwen2.5-instruct:1.5b", Source: placed.Source, Runtime: api.RuntimeHailoOllama, Memory: hailoEstimate}
+		switch reads {
+		case 1:
+			p.State, p.Progress = api.StatePulling, 0.5
+		case 2:
+			p.State = api.StateLoading
+		default:
+			p.State = api.StateReady
+		}
+		_ = json.NewEncoder(w).Encode(p)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	addr = srv.Listener.Addr().String()
+	conn, err := console.Connect(context.Background(), console.Options{AgentURL: srv.URL, Token: "t", Poll: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// TestPlacesThroughAnAgent runs the view's commands for real against an agent API on loopback;
+// only the timers between them are skipped (their messages are sent directly).
+func TestPlacesThroughAnAgent(t *testing.T) {
+	ctx := testCtx()
+	ctx.Conn = fakeAgent(t)
+	m := New(ctx)
+	m.SetSize(80, 24)
+	m.Open("hailo://qwen2.5-instruct:1.5b")
+	_, cmd := m.Update(debounceMsg{seq: m.seq})
+	require.NotNil(t, cmd)
+	m.Update(cmd())
+	require.NoError(t, m.rankErr)
+	require.NotNil(t, m.estimate)
+	assert.Equal(t, int64(1946*mib), m.estimate.Estimate.Bytes)
+	assert.Equal(t, "pi5", m.hosts[0].Host)
+
+	press(m, "enter", "enter")
+	cmd = press(m, "y")
+	_, cmd = m.Update(cmd())
+	require.NotNil(t, m.placement, "admitted")
+	require.NotNil(t, cmd)
+	var states []api.PlacementState
+	for m.placing {
+		_, cmd = m.Update(pollMsg{seq: m.placeSeq})
+		require.NotNil(t, cmd)
+		m.Update(cmd())
+		states = append(states, m.placement.State)
+		require.Less(t, len(states), 10)
+	}
+	assert.Equal(t, []api.PlacementState{api.StatePulling, api.StateLoading, api.StateReady}, states)
+	assert.Equal(t, []string{"hailo://qwen2.5-instruct:1.5b"}, ctx.Recent)
+	assert.Contains(t, m.View(), "ready: qwen2.5-instruct:1.5b on pi5")
+}

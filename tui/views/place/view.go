@@ -1,0 +1,338 @@
+package place
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/console"
+	"github.com/llmkube/mesh/tui/render"
+)
+
+// labelWidth is the room for the field names left of the inputs.
+const labelWidth = 12
+
+var hostCols = []render.Column{{Title: "VERDICT", Width: 7}, {Title: "HOST", Width: 10}, {Title: "", Width: 4}, {Title: "REASON"}}
+
+func (m *Model) label(name string, field int) string {
+	st := m.ctx.Styles
+	if m.focus == field && !m.placing && m.placement == nil && m.placeErr == nil {
+		return st.Prompt.Render(render.Pad("› "+name, labelWidth))
+	}
+	return st.Muted.Render(render.Pad("  "+name, labelWidth))
+}
+
+func (m *Model) View() string {
+	st := m.ctx.Styles
+	var lines []string
+	add := func(l ...string) { lines = append(lines, l...) }
+
+	mode := "best fit: the tightest host first · ctrl+s spreads"
+	if m.spread {
+		mode = "spread: the host with the most room first · ctrl+s for best fit"
+	}
+	add(render.Cut(st.Title.Render("Place a model")+st.Muted.Render(" · "+mode), m.width))
+	add(render.Cut(m.label("source", fieldSource)+m.inputs[fieldSource].View(), m.width))
+	if m.focus == fieldSource && !m.placing && m.placement == nil && m.placeErr == nil {
+		add(m.suggestionLines()...)
+	}
+	rt, inferred := m.Runtime()
+	rtText := string(rt)
+	switch {
+	case inferred && !LooksLikeSource(strings.TrimSpace(m.inputs[fieldSource].Value())):
+		rtText = st.Muted.Render("inferred from the source · ctrl+r chooses")
+	case inferred:
+		scheme := "a GGUF source"
+		if i := strings.Index(m.inputs[fieldSource].Value(), "://"); i > 0 && rt != api.RuntimeLlamaServer {
+			scheme = strings.ToLower(m.inputs[fieldSource].Value()[:i+3])
+		}
+		rtText += st.Muted.Render(" (from " + scheme + ") · ctrl+r chooses")
+	default:
+		rtText += st.Muted.Render(" (chosen) · ctrl+r changes")
+	}
+	add(render.Cut(m.label("runtime", -1)+rtText, m.width))
+	add(render.Cut(m.label("namespace", fieldNamespace)+m.inputs[fieldNamespace].View()+" "+
+		m.label("context", fieldContext)+m.inputs[fieldContext].View()+" "+
+		m.label("priority", fieldPriority)+m.inputs[fieldPriority].View(), m.width))
+	if _, err := m.Request(); err != nil && !errors.Is(err, errIncomplete) {
+		add(st.Error.Render(render.Cut(strings.Repeat(" ", labelWidth)+err.Error(), m.width)))
+	}
+	add("")
+	if m.placing || m.placement != nil || m.placeErr != nil {
+		add(m.progressLines()...)
+	} else {
+		add(m.rankingLines(m.height - len(lines))...)
+	}
+	return render.Place(strings.Join(lines, "\n"), m.width, m.height)
+}
+
+func (m *Model) suggestionLines() []string {
+	st := m.ctx.Styles
+	sugg := m.Suggestions()
+	if len(sugg) == 0 {
+		return nil
+	}
+	n := 3
+	if m.height >= 30 {
+		n = 5
+	}
+	// Keep the highlighted one in sight.
+	start := 0
+	if m.sugg >= n {
+		start = m.sugg - n + 1
+	}
+	end := min(start+n, len(sugg))
+	var out []string
+	indent := strings.Repeat(" ", labelWidth)
+	for i := start; i < end; i++ {
+		s := sugg[i]
+		mark := "  "
+		text := s.Source
+		if i == m.sugg {
+			mark = "> "
+			text = st.Selected.Render(text)
+		}
+		out = append(out, render.Cut(indent+mark+text+"  "+st.Muted.Render(s.Note), m.width))
+	}
+	more := len(sugg) - end
+	hint := "↓ picks a suggestion, tab completes it"
+	if more > 0 {
+		hint = fmt.Sprintf("%d more · ", more) + hint
+	}
+	return append(out, st.Muted.Render(render.Cut(indent+"  "+hint, m.width)))
+}
+
+func (m *Model) rankingLines(room int) []string {
+	st := m.ctx.Styles
+	var out []string
+	req, reqErr := m.Request()
+	switch {
+	case errors.Is(reqErr, errIncomplete):
+		out = append(out, st.Muted.Render(render.Cut("Type a source or pick one: every host is ranked for it here as you type.", m.width)))
+		if req.Source != "" {
+			for _, l := range strings.Split(ansi.Wrap(errIncomplete.Error(), max(m.width-2, 20), " "), "\n") {
+				out = append(out, st.Muted.Render("  "+l))
+			}
+		}
+		return out
+	case reqErr != nil:
+		return nil
+	case m.sizing:
+		return []string{st.Muted.Render(render.Cut("sizing "+req.Source+"…", m.width))}
+	case m.rankErr != nil:
+		out = append(out, m.errorLines("cannot size it", m.rankErr)...)
+		return out
+	case m.estimate == nil:
+		return nil
+	}
+	out = append(out, render.Cut(Estimate(*m.estimate), m.width))
+	if d := Breakdown(m.estimate.Estimate); d != "" {
+		out = append(out, st.Muted.Render(render.Cut("  "+d, m.width)))
+	}
+	if len(m.hosts) == 0 {
+		return append(out, st.Muted.Render("no agent in the mesh to rank"))
+	}
+	cols := render.Fit(hostCols, m.width-2, 12)
+	out = append(out, "  "+render.Head(st, cols))
+	hint := Hint(m.hosts)
+	rows := room - len(out)
+	if m.swapping != nil {
+		rows--
+	}
+	if hint != "" {
+		rows--
+	}
+	rows = max(rows, 1)
+	start := 0
+	if m.cursor >= rows {
+		start = m.cursor - rows + 1
+	}
+	best := m.bestIndex()
+	for i := start; i < min(start+rows, len(m.hosts)); i++ {
+		h := m.hosts[i]
+		tag := ""
+		if i == best && h.Verdict != api.VerdictRefused {
+			tag = "best"
+		}
+		line := render.Row(cols, []string{st.Verdict(h.Verdict).Render(string(h.Verdict)), h.Host, tag, trimVerdict(h)})
+		mark := "  "
+		if m.focus == fieldHosts && i == m.cursor {
+			mark = "> "
+			line = st.Selected.Render(line)
+		}
+		out = append(out, mark+line)
+	}
+	if hint != "" {
+		out = append(out, st.Warn.Render(render.Cut("no host can take it: "+hint, m.width)))
+	}
+	if h := m.swapping; h != nil {
+		out = append(out, st.Danger.Render(render.Cut(fmt.Sprintf("place on %s? it %s (y/n)", h.Host, trimVerdict(*h)), m.width)))
+	}
+	return out
+}
+
+// methods say how an agent learned a size, in words.
+var methods = map[string]string{
+	api.SizeHeader:   "from the GGUF header",
+	api.SizeHead:     "from the blob's size (HEAD)",
+	api.SizeRange:    "from the blob's size (range request)",
+	api.SizeRegistry: "from the Ollama registry manifest",
+	api.SizeShow:     "from the local Ollama daemon",
+	api.SizeFallback: "guessed: 1.2 × the file + 512 MiB (the header could not be read)",
+}
+
+// Estimate says what a model will cost and how that was learned.
+func Estimate(r console.Ranking) string {
+	e := r.Estimate
+	if e.Bytes <= 0 {
+		return "size unknown: sized by " + r.SizedBy + ", nothing will load blind"
+	}
+	s := "needs " + render.Bytes(e.Bytes)
+	if e.Device == api.DeviceHailo {
+		s += " on the Hailo-10H"
+	}
+	how := methods[e.Method]
+	if how == "" {
+		how = "by " + e.Method
+	}
+	return s + " · " + how + ", sized by " + r.SizedBy
+}
+
+// Breakdown is an estimate's arithmetic: the agent's own words, or its parts.
+func Breakdown(e api.SizeEstimate) string {
+	if e.Weights > 0 {
+		parts := []string{"weights " + render.Bytes(e.Weights)}
+		if e.KV > 0 {
+			parts = append(parts, "KV cache "+render.Bytes(e.KV))
+		}
+		if e.Compute > 0 {
+			parts = append(parts, "compute "+render.Bytes(e.Compute))
+		}
+		if e.Overhead > 0 {
+			parts = append(parts, "overhead "+render.Bytes(e.Overhead))
+		}
+		return strings.Join(parts, " + ")
+	}
+	return e.Detail
+}
+
+// steps a placement goes through, in order.
+var steps = []api.PlacementState{api.StateSizing, api.StatePulling, api.StateLoading, api.StateReady}
+
+func (m *Model) progressLines() []string {
+	st := m.ctx.Styles
+	req := m.req
+	ns := req.Namespace
+	if ns == "" {
+		ns = api.DefaultNamespace
+	}
+	rt := req.Runtime
+	if rt == "" {
+		rt = InferRuntime(req.Source)
+	}
+	out := []string{render.Cut(st.Bold.Render("Placing "+req.Source+" on "+m.target)+st.Muted.Render(fmt.Sprintf(" · %s · namespace %s", rt, ns)), m.width)}
+	p := m.placement
+	if p == nil && m.placeErr == nil {
+		return append(out, st.Muted.Render("  asking "+m.target+" to admit it…"))
+	}
+	if p != nil {
+		cur := -1
+		for i, s := range steps {
+			if p.State == s {
+				cur = i
+			}
+		}
+		for i, s := range steps {
+			var line string
+			switch {
+			case cur < 0 || i > cur:
+				line = st.Muted.Render("  · " + string(s))
+			case i < cur || (i == cur && s == api.StateReady):
+				line = st.OK.Render("  ✓ "+render.Pad(string(s), 8)) + m.stepNote(s, p)
+			default:
+				line = st.Warn.Render("  › "+render.Pad(string(s), 8)) + m.stepNote(s, p)
+			}
+			out = append(out, render.Cut(line, m.width))
+		}
+		if cur < 0 && !p.State.Terminal() {
+			out = append(out, st.State(p.State).Render("  "+string(p.State)))
+		}
+	}
+	if m.pollErr != nil {
+		out = append(out, st.Warn.Render(render.Cut("  "+m.target+" does not answer, asking again: "+m.pollErr.Error(), m.width)))
+	}
+	switch {
+	case m.placeErr != nil:
+		out = append(out, "")
+		out = append(out, m.errorLines("refused", m.placeErr)...)
+		out = append(out, "", st.Muted.Render("esc: change the request"))
+	case p != nil && p.State == api.StateReady:
+		out = append(out, "", st.OK.Render(render.Cut(fmt.Sprintf("ready: %s on %s — press enter to chat with it", p.Model, p.Host), m.width)),
+			st.Muted.Render("esc: place another"))
+	case m.placing:
+		out = append(out, "", st.Muted.Render("esc stops watching (the placement goes on)"))
+	}
+	return out
+}
+
+func (m *Model) stepNote(s api.PlacementState, p *api.Placement) string {
+	switch s {
+	case api.StateSizing:
+		if p.Memory.Bytes > 0 {
+			where := ""
+			if p.Memory.Device == api.DeviceHailo {
+				where = " on the Hailo-10H"
+			}
+			return render.Bytes(p.Memory.Bytes) + " reserved" + where
+		}
+	case api.StatePulling:
+		if p.State != api.StatePulling {
+			return "done"
+		}
+		note := render.Progress(m.ctx.Styles, min(30, max(m.width-40, 10)), p.Progress)
+		if p.TotalBytes > 0 {
+			note += "  " + render.Bytes(p.PulledBytes) + " of " + render.Bytes(p.TotalBytes)
+		}
+		return note
+	case api.StateLoading:
+		if p.State == api.StateLoading {
+			return "starting " + string(p.Runtime) + " and waiting for it to answer"
+		}
+	case api.StateReady:
+		return p.Model + " answers on " + p.Host
+	}
+	return ""
+}
+
+// errorLines show an error with its code, its message and what would fix it.
+func (m *Model) errorLines(what string, err error) []string {
+	st := m.ctx.Styles
+	var out []string
+	wrap := func(prefix, text string) {
+		for i, l := range strings.Split(ansi.Wrap(text, max(m.width-len(prefix), 20), " "), "\n") {
+			if i > 0 {
+				prefix = strings.Repeat(" ", len(prefix))
+			}
+			out = append(out, prefix+l)
+		}
+	}
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) {
+		out = append(out, st.Error.Render(render.Cut("✗ "+what+": "+string(apiErr.Code), m.width)))
+		wrap("  ", apiErr.Message)
+		fix := apiErr.Fix
+		if fix == "" {
+			fix = Hint([]api.Ranked{{Verdict: api.VerdictRefused, Code: apiErr.Code}})
+		}
+		if fix != "" {
+			wrap("  fix: ", fix)
+		}
+		return out
+	}
+	out = append(out, st.Error.Render(render.Cut("✗ "+what, m.width)))
+	wrap("  ", err.Error())
+	return out
+}
