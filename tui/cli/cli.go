@@ -181,11 +181,11 @@ with --agent URL and a token (--token, ` + EnvToken + ` or --token-file). Secret
 	f.StringVar(&a.g.token, "token", "", "API token, admin or namespace (prefer "+EnvToken+" or --token-file); default: the admin token of the join string")
 	f.StringVar(&a.g.tokenFile, "token-file", "", "read the API token from this file")
 	f.StringVar(&a.g.agent, "agent", "", "act through this agent's API (URL or host:port) instead of joining the mesh (env "+EnvAgent+")")
-	f.StringArrayVar(&a.g.seeds, "join", nil, "gossip address host:port of a mesh member to join (repeatable; adds to the join string's seeds)")
+	f.StringSliceVar(&a.g.seeds, "join", nil, "gossip host:port of an agent to join (repeat or comma-separate; adds to the join string's seeds)")
 	f.BoolVar(&a.g.mdns, "mdns", false, "find mesh members with mDNS on the LAN")
 	f.StringVar(&a.g.mdnsInterface, "mdns-interface", "", "network interface for mDNS (default: every multicast-capable one)")
 	f.StringVar(&a.g.nodeName, "node-name", "", "this console's name in the mesh (default: host name and a random suffix)")
-	f.StringVar(&a.g.profile, "profile", "", "gossip timings: lan, wan or local (env "+EnvProfile+"; default lan)")
+	f.StringVar(&a.g.profile, "mesh-profile", "", "gossip timings: lan, wan or local (env "+EnvProfile+"; default lan)")
 	f.DurationVar(&a.g.timeout, "timeout", DefaultTimeout, "how long a command may take, 0 = no limit (watch, chat and place --wait have none unless given)")
 	f.BoolVar(&a.g.json, "json", false, "print JSON (one document; NDJSON for watch and chat) with a stable schema")
 	f.BoolVarP(&a.g.verbose, "verbose", "v", false, "log what happens (to stderr, or to --log-file)")
@@ -383,7 +383,7 @@ func (a *app) consoleOptions(c creds, log *slog.Logger) (console.Options, error)
 	switch profile {
 	case "", mesh.ProfileLAN, mesh.ProfileWAN, mesh.ProfileLocal:
 	default:
-		return console.Options{}, usagef("--profile %q: want lan, wan or local", profile)
+		return console.Options{}, usagef("--mesh-profile %q: want lan, wan or local", profile)
 	}
 	o := console.Options{
 		Join: c.join, Token: c.token, AgentURL: c.agent, Seeds: a.g.seeds,

@@ -15,10 +15,10 @@ import (
 
 // Environment variables the CLI reads (flags win over them).
 const (
-	EnvJoin    = "LLMKUBE_JOIN"    // the join string
-	EnvToken   = "LLMKUBE_TOKEN"   // an API token (admin or namespace)
-	EnvAgent   = "LLMKUBE_AGENT"   // an agent's API URL: act through it without joining
-	EnvProfile = "LLMKUBE_PROFILE" // memberlist timings: lan (default), wan, local
+	EnvJoin    = "LLMKUBE_JOIN"         // the join string
+	EnvToken   = "LLMKUBE_TOKEN"        // an API token (admin or namespace)
+	EnvAgent   = "LLMKUBE_AGENT"        // an agent's API URL: act through it without joining
+	EnvProfile = "LLMKUBE_MESH_PROFILE" // gossip timings: lan (default), wan, local
 )
 
 // maxSecretFile bounds a join or token file: both are one short line.

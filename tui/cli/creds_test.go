@@ -135,7 +135,7 @@ func TestSecretsNeverEchoed(t *testing.T) {
 	for name, w := range ways {
 		for _, cmd := range commands {
 			args := append(append([]string{}, cmd...), w.args...)
-			args = append(args, "--profile", "local", "--timeout", "300ms")
+			args = append(args, "--mesh-profile", "local", "--timeout", "300ms")
 			for _, asJSON := range []bool{false, true} {
 				a := args
 				if asJSON {

@@ -92,7 +92,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"bad event type", []string{"mesh", "watch", "--type", "placement,gossip"}, `--type "gossip"`},
 		{"token without namespace", []string{"mesh", "token"}, "--namespace is required"},
 		{"token bad namespace", []string{"mesh", "token", "--namespace", "-x"}, "namespace"},
-		{"bad profile", []string{"mesh", "hosts", "--profile", "fast"}, `--profile "fast"`},
+		{"bad profile", []string{"mesh", "hosts", "--mesh-profile", "fast"}, `--mesh-profile "fast"`},
 		{"agent with seeds", []string{"mesh", "hosts", "--agent", "127.0.0.1:1", "--join", "127.0.0.1:2"}, "do not go with --agent"},
 		{"empty prompt", []string{"mesh", "chat", "qwen", ""}, "the prompt is empty"},
 		{"bad completion shell", []string{"completion", "tcsh"}, "tcsh"},
@@ -207,7 +207,7 @@ func TestInterruptExits130(t *testing.T) {
 // A member that joins a mesh nobody else is in: no agent within the timeout is exit 5.
 func TestMemberNoAgentExits5(t *testing.T) {
 	_, join := newJoin(t, "lonely", closedPort(t))
-	r := runCLI(t, t.Context(), map[string]string{"LLMKUBE_JOIN": join, "LLMKUBE_PROFILE": "local"}, "", "mesh", "hosts", "--timeout", "300ms", "--json")
+	r := runCLI(t, t.Context(), map[string]string{"LLMKUBE_JOIN": join, "LLMKUBE_MESH_PROFILE": "local"}, "", "mesh", "hosts", "--timeout", "300ms", "--json")
 	assert.Equal(t, cli.ExitUnreachable, r.code, "stderr: %s", r.stderr)
 	e := decodeError(t, r.stdout)
 	assert.Contains(t, e.Message, `no agent of mesh "lonely"`)
@@ -216,7 +216,7 @@ func TestMemberNoAgentExits5(t *testing.T) {
 
 func TestDoctorWithoutAgents(t *testing.T) {
 	_, join := newJoin(t, "lonely", closedPort(t))
-	r := runCLI(t, t.Context(), map[string]string{"LLMKUBE_JOIN": join, "LLMKUBE_PROFILE": "local"}, "", "mesh", "doctor", "--timeout", "2s", "--json")
+	r := runCLI(t, t.Context(), map[string]string{"LLMKUBE_JOIN": join, "LLMKUBE_MESH_PROFILE": "local"}, "", "mesh", "doctor", "--timeout", "2s", "--json")
 	assert.Equal(t, cli.ExitFailed, r.code, "an error finding fails the doctor; stderr: %s", r.stderr)
 	var doc cli.DoctorDoc
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), r.stdout)

@@ -1,0 +1,35 @@
+package console
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+func TestRankingRefusal(t *testing.T) {
+	fits := Ranking{Hosts: []api.Ranked{
+		{Host: "pi5", Verdict: api.VerdictRefused, Code: api.CodeAcceleratorMissing, Reason: "refused: no Hailo-10H"},
+		{Host: "mac", Verdict: api.VerdictSwap, Reason: "swap"},
+	}}
+	if err := fits.Refusal(); err != nil {
+		t.Fatalf("a host that swaps fits: %v", err)
+	}
+	none := Ranking{Hosts: []api.Ranked{
+		{Host: "pi5", Verdict: api.VerdictRefused, Code: api.CodeInsufficientMemory, Reason: "refused: needs 5.0 GiB, 1.0 GiB free"},
+		{Host: "mac", Verdict: api.VerdictRefused, Code: api.CodeRuntimeMismatch, Reason: "refused: no ollama"},
+	}}
+	var ae *api.Error
+	if err := none.Refusal(); !errors.As(err, &ae) {
+		t.Fatalf("want *api.Error, got %v", err)
+	}
+	if ae.Code != api.CodeInsufficientMemory {
+		t.Errorf("code %s: want the best host's", ae.Code)
+	}
+	if want := "no host can take it — pi5: refused: needs 5.0 GiB, 1.0 GiB free; mac: refused: no ollama"; ae.Message != want {
+		t.Errorf("message %q, want %q", ae.Message, want)
+	}
+	if err := (Ranking{}).Refusal(); !errors.Is(err, ErrNoAgents) {
+		t.Errorf("no hosts: %v, want ErrNoAgents", err)
+	}
+}
