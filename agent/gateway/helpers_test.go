@@ -64,7 +64,7 @@ type nodeOpts struct {
 	drivers []engines.Driver
 	sizer   *sizing.Sizer
 	gateway func(*gateway.Config)
-	mesh    *mesh.Mesh // joined by join
+	agent   func(*agent.Config)
 }
 
 // node is an agent with its API server, the gateway mounted, on a loopback port.
@@ -101,12 +101,16 @@ func newNode(t testing.TB, o nodeOpts) *node {
 	t.Cleanup(func() { sd.Close() })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	a, err := agent.New(agent.Config{
+	ac := agent.Config{
 		State: sd, ModelsDir: filepath.Join(dir, "models"), AllowTempStore: true, NodeName: o.name,
 		Host:    hwprobe.Probe(context.Background(), hwprobe.Options{Root: filepath.Join("..", "..", "hwprobe", "testdata", o.fixture), OS: "linux", Arch: arch}),
 		Drivers: o.drivers, Sizer: o.sizer, Budget: 32 << 30, APIAddr: ln.Addr().String(), Version: api.Version,
 		Log: testLog().With("node", o.name),
-	})
+	}
+	if o.agent != nil {
+		o.agent(&ac)
+	}
+	a, err := agent.New(ac)
 	require.NoError(t, err)
 	n := &node{name: o.name, a: a, url: "http://" + ln.Addr().String(), addr: ln.Addr().String()}
 	gc := gateway.Config{Agent: a, Self: o.name, Log: testLog().With("node", o.name),
@@ -176,8 +180,10 @@ func join(t testing.TB, nodes ...*node) {
 			ready := 0
 			v := n.m.View()
 			for _, p := range v.Placements() {
-				if p.State == api.StateReady && len(v.Ready(p.Namespace, p.Model)) > 0 {
-					ready++
+				for _, q := range v.Ready(p.Namespace, p.Model) {
+					if q.Host == p.Host && q.ID == p.ID {
+						ready++
+					}
 				}
 			}
 			if ready < want {
@@ -248,11 +254,15 @@ func ollamaSim(t testing.TB, tune func(*ollamasim.Config), models ...string) *ol
 }
 
 // ollamaNode is a node whose agent drives sim's Ollama daemon.
-func ollamaNode(t testing.TB, name string, sim *ollamasim.Server, gw func(*gateway.Config)) *node {
+func ollamaNode(t testing.TB, name string, sim *ollamasim.Server, gw func(*gateway.Config), ag ...func(*agent.Config)) *node {
 	t.Helper()
 	d, err := ollama.New(ollama.Config{URL: sim.URL()}, nil)
 	require.NoError(t, err)
-	return newNode(t, nodeOpts{name: name, drivers: []engines.Driver{d}, gateway: gw,
+	var agentCfg func(*agent.Config)
+	if len(ag) > 0 {
+		agentCfg = ag[0]
+	}
+	return newNode(t, nodeOpts{name: name, drivers: []engines.Driver{d}, gateway: gw, agent: agentCfg,
 		sizer: &sizing.Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}})
 }
 

@@ -220,16 +220,16 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 			tps = float64(st.completionTokens-1) / st.eval.Seconds()
 		}
 	}
-	if err := enc.finish(st); err != nil {
-		g.m.clientGone()
-		return true, nil
-	}
+	// Measured before the last write, so that whoever sees the answer end sees its figures too.
 	g.a.RecordSpeed(p.ID, ttft, tps)
 	var clientTTFT time.Duration
 	if !first.IsZero() {
 		clientTTFT = first.Sub(start)
 	}
 	g.m.served(p.Model, routeLocal, clientTTFT, time.Since(start), st.promptTokens, st.completionTokens)
+	if err := enc.finish(st); err != nil {
+		g.m.clientGone()
+	}
 	return true, nil
 }
 

@@ -1,0 +1,196 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent"
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/gateway"
+	ollamasim "github.com/llmkube/mesh/sim/ollama"
+)
+
+// TestForwardAcrossTheMesh: a client of node-b reaches a model only node-a serves; the owner
+// checks the caller's token again; a forwarded request is never forwarded twice.
+func TestForwardAcrossTheMesh(t *testing.T) {
+	sim := ollamaSim(t, nil, "llama3.2:1b")
+	a := ollamaNode(t, "node-a", sim, nil)
+	b := newNode(t, nodeOpts{name: "node-b"})
+	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama", Namespace: "team-a"})
+	join(t, a, b)
+	teamA, teamB := nsToken(t, "team-a"), nsToken(t, "team-b")
+	ctx := t.Context()
+
+	direct := openAIClient(a, teamA)
+	want, err := direct.Chat.Completions.New(ctx, userChat("llama", "Across the mesh."))
+	require.NoError(t, err)
+
+	viaB := openAIClient(b, teamA)
+	got, err := viaB.Chat.Completions.New(ctx, userChat("llama", "Across the mesh."))
+	require.NoError(t, err)
+	assert.Equal(t, want.Choices[0].Message.Content, got.Choices[0].Message.Content)
+	assert.Equal(t, want.Usage, got.Usage)
+
+	params := userChat("llama", "Across the mesh.")
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	stream := viaB.Chat.Completions.NewStreaming(ctx, params)
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+		chunks++
+	}
+	require.NoError(t, stream.Err())
+	assert.Greater(t, chunks, 2)
+	assert.Equal(t, want.Choices[0].Message.Content, acc.Choices[0].Message.Content)
+
+	// Ollama clients too.
+	resp, body := call(t, "POST", b.url+"/api/chat", teamA, `{"model":"llama","messages":[{"role":"user","content":"Across the mesh."}]}`)
+	require.Equal(t, 200, resp.StatusCode, "%s", body)
+	lines := ndjson(t, body)
+	assert.Equal(t, true, lines[len(lines)-1]["done"])
+	for k := range resp.Header {
+		assert.False(t, strings.HasPrefix(k, "X-Llmkube-"), "internal header %s reached the client", k)
+	}
+
+	// Listings are mesh-wide.
+	page, err := viaB.Models.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, page.Data, 1)
+	assert.Equal(t, "llama", page.Data[0].ID)
+	assert.Equal(t, "node-a", page.Data[0].OwnedBy)
+	resp, body = call(t, "GET", b.url+"/api/tags", teamA, "")
+	require.Equal(t, 200, resp.StatusCode)
+	assert.Contains(t, string(body), `"name":"llama"`)
+
+	// Another namespace's token learns nothing, at the forwarder or at the owner.
+	resp, body = call(t, "POST", b.url+"/v1/chat/completions", teamB, chatBody("llama", "hi", false, ""))
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", body)
+	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamB, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the owner checks the token again: %s", body)
+	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+
+	// A request that already made its hop is served locally or not at all.
+	forwards := func() float64 { return metricSum(t, b, "llmkube_gateway_requests_total", "forward") }
+	require.Eventually(t, func() bool { return forwards() == 3 }, 5*time.Second, time.Millisecond, "node-b forwarded three chats")
+	resp, body = call(t, "POST", b.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", body)
+	assert.Equal(t, 3.0, forwards())
+	assert.Equal(t, 2.0, metricSum(t, b, "llmkube_gateway_errors_total", "NotFound"), "node-b refused the other namespace and the hop, nothing else")
+	assert.Positive(t, metricSum(t, b, "llmkube_gateway_ttft_seconds", "forward"))
+
+	// node-a measured what it served, and the mesh carries the figure.
+	require.Eventually(t, func() bool {
+		for _, p := range b.m.View().Placements() {
+			if p.Model == "llama" && p.TTFTMillis > 0 {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "node-b sees node-a's measured speed")
+}
+
+// startStream starts a streaming chat and returns once its first line arrived; the rest is
+// read in the background until the returned channel closes.
+func startStream(t *testing.T, ctx context.Context, url, token, body string) (done <-chan struct{}) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	require.True(t, sc.Scan(), "a first line")
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		defer resp.Body.Close()
+		for sc.Scan() {
+		}
+	}()
+	return ch
+}
+
+// TestClientDisconnectCancelsTheEngine: a client that leaves mid-answer stops generation at
+// once, on a local placement and through a forward.
+func TestClientDisconnectCancelsTheEngine(t *testing.T) {
+	sim := ollamaSim(t, func(c *ollamasim.Config) { c.TokensPerSec = 10 }, "llama3.2:1b")
+	a := ollamaNode(t, "node-a", sim, nil)
+	b := newNode(t, nodeOpts{name: "node-b"})
+	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	join(t, a, b)
+
+	for i, n := range []*node{a, b} {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := startStream(t, ctx, n.url+"/v1/chat/completions", adminToken, chatBody("llama", "a long story", true, ""))
+		cancel()
+		<-done
+		require.Eventually(t, func() bool { return sim.Stats().Cancelled == i+1 }, 3*time.Second, time.Millisecond,
+			"the engine stopped generating (via %s)", n.name)
+	}
+	assert.Zero(t, sim.Stats().Generations, "no answer ran to its end")
+	assert.Positive(t, metricSum(t, a, "llmkube_gateway_errors_total", "client_gone"))
+}
+
+// TestLeastBusyReplica: with a request in flight on one replica, the next goes to the other.
+func TestLeastBusyReplica(t *testing.T) {
+	pace := func(c *ollamasim.Config) { c.TokensPerSec = 10 }
+	simA, simC := ollamaSim(t, pace, "llama3.2:1b"), ollamaSim(t, pace, "llama3.2:1b")
+	a, c := ollamaNode(t, "node-a", simA, nil), ollamaNode(t, "node-c", simC, nil)
+	b := newNode(t, nodeOpts{name: "node-b"})
+	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	place(t, c, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	join(t, a, b, c)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	first := startStream(t, ctx, b.url+"/v1/chat/completions", adminToken, chatBody("llama", "one", true, ""))
+	second := startStream(t, ctx, b.url+"/v1/chat/completions", adminToken, chatBody("llama", "two", true, ""))
+	chats := func(s *ollamasim.Server) int { return s.Stats().Requests["POST /api/chat"] }
+	assert.Equal(t, 1, chats(simA), "one stream each")
+	assert.Equal(t, 1, chats(simC), "one stream each")
+	cancel()
+	<-first
+	<-second
+}
+
+// TestFailoverBeforeTheFirstByte: a replica whose engine is down (but not yet found so by its
+// health check) fails before answering, and the request goes to the next replica.
+func TestFailoverBeforeTheFirstByte(t *testing.T) {
+	slowHealth := func(c *agent.Config) { c.HealthInterval = time.Minute }
+	simA, simC := ollamaSim(t, nil, "llama3.2:1b"), ollamaSim(t, nil, "llama3.2:1b")
+	a := ollamaNode(t, "node-a", simA, nil, slowHealth)
+	c := ollamaNode(t, "node-c", simC, nil, slowHealth)
+	b := newNode(t, nodeOpts{name: "node-b"})
+	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	place(t, c, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	join(t, a, b, c)
+	require.NoError(t, simA.Close()) // node-a's engine dies; its placement still shows ready
+
+	// Equal replicas are tried in the view's order: node-a first, which fails, then node-c.
+	resp, body := call(t, "POST", b.url+"/v1/chat/completions", adminToken, chatBody("llama", "still there?", true, ""))
+	require.Equal(t, 200, resp.StatusCode, "%s", body)
+	data := sseData(body)
+	require.NotEmpty(t, data)
+	assert.Equal(t, "[DONE]", data[len(data)-1])
+	assert.Equal(t, 1.0, metricSum(t, a, "llmkube_gateway_errors_total", "EngineUnavailable"), "node-a was tried and failed")
+	assert.Equal(t, 1, simC.Stats().Generations, "node-c answered")
+
+	// The same through Ollama's dialect, not streaming.
+	resp, body = call(t, "POST", b.url+"/api/chat", adminToken, `{"model":"llama","messages":[{"role":"user","content":"still there?"}],"stream":false}`)
+	require.Equal(t, 200, resp.StatusCode, "%s", body)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(body, &m))
+	assert.Equal(t, true, m["done"])
+}
