@@ -63,11 +63,21 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.mesh().queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState is our side of a push/pull: every document we hold of a known member.
+// LocalState is our side of a push/pull. A join carries every document we hold of a known
+// member, so a newcomer sees the whole mesh at once. A periodic push/pull carries only our own:
+// memberlist's part of the exchange already carries every member's metadata, with its
+// document generation, and the housekeeper fetches from its owner any document found newer
+// than ours — anti-entropy by digest, at a fraction of the bytes (see doc.go).
 func (d *delegate) LocalState(join bool) []byte {
 	m := d.mesh()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !join {
+		if e, ok := m.docs[m.name]; ok {
+			return encodeState([][]byte{e.wire})
+		}
+		return encodeState(nil)
+	}
 	wires := make([][]byte, 0, len(m.docs))
 	for name, e := range m.docs {
 		if _, ok := m.members[name]; ok {

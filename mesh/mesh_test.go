@@ -290,3 +290,30 @@ func TestConfigIsValidated(t *testing.T) {
 	_, err = Start(ctx, Config{MeshID: "ok", Secret: testSecret, NodeName: "-x-"})
 	require.ErrorContains(t, err, "node name")
 }
+
+// TestAntiEntropyRepairsLostGossip: a member deaf to UDP (a firewall) misses every gossiped
+// document and metadata update, yet push/pull over TCP tells it the newer generation and it
+// fetches the document; the members probing it report the blocked UDP.
+func TestAntiEntropyRepairsLostGossip(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	b := c.add("b", api.RoleAgent)
+	cfg, deafTr := c.config("deaf", api.RoleAgent)
+	deaf := c.start(cfg)
+	waitFor(t, 10*time.Second, []*Mesh{a, b, deaf}, "formed", allAlive("a", "b", "deaf"))
+
+	deafTr.DropPackets(true)
+	require.NoError(t, a.SetLocal(hostOf(7<<30), nil))
+	waitFor(t, 10*time.Second, []*Mesh{deaf}, "the deaf member got the document over TCP", func(v View) bool {
+		mb, ok := v.Member("a")
+		return ok && mb.Host != nil && mb.Host.Memory.Committed == 7<<30
+	})
+	require.Eventually(t, func() bool {
+		for _, m := range []*Mesh{a, b} {
+			if _, ok := findingWith(m.Doctor(context.Background()), "deaf answers over TCP but not over UDP"); ok {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 50*time.Millisecond)
+}

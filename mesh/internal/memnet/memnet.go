@@ -33,6 +33,7 @@ type Network struct {
 	byAddr map[string]*Transport
 	port   int
 	sent   atomic.Uint64
+	stream atomic.Uint64 // the part of sent written on streams
 }
 
 // NewTransport adds a member's transport at a fresh address 127.0.0.1:<port>.
@@ -58,6 +59,9 @@ func (n *Network) NewTransport() *Transport {
 
 // BytesSent is every byte sent on the network so far: packets and stream writes.
 func (n *Network) BytesSent() uint64 { return n.sent.Load() }
+
+// StreamBytesSent is the part of BytesSent written on streams (memberlist's TCP).
+func (n *Network) StreamBytesSent() uint64 { return n.stream.Load() }
 
 func (n *Network) lookup(a string) *Transport {
 	n.mu.RLock()
@@ -204,5 +208,6 @@ func (c *conn) RemoteAddr() net.Addr { return c.remote }
 func (c *conn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.owner.count(n)
+	c.owner.net.stream.Add(uint64(n))
 	return n, err
 }
