@@ -127,7 +127,7 @@ func (m *Mesh) Doctor(ctx context.Context) DoctorReport {
 	}
 	if alone {
 		fix := "give --join host:port of a running agent, or see the findings above for why none was found"
-		if nCandidates == 0 && m.cfg.Discovery == nil {
+		if nCandidates == 0 && m.cfg.Discovery == nil && m.discovered == nil {
 			fix = "give --join host:port of a running agent (no seeds, no last-known peers and no discovery are configured)"
 		}
 		add(SeverityWarning, "this member sees no other member", fix)

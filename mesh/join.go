@@ -26,8 +26,10 @@ func (m *Mesh) discover() {
 	if p := m.lastKnownPath(); p != "" {
 		srcs = append(srcs, discovery.LastKnown(p, nil))
 	}
-	if m.cfg.Discovery != nil {
-		srcs = append(srcs, m.cfg.Discovery)
+	for _, s := range []discovery.Source{m.cfg.Discovery, m.discovered} {
+		if s != nil {
+			srcs = append(srcs, s)
+		}
 	}
 	src := discovery.Multi(srcs...)
 	m.diag.setSource(src)

@@ -55,8 +55,15 @@ type Config struct {
 
 	Seeds    []string // gossip host:port to join (--join); retried with backoff
 	StateDir string   // node name and last-known peers; "" = keep nothing (consoles)
-	// Discovery finds more peers to join (mDNS); nil = none. Its Findings join the doctor's.
+	// Discovery finds more peers to join; nil = none. Its Findings join the doctor's.
 	Discovery discovery.Source
+	// NewDiscovery, if set, makes one more Source once the member's name and gossip port are
+	// known — what mDNS needs to announce it:
+	//
+	//	cfg.NewDiscovery = func(node string, gossipPort int) (discovery.Source, error) {
+	//		return discovery.NewMDNS(discovery.MDNSConfig{MeshID: id, Node: node, GossipPort: gossipPort, APIPort: apiPort})
+	//	}
+	NewDiscovery func(node string, gossipPort int) (discovery.Source, error)
 
 	Profile string // ProfileLAN (default), ProfileWAN or ProfileLocal
 	// Transport replaces the UDP/TCP sockets (in-process tests); nil = real sockets.
@@ -78,6 +85,7 @@ type Mesh struct {
 	mlc        *memberlist.Config
 	queue      *memberlist.TransmitLimitedQueue
 	diag       *diagnostics
+	discovered discovery.Source // from Config.NewDiscovery
 	subs       broker
 
 	ctx     context.Context // background work; ends at Shutdown
@@ -198,6 +206,14 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 	m.ml = ml
 	m.gossipAddr = ml.LocalNode().Address() // read once: the node memberlist returns is not ours to read later
+	if cfg.NewDiscovery != nil {
+		_, port, _ := net.SplitHostPort(m.gossipAddr)
+		p, _ := strconv.Atoi(port)
+		if m.discovered, err = cfg.NewDiscovery(name, p); err != nil {
+			ml.Shutdown()
+			return nil, fmt.Errorf("starting discovery: %w", err)
+		}
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 
 	for range 4 {

@@ -57,8 +57,8 @@ const (
 // so a member that sees the generation before the document waits a moment before fetching it.
 const flagDocGossiped = 1 << 0
 
-// ErrMetaVersion is returned for metadata of a layout this build does not know.
-var ErrMetaVersion = errors.New("node metadata of an unknown version")
+// errMetaVersion is returned for metadata of a layout this build does not know.
+var errMetaVersion = errors.New("node metadata of an unknown version")
 
 // nodeMeta is the decoded metadata of one node.
 type nodeMeta struct {
@@ -240,7 +240,7 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		return m, errors.New("node metadata is empty: not an llmkube member")
 	}
 	if b[0] != metaVersion {
-		return m, fmt.Errorf("%w: version %d, this build reads %d", ErrMetaVersion, b[0], metaVersion)
+		return m, fmt.Errorf("%w: version %d, this build reads %d", errMetaVersion, b[0], metaVersion)
 	}
 	rest := b[1:]
 	sawRole := false

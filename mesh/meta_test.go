@@ -116,7 +116,7 @@ func TestMetaSkipsUnknownFieldsAndRefusesUnknownVersions(t *testing.T) {
 	other := append([]byte{}, b...)
 	other[0] = metaVersion + 1
 	_, err = decodeMeta(other)
-	require.ErrorIs(t, err, ErrMetaVersion)
+	require.ErrorIs(t, err, errMetaVersion)
 
 	for _, bad := range [][]byte{nil, {metaVersion}, b[:len(b)-1], {metaVersion, tagRole, 5, 0}, {metaVersion, tagRole, 1, 9}} {
 		_, err := decodeMeta(bad)

@@ -148,13 +148,20 @@ func TestLastKnownPeersRejoinAfterRestart(t *testing.T) {
 func TestDiscoveredPeersAreJoinedAndForeignMeshesReported(t *testing.T) {
 	c := newCluster(t)
 	a := c.add("a", api.RoleAgent)
-	cfg, _ := c.config("b", api.RoleAgent)
+	cfg, tr := c.config("b", api.RoleAgent)
 	cfg.Seeds = nil
-	cfg.Discovery = &fakeMDNS{peers: []discovery.Peer{
-		{Node: "x", MeshHash: api.MeshIDHash("elsewhere"), GossipAddr: "10.9.9.9:7946", Via: discovery.ViaMDNS},
-		{Node: "a", MeshHash: api.MeshIDHash("test"), GossipAddr: a.GossipAddr(), Via: discovery.ViaMDNS},
-	}, finding: discovery.Finding{Severity: SeverityWarning, Problem: "no multicast-capable interface", Fix: "use --join"}}
+	var gotNode string
+	var gotPort int
+	cfg.NewDiscovery = func(node string, gossipPort int) (discovery.Source, error) {
+		gotNode, gotPort = node, gossipPort
+		return &fakeMDNS{peers: []discovery.Peer{
+			{Node: "x", MeshHash: api.MeshIDHash("elsewhere"), GossipAddr: "10.9.9.9:7946", Via: discovery.ViaMDNS},
+			{Node: "a", MeshHash: api.MeshIDHash("test"), GossipAddr: a.GossipAddr(), Via: discovery.ViaMDNS},
+		}, finding: discovery.Finding{Severity: SeverityWarning, Problem: "no multicast-capable interface", Fix: "use --join"}}, nil
+	}
 	b := c.start(cfg)
+	require.Equal(t, "b", gotNode, "discovery announces the member's name")
+	require.Equal(t, tr.Addr(), fmt.Sprintf("127.0.0.1:%d", gotPort), "and its gossip port")
 	waitFor(t, 10*time.Second, []*Mesh{a, b}, "joined through discovery", allAlive("a", "b"))
 	r := b.Doctor(context.Background())
 	f, ok := findingWith(r, "announces another mesh")
