@@ -1,0 +1,469 @@
+// Package chat talks to any ready model of the mesh through the agents' gateway: a streaming
+// transcript, a multi-line input, the host, runtime, time to first token and speed shown live,
+// Esc really cancelling a generation, and each model's conversation kept while the console runs.
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textarea"
+	"github.com/charmbracelet/bubbles/viewport"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
+)
+
+// Bounds on a generation: the whole answer, and the silence between two tokens (a host that
+// died mid-answer must not leave the chat waiting forever).
+const (
+	maxAnswer   = 10 * time.Minute
+	maxSilence  = 90 * time.Second
+	inputHeight = 3
+)
+
+var (
+	keyModels = key.NewBinding(key.WithKeys("ctrl+o"), key.WithHelp("ctrl+o", "models"))
+	keyClear  = key.NewBinding(key.WithKeys("ctrl+l"), key.WithHelp("ctrl+l", "clear"))
+	keyFocus  = key.NewBinding(key.WithKeys("i", "enter"), key.WithHelp("i", "type"))
+	keyBlur   = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "leave input"))
+	keyChoose = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "choose"))
+	keyClose  = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "close"))
+	keyScroll = key.NewBinding(key.WithKeys("pgup", "pgdown"), key.WithHelp("pgup/pgdn", "scroll"))
+)
+
+// Turn is one message of a conversation.
+type Turn struct {
+	Role    string // "user" or "assistant"
+	Text    string
+	Stopped bool   // the person stopped the generation
+	Err     string // why the answer failed
+	Host    string
+	Runtime api.Runtime
+	TTFT    time.Duration
+	TokPS   float64
+}
+
+// Model is the chat view.
+type Model struct {
+	ctx    *common.Context
+	width  int
+	height int
+
+	model string           // the model chatted with
+	convs map[string][]Turn // every model's conversation, kept while the console runs
+
+	pickOpen bool
+	pick     int
+
+	input    textarea.Model
+	viewport viewport.Model
+
+	// The generation in flight; seq drops what a stopped one still sends.
+	seq       int
+	streaming bool
+	cancel    context.CancelFunc
+	started   time.Time
+	first     time.Time
+	last      time.Time
+	deltas    int
+}
+
+// chunkMsg is one piece of an answer; endMsg ends it. Both carry their channel so the reader
+// is re-armed for a stream even after it was stopped, until the stream closes it: the
+// goroutine behind it never blocks on a send nobody reads.
+type (
+	chunkMsg struct {
+		seq   int
+		ch    <-chan tea.Msg
+		delta api.ChatDelta
+		at    time.Time
+	}
+	endMsg struct {
+		seq  int
+		host string
+		err  error
+		at   time.Time
+	}
+)
+
+var (
+	errNotConnected = errors.New("not connected to a mesh")
+	errSilent       = fmt.Errorf("no token for %s: the host stopped answering", maxSilence)
+)
+
+// New returns the chat view.
+func New(ctx *common.Context) *Model {
+	in := common.NewTextArea(ctx.Styles, "Message the model · enter sends · alt+enter or ctrl+j for a new line")
+	in.KeyMap.InsertNewline = ctx.Keys.Newline
+	in.CharLimit = 0
+	in.MaxHeight = 0
+	in.SetHeight(inputHeight)
+	vp := viewport.New(0, 0)
+	vp.KeyMap = viewport.KeyMap{} // keys go to the input; the view scrolls on its own keys
+	m := &Model{ctx: ctx, convs: map[string][]Turn{}, input: in, viewport: vp}
+	m.input.Focus()
+	return m
+}
+
+func (m *Model) Init() tea.Cmd { return nil }
+
+// Open chats with model (from Models, Place or ":chat model"); "" keeps the current one.
+func (m *Model) Open(model string) tea.Cmd {
+	if model != "" && model != m.model {
+		if m.streaming {
+			m.stop()
+		}
+		m.model = model
+	}
+	m.pickOpen = false
+	m.refresh(true)
+	return m.input.Focus()
+}
+
+// Chatting is the model chatted with ("" before one is chosen).
+func (m *Model) Chatting() string { return m.model }
+
+// Conversation is a model's transcript so far.
+func (m *Model) Conversation(model string) []Turn { return m.convs[model] }
+
+// Streaming reports whether an answer is being generated.
+func (m *Model) Streaming() bool { return m.streaming }
+
+func (m *Model) SetSize(w, h int) {
+	m.width, m.height = w, h
+	m.input.SetWidth(max(w, 10))
+	m.viewport.Width = max(w, 1)
+	m.viewport.Height = m.transcriptHeight()
+	m.refresh(m.viewport.AtBottom())
+}
+
+// transcriptHeight is what is left under the status line and above the rule and input.
+func (m *Model) transcriptHeight() int { return max(m.height-inputHeight-3, 1) }
+
+func (m *Model) picking() bool { return m.pickOpen || m.model == "" }
+
+// Capturing while typing or choosing a model.
+func (m *Model) Capturing() bool { return m.input.Focused() || m.picking() }
+
+func (m *Model) ShortHelp() []key.Binding {
+	k := m.ctx.Keys
+	switch {
+	case m.picking():
+		return []key.Binding{k.Up, k.Down, keyChoose, keyClose}
+	case m.streaming:
+		return []key.Binding{k.Stop, keyScroll}
+	case m.input.Focused():
+		return []key.Binding{k.Send, k.Newline, keyModels, keyClear, keyScroll, keyBlur}
+	}
+	return []key.Binding{keyFocus, k.Up, k.Down, keyModels}
+}
+
+// Choice is a ready model the picker offers, with where it runs.
+type Choice struct {
+	Model   string
+	Hosts   []string
+	Runtime api.Runtime
+}
+
+// Choices are the models ready somewhere in the mesh, by name.
+func Choices(v api.MeshView) []Choice {
+	byName := map[string]*Choice{}
+	var out []*Choice
+	for _, p := range console.Placements(v) {
+		if p.State != api.StateReady {
+			continue
+		}
+		c, ok := byName[p.Model]
+		if !ok {
+			c = &Choice{Model: p.Model, Runtime: p.Runtime}
+			byName[p.Model] = c
+			out = append(out, c)
+		}
+		c.Hosts = append(c.Hosts, p.Host)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
+	res := make([]Choice, len(out))
+	for i, c := range out {
+		res[i] = *c
+	}
+	return res
+}
+
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyMsg:
+		return m, m.key(msg)
+	case tea.MouseMsg:
+		var cmd tea.Cmd
+		m.viewport, cmd = m.viewport.Update(msg)
+		return m, cmd
+	case chunkMsg:
+		next := read(msg.ch)
+		if msg.seq != m.seq || !m.streaming {
+			return m, next // a stopped answer: drain it, show nothing
+		}
+		m.addChunk(msg)
+		return m, next
+	case endMsg:
+		if msg.seq != m.seq || !m.streaming {
+			return m, nil
+		}
+		m.finish(msg)
+	case common.MeshMsg:
+		m.pick = max(0, min(m.pick, len(Choices(m.ctx.Mesh))-1))
+	}
+	return m, nil
+}
+
+func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
+	k := m.ctx.Keys
+	switch msg.String() {
+	case "pgup":
+		m.viewport.PageUp()
+		return nil
+	case "pgdown":
+		m.viewport.PageDown()
+		return nil
+	}
+	if m.picking() {
+		return m.pickKey(msg)
+	}
+	if m.streaming && key.Matches(msg, k.Stop) {
+		m.stop()
+		return nil
+	}
+	if key.Matches(msg, keyModels) {
+		m.pickOpen = true
+		m.pick = 0
+		for i, c := range Choices(m.ctx.Mesh) {
+			if c.Model == m.model {
+				m.pick = i
+			}
+		}
+		return nil
+	}
+	if key.Matches(msg, keyClear) && !m.streaming {
+		delete(m.convs, m.model)
+		m.refresh(true)
+		return common.Status("cleared the conversation with "+m.model, false)
+	}
+	if !m.input.Focused() {
+		switch {
+		case key.Matches(msg, keyFocus):
+			return m.input.Focus()
+		case key.Matches(msg, k.Up):
+			m.viewport.ScrollUp(1)
+		case key.Matches(msg, k.Down):
+			m.viewport.ScrollDown(1)
+		case key.Matches(msg, k.Top):
+			m.viewport.GotoTop()
+		case key.Matches(msg, k.Bottom):
+			m.viewport.GotoBottom()
+		}
+		return nil
+	}
+	switch {
+	case key.Matches(msg, keyBlur):
+		m.input.Blur()
+		return nil
+	case key.Matches(msg, k.Send) && !key.Matches(msg, k.Newline):
+		return m.send()
+	}
+	var cmd tea.Cmd
+	m.input, cmd = m.input.Update(msg)
+	return cmd
+}
+
+func (m *Model) pickKey(msg tea.KeyMsg) tea.Cmd {
+	k := m.ctx.Keys
+	choices := Choices(m.ctx.Mesh)
+	switch {
+	case key.Matches(msg, k.Up):
+		m.pick = max(m.pick-1, 0)
+	case key.Matches(msg, k.Down):
+		m.pick = max(0, min(m.pick+1, len(choices)-1))
+	case key.Matches(msg, keyClose):
+		m.pickOpen = false
+	case key.Matches(msg, keyChoose):
+		if m.pick < len(choices) {
+			return m.Open(choices[m.pick].Model)
+		}
+	}
+	return nil
+}
+
+// send starts an answer: the conversation gains the person's turn and an empty answer, and a
+// command starts the stream.
+func (m *Model) send() tea.Cmd {
+	text := strings.TrimSpace(m.input.Value())
+	if text == "" || m.streaming {
+		return nil
+	}
+	model := m.model
+	var msgs []api.ChatMessage
+	for _, t := range m.convs[model] {
+		if t.Err == "" && t.Text != "" {
+			msgs = append(msgs, api.ChatMessage{Role: t.Role, Content: t.Text})
+		}
+	}
+	msgs = append(msgs, api.ChatMessage{Role: "user", Content: text})
+	answer := Turn{Role: "assistant"}
+	if target, err := console.ChatTarget(m.ctx.Mesh, model); err == nil {
+		answer.Host = target.Name
+		for _, p := range target.Placements {
+			if p.Model == model {
+				answer.Runtime = p.Runtime
+			}
+		}
+	}
+	m.convs[model] = append(m.convs[model], Turn{Role: "user", Text: text}, answer)
+	m.input.Reset()
+
+	m.seq++
+	m.streaming = true
+	m.started, m.first, m.last, m.deltas = m.ctx.Now(), time.Time{}, time.Time{}, 0
+	cctx, cancel := context.WithTimeout(context.Background(), maxAnswer)
+	m.cancel = cancel
+	m.refresh(true)
+	return stream(cctx, cancel, m.ctx.Conn, m.ctx.Now, m.seq, model, msgs)
+}
+
+// stream runs the request in a goroutine started by the command (the view's Update does no
+// I/O) and returns its first message; each later one is read by a re-armed command.
+func stream(ctx context.Context, cancel context.CancelFunc, conn *console.Conn, now func() time.Time, seq int, model string, msgs []api.ChatMessage) tea.Cmd {
+	return func() tea.Msg {
+		ch := make(chan tea.Msg, 64)
+		go func() {
+			defer close(ch)
+			defer cancel()
+			if conn == nil {
+				ch <- endMsg{seq: seq, err: errNotConnected, at: now()}
+				return
+			}
+			// A watchdog ends a stream that falls silent: a host that died mid-answer.
+			sctx, silent := context.WithCancelCause(ctx)
+			defer silent(nil)
+			watchdog := time.AfterFunc(maxSilence, func() { silent(errSilent) })
+			defer watchdog.Stop()
+			host, err := conn.Chat(sctx, model, msgs, api.ChatOptions{}, func(d api.ChatDelta) error {
+				watchdog.Reset(maxSilence)
+				select {
+				case ch <- chunkMsg{seq: seq, ch: ch, delta: d, at: now()}:
+					return nil
+				case <-sctx.Done():
+					return sctx.Err()
+				}
+			})
+			switch {
+			case err == nil:
+			case errors.Is(context.Cause(sctx), errSilent):
+				err = errSilent
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				err = fmt.Errorf("no complete answer within %s", maxAnswer)
+			}
+			ch <- endMsg{seq: seq, host: host, err: err, at: now()}
+		}()
+		return <-ch
+	}
+}
+
+// read waits for a stream's next message; a closed stream ends the loop.
+func read(ch <-chan tea.Msg) tea.Cmd {
+	return func() tea.Msg {
+		msg, ok := <-ch
+		if !ok {
+			return nil
+		}
+		return msg
+	}
+}
+
+func (m *Model) answer() *Turn {
+	t := m.convs[m.model]
+	if len(t) == 0 {
+		return nil
+	}
+	return &t[len(t)-1]
+}
+
+func (m *Model) addChunk(c chunkMsg) {
+	a := m.answer()
+	if a == nil {
+		return
+	}
+	if c.delta.Content != "" {
+		if m.first.IsZero() {
+			m.first = c.at
+			a.TTFT = c.at.Sub(m.started)
+		}
+		m.deltas++
+		m.last = c.at
+		a.Text += c.delta.Content
+	}
+	a.TokPS = speed(m.deltas, m.first, m.last, c.delta.Usage)
+	m.refresh(m.viewport.AtBottom())
+}
+
+// speed is tokens per second after the first token: the gateway's count when it gives one,
+// else the number of pieces received (close to one token each).
+func speed(deltas int, first, last time.Time, usage *api.ChatUsage) float64 {
+	gen := last.Sub(first).Seconds()
+	if gen <= 0 {
+		return 0
+	}
+	tokens := deltas - 1 // the first piece marks the start of the clock
+	if usage != nil && usage.CompletionTokens > 0 {
+		tokens = usage.CompletionTokens - 1
+	}
+	return float64(max(tokens, 0)) / gen
+}
+
+func (m *Model) finish(e endMsg) {
+	m.streaming = false
+	if m.cancel != nil {
+		m.cancel()
+		m.cancel = nil
+	}
+	if a := m.answer(); a != nil {
+		if e.host != "" {
+			a.Host = e.host
+		}
+		if e.err != nil {
+			a.Err = e.err.Error()
+		} else if a.Text == "" {
+			a.Err = "the model answered nothing"
+		}
+	}
+	m.refresh(m.viewport.AtBottom())
+}
+
+// stop cancels the generation: the context ends the HTTP request, so the gateway and the
+// engine stop too. What arrived stays, marked as stopped.
+func (m *Model) stop() {
+	if m.cancel != nil {
+		m.cancel()
+		m.cancel = nil
+	}
+	m.streaming = false
+	m.seq++
+	if a := m.answer(); a != nil {
+		a.Stopped = true
+	}
+	m.refresh(m.viewport.AtBottom())
+}
+
+// refresh re-renders the transcript into the viewport, keeping the bottom in view if asked.
+func (m *Model) refresh(follow bool) {
+	m.viewport.SetContent(m.transcript())
+	if follow {
+		m.viewport.GotoBottom()
+	}
+}
