@@ -57,7 +57,7 @@ type Model struct {
 	width  int
 	height int
 
-	model string           // the model chatted with
+	model string            // the model chatted with
 	convs map[string][]Turn // every model's conversation, kept while the console runs
 
 	pickOpen bool
