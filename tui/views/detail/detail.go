@@ -37,9 +37,12 @@ func New(ctx *common.Context) *Model { return &Model{ctx: ctx} }
 
 func (m *Model) Init() tea.Cmd { return nil }
 
-// Open shows host (a member's name) from the top. Everything it shows is in the shared context
-// already, so opening needs no I/O.
+// Open shows host (a member's name) from the top; "" shows the host shown last. Everything it
+// shows is in the shared context already, so opening needs no I/O.
 func (m *Model) Open(host string) tea.Cmd {
+	if host == "" {
+		return nil
+	}
 	m.host = host
 	m.scroll = common.Scroll{}
 	return nil
@@ -60,9 +63,7 @@ func (m *Model) ShortHelp() []key.Binding {
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.KeyMsg:
-		if key.Matches(msg, m.ctx.Keys.Back) {
-			return m, common.Navigate(common.PageHosts, "")
-		}
+		// esc (back) is the root's: it returns to the page the detail was opened from.
 		m.scroll.Update(m.ctx.Keys, msg, len(m.body()), m.bodyHeight())
 	case tea.MouseMsg:
 		m.scroll.Update(m.ctx.Keys, msg, len(m.body()), m.bodyHeight())

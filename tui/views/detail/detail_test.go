@@ -67,16 +67,10 @@ func TestOpenShowsTheHostFromTheTop(t *testing.T) {
 	assert.NotZero(t, m.scroll.Offset)
 	m.Open("mac-mini")
 	assert.Zero(t, m.scroll.Offset)
+	m.Open("")
+	assert.Equal(t, "mac-mini", m.Host(), "opened without a host: the last one")
 	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelDown})
 	assert.Equal(t, common.WheelLines, m.scroll.Offset, "the wheel scrolls")
-}
-
-func TestEscGoesBack(t *testing.T) {
-	m := New(testCtx())
-	m.Open("pi5")
-	_, cmd := m.Update(tea.KeyMsg{Type: tea.KeyEsc})
-	require.NotNil(t, cmd)
-	assert.Equal(t, common.NavigateMsg{Page: common.PageHosts}, cmd())
 }
 
 func TestHostThatLeft(t *testing.T) {

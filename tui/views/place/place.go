@@ -125,15 +125,13 @@ func New(ctx *common.Context) *Model {
 
 func (m *Model) Init() tea.Cmd { return nil }
 
-// Open pre-fills the source (from ":place hailo://…") and starts ranking it.
+// Open pre-fills the source (from ":place hailo://…") and starts ranking it. Opened without
+// one (a tab switch), the view stays as it was left.
 func (m *Model) Open(source string) tea.Cmd {
-	if m.placing {
-		return nil // a placement in progress keeps the screen; esc leaves it first
+	if source == "" || m.placing {
+		return nil // a placement being followed keeps the screen; esc leaves it first
 	}
 	m.clearDone()
-	if source == "" {
-		return m.setFocus(fieldSource)
-	}
 	m.inputs[fieldSource].SetValue(source)
 	m.inputs[fieldSource].CursorEnd()
 	return tea.Batch(m.setFocus(fieldSource), m.changed())

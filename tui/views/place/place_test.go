@@ -266,6 +266,11 @@ func TestOpenPrefills(t *testing.T) {
 	assert.Equal(t, "hailo://qwen2.5-instruct:1.5b", m.inputs[fieldSource].Value())
 	assert.True(t, m.sizing)
 	assert.Equal(t, fieldSource, m.focus)
+
+	press(m, "enter")
+	assert.Nil(t, m.Open(""), "a tab switch back leaves the form as it was")
+	assert.Equal(t, fieldHosts, m.focus)
+	assert.Equal(t, "hailo://qwen2.5-instruct:1.5b", m.inputs[fieldSource].Value())
 }
 
 func TestChoosingHosts(t *testing.T) {
