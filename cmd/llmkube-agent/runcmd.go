@@ -1,0 +1,499 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/llmkube/mesh/agent"
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/state"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/hailo"
+	"github.com/llmkube/mesh/engines/llamaserver"
+	"github.com/llmkube/mesh/engines/ollama"
+	"github.com/llmkube/mesh/engines/sizing"
+	"github.com/llmkube/mesh/hwprobe"
+	"github.com/llmkube/mesh/mesh"
+	"github.com/llmkube/mesh/mesh/discovery"
+)
+
+// envJoin carries the join string when no flag does.
+const envJoin = "LLMKUBE_JOIN"
+
+// runOptions are run's flags.
+type runOptions struct {
+	stateDir, modelsDir string
+	allowTempStore      bool
+	nodeName            string
+
+	listen, advertise string
+	metricsOpen       bool
+
+	joinString, joinFile string
+	noMesh               bool
+	bind                 string
+	gossipPort           int
+	seeds                []string
+	noMDNS               bool
+	mdnsInterface        string
+	meshProfile          string
+
+	runtimes          string
+	llamaServer       string
+	ollamaURL         string
+	hailoURL          string
+	hailoManifestsDir string
+	hailoLibraryURL   string
+	hfBase            string
+	ollamaRegistry    string
+	allowPrivate      bool
+	allowHTTP         bool
+
+	hwRoot, hwOS, hwArch string
+
+	memoryBudget    string
+	memoryFraction  float64
+	memoryCheckMode string
+	evict           bool
+	idleAfter       time.Duration
+	namespaces      []string
+
+	healthInterval time.Duration
+	restartBackoff time.Duration
+
+	logFormat, logLevel string
+}
+
+func runCommand(e env) *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the agent",
+		Long: `run probes the host, opens the state folder and model store, restores the placements it had,
+joins the mesh and serves the agent API (authenticated with tokens derived from the mesh secret).
+
+The mesh secret comes from --join-string, $LLMKUBE_JOIN, --join-file or the state folder's mesh.json,
+in that order; without any, a new single-host mesh is made and saved there (share its join string,
+from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAgent(cmd.Context(), o, e)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.stateDir, "state-dir", "", "state folder: placements, identity, mesh secret (default: $XDG_DATA_HOME/llmkube/agent; macOS: ~/Library/Application Support/llmkube/agent)")
+	f.StringVar(&o.modelsDir, "models-dir", "", "model store for downloaded GGUF files (default: next to the state folder, …/llmkube/models)")
+	f.BoolVar(&o.allowTempStore, "allow-temp-store", false, "accept a state folder and model store under the temporary folder: for tests and demos only, never a real host")
+	f.StringVar(&o.nodeName, "node-name", "", "this host's name in the mesh, unique (default: the hostname plus a short id, kept in the state folder)")
+
+	f.StringVar(&o.listen, "listen", ":7777", "API address; every route but /healthz and /readyz needs a token, engines stay on loopback")
+	f.StringVar(&o.advertise, "advertise", "", "API address peers reach this host at (default: the listen address, or this host's address on its default route)")
+	f.BoolVar(&o.metricsOpen, "metrics-open", false, "serve /metrics without a token (by default it needs one, like the rest of the API)")
+
+	f.StringVar(&o.joinString, "join-string", "", "the mesh's join string (from `llmkube-agent init`); also $"+envJoin)
+	f.StringVar(&o.joinFile, "join-file", "", "read the join string from this file (mode 0600)")
+	f.BoolVar(&o.noMesh, "no-mesh", false, "run as a single host without gossip (the API still works)")
+	f.StringVar(&o.bind, "bind", "", "gossip bind address (default: every interface)")
+	f.IntVar(&o.gossipPort, "gossip-port", 7946, "gossip port, UDP and TCP (0: any free port, needs --no-mdns)")
+	f.StringSliceVar(&o.seeds, "join", nil, "gossip `host:port` of peers to join (repeat or comma-separate); added to the join string's seeds")
+	f.BoolVar(&o.noMDNS, "no-mdns", false, "do not announce or browse for peers over mDNS (use --join seeds)")
+	f.StringVar(&o.mdnsInterface, "mdns-interface", "", "use only this interface for mDNS")
+	f.StringVar(&o.meshProfile, "mesh-profile", "lan", "gossip timings: lan, wan (several sites over seeds) or local (one machine: tests and demos)")
+
+	f.StringVar(&o.runtimes, "runtimes", "", "runtimes to use, comma-separated: llama-server, ollama, hailo-ollama (default: all, each used when present)")
+	f.StringVar(&o.llamaServer, "llama-server", "", "path to llama-server (default: looked up on PATH)")
+	f.StringVar(&o.ollamaURL, "ollama-url", ollama.DefaultURL, "Ollama daemon")
+	f.StringVar(&o.hailoURL, "hailo-url", hailo.DefaultURL, "hailo-ollama daemon")
+	f.StringVar(&o.hailoManifestsDir, "hailo-manifests-dir", "", "hailo-ollama's manifests folder, for sizing hailo:// models (default: hailo-ollama's own lookup)")
+	f.StringVar(&o.hailoLibraryURL, "hailo-library-url", "", "Hailo's model library, for sizing hailo:// models (default: "+sizing.DefaultHailoLibraryURL+")")
+	f.StringVar(&o.hfBase, "hf-base", "", "Hugging Face base URL or mirror for hf:// sources (default: https://huggingface.co)")
+	f.StringVar(&o.ollamaRegistry, "ollama-registry", "", "Ollama registry for sizing ollama:// models (default: "+sizing.DefaultOllamaRegistry+")")
+	f.BoolVar(&o.allowPrivate, "allow-private-downloads", false, "let model downloads reach loopback, private and link-local addresses (a LAN mirror; off: a model URL is user input)")
+	f.BoolVar(&o.allowHTTP, "allow-http", false, "accept plain http:// model sources (a LAN mirror)")
+
+	f.StringVar(&o.hwRoot, "hwprobe-root", "/", "read the host's files under this folder: a recorded host for demos (the simulated Pi 5 + Hailo)")
+	f.StringVar(&o.hwOS, "hwprobe-os", "", "OS of the recorded host under --hwprobe-root (default: this one)")
+	f.StringVar(&o.hwArch, "hwprobe-arch", "", "architecture of the recorded host under --hwprobe-root (default: this one)")
+
+	f.StringVar(&o.memoryBudget, "memory-budget", "", "memory for models, e.g. 12GiB (default: 0.67 of the cgroup-aware total up to 36 GiB, 0.75 above)")
+	f.Float64Var(&o.memoryFraction, "memory-fraction", 0, "budget as a fraction of the total, in (0, 1] (default 0.67/0.75)")
+	f.StringVar(&o.memoryCheckMode, "memory-check-mode", agent.MemoryCheckFail, "fail: refuse a model whose size cannot be known or that does not fit; warn: admit it with a warning")
+	f.BoolVar(&o.evict, "evict", false, "make room for a placement by unloading idle placements of lower priority, least recently used first (never a protected one)")
+	f.DurationVar(&o.idleAfter, "idle-after", 10*time.Minute, "how long a placement must go unused to count as idle for --evict")
+	f.StringSliceVar(&o.namespaces, "namespaces", nil, "namespaces allowed on this host, comma-separated (default: any)")
+
+	f.DurationVar(&o.healthInterval, "health-interval", 5*time.Second, "how often each engine is health-checked")
+	f.DurationVar(&o.restartBackoff, "restart-backoff", time.Second, "first wait before restarting a failed engine (doubles up to a minute)")
+
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// runAgent runs the agent until ctx ends.
+func runAgent(ctx context.Context, o *runOptions, e env) error {
+	log, err := newLogger(e.stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if err := supportedOS(runtime.GOOS); err != nil {
+		return err
+	}
+	info := hwprobe.Probe(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
+	if err := supportedOS(info.OS); err != nil {
+		return err
+	}
+	budget, err := o.budget()
+	if err != nil {
+		return err
+	}
+	runtimes, explicit, err := parseRuntimes(o.runtimes)
+	if err != nil {
+		return err
+	}
+	if !o.noMesh && !o.noMDNS && o.gossipPort == 0 {
+		return usageError{errors.New("--gossip-port 0 cannot be announced over mDNS: give a port or --no-mdns")}
+	}
+
+	dirs, derr := defaultDirs(e, info.OS)
+	if o.stateDir == "" || o.modelsDir == "" {
+		if derr != nil {
+			return fmt.Errorf("%w: give --state-dir and --models-dir", derr)
+		}
+	}
+	if o.stateDir == "" {
+		o.stateDir = dirs.State
+	}
+	if o.modelsDir == "" {
+		o.modelsDir = dirs.Models
+	}
+	sd, err := openStateDir(o.stateDir, o.allowTempStore)
+	if err != nil {
+		return err
+	}
+	defer sd.Close()
+	join, err := loadJoin(o, e, sd, log)
+	if err != nil {
+		return err
+	}
+
+	drivers, err := buildDrivers(ctx, o, runtimes, explicit, sd.Path(), log)
+	if err != nil {
+		return err
+	}
+	sizer := &sizing.Sizer{
+		HFBase:            o.hfBase,
+		OllamaRegistry:    o.ollamaRegistry,
+		HailoManifestsDir: o.hailoManifestsDir,
+		HailoLibraryURL:   o.hailoLibraryURL,
+		Log:               log.With("part", "sizing"),
+	}
+	if slices.Contains(runtimes, api.RuntimeOllama) {
+		sizer.OllamaDaemon = o.ollamaURL
+	}
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("API listener: %w", err)
+	}
+	defer ln.Close()
+	apiAddr, err := advertiseAddr(o.advertise, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		return err
+	}
+
+	a, err := agent.New(agent.Config{
+		State:          sd,
+		ModelsDir:      o.modelsDir,
+		AllowTempStore: o.allowTempStore,
+		NodeName:       o.nodeName,
+		Host:           info,
+		Reprobe: func(ctx context.Context) hwprobe.Info {
+			return hwprobe.Probe(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
+		},
+		Drivers:         drivers,
+		Sizer:           sizer,
+		Budget:          budget,
+		MemoryFraction:  o.memoryFraction,
+		MemoryCheckMode: o.memoryCheckMode,
+		Evict:           o.evict,
+		IdleAfter:       o.idleAfter,
+		Namespaces:      o.namespaces,
+		AllowHTTP:       o.allowHTTP,
+		APIAddr:         apiAddr,
+		Version:         version,
+		HealthInterval:  o.healthInterval,
+		RestartBackoff:  o.restartBackoff,
+		Log:             log.With("part", "agent"),
+	})
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	sc := agent.ServerConfig{Agent: a, Secret: join.Secret, MeshID: join.MeshID, OpenMetrics: o.metricsOpen, Log: log.With("part", "api")}
+	if !o.noMesh {
+		m, err := startMesh(ctx, o, join, a, apiAddr, sd.Path(), log)
+		if err != nil {
+			return err
+		}
+		sc.Mesh = func() api.MeshView { return m.View().MeshView }
+		g.Go(func() error { return publishToMesh(gctx, a, m, log) })
+		g.Go(func() error {
+			// Leave first, so peers stop routing here before the engines go.
+			<-gctx.Done()
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := m.Close(cctx); err != nil {
+				log.Warn("leaving the mesh", "err", err)
+			}
+			return nil
+		})
+	}
+	srv := agent.NewServer(sc)
+	g.Go(func() error { return a.Run(gctx) })
+	g.Go(func() error { return srv.Serve(gctx, ln) })
+	log.Info("API listening", "addr", ln.Addr().String(), "advertise", apiAddr, "mesh", join.MeshID, "node", a.Name(),
+		"metrics_open", o.metricsOpen)
+	return g.Wait()
+}
+
+// budget parses --memory-budget.
+func (o *runOptions) budget() (int64, error) {
+	if o.memoryBudget == "" {
+		return 0, nil
+	}
+	n, err := agent.ParseBytes(o.memoryBudget)
+	if err != nil || n <= 0 {
+		return 0, usageError{fmt.Errorf("--memory-budget %q: want a size such as 12GiB", o.memoryBudget)}
+	}
+	return n, nil
+}
+
+// parseRuntimes reads --runtimes; explicit says the operator chose them.
+func parseRuntimes(s string) (rs []api.Runtime, explicit bool, err error) {
+	if strings.TrimSpace(s) == "" {
+		return slices.Clone(api.Runtimes), false, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		r := api.Runtime(strings.TrimSpace(part))
+		if !r.Valid() {
+			return nil, false, usageError{fmt.Errorf("--runtimes: unknown runtime %q; known: llama-server, ollama, hailo-ollama", part)}
+		}
+		if !slices.Contains(rs, r) {
+			rs = append(rs, r)
+		}
+	}
+	return rs, true, nil
+}
+
+// buildDrivers makes one driver per selected runtime. A runtime the operator named that is not
+// installed stops the start with how to install it; one merely detected is used when present.
+func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit bool, stateDir string, log *slog.Logger) ([]engines.Driver, error) {
+	var out []engines.Driver
+	for _, r := range rs {
+		var d engines.Driver
+		var err error
+		switch r {
+		case api.RuntimeLlamaServer:
+			d, err = llamaserver.New(llamaserver.Config{
+				Binary:    o.llamaServer,
+				ModelsDir: o.modelsDir,
+				HFBase:    o.hfBase,
+				LogDir:    filepath.Join(stateDir, "logs"),
+				Download:  download.Options{AllowPrivate: o.allowPrivate},
+			}, log.With("part", "engine"))
+		case api.RuntimeOllama:
+			d, err = ollama.New(ollama.Config{URL: o.ollamaURL}, log.With("part", "engine"))
+		case api.RuntimeHailoOllama:
+			d, err = hailo.New(hailo.Config{URL: o.hailoURL}, log.With("part", "engine"))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r, err)
+		}
+		// llama-server is a program this host must have; the daemons may simply not be up yet
+		// (the agent keeps looking for them).
+		if explicit && r == api.RuntimeLlamaServer {
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			eng := d.Detect(dctx)
+			cancel()
+			if !eng.Present {
+				return nil, fmt.Errorf("--runtimes names llama-server, but it is not usable here: %s", eng.Detail)
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// loadJoin finds the mesh's join string: --join-string, $LLMKUBE_JOIN, --join-file, the state
+// folder's mesh.json; without any it makes a new single-host mesh and saves it there. A join
+// string given from outside is saved when the state folder has none, so a restart needs no flag.
+func loadJoin(o *runOptions, e env, sd *state.Dir, log *slog.Logger) (api.Join, error) {
+	var (
+		j    api.Join
+		from string
+		err  error
+	)
+	switch {
+	case o.joinString != "":
+		j, err = api.ParseJoin(o.joinString)
+		from = "--join-string"
+	case e.getenv(envJoin) != "":
+		j, err = api.ParseJoin(e.getenv(envJoin))
+		from = "$" + envJoin
+	case o.joinFile != "":
+		var ok bool
+		j, ok, err = state.LoadJoinFile(o.joinFile)
+		if err == nil && !ok {
+			err = fmt.Errorf("--join-file %s does not exist", o.joinFile)
+		}
+		from = o.joinFile
+	}
+	if err != nil {
+		return api.Join{}, usageError{fmt.Errorf("%s: %w", from, err)}
+	}
+	saved, ok, err := sd.LoadJoin()
+	if err != nil {
+		return api.Join{}, err
+	}
+	path := filepath.Join(sd.Path(), state.JoinFile)
+	switch {
+	case from != "" && !ok:
+		if err := sd.SaveJoin(j); err != nil {
+			return api.Join{}, err
+		}
+		log.Info("joined mesh; join string saved for restarts", "mesh", j.MeshID, "from", from, "saved", path)
+	case from != "":
+		if saved.MeshID != j.MeshID || !slices.Equal(saved.Secret, j.Secret) {
+			log.Warn("the join string given differs from the one saved; using the one given, leaving the saved one alone", "mesh", j.MeshID, "from", from, "saved", path, "saved_mesh", saved.MeshID)
+		}
+	case ok:
+		j = saved
+		log.Info("mesh secret read", "mesh", j.MeshID, "from", path)
+	default:
+		secret, err := api.NewSecret()
+		if err != nil {
+			return api.Join{}, err
+		}
+		j = api.Join{MeshID: "mesh-" + strconv.FormatUint(uint64(secret[0])<<8|uint64(secret[1]), 16), Secret: secret}
+		if err := sd.SaveJoin(j); err != nil {
+			return api.Join{}, err
+		}
+		log.Warn("no mesh secret given: made a new single-host mesh; share its join string (in the file named here) to add hosts",
+			"mesh", j.MeshID, "saved", path)
+	}
+	return j, nil
+}
+
+// advertiseAddr is the API address peers use: --advertise, else the listener's address when it
+// names one, else this host's address on its default route (found without sending a packet),
+// else loopback.
+func advertiseAddr(flag string, ln *net.TCPAddr) (string, error) {
+	if flag != "" {
+		if _, _, err := net.SplitHostPort(flag); err != nil {
+			return "", usageError{fmt.Errorf("--advertise %q: want host:port", flag)}
+		}
+		return flag, nil
+	}
+	port := strconv.Itoa(ln.Port)
+	if !ln.IP.IsUnspecified() {
+		return net.JoinHostPort(ln.IP.String(), port), nil
+	}
+	// A UDP "connection" sends nothing: it only asks the kernel which source address the
+	// default route would use — the interface users actually route on, not a docker bridge.
+	if c, err := net.Dial("udp4", "192.0.2.1:9"); err == nil {
+		ip := c.LocalAddr().(*net.UDPAddr).IP
+		c.Close()
+		if !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
+			return net.JoinHostPort(ip.String(), port), nil
+		}
+	}
+	return net.JoinHostPort("127.0.0.1", port), nil
+}
+
+// startMesh joins the gossip mesh as an agent.
+func startMesh(ctx context.Context, o *runOptions, join api.Join, a *agent.Agent, apiAddr, stateDir string, log *slog.Logger) (*mesh.Mesh, error) {
+	var disc discovery.Source
+	if !o.noMDNS {
+		_, p, _ := net.SplitHostPort(apiAddr)
+		apiPort, _ := strconv.Atoi(p)
+		d, err := discovery.NewMDNS(discovery.MDNSConfig{
+			MeshID: join.MeshID, Node: a.Name(), GossipPort: o.gossipPort, APIPort: apiPort,
+			Interface: o.mdnsInterface, Log: log.With("part", "mdns"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		disc = d
+	}
+	m, err := mesh.Start(context.WithoutCancel(ctx), mesh.Config{
+		MeshID:    join.MeshID,
+		Secret:    join.Secret,
+		NodeName:  a.Name(),
+		Role:      api.RoleAgent,
+		BindAddr:  o.bind,
+		BindPort:  o.gossipPort,
+		APIAddr:   apiAddr,
+		Seeds:     append(slices.Clone(join.Seeds), o.seeds...),
+		StateDir:  stateDir,
+		Discovery: disc,
+		Profile:   o.meshProfile,
+		Log:       log.With("part", "mesh"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("joining mesh %s: %w", join.MeshID, err)
+	}
+	log.Info("mesh member started", "mesh", join.MeshID, "gossip", m.GossipAddr(), "mdns", !o.noMDNS, "seeds", len(join.Seeds)+len(o.seeds))
+	return m, nil
+}
+
+// publishRefresh republishes now and then even without a change: available memory moves, and
+// a placement whose health checks stalled must stop being shown ready.
+const publishRefresh = 10 * time.Second
+
+// publishToMesh publishes this host's state on every change, and forwards mesh events to the
+// agent's event stream.
+func publishToMesh(ctx context.Context, a *agent.Agent, m *mesh.Mesh, log *slog.Logger) error {
+	changes, stopWatch := a.Watch()
+	defer stopWatch()
+	evs, stopEvents := m.SubscribeEvents()
+	defer stopEvents()
+	publish := func() {
+		if err := m.SetLocal(a.Host(), a.Placements()); err != nil {
+			log.Warn("publishing host state to the mesh", "err", err)
+		}
+	}
+	publish()
+	tick := time.NewTicker(publishRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+			publish()
+		case <-tick.C:
+			publish()
+		case ev, ok := <-evs:
+			if !ok {
+				evs = nil // the member shut down
+				continue
+			}
+			a.Events().Publish(ev)
+		}
+	}
+}
