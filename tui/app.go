@@ -30,8 +30,6 @@ type Options struct {
 	Now func() time.Time
 	// Tick is the sampling period of memory charts and elapsed times (default 1 s).
 	Tick time.Duration
-	// Views adds views by page, beyond the built-in ones (the root routes to them the same way).
-	Views map[common.Page]func(*common.Context) common.Component
 }
 
 // opener is a view that opens with an argument (a host, a model, a source).
@@ -97,9 +95,6 @@ func New(conn *console.Conn, opts Options) *App {
 	ci.Placeholder = "hosts · models · place SOURCE · chat MODEL · host NAME · events · doctor · help · quit"
 	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, cmdline: ci, tick: opts.Tick}
 	for p, mk := range builtinViews() {
-		a.pages[p] = mk(ctx)
-	}
-	for p, mk := range opts.Views {
 		a.pages[p] = mk(ctx)
 	}
 	return a

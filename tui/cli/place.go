@@ -70,8 +70,7 @@ With neither, the one host that fits is used; when several fit, choose (exit 2).
 		}
 		fmt.Fprintf(a.stderr, "placed %s on %s as %s (%s)\n", p.Model, p.Host, p.ID, p.State)
 		if wait {
-			pr := progress{w: a}
-			pr.show(p)
+			pr := progress{w: a, state: p.State, started: true} // the line above said the first state
 			final, werr := s.conn.Wait(ctx, p, pr.show)
 			if final.ID != "" {
 				p = final

@@ -41,10 +41,7 @@ type Model struct {
 
 // New returns the hosts view.
 func New(ctx *common.Context) *Model {
-	f := textinput.New()
-	f.Prompt = "/"
-	f.Placeholder = "filter by name, chip, engine, model"
-	return &Model{ctx: ctx, filter: f}
+	return &Model{ctx: ctx, filter: common.NewInput(ctx.Styles, "/", "filter by name, chip, engine, model")}
 }
 
 func (m *Model) Init() tea.Cmd { return nil }
