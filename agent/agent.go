@@ -234,6 +234,7 @@ func New(cfg Config) (*Agent, error) {
 	if ok {
 		a.restore(saved.Placements)
 	}
+	a.cleanPartials()
 	if err := a.save(); err != nil {
 		return nil, fmt.Errorf("writing state: %w", err)
 	}

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -355,11 +358,27 @@ func TestRestartRestoresPlacements(t *testing.T) {
 		t.Fatal("the engine process outlived the agent")
 	}
 
+	// A download left half-done before the placement existed belongs to nothing: cleaned.
+	orphan := filepath.Join(dir, "models", "https", "old.gguf.partial")
+	if err := os.MkdirAll(filepath.Dir(orphan), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(orphan, []byte("GGUF"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := p.CreatedAt.Add(-time.Hour)
+	if err := os.Chtimes(orphan, old, old); err != nil {
+		t.Fatal(err)
+	}
+
 	_, c2, stop2, done2 := start()
 	defer func() { stop2(); <-done2 }()
 	q := waitState(t, c2, p.ID, api.StateReady)
-	if q.Namespace != "team-a" || q.Priority != api.PriorityHigh || q.Memory != p.Memory || q.CreatedAt != p.CreatedAt {
+	if q.Namespace != "team-a" || q.Priority != api.PriorityHigh || q.Memory != p.Memory || !q.CreatedAt.Equal(p.CreatedAt) {
 		t.Fatalf("restored placement differs: %+v\nwas %+v", q, p)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("orphaned partial download not cleaned: %v", err)
 	}
 }
 
@@ -605,5 +624,44 @@ func TestEngineUnavailableSaysHowToInstall(t *testing.T) {
 	_, err = s.admin.Place(context.Background(), api.PlacementRequest{Source: tinyModel(t, dir, "tiny")})
 	if codeOfErr(err) != api.CodeEngineUnavailable || !strings.Contains(err.(*api.Error).Fix, "llama.cpp") {
 		t.Fatalf("missing llama-server: %v", err)
+	}
+}
+
+func TestDownloadedModel(t *testing.T) {
+	dir := t.TempDir()
+	model := tinyModel(t, dir, "served")
+	mirror := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer mirror.Close()
+	ld := llamaDriver(t, dir)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, func(c *Config) { c.AllowHTTP = true })
+	s := serve(t, a, nil)
+	src := mirror.URL + "/" + filepath.Base(model)
+	p, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Memory.Method != api.SizeHeader {
+		t.Fatalf("sized by %q, want the GGUF header read over HTTP", p.Memory.Method)
+	}
+	waitState(t, s.admin, p.ID, api.StateReady)
+	a.mu.Lock()
+	path := a.placements[p.ID].model.Path
+	a.mu.Unlock()
+	if !strings.HasPrefix(path, filepath.Join(dir, "models", "https")) {
+		t.Fatalf("model path %q, want under the store", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, s.url, api.AdminToken(s.secret))
+	if got := fams["llmkube_pull_bytes_total"].GetMetric()[0].GetCounter().GetValue(); got != float64(fi.Size()) {
+		t.Fatalf("pull bytes %v, want the file's %d", got, fi.Size())
+	}
+	// Without --allow-http a plain http:// source is refused before anything happens.
+	b := engineAgent(t, t.TempDir(), "x86-nvidia", []engines.Driver{ld}, nil)
+	sb := serve(t, b, nil)
+	if _, err := sb.admin.Place(context.Background(), api.PlacementRequest{Source: src}); codeOfErr(err) != api.CodeInvalidSource {
+		t.Fatalf("plain http without the flag: %v", err)
 	}
 }

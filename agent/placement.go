@@ -472,14 +472,19 @@ func (a *Agent) restore(saved []api.Placement) {
 		pl.p.Engine = ""
 		a.pending = append(a.pending, pl)
 	}
-	// Half-finished downloads: keep those a restored pull may resume (written after the
-	// oldest such placement was made); the rest belong to nothing.
+}
+
+// cleanPartials removes half-finished downloads that no restored placement may resume: a
+// partial written before the oldest placement being restored was made belongs to nothing.
+func (a *Agent) cleanPartials() {
+	a.mu.Lock()
 	var oldest time.Time
 	for _, pl := range a.pending {
 		if oldest.IsZero() || pl.p.CreatedAt.Before(oldest) {
 			oldest = pl.p.CreatedAt
 		}
 	}
+	a.mu.Unlock()
 	_, err := a.store.CleanPartials(a.log, func(_ string, mod time.Time) bool {
 		return !oldest.IsZero() && !mod.Before(oldest)
 	})

@@ -263,6 +263,19 @@ func TestRunInProcessSingleHost(t *testing.T) {
 	p, err = c.WaitPlacement(ctx, p.ID, 20*time.Millisecond, nil)
 	require.NoError(t, err)
 	assert.Equal(t, api.StateReady, p.State)
+	// Chat through the gateway, as any OpenAI client would.
+	var answer strings.Builder
+	err = c.ChatStream(ctx, "tiny", []api.ChatMessage{{Role: "user", Content: "Say hello."}}, api.ChatOptions{MaxTokens: 8},
+		func(d api.ChatDelta) error {
+			answer.WriteString(d.Content)
+			return nil
+		})
+	require.NoError(t, err)
+	assert.NotEmpty(t, answer.String())
+	require.NoError(t, c.Delete(ctx, p.ID))
+	ps, err := c.Placements(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, ps)
 	// /metrics needs the token by default.
 	resp, err := http.Get(s.api + "/metrics")
 	require.NoError(t, err)

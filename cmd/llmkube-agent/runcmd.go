@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/gateway"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
@@ -245,12 +246,14 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	sc := agent.ServerConfig{Agent: a, Secret: join.Secret, MeshID: join.MeshID, OpenMetrics: o.metricsOpen, Log: log.With("part", "api")}
+	gc := gateway.Config{Agent: a, Log: log.With("part", "gateway")}
 	if !o.noMesh {
 		m, err := startMesh(ctx, o, join, a, apiAddr, sd.Path(), log)
 		if err != nil {
 			return err
 		}
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
+		gc.View = func() gateway.View { return m.View() }
 		g.Go(func() error { return publishToMesh(gctx, a, m, log) })
 		g.Go(func() error {
 			// Leave first, so peers stop routing here before the engines go.
@@ -264,6 +267,11 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		})
 	}
 	srv := agent.NewServer(sc)
+	gw, err := gateway.New(gc)
+	if err != nil {
+		return err
+	}
+	gw.Register(srv.Handle)
 	g.Go(func() error { return a.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx, ln) })
 	log.Info("API listening", "addr", ln.Addr().String(), "advertise", apiAddr, "mesh", join.MeshID, "node", a.Name(),
