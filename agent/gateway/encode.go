@@ -12,6 +12,7 @@ import (
 
 // out writes a response chunk by chunk, flushing each one (nothing waits in a buffer), with a
 // write deadline so that a client that stops reading is cut instead of holding the engine.
+// (net/http clears the deadline when the handler returns, before the connection's next request.)
 type out struct {
 	w     http.ResponseWriter
 	rc    *http.ResponseController
@@ -60,14 +61,6 @@ func (o *out) send(b []byte) error {
 
 func (o *out) writeFailed() bool { return o.err != nil }
 
-// end clears the write deadline: net/http keeps the connection for the client's next request,
-// which must not inherit this one's deadline.
-func (o *out) end() {
-	if !o.armed.IsZero() {
-		_ = o.rc.SetWriteDeadline(time.Time{})
-	}
-}
-
 // stats closes an answer: token counts and timings.
 type stats struct {
 	finish           string
@@ -91,8 +84,6 @@ type encoder interface {
 	fail(f *failure)
 	// writeFailed reports whether a write failed: the client left or stopped reading.
 	writeFailed() bool
-	// done releases the writer.
-	done()
 }
 
 func newEncoder(c *chatCall, w http.ResponseWriter, stall time.Duration, start time.Time) encoder {
@@ -189,8 +180,6 @@ func (s *oaStream) fail(f *failure) {
 	s.send(append(append([]byte("data: "), b...), "\n\n"...))
 }
 
-func (s *oaStream) done() { s.end() }
-
 func appendUsage(b []byte, st stats) []byte {
 	b = append(b, `{"prompt_tokens":`...)
 	b = strconv.AppendInt(b, int64(st.promptTokens), 10)
@@ -257,7 +246,6 @@ func (s *oaWhole) finish(st stats) error {
 
 func (s *oaWhole) started() bool { return s.begun }
 func (s *oaWhole) fail(*failure) {}
-func (s *oaWhole) done()         { s.end() }
 
 // ollamaStream writes Ollama's NDJSON: one object per piece, then a last one with done:true
 // and the counts and durations (nanoseconds) Ollama reports.
@@ -334,8 +322,6 @@ func (s *ollamaStream) fail(f *failure) {
 	s.send(append(b, '\n'))
 }
 
-func (s *ollamaStream) done() { s.end() }
-
 // ollamaWhole answers an Ollama request with "stream": false.
 type ollamaWhole struct {
 	out
@@ -360,7 +346,6 @@ func (s *ollamaWhole) finish(st stats) error {
 
 func (s *ollamaWhole) started() bool { return s.begun }
 func (s *ollamaWhole) fail(*failure) {}
-func (s *ollamaWhole) done()         { s.end() }
 
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, and U+2028 and
 // U+2029 are escaped, as encoding/json does; HTML characters are left alone (these are API

@@ -150,7 +150,6 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		defer release()
 	}
 	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
-	defer enc.done()
 
 	engineStart := time.Now()
 	var first, last time.Time
