@@ -1,0 +1,416 @@
+// Package localmesh runs a whole mesh on one machine: real agents (agent/node, the code
+// `llmkube-agent run` runs) with their API, gateway and memberlist on loopback, each on a
+// recorded host (an hwprobe root) with simulated engines from sim/. The demo and the end-to-end
+// tests of the console and the headless commands stand on it. No mDNS: hosts join by seeds.
+package localmesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmkube/mesh/agent"
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/node"
+	"github.com/llmkube/mesh/agent/state"
+	"github.com/llmkube/mesh/assets"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/hailo"
+	"github.com/llmkube/mesh/engines/llamaserver"
+	"github.com/llmkube/mesh/engines/ollama"
+	"github.com/llmkube/mesh/engines/sizing"
+	"github.com/llmkube/mesh/hwprobe"
+	"github.com/llmkube/mesh/mesh"
+	"github.com/llmkube/mesh/sim/gguf"
+	hailosim "github.com/llmkube/mesh/sim/hailo"
+	ollamasim "github.com/llmkube/mesh/sim/ollama"
+)
+
+// HostSpec is one simulated host.
+type HostSpec struct {
+	Name string
+	// Demo names an embedded demo host (assets.DemoHosts) whose hwprobe root it runs on; Root
+	// names any other root folder instead.
+	Demo     string
+	Root     string
+	OS, Arch string
+	// Runtimes are the engines simulated on the host.
+	Runtimes []api.Runtime
+	// Budget overrides the memory budget in bytes (0: the agent's default for the host).
+	Budget     int64
+	Namespaces []string
+}
+
+// Options shape the mesh.
+type Options struct {
+	// Dir holds every host's state, models and engine data; a temporary folder when empty
+	// (removed by Close).
+	Dir    string
+	MeshID string // "local" when empty
+	// Hosts default to DemoHosts().
+	Hosts []HostSpec
+	// LlamaServer is the llama-server program for hosts that run it (a build of
+	// cmd/llama-server-sim, or anything that takes llama-server's command line). Required when a
+	// host runs llama-server.
+	LlamaServer string
+	// Fast makes every simulated engine answer at once (tests); otherwise they keep the real
+	// engines' published pace (the demo).
+	Fast bool
+	Log  *slog.Logger
+}
+
+// DemoHosts are the demo's three hosts: a Raspberry Pi 5 with a Hailo-10H running hailo-ollama,
+// a Mac mini with llama-server, and a Linux GPU server with Ollama.
+func DemoHosts() []HostSpec {
+	return []HostSpec{
+		{Name: "pi5-hailo", Demo: "pi5-hailo", OS: "linux", Arch: "arm64", Runtimes: []api.Runtime{api.RuntimeHailoOllama}},
+		{Name: "mac-mini", Demo: "mac-mini", OS: "darwin", Arch: "arm64", Runtimes: []api.Runtime{api.RuntimeLlamaServer}},
+		{Name: "gpu-server", Demo: "gpu-server", OS: "linux", Arch: "amd64", Runtimes: []api.Runtime{api.RuntimeOllama}},
+	}
+}
+
+// Host is one running host of the mesh.
+type Host struct {
+	Spec HostSpec
+	Node *node.Node
+	// URL is the agent API's base URL.
+	URL string
+	// Hailo and Ollama are the host's simulated daemons (nil when it has none).
+	Hailo  *hailosim.Server
+	Ollama *ollamasim.Server
+	// Models is a folder of GGUF files made for the host (llama-server hosts), one per
+	// sim/gguf preset, to place as file:// sources.
+	Models string
+
+	state *state.Dir
+}
+
+// Mesh is a running local mesh.
+type Mesh struct {
+	Join  api.Join
+	Hosts []*Host
+
+	dir     string
+	ownDir  bool
+	closers []func() error
+	once    sync.Once
+}
+
+// Start runs every host and returns once all of them have joined and see each other.
+func Start(ctx context.Context, opts Options) (*Mesh, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.MeshID == "" {
+		opts.MeshID = "local"
+	}
+	if len(opts.Hosts) == 0 {
+		opts.Hosts = DemoHosts()
+	}
+	secret, err := api.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	m := &Mesh{Join: api.Join{MeshID: opts.MeshID, Secret: secret}, dir: opts.Dir}
+	if m.dir == "" {
+		if m.dir, err = os.MkdirTemp("", "llmkube-localmesh-"); err != nil {
+			return nil, err
+		}
+		m.ownDir = true
+	}
+	for _, spec := range opts.Hosts {
+		h, err := m.startHost(ctx, spec, opts)
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("host %s: %w", spec.Name, err)
+		}
+		m.Hosts = append(m.Hosts, h)
+		// Later hosts join through the first: one seed is all memberlist needs.
+		if len(m.Join.Seeds) == 0 && h.Node.GossipAddr() != "" {
+			m.Join.Seeds = []string{h.Node.GossipAddr()}
+		}
+	}
+	if err := m.WaitConverged(ctx, time.Minute); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// JoinString is the mesh's join string (with the first host as seed), for consoles.
+func (m *Mesh) JoinString() string { return m.Join.String() }
+
+// AdminToken is the mesh's admin API token.
+func (m *Mesh) AdminToken() string { return api.AdminToken(m.Join.Secret) }
+
+// Host finds a host by name.
+func (m *Mesh) Host(name string) *Host {
+	for _, h := range m.Hosts {
+		if h.Spec.Name == name {
+			return h
+		}
+	}
+	return nil
+}
+
+// Client is an admin client of a host's API.
+func (m *Mesh) Client(name string) *api.Client {
+	h := m.Host(name)
+	if h == nil {
+		return nil
+	}
+	return api.NewClient(h.URL, m.AdminToken())
+}
+
+// WaitConverged waits until every host's view shows every host alive with its state.
+func (m *Mesh) WaitConverged(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if m.converged() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the local mesh did not converge: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Mesh) converged() bool {
+	for _, h := range m.Hosts {
+		if h.Node.Mesh == nil {
+			continue
+		}
+		v := h.Node.Mesh.View()
+		for _, other := range m.Hosts {
+			mb, ok := v.Member(other.Node.Agent.Name())
+			if !ok || mb.Liveness != api.Alive || mb.Host == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Close stops every host (each leaves the mesh gracefully) and its engines, and removes the
+// folder when Start made it.
+func (m *Mesh) Close() error {
+	var errs []error
+	m.once.Do(func() {
+		for i := len(m.closers) - 1; i >= 0; i-- {
+			if err := m.closers[i](); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if m.ownDir {
+			errs = append(errs, os.RemoveAll(m.dir))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Host, error) {
+	dir := filepath.Join(m.dir, spec.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	root := spec.Root
+	if spec.Demo != "" {
+		r, err := assets.ExtractDemoHost(spec.Demo, filepath.Join(dir, "hw"))
+		if err != nil {
+			return nil, err
+		}
+		root = r
+	}
+	if root == "" {
+		return nil, errors.New("no hwprobe root: give Demo or Root")
+	}
+	log := opts.Log.With("host", spec.Name)
+	h := &Host{Spec: spec}
+	sizer := &sizing.Sizer{Log: log.With("part", "sizing")}
+	var drivers []engines.Driver
+	for _, r := range spec.Runtimes {
+		switch r {
+		case api.RuntimeHailoOllama:
+			cfg := hailosim.DefaultConfig()
+			if opts.Fast {
+				cfg = hailosim.FastConfig("")
+			}
+			cfg.DataDir = filepath.Join(dir, "hailo-ollama")
+			srv, err := hailosim.Start(ctx, cfg, log.With("part", "hailo-sim"))
+			if err != nil {
+				return nil, err
+			}
+			m.closers = append(m.closers, srv.Close)
+			h.Hailo = srv
+			sizer.HailoManifestsDir = filepath.Join(cfg.DataDir, "models", "manifests")
+			sizer.HailoLibraryURL = srv.LibraryURL()
+			d, err := hailo.New(hailo.Config{URL: srv.URL()}, log.With("part", "engine"))
+			if err != nil {
+				return nil, err
+			}
+			drivers = append(drivers, d)
+		case api.RuntimeOllama:
+			cfg := ollamasim.DefaultConfig()
+			if !opts.Fast {
+				cfg.PullBytesPerSec = 400 << 20
+				cfg.LoadDelay = 1500 * time.Millisecond
+				cfg.TokensPerSec = 30
+				cfg.TTFT = 150 * time.Millisecond
+			}
+			srv, err := ollamasim.Start(ctx, cfg, log.With("part", "ollama-sim"))
+			if err != nil {
+				return nil, err
+			}
+			m.closers = append(m.closers, srv.Close)
+			h.Ollama = srv
+			sizer.OllamaRegistry = srv.RegistryURL()
+			sizer.OllamaDaemon = srv.URL()
+			d, err := ollama.New(ollama.Config{URL: srv.URL()}, log.With("part", "engine"))
+			if err != nil {
+				return nil, err
+			}
+			drivers = append(drivers, d)
+		case api.RuntimeLlamaServer:
+			if opts.LlamaServer == "" {
+				return nil, errors.New("runs llama-server, but Options.LlamaServer names no program")
+			}
+			h.Models = filepath.Join(dir, "gguf")
+			if err := writeModels(h.Models); err != nil {
+				return nil, err
+			}
+			env := []string{"LLAMA_SIM_LOAD_DELAY=1s", "LLAMA_SIM_TOKENS_PER_SEC=40", "LLAMA_SIM_TTFT=120ms"}
+			if opts.Fast {
+				env = []string{"LLAMA_SIM_LOAD_DELAY=0s", "LLAMA_SIM_TOKENS_PER_SEC=0", "LLAMA_SIM_TTFT=0s"}
+			}
+			d, err := llamaserver.New(llamaserver.Config{
+				Binary:    opts.LlamaServer,
+				ModelsDir: filepath.Join(dir, "models"),
+				LogDir:    filepath.Join(dir, "state", "logs"),
+				Env:       env,
+				Download:  download.Options{AllowPrivate: true},
+			}, log.With("part", "engine"))
+			if err != nil {
+				return nil, err
+			}
+			drivers = append(drivers, d)
+		default:
+			return nil, fmt.Errorf("unknown runtime %q", r)
+		}
+	}
+
+	sd, err := state.Open(filepath.Join(dir, "state"))
+	if err != nil {
+		return nil, err
+	}
+	h.state = sd
+	m.closers = append(m.closers, sd.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	info := hwprobe.Probe(ctx, hwprobe.Options{Root: root, OS: spec.OS, Arch: spec.Arch})
+	acfg := agent.Config{
+		State:          sd,
+		ModelsDir:      filepath.Join(dir, "models"),
+		AllowTempStore: true,
+		NodeName:       spec.Name,
+		Host:           info,
+		Drivers:        drivers,
+		Sizer:          sizer,
+		Budget:         spec.Budget,
+		Namespaces:     spec.Namespaces,
+		AllowHTTP:      true,
+		Version:        "local",
+		Log:            log.With("part", "agent"),
+	}
+	if opts.Fast {
+		acfg.HealthInterval = 250 * time.Millisecond
+		acfg.RestartBackoff = 50 * time.Millisecond
+	}
+	n, err := node.Start(ctx, node.Config{
+		Join:     m.Join,
+		Agent:    acfg,
+		Listener: ln,
+		APIAddr:  ln.Addr().String(),
+		Mesh:     &node.MeshConfig{Bind: "127.0.0.1", Port: 0, Profile: mesh.ProfileLocal},
+		Log:      log,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	m.closers = append(m.closers, n.Close)
+	h.Node = n
+	h.URL = "http://" + n.APIAddr()
+	return h, nil
+}
+
+// writeModels makes one sparse GGUF file per sim/gguf preset: valid headers that size like the
+// real models, and no gigabytes on disk.
+func writeModels(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range gguf.Presets() {
+		path := filepath.Join(dir, p.Name+".gguf")
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := gguf.Write(path, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ModelPath is the GGUF file of a sim/gguf preset on a llama-server host ("sim-1b").
+func (h *Host) ModelPath(preset string) string {
+	return filepath.Join(h.Models, preset+".gguf")
+}
+
+// Runs reports whether the host simulates a runtime.
+func (h *Host) Runs(r api.Runtime) bool { return slices.Contains(h.Spec.Runtimes, r) }
+
+// Placed is an initial placement: a request on one host.
+type Placed struct {
+	Host    string
+	Request api.PlacementRequest
+}
+
+// Place makes placements and waits until each is ready.
+func (m *Mesh) Place(ctx context.Context, ps ...Placed) ([]api.Placement, error) {
+	var out []api.Placement
+	for _, p := range ps {
+		c := m.Client(p.Host)
+		if c == nil {
+			return out, fmt.Errorf("no host %q", p.Host)
+		}
+		pl, err := c.Place(ctx, p.Request)
+		if err != nil {
+			return out, fmt.Errorf("placing %s on %s: %w", p.Request.Source, p.Host, err)
+		}
+		pl, err = c.WaitPlacement(ctx, pl.ID, 50*time.Millisecond, nil)
+		if err != nil {
+			return out, fmt.Errorf("waiting for %s on %s: %w", p.Request.Source, p.Host, err)
+		}
+		out = append(out, pl)
+	}
+	return out, nil
+}
+
+// FileSource is a file:// source for a path.
+func FileSource(path string) string { return "file://" + filepath.ToSlash(strings.TrimPrefix(path, "file://")) }

@@ -1,0 +1,93 @@
+package localmesh
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+var llamaServer string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "localmesh-bin-")
+	if err != nil {
+		panic(err)
+	}
+	llamaServer = filepath.Join(dir, "llama-server")
+	out, err := exec.Command("go", "build", "-o", llamaServer, "github.com/llmkube/mesh/cmd/llama-server-sim").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building llama-server-sim: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// The demo's mesh, fast: three hosts see each other, take a model each, and any of them
+// answers a chat for any model.
+func TestDemoMeshEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := Start(ctx, Options{Dir: t.TempDir(), LlamaServer: llamaServer, Fast: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, m.Close()) })
+
+	mac := m.Host("mac-mini")
+	placed, err := m.Place(ctx,
+		Placed{Host: "pi5-hailo", Request: api.PlacementRequest{Source: "hailo://qwen2:1.5b"}},
+		Placed{Host: "mac-mini", Request: api.PlacementRequest{Source: FileSource(mac.ModelPath("sim-tiny")), Name: "tiny"}},
+		Placed{Host: "gpu-server", Request: api.PlacementRequest{Source: "ollama://qwen2.5:0.5b"}},
+	)
+	require.NoError(t, err)
+	require.Len(t, placed, 3)
+	for _, p := range placed {
+		assert.Equal(t, api.StateReady, p.State, p.Model)
+	}
+
+	// Every host's gateway serves every model: locally or by forwarding to the owner.
+	for _, from := range m.Hosts {
+		for _, model := range []string{"qwen2:1.5b", "tiny", "qwen2.5:0.5b"} {
+			var text strings.Builder
+			err := m.Client(from.Spec.Name).ChatStream(ctx, model, []api.ChatMessage{{Role: "user", Content: "hello"}}, api.ChatOptions{}, func(d api.ChatDelta) error {
+				text.WriteString(d.Content)
+				return nil
+			})
+			require.NoError(t, err, "chat with %s through %s", model, from.Spec.Name)
+			assert.NotEmpty(t, strings.TrimSpace(text.String()), "chat with %s through %s", model, from.Spec.Name)
+		}
+	}
+
+	// The placements are visible mesh-wide once gossip carries them.
+	require.Eventually(t, func() bool {
+		v, err := m.Client("gpu-server").Mesh(ctx)
+		if err != nil {
+			return false
+		}
+		ready := 0
+		for _, mb := range v.Members {
+			for _, p := range mb.Placements {
+				if p.State == api.StateReady {
+					ready++
+				}
+			}
+		}
+		return ready == 3
+	}, 10*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, m.Client("pi5-hailo").Delete(ctx, placed[0].ID))
+	_, err = m.Client("pi5-hailo").Placement(ctx, placed[0].ID)
+	var apiErr *api.Error
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, api.CodeNotFound, apiErr.Code)
+}
