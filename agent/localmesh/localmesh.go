@@ -413,4 +413,6 @@ func (m *Mesh) Place(ctx context.Context, ps ...Placed) ([]api.Placement, error)
 }
 
 // FileSource is a file:// source for a path.
-func FileSource(path string) string { return "file://" + filepath.ToSlash(strings.TrimPrefix(path, "file://")) }
+func FileSource(path string) string {
+	return "file://" + filepath.ToSlash(strings.TrimPrefix(path, "file://"))
+}
