@@ -1,0 +1,91 @@
+package gateway_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/llamaserver"
+	"github.com/llmkube/mesh/sim/gguf"
+)
+
+var (
+	simBinOnce sync.Once
+	simBin     string
+	simBinErr  error
+)
+
+// llamaServerSim builds cmd/llama-server-sim once per test binary, as "llama-server", so the
+// driver launches it exactly as it launches the real one.
+func llamaServerSim(t *testing.T) string {
+	t.Helper()
+	simBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gateway-llama-server-")
+		if err != nil {
+			simBinErr = err
+			return
+		}
+		simBin = filepath.Join(dir, llamaserver.BinaryName)
+		out, err := exec.Command("go", "build", "-o", simBin, "github.com/llmkube/mesh/cmd/llama-server-sim").CombinedOutput()
+		if err != nil {
+			simBinErr = err
+			t.Logf("%s", out)
+		}
+	})
+	require.NoError(t, simBinErr, "building the llama-server simulator")
+	return simBin
+}
+
+// TestLlamaServer serves a GGUF on a llama-server process through the gateway, with openai-go
+// and an Ollama-shaped client.
+func TestLlamaServer(t *testing.T) {
+	bin := llamaServerSim(t)
+	spec, ok := gguf.Preset("sim-tiny")
+	require.True(t, ok)
+	model := filepath.Join(t.TempDir(), "tiny.gguf")
+	require.NoError(t, gguf.Write(model, spec))
+	d, err := llamaserver.New(llamaserver.Config{Binary: bin, LogDir: t.TempDir(), ModelsDir: t.TempDir(),
+		StopGrace: 5 * time.Second, HealthTimeout: 30 * time.Second, Env: []string{"LLAMA_SIM_LOAD_DELAY=0s"}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.StopAll(context.Background()) })
+	n := newNode(t, nodeOpts{name: "box", drivers: []engines.Driver{d}})
+	place(t, n, api.PlacementRequest{Source: model, Name: "tiny", Context: 512})
+
+	client := openAIClient(n, adminToken)
+	whole, err := client.Chat.Completions.New(t.Context(), userChat("tiny", "Hello, llama."))
+	require.NoError(t, err)
+	assert.NotEmpty(t, whole.Choices[0].Message.Content)
+	assert.Positive(t, whole.Usage.PromptTokens, "llama-server's own count")
+
+	params := userChat("tiny", "Hello, llama.")
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	stream := client.Chat.Completions.NewStreaming(t.Context(), params)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	require.NoError(t, stream.Err())
+	assert.Equal(t, whole.Choices[0].Message.Content, acc.Choices[0].Message.Content)
+	assert.Equal(t, whole.Usage.TotalTokens, acc.Usage.TotalTokens)
+
+	resp, b := call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"tiny","messages":[{"role":"user","content":"Hello, llama."}]}`)
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	lines := ndjson(t, b)
+	assert.Equal(t, true, lines[len(lines)-1]["done"])
+
+	// The context is known (512): a longer prompt never reaches the engine.
+	resp, b = call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("tiny", string(make([]byte, 4*600)), false, ""))
+	require.Equal(t, 400, resp.StatusCode, "%s", b)
+	code, _, _ := oaErr(t, b)
+	assert.Equal(t, "context_length_exceeded", code)
+}
