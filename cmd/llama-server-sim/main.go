@@ -6,15 +6,9 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"os"
 	"os/signal"
-	"runtime"
-	"strings"
 	"syscall"
 
 	"github.com/llmkube/mesh/sim/llamaserver"
@@ -26,71 +20,7 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-// run is the whole program; it returns the exit status: 0 after SIGTERM/SIGINT, 1 on a bad
-// command line, a model that cannot be opened, or a simulated crash.
+// run is the whole program: see llamaserver.Main.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg, warnings, err := llamaserver.ParseArgs(args, llamaserver.DefaultConfig())
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, w)
-	}
-	switch {
-	case errors.Is(err, llamaserver.ErrHelp):
-		fmt.Fprint(stdout, llamaserver.Usage)
-		return 0
-	case errors.Is(err, llamaserver.ErrVersion):
-		fmt.Fprint(stderr, llamaserver.Version)
-		return 0
-	case err != nil:
-		fmt.Fprintln(stderr, err)
-		fmt.Fprintln(stderr, "run with -h for usage")
-		return 1
-	}
-	if cfg, err = llamaserver.ConfigFromEnv(getenv, cfg); err != nil {
-		fmt.Fprintln(stderr, "error:", err)
-		return 1
-	}
-
-	threads := cfg.Threads
-	if threads <= 0 {
-		threads = runtime.NumCPU()
-	}
-	fmt.Fprintf(stderr, "build: 5000 (llmsim00) with %s for %s/%s (llama-server simulator)\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(stderr, "system info: n_threads = %d, n_threads_batch = %d, total_threads = %d\n", threads, threads, runtime.NumCPU())
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := llamaserver.Start(ctx, cfg, log)
-	if errors.Is(err, llamaserver.ErrBind) {
-		// llama-server's own words, then the reason.
-		fmt.Fprintf(stderr, "main: couldn't bind HTTP server socket, address: %s\n", cfg.Addr)
-		fmt.Fprintln(stderr, err)
-		fmt.Fprintln(stderr, "main: exiting due to HTTP server error")
-		return 1
-	}
-	if err != nil {
-		// llama-server's own words when the model cannot be loaded, then the reason.
-		fmt.Fprintf(stderr, "srv    load_model: loading model '%s'\n", cfg.ModelPath)
-		fmt.Fprintf(stderr, "srv    load_model: failed to load model, '%s'\n", cfg.ModelPath)
-		fmt.Fprintln(stderr, err)
-		fmt.Fprintln(stderr, "main: exiting due to model loading error")
-		return 1
-	}
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(s.URL(), "http://"))
-	fmt.Fprintf(stderr, "main: HTTP server is listening, hostname: %s, port: %s, http threads: %d\n", host, port, cfg.Parallel+4)
-	fmt.Fprintln(stderr, "main: loading model")
-	fmt.Fprintf(stderr, "srv    load_model: loading model '%s'\n", cfg.ModelPath)
-
-	select {
-	case <-s.Ready():
-		fmt.Fprintln(stderr, "main: model loaded")
-		fmt.Fprintf(stderr, "main: server is listening on %s - starting the main loop\n", s.URL())
-		fmt.Fprintln(stderr, "srv  update_slots: all slots are idle")
-	case <-s.Done():
-	}
-	<-s.Done()
-	if errors.Is(s.Err(), llamaserver.ErrCrashed) {
-		fmt.Fprintf(stderr, "llama-server-sim: simulated crash after %d completion requests (%s=%d)\n",
-			cfg.CrashAfter, llamaserver.EnvCrashAfter, cfg.CrashAfter)
-		return 1
-	}
-	fmt.Fprintln(stderr, "srv    operator(): operator(): cleaning up before exit...")
-	return 0
+	return llamaserver.Main(ctx, args, getenv, stdout, stderr)
 }
