@@ -91,3 +91,22 @@ func TestDemoMeshEndToEnd(t *testing.T) {
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, api.CodeNotFound, apiErr.Code)
 }
+
+// The demo's own placements all become ready at the real engines' pace.
+func TestDemoPlacementsBecomeReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo's pace takes some seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := StartDemo(ctx, llamaServer, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, m.Close()) })
+	for _, p := range DemoPlacements(m) {
+		c := m.Client(p.Host)
+		require.Eventually(t, func() bool {
+			ps, err := c.Placements(ctx)
+			return err == nil && len(ps) == 1 && ps[0].State == api.StateReady
+		}, time.Minute, 100*time.Millisecond, "placement on %s", p.Host)
+	}
+}
