@@ -361,6 +361,10 @@ func (a *Agent) logStartup() {
 	if h.Memory.HostFigures {
 		a.log.Warn("memory figures are the host's: the memory controller is on cgroup v1, so a container limit is not seen; set --memory-budget if this agent is limited")
 	}
+	if h.Memory.Total > 0 && a.budget > h.Memory.Total {
+		a.log.Warn("the memory budget is larger than the host's memory: placements may be admitted that the host cannot hold",
+			"budget", FormatBytes(a.budget), "total", FormatBytes(h.Memory.Total))
+	}
 	if a.budget == 0 {
 		a.log.Warn("host memory total unknown and no --memory-budget: every placement will be refused (MemoryCheckFailed)")
 	}

@@ -466,7 +466,15 @@ func TestEvictionMakesRoomForHigherPriority(t *testing.T) {
 	if codeOfErr(err) != api.CodeInsufficientMemory || !strings.Contains(err.(*api.Error).Fix, "low (") {
 		t.Fatalf("same priority: %v", err)
 	}
-	high, err := s.admin.Place(ctx, api.PlacementRequest{Source: tinyModel(t, dir, "high"), Priority: api.PriorityHigh})
+	highModel := tinyModel(t, dir, "high")
+	e, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: highModel, Priority: api.PriorityHigh})
+	if err != nil || e.Verdict != api.VerdictFits || !strings.Contains(e.Reason, "evicting low") {
+		t.Fatalf("estimate with --evict: %+v %v", e, err)
+	}
+	if q, _ := s.admin.Placement(ctx, low.ID); q.State != api.StateReady {
+		t.Fatalf("the estimate evicted something: low is %s", q.State)
+	}
+	high, err := s.admin.Place(ctx, api.PlacementRequest{Source: highModel, Priority: api.PriorityHigh})
 	if err != nil {
 		t.Fatalf("higher priority with --evict: %v", err)
 	}

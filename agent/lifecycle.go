@@ -221,8 +221,11 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 		a.mu.Unlock()
 		a.metrics.EngineRestarted(pl.p.Runtime)
 		a.log.Warn("engine failed; restarting", "placement", pl.p.ID, "model", pl.p.Model, "reason", failure, "backoff", backoff)
-		a.hub.Publish(api.Event{Type: api.EventEngine, Message: fmt.Sprintf("%s for %s: %s; restarting in %s", pl.p.Runtime, pl.p.Model, failure, backoff)})
-		a.publish(pl, "restarting: "+failure)
+		// The engine event carries the placement, so only its namespace (and the admin) sees it.
+		a.mu.Lock()
+		a.publishLocked(api.EventEngine, pl, fmt.Sprintf("%s for %s: %s; restarting in %s", pl.p.Runtime, pl.p.Model, failure, backoff), api.CodeEngineError)
+		a.publishLocked(api.EventPlacement, pl, "restarting: "+failure, "")
+		a.mu.Unlock()
 		a.saveOrLog()
 		a.unload(pl)
 		select {

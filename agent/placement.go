@@ -303,7 +303,8 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	free := a.memoryLocked().Free()
-	verdict, aerr := a.admitLocked(pl, est, serr, c.warn, false)
+	// A dry run: victims are named in the verdict, nothing is evicted.
+	verdict, aerr := a.admitLocked(pl, est, serr, c.warn, true)
 	if aerr != nil {
 		out := api.Estimation{Estimate: est, Verdict: api.VerdictRefused, Code: aerr.Code, Reason: aerr.Message, Free: free}
 		if aerr.Fix != "" {
