@@ -83,6 +83,8 @@ type Config struct {
 	RestartBackoffMax time.Duration
 	DetectInterval    time.Duration
 	SizingTimeout     time.Duration
+	// StallTimeout: when the agent's state stays locked this long, Run fails (see watchdog).
+	StallTimeout time.Duration
 	// EventRing is how many events are kept for replay.
 	EventRing int
 	Log       *slog.Logger
@@ -109,6 +111,9 @@ func (c *Config) defaults() {
 	}
 	if c.SizingTimeout <= 0 {
 		c.SizingTimeout = time.Minute
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = time.Minute
 	}
 	if c.IdleAfter <= 0 {
 		c.IdleAfter = 10 * time.Minute
@@ -339,9 +344,50 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer a.wg.Done()
 		a.housekeeping(ctx)
 	}()
-	<-ctx.Done()
+	stalled := a.watchdog(ctx)
+	select {
+	case <-ctx.Done():
+	case err := <-stalled:
+		// Limping on with a stuck agent would leave placements looking served: exit, loudly,
+		// so the service manager restarts the agent (which restores its placements).
+		a.log.Error("agent stalled; stopping so the service manager restarts it", "err", err)
+		return err
+	}
 	a.shutdown()
 	return nil
+}
+
+// watchdog reports when the agent's lock has been held for StallTimeout: every API call,
+// supervision step and admission needs it, so a deadlock there would otherwise leave an agent
+// that answers /healthz and nothing else.
+func (a *Agent) watchdog(ctx context.Context) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(a.cfg.StallTimeout / 6)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			got := make(chan struct{})
+			go func() {
+				a.mu.Lock()
+				a.mu.Unlock() // an empty critical section: only whether it can be entered matters
+				close(got)
+			}()
+			select {
+			case <-got:
+			case <-ctx.Done():
+				return
+			case <-time.After(a.cfg.StallTimeout):
+				out <- fmt.Errorf("the agent's state has been locked for %s", a.cfg.StallTimeout)
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // logStartup says once what the operator most needs to know about this host.

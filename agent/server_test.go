@@ -266,3 +266,23 @@ func TestMeshViewWithoutMesh(t *testing.T) {
 		t.Fatalf("view = %+v", v)
 	}
 }
+
+func TestStalledAgentFailsLoudly(t *testing.T) {
+	a := newBareAgent(t, "pi5-hailo", func(c *Config) { c.StallTimeout = 60 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	waitReady(t, a)
+	a.mu.Lock() // a deadlock, as far as the rest of the agent can tell
+	select {
+	case err := <-done:
+		a.mu.Unlock()
+		if err == nil || !strings.Contains(err.Error(), "locked") {
+			t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		a.mu.Unlock()
+		t.Fatal("a stalled agent kept running")
+	}
+}
