@@ -105,7 +105,8 @@ type Mesh struct {
 	once    sync.Once
 }
 
-// Start runs every host and returns once all of them have joined and see each other.
+// Start runs every host and returns once all of them have joined and see each other. ctx
+// bounds the start only: the mesh runs until Close.
 func Start(ctx context.Context, opts Options) (*Mesh, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -127,8 +128,9 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 		}
 		m.ownDir = true
 	}
+	life := context.WithoutCancel(ctx)
 	for _, spec := range opts.Hosts {
-		h, err := m.startHost(ctx, spec, opts)
+		h, err := m.startHost(life, spec, opts)
 		if err != nil {
 			m.Close()
 			return nil, fmt.Errorf("host %s: %w", spec.Name, err)

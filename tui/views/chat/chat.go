@@ -49,6 +49,7 @@ type Turn struct {
 	Runtime api.Runtime
 	TTFT    time.Duration
 	TokPS   float64
+	Took    time.Duration // the whole answer, once complete
 }
 
 // Model is the chat view.
@@ -440,6 +441,8 @@ func (m *Model) finish(e endMsg) {
 			a.Err = e.err.Error()
 		} else if a.Text == "" {
 			a.Err = "the model answered nothing"
+		} else {
+			a.Took = m.ctx.Now().Sub(m.started)
 		}
 	}
 	m.refresh(m.viewport.AtBottom())

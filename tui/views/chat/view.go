@@ -139,6 +139,9 @@ func (m *Model) transcript() string {
 		if t.TokPS > 0 {
 			facts = append(facts, render.Speed(t.TokPS))
 		}
+		if t.Took > 0 {
+			facts = append(facts, "answered in "+render.Millis(float64(t.Took.Microseconds())/1000))
+		}
 		if len(facts) > 0 {
 			head += st.Muted.Render(" · " + strings.Join(facts, " · "))
 		}
