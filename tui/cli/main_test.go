@@ -21,7 +21,5 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	code := m.Run()
-	closeShared()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
