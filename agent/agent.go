@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -184,7 +185,8 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	st, err := store.Open(cfg.ModelsDir, store.Options{GOOS: cfg.Host.OS, AllowTemp: cfg.AllowTempStore})
+	// The store is on this machine's disk, whatever host the probe describes (a demo fixture).
+	st, err := store.Open(cfg.ModelsDir, store.Options{GOOS: runtime.GOOS, AllowTemp: cfg.AllowTempStore})
 	if err != nil {
 		return nil, err
 	}

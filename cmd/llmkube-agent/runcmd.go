@@ -169,7 +169,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		return usageError{errors.New("--gossip-port 0 cannot be announced over mDNS: give a port or --no-mdns")}
 	}
 
-	dirs, derr := defaultDirs(e, info.OS)
+	dirs, derr := defaultDirs(e, runtime.GOOS) // this machine's folders, whatever host the probe describes
 	if o.stateDir == "" || o.modelsDir == "" {
 		if derr != nil {
 			return fmt.Errorf("%w: give --state-dir and --models-dir", derr)
