@@ -80,7 +80,7 @@ type app struct {
 	red    *redactor
 	stdin  io.Reader
 	stdout io.Writer
-	stderr io.Writer // redacted
+	stderr *safeWriter
 
 	started    bool // a command's own code ran: errors before it are usage errors (cobra's)
 	docWritten bool // the one JSON document is out, with its error if any
@@ -98,7 +98,7 @@ func newApp(opts Options) *app {
 		opts.Getenv = os.Getenv
 	}
 	a := &app{opts: opts, red: &redactor{}, stdin: os.Stdin, stdout: os.Stdout}
-	a.stderr = redactWriter{a.red, os.Stderr}
+	a.stderr = newSafeWriter(a.red, os.Stderr)
 	a.root = a.rootCmd()
 	return a
 }
@@ -113,7 +113,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if args == nil {
 		args = []string{} // nil makes cobra read os.Args
 	}
-	a.stdin, a.stdout, a.stderr = stdin, stdout, redactWriter{a.red, stderr}
+	a.stdin, a.stdout, a.stderr = stdin, stdout, newSafeWriter(a.red, stderr)
+	defer a.stderr.close()
 	a.root.SetArgs(args)
 	a.root.SetIn(stdin)
 	a.root.SetOut(stdout)
@@ -232,8 +233,8 @@ func (a *app) run(body func(cmd *cobra.Command, args []string) error) func(*cobr
 		a.started = true
 		a.stdin = cmd.InOrStdin()
 		a.stdout = cmd.OutOrStdout()
-		if _, ok := cmd.ErrOrStderr().(redactWriter); !ok {
-			a.stderr = redactWriter{a.red, cmd.ErrOrStderr()}
+		if w, ok := cmd.ErrOrStderr().(*safeWriter); !ok || w != a.stderr {
+			a.stderr = newSafeWriter(a.red, cmd.ErrOrStderr())
 		}
 		return body(cmd, args)
 	}
@@ -278,7 +279,11 @@ func (a *app) logger(interactive bool) (*slog.Logger, func(), error) {
 		if !a.g.verbose {
 			level = slog.LevelInfo
 		}
-		w, closeFn = redactWriter{a.red, f}, func() { _ = f.Close() }
+		sw := newSafeWriter(a.red, f)
+		w, closeFn = sw, func() {
+			sw.close()
+			_ = f.Close()
+		}
 	case interactive:
 		return slog.New(slog.DiscardHandler), closeFn, nil
 	default:

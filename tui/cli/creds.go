@@ -141,18 +141,36 @@ func (r *redactor) redact(b []byte) []byte {
 
 func (r *redactor) string(s string) string { return string(r.redact([]byte(s))) }
 
-// redactWriter writes through a redactor. Each Write is redacted on its own: the CLI writes
-// whole lines to it.
-type redactWriter struct {
-	r *redactor
-	w io.Writer
+// safeWriter is how the CLI writes to stderr and log files: it serialises the command's own
+// lines and the mesh's log lines (written from memberlist's goroutines), redacts secrets from
+// each write (the CLI writes whole lines), and drops whatever comes after close — memberlist
+// may log for a moment after the console left, and nothing may reach the caller's writer once
+// Run has returned.
+type safeWriter struct {
+	mu     sync.Mutex
+	r      *redactor
+	w      io.Writer
+	closed bool
 }
 
-func (w redactWriter) Write(p []byte) (int, error) {
-	if _, err := w.w.Write(w.r.redact(p)); err != nil {
+func newSafeWriter(r *redactor, w io.Writer) *safeWriter { return &safeWriter{r: r, w: w} }
+
+func (s *safeWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return len(p), nil
+	}
+	if _, err := s.w.Write(s.r.redact(p)); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+func (s *safeWriter) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 }
 
 // errNoCreds is what a command needing the mesh says when it has nothing to reach it with.

@@ -134,23 +134,26 @@ func TestSecretsNeverEchoed(t *testing.T) {
 	}
 	for name, w := range ways {
 		for _, cmd := range commands {
-			args := append(append([]string{}, cmd...), w.args...)
-			args = append(args, "--mesh-profile", "local", "--timeout", "300ms")
-			for _, asJSON := range []bool{false, true} {
-				a := args
-				if asJSON {
-					a = append(a, "--json")
+			t.Run(name+" "+strings.Join(cmd[:2], " "), func(t *testing.T) {
+				t.Parallel()
+				args := append(append([]string{}, cmd...), w.args...)
+				args = append(args, "--mesh-profile", "local", "--timeout", "300ms")
+				for _, asJSON := range []bool{false, true} {
+					a := args
+					if asJSON {
+						a = append(a, "--json")
+					}
+					r := runCLI(t, t.Context(), w.env, "", a...)
+					assert.NotEqual(t, cli.ExitOK, r.code, "%v", a)
+					if strings.Contains(cmd[len(cmd)-1], admin) {
+						assert.Contains(t, r.stderr, "/[redacted]", "the URL's copy of the token is redacted, not the message dropped")
+					}
+					for _, s := range forbidden {
+						assert.NotContains(t, r.stdout, s, "%v: stdout", a)
+						assert.NotContains(t, r.stderr, s, "%v: stderr", a)
+					}
 				}
-				r := runCLI(t, t.Context(), w.env, "", a...)
-				assert.NotEqual(t, cli.ExitOK, r.code, "%s %v", name, a)
-				if strings.Contains(cmd[len(cmd)-1], admin) {
-					assert.Contains(t, r.stderr, "/[redacted]", "the URL's copy of the token is redacted, not the message dropped")
-				}
-				for _, s := range forbidden {
-					assert.NotContains(t, r.stdout, s, "%s %v: stdout", name, cmd)
-					assert.NotContains(t, r.stderr, s, "%s %v: stderr", name, cmd)
-				}
-			}
+			})
 		}
 	}
 }
