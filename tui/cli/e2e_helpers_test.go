@@ -143,4 +143,3 @@ func with(env map[string]string, kv ...string) map[string]string {
 	}
 	return out
 }
-

@@ -304,7 +304,9 @@ func TestE2EWatch(t *testing.T) {
 				r := runCLI(t, t.Context(), c.env, "", "mesh", "place", "hailo://qwen2:1.5b", "--host", "pi5-hailo", "--wait", "--json")
 				require.Equal(t, cli.ExitOK, r.code, r.stderr)
 				id = decode[cli.PlacementDoc](t, r).Placement.ID
-				seen := func() bool { return strings.Contains(out.String(), `"id":"`+id+`"`) && strings.Contains(out.String(), `"state":"ready"`) }
+				seen := func() bool {
+					return strings.Contains(out.String(), `"id":"`+id+`"`) && strings.Contains(out.String(), `"state":"ready"`)
+				}
 				if !assert.Eventually(t, seen, 2*time.Second, 10*time.Millisecond) {
 					require.Equal(t, cli.ExitOK, runCLI(t, t.Context(), c.env, "", "mesh", "delete", id).code)
 					return false
