@@ -68,24 +68,26 @@ func measureAll(idle time.Duration) error {
 		if withPlacement {
 			label = "idle, one ready placement"
 		}
-		rss, cpu, err := measure(tmp, agentBin, simBin, withPlacement, idle)
+		mem, cpu, err := measure(tmp, agentBin, simBin, withPlacement, idle)
 		if err != nil {
 			return fmt.Errorf("%s: %w", label, err)
 		}
-		fmt.Printf("%-28s RSS %5.1f MB   CPU %.2f%% of a core\n", label, float64(rss)/(1<<20), cpu)
+		mb := func(n int64) float64 { return float64(n) / (1 << 20) }
+		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f)   CPU %.2f%% of a core\n",
+			label, mb(mem["VmRSS"]), mb(mem["RssAnon"]), mb(mem["RssFile"]), cpu)
 	}
 	return nil
 }
 
-func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duration) (rss int64, cpuPct float64, err error) {
+func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duration) (mem map[string]int64, cpuPct float64, err error) {
 	dir, err := os.MkdirTemp(tmp, "run-")
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	logPath := filepath.Join(dir, "agent.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	defer logf.Close()
 	stateDir := filepath.Join(dir, "state")
@@ -96,7 +98,7 @@ func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duratio
 	cmd.Stderr = logf
 	cmd.Env = append(os.Environ(), "LLAMA_SIM_LOAD_DELAY=0")
 	if err := cmd.Start(); err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	defer func() {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -104,45 +106,45 @@ func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duratio
 	}()
 	addr, err := waitListening(logPath, 10*time.Second)
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	j, _, err := state.LoadJoinFile(filepath.Join(stateDir, state.JoinFile))
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	c := api.NewClient(addr, api.AdminToken(j.Secret))
 	if withPlacement {
 		spec, _ := gguf.Preset("sim-tiny")
 		model := filepath.Join(dir, "tiny.gguf")
 		if err := gguf.Write(model, spec); err != nil {
-			return 0, 0, err
+			return nil, 0, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		p, err := c.Place(ctx, api.PlacementRequest{Source: model})
 		if err != nil {
-			return 0, 0, err
+			return nil, 0, err
 		}
 		if _, err := c.WaitPlacement(ctx, p.ID, 50*time.Millisecond, nil); err != nil {
-			return 0, 0, err
+			return nil, 0, err
 		}
 	}
 	time.Sleep(5 * time.Second)
 	pid := cmd.Process.Pid
 	t0, err := cpuTicks(pid)
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	time.Sleep(idle)
 	t1, err := cpuTicks(pid)
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
-	rss, err = vmRSS(pid)
+	mem, err = memStatus(pid)
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
-	return rss, 100 * float64(t1-t0) / clkTck / idle.Seconds(), nil
+	return mem, 100 * float64(t1-t0) / clkTck / idle.Seconds(), nil
 }
 
 // waitListening reads the agent's JSON log until it says where the API listens.
@@ -189,17 +191,27 @@ func cpuTicks(pid int) (int64, error) {
 	return u + s, nil
 }
 
-// vmRSS is the process's resident set size in bytes.
-func vmRSS(pid int) (int64, error) {
+// memStatus reads the resident set of a process in bytes: VmRSS and its parts RssAnon (heap,
+// stacks) and RssFile (pages of the binary and other mapped files: shared, clean, reclaimable).
+func memStatus(pid int) (map[string]int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := map[string]int64{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
+		key, v, ok := strings.Cut(line, ":")
+		if !ok || (key != "VmRSS" && key != "RssAnon" && key != "RssFile") {
+			continue
 		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/%d/status %s: %w", pid, key, err)
+		}
+		out[key] = kb << 10
 	}
-	return 0, errors.New("no VmRSS in /proc/<pid>/status")
+	if _, ok := out["VmRSS"]; !ok {
+		return nil, errors.New("no VmRSS in /proc/<pid>/status")
+	}
+	return out, nil
 }
