@@ -119,18 +119,32 @@ func (m *Mesh) publishLocked(h *api.Host, ps []api.Placement, sig signature) (sm
 	return small, nil
 }
 
-// announce sends a new local document on its way: gossip if small; the metadata update and
-// the pushes to consoles happen in the publisher.
+// announce sends a new local document on its way: gossip if small, and straight to every
+// console over TCP, so a console sees it within a round trip. The metadata update waits in the
+// publisher: memberlist's UpdateNode blocks until its broadcast has gone out.
 func (m *Mesh) announce(wire []byte, small bool) {
+	msg := append([]byte{msgDoc}, wire...)
 	if small {
-		m.queue.QueueBroadcast(&broadcast{name: "doc:" + m.name, msg: append([]byte{msgDoc}, wire...)})
+		m.queue.QueueBroadcast(&broadcast{name: "doc:" + m.name, msg: msg})
+	}
+	type target struct{ name, addr string }
+	var consoles []target
+	m.mu.Lock()
+	for _, mb := range m.members {
+		if mb.name != m.name && mb.state == api.Alive && mb.metaErr == nil && mb.meta.Role == api.RoleConsole {
+			consoles = append(consoles, target{mb.name, mb.addr})
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range consoles {
+		m.sendTo(c.name, c.addr, msg)
 	}
 	signal(m.publish)
 	signal(m.changed)
 }
 
-// publisher pushes each new document to the consoles (so they see it within a round trip)
-// and re-advertises the metadata through memberlist, which waits for the broadcast to go out.
+// publisher re-advertises the metadata through memberlist, one update at a time (a burst of
+// changes becomes one update carrying the latest).
 func (m *Mesh) publisher() {
 	for {
 		select {
@@ -138,23 +152,7 @@ func (m *Mesh) publisher() {
 			return
 		case <-m.publish:
 		}
-		type target struct{ name, addr string }
-		var consoles []target
-		m.mu.Lock()
-		wire := m.docs[m.name].wire
-		for _, mb := range m.members {
-			if mb.name != m.name && mb.state == api.Alive && mb.metaErr == nil && mb.meta.Role == api.RoleConsole {
-				consoles = append(consoles, target{mb.name, mb.addr})
-			}
-		}
-		m.mu.Unlock()
-		if wire != nil {
-			msg := append([]byte{msgDoc}, wire...)
-			for _, c := range consoles {
-				m.sendTo(c.name, c.addr, msg)
-			}
-		}
-		// UpdateNode waits until the update has gone out once; a shutdown must not wait for it.
+		// UpdateNode waits until the update has gone out; a shutdown must not wait for it.
 		sent := make(chan error, 1)
 		go func() { sent <- m.ml.UpdateNode(m.t.publishWait) }()
 		select {
