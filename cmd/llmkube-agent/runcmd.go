@@ -14,11 +14,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/agent/node"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
@@ -27,8 +26,6 @@ import (
 	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/engines/sizing"
 	"github.com/llmkube/mesh/hwprobe"
-	"github.com/llmkube/mesh/mesh"
-	"github.com/llmkube/mesh/mesh/discovery"
 )
 
 // envJoin carries the join string when no flag does.
@@ -216,7 +213,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		return err
 	}
 
-	a, err := agent.New(agent.Config{
+	acfg := agent.Config{
 		State:          sd,
 		ModelsDir:      o.modelsDir,
 		AllowTempStore: o.allowTempStore,
@@ -234,49 +231,23 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		IdleAfter:       o.idleAfter,
 		Namespaces:      o.namespaces,
 		AllowHTTP:       o.allowHTTP,
-		APIAddr:         apiAddr,
 		Version:         version,
 		HealthInterval:  o.healthInterval,
 		RestartBackoff:  o.restartBackoff,
 		Log:             log.With("part", "agent"),
-	})
-	if err != nil {
-		return err
 	}
-
-	g, gctx := errgroup.WithContext(ctx)
-	sc := agent.ServerConfig{Agent: a, Secret: join.Secret, MeshID: join.MeshID, OpenMetrics: o.metricsOpen, Log: log.With("part", "api")}
-	gc := gateway.Config{Agent: a, Log: log.With("part", "gateway")}
+	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, Log: log}
 	if !o.noMesh {
-		m, err := startMesh(ctx, o, join, a, apiAddr, sd.Path(), log)
-		if err != nil {
-			return err
+		nc.Mesh = &node.MeshConfig{
+			Bind: o.bind, Port: o.gossipPort, Seeds: o.seeds,
+			MDNS: !o.noMDNS, MDNSInterface: o.mdnsInterface, Profile: o.meshProfile,
 		}
-		sc.Mesh = func() api.MeshView { return m.View().MeshView }
-		gc.View = func() gateway.View { return m.View() }
-		g.Go(func() error { return publishToMesh(gctx, a, m, log) })
-		g.Go(func() error {
-			// Leave first, so peers stop routing here before the engines go.
-			<-gctx.Done()
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := m.Close(cctx); err != nil {
-				log.Warn("leaving the mesh", "err", err)
-			}
-			return nil
-		})
 	}
-	srv := agent.NewServer(sc)
-	gw, err := gateway.New(gc)
+	n, err := node.Start(ctx, nc)
 	if err != nil {
 		return err
 	}
-	gw.Register(srv.Handle)
-	g.Go(func() error { return a.Run(gctx) })
-	g.Go(func() error { return srv.Serve(gctx, ln) })
-	log.Info("API listening", "addr", ln.Addr().String(), "advertise", apiAddr, "mesh", join.MeshID, "node", a.Name(),
-		"metrics_open", o.metricsOpen)
-	return g.Wait()
+	return n.Wait()
 }
 
 // budget parses --memory-budget.
@@ -431,77 +402,4 @@ func advertiseAddr(flag string, ln *net.TCPAddr) (string, error) {
 		}
 	}
 	return net.JoinHostPort("127.0.0.1", port), nil
-}
-
-// startMesh joins the gossip mesh as an agent.
-func startMesh(ctx context.Context, o *runOptions, join api.Join, a *agent.Agent, apiAddr, stateDir string, log *slog.Logger) (*mesh.Mesh, error) {
-	var disc discovery.Source
-	if !o.noMDNS {
-		_, p, _ := net.SplitHostPort(apiAddr)
-		apiPort, _ := strconv.Atoi(p)
-		d, err := discovery.NewMDNS(discovery.MDNSConfig{
-			MeshID: join.MeshID, Node: a.Name(), GossipPort: o.gossipPort, APIPort: apiPort,
-			Interface: o.mdnsInterface, Log: log.With("part", "mdns"),
-		})
-		if err != nil {
-			return nil, err
-		}
-		disc = d
-	}
-	m, err := mesh.Start(context.WithoutCancel(ctx), mesh.Config{
-		MeshID:    join.MeshID,
-		Secret:    join.Secret,
-		NodeName:  a.Name(),
-		Role:      api.RoleAgent,
-		BindAddr:  o.bind,
-		BindPort:  o.gossipPort,
-		APIAddr:   apiAddr,
-		Seeds:     append(slices.Clone(join.Seeds), o.seeds...),
-		StateDir:  stateDir,
-		Discovery: disc,
-		Profile:   o.meshProfile,
-		Log:       log.With("part", "mesh"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("joining mesh %s: %w", join.MeshID, err)
-	}
-	log.Info("mesh member started", "mesh", join.MeshID, "gossip", m.GossipAddr(), "mdns", !o.noMDNS, "seeds", len(join.Seeds)+len(o.seeds))
-	return m, nil
-}
-
-// publishRefresh republishes now and then even without a change: available memory moves, and
-// a placement whose health checks stalled must stop being shown ready.
-const publishRefresh = 10 * time.Second
-
-// publishToMesh publishes this host's state on every change, and forwards mesh events to the
-// agent's event stream.
-func publishToMesh(ctx context.Context, a *agent.Agent, m *mesh.Mesh, log *slog.Logger) error {
-	changes, stopWatch := a.Watch()
-	defer stopWatch()
-	evs, stopEvents := m.SubscribeEvents()
-	defer stopEvents()
-	publish := func() {
-		if err := m.SetLocal(a.Host(), a.Placements()); err != nil {
-			log.Warn("publishing host state to the mesh", "err", err)
-		}
-	}
-	publish()
-	tick := time.NewTicker(publishRefresh)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changes:
-			publish()
-		case <-tick.C:
-			publish()
-		case ev, ok := <-evs:
-			if !ok {
-				evs = nil // the member shut down
-				continue
-			}
-			a.Events().Publish(ev)
-		}
-	}
 }
