@@ -5,6 +5,7 @@ package tui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -439,21 +440,15 @@ func (a *App) footer() string {
 	return render.Cut(strings.Join(parts, st.Muted.Render(" · ")), a.width)
 }
 
-// Run shows the console on the terminal until the person quits, then leaves the mesh
-// gracefully. Logs must already go to a file: the terminal belongs to the console.
+// Run shows the console on the terminal until the person quits or ctx ends. Logs must already
+// go to a file: the terminal belongs to the console. The caller, who connected, closes conn
+// afterwards (leaving the mesh gracefully).
 func Run(ctx context.Context, conn *console.Conn, opts Options) error {
 	app := New(conn, opts)
 	p := tea.NewProgram(app, tea.WithAltScreen(), tea.WithMouseCellMotion(), tea.WithContext(ctx))
 	_, err := p.Run()
 	app.stop()
-	if conn != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if cerr := conn.Close(cctx); err == nil {
-			err = cerr
-		}
-	}
-	if err == tea.ErrProgramKilled && ctx.Err() != nil {
+	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 		return nil
 	}
 	return err
