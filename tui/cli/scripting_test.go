@@ -2,13 +2,21 @@ package cli_test
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/tui/cli"
 )
 
 // scriptingDoc is the markdown whose "## Scripting" section's ```sh examples are run against a
@@ -111,4 +119,72 @@ func TestScriptingExamplesParse(t *testing.T) {
 	assert.Error(t, err)
 	_, err = scriptingExamples("## Scripting\n```sh\nopen\n", scriptingHeading)
 	assert.Error(t, err)
+}
+
+// exampleURLs are the addresses the examples use for a real mesh, and which host of the local
+// mesh stands for each.
+var exampleURLs = map[string]string{"http://gpu-server.local:7777": "gpu-server"}
+
+// TestScriptingExamples runs every ```sh example of the section with sh -eu, as a reader would
+// paste it: llmkube-tui on the PATH (this test binary, acting as the program), LLMKUBE_JOIN set
+// to the local mesh's join string, a fresh HOME and working folder. Every line must succeed
+// but those marked "# exit N", which must exit with N; every .json or .ndjson file the examples
+// write must hold the documented schema.
+func TestScriptingExamples(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to run the examples with")
+	}
+	m := localMesh(t)
+	md, err := os.ReadFile(scriptingDoc)
+	require.NoError(t, err)
+	exs, err := scriptingExamples(string(md), scriptingHeading)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(exs), 3, "the section shows examples")
+
+	self, err := os.Executable()
+	require.NoError(t, err)
+	bin, home, work := t.TempDir(), t.TempDir(), t.TempDir()
+	require.NoError(t, os.Symlink(self, filepath.Join(bin, "llmkube-tui")))
+	var pairs []string
+	for url, host := range exampleURLs {
+		pairs = append(pairs, url, m.Host(host).URL)
+	}
+	subst := strings.NewReplacer(pairs...)
+	env := []string{
+		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"HOME=" + home,
+		"TMPDIR=" + os.TempDir(),
+		// Under -race every process sleeps a second at exit to flush reports; the examples
+		// start dozens.
+		"GORACE=atexit_sleep_ms=0",
+		childEnv + "=1",
+		"LLMKUBE_JOIN=" + m.JoinString(),
+		"LLMKUBE_MESH_PROFILE=local",
+	}
+	for _, ex := range exs {
+		t.Run(fmt.Sprintf("%s:%d", scriptingDoc, ex.line), func(t *testing.T) {
+			script := subst.Replace(shellScript(ex))
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, sh, "-eu", "-c", script)
+			cmd.Dir, cmd.Env = work, env
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "the example at %s:%d failed\n--- script\n%s--- output\n%s", scriptingDoc, ex.line, script, out)
+		})
+	}
+	files, err := os.ReadDir(work)
+	require.NoError(t, err)
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(work, f.Name()))
+		require.NoError(t, err)
+		switch filepath.Ext(f.Name()) {
+		case ".json":
+			var doc struct{ Schema string }
+			require.NoError(t, json.Unmarshal(b, &doc), f.Name())
+			assert.Equal(t, cli.Schema, doc.Schema, f.Name())
+		case ".ndjson":
+			ndjson(t, string(b))
+		}
+	}
 }
