@@ -71,6 +71,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			msg: fmt.Sprintf("agent %s answered %d: %s", c.p.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
 
+	if resp.StatusCode >= 400 {
+		// The owner counted it by its code; here it is one of the owner's refusals passed on.
+		g.m.fail(&failure{status: resp.StatusCode, code: "Forwarded"})
+	}
 	copyHeaders(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	o := newOut(w, g.cfg.StallTimeout)

@@ -93,6 +93,7 @@ type Gateway struct {
 	mu       sync.Mutex
 	inflight map[string]*atomic.Int64 // by host + "/" + placement id
 	queues   map[string]*queue        // by runtime + " " + engine address
+	speeds   map[string]*speedBook    // by local placement id
 }
 
 // New builds a gateway and registers its metrics.
@@ -134,6 +135,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hc: hc, m: m,
 		inflight: map[string]*atomic.Int64{},
 		queues:   map[string]*queue{},
+		speeds:   map[string]*speedBook{},
 	}, nil
 }
 

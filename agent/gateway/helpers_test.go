@@ -146,10 +146,17 @@ func newNode(t testing.TB, o nodeOpts) *node {
 // placements ready.
 func join(t testing.TB, nodes ...*node) {
 	t.Helper()
+	joinWith(t, mesh.ProfileLocal, nodes...)
+}
+
+// joinWith is join with a memberlist profile: benchmarks that load the machine use the LAN
+// profile, whose failure detector tolerates a busy host as a real LAN deployment does.
+func joinWith(t testing.TB, profile string, nodes ...*node) {
+	t.Helper()
 	var seed string
 	for _, n := range nodes {
 		cfg := mesh.Config{MeshID: "test", Secret: secret, NodeName: n.name, Role: api.RoleAgent,
-			BindAddr: "127.0.0.1", BindPort: 0, APIAddr: n.addr, Profile: mesh.ProfileLocal, Log: testLog().With("node", n.name)}
+			BindAddr: "127.0.0.1", BindPort: 0, APIAddr: n.addr, Profile: profile, Log: testLog().With("node", n.name)}
 		if seed != "" {
 			cfg.Seeds = []string{seed}
 		}

@@ -220,7 +220,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		}
 	}
 	// Measured before the last write, so that whoever sees the answer end sees its figures too.
-	g.a.RecordSpeed(p.ID, ttft, tps)
+	g.speedOf(p.ID).add(ttft, tps)
 	var clientTTFT time.Duration
 	if !first.IsZero() {
 		clientTTFT = first.Sub(start)
