@@ -103,17 +103,21 @@ func (m *Mesh) viewLocked() View {
 	for _, name := range names {
 		mb := m.members[name]
 		live, reason := mb.liveness()
-		out := api.Member{Name: name, Role: mb.meta.Role, Addr: mb.addr, Liveness: live, Reason: reason, Updated: mb.updated}
 		verified := mb.verified(m.name)
+		var reasons []string
+		if mb.metaErr != nil {
+			reasons = append(reasons, mb.metaErr.Error())
+		}
+		if c := m.diag.conflictOf(name); c != "" {
+			reasons = append(reasons, c)
+		}
 		switch {
-		case mb.metaErr != nil:
-			out.Reason = mb.metaErr.Error()
-		case reason == "" && live == api.Alive && mb.isAgent() && !verified:
-			out.Reason = "API address " + mb.meta.APIAddr + " not checked yet"
+		case reason != "":
+			reasons = append(reasons, reason)
+		case live == api.Alive && mb.isAgent() && !verified:
+			reasons = append(reasons, "API address "+mb.meta.APIAddr+" not checked yet")
 		}
-		if c := m.diag.conflictOf(name); c != "" && out.Reason == "" {
-			out.Reason = c
-		}
+		out := api.Member{Name: name, Role: mb.meta.Role, Addr: mb.addr, Liveness: live, Reason: strings.Join(reasons, "; "), Updated: mb.updated}
 		if mb.isAgent() {
 			out.Host, out.Placements = m.hostLocked(mb, live)
 		}
