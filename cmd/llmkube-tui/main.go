@@ -1,14 +1,18 @@
 // Command llmkube-tui is the llmkube mesh console: interactive at the root, headless under
-// `llmkube-tui mesh …`. Everything is in package tui/cli; main only wires the process to it.
+// `llmkube-tui mesh …`. Everything is in package tui/cli; main only wires the process to it:
+// the interactive console (tui.Run) and the demo mesh (demo.go).
 package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/llmkube/mesh/tui"
 	"github.com/llmkube/mesh/tui/cli"
+	"github.com/llmkube/mesh/tui/console"
 )
 
 // version is set at build time: -ldflags "-X main.version=…".
@@ -22,11 +26,19 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, cli.Options{
-		Version: version,
-		// RunConsole (the interactive console, tui.Run) and Demo (--demo) are wired here once
-		// their packages land; until then the CLI says they are not in this build.
-	})
+	code, ok := runAsLlamaServer(ctx)
+	if !ok {
+		code = cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, cli.Options{
+			Version:    version,
+			RunConsole: runConsole,
+			Demo:       startDemo,
+		})
+	}
 	stop()
 	os.Exit(code)
+}
+
+// runConsole runs the interactive console. Its log already goes to --log-file or nowhere.
+func runConsole(ctx context.Context, conn *console.Conn, _ *slog.Logger) error {
+	return tui.Run(ctx, conn, tui.Options{})
 }

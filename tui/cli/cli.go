@@ -385,6 +385,9 @@ func (a *app) consoleOptions(c creds, log *slog.Logger) (console.Options, error)
 	if profile == "" {
 		profile = a.getenv(EnvProfile)
 	}
+	if profile == "" && a.g.demo {
+		profile = mesh.ProfileLocal // the demo's agents run on this machine with local timings
+	}
 	switch profile {
 	case "", mesh.ProfileLAN, mesh.ProfileWAN, mesh.ProfileLocal:
 	default:

@@ -77,7 +77,9 @@ func TestE2EHosts(t *testing.T) {
 
 			all := decode[cli.HostsDoc](t, runCLI(t, t.Context(), c.env, "", "mesh", "hosts", "--all", "--json"))
 			if c.name == "member" {
-				require.Len(t, all.Hosts, 4, "the console itself is a member")
+				// The console itself is a member (and consoles of earlier commands may still be
+				// leaving).
+				require.GreaterOrEqual(t, len(all.Hosts), 4)
 				var roles []api.Role
 				for _, h := range all.Hosts {
 					roles = append(roles, h.Role)
