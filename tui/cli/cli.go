@@ -46,8 +46,8 @@ const (
 	// DefaultTimeout bounds a one-shot command (hosts, models, rank, place, delete, doctor).
 	// Streams — watch, chat, place --wait — run without a limit unless --timeout is given.
 	DefaultTimeout = 30 * time.Second
-	// callTimeout bounds each API call and the wait for the first agent; --timeout lowers it.
-	callTimeout = 10 * time.Second
+	// defaultCallTimeout bounds each API call and the wait for the first agent; --timeout lowers it.
+	defaultCallTimeout = 10 * time.Second
 	// doctorSettle is how long the doctor waits for agents before reporting what it sees.
 	doctorSettle = 3 * time.Second
 	// closeTimeout bounds leaving the mesh at the end of a command.
@@ -255,10 +255,10 @@ func (a *app) commandContext(cmd *cobra.Command, stream bool) (context.Context, 
 
 // callTimeout bounds each API call: 10 s, or less when --timeout is less.
 func (a *app) callTimeout() time.Duration {
-	if a.g.timeout > 0 && a.g.timeout < callTimeout {
+	if a.g.timeout > 0 && a.g.timeout < defaultCallTimeout {
 		return a.g.timeout
 	}
-	return callTimeout
+	return defaultCallTimeout
 }
 
 // logger builds the log for a command: to --log-file when given, else to stderr for headless
