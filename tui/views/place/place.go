@@ -48,7 +48,7 @@ var (
 	keyChoose  = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "choose host"))
 	keyPlace   = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "place here"))
 	keyEdit    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "edit the form"))
-	keyDone    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "place another"))
+	keyDone    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "done"))
 	keyChat    = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "chat with it"))
 	keyLeave   = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "stop watching"))
 	keyForm    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "leave the form"))
@@ -488,7 +488,11 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			model := m.placement.Model
 			m.clearDone()
 			return common.Navigate(common.PageChat, model)
-		case key.Matches(msg, keyDone), key.Matches(msg, k.Open):
+		case key.Matches(msg, keyDone):
+			// Out of the form: the global keys work again; enter or tab edits it.
+			m.clearDone()
+			return m.setFocus(fieldHosts)
+		case key.Matches(msg, k.Open):
 			m.clearDone()
 			return m.setFocus(fieldSource)
 		}

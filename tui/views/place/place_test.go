@@ -313,7 +313,8 @@ func TestChoosingHosts(t *testing.T) {
 
 	press(m, "up")
 	press(m, "esc")
-	assert.Equal(t, fieldSource, m.focus, "esc goes back to the form")
+	assert.Equal(t, fieldHosts, m.focus, "esc leaves the result with the form unfocused, so global keys work")
+	assert.False(t, m.Capturing())
 	assert.Nil(t, m.placeErr)
 }
 

@@ -268,10 +268,10 @@ func (m *Model) progressLines() []string {
 	case m.placeErr != nil:
 		out = append(out, "")
 		out = append(out, m.errorLines("refused", m.placeErr)...)
-		out = append(out, "", st.Muted.Render("esc: change the request"))
+		out = append(out, "", st.Muted.Render("enter: change the request · esc: done"))
 	case p != nil && p.State == api.StateReady:
 		out = append(out, "", st.OK.Render(render.Cut(fmt.Sprintf("ready: %s on %s — press enter to chat with it", p.Model, p.Host), m.width)),
-			st.Muted.Render("esc: place another"))
+			st.Muted.Render("esc: done"))
 	case m.placing:
 		out = append(out, "", st.Muted.Render("esc stops watching (the placement goes on)"))
 	}
