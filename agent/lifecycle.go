@@ -79,6 +79,7 @@ func (a *Agent) update(pl *placement, f func(p *api.Placement)) bool {
 func (a *Agent) pull(ctx context.Context, pl *placement) bool {
 	var last int64
 	var lastPub time.Time
+	var lastMsg string
 	err := pl.driver.Pull(ctx, pl.model, func(pr engines.Progress) {
 		if pr.Completed < last {
 			last = 0 // the download started over
@@ -95,13 +96,18 @@ func (a *Agent) pull(ctx context.Context, pl *placement) bool {
 			pl.p.Progress = min(1, float64(pr.Completed)/float64(pr.Total))
 		}
 		if now := time.Now(); now.Sub(lastPub) >= progressEvery || (pr.Total > 0 && pr.Completed >= pr.Total) {
-			lastPub = now
-			pl.p.UpdatedAt = now.UTC()
-			a.changedLocked()
 			msg := pr.Status
 			if pr.Total > 0 {
 				msg = fmt.Sprintf("pulling %.0f%% (%s of %s)", 100*pl.p.Progress, FormatBytes(pr.Completed), FormatBytes(pr.Total))
 			}
+			// Engines repeat the last figure through their closing phases (verifying,
+			// writing the manifest): one event says it.
+			if msg == lastMsg {
+				return
+			}
+			lastPub, lastMsg = now, msg
+			pl.p.UpdatedAt = now.UTC()
+			a.changedLocked()
 			a.publishLocked(api.EventPlacement, pl, msg, "")
 		}
 	})
