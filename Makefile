@@ -22,7 +22,6 @@ test:
 
 # A local mesh of simulated hosts (a Pi 5 with a Hailo-10H, a Mac-like host, a Linux box) and the console.
 demo:
-	@if [ ! -d cmd/llmkube-tui ]; then echo "make demo: the console (cmd/llmkube-tui) is not built yet" >&2; exit 1; fi
 	$(GO) run ./cmd/llmkube-tui --demo
 
 # Benchmarks; figures are recorded by hand in BENCHMARKS.md with the date, machine and method.
