@@ -72,36 +72,44 @@ func (d *delegate) LocalState(join bool) []byte {
 	m := d.mesh()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var s pushState
+	for name, mb := range m.members {
+		if mb.leaving && mb.state == api.Left && name != m.name {
+			s.leaves = append(s.leaves, liveNotice{Kind: liveLeave, Seq: mb.liveSeq, Node: name, From: m.name})
+		}
+	}
 	if !join {
 		if e, ok := m.docs[m.name]; ok {
-			return encodeState([][]byte{e.wire})
+			s.docs = [][]byte{e.wire}
 		}
-		return encodeState(nil)
+		return encodeState(s)
 	}
-	wires := make([][]byte, 0, len(m.docs))
 	for name, e := range m.docs {
 		if _, ok := m.members[name]; ok {
-			wires = append(wires, e.wire)
+			s.docs = append(s.docs, e.wire)
 		}
 	}
-	return encodeState(wires)
+	return encodeState(s)
 }
 
 // MergeRemoteState merges the other side of a push/pull.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	m := d.mesh()
-	wires, err := decodeState(buf)
+	s, err := decodeState(buf)
 	if err != nil {
 		m.log.Warn("dropping push/pull state", "err", err)
 		return
 	}
-	for _, w := range wires {
+	for _, w := range s.docs {
 		doc, err := decodeDoc(w)
 		if err != nil {
 			m.log.Warn("dropping a state document from push/pull", "err", err)
 			continue
 		}
 		m.acceptDoc(doc, w)
+	}
+	for _, n := range s.leaves {
+		m.acceptLive(n)
 	}
 }
 

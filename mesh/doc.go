@@ -197,40 +197,69 @@ func decodeDocRequest(p []byte) (node, from string, err error) {
 	return node, from, nil
 }
 
-// Push/pull state: one version byte, a count, then each document's wire form with its length.
+// Push/pull state: one version byte; a count, then each document's wire form with its length;
+// then (optional, so an empty state stays two bytes) a count and each leave notice with its
+// length. Leave notices ride along because a graceful leave must not be lost with one UDP
+// packet: the member that misses the notice would show the host dead, not left.
 const stateWire = 1
 
-func encodeState(wires [][]byte) []byte {
+// pushState is one side of a push/pull.
+type pushState struct {
+	docs   [][]byte     // wire forms, not yet decoded
+	leaves []liveNotice // members known to be leaving or gone by leaving
+}
+
+func encodeState(s pushState) []byte {
 	b := []byte{stateWire}
-	b = binary.AppendUvarint(b, uint64(len(wires)))
-	for _, w := range wires {
-		b = binary.AppendUvarint(b, uint64(len(w)))
-		b = append(b, w...)
+	b = binary.AppendUvarint(b, uint64(len(s.docs)))
+	for _, w := range s.docs {
+		b = appendLenString(b, string(w))
+	}
+	if len(s.leaves) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(s.leaves)))
+		for _, n := range s.leaves {
+			b = appendLenString(b, string(encodeLive(n)[1:]))
+		}
 	}
 	return b
 }
 
-// decodeState splits a push/pull state into document wire forms (not yet decoded).
-func decodeState(b []byte) ([][]byte, error) {
+// decodeState splits a push/pull state into its parts.
+func decodeState(b []byte) (pushState, error) {
+	var s pushState
 	if len(b) == 0 {
-		return nil, nil // a member with nothing to say
+		return s, nil // a member with nothing to say
 	}
 	if b[0] != stateWire {
-		return nil, fmt.Errorf("push/pull state: unknown version %d", b[0])
+		return s, fmt.Errorf("push/pull state: unknown version %d", b[0])
 	}
 	r := reader{b: b[1:]}
 	n := r.uint()
 	if r.err == nil && n > maxStateDocs {
-		return nil, fmt.Errorf("push/pull state: %d documents, at most %d", n, maxStateDocs)
+		return s, fmt.Errorf("push/pull state: %d documents, at most %d", n, maxStateDocs)
 	}
-	out := make([][]byte, 0, min(n, 128))
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		if w := r.str(); r.err == nil {
-			out = append(out, []byte(w))
+			s.docs = append(s.docs, []byte(w))
+		}
+	}
+	if r.err == nil && len(r.b) > 0 {
+		k := r.uint()
+		if r.err == nil && k > maxStateDocs {
+			return pushState{}, fmt.Errorf("push/pull state: %d notices, at most %d", k, maxStateDocs)
+		}
+		for i := uint64(0); i < k && r.err == nil; i++ {
+			if p := r.str(); r.err == nil {
+				ln, err := decodeLive([]byte(p))
+				if err != nil {
+					return pushState{}, fmt.Errorf("push/pull state: %w", err)
+				}
+				s.leaves = append(s.leaves, ln)
+			}
 		}
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("push/pull state: %w", r.err)
+		return pushState{}, fmt.Errorf("push/pull state: %w", r.err)
 	}
-	return out, nil
+	return s, nil
 }

@@ -157,16 +157,24 @@ func TestMessagesRoundTrip(t *testing.T) {
 	require.Equal(t, "mac-2", from)
 
 	w1, w2 := mustEncode(t, sampleDoc("a", 1, 1)), mustEncode(t, sampleDoc("b", 2, 0))
-	wires, err := decodeState(encodeState([][]byte{w1, w2}))
+	leave := liveNotice{Kind: liveLeave, Seq: 7, Node: "c", From: "a"}
+	st, err := decodeState(encodeState(pushState{docs: [][]byte{w1, w2}, leaves: []liveNotice{leave}}))
 	require.NoError(t, err)
-	require.Equal(t, [][]byte{w1, w2}, wires)
-	wires, err = decodeState(nil)
+	require.Equal(t, [][]byte{w1, w2}, st.docs)
+	require.Equal(t, []liveNotice{leave}, st.leaves)
+	st, err = decodeState(encodeState(pushState{docs: [][]byte{w1}}))
 	require.NoError(t, err)
-	require.Empty(t, wires)
+	require.Equal(t, [][]byte{w1}, st.docs)
+	require.Empty(t, st.leaves)
+	st, err = decodeState(nil)
+	require.NoError(t, err)
+	require.Empty(t, st.docs)
 	_, err = decodeState([]byte{stateWire, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	require.ErrorContains(t, err, "at most")
 	_, err = decodeState([]byte{stateWire, 2, 3, 'a'})
 	require.Error(t, err)
+	_, err = decodeState([]byte{stateWire, 0, 1, 2, 9, 9})
+	require.Error(t, err, "a malformed notice")
 }
 
 // FuzzDecodeDoc: any bytes decode or fail cleanly; what decodes re-encodes to the same doc.
@@ -194,7 +202,7 @@ func FuzzDecodeDoc(f *testing.F) {
 func FuzzDecodeMessage(f *testing.F) {
 	f.Add(encodeLive(liveNotice{Kind: liveLeave, Seq: 1, Node: "a", From: "a"}))
 	f.Add(encodeDocRequest("a", "b"))
-	f.Add(append([]byte{0}, encodeState([][]byte{mustEncode(f, sampleDoc("a", 1, 1))})...))
+	f.Add(append([]byte{0}, encodeState(pushState{docs: [][]byte{mustEncode(f, sampleDoc("a", 1, 1))}, leaves: []liveNotice{{Kind: liveLeave, Seq: 1, Node: "b", From: "a"}}})...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) == 0 {
 			return
@@ -212,10 +220,14 @@ func FuzzDecodeMessage(f *testing.F) {
 				require.NotEmpty(t, from)
 			}
 		default:
-			if wires, err := decodeState(b[1:]); err == nil {
-				for _, w := range wires {
+			if st, err := decodeState(b[1:]); err == nil {
+				for _, w := range st.docs {
 					decodeDoc(w)
 				}
+				again, err := decodeState(encodeState(st))
+				require.NoError(t, err)
+				require.Equal(t, len(st.docs), len(again.docs))
+				require.Equal(t, st.leaves, again.leaves)
 			}
 		}
 	})

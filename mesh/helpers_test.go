@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -95,7 +97,7 @@ func (c *cluster) add(name string, role api.Role) *Mesh {
 // waitFor polls every member's view until cond holds for all of them.
 func waitFor(t testing.TB, within time.Duration, ms []*Mesh, what string, cond func(View) bool) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	ok := assert.Eventually(t, func() bool {
 		for _, m := range ms {
 			if !cond(m.View()) {
 				return false
@@ -103,6 +105,17 @@ func waitFor(t testing.TB, within time.Duration, ms []*Mesh, what string, cond f
 		}
 		return true
 	}, within, 10*time.Millisecond, what)
+	if !ok {
+		for _, m := range ms {
+			v := m.View()
+			var b strings.Builder
+			for _, mb := range v.Members {
+				fmt.Fprintf(&b, " %s=%s(%s)", mb.Name, mb.Liveness, mb.Reason)
+			}
+			t.Logf("view of %s:%s", v.Self, b.String())
+		}
+		t.FailNow()
+	}
 }
 
 func liveness(v View, name string) api.Liveness {

@@ -101,7 +101,9 @@ func (m *Mesh) publishLocked(h *api.Host, ps []api.Placement, sig signature) (sm
 		return false, err
 	}
 	small = len(wire) <= maxGossipDoc
-	meta, err := encodeMeta(metaFromHost(h, ps, gen, small))
+	nm := metaFromHost(h, ps, gen, small)
+	nm.Seq = m.startSeq
+	meta, err := encodeMeta(nm)
 	if err != nil {
 		return false, err
 	}

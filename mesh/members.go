@@ -191,10 +191,14 @@ func (e *events) NotifyConflict(existing, other *memberlist.Node) {
 	}
 }
 
-// updateMetaLocked decodes new metadata; a changed API address must be checked again.
+// updateMetaLocked decodes new metadata; a changed API address must be checked again, and a
+// new run of the node (a higher start sequence) makes every older liveness notice stale.
 func (m *Mesh) updateMetaLocked(mb *member, b []byte) {
 	oldAPI := mb.meta.APIAddr
 	mb.setMeta(b)
+	if mb.meta.Seq > mb.liveSeq {
+		mb.liveSeq, mb.leaving = mb.meta.Seq, false
+	}
 	if mb.metaErr != nil {
 		m.log.Warn("member metadata not understood", "member", mb.name, "err", mb.metaErr)
 	}
@@ -207,7 +211,7 @@ func (m *Mesh) updateMetaLocked(mb *member, b []byte) {
 func (m *Mesh) acceptLive(n liveNotice) {
 	m.mu.Lock()
 	if n.Node == m.name {
-		refute := n.Kind == liveSuspect && n.Seq >= m.liveSeq && !m.leaving.Load()
+		refute := n.Kind == liveSuspect && n.Seq >= m.liveSeq
 		m.mu.Unlock()
 		if refute {
 			m.refute()
@@ -268,8 +272,12 @@ func (m *Mesh) suspected(name string) {
 	m.acceptLive(n)
 }
 
-// refute answers a suspicion of ourselves with a newer alive notice.
+// refute answers a suspicion of ourselves with a newer alive notice — unless we are leaving:
+// the notice would replace our queued leave notice (same broadcast name) and outrank it.
 func (m *Mesh) refute() {
+	if m.leaving.Load() {
+		return
+	}
 	m.mu.Lock()
 	m.liveSeq = max(m.liveSeq+1, uint64(time.Now().UnixMicro()))
 	n := liveNotice{Kind: liveAlive, Seq: m.liveSeq, Node: m.name, From: m.name}

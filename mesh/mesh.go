@@ -105,6 +105,7 @@ type Mesh struct {
 	docs       map[string]docEntry
 	local      localState
 	liveSeq    uint64 // our own liveness notices
+	startSeq   uint64 // liveSeq at start, in our metadata
 	candidates map[string]*candidate
 	foreign    map[string]discovery.Peer // mDNS answers from other meshes
 	savedPeers string                    // last list written to the last-known file
@@ -166,7 +167,8 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 	m.diag = newDiagnostics(m)
 	m.local.gen = uint64(time.Now().UnixMicro())
-	initial, err := encodeMeta(nodeMeta{Role: cfg.Role, APIAddr: cfg.APIAddr})
+	m.startSeq = m.liveSeq
+	initial, err := encodeMeta(nodeMeta{Role: cfg.Role, APIAddr: cfg.APIAddr, Seq: m.startSeq})
 	if err != nil {
 		return nil, err
 	}

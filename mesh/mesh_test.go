@@ -317,3 +317,23 @@ func TestAntiEntropyRepairsLostGossip(t *testing.T) {
 		return false
 	}, 10*time.Second, 50*time.Millisecond)
 }
+
+// TestRejoinAfterLeaveThenCrashIsDead: a member that left and came back under the same name
+// is alive again, and a later crash shows as a death — never as the old leave.
+func TestRejoinAfterLeaveThenCrashIsDead(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	b := c.add("b", api.RoleAgent)
+	first := c.add("pi", api.RoleAgent)
+	waitFor(t, 10*time.Second, []*Mesh{a, b}, "formed", allAlive("a", "b", "pi"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	require.NoError(t, first.Close(ctx))
+	waitFor(t, 5*time.Second, []*Mesh{a, b}, "left", func(v View) bool { return liveness(v, "pi") == api.Left })
+
+	again := c.add("pi", api.RoleAgent)
+	waitFor(t, 10*time.Second, []*Mesh{a, b}, "back", allAlive("pi"))
+	time.Sleep(300 * time.Millisecond) // a few push/pulls, which carry leave notices of gone members
+	require.NoError(t, again.Shutdown())
+	waitFor(t, 10*time.Second, []*Mesh{a, b}, "dead, not left", func(v View) bool { return liveness(v, "pi") == api.Dead })
+}

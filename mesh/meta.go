@@ -51,6 +51,7 @@ const (
 	tagGen        = 11 // uvarint: generation of the node's state document
 	tagFlags      = 12 // uvarint bit set, see flag*
 	tagVersion    = 13 // string: the agent's API version
+	tagSeq        = 14 // uvarint: the node's liveness sequence when it started (see liveNotice)
 )
 
 // flagDocGossiped: the state document of this generation is small enough to travel by gossip,
@@ -76,6 +77,9 @@ type nodeMeta struct {
 	Gen          uint64
 	Flags        uint64
 	AgentVersion string
+	// Seq is where this run of the node started its liveness notices: any notice about it
+	// with a lower sequence is from an earlier run (a stale "left").
+	Seq uint64
 }
 
 type metaAccel struct {
@@ -162,6 +166,9 @@ func encodeMeta(m nodeMeta) ([]byte, error) {
 		role = 1
 	}
 	b = appendField(b, tagRole, []byte{role})
+	if m.Seq != 0 {
+		b = appendField(b, tagSeq, binary.AppendUvarint(nil, m.Seq))
+	}
 	if m.Role == api.RoleConsole {
 		// A console is not a placement target: its role is all others need.
 		return checkMetaSize(b)
@@ -295,6 +302,8 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 			m.Flags = r.uint()
 		case tagVersion:
 			m.AgentVersion = string(v)
+		case tagSeq:
+			m.Seq = r.uint()
 		default:
 			continue // a newer member's field
 		}

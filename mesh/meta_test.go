@@ -43,7 +43,9 @@ func worstHost() (*api.Host, []api.Placement) {
 
 func TestMetaWorstCaseFits(t *testing.T) {
 	h, ps := worstHost()
-	b, err := encodeMeta(metaFromHost(h, ps, math.MaxUint64, true))
+	worst := metaFromHost(h, ps, math.MaxUint64, true)
+	worst.Seq = math.MaxUint64
+	b, err := encodeMeta(worst)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(b), memberlist.MetaMaxSize)
 	t.Logf("worst-case node metadata: %d of %d bytes", len(b), memberlist.MetaMaxSize)
@@ -94,11 +96,12 @@ func TestMetaRoundTrip(t *testing.T) {
 		{Runtime: api.RuntimeHailoOllama, Present: true, Healthy: true},
 	}, got.Engines)
 
-	cb, err := encodeMeta(nodeMeta{Role: api.RoleConsole})
+	cb, err := encodeMeta(nodeMeta{Role: api.RoleConsole, Seq: 99})
 	require.NoError(t, err)
 	cm, err := decodeMeta(cb)
 	require.NoError(t, err)
 	require.Equal(t, api.RoleConsole, cm.Role)
+	require.Equal(t, uint64(99), cm.Seq)
 }
 
 func TestMetaSkipsUnknownFieldsAndRefusesUnknownVersions(t *testing.T) {
@@ -136,8 +139,10 @@ func TestTruncateKeepsRunesWhole(t *testing.T) {
 // FuzzDecodeMeta: any bytes decode or fail cleanly; what decodes survives a re-encoding.
 func FuzzDecodeMeta(f *testing.F) {
 	h, ps := worstHost()
-	worst, _ := encodeMeta(metaFromHost(h, ps, 1, true))
-	console, _ := encodeMeta(nodeMeta{Role: api.RoleConsole})
+	wm := metaFromHost(h, ps, 1, true)
+	wm.Seq = 1 << 60
+	worst, _ := encodeMeta(wm)
+	console, _ := encodeMeta(nodeMeta{Role: api.RoleConsole, Seq: 5})
 	f.Add(worst)
 	f.Add(console)
 	f.Add([]byte{metaVersion, tagRole, 1, 0, 200, 3, 1, 2, 3})
