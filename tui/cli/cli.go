@@ -189,7 +189,7 @@ with --agent URL and a token (--token, ` + EnvToken + ` or --token-file). Secret
 	f.StringVar(&a.g.profile, "mesh-profile", "", "gossip timings: lan, wan or local (env "+EnvProfile+"; default lan)")
 	f.DurationVar(&a.g.timeout, "timeout", DefaultTimeout, "how long a command may take, 0 = no limit (watch, chat and place --wait have none unless given)")
 	f.BoolVar(&a.g.json, "json", false, "print JSON (one document; NDJSON for watch and chat) with a stable schema")
-	f.BoolVarP(&a.g.verbose, "verbose", "v", false, "log what happens (to stderr, or to --log-file)")
+	f.BoolVarP(&a.g.verbose, "verbose", "v", false, "log what happens to stderr (headless commands are quiet without it), or to --log-file")
 	f.StringVar(&a.g.logFile, "log-file", "", "append logs to this file (the interactive console logs only there)")
 	f.BoolVar(&a.g.logJSON, "log-json", false, "write logs as JSON lines")
 	f.BoolVar(&a.g.demo, "demo", false, "start a local demo mesh of simulated hosts and use it")
@@ -261,13 +261,13 @@ func (a *app) callTimeout() time.Duration {
 	return defaultCallTimeout
 }
 
-// logger builds the log for a command: to --log-file when given, else to stderr for headless
-// commands (errors only, everything with --verbose) and nowhere for the interactive console.
+// logger builds the log for a command: to --log-file when given (info, or debug with
+// --verbose); else, for headless commands, to stderr with --verbose and nowhere without it —
+// what a script must know comes back as the command's error, and the mesh's own complaints
+// (memberlist's, a departing console's) would only be noise in its stderr. The interactive
+// console never logs to the terminal it draws on.
 func (a *app) logger(interactive bool) (*slog.Logger, func(), error) {
-	level := slog.LevelError
-	if a.g.verbose {
-		level = slog.LevelDebug
-	}
+	level := slog.LevelDebug
 	var w io.Writer
 	closeFn := func() {}
 	switch {
@@ -284,7 +284,7 @@ func (a *app) logger(interactive bool) (*slog.Logger, func(), error) {
 			sw.close()
 			_ = f.Close()
 		}
-	case interactive:
+	case interactive || !a.g.verbose:
 		return slog.New(slog.DiscardHandler), closeFn, nil
 	default:
 		w = a.stderr

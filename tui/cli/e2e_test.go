@@ -53,6 +53,13 @@ func TestE2EHosts(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := runCLI(t, t.Context(), c.env, "", "mesh", "hosts")
 			require.Equal(t, cli.ExitOK, r.code, r.stderr)
+			assert.Empty(t, r.stderr, "quiet without --verbose")
+			if c.name == "member" {
+				v := runCLI(t, t.Context(), c.env, "", "mesh", "hosts", "--verbose", "--log-json")
+				require.Equal(t, cli.ExitOK, v.code, v.stderr)
+				assert.Contains(t, v.stderr, `"level":"DEBUG"`, "--verbose logs the mesh's work to stderr")
+				assert.Equal(t, r.stdout[:strings.Index(r.stdout, "\n")], v.stdout[:strings.Index(v.stdout, "\n")], "and the data stays on stdout")
+			}
 			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 			require.Len(t, lines, 4)
 			assert.Regexp(t, `^HOST\s+STATE\s+OS/ARCH\s+CHIP`, lines[0])
