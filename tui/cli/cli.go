@@ -342,7 +342,8 @@ func (a *app) connect(ctx context.Context, mode settleMode, interactive bool) (*
 			return nil, fmt.Errorf("starting the demo mesh: %w", err)
 		}
 		a.red.add(join, joinSecretText(join))
-		c.join, c.agent, stopDemo = join, "", stop
+		// A new mesh: no token or agent given for another one can work with it.
+		c.join, c.token, c.agent, stopDemo = join, "", "", stop
 	}
 	opts, err := a.consoleOptions(c, log)
 	if err != nil {
