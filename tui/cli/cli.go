@@ -3,7 +3,7 @@
 // CI. Every command goes through tui/console, the action layer the interactive console uses,
 // so the two never drift apart.
 //
-// Output contract (SCRIPTING.md documents it): data on stdout — an aligned table, or with
+// Output contract (the README's Scripting section documents it): data on stdout — an aligned table, or with
 // --json one JSON document (NDJSON for streams) carrying "schema": "llmkube/v1"; progress, logs
 // and error reasons on stderr; the exit codes in exit.go. Secrets are never printed: the join
 // string and tokens are redacted from stderr and logs, and only `mesh token` prints a token,

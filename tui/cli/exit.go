@@ -9,7 +9,7 @@ import (
 	"github.com/llmkube/mesh/tui/console"
 )
 
-// Exit codes of `llmkube-tui` (documented in SCRIPTING.md, tested in exit_test.go):
+// Exit codes of `llmkube-tui` (documented in the README's Scripting section, tested in exit_test.go):
 //
 //	code  meaning
 //	0     done

@@ -17,7 +17,7 @@ import (
 // only ever added under it; a change that would break a reader gets a new schema name.
 const Schema = "llmkube/v1"
 
-// The JSON documents, one per command (SCRIPTING.md shows them). Every one carries Schema.
+// The JSON documents, one per command (the README's Scripting section shows them). Every one carries Schema.
 type (
 	// HostsDoc is `mesh hosts --json`: the mesh's members (agents; consoles too with --all).
 	HostsDoc struct {

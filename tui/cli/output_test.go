@@ -90,7 +90,7 @@ func TestEventTextAndDoctor(t *testing.T) {
 	assert.Equal(t, "mode: agent, 1 agent(s) visible\nno problems found\n", b.String())
 }
 
-// The documents' field names are the stable schema SCRIPTING.md documents.
+// The documents' field names are the stable schema the README's Scripting section documents.
 func TestJSONSchemaFields(t *testing.T) {
 	keys := func(v any) []string {
 		b, err := json.Marshal(v)

@@ -20,9 +20,8 @@ import (
 )
 
 // scriptingDoc is the markdown whose "## Scripting" section's ```sh examples are run against a
-// local mesh, so they cannot go stale. The lead copies the section into README.md and points
-// this at it ("../../README.md").
-var scriptingDoc = "SCRIPTING.md"
+// local mesh, so they cannot go stale.
+var scriptingDoc = "../../README.md"
 
 const scriptingHeading = "## Scripting"
 
