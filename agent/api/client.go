@@ -81,11 +81,25 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// openAICodes are the OpenAI error codes the gateway answers with (clients check for them),
+// in this API's terms.
+var openAICodes = map[string]Code{
+	"model_not_found":         CodeNotFound,
+	"context_length_exceeded": CodeContextLimit,
+	"rate_limit_exceeded":     CodeTooBusy,
+	"request_too_large":       CodeBadRequest,
+	"invalid_request":         CodeBadRequest,
+	"model_not_ready":         CodeEngineUnavailable,
+}
+
 // decodeError turns an error response into *Error, keeping the status for callers that care.
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var body ErrorBody
 	if json.Unmarshal(b, &body) == nil && body.Error != nil && body.Error.Code != "" {
+		if c, ok := openAICodes[string(body.Error.Code)]; ok {
+			body.Error.Code = c
+		}
 		return body.Error
 	}
 	code := CodeInternal

@@ -96,3 +96,18 @@ func TestChatStream(t *testing.T) {
 	require.NotNil(t, usage)
 	assert.Equal(t, 5, usage.TotalTokens)
 }
+
+// The gateway answers chat errors in OpenAI's shape with OpenAI's codes; the client reads them
+// in the API's terms, so every front end treats "no such model" alike.
+func TestOpenAIErrorCodes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"error":{"message":"model \"x\" is not served in this mesh","type":"invalid_request_error","param":"model","code":"model_not_found"}}`)
+	}))
+	t.Cleanup(srv.Close)
+	err := NewClient(srv.URL, "").ChatStream(context.Background(), "x", nil, ChatOptions{}, func(ChatDelta) error { return nil })
+	var apiErr *Error
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, CodeNotFound, apiErr.Code)
+	assert.Contains(t, apiErr.Message, "not served")
+}

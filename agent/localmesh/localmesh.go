@@ -173,7 +173,8 @@ func (m *Mesh) Client(name string) *api.Client {
 	return api.NewClient(h.URL, m.AdminToken())
 }
 
-// WaitConverged waits until every host's view shows every host alive with its state.
+// WaitConverged waits until every host's view shows every host alive with its state and its
+// engines detected.
 func (m *Mesh) WaitConverged(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -202,9 +203,24 @@ func (m *Mesh) converged() bool {
 			if !ok || mb.Liveness != api.Alive || mb.Host == nil {
 				return false
 			}
+			// Its engines too: a console joining right after must not see "not installed".
+			for _, r := range other.Spec.Runtimes {
+				if !enginePresent(mb.Host.Engines, r) {
+					return false
+				}
+			}
 		}
 	}
 	return true
+}
+
+func enginePresent(es []api.Engine, r api.Runtime) bool {
+	for _, e := range es {
+		if e.Runtime == r && e.Present {
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops every host (each leaves the mesh gracefully) and its engines, and removes the

@@ -66,16 +66,6 @@ var refusals = map[api.Code]bool{
 	api.CodeEngineUnavailable:  true,
 }
 
-// openAICodes are the OpenAI error codes the gateway's /v1/chat/completions answers with where
-// OpenAI clients test for them, and the API codes they stand for: a chat's errors reach the CLI
-// in that dialect.
-var openAICodes = map[api.Code]api.Code{
-	"model_not_found":         api.CodeNotFound,
-	"context_length_exceeded": api.CodeContextLimit,
-	"rate_limit_exceeded":     api.CodeTooBusy,
-	"invalid_request":         api.CodeBadRequest,
-}
-
 // failure is how an error is reported: its exit code and the JSON error object.
 type failure struct {
 	exit int
@@ -100,10 +90,8 @@ func classify(err error, interrupted bool) failure {
 	case errors.As(err, &me):
 		return failure{ExitUnreachable, &api.Error{Code: api.CodeUnreachable, Message: err.Error(), Fix: me.fix}}
 	case errors.As(err, &ae):
+		// The API client already reads the gateway's OpenAI codes in the API's terms.
 		out := &api.Error{Code: ae.Code, Message: ae.Message, Fix: ae.Fix}
-		if c, ok := openAICodes[ae.Code]; ok {
-			out.Code = c
-		}
 		switch {
 		case refusals[out.Code]:
 			return failure{ExitRefused, out}

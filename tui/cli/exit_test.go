@@ -36,8 +36,6 @@ func TestClassify(t *testing.T) {
 		{"no agents", console.ErrNoAgents, false, ExitUnreachable, api.CodeUnreachable},
 		{"no agent seen", &errUnreachable{msg: "no agent", fix: "doctor"}, false, ExitUnreachable, api.CodeUnreachable},
 		{"other", errors.New("disk full"), false, ExitFailed, CodeFailed},
-		{"openai not found", &api.Error{Code: "model_not_found", Message: "no model"}, false, ExitNotFound, api.CodeNotFound},
-		{"openai context", &api.Error{Code: "context_length_exceeded", Message: "too long"}, false, ExitFailed, api.CodeContextLimit},
 		{"interrupt wins", unreachable, true, ExitInterrupted, CodeInterrupted},
 	}
 	for _, code := range []api.Code{api.CodeInvalidSource, api.CodeRuntimeMismatch, api.CodeAcceleratorMissing,

@@ -38,6 +38,10 @@ type Options struct {
 	MDNSInterface string
 	// NodeName names this console in the mesh ("" = from the host name).
 	NodeName string
+	// Bind is the gossip address the console listens on, so agents can reach it: "" binds
+	// loopback when every seed is on loopback (one machine: tests, the demo), else every
+	// interface. The port is always chosen by the system.
+	Bind string
 	// Profile is the memberlist timing profile: "lan" (default), "wan" or "local".
 	Profile string
 	// Poll is how often agent mode re-reads the agent's view (default 1 s).
@@ -252,6 +256,11 @@ func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) 
 			}
 			continue
 		}
+		// A source that is wrong in itself is wrong everywhere: say so rather than rank hosts
+		// against a size nobody could know.
+		if est.Verdict == api.VerdictRefused && est.Code == api.CodeInvalidSource {
+			return Ranking{}, &api.Error{Code: est.Code, Message: est.Reason}
+		}
 		hosts := rank.Rank(v.Members, rank.Request{PlacementRequest: req, Estimate: est.Estimate, Spread: spread})
 		return Ranking{Estimate: est.Estimate, SizedBy: a.Name, Hosts: hosts}, nil
 	}
@@ -288,7 +297,7 @@ func (c *Conn) Place(ctx context.Context, host string, req api.PlacementRequest)
 		}
 		best, ok := r.Best()
 		if !ok {
-			return api.Placement{}, noFit(r)
+			return api.Placement{}, r.Refusal()
 		}
 		host = best.Host
 	}
@@ -299,19 +308,6 @@ func (c *Conn) Place(ctx context.Context, host string, req api.PlacementRequest)
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	return cl.Place(cctx, req)
-}
-
-// noFit turns a ranking with no fitting host into a refusal naming the most common reason.
-func noFit(r Ranking) error {
-	if len(r.Hosts) == 0 {
-		return ErrNoAgents
-	}
-	first := r.Hosts[0]
-	var reasons []string
-	for _, h := range r.Hosts {
-		reasons = append(reasons, h.Host+": "+h.Reason)
-	}
-	return &api.Error{Code: first.Code, Message: "no host can take it — " + strings.Join(reasons, "; ")}
 }
 
 // Wait follows a placement until it is ready or has failed, calling progress on each change.
@@ -392,6 +388,9 @@ func (c *Conn) Events(ctx context.Context, emit func(api.Event)) {
 		emit(ev)
 	}
 	following := map[string]context.CancelFunc{}
+	var wg sync.WaitGroup
+	// Nothing is emitted after Events returns.
+	defer wg.Wait()
 	follow := func() {
 		for _, a := range Agents(c.View()) {
 			addr := a.Host.APIAddr
@@ -400,7 +399,11 @@ func (c *Conn) Events(ctx context.Context, emit func(api.Event)) {
 			}
 			fctx, cancel := context.WithCancel(ctx)
 			following[addr] = cancel
-			go c.followEvents(fctx, addr, out)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.followEvents(fctx, addr, out)
+			}()
 		}
 	}
 	changed, stop := c.Subscribe()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -31,13 +32,18 @@ func newMemberSource(ctx context.Context, join api.Join, opts Options, bell *not
 		}
 		disc = d
 	}
+	seeds := append(append([]string(nil), join.Seeds...), opts.Seeds...)
+	bind := opts.Bind
+	if bind == "" && allLoopback(seeds) && !opts.MDNS {
+		bind = "127.0.0.1"
+	}
 	m, err := mesh.Start(context.WithoutCancel(ctx), mesh.Config{
 		MeshID:    join.MeshID,
 		Secret:    join.Secret,
 		NodeName:  opts.NodeName,
 		Role:      api.RoleConsole,
-		BindAddr:  "127.0.0.1",
-		Seeds:     append(append([]string(nil), join.Seeds...), opts.Seeds...),
+		BindAddr:  bind,
+		Seeds:     seeds,
 		Discovery: disc,
 		Profile:   opts.Profile,
 		Log:       opts.Log.With(slog.String("part", "mesh")),
@@ -57,6 +63,28 @@ func newMemberSource(ctx context.Context, join api.Join, opts Options, bell *not
 		}
 	}()
 	return s, nil
+}
+
+// allLoopback reports whether there are seeds and every one is on loopback: then the mesh is
+// on this machine and the console need not (and must not) listen on the LAN.
+func allLoopback(seeds []string) bool {
+	if len(seeds) == 0 {
+		return false
+	}
+	for _, s := range seeds {
+		host, _, err := net.SplitHostPort(s)
+		if err != nil {
+			return false
+		}
+		if host == "localhost" {
+			continue
+		}
+		ip := net.ParseIP(host)
+		if ip == nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *memberSource) view() api.MeshView {
