@@ -62,6 +62,7 @@ type globals struct {
 	seeds                []string
 	mdns                 bool
 	mdnsInterface        string
+	bind                 string
 	nodeName             string
 	profile              string
 	timeout              time.Duration
@@ -185,6 +186,7 @@ with --agent URL and a token (--token, ` + EnvToken + ` or --token-file). Secret
 	f.StringSliceVar(&a.g.seeds, "join", nil, "gossip host:port of an agent to join (repeat or comma-separate; adds to the join string's seeds)")
 	f.BoolVar(&a.g.mdns, "mdns", false, "find mesh members with mDNS on the LAN")
 	f.StringVar(&a.g.mdnsInterface, "mdns-interface", "", "network interface for mDNS (default: every multicast-capable one)")
+	f.StringVar(&a.g.bind, "bind", "", "gossip address this console listens on, so agents reach it (default: loopback when every seed is on loopback, else every interface)")
 	f.StringVar(&a.g.nodeName, "node-name", "", "this console's name in the mesh (default: host name and a random suffix)")
 	f.StringVar(&a.g.profile, "mesh-profile", "", "gossip timings: lan, wan or local (env "+EnvProfile+"; default lan)")
 	f.DurationVar(&a.g.timeout, "timeout", DefaultTimeout, "how long a command may take, 0 = no limit (watch, chat and place --wait have none unless given)")
@@ -396,7 +398,7 @@ func (a *app) consoleOptions(c creds, log *slog.Logger) (console.Options, error)
 	}
 	o := console.Options{
 		Join: c.join, Token: c.token, AgentURL: c.agent, Seeds: a.g.seeds,
-		MDNS: a.g.mdns, MDNSInterface: a.g.mdnsInterface, NodeName: a.g.nodeName,
+		MDNS: a.g.mdns, MDNSInterface: a.g.mdnsInterface, NodeName: a.g.nodeName, Bind: a.g.bind,
 		Profile: profile, Timeout: a.callTimeout(), Log: log,
 	}
 	switch {
