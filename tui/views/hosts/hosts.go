@@ -12,6 +12,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/rank"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/render"
 )
@@ -243,7 +244,8 @@ func Summary(v api.MeshView) string {
 			s += "s"
 		}
 	}
-	s += fmt.Sprintf(" · %s of %s budget used (%s RAM) · %d ready", render.Bytes(committed), render.Bytes(budget), render.Bytes(total), ready)
+	// Nothing held is "0 B", not the "—" of an unknown figure.
+	s += fmt.Sprintf(" · %s of %s budget used (%s RAM) · %d ready", rank.FormatBytes(committed), render.Bytes(budget), render.Bytes(total), ready)
 	switch alerts {
 	case 0:
 		s += " · no alerts"
