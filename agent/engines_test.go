@@ -172,6 +172,20 @@ func TestPlaceReadyChatDelete(t *testing.T) {
 		t.Fatal("empty answer")
 	}
 
+	// The engine's log tail, for the console: llama-server's own lines, and none of it for a
+	// namespace that may not see the placement.
+	tail, err := s.admin.PlacementLog(ctx, p.ID, 0)
+	if err != nil || !strings.Contains(tail, "model loaded") {
+		t.Fatalf("log tail: %v\n%s", err, tail)
+	}
+	short, err := s.admin.PlacementLog(ctx, p.ID, 40)
+	if err != nil || len(short) > 40 || !strings.HasSuffix(tail, short) {
+		t.Fatalf("40-byte tail %q of %q: %v", short, tail, err)
+	}
+	if _, err := s.nsClient(t, "team-b").PlacementLog(ctx, p.ID, 0); codeOfErr(err) != api.CodeNotFound {
+		t.Fatalf("another namespace read the log: %v", err)
+	}
+
 	if err := s.admin.Delete(ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -69,6 +71,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.Handle("POST /v1/placements", http.HandlerFunc(s.place))
 	s.Handle("GET /v1/placements", http.HandlerFunc(s.list))
 	s.Handle("GET /v1/placements/{id}", http.HandlerFunc(s.get))
+	s.Handle("GET /v1/placements/{id}/log", http.HandlerFunc(s.engineLog))
 	s.Handle("DELETE /v1/placements/{id}", http.HandlerFunc(s.delete))
 	s.Handle("POST /v1/estimate", http.HandlerFunc(s.estimate))
 	s.Handle("GET /v1/events", http.HandlerFunc(s.events))
@@ -319,6 +322,70 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
+}
+
+// Log tail sizes: what the console shows by default, and the most one request reads.
+const (
+	logTailDefault = 16 << 10
+	logTailMax     = 1 << 20
+)
+
+// engineLog answers the tail of the engine log of a placement the caller may see, as text: the
+// console shows it in the host's detail. Engines whose output the agent does not own (the
+// Ollama and hailo-ollama daemons) have none here.
+func (s *Server) engineLog(w http.ResponseWriter, r *http.Request) {
+	p, err := s.a.Get(principal(r), r.PathValue("id"))
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	n := int64(logTailDefault)
+	if q := r.URL.Query().Get("bytes"); q != "" {
+		v, err := strconv.ParseInt(q, 10, 64)
+		if err != nil || v <= 0 {
+			WriteError(w, api.Errorf(api.CodeBadRequest, "bytes=%q: want a positive number", q))
+			return
+		}
+		n = min(v, logTailMax)
+	}
+	if p.LogPath == "" {
+		WriteError(w, &api.Error{Code: api.CodeNotFound,
+			Message: fmt.Sprintf("%s runs on the %s daemon, whose log is its own", p.Model, p.Runtime),
+			Fix:     "read the daemon's log on " + p.Host + " (for example journalctl -u " + string(p.Runtime) + ")"})
+		return
+	}
+	tail, err := tailFile(p.LogPath, n)
+	if err != nil {
+		WriteError(w, api.Errorf(api.CodeNotFound, "engine log of %s: %v", p.ID, err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(tail)
+}
+
+// tailFile reads the last n bytes of a file, starting at a line boundary when it cut one.
+func tailFile(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := max(st.Size()-n, 0)
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if off > 0 {
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return b, nil
 }
 
 // delete answers 200 with the placement once it is gone, or 202 while the engine is still

@@ -190,6 +190,25 @@ func (c *Client) Placement(ctx context.Context, id string) (Placement, error) {
 	return p, c.call(ctx, http.MethodGet, "/v1/placements/"+url.PathEscape(id), nil, &p)
 }
 
+// PlacementLog returns the last bytes (0: the agent's default) of a placement's engine log.
+func (c *Client) PlacementLog(ctx context.Context, id string, bytes int) (string, error) {
+	path := "/v1/placements/" + url.PathEscape(id) + "/log"
+	if bytes > 0 {
+		path += "?bytes=" + strconv.Itoa(bytes)
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 2<<20))
+	return string(b), err
+}
+
 // Delete stops and removes a placement.
 func (c *Client) Delete(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/placements/"+url.PathEscape(id), nil, nil)

@@ -4,6 +4,7 @@
 package detail
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -30,6 +31,29 @@ type Model struct {
 	height int
 	host   string
 	scroll common.Scroll
+
+	// Engine log tails, fetched from the host's agent; logSeq drops answers for a host no
+	// longer shown.
+	logSeq  int
+	tails   map[string]string // placement id → tail
+	logErr  error
+	logTick int
+}
+
+// Log tails: how much is asked of the agent, how many lines are shown per engine, and how often
+// (in console ticks) they are fetched again while the detail is open.
+const (
+	logBytes   = 4096
+	logLines   = 8
+	logEvery   = 5
+	logTimeout = 3 * time.Second
+)
+
+// logsMsg carries the engine log tails of one host.
+type logsMsg struct {
+	seq   int
+	tails map[string]string
+	err   error
 }
 
 // New returns the host detail view; Open says which host.
@@ -45,7 +69,46 @@ func (m *Model) Open(host string) tea.Cmd {
 	}
 	m.host = host
 	m.scroll = common.Scroll{}
-	return nil
+	m.tails, m.logErr = nil, nil
+	return m.fetchLogs()
+}
+
+// fetchLogs asks the host's agent for the tail of each engine log it keeps (llama-server's; the
+// daemons keep their own), in a command.
+func (m *Model) fetchLogs() tea.Cmd {
+	mb, ok := m.member()
+	conn := m.ctx.Conn
+	if !ok || conn == nil {
+		return nil
+	}
+	var ids []string
+	for _, p := range mb.Placements {
+		if p.LogPath != "" {
+			ids = append(ids, p.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	m.logSeq++
+	seq, host := m.logSeq, mb.Name
+	return func() tea.Msg {
+		cl, err := conn.Client(host)
+		if err != nil {
+			return logsMsg{seq: seq, err: err}
+		}
+		tails := map[string]string{}
+		for _, id := range ids {
+			ctx, cancel := context.WithTimeout(context.Background(), logTimeout)
+			tail, err := cl.PlacementLog(ctx, id, logBytes)
+			cancel()
+			if err != nil {
+				return logsMsg{seq: seq, err: err}
+			}
+			tails[id] = tail
+		}
+		return logsMsg{seq: seq, tails: tails}
+	}
 }
 
 // Host is the member shown.
@@ -67,6 +130,14 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.scroll.Update(m.ctx.Keys, msg, len(m.body()), m.bodyHeight())
 	case tea.MouseMsg:
 		m.scroll.Update(m.ctx.Keys, msg, len(m.body()), m.bodyHeight())
+	case logsMsg:
+		if msg.seq == m.logSeq {
+			m.tails, m.logErr = msg.tails, msg.err
+		}
+	case common.TickMsg:
+		if m.logTick++; m.host != "" && m.logTick%logEvery == 0 {
+			return m, m.fetchLogs()
+		}
 	}
 	// Mesh updates and memory samples (common.MeshMsg, common.TickMsg) reach the context
 	// through the root; the next render draws them.
@@ -391,8 +462,7 @@ func (m *Model) events(mb api.Member) []string {
 	return out
 }
 
-// logs says where each engine's log is. The agent API has no endpoint that serves a log, so the
-// console cannot tail it; it says so rather than show nothing.
+// logs shows the tail of each engine log the host's agent keeps, fetched through its API.
 func (m *Model) logs(mb api.Member) []string {
 	st := m.ctx.Styles
 	out := []string{m.section("ENGINE LOGS")}
@@ -402,14 +472,24 @@ func (m *Model) logs(mb api.Member) []string {
 			continue
 		}
 		n++
-		out = append(out, render.Cut("  "+render.Pad(p.Model, 20)+" "+p.LogPath, m.width))
+		out = append(out, render.Cut("  "+st.Bold.Render(p.Model)+st.Muted.Render(" · "+p.LogPath), m.width))
+		tail, ok := m.tails[p.ID]
+		if !ok {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(tail, "\n"), "\n")
+		if len(lines) > logLines {
+			lines = lines[len(lines)-logLines:]
+		}
+		for _, l := range lines {
+			out = append(out, st.Muted.Render(render.Cut("    "+ansi.Strip(l), m.width)))
+		}
 	}
 	if n == 0 {
-		out = append(out, st.Muted.Render("  no engine log reported"))
+		out = append(out, st.Muted.Render("  no engine log kept by the agent (the Ollama and hailo-ollama daemons keep their own)"))
 	}
-	note := "the log files are on " + mb.Name + "; the agent API serves no log yet, so the console cannot show their tail"
-	for _, l := range strings.Split(ansi.Wrap(note, max(m.width-2, 20), " "), "\n") {
-		out = append(out, st.Muted.Render("  "+l))
+	if m.logErr != nil {
+		out = append(out, st.Error.Render(render.Cut("  could not read the logs: "+m.logErr.Error(), m.width)))
 	}
 	return out
 }

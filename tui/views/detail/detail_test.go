@@ -1,6 +1,7 @@
 package detail
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -146,4 +147,27 @@ func TestViewScrolledToTheEnd(t *testing.T) {
 	m.Open("pi5")
 	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("G")})
 	golden.RequireEqual(t, []byte(m.View()))
+}
+
+// Log tails arrive as a message for the host shown; an answer for a host no longer shown is
+// dropped.
+func TestLogTails(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(120, 200)
+	m.Open("pi5")
+	var id string
+	for _, mb := range m.ctx.Mesh.Members {
+		if mb.Name == "pi5" {
+			id = mb.Placements[0].ID
+		}
+	}
+	m.logSeq = 3
+	m.Update(logsMsg{seq: 2, tails: map[string]string{id: "stale line\n"}})
+	assert.NotContains(t, m.View(), "stale line")
+	m.Update(logsMsg{seq: 3, tails: map[string]string{id: "main: model loaded\nsrv  update_slots: all slots are idle\n"}})
+	view := m.View()
+	assert.Contains(t, view, "main: model loaded")
+	assert.Contains(t, view, "all slots are idle")
+	m.Update(logsMsg{seq: 3, err: errors.New("agent pi5 unreachable")})
+	assert.Contains(t, m.View(), "could not read the logs: agent pi5 unreachable")
 }
