@@ -2,33 +2,25 @@ package tui
 
 import (
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/exp/golden"
-	"github.com/muesli/termenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-// asciiRenderer draws without colour, so goldens hold no escape codes.
-func asciiRenderer() *lipgloss.Renderer {
-	r := lipgloss.NewRenderer(io.Discard)
-	r.SetColorProfile(termenv.Ascii)
-	return r
-}
-
 // newApp is the console over the fixture mesh, without a connection.
 func newApp(t *testing.T, w, h int) *App {
 	t.Helper()
-	a := New(nil, Options{Renderer: asciiRenderer(), Now: func() time.Time { return now }})
+	a := New(nil, Options{Renderer: tuitest.Renderer(), Now: func() time.Time { return now }})
 	a.ctx.Mesh = common.SampleMesh(now)
 	a.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	return a

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
 // bigMesh is the sample mesh's agents repeated up to n hosts.
@@ -33,7 +34,7 @@ func bigMesh(n int) api.MeshView {
 func BenchmarkHostsView(b *testing.B) {
 	for _, n := range []int{10, 100, 500} {
 		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
-			a := New(nil, Options{Renderer: asciiRenderer()})
+			a := New(nil, Options{Renderer: tuitest.Renderer()})
 			a.Update(tea.WindowSizeMsg{Width: 120, Height: 35})
 			a.ctx.Mesh = bigMesh(n)
 			a.Update(common.MeshMsg{View: a.ctx.Mesh})

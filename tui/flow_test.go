@@ -15,6 +15,7 @@ import (
 	"github.com/llmkube/mesh/agent/localmesh"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/tui/console"
+	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
 // meshForFlows is a real mesh of two agents (a Pi 5 with a Hailo-10H, a GPU server with
@@ -63,7 +64,7 @@ func enter(tm *teatest.TestModel) { tm.Send(tea.KeyMsg{Type: tea.KeyEnter}) }
 // ready, chat with it, delete it — against real agents.
 func TestFlowPlaceChatDelete(t *testing.T) {
 	m, conn := meshForFlows(t)
-	app := New(conn, Options{Renderer: asciiRenderer()})
+	app := New(conn, Options{Renderer: tuitest.Renderer()})
 	tm := teatest.NewTestModel(t, app, teatest.WithInitialTermSize(120, 35))
 	t.Cleanup(func() { tm.Quit() })
 

@@ -3,41 +3,28 @@ package detail
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/exp/golden"
-	"github.com/muesli/termenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
-	"github.com/llmkube/mesh/tui/keymap"
-	"github.com/llmkube/mesh/tui/styles"
+	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
-var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+var now = tuitest.Now
 
 const mib = int64(1) << 20
 
 // testCtx has five minutes of memory samples: the Mac mini's second model started reserving
 // memory a minute ago; the others were steady.
 func testCtx() *common.Context {
-	r := lipgloss.NewRenderer(io.Discard)
-	r.SetColorProfile(termenv.Ascii)
-	ctx := &common.Context{
-		Styles: styles.New(r),
-		Keys:   keymap.Default(),
-		Mesh:   common.SampleMesh(now),
-		Memory: common.NewHistory(300),
-		Events: common.SampleEvents(now),
-		Now:    func() time.Time { return now },
-	}
+	ctx := tuitest.Context()
 	for i := 299; i >= 0; i-- {
 		var mm []common.MemberMemory
 		for _, mb := range ctx.Mesh.Members {

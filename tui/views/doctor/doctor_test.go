@@ -4,37 +4,25 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/exp/golden"
-	"github.com/muesli/termenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
-	"github.com/llmkube/mesh/tui/keymap"
-	"github.com/llmkube/mesh/tui/styles"
+	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
-var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+var now = tuitest.Now
 
 func testCtx() *common.Context {
-	r := lipgloss.NewRenderer(io.Discard)
-	r.SetColorProfile(termenv.Ascii)
-	return &common.Context{
-		Styles: styles.New(r),
-		Keys:   keymap.Default(),
-		Mesh:   common.SampleMesh(now),
-		Memory: common.NewHistory(300),
-		Now:    func() time.Time { return now },
-	}
+	return tuitest.Context()
 }
 
 var sample = console.Doctor{Mode: "member", Findings: []console.Finding{

@@ -2,39 +2,24 @@ package events
 
 import (
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/exp/golden"
-	"github.com/muesli/termenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
-	"github.com/llmkube/mesh/tui/keymap"
-	"github.com/llmkube/mesh/tui/styles"
+	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
-var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+var now = tuitest.Now
 
 func testCtx() *common.Context {
-	r := lipgloss.NewRenderer(io.Discard)
-	r.SetColorProfile(termenv.Ascii)
-	ctx := &common.Context{
-		Styles: styles.New(r),
-		Keys:   keymap.Default(),
-		Mesh:   common.SampleMesh(now),
-		Memory: common.NewHistory(300),
-		Now:    func() time.Time { return now },
-	}
-	for _, e := range common.SampleEvents(now) {
-		ctx.AddEvent(e)
-	}
+	ctx := tuitest.Context()
 	ctx.AddEvent(api.Event{Seq: 11, Time: now.Add(-2 * time.Second), Type: api.EventRefused, Host: "tower", Code: api.CodeInsufficientMemory,
 		Message: "hf://bartowski/Meta-Llama-3.1-70B-Instruct-GGUF/Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf needs 40.1 GiB, 9.3 GiB free of a 16.1 GiB budget"})
 	return ctx
