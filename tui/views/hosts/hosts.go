@@ -32,8 +32,7 @@ type Model struct {
 	ctx    *common.Context
 	width  int
 	height int
-	cursor int
-	offset int
+	cur    common.Cursor
 	sortBy int
 
 	filter    textinput.Model
@@ -118,10 +117,10 @@ func searchText(m api.Member) string {
 // Selected is the member under the cursor.
 func (m *Model) Selected() (api.Member, bool) {
 	rows := m.Rows()
-	if m.cursor < 0 || m.cursor >= len(rows) {
+	if m.cur.Pos < 0 || m.cur.Pos >= len(rows) {
 		return api.Member{}, false
 	}
-	return rows[m.cursor], true
+	return rows[m.cur.Pos], true
 }
 
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -142,23 +141,14 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			}
 			var cmd tea.Cmd
 			m.filter, cmd = m.filter.Update(msg)
-			m.cursor = 0
+			m.cur = common.Cursor{}
 			return m, cmd
 		}
 		n := len(m.Rows())
+		if m.cur.Move(k, msg, n, m.tableHeight()) {
+			return m, nil
+		}
 		switch {
-		case key.Matches(msg, k.Up):
-			m.cursor--
-		case key.Matches(msg, k.Down):
-			m.cursor++
-		case key.Matches(msg, k.PageUp):
-			m.cursor -= max(m.tableHeight()-1, 1)
-		case key.Matches(msg, k.PageDown):
-			m.cursor += max(m.tableHeight()-1, 1)
-		case key.Matches(msg, k.Top):
-			m.cursor = 0
-		case key.Matches(msg, k.Bottom):
-			m.cursor = n - 1
 		case key.Matches(msg, k.Sort):
 			m.sortBy = (m.sortBy + 1) % sortCount
 			return m, common.Status("sorted by "+sortNames[m.sortBy], false)
@@ -174,31 +164,13 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 				return m, common.Navigate(common.PageHostDetail, sel.Name)
 			}
 		}
-		m.clamp(n)
+		m.cur.Clamp(n, m.tableHeight())
 	case tea.MouseMsg:
-		switch msg.Button {
-		case tea.MouseButtonWheelUp:
-			m.cursor--
-		case tea.MouseButtonWheelDown:
-			m.cursor++
-		}
-		m.clamp(len(m.Rows()))
+		m.cur.Move(m.ctx.Keys, msg, len(m.Rows()), m.tableHeight())
 	case common.MeshMsg:
-		m.clamp(len(m.Rows()))
+		m.cur.Clamp(len(m.Rows()), m.tableHeight())
 	}
 	return m, nil
-}
-
-func (m *Model) clamp(n int) {
-	m.cursor = max(0, min(m.cursor, n-1))
-	h := m.tableHeight()
-	if m.cursor < m.offset {
-		m.offset = m.cursor
-	}
-	if m.cursor >= m.offset+h {
-		m.offset = m.cursor - h + 1
-	}
-	m.offset = max(0, min(m.offset, max(n-h, 0)))
 }
 
 // tableHeight is the number of rows that fit under the summary and the column titles.
@@ -397,11 +369,11 @@ func (m *Model) View() string {
 	}
 	cols := m.columns()
 	b.WriteString(render.Head(st, cols))
-	end := min(m.offset+m.tableHeight(), len(rows))
-	for i := m.offset; i < end; i++ {
-		line := render.Row(cols, m.cells(cols, rows[i], i == m.cursor))
+	end := min(m.cur.Offset+m.tableHeight(), len(rows))
+	for i := m.cur.Offset; i < end; i++ {
+		line := render.Row(cols, m.cells(cols, rows[i], i == m.cur.Pos))
 		b.WriteString("\n")
-		if i == m.cursor {
+		if i == m.cur.Pos {
 			b.WriteString(st.Selected.Render(line))
 		} else {
 			b.WriteString(line)

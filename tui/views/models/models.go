@@ -27,8 +27,7 @@ type Model struct {
 	ctx    *common.Context
 	width  int
 	height int
-	cursor int
-	offset int
+	cur    common.Cursor
 
 	filter    textinput.Model
 	filtering bool
@@ -103,10 +102,10 @@ func (m *Model) Rows() []api.Placement {
 // Selected is the placement under the cursor.
 func (m *Model) Selected() (api.Placement, bool) {
 	rows := m.Rows()
-	if m.cursor < 0 || m.cursor >= len(rows) {
+	if m.cur.Pos < 0 || m.cur.Pos >= len(rows) {
 		return api.Placement{}, false
 	}
-	return rows[m.cursor], true
+	return rows[m.cur.Pos], true
 }
 
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -114,13 +113,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyMsg:
 		return m, m.key(msg)
 	case tea.MouseMsg:
-		switch msg.Button {
-		case tea.MouseButtonWheelUp:
-			m.cursor--
-		case tea.MouseButtonWheelDown:
-			m.cursor++
-		}
-		m.clamp(len(m.Rows()))
+		m.cur.Move(m.ctx.Keys, msg, len(m.Rows()), m.tableHeight())
 	case common.MeshMsg:
 		// A placement that left the mesh is no longer being deleted, it is gone.
 		present := map[string]bool{}
@@ -169,24 +162,14 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		}
 		var cmd tea.Cmd
 		m.filter, cmd = m.filter.Update(msg)
-		m.cursor = 0
+		m.cur = common.Cursor{}
 		m.clamp(len(m.Rows()))
 		return cmd
 	}
-	n := len(m.Rows())
+	if m.cur.Move(k, msg, len(m.Rows()), m.tableHeight()) {
+		return nil
+	}
 	switch {
-	case key.Matches(msg, k.Up):
-		m.cursor--
-	case key.Matches(msg, k.Down):
-		m.cursor++
-	case key.Matches(msg, k.PageUp):
-		m.cursor -= max(m.tableHeight()-1, 1)
-	case key.Matches(msg, k.PageDown):
-		m.cursor += max(m.tableHeight()-1, 1)
-	case key.Matches(msg, k.Top):
-		m.cursor = 0
-	case key.Matches(msg, k.Bottom):
-		m.cursor = n - 1
 	case key.Matches(msg, k.Filter):
 		m.filtering = true
 		return m.filter.Focus()
@@ -227,17 +210,7 @@ func (m *Model) deleteCmd(p api.Placement) tea.Cmd {
 
 var errNotConnected = fmt.Errorf("not connected to a mesh")
 
-func (m *Model) clamp(n int) {
-	m.cursor = max(0, min(m.cursor, n-1))
-	h := m.tableHeight()
-	if m.cursor < m.offset {
-		m.offset = m.cursor
-	}
-	if m.cursor >= m.offset+h {
-		m.offset = m.cursor - h + 1
-	}
-	m.offset = max(0, min(m.offset, max(n-h, 0)))
-}
+func (m *Model) clamp(n int) { m.cur.Clamp(n, m.tableHeight()) }
 
 // tableHeight is the rows left under the summary, the column titles and the detail line.
 func (m *Model) tableHeight() int { return max(m.height-4, 1) }
@@ -408,11 +381,11 @@ func (m *Model) View() string {
 	}
 	cols := m.columns()
 	b.WriteString(gutter + render.Head(st, cols))
-	end := min(m.offset+m.tableHeight(), len(rows))
-	for i := m.offset; i < end; i++ {
-		line := mark(i == m.cursor) + render.Row(cols, m.cells(cols, rows[i]))
+	end := min(m.cur.Offset+m.tableHeight(), len(rows))
+	for i := m.cur.Offset; i < end; i++ {
+		line := mark(i == m.cur.Pos) + render.Row(cols, m.cells(cols, rows[i]))
 		b.WriteString("\n")
-		if i == m.cursor {
+		if i == m.cur.Pos {
 			b.WriteString(st.Selected.Render(line))
 		} else {
 			b.WriteString(line)
