@@ -411,6 +411,11 @@ func TestE2ENamespaceToken(t *testing.T) {
 				return len(ps) == 1 && ps[0].ID == mine.ID
 			}, 10*time.Second, 50*time.Millisecond)
 			require.Equal(t, cli.ExitOK, runCLI(t, ctx, env, "", "mesh", "delete", mine.ID).code)
+			// Gone from every view before the next way of connecting looks (a deletion may
+			// still be stopping the engine, and gossip carries it).
+			require.Eventually(t, func() bool {
+				return len(decode[cli.PlacementsDoc](t, runCLI(t, ctx, env, "", "mesh", "models", "--json")).Placements) == 0
+			}, 10*time.Second, 50*time.Millisecond)
 		})
 	}
 	// A token the mesh did not mint is refused: exit 1, joined or not.
