@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -680,10 +683,55 @@ func TestDownloadedModel(t *testing.T) {
 	if got := fams["llmkube_pull_bytes_total"].GetMetric()[0].GetCounter().GetValue(); got != float64(fi.Size()) {
 		t.Fatalf("pull bytes %v, want the file's %d", got, fi.Size())
 	}
+	// A download counts only when it matches the checksum it was placed with.
+	sum, err := fileSHA256(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := tinyModel(t, dir, "served-too")
+	srcOther := mirror.URL + "/" + filepath.Base(other)
+	bad, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: srcOther, SHA256: strings.Repeat("0", 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad = waitState(t, s.admin, bad.ID, api.StateFailed)
+	if bad.Code != api.CodePullFailed || !strings.Contains(bad.Reason, "sha256") {
+		t.Fatalf("checksum mismatch: %s %q", bad.Code, bad.Reason)
+	}
+	good, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: src, Name: "served-checked", SHA256: strings.ToUpper(sum)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if good.SHA256 != sum {
+		t.Fatalf("placement keeps checksum %q, want %q", good.SHA256, sum)
+	}
+	waitState(t, s.admin, good.ID, api.StateReady)
+	for _, req := range []api.PlacementRequest{
+		{Source: src, Name: "x1", SHA256: "abc"},
+		{Source: model, Name: "x2", SHA256: sum},
+	} {
+		if _, err := s.admin.Place(context.Background(), req); codeOfErr(err) != api.CodeBadRequest {
+			t.Fatalf("%+v: %v", req, err)
+		}
+	}
+
 	// Without --allow-http a plain http:// source is refused before anything happens.
 	b := engineAgent(t, t.TempDir(), "x86-nvidia", []engines.Driver{ld}, nil)
 	sb := serve(t, b, nil)
 	if _, err := sb.admin.Place(context.Background(), api.PlacementRequest{Source: src}); codeOfErr(err) != api.CodeInvalidSource {
 		t.Fatalf("plain http without the flag: %v", err)
 	}
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

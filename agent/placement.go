@@ -146,6 +146,15 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 	if src.Kind == source.KindHailo && req.Context > api.DefaultContext {
 		return checked{}, api.Errorf(api.CodeContextLimit, "every Hailo zoo model is compiled for a %d-token context; %d was asked", api.DefaultContext, req.Context)
 	}
+	if req.SHA256 != "" {
+		if !src.IsGGUF() || src.Kind == source.KindFile {
+			return checked{}, api.Errorf(api.CodeBadRequest, "sha256 checks a downloaded GGUF file; %s is not downloaded", src.String())
+		}
+		if !validSHA256(req.SHA256) {
+			return checked{}, api.Errorf(api.CodeBadRequest, "sha256 %q: want 64 hexadecimal digits", req.SHA256)
+		}
+		req.SHA256 = strings.ToLower(req.SHA256)
+	}
 	if req.Name == "" {
 		req.Name = src.ModelName()
 	}
@@ -204,7 +213,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		p: api.Placement{
 			ID: newID(), Model: c.req.Name, Source: c.src.String(), Runtime: c.runtime,
 			Namespace: c.req.Namespace, Context: c.req.Context, Priority: c.req.Priority,
-			Protected: c.req.Protected, MemoryCheck: c.req.MemoryCheck, State: api.StateSizing,
+			Protected: c.req.Protected, MemoryCheck: c.req.MemoryCheck, SHA256: c.req.SHA256, State: api.StateSizing,
 			CreatedAt: now, UpdatedAt: now,
 		},
 		src:     c.src,
@@ -319,6 +328,15 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 	return out, nil
 }
 
+// validSHA256 reports whether s is a hex SHA-256 digest.
+func validSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
 // modelFor is the driver's view of a placement.
 func (a *Agent) modelFor(pl *placement) engines.Model {
 	m := engines.Model{
@@ -327,6 +345,7 @@ func (a *Agent) modelFor(pl *placement) engines.Model {
 		Source:  pl.p.Source,
 		Ref:     pl.src.Ref(),
 		Context: pl.p.Context,
+		SHA256:  pl.p.SHA256,
 	}
 	if pl.src.Kind == source.KindFile {
 		m.Path = pl.src.Path

@@ -18,6 +18,7 @@ type Model struct {
 	Ref     string // engine-side name: "qwen2:1.5b" for ollama and hailo-ollama
 	Path    string // local GGUF file, for llama-server (set once pulled)
 	Context int    // context size in tokens
+	SHA256  string // expected hex digest of a downloaded file; "" = not checked
 	// Args are extra engine arguments; a driver passes only those on its allowlist.
 	Args []string
 }

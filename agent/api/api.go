@@ -145,6 +145,9 @@ type PlacementRequest struct {
 	// MemoryCheck "warn" admits a model whose size cannot be known, or one that does not fit,
 	// with a logged warning: the explicit "load anyway".
 	MemoryCheck string `json:"memory_check,omitempty"`
+	// SHA256 is the expected hex digest of a downloaded GGUF file (https://, hf://): the
+	// download counts only when it matches.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // DefaultNamespace is the namespace of requests that name none.
@@ -194,6 +197,7 @@ type Placement struct {
 	Priority    Priority       `json:"priority"`
 	Protected   bool           `json:"protected,omitempty"`
 	MemoryCheck string         `json:"memory_check,omitempty"`
+	SHA256      string         `json:"sha256,omitempty"` // expected digest of a downloaded file
 	State       PlacementState `json:"state"`
 	Progress    float64        `json:"progress,omitempty"` // 0..1 while pulling
 	Code        Code           `json:"code,omitempty"`     // why it failed or was evicted

@@ -255,7 +255,7 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	}
 	from := s.DownloadURL(d.cfg.HFBase)
 	d.log.Info("downloading", "placement", m.ID, "url", from, "to", dest)
-	err = download.Fetch(ctx, from, dest, "", d.cfg.Download, func(done, total int64) {
+	err = download.Fetch(ctx, from, dest, m.SHA256, d.cfg.Download, func(done, total int64) {
 		progress(engines.Progress{Status: "downloading", Completed: done, Total: total})
 	})
 	if err != nil {

@@ -118,6 +118,7 @@ func (a *app) modelsCmd() *cobra.Command {
 // requestFlags are what a placement request is made of, shared by rank and place.
 type requestFlags struct {
 	runtime, namespace, priority, name string
+	sha256                             string
 	context                            int
 	protected, loadAnyway, spread      bool
 }
@@ -133,6 +134,7 @@ func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
 		f.StringVar(&r.name, "name", "", "name the gateway serves the model under (default: from the source)")
 		f.BoolVar(&r.protected, "protected", false, "never evict this placement")
 		f.BoolVar(&r.loadAnyway, "load-anyway", false, "admit even when the size cannot be known or does not fit (memory check warn)")
+		f.StringVar(&r.sha256, "sha256", "", "expected sha256 of a downloaded GGUF file: the download counts only if it matches")
 	}
 	_ = c.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions(
 		[]string{string(api.RuntimeLlamaServer), string(api.RuntimeOllama), string(api.RuntimeHailoOllama)}, cobra.ShellCompDirectiveNoFileComp))
@@ -146,6 +148,7 @@ func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
 	req := api.PlacementRequest{
 		Source: strings.TrimSpace(source), Runtime: api.Runtime(r.runtime), Namespace: r.namespace,
 		Context: r.context, Priority: api.Priority(r.priority), Name: r.name, Protected: r.protected,
+		SHA256: r.sha256,
 	}
 	if req.Source == "" {
 		return req, usagef("the source is empty: give file:///abs/x.gguf, https://…/x.gguf, hf://owner/repo/file.gguf, ollama://name:tag or hailo://name:tag")
