@@ -318,6 +318,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 				Binary:    opts.LlamaServer,
 				ModelsDir: filepath.Join(dir, "models"),
 				LogDir:    filepath.Join(dir, "state", "logs"),
+				GGUFDirs:  []string{h.Models, filepath.Join(dir, "models")},
 				Env:       env,
 				Download:  download.Options{AllowPrivate: true},
 			}, log.With("part", "engine"))

@@ -51,6 +51,7 @@ type runOptions struct {
 
 	runtimes          string
 	llamaServer       string
+	ggufDirs          []string
 	ollamaURL         string
 	hailoURL          string
 	hailoManifestsDir string
@@ -113,6 +114,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 
 	f.StringVar(&o.runtimes, "runtimes", "", "runtimes to use, comma-separated: llama-server, ollama, hailo-ollama (default: all, each used when present)")
 	f.StringVar(&o.llamaServer, "llama-server", "", "path to llama-server (default: looked up on PATH)")
+	f.StringSliceVar(&o.ggufDirs, "gguf-dir", nil, "folders whose GGUF files the console offers as file:// sources on this host (repeat or comma-separate; default: the model store)")
 	f.StringVar(&o.ollamaURL, "ollama-url", ollama.DefaultURL, "Ollama daemon")
 	f.StringVar(&o.hailoURL, "hailo-url", hailo.DefaultURL, "hailo-ollama daemon")
 	f.StringVar(&o.hailoManifestsDir, "hailo-manifests-dir", "", "hailo-ollama's manifests folder, for sizing hailo:// models (default: hailo-ollama's own lookup)")
@@ -293,6 +295,7 @@ func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit
 				ModelsDir: o.modelsDir,
 				HFBase:    o.hfBase,
 				LogDir:    filepath.Join(stateDir, "logs"),
+				GGUFDirs:  o.ggufDirs,
 				Download:  download.Options{AllowPrivate: o.allowPrivate},
 			}, log.With("part", "engine"))
 		case api.RuntimeOllama:

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +74,13 @@ type Config struct {
 	Download download.Options
 	// Env is added to the agent's environment for each llama-server ("CUDA_VISIBLE_DEVICES=0").
 	Env []string
+	// GGUFDirs are folders whose GGUF files Detect offers as models this host can run without
+	// a pull (the console suggests them as file:// sources); nil offers ModelsDir's.
+	GGUFDirs []string
 }
+
+// maxOffered bounds the GGUF files Detect lists: they travel in the host's state document.
+const maxOffered = 32
 
 // Driver runs llama-server processes. It is safe for concurrent use.
 type Driver struct {
@@ -175,7 +182,31 @@ func (d *Driver) Detect(ctx context.Context) api.Engine {
 		e.Version = m[1]
 	}
 	e.Healthy = true
+	e.Models = d.localGGUF()
 	return e
+}
+
+// localGGUF lists the GGUF files in the offered folders and one level below (the store keeps
+// downloads in a folder per host), sorted, at most maxOffered.
+func (d *Driver) localGGUF() []string {
+	dirs := d.cfg.GGUFDirs
+	if dirs == nil && d.cfg.ModelsDir != "" {
+		dirs = []string{d.cfg.ModelsDir}
+	}
+	var out []string
+	for _, dir := range dirs {
+		for _, pattern := range []string{"*.gguf", filepath.Join("*", "*.gguf"), filepath.Join("*", "*", "*.gguf")} {
+			matches, _ := filepath.Glob(filepath.Join(dir, pattern))
+			for _, m := range matches {
+				if abs, err := filepath.Abs(m); err == nil && !strings.HasSuffix(abs, download.PartialSuffix) {
+					out = append(out, abs)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	out = slices.Compact(out)
+	return out[:min(len(out), maxOffered)]
 }
 
 func lastLine(s string) string {

@@ -632,3 +632,17 @@ func TestLoadCancelled(t *testing.T) {
 	require.NoError(t, rerr)
 	assert.Contains(t, string(b), "cleaning up before exit")
 }
+
+// Detect offers the GGUF files of its folders (and one or two levels below) as models the host
+// runs without a pull; partial downloads and other files are not offered.
+func TestDetectOffersLocalGGUF(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"a.gguf", "sub/b.gguf", "sub/deep/c.gguf", "notes.txt", "sub/d.gguf.partial"} {
+		p := filepath.Join(dir, filepath.FromSlash(f))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte("GGUF"), 0o644))
+	}
+	e := newDriver(t, func(c *Config) { c.GGUFDirs = []string{dir} }).Detect(t.Context())
+	require.True(t, e.Present, e.Detail)
+	assert.Equal(t, []string{filepath.Join(dir, "a.gguf"), filepath.Join(dir, "sub", "b.gguf"), filepath.Join(dir, "sub", "deep", "c.gguf")}, e.Models)
+}

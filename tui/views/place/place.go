@@ -659,13 +659,16 @@ func Suggest(v api.MeshView, recent []string) []Suggestion {
 					offers = append(offers, offer{"hailo://" + name, "zoo", a.Name})
 				case api.RuntimeOllama:
 					offers = append(offers, offer{"ollama://" + name, "local", a.Name})
+				case api.RuntimeLlamaServer:
+					// A GGUF file on that host: a file:// source places it there without a pull.
+					offers = append(offers, offer{"file://" + name, "file", a.Name})
 				}
 			}
 		}
 	}
 	sort.SliceStable(offers, func(i, j int) bool {
 		if offers[i].what != offers[j].what {
-			return offers[i].what > offers[j].what // the zoo first: it is what a Hailo runs
+			return offers[i].what > offers[j].what // the zoo first (it is what a Hailo runs), then local tags and files
 		}
 		return offers[i].source < offers[j].source
 	})

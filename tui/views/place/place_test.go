@@ -558,3 +558,26 @@ func TestPlacesThroughAnAgent(t *testing.T) {
 	assert.Equal(t, []string{"hailo://qwen2.5-instruct:1.5b"}, ctx.Recent)
 	assert.Contains(t, m.View(), "ready: qwen2.5-instruct:1.5b on pi5")
 }
+
+// GGUF files a llama-server host offers are suggested as file:// sources on that host.
+func TestSuggestsLocalGGUF(t *testing.T) {
+	v := common.SampleMesh(now)
+	for i, mb := range v.Members {
+		if mb.Host == nil {
+			continue
+		}
+		for j, e := range mb.Host.Engines {
+			if e.Runtime == api.RuntimeLlamaServer && e.Present {
+				v.Members[i].Host.Engines[j].Models = []string{"/srv/models/tinyllama.gguf"}
+			}
+		}
+	}
+	var found *Suggestion
+	for _, s := range Suggest(v, nil) {
+		if s.Source == "file:///srv/models/tinyllama.gguf" {
+			found = &s
+		}
+	}
+	require.NotNil(t, found)
+	assert.Contains(t, found.Note, "file on ")
+}
