@@ -189,8 +189,12 @@ func Placements(v api.MeshView) []api.Placement {
 // FindPlacement finds a placement by id, or by unique id prefix, or by model name when only one
 // placement serves it.
 func FindPlacement(v api.MeshView, ref string) (api.Placement, error) {
+	return findIn(Placements(v), ref)
+}
+
+func findIn(ps []api.Placement, ref string) (api.Placement, error) {
 	var hits []api.Placement
-	for _, p := range Placements(v) {
+	for _, p := range ps {
 		if p.ID == ref {
 			return p, nil
 		}
@@ -322,6 +326,12 @@ func (c *Conn) Wait(ctx context.Context, p api.Placement, progress func(api.Plac
 // Delete stops and removes a placement, found by id, id prefix or unique model name.
 func (c *Conn) Delete(ctx context.Context, ref string) (api.Placement, error) {
 	p, err := FindPlacement(c.View(), ref)
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Code == api.CodeNotFound {
+		// Just placed, perhaps, and not in this picture yet (gossip, or the agent mode's
+		// poll): ask the agents themselves.
+		p, err = c.findLive(ctx, ref)
+	}
 	if err != nil {
 		return p, err
 	}
@@ -332,6 +342,20 @@ func (c *Conn) Delete(ctx context.Context, ref string) (api.Placement, error) {
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	return p, cl.Delete(cctx, p.ID)
+}
+
+// findLive looks a placement up in every alive agent's own list.
+func (c *Conn) findLive(ctx context.Context, ref string) (api.Placement, error) {
+	var all []api.Placement
+	for _, a := range Agents(c.View()) {
+		cctx, cancel := c.callCtx(ctx)
+		ps, err := c.clientFor(a.Host.APIAddr).Placements(cctx)
+		cancel()
+		if err == nil {
+			all = append(all, ps...)
+		}
+	}
+	return findIn(all, ref)
 }
 
 // ChatTarget picks the agent to send a chat to: the owner of a ready placement of the model when
