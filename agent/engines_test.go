@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -734,4 +735,40 @@ func fileSHA256(path string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Extra engine arguments reach llama-server only through its allowlist; a daemon runtime takes
+// none.
+func TestEngineArgs(t *testing.T) {
+	dir := t.TempDir()
+	ld := llamaDriver(t, dir)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, nil)
+	s := serve(t, a, nil)
+	ctx := context.Background()
+	model := tinyModel(t, dir, "tiny")
+
+	if _, err := s.admin.Place(ctx, api.PlacementRequest{Source: model, Args: []string{"--api-key-file", "/etc/shadow"}}); codeOfErr(err) != api.CodeBadRequest {
+		t.Fatalf("an argument off the allowlist: %v", err)
+	}
+	p, err := s.admin.Place(ctx, api.PlacementRequest{Source: model, Args: []string{"-ngl", "33"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = waitState(t, s.admin, p.ID, api.StateReady)
+	resp, err := http.Get(p.Engine + "/_sim/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Settings struct {
+			GPULayers int `json:"n_gpu_layers"`
+		} `json:"settings"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Settings.GPULayers != 33 {
+		t.Fatalf("llama-server was launched with -ngl %d, want 33", st.Settings.GPULayers)
+	}
 }

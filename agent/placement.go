@@ -178,6 +178,16 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 	if err != nil {
 		return checked{}, err
 	}
+	if len(req.Args) > 0 {
+		// Engine arguments are an attack surface: only a driver's allowlist lets them through.
+		ac, ok := d.(interface{ CheckArgs([]string) error })
+		if !ok {
+			return checked{}, api.Errorf(api.CodeBadRequest, "%s takes no engine arguments from a placement", rt)
+		}
+		if err := ac.CheckArgs(req.Args); err != nil {
+			return checked{}, api.Errorf(api.CodeBadRequest, "args: %v", err)
+		}
+	}
 	return checked{req: req, src: src, runtime: rt, warn: warn, driver: d}, nil
 }
 
@@ -213,7 +223,8 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		p: api.Placement{
 			ID: newID(), Model: c.req.Name, Source: c.src.String(), Runtime: c.runtime,
 			Namespace: c.req.Namespace, Context: c.req.Context, Priority: c.req.Priority,
-			Protected: c.req.Protected, MemoryCheck: c.req.MemoryCheck, SHA256: c.req.SHA256, State: api.StateSizing,
+			Protected: c.req.Protected, MemoryCheck: c.req.MemoryCheck, SHA256: c.req.SHA256, Args: c.req.Args,
+			State:     api.StateSizing,
 			CreatedAt: now, UpdatedAt: now,
 		},
 		src:     c.src,
@@ -346,6 +357,7 @@ func (a *Agent) modelFor(pl *placement) engines.Model {
 		Ref:     pl.src.Ref(),
 		Context: pl.p.Context,
 		SHA256:  pl.p.SHA256,
+		Args:    pl.p.Args,
 	}
 	if pl.src.Kind == source.KindFile {
 		m.Path = pl.src.Path

@@ -148,6 +148,9 @@ type PlacementRequest struct {
 	// SHA256 is the expected hex digest of a downloaded GGUF file (https://, hf://): the
 	// download counts only when it matches.
 	SHA256 string `json:"sha256,omitempty"`
+	// Args are extra engine arguments (llama-server only: "-ngl", "99"); the agent passes only
+	// those on the driver's allowlist and refuses the request otherwise.
+	Args []string `json:"args,omitempty"`
 }
 
 // DefaultNamespace is the namespace of requests that name none.
@@ -198,6 +201,7 @@ type Placement struct {
 	Protected   bool           `json:"protected,omitempty"`
 	MemoryCheck string         `json:"memory_check,omitempty"`
 	SHA256      string         `json:"sha256,omitempty"` // expected digest of a downloaded file
+	Args        []string       `json:"args,omitempty"`   // extra engine arguments, allowlisted
 	State       PlacementState `json:"state"`
 	Progress    float64        `json:"progress,omitempty"` // 0..1 while pulling
 	Code        Code           `json:"code,omitempty"`     // why it failed or was evicted

@@ -119,6 +119,7 @@ func (a *app) modelsCmd() *cobra.Command {
 type requestFlags struct {
 	runtime, namespace, priority, name string
 	sha256                             string
+	args                               []string
 	context                            int
 	protected, loadAnyway, spread      bool
 }
@@ -135,6 +136,7 @@ func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
 		f.BoolVar(&r.protected, "protected", false, "never evict this placement")
 		f.BoolVar(&r.loadAnyway, "load-anyway", false, "admit even when the size cannot be known or does not fit (memory check warn)")
 		f.StringVar(&r.sha256, "sha256", "", "expected sha256 of a downloaded GGUF file: the download counts only if it matches")
+		f.StringArrayVar(&r.args, "arg", nil, "an extra engine argument, repeatable (llama-server only, e.g. --arg -ngl --arg 99; the agent allows only its allowlist)")
 	}
 	_ = c.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions(
 		[]string{string(api.RuntimeLlamaServer), string(api.RuntimeOllama), string(api.RuntimeHailoOllama)}, cobra.ShellCompDirectiveNoFileComp))
@@ -148,7 +150,7 @@ func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
 	req := api.PlacementRequest{
 		Source: strings.TrimSpace(source), Runtime: api.Runtime(r.runtime), Namespace: r.namespace,
 		Context: r.context, Priority: api.Priority(r.priority), Name: r.name, Protected: r.protected,
-		SHA256: r.sha256,
+		SHA256: r.sha256, Args: r.args,
 	}
 	if req.Source == "" {
 		return req, usagef("the source is empty: give file:///abs/x.gguf, https://…/x.gguf, hf://owner/repo/file.gguf, ollama://name:tag or hailo://name:tag")
