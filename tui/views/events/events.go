@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/charmbracelet/bubbles/key"
-	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
@@ -38,8 +37,7 @@ type Model struct {
 	scroll common.Scroll
 	typ    int // index in Types
 
-	filter    textinput.Model
-	filtering bool
+	filter common.Filter
 }
 
 // New returns the events view, following new events.
@@ -47,7 +45,7 @@ func New(ctx *common.Context) *Model {
 	return &Model{
 		ctx:    ctx,
 		scroll: common.Scroll{Follow: true},
-		filter: common.NewInput(ctx.Styles, "/", "filter by host, model, message, code"),
+		filter: common.NewFilter(ctx.Styles, "filter by host, model, message, code"),
 	}
 }
 
@@ -55,14 +53,14 @@ func (m *Model) Init() tea.Cmd { return nil }
 
 func (m *Model) SetSize(w, h int) {
 	m.width, m.height = w, h
-	m.filter.Width = max(w-2, 1)
+	m.filter.SetWidth(w)
 }
 
-func (m *Model) Capturing() bool { return m.filtering }
+func (m *Model) Capturing() bool { return m.filter.Active() }
 
 func (m *Model) ShortHelp() []key.Binding {
 	k := m.ctx.Keys
-	if m.filtering {
+	if m.filter.Active() {
 		return []key.Binding{keyApply, keyClear}
 	}
 	b := []key.Binding{k.Up, k.Down, k.Filter, keyType}
@@ -77,7 +75,7 @@ func (m *Model) Type() string { return Types[m.typ] }
 
 // Rows are the events shown, oldest first.
 func (m *Model) Rows() []api.Event {
-	q := strings.ToLower(strings.TrimSpace(m.filter.Value()))
+	q := m.filter.Query()
 	typ := m.Type()
 	var out []api.Event
 	for _, e := range m.ctx.Events {
@@ -103,34 +101,23 @@ func searchText(e api.Event) string {
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.KeyMsg:
-		if m.filtering {
-			switch msg.String() {
-			case "enter":
-				m.filtering = false
-				m.filter.Blur()
-				return m, nil
-			case "esc":
-				m.filtering = false
-				m.filter.Blur()
-				m.filter.SetValue("")
-				return m, nil
+		if m.filter.Active() {
+			changed, cmd := m.filter.Key(msg)
+			if changed {
+				m.scroll.Follow = true
 			}
-			var cmd tea.Cmd
-			m.filter, cmd = m.filter.Update(msg)
-			m.scroll.Follow = true
 			return m, cmd
 		}
 		k := m.ctx.Keys
 		switch {
 		case key.Matches(msg, k.Filter):
-			m.filtering = true
-			return m, m.filter.Focus()
+			return m, m.filter.Start()
 		case key.Matches(msg, keyType):
 			m.typ = (m.typ + 1) % len(Types)
 			m.scroll.Follow = true // a new selection starts at its newest event
 			return m, nil
 		case key.Matches(msg, k.Back):
-			m.filter.SetValue("")
+			m.filter.Clear()
 			m.typ = 0
 			return m, nil
 		}
@@ -197,7 +184,7 @@ func (m *Model) View() string {
 	st := m.ctx.Styles
 	var b strings.Builder
 	rows := m.Rows()
-	if m.filtering || m.filter.Value() != "" {
+	if m.filter.Shown() {
 		b.WriteString(render.Cut(m.filter.View(), m.width))
 	} else {
 		typ := m.Type()

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/bubbles/key"
-	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -35,24 +34,26 @@ type Model struct {
 	cur    common.Cursor
 	sortBy int
 
-	filter    textinput.Model
-	filtering bool
+	filter common.Filter
 }
 
 // New returns the hosts view.
 func New(ctx *common.Context) *Model {
-	return &Model{ctx: ctx, filter: common.NewInput(ctx.Styles, "/", "filter by name, chip, engine, model")}
+	return &Model{ctx: ctx, filter: common.NewFilter(ctx.Styles, "filter by name, chip, engine, model")}
 }
 
 func (m *Model) Init() tea.Cmd { return nil }
 
-func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
+func (m *Model) SetSize(w, h int) {
+	m.width, m.height = w, h
+	m.filter.SetWidth(w)
+}
 
-func (m *Model) Capturing() bool { return m.filtering }
+func (m *Model) Capturing() bool { return m.filter.Active() }
 
 func (m *Model) ShortHelp() []key.Binding {
 	k := m.ctx.Keys
-	if m.filtering {
+	if m.filter.Active() {
 		return []key.Binding{key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply")), key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear"))}
 	}
 	return []key.Binding{k.Up, k.Down, k.Open, k.Filter, k.Sort, k.Place}
@@ -60,7 +61,7 @@ func (m *Model) ShortHelp() []key.Binding {
 
 // Rows are the members shown, filtered and sorted.
 func (m *Model) Rows() []api.Member {
-	q := strings.ToLower(strings.TrimSpace(m.filter.Value()))
+	q := m.filter.Query()
 	var rows []api.Member
 	for _, mb := range m.ctx.Mesh.Members {
 		if q == "" || strings.Contains(strings.ToLower(searchText(mb)), q) {
@@ -127,21 +128,11 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	k := m.ctx.Keys
 	switch msg := msg.(type) {
 	case tea.KeyMsg:
-		if m.filtering {
-			switch msg.String() {
-			case "enter":
-				m.filtering = false
-				m.filter.Blur()
-				return m, nil
-			case "esc":
-				m.filtering = false
-				m.filter.Blur()
-				m.filter.SetValue("")
-				return m, nil
+		if m.filter.Active() {
+			changed, cmd := m.filter.Key(msg)
+			if changed {
+				m.cur = common.Cursor{}
 			}
-			var cmd tea.Cmd
-			m.filter, cmd = m.filter.Update(msg)
-			m.cur = common.Cursor{}
 			return m, cmd
 		}
 		n := len(m.Rows())
@@ -153,12 +144,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.sortBy = (m.sortBy + 1) % sortCount
 			return m, common.Status("sorted by "+sortNames[m.sortBy], false)
 		case key.Matches(msg, k.Filter):
-			m.filtering = true
-			return m, m.filter.Focus()
+			return m, m.filter.Start()
 		case key.Matches(msg, k.Back):
-			if m.filter.Value() != "" {
-				m.filter.SetValue("")
-			}
+			m.filter.Clear()
 		case key.Matches(msg, k.Open):
 			if sel, ok := m.Selected(); ok {
 				return m, common.Navigate(common.PageHostDetail, sel.Name)
@@ -356,7 +344,7 @@ func (m *Model) View() string {
 	var b strings.Builder
 	b.WriteString(st.Header.Render(render.Cut(Summary(m.ctx.Mesh), m.width)))
 	b.WriteString("\n")
-	if m.filtering || m.filter.Value() != "" {
+	if m.filter.Shown() {
 		b.WriteString(render.Cut(m.filter.View(), m.width))
 	} else {
 		b.WriteString(st.Muted.Render(render.Cut("sorted by "+sortNames[m.sortBy]+" · █ committed ▓ reserved ░ free budget · outside budget", m.width)))

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/charmbracelet/bubbles/key"
-	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -29,8 +28,7 @@ type Model struct {
 	height int
 	cur    common.Cursor
 
-	filter    textinput.Model
-	filtering bool
+	filter common.Filter
 
 	// confirm is the placement a delete waits on a yes for.
 	confirm *api.Placement
@@ -48,7 +46,7 @@ type deletedMsg struct {
 func New(ctx *common.Context) *Model {
 	return &Model{
 		ctx:      ctx,
-		filter:   common.NewInput(ctx.Styles, "/", "filter by model, host, runtime, namespace, state"),
+		filter:   common.NewFilter(ctx.Styles, "filter by model, host, runtime, namespace, state"),
 		deleting: map[string]bool{},
 	}
 }
@@ -57,13 +55,13 @@ func (m *Model) Init() tea.Cmd { return nil }
 
 func (m *Model) SetSize(w, h int) {
 	m.width, m.height = w, h
-	m.filter.Width = max(w-2, 1)
+	m.filter.SetWidth(w)
 	m.clamp(len(m.Rows()))
 }
 
 // Capturing: the filter takes letters, and so does a pending confirmation (a stray global key
 // must not act while a delete waits for its answer).
-func (m *Model) Capturing() bool { return m.filtering || m.confirm != nil }
+func (m *Model) Capturing() bool { return m.filter.Active() || m.confirm != nil }
 
 var (
 	keyApply = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply"))
@@ -76,7 +74,7 @@ func (m *Model) ShortHelp() []key.Binding {
 	switch {
 	case m.confirm != nil:
 		return []key.Binding{k.Confirm, k.Cancel}
-	case m.filtering:
+	case m.filter.Active():
 		return []key.Binding{keyApply, keyClear}
 	}
 	return []key.Binding{k.Up, k.Down, keyChat, k.Delete, k.Filter, k.Place}
@@ -85,7 +83,7 @@ func (m *Model) ShortHelp() []key.Binding {
 // Rows are the placements shown, filtered, host then model.
 func (m *Model) Rows() []api.Placement {
 	all := console.Placements(m.ctx.Mesh)
-	q := strings.ToLower(strings.TrimSpace(m.filter.Value()))
+	q := m.filter.Query()
 	if q == "" {
 		return all
 	}
@@ -147,22 +145,11 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		}
 		return common.Status("kept "+p.Model+" on "+p.Host, false)
 	}
-	if m.filtering {
-		switch msg.String() {
-		case "enter":
-			m.filtering = false
-			m.filter.Blur()
-			return nil
-		case "esc":
-			m.filtering = false
-			m.filter.Blur()
-			m.filter.SetValue("")
-			m.clamp(len(m.Rows()))
-			return nil
+	if m.filter.Active() {
+		changed, cmd := m.filter.Key(msg)
+		if changed {
+			m.cur = common.Cursor{}
 		}
-		var cmd tea.Cmd
-		m.filter, cmd = m.filter.Update(msg)
-		m.cur = common.Cursor{}
 		m.clamp(len(m.Rows()))
 		return cmd
 	}
@@ -171,10 +158,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	}
 	switch {
 	case key.Matches(msg, k.Filter):
-		m.filtering = true
-		return m.filter.Focus()
+		return m.filter.Start()
 	case key.Matches(msg, k.Back):
-		m.filter.SetValue("")
+		m.filter.Clear()
 	case key.Matches(msg, k.Delete):
 		if p, ok := m.Selected(); ok {
 			if m.deleting[p.ID] {
@@ -364,7 +350,7 @@ func (m *Model) View() string {
 	st := m.ctx.Styles
 	rows := m.Rows()
 	var b strings.Builder
-	if m.filtering || m.filter.Value() != "" {
+	if m.filter.Shown() {
 		b.WriteString(render.Cut(m.filter.View(), m.width))
 	} else {
 		b.WriteString(st.Header.Render(render.Cut(Summary(rows), m.width)))
