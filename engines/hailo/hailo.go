@@ -22,10 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
@@ -36,14 +34,8 @@ import (
 // reaches it on loopback).
 const DefaultURL = "http://127.0.0.1:8000"
 
-// probeTimeout bounds each request Detect makes.
-const probeTimeout = 5 * time.Second
-
-// Config is how to reach the daemon.
-type Config struct {
-	URL  string       // the daemon's base URL; DefaultURL when empty
-	HTTP *http.Client // nil: a client without proxy or overall timeout
-}
+// Config is how to reach the daemon, as for Ollama; the URL defaults to DefaultURL.
+type Config = ollama.Config
 
 // Driver runs models on hailo-ollama. It is safe for concurrent use.
 type Driver struct {
@@ -57,17 +49,11 @@ var _ engines.Driver = (*Driver)(nil)
 
 // New returns a driver for the daemon cfg names. It fails only on a malformed URL.
 func New(cfg Config, log *slog.Logger) (*Driver, error) {
-	if cfg.URL == "" {
-		cfg.URL = DefaultURL
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	c, err := ollama.NewClient(cfg.URL, "hailo-ollama", cfg.HTTP)
+	c, log, err := ollama.Setup(cfg, DefaultURL, "hailo-ollama", api.RuntimeHailoOllama, log)
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{c: c, log: log.With("runtime", string(api.RuntimeHailoOllama)), device: make(chan struct{}, 1)}, nil
+	return &Driver{c: c, log: log, device: make(chan struct{}, 1)}, nil
 }
 
 // Client is the driver's protocol client.
@@ -88,6 +74,19 @@ func (d *Driver) lock(ctx context.Context) error {
 
 func (d *Driver) unlock() { <-d.device }
 
+// onDevice runs fn holding the device, with the models /api/ps lists (at most one).
+func (d *Driver) onDevice(ctx context.Context, fn func(loaded []string) error) error {
+	if err := d.lock(ctx); err != nil {
+		return err
+	}
+	defer d.unlock()
+	loaded, err := d.c.PSNames(ctx)
+	if err != nil {
+		return err
+	}
+	return fn(loaded)
+}
+
 // zoo returns the daemon's model list, refusing a daemon that is not hailo-ollama.
 func (d *Driver) zoo(ctx context.Context) ([]string, error) {
 	models, isHailo, err := d.c.HailoList(ctx)
@@ -105,29 +104,24 @@ func (d *Driver) zoo(ctx context.Context) ([]string, error) {
 // Detail says which zoo models are downloaded.
 func (d *Driver) Detect(ctx context.Context) api.Engine {
 	e := api.Engine{Runtime: api.RuntimeHailoOllama, Address: d.c.URL()}
-	probe := func(f func(ctx context.Context) error) error {
-		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		defer cancel()
-		return f(ctx)
-	}
-	if err := probe(func(ctx context.Context) error { _, err := d.c.Root(ctx); return err }); err != nil {
-		e.Detail = fmt.Sprintf("no hailo-ollama answers at %s (%v); it comes with Hailo's GenAI model zoo for the Hailo-10H (AI HAT+ 2 on a Raspberry Pi 5): install it and start `hailo-ollama`, or point the agent at its address", d.c.URL(), cause(err))
+	if err := ollama.Probe(ctx, func(ctx context.Context) error { _, err := d.c.Root(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("no hailo-ollama answers at %s (%v); it comes with Hailo's GenAI model zoo for the Hailo-10H (AI HAT+ 2 on a Raspberry Pi 5): install it and start `hailo-ollama`, or point the agent at its address", d.c.URL(), ollama.RootCause(err))
 		return e
 	}
 	var zoo []string
-	if err := probe(func(ctx context.Context) (err error) { zoo, err = d.zoo(ctx); return err }); err != nil {
-		e.Detail = cause(err).Error()
+	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { zoo, err = d.zoo(ctx); return err }); err != nil {
+		e.Detail = ollama.RootCause(err).Error()
 		return e
 	}
 	e.Present = true
 	e.Models = zoo
-	if err := probe(func(ctx context.Context) (err error) { e.Version, err = d.c.Version(ctx); return err }); err != nil {
-		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/version: %v", cause(err))
+	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { e.Version, err = d.c.Version(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/version: %v", ollama.RootCause(err))
 		return e
 	}
 	var have []string
-	if err := probe(func(ctx context.Context) (err error) { have, err = d.downloaded(ctx); return err }); err != nil {
-		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/tags: %v", cause(err))
+	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { have, err = d.c.TagNames(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/tags: %v", ollama.RootCause(err))
 		return e
 	}
 	e.Healthy = true
@@ -140,27 +134,7 @@ func (d *Driver) Detect(ctx context.Context) api.Engine {
 }
 
 // Downloaded lists the zoo models whose HEF is on this host (/api/tags), which load without a pull.
-func (d *Driver) Downloaded(ctx context.Context) ([]string, error) { return d.downloaded(ctx) }
-
-func (d *Driver) downloaded(ctx context.Context) ([]string, error) {
-	tags, err := d.c.Tags(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(tags))
-	for _, t := range tags {
-		names = append(names, t.Name)
-	}
-	return names, nil
-}
-
-func cause(err error) error {
-	var ee *engines.Error
-	if errors.As(err, &ee) {
-		return ee.Err
-	}
-	return err
-}
+func (d *Driver) Downloaded(ctx context.Context) ([]string, error) { return d.c.TagNames(ctx) }
 
 // Health checks that the daemon answers GET / (hailo-ollama has no /health) and that m is the
 // model on the device: a daemon that restarted, or a swap, would otherwise leave the placement
@@ -185,7 +159,7 @@ func (d *Driver) Health(ctx context.Context, m engines.Model) error {
 		}
 		return err
 	}
-	loaded, err := d.loaded(ctx)
+	loaded, err := d.c.PSNames(ctx)
 	if err != nil {
 		return err
 	}
@@ -216,7 +190,7 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	d.pulls.Add(-1)
 	if errors.Is(err, engines.ErrNotFound) {
 		// /hailo/v1/list is not always the whole zoo, so the daemon decides; the list helps.
-		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", cause(err), strings.Join(zoo, ", "))}
+		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", ollama.RootCause(err), strings.Join(zoo, ", "))}
 	}
 	return err
 }
@@ -231,46 +205,31 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 	if _, err := d.zoo(ctx); err != nil {
 		return nil, err
 	}
-	if err := d.lock(ctx); err != nil {
-		return nil, err
-	}
-	defer d.unlock()
-	before, err := d.loaded(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// hailo-ollama takes no num_ctx: every zoo HEF has its context built in.
-	if err := d.c.Load(ctx, ref, nil); err != nil {
-		return nil, err
-	}
-	after, err := d.loaded(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if len(after) != 1 || !ollama.SameModel(after[0], ref) {
-		return nil, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("hailo-ollama said it loaded %s but /api/ps lists %v", ref, after)}
-	}
 	inst := &Instance{Instance: ollama.NewInstance(d.c.URL())}
-	if len(before) > 0 && !ollama.SameModel(before[0], ref) {
-		inst.replaced = before[0]
-		d.log.Warn("swapped the model on the Hailo-10H", "loaded", ref, "replaced", inst.replaced)
-	} else {
-		d.log.Info("loaded", "model", ref)
+	err = d.onDevice(ctx, func(before []string) error {
+		// hailo-ollama takes no num_ctx: every zoo HEF has its context built in.
+		if err := d.c.Load(ctx, ref, nil); err != nil {
+			return err
+		}
+		after, err := d.c.PSNames(ctx)
+		if err != nil {
+			return err
+		}
+		if len(after) != 1 || !ollama.SameModel(after[0], ref) {
+			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("hailo-ollama said it loaded %s but /api/ps lists %v", ref, after)}
+		}
+		if len(before) > 0 && !ollama.SameModel(before[0], ref) {
+			inst.replaced = before[0]
+			d.log.Warn("swapped the model on the Hailo-10H", "loaded", ref, "replaced", inst.replaced)
+		} else {
+			d.log.Info("loaded", "model", ref)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return inst, nil
-}
-
-// loaded is /api/ps's names: at most one. Caller holds the device.
-func (d *Driver) loaded(ctx context.Context) ([]string, error) {
-	running, err := d.c.PS(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(running))
-	for _, r := range running {
-		names = append(names, r.Name)
-	}
-	return names, nil
 }
 
 // Unload takes m off the device and confirms with /api/ps. When m is not the model on the
@@ -280,39 +239,30 @@ func (d *Driver) Unload(ctx context.Context, m engines.Model) error {
 	if err != nil {
 		return err
 	}
-	if err := d.lock(ctx); err != nil {
-		return err
-	}
-	defer d.unlock()
-	before, err := d.loaded(ctx)
-	if err != nil {
-		return err
-	}
-	if len(before) == 0 || !ollama.SameModel(before[0], ref) {
-		d.log.Info("not on the device; nothing to unload", "model", ref, "loaded", before)
+	return d.onDevice(ctx, func(before []string) error {
+		if len(before) == 0 || !ollama.SameModel(before[0], ref) {
+			d.log.Info("not on the device; nothing to unload", "model", ref, "loaded", before)
+			return nil
+		}
+		if err := d.c.Unload(ctx, ref); err != nil {
+			return err
+		}
+		after, err := d.c.PSNames(ctx)
+		if err != nil {
+			return err
+		}
+		if len(after) > 0 {
+			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("hailo-ollama said it unloaded %s but /api/ps lists %v", ref, after)}
+		}
+		d.log.Info("unloaded", "model", ref)
 		return nil
-	}
-	if err := d.c.Unload(ctx, ref); err != nil {
-		return err
-	}
-	after, err := d.loaded(ctx)
-	if err != nil {
-		return err
-	}
-	if len(after) > 0 {
-		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("hailo-ollama said it unloaded %s but /api/ps lists %v", ref, after)}
-	}
-	d.log.Info("unloaded", "model", ref)
-	return nil
+	})
 }
 
 // Loaded lists the model on the device (at most one).
-func (d *Driver) Loaded(ctx context.Context) ([]string, error) {
-	if err := d.lock(ctx); err != nil {
-		return nil, err
-	}
-	defer d.unlock()
-	return d.loaded(ctx)
+func (d *Driver) Loaded(ctx context.Context) (loaded []string, err error) {
+	err = d.onDevice(ctx, func(l []string) error { loaded = l; return nil })
+	return loaded, err
 }
 
 // Chat streams an answer from m through /api/chat (NDJSON). It is refused when another model is
@@ -324,21 +274,15 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if err != nil {
 		return err
 	}
-	if err := d.lock(ctx); err != nil {
-		return err
-	}
-	defer d.unlock()
-	loaded, err := d.loaded(ctx)
-	if err != nil {
-		return err
-	}
-	if len(loaded) > 0 && !ollama.SameModel(loaded[0], ref) {
-		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
-			"%s is not on the Hailo-10H (%s is); answering would swap it back in, so the chat is refused", ref, loaded[0])}
-	}
-	opts := ollama.Options(req)
-	delete(opts, "stop")
-	return d.c.Chat(ctx, ref, req.Messages, opts, emit)
+	return d.onDevice(ctx, func(loaded []string) error {
+		if len(loaded) > 0 && !ollama.SameModel(loaded[0], ref) {
+			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
+				"%s is not on the Hailo-10H (%s is); answering would swap it back in, so the chat is refused", ref, loaded[0])}
+		}
+		opts := ollama.Options(req)
+		delete(opts, "stop")
+		return d.c.Chat(ctx, ref, req.Messages, opts, emit)
+	})
 }
 
 // Instance is a model on the Hailo-10H. It has no process of its own (Done never closes).

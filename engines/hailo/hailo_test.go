@@ -12,21 +12,9 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/ollama/ollamatest"
 	hailosim "github.com/llmkube/mesh/sim/hailo"
-	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
-
-func startSim(t *testing.T, tune func(*hailosim.Config)) *hailosim.Server {
-	t.Helper()
-	cfg := hailosim.FastConfig(t.TempDir())
-	if tune != nil {
-		tune(&cfg)
-	}
-	s, err := hailosim.Start(t.Context(), cfg, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 func newDriver(t *testing.T, url string) *Driver {
 	t.Helper()
@@ -35,25 +23,13 @@ func newDriver(t *testing.T, url string) *Driver {
 	return d
 }
 
-func codeOf(err error) api.Code {
-	var ee *engines.Error
-	if errors.As(err, &ee) {
-		return ee.Code
-	}
-	return ""
-}
-
 var (
 	qwen  = engines.Model{ID: "p1", Name: "qwen2:1.5b", Source: "hailo://qwen2:1.5b", Context: 2048}
 	coder = engines.Model{ID: "p2", Name: "qwen2.5-coder:1.5b", Source: "hailo://qwen2.5-coder:1.5b", Context: 2048}
 )
 
-func hello() engines.ChatRequest {
-	return engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "Say hello to the mesh."}}}
-}
-
 func TestLifecycle(t *testing.T) {
-	sim := startSim(t, func(c *hailosim.Config) { c.HEFSize = 3<<20 + 5 })
+	sim := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.HEFSize = 3<<20 + 5 })
 	d := newDriver(t, sim.URL())
 	ctx := t.Context()
 
@@ -68,18 +44,8 @@ func TestLifecycle(t *testing.T) {
 	// Pull with progress.
 	var events []engines.Progress
 	require.NoError(t, d.Pull(ctx, qwen, func(p engines.Progress) { events = append(events, p) }))
-	require.NotEmpty(t, events)
-	last := events[len(events)-1]
-	assert.Equal(t, "success", last.Status)
-	assert.Equal(t, int64(3<<20+5), last.Total)
-	assert.Equal(t, last.Total, last.Completed)
-	partial := 0
-	for _, p := range events {
-		if p.Completed > 0 && p.Completed < p.Total {
-			partial++
-		}
-	}
-	assert.Positive(t, partial, "progress is reported while the HEF arrives")
+	ollamatest.CheckPull(t, events)
+	assert.Equal(t, int64(3<<20+5), events[len(events)-1].Total)
 	assert.Equal(t, 1, sim.Stats().Pulls)
 	require.NoError(t, d.Pull(ctx, qwen, nil))
 	assert.Equal(t, 1, sim.Stats().Pulls, "a HEF already present is not fetched again")
@@ -122,40 +88,25 @@ func TestLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"qwen2.5-coder:1.5b"}, loaded)
 	err = d.Health(ctx, qwen)
-	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
 	assert.EqualError(t, err, "EngineError: qwen2:1.5b is no longer on the Hailo-10H: qwen2.5-coder:1.5b replaced it")
 
 	// Chat streams through /api/chat.
-	var chunks []engines.ChatChunk
-	require.NoError(t, d.Chat(ctx, coder, hello(), func(c engines.ChatChunk) error {
-		chunks = append(chunks, c)
-		return nil
-	}))
-	require.Greater(t, len(chunks), 2)
-	final := chunks[len(chunks)-1]
-	assert.True(t, final.Done)
-	assert.Equal(t, "stop", final.FinishReason)
-	assert.Equal(t, len(chunks)-1, final.CompletionTokens)
-	var text strings.Builder
-	for _, c := range chunks[:len(chunks)-1] {
-		text.WriteString(c.Content)
-	}
-	assert.NotEmpty(t, strings.TrimSpace(text.String()))
+	ollamatest.CheckChat(t, ollamatest.Collect(t, d, coder, ollamatest.Hello()))
 	st = sim.Stats()
 	assert.Equal(t, 1, st.Requests["POST /api/chat"])
 	assert.Zero(t, st.Requests["POST /v1/chat/completions"])
 	assert.Equal(t, 2, st.Loads, "the chat did not reload")
 
-	limited := hello()
+	limited := ollamatest.Hello()
 	limited.MaxTokens = 2
-	chunks = chunks[:0]
-	require.NoError(t, d.Chat(ctx, coder, limited, func(c engines.ChatChunk) error { chunks = append(chunks, c); return nil }))
+	chunks := ollamatest.Collect(t, d, coder, limited)
 	assert.Equal(t, "length", chunks[len(chunks)-1].FinishReason)
 	assert.Equal(t, 2, chunks[len(chunks)-1].CompletionTokens)
 
 	// A chat with the replaced model is refused rather than swapping it back.
-	err = d.Chat(ctx, qwen, hello(), func(engines.ChatChunk) error { return nil })
-	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	err = d.Chat(ctx, qwen, ollamatest.Hello(), func(engines.ChatChunk) error { return nil })
+	assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
 	assert.EqualError(t, err, "EngineError: qwen2:1.5b is not on the Hailo-10H (qwen2.5-coder:1.5b is); answering would swap it back in, so the chat is refused")
 	assert.Equal(t, 2, sim.Stats().Loads)
 
@@ -170,18 +121,18 @@ func TestLifecycle(t *testing.T) {
 	assert.Empty(t, loaded)
 	assert.Empty(t, sim.Stats().Loaded)
 	err = d.Health(ctx, coder)
-	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
 	assert.ErrorContains(t, err, "no model is on the Hailo-10H")
 }
 
 // Health does not queue behind a chat in progress on the device.
 func TestHealthDuringChat(t *testing.T) {
-	sim := startSim(t, func(c *hailosim.Config) { c.Preloaded = []string{"qwen2:1.5b"} })
+	sim := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.Preloaded = []string{"qwen2:1.5b"} })
 	d := newDriver(t, sim.URL())
 	_, err := d.Load(t.Context(), qwen)
 	require.NoError(t, err)
 	checked := false
-	require.NoError(t, d.Chat(t.Context(), qwen, hello(), func(c engines.ChatChunk) error {
+	require.NoError(t, d.Chat(t.Context(), qwen, ollamatest.Hello(), func(c engines.ChatChunk) error {
 		if !checked {
 			checked = true
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
@@ -195,7 +146,7 @@ func TestHealthDuringChat(t *testing.T) {
 
 // Requests on the device are serialised by the driver: the daemon never has one waiting.
 func TestSerialised(t *testing.T) {
-	sim := startSim(t, func(c *hailosim.Config) {
+	sim := ollamatest.StartHailo(t, func(c *hailosim.Config) {
 		c.Preloaded = []string{"qwen2:1.5b"}
 		c.TokensPerSecond = 2000
 	})
@@ -205,7 +156,7 @@ func TestSerialised(t *testing.T) {
 	errs := make(chan error, 3)
 	for range 3 {
 		go func() {
-			errs <- d.Chat(t.Context(), qwen, hello(), func(engines.ChatChunk) error {
+			errs <- d.Chat(t.Context(), qwen, ollamatest.Hello(), func(engines.ChatChunk) error {
 				if w := sim.Stats().Waiting; w != 0 {
 					return errors.New("the daemon had a request waiting")
 				}
@@ -220,13 +171,13 @@ func TestSerialised(t *testing.T) {
 }
 
 func TestChatStopsWhenEmitFails(t *testing.T) {
-	sim := startSim(t, func(c *hailosim.Config) {
+	sim := ollamatest.StartHailo(t, func(c *hailosim.Config) {
 		c.Preloaded = []string{"qwen2:1.5b"}
 		c.TokensPerSecond = 100
 	})
 	d := newDriver(t, sim.URL())
 	gone := errors.New("client went away")
-	err := d.Chat(t.Context(), qwen, hello(), func(engines.ChatChunk) error { return gone })
+	err := d.Chat(t.Context(), qwen, ollamatest.Hello(), func(engines.ChatChunk) error { return gone })
 	require.ErrorIs(t, err, gone)
 	// The device is free again at once: the next request does not wait for the old answer.
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
@@ -237,18 +188,16 @@ func TestChatStopsWhenEmitFails(t *testing.T) {
 }
 
 func TestRefusedOnPlainOllama(t *testing.T) {
-	o, err := ollamasim.Start(t.Context(), ollamasim.DefaultConfig(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { o.Close() })
+	o := ollamatest.StartOllama(t, nil)
 	d := newDriver(t, o.URL())
 	want := "RuntimeMismatch: the daemon at " + o.URL() + " is not hailo-ollama: it has no /hailo/v1/list (is it plain Ollama?); hailo:// models run only on hailo-ollama with a Hailo-10H"
 
-	err = d.Pull(t.Context(), qwen, nil)
-	assert.Equal(t, api.CodeRuntimeMismatch, codeOf(err))
+	err := d.Pull(t.Context(), qwen, nil)
+	assert.Equal(t, api.CodeRuntimeMismatch, ollamatest.CodeOf(err))
 	assert.EqualError(t, err, want)
 
 	_, err = d.Load(t.Context(), qwen)
-	assert.Equal(t, api.CodeRuntimeMismatch, codeOf(err))
+	assert.Equal(t, api.CodeRuntimeMismatch, ollamatest.CodeOf(err))
 	assert.EqualError(t, err, want)
 
 	e := d.Detect(t.Context())
@@ -259,13 +208,13 @@ func TestRefusedOnPlainOllama(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
-	sim := startSim(t, nil)
+	sim := ollamatest.StartHailo(t, nil)
 	d := newDriver(t, sim.URL())
 	ctx := t.Context()
 
 	t.Run("pull of an unknown model", func(t *testing.T) {
 		err := d.Pull(ctx, engines.Model{ID: "x", Source: "hailo://nosuch:1b"}, nil)
-		assert.Equal(t, api.CodePullFailed, codeOf(err))
+		assert.Equal(t, api.CodePullFailed, ollamatest.CodeOf(err))
 		assert.ErrorIs(t, err, engines.ErrNotFound)
 		zoo, _, lerr := d.Client().HailoList(ctx)
 		require.NoError(t, lerr)
@@ -273,23 +222,23 @@ func TestRefusals(t *testing.T) {
 	})
 	t.Run("load of a model not downloaded", func(t *testing.T) {
 		_, err := d.Load(ctx, qwen)
-		assert.Equal(t, api.CodeEngineError, codeOf(err))
+		assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
 		assert.ErrorIs(t, err, engines.ErrNotFound)
 		assert.EqualError(t, err, "EngineError: hailo-ollama: model 'qwen2:1.5b' not found (HTTP 200)")
 	})
 	t.Run("chat with a model not downloaded", func(t *testing.T) {
-		err := d.Chat(ctx, qwen, hello(), func(engines.ChatChunk) error { return nil })
-		assert.Equal(t, api.CodeEngineError, codeOf(err))
+		err := d.Chat(ctx, qwen, ollamatest.Hello(), func(engines.ChatChunk) error { return nil })
+		assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
 		assert.ErrorIs(t, err, engines.ErrNotFound)
 	})
 	t.Run("ollama source", func(t *testing.T) {
 		err := d.Pull(ctx, engines.Model{ID: "x", Source: "ollama://qwen2:1.5b"}, nil)
-		assert.Equal(t, api.CodeRuntimeMismatch, codeOf(err))
+		assert.Equal(t, api.CodeRuntimeMismatch, ollamatest.CodeOf(err))
 		assert.ErrorContains(t, err, "hailo-ollama serves only Hailo's zoo (use hailo://name:tag)")
 	})
 	t.Run("GGUF source", func(t *testing.T) {
 		_, err := d.Load(ctx, engines.Model{ID: "x", Source: "hf://o/r/x.gguf"})
-		assert.Equal(t, api.CodeRuntimeMismatch, codeOf(err))
+		assert.Equal(t, api.CodeRuntimeMismatch, ollamatest.CodeOf(err))
 	})
 	t.Run("bad URL", func(t *testing.T) {
 		_, err := New(Config{URL: "ftp://x"}, nil)
@@ -298,14 +247,14 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestDaemonGone(t *testing.T) {
-	sim := startSim(t, func(c *hailosim.Config) { c.Preloaded = []string{"qwen2:1.5b"} })
+	sim := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.Preloaded = []string{"qwen2:1.5b"} })
 	d := newDriver(t, sim.URL())
 	_, err := d.Load(t.Context(), qwen)
 	require.NoError(t, err)
 	require.NoError(t, sim.Close())
 
 	err = d.Health(t.Context(), qwen)
-	assert.Equal(t, api.CodeEngineUnavailable, codeOf(err))
+	assert.Equal(t, api.CodeEngineUnavailable, ollamatest.CodeOf(err))
 	assert.ErrorContains(t, err, "hailo-ollama at "+sim.URL()+" does not answer")
 	e := d.Detect(t.Context())
 	assert.False(t, e.Present)

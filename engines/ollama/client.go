@@ -254,12 +254,12 @@ type Tag struct {
 }
 
 // Tags is GET /api/tags: the models present locally.
-func (c *Client) Tags(ctx context.Context) ([]Tag, error) {
-	var l struct {
-		Models []Tag `json:"models"`
-	}
-	err := c.GetJSON(ctx, "/api/tags", &l)
-	return l.Models, err
+func (c *Client) Tags(ctx context.Context) ([]Tag, error) { return getModels[Tag](ctx, c, "/api/tags") }
+
+// TagNames is the names of the models Tags lists.
+func (c *Client) TagNames(ctx context.Context) ([]string, error) {
+	tags, err := c.Tags(ctx)
+	return names(tags, err, func(t Tag) string { return t.Name })
 }
 
 // Running is a loaded model, from /api/ps.
@@ -273,11 +273,35 @@ type Running struct {
 
 // PS is GET /api/ps: the models loaded now.
 func (c *Client) PS(ctx context.Context) ([]Running, error) {
+	return getModels[Running](ctx, c, "/api/ps")
+}
+
+// getModels fetches a list the daemons answer as {"models": […]} (/api/tags, /api/ps).
+func getModels[T any](ctx context.Context, c *Client, path string) ([]T, error) {
 	var l struct {
-		Models []Running `json:"models"`
+		Models []T `json:"models"`
 	}
-	err := c.GetJSON(ctx, "/api/ps", &l)
+	err := c.GetJSON(ctx, path, &l)
 	return l.Models, err
+}
+
+// PSNames is the names of the models PS lists.
+func (c *Client) PSNames(ctx context.Context) ([]string, error) {
+	running, err := c.PS(ctx)
+	return names(running, err, func(r Running) string { return r.Name })
+}
+
+// names is the name of each model in a list, unless listing it failed with err. On success it
+// is empty rather than nil, so that an encoded empty list reads [] and not null.
+func names[T any](l []T, err error, name func(T) string) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(l))
+	for _, m := range l {
+		out = append(out, name(m))
+	}
+	return out, nil
 }
 
 // SameModel reports whether two model names are the same model to Ollama: "llama3.2" is

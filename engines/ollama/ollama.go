@@ -20,13 +20,37 @@ import (
 // DefaultURL is where Ollama listens unless told otherwise.
 const DefaultURL = "http://127.0.0.1:11434"
 
-// probeTimeout bounds each request Detect makes, so a hung daemon cannot hang start-up.
+// probeTimeout bounds each request a Detect makes, so a hung daemon cannot hang start-up.
 const probeTimeout = 5 * time.Second
 
-// Config is how to reach the daemon.
+// Probe runs one of Detect's requests, bounded by probeTimeout.
+func Probe(ctx context.Context, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// Config is how to reach the daemon. The hailo driver takes the same one.
 type Config struct {
-	URL  string       // the daemon's base URL; DefaultURL when empty
+	URL  string       // the daemon's base URL; the driver's DefaultURL when empty
 	HTTP *http.Client // nil: a client without proxy or overall timeout
+}
+
+// Setup is what every driver of a daemon speaking this protocol does first: the client of the
+// daemon cfg names (defaultURL when cfg.URL is empty; daemon names it in messages), and log
+// (a discarding one when nil) tagged with runtime r. It fails only on a malformed URL.
+func Setup(cfg Config, defaultURL, daemon string, r api.Runtime, log *slog.Logger) (*Client, *slog.Logger, error) {
+	if cfg.URL == "" {
+		cfg.URL = defaultURL
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c, err := NewClient(cfg.URL, daemon, cfg.HTTP)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, log.With("runtime", string(r)), nil
 }
 
 // Driver runs models on an Ollama daemon. It is safe for concurrent use.
@@ -40,17 +64,11 @@ var _ engines.Driver = (*Driver)(nil)
 // New returns a driver for the daemon cfg names. It fails only on a malformed URL; an absent
 // daemon is found by Detect.
 func New(cfg Config, log *slog.Logger) (*Driver, error) {
-	if cfg.URL == "" {
-		cfg.URL = DefaultURL
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	c, err := NewClient(cfg.URL, "Ollama", cfg.HTTP)
+	c, log, err := Setup(cfg, DefaultURL, "Ollama", api.RuntimeOllama, log)
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{c: c, log: log.With("runtime", string(api.RuntimeOllama))}, nil
+	return &Driver{c: c, log: log}, nil
 }
 
 // Client is the driver's protocol client.
@@ -63,39 +81,32 @@ func (d *Driver) Runtime() api.Runtime { return api.RuntimeOllama }
 // A daemon that answers /hailo/v1/list is hailo-ollama, and is reported as not Ollama.
 func (d *Driver) Detect(ctx context.Context) api.Engine {
 	e := api.Engine{Runtime: api.RuntimeOllama, Address: d.c.URL()}
-	probe := func(f func(ctx context.Context) error) error {
-		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		defer cancel()
-		return f(ctx)
-	}
-	if err := probe(func(ctx context.Context) error { _, err := d.c.Root(ctx); return err }); err != nil {
-		e.Detail = fmt.Sprintf("no Ollama daemon answers at %s (%v); install it from https://ollama.com/download and start it with `ollama serve`, or point the agent at its address", d.c.URL(), rootCause(err))
+	if err := Probe(ctx, func(ctx context.Context) error { _, err := d.c.Root(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("no Ollama daemon answers at %s (%v); install it from https://ollama.com/download and start it with `ollama serve`, or point the agent at its address", d.c.URL(), RootCause(err))
 		return e
 	}
 	var isHailo bool
-	if err := probe(func(ctx context.Context) (err error) { _, isHailo, err = d.c.HailoList(ctx); return err }); err == nil && isHailo {
+	if err := Probe(ctx, func(ctx context.Context) (err error) { _, isHailo, err = d.c.HailoList(ctx); return err }); err == nil && isHailo {
 		e.Detail = fmt.Sprintf("the daemon at %s is hailo-ollama (it answers /hailo/v1/list), not Ollama: select the hailo-ollama runtime for it", d.c.URL())
 		return e
 	}
 	e.Present = true
-	if err := probe(func(ctx context.Context) (err error) { e.Version, err = d.c.Version(ctx); return err }); err != nil {
-		e.Detail = fmt.Sprintf("Ollama answers / but not /api/version: %v", rootCause(err))
+	if err := Probe(ctx, func(ctx context.Context) (err error) { e.Version, err = d.c.Version(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("Ollama answers / but not /api/version: %v", RootCause(err))
 		return e
 	}
-	var tags []Tag
-	if err := probe(func(ctx context.Context) (err error) { tags, err = d.c.Tags(ctx); return err }); err != nil {
-		e.Detail = fmt.Sprintf("Ollama answers / but not /api/tags: %v", rootCause(err))
+	var tags []string
+	if err := Probe(ctx, func(ctx context.Context) (err error) { tags, err = d.c.TagNames(ctx); return err }); err != nil {
+		e.Detail = fmt.Sprintf("Ollama answers / but not /api/tags: %v", RootCause(err))
 		return e
 	}
-	for _, t := range tags {
-		e.Models = append(e.Models, t.Name)
-	}
+	e.Models = append(e.Models, tags...) // nil when none are pulled
 	e.Healthy = true
 	return e
 }
 
-// rootCause drops the *engines.Error wrapper for messages that already say what failed.
-func rootCause(err error) error {
+// RootCause drops the *engines.Error wrapper for messages that already say what failed.
+func RootCause(err error) error {
 	var ee *engines.Error
 	if errors.As(err, &ee) {
 		return ee.Err
@@ -229,24 +240,14 @@ func (d *Driver) Unload(ctx context.Context, m engines.Model) error {
 			if err == nil {
 				err = fmt.Errorf("Ollama still lists %s in /api/ps after unloading it", ref)
 			}
-			return &engines.Error{Code: api.CodeEngineError, Err: rootCause(err)}
+			return &engines.Error{Code: api.CodeEngineError, Err: RootCause(err)}
 		case <-tick.C:
 		}
 	}
 }
 
 // Loaded lists the models /api/ps reports.
-func (d *Driver) Loaded(ctx context.Context) ([]string, error) {
-	running, err := d.c.PS(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(running))
-	for _, r := range running {
-		names = append(names, r.Name)
-	}
-	return names, nil
-}
+func (d *Driver) Loaded(ctx context.Context) ([]string, error) { return d.c.PSNames(ctx) }
 
 // Chat streams an answer from m through /api/chat, with keep_alive -1 and m's context size so
 // the chat neither shortens the model's stay nor reloads it.

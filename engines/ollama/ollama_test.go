@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,21 +15,9 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
-	hailosim "github.com/llmkube/mesh/sim/hailo"
+	"github.com/llmkube/mesh/engines/ollama/ollamatest"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
-
-func startSim(t *testing.T, tune func(*ollamasim.Config)) *ollamasim.Server {
-	t.Helper()
-	cfg := ollamasim.DefaultConfig()
-	if tune != nil {
-		tune(&cfg)
-	}
-	s, err := ollamasim.Start(t.Context(), cfg, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 func newDriver(t *testing.T, url string) *Driver {
 	t.Helper()
@@ -39,33 +26,10 @@ func newDriver(t *testing.T, url string) *Driver {
 	return d
 }
 
-// codeOf is the API code of a driver error, "" when it has none.
-func codeOf(err error) api.Code {
-	var ee *engines.Error
-	if errors.As(err, &ee) {
-		return ee.Code
-	}
-	return ""
-}
-
 var qwen = engines.Model{ID: "p1", Name: "qwen2.5:0.5b", Source: "ollama://qwen2.5:0.5b", Context: 4096}
 
-func hello() engines.ChatRequest {
-	return engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "Say hello to the mesh."}}}
-}
-
-func collect(t *testing.T, d *Driver, m engines.Model, req engines.ChatRequest) []engines.ChatChunk {
-	t.Helper()
-	var chunks []engines.ChatChunk
-	require.NoError(t, d.Chat(t.Context(), m, req, func(c engines.ChatChunk) error {
-		chunks = append(chunks, c)
-		return nil
-	}))
-	return chunks
-}
-
 func TestLifecycle(t *testing.T) {
-	sim := startSim(t, func(c *ollamasim.Config) { c.PullBytesPerSec = 2_000_000_000 }) // ~0.2 s for qwen2.5:0.5b
+	sim := ollamatest.StartOllama(t, func(c *ollamasim.Config) { c.PullBytesPerSec = 2_000_000_000 }) // ~0.2 s for qwen2.5:0.5b
 	d := newDriver(t, sim.URL())
 	ctx := t.Context()
 
@@ -80,22 +44,8 @@ func TestLifecycle(t *testing.T) {
 	// Pull, with progress as the bytes arrive.
 	var events []engines.Progress
 	require.NoError(t, d.Pull(ctx, qwen, func(p engines.Progress) { events = append(events, p) }))
-	require.NotEmpty(t, events)
+	ollamatest.CheckPull(t, events)
 	assert.Equal(t, "pulling manifest", events[0].Status)
-	last := events[len(events)-1]
-	assert.Equal(t, "success", last.Status)
-	assert.Positive(t, last.Total)
-	assert.Equal(t, last.Total, last.Completed)
-	partial := 0
-	for i, p := range events {
-		if p.Completed > 0 && p.Completed < p.Total {
-			partial++
-		}
-		if i > 0 {
-			assert.GreaterOrEqual(t, p.Completed, events[i-1].Completed, "progress went backwards")
-		}
-	}
-	assert.Positive(t, partial, "progress is reported while the bytes arrive, not only at the end")
 	assert.Contains(t, d.Detect(ctx).Models, "qwen2.5:0.5b")
 
 	// Load, confirmed by /api/ps, kept forever.
@@ -121,24 +71,14 @@ func TestLifecycle(t *testing.T) {
 	require.NoError(t, d.Health(ctx, qwen))
 
 	// Chat, streamed chunk by chunk, without reloading the model.
-	chunks := collect(t, d, qwen, hello())
-	require.Greater(t, len(chunks), 2)
-	final := chunks[len(chunks)-1]
-	assert.True(t, final.Done)
-	assert.Equal(t, "stop", final.FinishReason)
-	assert.Positive(t, final.PromptTokens)
-	assert.Equal(t, len(chunks)-1, final.CompletionTokens)
-	var text strings.Builder
-	for _, c := range chunks[:len(chunks)-1] {
-		assert.False(t, c.Done)
-		text.WriteString(c.Content)
-	}
-	assert.NotEmpty(t, strings.TrimSpace(text.String()))
+	chunks := ollamatest.Collect(t, d, qwen, ollamatest.Hello())
+	ollamatest.CheckChat(t, chunks)
+	assert.Positive(t, chunks[len(chunks)-1].PromptTokens)
 	assert.Equal(t, 1, sim.Stats().Loads, "a chat with the placement's num_ctx does not reload")
 
-	limited := hello()
+	limited := ollamatest.Hello()
 	limited.MaxTokens = 3
-	chunks = collect(t, d, qwen, limited)
+	chunks = ollamatest.Collect(t, d, qwen, limited)
 	assert.Equal(t, "length", chunks[len(chunks)-1].FinishReason)
 	assert.Equal(t, 3, chunks[len(chunks)-1].CompletionTokens)
 
@@ -149,7 +89,7 @@ func TestLifecycle(t *testing.T) {
 	assert.Empty(t, names)
 	assert.Equal(t, 1, sim.Stats().Unloads)
 	err = d.Health(ctx, qwen)
-	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
 	assert.ErrorContains(t, err, "qwen2.5:0.5b is no longer loaded in Ollama")
 
 	// Unloading again is a no-op.
@@ -157,7 +97,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestLoadContext(t *testing.T) {
-	sim := startSim(t, func(c *ollamasim.Config) { c.Preloaded = []string{"qwen2.5:0.5b"} })
+	sim := ollamatest.StartOllama(t, func(c *ollamasim.Config) { c.Preloaded = []string{"qwen2.5:0.5b"} })
 	d := newDriver(t, sim.URL())
 	_, err := d.Load(t.Context(), qwen)
 	require.NoError(t, err)
@@ -173,7 +113,7 @@ func TestLoadContext(t *testing.T) {
 
 // The client going away stops generation upstream at once.
 func TestChatStopsWhenEmitFails(t *testing.T) {
-	sim := startSim(t, func(c *ollamasim.Config) {
+	sim := ollamatest.StartOllama(t, func(c *ollamasim.Config) {
 		c.Preloaded = []string{"qwen2.5:0.5b"}
 		c.TokensPerSec = 100
 	})
@@ -182,7 +122,7 @@ func TestChatStopsWhenEmitFails(t *testing.T) {
 	require.NoError(t, err)
 	gone := errors.New("client went away")
 	n := 0
-	err = d.Chat(t.Context(), qwen, hello(), func(engines.ChatChunk) error {
+	err = d.Chat(t.Context(), qwen, ollamatest.Hello(), func(engines.ChatChunk) error {
 		n++
 		return gone
 	})
@@ -193,13 +133,13 @@ func TestChatStopsWhenEmitFails(t *testing.T) {
 }
 
 func TestChatCancel(t *testing.T) {
-	sim := startSim(t, func(c *ollamasim.Config) {
+	sim := ollamatest.StartOllama(t, func(c *ollamasim.Config) {
 		c.Preloaded = []string{"qwen2.5:0.5b"}
 		c.TokensPerSec = 100
 	})
 	d := newDriver(t, sim.URL())
 	ctx, cancel := context.WithCancel(t.Context())
-	err := d.Chat(ctx, qwen, hello(), func(engines.ChatChunk) error {
+	err := d.Chat(ctx, qwen, ollamatest.Hello(), func(engines.ChatChunk) error {
 		cancel()
 		return nil
 	})
@@ -208,50 +148,50 @@ func TestChatCancel(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
-	sim := startSim(t, nil)
+	sim := ollamatest.StartOllama(t, nil)
 	d := newDriver(t, sim.URL())
 	ctx := t.Context()
 
 	t.Run("pull of an unknown model", func(t *testing.T) {
 		err := d.Pull(ctx, engines.Model{ID: "x", Source: "ollama://nosuch:7b"}, nil)
-		assert.Equal(t, api.CodePullFailed, codeOf(err))
+		assert.Equal(t, api.CodePullFailed, ollamatest.CodeOf(err))
 		assert.ErrorIs(t, err, engines.ErrNotFound)
 		assert.EqualError(t, err, "PullFailed: Ollama: pull model manifest: file does not exist (HTTP 200)")
 	})
 	t.Run("load of a model not pulled", func(t *testing.T) {
 		_, err := d.Load(ctx, qwen)
-		assert.Equal(t, api.CodeEngineError, codeOf(err))
+		assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
 		assert.ErrorIs(t, err, engines.ErrNotFound)
 		assert.EqualError(t, err, `EngineError: Ollama: model 'qwen2.5:0.5b' not found (HTTP 404)`)
 	})
 	t.Run("chat with a model not pulled", func(t *testing.T) {
-		err := d.Chat(ctx, qwen, hello(), func(engines.ChatChunk) error { return nil })
-		assert.Equal(t, api.CodeEngineError, codeOf(err))
+		err := d.Chat(ctx, qwen, ollamatest.Hello(), func(engines.ChatChunk) error { return nil })
+		assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
 		assert.ErrorIs(t, err, engines.ErrNotFound)
 		assert.ErrorContains(t, err, "try pulling it first")
 	})
 	t.Run("hailo source", func(t *testing.T) {
 		err := d.Pull(ctx, engines.Model{ID: "x", Source: "hailo://qwen2:1.5b"}, nil)
-		assert.Equal(t, api.CodeRuntimeMismatch, codeOf(err))
+		assert.Equal(t, api.CodeRuntimeMismatch, ollamatest.CodeOf(err))
 		assert.ErrorContains(t, err, "cannot run on ollama: hailo:// models are HEF files for a Hailo-10H, which only hailo-ollama runs")
 	})
 	t.Run("GGUF source", func(t *testing.T) {
 		_, err := d.Load(ctx, engines.Model{ID: "x", Source: "/models/x.gguf"})
-		assert.Equal(t, api.CodeRuntimeMismatch, codeOf(err))
+		assert.Equal(t, api.CodeRuntimeMismatch, ollamatest.CodeOf(err))
 		assert.ErrorContains(t, err, "GGUF sources run on llama-server")
 	})
 	t.Run("invalid source", func(t *testing.T) {
 		err := d.Pull(ctx, engines.Model{ID: "x", Source: "ollama://"}, nil)
-		assert.Equal(t, api.CodeInvalidSource, codeOf(err))
+		assert.Equal(t, api.CodeInvalidSource, ollamatest.CodeOf(err))
 	})
 	t.Run("no model named", func(t *testing.T) {
 		err := d.Pull(ctx, engines.Model{ID: "x"}, nil)
-		assert.Equal(t, api.CodeBadRequest, codeOf(err))
+		assert.Equal(t, api.CodeBadRequest, ollamatest.CodeOf(err))
 		assert.EqualError(t, err, `BadRequest: model "x" names neither a source nor an engine-side name`)
 	})
 	t.Run("chat without messages", func(t *testing.T) {
 		err := d.Chat(ctx, qwen, engines.ChatRequest{}, func(engines.ChatChunk) error { return nil })
-		assert.Equal(t, api.CodeBadRequest, codeOf(err))
+		assert.Equal(t, api.CodeBadRequest, ollamatest.CodeOf(err))
 		assert.EqualError(t, err, "BadRequest: a chat needs at least one message")
 	})
 	t.Run("bad URL", func(t *testing.T) {
@@ -262,7 +202,7 @@ func TestRefusals(t *testing.T) {
 
 // A daemon that goes away is reported by Health (its instances have no process to watch).
 func TestDaemonGone(t *testing.T) {
-	sim := startSim(t, func(c *ollamasim.Config) { c.Preloaded = []string{"qwen2.5:0.5b"} })
+	sim := ollamatest.StartOllama(t, func(c *ollamasim.Config) { c.Preloaded = []string{"qwen2.5:0.5b"} })
 	d := newDriver(t, sim.URL())
 	_, err := d.Load(t.Context(), qwen)
 	require.NoError(t, err)
@@ -270,7 +210,7 @@ func TestDaemonGone(t *testing.T) {
 	require.NoError(t, sim.Close())
 
 	err = d.Health(t.Context(), qwen)
-	assert.Equal(t, api.CodeEngineUnavailable, codeOf(err))
+	assert.Equal(t, api.CodeEngineUnavailable, ollamatest.CodeOf(err))
 	assert.ErrorContains(t, err, "Ollama at "+sim.URL()+" does not answer")
 
 	e := d.Detect(t.Context())
@@ -280,14 +220,11 @@ func TestDaemonGone(t *testing.T) {
 	assert.Contains(t, e.Detail, "https://ollama.com/download")
 
 	err = d.Pull(t.Context(), qwen, nil)
-	assert.Equal(t, api.CodeEngineUnavailable, codeOf(err))
+	assert.Equal(t, api.CodeEngineUnavailable, ollamatest.CodeOf(err))
 }
 
 func TestDetectHailoOllama(t *testing.T) {
-	h, err := hailosim.Start(t.Context(), hailosim.FastConfig(t.TempDir()), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { h.Close() })
-
+	h := ollamatest.StartHailo(t, nil)
 	e := newDriver(t, h.URL()).Detect(t.Context())
 	assert.False(t, e.Present)
 	assert.False(t, e.Healthy)
