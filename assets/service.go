@@ -22,8 +22,8 @@ const (
 	SystemdUnit  = "llmkube-agent.service" // under /etc/systemd/system
 	LaunchdLabel = "ai.llmkube.agent"      // the launchd job's label
 	LaunchdPlist = LaunchdLabel + ".plist" // under ~/Library/LaunchAgents
+	LaunchdLog   = "llmkube-agent.log"     // launchd: the agent's log (its stderr), under LogDir
 	stdoutLog    = "llmkube-agent.out.log" // launchd: under LogDir
-	stderrLog    = "llmkube-agent.log"     // launchd: under LogDir; the agent logs to stderr
 	systemdTmpl  = "systemd/" + SystemdUnit + ".tmpl"
 	launchdTmpl  = "launchd/" + LaunchdPlist + ".tmpl"
 )
@@ -80,7 +80,7 @@ func ServiceUnit(goos string, p ServiceParams) (name string, content []byte, err
 			Label                  string
 			Args                   []string
 			StdoutPath, StderrPath string
-		}{LaunchdLabel, args, path.Join(p.LogDir, stdoutLog), path.Join(p.LogDir, stderrLog)}
+		}{LaunchdLabel, args, path.Join(p.LogDir, stdoutLog), path.Join(p.LogDir, LaunchdLog)}
 	}
 	src, err := serviceFS.ReadFile(tmplName)
 	if err != nil {

@@ -5,6 +5,9 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -172,6 +175,27 @@ func TestSystemdQuoting(t *testing.T) {
 	rw, err := splitWords(u.get(t, "Service", "ReadWritePaths"), false)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"-" + p.StateDir, "-" + p.ModelsDir}, rw)
+}
+
+// systemd's own parser accepts the unit, quoting and all, where it is installed.
+func TestSystemdVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed")
+	}
+	p := piParams()
+	// verify checks that the program exists and is executable.
+	p.Binary, err = exec.LookPath("true")
+	require.NoError(t, err)
+	p.StateDir = `/srv/llm kube/50% "state" $HOME\x`
+	p.ExtraArgs = []string{"--node-name", "${USER}-%h"}
+	name, b, err := ServiceUnit("linux", p)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(file, b, 0o644))
+	out, err := exec.Command(analyze, "verify", file).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.NotContains(t, string(out), name, "systemd-analyze complained about the unit")
 }
 
 // plist is the part of a launchd plist the tests read: the top dict's keys and values.

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmkube/mesh/agent/state"
+	"github.com/llmkube/mesh/assets"
+	"github.com/llmkube/mesh/hwprobe"
+)
+
+// serviceOptions are the flags of service print and service install.
+type serviceOptions struct {
+	goos, user, binary        string
+	stateDir, modelsDir, join string
+	dryRun                    bool
+	root                      string // install: where "/" is (tests write under a temporary folder)
+	extra                     []string
+}
+
+func serviceCommand(e env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "service",
+		Short: "Print or install the agent's service file (systemd on Linux, launchd on macOS)",
+		Long: `service makes the file that runs the agent as a service: a systemd system unit on Linux
+(` + "/etc/systemd/system/" + assets.SystemdUnit + `), a launchd agent on macOS
+(~/Library/LaunchAgents/` + assets.LaunchdPlist + `). The mesh secret is never written into it:
+the agent reads its join string from --join-file (default: the state folder's mesh.json, which
+` + "`llmkube-agent init`" + ` writes 0600). Flags after -- are passed to ` + "`llmkube-agent run`" + `.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(servicePrintCommand(e), serviceInstallCommand(e))
+	return cmd
+}
+
+func serviceFlags(cmd *cobra.Command, o *serviceOptions) {
+	f := cmd.Flags()
+	f.StringVar(&o.goos, "os", "", "the service manager's OS: linux (systemd) or darwin (launchd) (default: this one)")
+	f.StringVar(&o.user, "user", "", "Linux: the account the agent runs as (default: $SUDO_USER, else the current user)")
+	f.StringVar(&o.binary, "binary", "", "absolute path of llmkube-agent (default: this program)")
+	f.StringVar(&o.stateDir, "state-dir", "", "state folder (default: the user's, as `run` picks it)")
+	f.StringVar(&o.modelsDir, "models-dir", "", "model store (default: the user's, as `run` picks it)")
+	f.StringVar(&o.join, "join-file", "", "file holding the join string, mode 0600 (default: the state folder's "+state.JoinFile+")")
+}
+
+func servicePrintCommand(e env) *cobra.Command {
+	o := &serviceOptions{}
+	cmd := &cobra.Command{
+		Use:   "print [flags] [-- run flags]",
+		Short: "Print the service file for this host (or --os)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			goos, p, err := o.params(cmd, args, e)
+			if err != nil {
+				return err
+			}
+			_, content, err := assets.ServiceUnit(goos, p)
+			if err != nil {
+				return usageError{err}
+			}
+			_, err = e.stdout.Write(content)
+			return err
+		},
+	}
+	serviceFlags(cmd, o)
+	return cmd
+}
+
+func serviceInstallCommand(e env) *cobra.Command {
+	o := &serviceOptions{}
+	cmd := &cobra.Command{
+		Use:   "install [--dry-run] [flags] [-- run flags]",
+		Short: "Write the service file where the service manager looks for it, and print the commands that start it",
+		Long: `install writes the service file atomically (mode 0644) and makes the state folder and model
+store if they are missing (owned by --user when run as root: the unit makes the rest of the file
+system read-only, so they must exist). It does not start anything: it prints the systemctl or
+launchctl commands to run.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			goos, p, err := o.params(cmd, args, e)
+			if err != nil {
+				return err
+			}
+			name, content, err := assets.ServiceUnit(goos, p)
+			if err != nil {
+				return usageError{err}
+			}
+			if !filepath.IsAbs(o.root) {
+				return usageError{fmt.Errorf("--root %q: want an absolute path", o.root)}
+			}
+			dest, err := destination(goos, name, e)
+			if err != nil {
+				return err
+			}
+			return o.install(goos, p, dest, content, e)
+		},
+	}
+	serviceFlags(cmd, o)
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print what would be written and where, write nothing")
+	cmd.Flags().StringVar(&o.root, "root", "/", "write under this folder instead of / (tests)")
+	_ = cmd.Flags().MarkHidden("root")
+	return cmd
+}
+
+// params fills ServiceParams from the flags, the run flags after "--", and the defaults.
+func (o *serviceOptions) params(cmd *cobra.Command, args []string, e env) (string, assets.ServiceParams, error) {
+	if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
+		return "", assets.ServiceParams{}, usageError{fmt.Errorf("unexpected argument %q: pass run flags after --", args[0])}
+	}
+	goos := o.goos
+	if goos == "" {
+		goos = runtime.GOOS
+	}
+	if err := supportedOS(goos); err != nil {
+		return "", assets.ServiceParams{}, usageError{fmt.Errorf("--os: %w", err)}
+	}
+	// The run flags must be ones `run` takes: a typo found now, not in a restart loop.
+	rc := runCommand(e)
+	if err := rc.Flags().Parse(args); err != nil {
+		return "", assets.ServiceParams{}, usageError{fmt.Errorf("run flags after --: %w", err)}
+	}
+	if rest := rc.Flags().Args(); len(rest) > 0 {
+		return "", assets.ServiceParams{}, usageError{fmt.Errorf("run flags after --: run takes no argument %q", rest[0])}
+	}
+	p := assets.ServiceParams{Binary: o.binary, StateDir: o.stateDir, ModelsDir: o.modelsDir, JoinFile: o.join, ExtraArgs: args}
+	if p.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", p, fmt.Errorf("finding this program: %w; give --binary", err)
+		}
+		if p.Binary, err = filepath.EvalSymlinks(exe); err != nil {
+			return "", p, fmt.Errorf("finding this program: %w; give --binary", err)
+		}
+	}
+	var dirs hwprobe.Dirs
+	needDirs := p.StateDir == "" || p.ModelsDir == ""
+	switch goos {
+	case "linux":
+		p.User = o.user
+		if p.User == "" {
+			p.User = e.getenv("SUDO_USER")
+		}
+		cur, cerr := user.Current()
+		if p.User == "" {
+			if cerr != nil {
+				return "", p, fmt.Errorf("finding the current user: %w; give --user", cerr)
+			}
+			p.User = cur.Username
+		}
+		if needDirs {
+			var err error
+			if cerr == nil && p.User == cur.Username {
+				dirs, err = defaultDirs(e, goos)
+			} else {
+				// Another account's folders: its home, not this environment's $XDG_DATA_HOME.
+				var u *user.User
+				if u, err = user.Lookup(p.User); err == nil {
+					dirs, err = hwprobe.DefaultDirs(goos, func(string) string { return "" }, u.HomeDir)
+				}
+			}
+			if err != nil {
+				return "", p, fmt.Errorf("the default folders of user %q: %w; give --state-dir and --models-dir", p.User, err)
+			}
+		}
+	case "darwin":
+		if o.user != "" {
+			return "", p, usageError{errors.New("--user: a launchd agent runs as the user who loads it; run install as that user")}
+		}
+		home, err := homeDir(e)
+		if err != nil {
+			return "", p, err
+		}
+		p.LogDir = filepath.Join(home, "Library", "Logs")
+		if needDirs {
+			if dirs, err = defaultDirs(e, goos); err != nil {
+				return "", p, fmt.Errorf("%w: give --state-dir and --models-dir", err)
+			}
+		}
+	}
+	if p.StateDir == "" {
+		p.StateDir = dirs.State
+	}
+	if p.ModelsDir == "" {
+		p.ModelsDir = dirs.Models
+	}
+	if p.JoinFile == "" {
+		p.JoinFile = filepath.Join(p.StateDir, state.JoinFile)
+	}
+	return goos, p, nil
+}
+
+// homeDir is $HOME, else the OS's idea of it.
+func homeDir(e env) (string, error) {
+	if h := e.getenv("HOME"); filepath.IsAbs(h) {
+		return h, nil
+	}
+	h, err := os.UserHomeDir()
+	if err != nil || !filepath.IsAbs(h) {
+		return "", errors.New("no absolute home directory for the launchd agent's folders")
+	}
+	return h, nil
+}
+
+// destination is where the service manager looks for the file.
+func destination(goos, name string, e env) (string, error) {
+	if goos == "linux" {
+		return filepath.Join("/etc/systemd/system", name), nil
+	}
+	home, err := homeDir(e)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, "Library", "LaunchAgents", name), nil
+}
+
+// install writes the service file (unitPath, under --root) and the folders the service needs, then
+// says what to run.
+func (o *serviceOptions) install(goos string, p assets.ServiceParams, unitPath string, content []byte, e env) error {
+	w := e.stdout
+	dest := filepath.Join(o.root, unitPath)
+	if o.dryRun {
+		fmt.Fprintf(w, "would write %s (mode 0644):\n\n%s\n", dest, content)
+	} else {
+		// The parent exists on any systemd host; ~/Library/LaunchAgents may not on a fresh Mac.
+		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+			return fmt.Errorf("making %s: %w", filepath.Dir(dest), err)
+		}
+		if err := state.WriteFileAtomic(dest, content, 0o644); err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				return fmt.Errorf("writing %s: %w (system units need root: run it with sudo)", dest, err)
+			}
+			return fmt.Errorf("writing %s: %w", dest, err)
+		}
+		if err := o.makeDirs(goos, p); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "wrote %s\n", dest)
+	}
+
+	if fi, err := os.Stat(filepath.Join(o.root, p.JoinFile)); errors.Is(err, fs.ErrNotExist) {
+		who := ""
+		if cur, err := user.Current(); goos == "linux" && (err != nil || cur.Username != p.User) {
+			who = "sudo -u " + p.User + " "
+		}
+		fmt.Fprintf(w, "\nThe join file %s does not exist yet: make a new mesh with\n  %s%s init --state-dir %q\nor put another host's join string in it (mode 0600, readable by the agent's user only).\n",
+			p.JoinFile, who, p.Binary, p.StateDir)
+	} else if err == nil && fi.Mode().Perm()&0o077 != 0 {
+		fmt.Fprintf(w, "\nThe join file %s is readable by others (mode %v): the agent refuses it until you run\n  chmod 600 %q\n", p.JoinFile, fi.Mode().Perm(), p.JoinFile)
+	}
+
+	if goos == "linux" {
+		if p.User == "root" {
+			fmt.Fprintln(w, "\nThe agent will run as root; --user names a less privileged account.")
+		}
+		fmt.Fprintf(w, "\nNext, as root:\n  systemctl daemon-reload && systemctl enable --now %s\n", strings.TrimSuffix(assets.SystemdUnit, ".service"))
+		fmt.Fprintf(w, "Already running? Then: systemctl daemon-reload && systemctl restart %s\n", strings.TrimSuffix(assets.SystemdUnit, ".service"))
+		fmt.Fprintf(w, "Logs: journalctl -u %s -f\n", strings.TrimSuffix(assets.SystemdUnit, ".service"))
+		return nil
+	}
+	fmt.Fprintf(w, "\nNext:\n  launchctl load -w %q\n", unitPath)
+	fmt.Fprintf(w, "Already loaded? First: launchctl unload %q\n", unitPath)
+	fmt.Fprintf(w, "Logs: tail -f %q\n", filepath.Join(p.LogDir, assets.LaunchdLog))
+	return nil
+}
+
+// makeDirs makes the state folder and model store when missing, 0700 like `run` would: under
+// ProtectSystem=strict the agent cannot make them itself. Run as root for another account, it
+// hands every folder it made to that account (the agent refuses folders owned by someone else).
+func (o *serviceOptions) makeDirs(goos string, p assets.ServiceParams) error {
+	uid, gid := -1, -1
+	if goos == "linux" && os.Geteuid() == 0 {
+		u, err := user.Lookup(p.User)
+		if err != nil {
+			return fmt.Errorf("user %q: %w (the unit's User= must exist on this host)", p.User, err)
+		}
+		if uid, err = strconv.Atoi(u.Uid); err != nil {
+			return fmt.Errorf("user %q: uid %q: %w", p.User, u.Uid, err)
+		}
+		if gid, err = strconv.Atoi(u.Gid); err != nil {
+			return fmt.Errorf("user %q: gid %q: %w", p.User, u.Gid, err)
+		}
+	}
+	for _, d := range []string{p.StateDir, p.ModelsDir} {
+		made, err := mkdirAllMade(filepath.Join(o.root, d), 0o700)
+		if err != nil {
+			return fmt.Errorf("making %s: %w", d, err)
+		}
+		if uid < 0 {
+			continue
+		}
+		for _, m := range made {
+			if err := os.Lchown(m, uid, gid); err != nil {
+				return fmt.Errorf("handing %s to %s: %w", m, p.User, err)
+			}
+		}
+	}
+	return nil
+}
+
+// mkdirAllMade is os.MkdirAll that returns the folders it made, outermost first.
+func mkdirAllMade(dir string, perm os.FileMode) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	made := make([]string, 0, len(missing))
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], perm); err != nil && !errors.Is(err, fs.ErrExist) {
+			return made, err
+		}
+		made = append(made, missing[i])
+	}
+	return made, nil
+}
