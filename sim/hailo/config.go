@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmkube/mesh/sim/internal/simserver"
 )
 
 // PerModel, as TokensPerSecond, TTFT or LoadTime, means "Hailo's published figure for the model
@@ -74,19 +76,7 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-func (realClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (realClock) Sleep(ctx context.Context, d time.Duration) error { return simserver.Sleep(ctx, d) }
 
 // DefaultConfig is hailo-ollama 5.1.1 as shipped: Hailo's timings, a 2 s switch delay, a 2048-token
 // context, both listeners on loopback ports chosen by the system, a 1 MiB fake HEF. DataDir must

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/llmkube/mesh/sim/internal/simserver"
 )
 
 // serveLibrary plays Hailo's model library (dev-public.hailo.ai) for the zoo's fake HEFs:
@@ -15,7 +17,7 @@ import (
 //
 // Anything else, an unknown digest included, is a 404.
 func (s *Server) serveLibrary(w http.ResponseWriter, r *http.Request) {
-	s.count(func(st *Stats) { st.LibraryRequests[r.Method+" "+r.URL.Path]++ })
+	s.libRequests.Add(simserver.Key(r))
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)

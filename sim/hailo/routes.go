@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmkube/mesh/sim/internal/simserver"
 	"github.com/llmkube/mesh/sim/simtext"
 )
 
@@ -45,8 +46,8 @@ func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 		return
 	}
-	key := r.Method + " " + r.URL.Path
-	s.count(func(st *Stats) { st.Requests[key]++ })
+	key := simserver.Key(r)
+	s.requests.Add(key)
 	w.Header().Set("Server", oatppServer)
 	h, ok := s.routes[key]
 	if !ok {

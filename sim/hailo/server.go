@@ -33,7 +33,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"time"
+
+	"github.com/llmkube/mesh/sim/internal/simserver"
 )
 
 // Server is a running simulator: the engine listener and the library listener.
@@ -49,13 +50,13 @@ type Server struct {
 
 	ln, libLn   net.Listener
 	srv, libSrv *http.Server
-	served      sync.WaitGroup
+	run         *simserver.Run
+	closeErr    error // set by the first Close
+
+	requests, libRequests simserver.Requests
 
 	statsMu sync.Mutex
-	stats   Stats
-
-	closeOnce sync.Once
-	closeErr  error
+	stats   Stats // Requests and LibraryRequests are filled in by Stats
 }
 
 // Stats counts what the simulator has been asked and has done; tests use it to assert, for
@@ -84,9 +85,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = simserver.Logger(log)
 	clock := cfg.Clock
 	if clock == nil {
 		clock = realClock{}
@@ -113,7 +112,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		client: &http.Client{Transport: &http.Transport{}},
 		ln:     ln,
 		libLn:  libLn,
-		stats:  Stats{Requests: map[string]int{}, LibraryRequests: map[string]int{}},
+		run:    simserver.NewRun(log),
 	}
 	s.routes = s.engineRoutes()
 	s.libraryURL = cfg.LibraryURL
@@ -127,24 +126,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, fmt.Errorf("writing hailo-ollama.json: %w", err)
 		}
 	}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serveEngine), ReadHeaderTimeout: 10 * time.Second}
-	s.libSrv = &http.Server{Handler: http.HandlerFunc(s.serveLibrary), ReadHeaderTimeout: 10 * time.Second}
-	for _, p := range []struct {
-		srv *http.Server
-		ln  net.Listener
-	}{{s.srv, ln}, {s.libSrv, libLn}} {
-		s.served.Add(1)
-		go func() {
-			defer s.served.Done()
-			if err := p.srv.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("hailo-sim listener stopped", "addr", p.ln.Addr().String(), "err", err)
-			}
-		}()
-	}
-	go func() {
-		<-ctx.Done()
-		s.Close()
-	}()
+	// No BaseContext: Close cuts streams abruptly, as hailo-ollama dying would, rather than
+	// letting handlers end them cleanly.
+	s.srv = simserver.NewHTTPServer(http.HandlerFunc(s.serveEngine), log)
+	s.libSrv = simserver.NewHTTPServer(http.HandlerFunc(s.serveLibrary), log)
+	s.run.Serve(s.srv, ln)
+	s.run.Serve(s.libSrv, libLn)
+	s.run.CloseWhen(ctx, s.Close)
 	log.Info("hailo-sim serving", "url", s.URL(), "library", s.LibraryURL(), "data", cfg.DataDir)
 	return s, nil
 }
@@ -167,9 +155,8 @@ func baseURL(a net.Addr) string {
 
 // Close stops both listeners at once, cutting any stream in flight. It is safe to call twice.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
+	s.run.End(func() {
 		s.closeErr = errors.Join(s.srv.Close(), s.libSrv.Close())
-		s.served.Wait()
 		s.client.CloseIdleConnections()
 	})
 	return s.closeErr
@@ -179,19 +166,11 @@ func (s *Server) Close() error {
 func (s *Server) Stats() Stats {
 	s.statsMu.Lock()
 	out := s.stats
-	out.Requests = cloneCounts(s.stats.Requests)
-	out.LibraryRequests = cloneCounts(s.stats.LibraryRequests)
 	s.statsMu.Unlock()
+	out.Requests = s.requests.Snapshot()
+	out.LibraryRequests = s.libRequests.Snapshot()
 	out.Loaded = s.dev.loadedAt(s.clock.Now())
 	out.Waiting = int(s.dev.waiting.Load())
-	return out
-}
-
-func cloneCounts(m map[string]int) map[string]int {
-	out := make(map[string]int, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
 	return out
 }
 

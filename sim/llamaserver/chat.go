@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmkube/mesh/sim/internal/simserver"
 	"github.com/llmkube/mesh/sim/simtext"
 )
 
@@ -186,7 +187,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if req.Seed != nil {
 		seed = *req.Seed
 	}
-	toks, finish := answer(seed, prompt, limit)
+	toks, finish := simserver.Answer(seed, prompt, limit)
 
 	ctx := r.Context()
 	if !s.acquireSlot(ctx) {
@@ -229,16 +230,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 // generate produces the whole answer at the configured pace.
 func (s *Server) generate(ctx context.Context, toks, stops []string, c *completion) error {
-	p := pacer{start: time.Now(), ttft: s.cfg.TTFT, rate: s.cfg.TokensPerSec}
+	p := simserver.Pacer{Start: time.Now(), TTFT: s.cfg.TTFT, Rate: s.cfg.TokensPerSec}
 	st := stopper{stops: stops}
 	var first time.Time
 	for i, tok := range toks {
-		if err := p.wait(ctx, i); err != nil {
+		if err := p.Wait(ctx, i); err != nil {
 			return err
 		}
 		if i == 0 {
 			first = time.Now()
-			c.promptTime = first.Sub(p.start)
+			c.promptTime = first.Sub(p.Start)
 		}
 		c.predicted++
 		out, stopped := st.add(tok)
@@ -293,17 +294,17 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 		return nil
 	}
 
-	p := pacer{start: time.Now(), ttft: s.cfg.TTFT, rate: s.cfg.TokensPerSec}
+	p := simserver.Pacer{Start: time.Now(), TTFT: s.cfg.TTFT, Rate: s.cfg.TokensPerSec}
 	st := stopper{stops: stops}
 	var first time.Time
 	stopped := false
 	for i, tok := range toks {
-		if err := p.wait(ctx, i); err != nil {
+		if err := p.Wait(ctx, i); err != nil {
 			return err
 		}
 		if i == 0 {
 			first = time.Now()
-			c.promptTime = first.Sub(p.start)
+			c.promptTime = first.Sub(p.Start)
 			if err := send(chunk(map[string]any{"role": "assistant", "content": nil}, nil)); err != nil {
 				return err
 			}

@@ -2,7 +2,6 @@ package llamaserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmkube/mesh/sim/internal/simserver"
 )
 
 // ErrCrashed is the server's Err after a simulated crash (Config.CrashAfter).
@@ -34,21 +35,20 @@ type Server struct {
 	modelSize int64
 	created   int64 // unix seconds the model "was loaded", as /v1/models reports
 
-	baseCtx    context.Context // handlers' context: cancelled on Close so generations stop
-	cancelBase context.CancelFunc
+	run *simserver.Run // cancels the handlers' context on Close, so generations stop
 
-	ready   chan struct{}
-	loaded  atomic.Bool
-	done    chan struct{}
-	endOnce sync.Once
-	err     error // set before done is closed
+	ready  chan struct{}
+	loaded atomic.Bool
+	err    error // set before the run's Done is closed
 
 	slots      chan struct{} // one token per parallel slot
 	processing atomic.Int64
 	deferred   atomic.Int64
 
+	requests simserver.Requests
+
 	mu        sync.Mutex
-	stats     Stats
+	stats     Stats // Requests is filled in from requests by Stats
 	totals    metricTotals
 	crashConn net.Conn // the connection whose answer, once written, triggers the crash
 	held      []byte   // memory held to simulate the loaded model
@@ -100,9 +100,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = simserver.Logger(log)
 	if magic != "GGUF" {
 		log.Warn("model file does not start with the GGUF magic; the simulator serves it anyway", "path", cfg.ModelPath)
 	}
@@ -117,36 +115,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		modelSize: size,
 		created:   time.Now().Unix(),
 		ready:     make(chan struct{}),
-		done:      make(chan struct{}),
+		run:       simserver.NewRun(log),
 		slots:     make(chan struct{}, cfg.Parallel),
-		stats: Stats{Requests: map[string]int{}, Settings: Settings{
+		stats: Stats{Settings: Settings{
 			ModelPath: cfg.ModelPath, Alias: cfg.Alias, CtxSize: cfg.CtxSize, GPULayers: cfg.GPULayers,
 			Threads: cfg.Threads, Parallel: cfg.Parallel, Metrics: cfg.Metrics, MLock: cfg.MLock,
 			FlashAttn: cfg.FlashAttn, Jinja: cfg.Jinja,
 		}},
 	}
-	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
-	s.srv = &http.Server{
-		Handler:           s.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
-		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
-		ConnState:         s.connState,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	go func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("serve", "err", err)
-		}
-	}()
+	s.srv = simserver.NewHTTPServer(s.routes(), log)
+	s.srv.BaseContext = s.run.BaseContext
+	s.srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
+	s.srv.ConnState = s.connState
+	s.run.Serve(s.srv, ln)
 	go s.load()
-	go func() {
-		select {
-		case <-ctx.Done():
-			s.Close()
-		case <-s.done:
-		}
-	}()
+	s.run.CloseWhen(ctx, s.Close)
 	log.Info("loading model", "path", cfg.ModelPath, "url", s.url)
 	return s, nil
 }
@@ -196,12 +179,12 @@ func (s *Server) load() {
 		defer t.Stop()
 		select {
 		case <-t.C:
-		case <-s.done:
+		case <-s.run.Done():
 			return
 		}
 	}
 	select {
-	case <-s.done:
+	case <-s.run.Done():
 		return
 	default:
 	}
@@ -217,13 +200,13 @@ func (s *Server) URL() string { return s.url }
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // Done is closed when the server has stopped: Close, a simulated crash, or the end of Start's ctx.
-func (s *Server) Done() <-chan struct{} { return s.done }
+func (s *Server) Done() <-chan struct{} { return s.run.Done() }
 
 // Err is why the server stopped once Done is closed: ErrCrashed after a simulated crash, nil
 // otherwise.
 func (s *Server) Err() error {
 	select {
-	case <-s.done:
+	case <-s.run.Done():
 		return s.err
 	default:
 		return nil
@@ -235,10 +218,7 @@ func (s *Server) Err() error {
 func (s *Server) Close() error {
 	var err error
 	s.end(nil, func() {
-		s.cancelBase()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err = s.srv.Shutdown(ctx); err != nil {
+		if err = simserver.Shutdown(s.srv); err != nil {
 			err = s.srv.Close()
 		}
 	})
@@ -249,20 +229,20 @@ func (s *Server) Close() error {
 func (s *Server) crash() {
 	s.end(ErrCrashed, func() {
 		s.log.Error("simulated crash", "completions", s.cfg.CrashAfter)
-		s.cancelBase()
 		s.srv.Close()
 	})
 }
 
+// end stops the server once, for reason: the run cancels the handlers' context, then stop cuts
+// the connections, then the held memory is released.
 func (s *Server) end(reason error, stop func()) {
-	s.endOnce.Do(func() {
+	s.run.End(func() {
 		stop()
 		s.mu.Lock()
 		s.held = nil
 		s.stats.HeldBytes = 0
 		s.mu.Unlock()
 		s.err = reason
-		close(s.done)
 	})
 }
 
@@ -271,10 +251,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.Requests = make(map[string]int, len(s.stats.Requests))
-	for k, v := range s.stats.Requests {
-		st.Requests[k] = v
-	}
+	st.Requests = s.requests.Snapshot()
 	st.Ready = s.loaded.Load()
 	return st
 }
@@ -312,27 +289,18 @@ func (s *Server) routes() http.Handler {
 			"message": "File Not Found", "type": "not_found_error", "code": 404,
 		}})
 	})
-
-	sim := http.NewServeMux()
-	sim.HandleFunc("GET /_sim/stats", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.Stats())
-	})
-
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Server", "llama.cpp")
-		if strings.HasPrefix(r.URL.Path, "/_sim/") {
-			sim.ServeHTTP(w, r)
-			return
-		}
-		s.mu.Lock()
-		s.stats.Requests[r.Method+" "+r.URL.Path]++
-		s.mu.Unlock()
+	engine := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// No endpoint is served while the model loads, /health included.
 		if !s.loaded.Load() {
 			writeError(w, http.StatusServiceUnavailable, "unavailable_error", "Loading model", nil)
 			return
 		}
 		mux.ServeHTTP(w, r)
+	})
+	h := simserver.WithStats(&s.requests, func() any { return s.Stats() }, engine)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Server", "llama.cpp") // on the simulator's own routes too
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -447,14 +415,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 
 // writeJSON writes v with a Content-Length, so the body is complete once flushed.
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		code, body = http.StatusInternalServerError, []byte(`{"error":{"code":500,"message":"encoding failed","type":"server_error"}}`)
-	}
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
-	w.WriteHeader(code)
-	w.Write(body)
+	simserver.WriteJSON(w, code, v, `{"error":{"code":500,"message":"encoding failed","type":"server_error"}}`)
 }
 
 // writeError writes llama-server's error shape: {"error":{"code","message","type",...}}.

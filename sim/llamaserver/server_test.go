@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmkube/mesh/sim/internal/simserver"
 	"github.com/llmkube/mesh/sim/simtext"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -541,12 +542,12 @@ func TestStopper(t *testing.T) {
 }
 
 func TestAnswer(t *testing.T) {
-	toks, finish := answer(1, "p", -1)
+	toks, finish := simserver.Answer(1, "p", -1)
 	assert.Equal(t, "stop", finish)
 	assert.Len(t, toks, simtext.AnswerLength(1, "p"))
-	short, finish := answer(1, "p", 2)
+	short, finish := simserver.Answer(1, "p", 2)
 	assert.Equal(t, "length", finish)
 	assert.Equal(t, toks[:2], short)
-	none, _ := answer(1, "p", 0)
+	none, _ := simserver.Answer(1, "p", 0)
 	assert.Empty(t, none)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmkube/mesh/sim/internal/simserver"
 	"github.com/llmkube/mesh/sim/simtext"
 )
 
@@ -345,16 +346,16 @@ func (s *Server) generate(ctx context.Context, name, prompt string, o options, k
 	if o.seed != nil {
 		seed = *o.seed
 	}
-	toks, finish := answer(seed, prompt, o.numPredict)
+	toks, finish := simserver.Answer(seed, prompt, o.numPredict)
 	res := result{loadDur: loadDur, promptTokens: simtext.CountTokens(prompt), finish: finish}
-	start := time.Now()
+	p := simserver.Pacer{Start: time.Now(), TTFT: s.cfg.TTFT, Rate: s.cfg.TokensPerSec}
 	var first time.Time
 	for i, tok := range toks {
-		err := pace(ctx, start, s.cfg.TTFT, s.cfg.TokensPerSec, i)
+		err := p.Wait(ctx, i)
 		if err == nil {
 			if i == 0 {
 				first = time.Now()
-				res.promptDur = first.Sub(start)
+				res.promptDur = first.Sub(p.Start)
 			}
 			res.evalCount++
 			err = emit(tok)
@@ -373,40 +374,6 @@ func (s *Server) generate(ctx context.Context, name, prompt string, o options, k
 	s.stats.Generations++
 	s.mu.Unlock()
 	return res, nil
-}
-
-// answer returns the reply's tokens and why it ends: "stop" where the simulated model ends it
-// (simtext.AnswerLength), "length" when limit (>= 0) cuts it short.
-func answer(seed int64, prompt string, limit int) ([]string, string) {
-	n := simtext.AnswerLength(seed, prompt)
-	if limit >= 0 && limit < n {
-		return simtext.Generate(seed, prompt, limit), "length"
-	}
-	return simtext.Generate(seed, prompt, n), "stop"
-}
-
-// pace waits until token i is due: the first after ttft, then one every 1/rate seconds on an
-// absolute schedule; rate 0 does not wait between tokens.
-func pace(ctx context.Context, start time.Time, ttft time.Duration, rate float64, i int) error {
-	due := start.Add(ttft)
-	if rate > 0 {
-		due = due.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-	}
-	return sleep(ctx, time.Until(due))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // errNotPulled is returned by acquire when the model was deleted while a request waited.
@@ -462,7 +429,7 @@ func (s *Server) acquire(ctx context.Context, name string, numCtx int) (*loadedM
 	s.loading[name] = ch
 	s.mu.Unlock()
 
-	err := sleep(ctx, s.cfg.LoadDelay)
+	err := simserver.Sleep(ctx, s.cfg.LoadDelay)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

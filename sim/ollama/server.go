@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmkube/mesh/sim/internal/simserver"
 )
 
 // Server is a running simulated Ollama daemon with its registry.
@@ -24,16 +26,15 @@ type Server struct {
 	url    string
 	regURL string
 
-	baseCtx    context.Context // handlers' context: cancelled on Close so streams stop
-	cancelBase context.CancelFunc
-	done       chan struct{}
-	closeOnce  sync.Once
+	run      *simserver.Run // cancels the daemon handlers' context on Close, so streams stop
+	requests simserver.Requests
+	registry simserver.Requests
 
 	mu      sync.Mutex
 	pulled  map[string]*pulledModel // by canonical name
 	loaded  map[string]*loadedModel
 	loading map[string]chan struct{}
-	stats   Stats
+	stats   Stats // Requests and Registry are filled in by Stats
 }
 
 type pulledModel struct {
@@ -72,9 +73,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = simserver.Logger(log)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("ollama sim: listen %s: %w", cfg.Addr, err)
@@ -89,40 +88,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log:     log,
 		url:     "http://" + ln.Addr().String(),
 		regURL:  "http://" + rln.Addr().String(),
-		done:    make(chan struct{}),
+		run:     simserver.NewRun(log),
 		pulled:  map[string]*pulledModel{},
 		loaded:  map[string]*loadedModel{},
 		loading: map[string]chan struct{}{},
-		stats:   Stats{Requests: map[string]int{}, Registry: map[string]int{}},
 	}
 	now := time.Now()
 	for _, name := range cfg.Preloaded {
 		s.pulled[canonical(name)] = &pulledModel{name: canonical(name), spec: lookup(name), modified: now}
 	}
-	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
-	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	s.srv = &http.Server{
-		Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog,
-		BaseContext: func(net.Listener) context.Context { return s.baseCtx },
-	}
-	s.reg = &http.Server{Handler: s.registryRoutes(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-	for _, run := range []struct {
-		srv *http.Server
-		ln  net.Listener
-	}{{s.srv, ln}, {s.reg, rln}} {
-		go func() {
-			if err := run.srv.Serve(run.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("serve", "err", err)
-			}
-		}()
-	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			s.Close()
-		case <-s.done:
-		}
-	}()
+	s.srv = simserver.NewHTTPServer(s.routes(), log)
+	s.srv.BaseContext = s.run.BaseContext
+	s.reg = simserver.NewHTTPServer(s.registryRoutes(), log)
+	s.run.Serve(s.srv, ln)
+	s.run.Serve(s.reg, rln)
+	s.run.CloseWhen(ctx, s.Close)
 	log.Info(fmt.Sprintf("Listening on %s (version %s)", ln.Addr(), cfg.Version), "registry", s.regURL)
 	return s, nil
 }
@@ -134,16 +114,13 @@ func (s *Server) URL() string { return s.url }
 func (s *Server) RegistryURL() string { return s.regURL }
 
 // Done is closed once the server has stopped.
-func (s *Server) Done() <-chan struct{} { return s.done }
+func (s *Server) Done() <-chan struct{} { return s.run.Done() }
 
 // Close stops both listeners; streams in progress end.
 func (s *Server) Close() error {
 	var err error
-	s.closeOnce.Do(func() {
-		s.cancelBase()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		err = errors.Join(s.srv.Shutdown(ctx), s.reg.Shutdown(ctx))
+	s.run.End(func() {
+		err = simserver.Shutdown(s.srv, s.reg)
 		s.mu.Lock()
 		for _, lm := range s.loaded {
 			if lm.timer != nil {
@@ -151,7 +128,6 @@ func (s *Server) Close() error {
 			}
 		}
 		s.mu.Unlock()
-		close(s.done)
 	})
 	return err
 }
@@ -161,17 +137,9 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.Requests = clone(s.stats.Requests)
-	st.Registry = clone(s.stats.Registry)
+	st.Requests = s.requests.Snapshot()
+	st.Registry = s.registry.Snapshot()
 	return st
-}
-
-func clone(m map[string]int) map[string]int {
-	c := make(map[string]int, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 func (s *Server) routes() http.Handler {
@@ -192,28 +160,12 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/chat", s.handleChat)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleOpenAIChat)
 	mux.HandleFunc("GET /v1/models", s.handleOpenAIModels)
-	mux.HandleFunc("GET /_sim/stats", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.Stats())
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.URL.Path, "/_sim/") {
-			s.mu.Lock()
-			s.stats.Requests[r.Method+" "+r.URL.Path]++
-			s.mu.Unlock()
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return simserver.WithStats(&s.requests, func() any { return s.Stats() }, mux)
 }
 
+// writeJSON writes v with a Content-Length, so the body is complete once flushed.
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		code, body = http.StatusInternalServerError, []byte(`{"error":"encoding failed"}`)
-	}
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
-	w.WriteHeader(code)
-	w.Write(body)
+	simserver.WriteJSON(w, code, v, `{"error":"encoding failed"}`)
 }
 
 // writeError writes Ollama's native error shape: {"error":"..."}.
@@ -407,9 +359,7 @@ func (s *Server) registryRoutes() http.Handler {
 		registryError(w, http.StatusNotFound, "BLOB_UNKNOWN", "blob unknown to registry")
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.stats.Registry[r.Method+" "+r.URL.Path]++
-		s.mu.Unlock()
+		s.registry.Add(simserver.Key(r))
 		mux.ServeHTTP(w, r)
 	})
 }
