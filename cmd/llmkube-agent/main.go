@@ -6,6 +6,7 @@
 //	llmkube-agent run [flags]                run the agent
 //	llmkube-agent probe-host [--json]        what this host has
 //	llmkube-agent probe URL [--json]         how an engine answers the routes the drivers use
+//	llmkube-agent service print|install      the systemd unit or launchd plist that runs it
 //	llmkube-agent version
 package main
 
