@@ -21,7 +21,7 @@ var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 func newApp(t *testing.T, w, h int) *App {
 	t.Helper()
 	a := New(nil, Options{Renderer: tuitest.Renderer(), Now: func() time.Time { return now }})
-	a.ctx.Mesh = common.SampleMesh(now)
+	a.ctx.Mesh = tuitest.SampleMesh(now)
 	a.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	return a
 }

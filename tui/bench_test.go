@@ -13,7 +13,7 @@ import (
 
 // bigMesh is the sample mesh's agents repeated up to n hosts.
 func bigMesh(n int) api.MeshView {
-	sample := common.SampleMesh(now)
+	sample := tuitest.SampleMesh(now)
 	var agents []api.Member
 	for _, m := range sample.Members {
 		if m.Role == api.RoleAgent {

@@ -24,17 +24,17 @@ func Renderer() *lipgloss.Renderer {
 	return r
 }
 
-// Context is a console context over common.SampleMesh and its events at Now, with no
+// Context is a console context over SampleMesh and its events at Now, with no
 // connection and no memory samples yet.
 func Context() *common.Context {
 	ctx := &common.Context{
 		Styles: styles.New(Renderer()),
 		Keys:   keymap.Default(),
-		Mesh:   common.SampleMesh(Now),
+		Mesh:   SampleMesh(Now),
 		Memory: common.NewHistory(300),
 		Now:    func() time.Time { return Now },
 	}
-	for _, e := range common.SampleEvents(Now) {
+	for _, e := range SampleEvents(Now) {
 		ctx.AddEvent(e)
 	}
 	return ctx

@@ -214,7 +214,7 @@ func (g *gateway) start(t *testing.T) *console.Conn {
 	var addr string
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/mesh", func(w http.ResponseWriter, r *http.Request) {
-		v := common.SampleMesh(now)
+		v := tuitest.SampleMesh(now)
 		for i := range v.Members {
 			if h := v.Members[i].Host; h != nil {
 				h.APIAddr = addr

@@ -68,7 +68,7 @@ func TestRunsAgainstAnAgent(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(common.SampleMesh(now))
+		_ = json.NewEncoder(w).Encode(tuitest.SampleMesh(now))
 	}))
 	t.Cleanup(srv.Close)
 	conn, err := console.Connect(context.Background(), console.Options{AgentURL: srv.URL, Token: "t", Poll: time.Hour})

@@ -483,7 +483,7 @@ func fakeAgent(t *testing.T) *console.Conn {
 	mux := http.NewServeMux()
 	var addr string
 	mux.HandleFunc("GET /v1/mesh", func(w http.ResponseWriter, r *http.Request) {
-		v := common.SampleMesh(now)
+		v := tuitest.SampleMesh(now)
 		for i := range v.Members {
 			if h := v.Members[i].Host; h != nil {
 				h.APIAddr = addr
@@ -561,7 +561,7 @@ func TestPlacesThroughAnAgent(t *testing.T) {
 
 // GGUF files a llama-server host offers are suggested as file:// sources on that host.
 func TestSuggestsLocalGGUF(t *testing.T) {
-	v := common.SampleMesh(now)
+	v := tuitest.SampleMesh(now)
 	for i, mb := range v.Members {
 		if mb.Host == nil {
 			continue
