@@ -297,13 +297,6 @@ func (a *Agent) Name() string {
 	return a.identity.NodeName
 }
 
-// Identity is the agent's persisted identity.
-func (a *Agent) Identity() state.Identity {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.identity
-}
-
 // Metrics is the agent's Prometheus instrumentation.
 func (a *Agent) Metrics() *metrics.Metrics { return a.metrics }
 

@@ -114,10 +114,3 @@ func (s *Subscription) Close() {
 		}
 	})
 }
-
-// Last returns the sequence number of the newest event.
-func (h *Hub) Last() uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.seq
-}

@@ -87,13 +87,6 @@ type app struct {
 	docWritten bool // the one JSON document is out, with its error if any
 }
 
-// New builds the command tree. Run is the usual way in; New serves tests and doc generators.
-func New(opts Options) *cobra.Command {
-	a := newApp(opts)
-	a.completionCmd(a.root)
-	return a.root
-}
-
 func newApp(opts Options) *app {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
