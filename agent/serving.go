@@ -14,23 +14,6 @@ type Local struct {
 	Model     engines.Model
 }
 
-// Serving finds the ready placement that serves model in namespace ("" for any namespace:
-// the admin's view). Only a placement whose health check passed recently counts: the gateway
-// never routes on stale information.
-func (a *Agent) Serving(namespace, model string) (Local, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, pl := range a.sortedLocked() {
-		if pl.p.Model != model || (namespace != "" && pl.p.Namespace != namespace) {
-			continue
-		}
-		if v := a.viewLocked(pl); v.State == api.StateReady && pl.inst != nil {
-			return Local{Placement: v, Driver: pl.driver, Model: pl.model}, true
-		}
-	}
-	return Local{}, false
-}
-
 // ServingAll lists the ready placements who may use, oldest first.
 func (a *Agent) ServingAll(who api.Principal) []Local {
 	a.mu.Lock()
@@ -45,16 +28,6 @@ func (a *Agent) ServingAll(who api.Principal) []Local {
 		}
 	}
 	return out
-}
-
-// Touch records that a placement just served a request (eviction takes the least recently
-// used first). It is not persisted at once nor announced: it rides along with the next change.
-func (a *Agent) Touch(id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if pl, ok := a.placements[id]; ok {
-		pl.p.LastUsed = time.Now().UTC()
-	}
 }
 
 // speedWeight is the weight of the newest measurement in the rolling averages.
