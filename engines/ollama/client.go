@@ -46,8 +46,8 @@ func NewClient(baseURL, daemon string, hc *http.Client) (*Client, error) {
 	}
 	if hc == nil {
 		hc = &http.Client{Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			Proxy:       nil,
+			DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			// The gateway streams many chats to one daemon at once; keeping their connections
 			// saves a dial per request under load (net/http's default keeps 2).
 			MaxIdleConnsPerHost: 64,
