@@ -16,8 +16,7 @@ build:
 		if [ -d cmd/$$p ]; then $(GO) build -o $(BIN)/$$p ./cmd/$$p || exit 1; fi; \
 	done
 
-test:
-	$(GO) vet $(PKGS)
+test: lint
 	$(GO) test $(GOFLAGS_TEST) $(PKGS)
 
 # A local mesh of simulated hosts (a Pi 5 with a Hailo-10H, a Mac-like host, a Linux box) and the console.
