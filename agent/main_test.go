@@ -3,10 +3,9 @@ package agent
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
+
+	"github.com/llmkube/mesh/sim/simtest"
 )
 
 // llamaSimBin is the llama-server simulator, built once for the package's tests: the
@@ -19,11 +18,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	llamaSimBin = filepath.Join(dir, "llama-server")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", llamaSimBin, "../cmd/llama-server-sim")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the llama-server simulator:", err)
+	llamaSimBin, err = simtest.LlamaServer(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/llamaserver"
 	"github.com/llmkube/mesh/sim/gguf"
+	"github.com/llmkube/mesh/sim/simtest"
 )
 
 var (
@@ -35,12 +35,7 @@ func llamaServerSim(t *testing.T) string {
 			simBinErr = err
 			return
 		}
-		simBin = filepath.Join(dir, llamaserver.BinaryName)
-		out, err := exec.Command("go", "build", "-o", simBin, "github.com/llmkube/mesh/cmd/llama-server-sim").CombinedOutput()
-		if err != nil {
-			simBinErr = err
-			t.Logf("%s", out)
-		}
+		simBin, simBinErr = simtest.LlamaServer(dir)
 	})
 	require.NoError(t, simBinErr, "building the llama-server simulator")
 	return simBin

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/sim/simtest"
 )
 
 var llamaServer string
@@ -23,10 +22,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	llamaServer = filepath.Join(dir, "llama-server")
-	out, err := exec.Command("go", "build", "-o", llamaServer, "github.com/llmkube/mesh/cmd/llama-server-sim").CombinedOutput()
+	llamaServer, err = simtest.LlamaServer(dir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "building llama-server-sim: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

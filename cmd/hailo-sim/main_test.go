@@ -19,25 +19,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/sim/simtest"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while run writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var readyLine = regexp.MustCompile(`^hailo-sim: serving (http://\S+) library (http://\S+)\n`)
 
@@ -46,7 +30,7 @@ func noEnv(string) string { return "" }
 func TestRunServesUntilCancelled(t *testing.T) {
 	home := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr simtest.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, []string{"--listen", "127.0.0.1:0", "--home", home, "--preloaded", "qwen2:1.5b", "--hef-size", "4KiB"},
@@ -88,7 +72,7 @@ func TestRunRejectsBadSettings(t *testing.T) {
 		{[]string{"--no-such-flag"}, nil, "flag provided but not defined"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
 	} {
-		var stdout, stderr syncBuffer
+		var stdout, stderr simtest.Buffer
 		getenv := func(k string) string { return c.env[k] }
 		got := run(t.Context(), append([]string{"--home", t.TempDir()}, c.args...), getenv, &stdout, &stderr)
 		assert.Equal(t, 2, got, "%v %v", c.args, c.env)
@@ -96,14 +80,14 @@ func TestRunRejectsBadSettings(t *testing.T) {
 		assert.Empty(t, stdout.String())
 	}
 	// A flag beats its environment variable.
-	var stdout, stderr syncBuffer
+	var stdout, stderr simtest.Buffer
 	got := run(t.Context(), []string{"--home", t.TempDir(), "--hef-size", "bad"},
 		func(k string) string { return map[string]string{"HAILO_SIM_HEF_SIZE": "4096"}[k] }, &stdout, &stderr)
 	assert.Equal(t, 2, got)
 }
 
 func TestHelp(t *testing.T) {
-	var stdout, stderr syncBuffer
+	var stdout, stderr simtest.Buffer
 	assert.Equal(t, 0, run(t.Context(), []string{"-h"}, noEnv, &stdout, &stderr))
 	for _, want := range []string{"HAILO_SIM_LISTEN", "HAILO_SIM_HEF_SIZE", "HAILO_SIM_HOME", "temporary home", "-home", "-tokens-per-second"} {
 		assert.Contains(t, stderr.String(), want)
@@ -139,7 +123,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func startProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *bufio.Reader, *syncBuffer) {
+func startProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *bufio.Reader, *simtest.Buffer) {
 	t.Helper()
 	bin, err := buildBinary()
 	require.NoError(t, err)
@@ -147,7 +131,7 @@ func startProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *bufio
 	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	stderr := &syncBuffer{}
+	stderr := &simtest.Buffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +22,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/sim/gguf"
+	"github.com/llmkube/mesh/sim/simtest"
 )
 
 // bins are the programs the tests run as processes, built once.
@@ -56,28 +55,10 @@ func TestMain(m *testing.M) {
 // noEnv is an empty environment (HOME unset: every folder comes from flags).
 func noEnv(string) string { return "" }
 
-// lockedBuffer collects a command's output while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // runCmd runs the command line in process and returns its exit code and output.
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb lockedBuffer
+	var out, errb simtest.Buffer
 	code := run(context.Background(), args, noEnv, &out, &errb)
 	return code, out.String(), errb.String()
 }
@@ -182,7 +163,7 @@ func TestRunRefusals(t *testing.T) {
 type started struct {
 	api    string // API base URL
 	gossip string
-	stderr *lockedBuffer
+	stderr *simtest.Buffer
 	cancel context.CancelFunc
 	code   chan int
 }
@@ -191,7 +172,7 @@ type started struct {
 func startInProcess(t *testing.T, args ...string) *started {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &started{stderr: &lockedBuffer{}, cancel: cancel, code: make(chan int, 1)}
+	s := &started{stderr: &simtest.Buffer{}, cancel: cancel, code: make(chan int, 1)}
 	go func() {
 		s.code <- run(ctx, append([]string{"run", "--log-format", "json", "--listen", "127.0.0.1:0"}, args...), noEnv, io.Discard, s.stderr)
 	}()
@@ -318,7 +299,7 @@ func TestRunInProcessTwoAgentsFormAMesh(t *testing.T) {
 func TestBinary(t *testing.T) {
 	tmp := t.TempDir()
 	stateDir := filepath.Join(tmp, "state")
-	var stderr lockedBuffer
+	var stderr simtest.Buffer
 	cmd := exec.Command(bins.agent, "run", "--log-format", "json", "--listen", "127.0.0.1:0", "--no-mesh", "--allow-temp-store",
 		"--state-dir", stateDir, "--models-dir", filepath.Join(tmp, "models"),
 		"--runtimes", "llama-server", "--llama-server", bins.llamaSim, "--memory-budget", "2GiB")

@@ -13,13 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/sim/simtest"
 )
 
 var binary string
@@ -174,27 +175,9 @@ func TestRefusesBadSettings(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's log goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestRunStopsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr simtest.Buffer
 	done := make(chan int)
 	go func() {
 		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-keep-alive", "-1"}, func(string) string { return "" }, &stdout, &stderr)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/sim/gguf"
 	simls "github.com/llmkube/mesh/sim/llamaserver"
+	"github.com/llmkube/mesh/sim/simtest"
 )
 
 // simBin is cmd/llama-server-sim built as "llama-server", launched exactly as the real binary.
@@ -37,10 +37,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	simBin = filepath.Join(dir, BinaryName)
-	out, err := exec.Command("go", "build", "-o", simBin, "github.com/llmkube/mesh/cmd/llama-server-sim").CombinedOutput()
+	simBin, err = simtest.LlamaServer(dir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the llama-server simulator: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

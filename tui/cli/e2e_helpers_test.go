@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/localmesh"
+	"github.com/llmkube/mesh/sim/simtest"
 )
 
 // The end-to-end tests share one local mesh (the demo's three hosts with fast simulated
@@ -32,9 +32,9 @@ func localMesh(t *testing.T) *localmesh.Mesh {
 		if sharedErr != nil {
 			return
 		}
-		bin := filepath.Join(sharedDir, "llama-server")
-		if out, err := exec.Command("go", "build", "-o", bin, "github.com/llmkube/mesh/cmd/llama-server-sim").CombinedOutput(); err != nil {
-			sharedErr = fmt.Errorf("building llama-server-sim: %v\n%s", err, out)
+		bin, err := simtest.LlamaServer(sharedDir)
+		if err != nil {
+			sharedErr = err
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

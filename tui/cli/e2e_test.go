@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/sim/gguf"
+	"github.com/llmkube/mesh/sim/simtest"
 	"github.com/llmkube/mesh/tui/cli"
 )
 
@@ -272,24 +272,6 @@ func TestE2EWaitFailure(t *testing.T) {
 	}
 }
 
-// syncBuffer collects a running command's output for the test to read meanwhile.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor polls cond until it holds or d passes, without failing the test.
 func waitFor(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
@@ -310,7 +292,7 @@ func TestE2EWatch(t *testing.T) {
 			t.Cleanup(func() { clearPlacements(t, m) })
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			var out, errb syncBuffer
+			var out, errb simtest.Buffer
 			done := make(chan int, 1)
 			go func() {
 				done <- cli.Run(ctx, []string{"mesh", "watch", "--json", "--type", "placement,deleted"}, strings.NewReader(""), &out, &errb,
