@@ -363,6 +363,9 @@ func (c *Client) ChatStream(ctx context.Context, model string, msgs []ChatMessag
 	})
 }
 
+// waitCallTimeout bounds one look at a placement while waiting for it.
+const waitCallTimeout = 10 * time.Second
+
 // WaitPlacement polls a placement until it is ready or terminal, calling progress on each change.
 // It returns the final placement; a failed one comes back with an *Error carrying its code.
 func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Duration, progress func(Placement)) (Placement, error) {
@@ -370,7 +373,11 @@ func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Durati
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		p, err := c.Placement(ctx, id)
+		// Each look is bounded: an agent that stops answering ends the wait with an error
+		// instead of holding it forever.
+		pctx, cancel := context.WithTimeout(ctx, waitCallTimeout)
+		p, err := c.Placement(pctx, id)
+		cancel()
 		if err != nil {
 			return last, err
 		}
