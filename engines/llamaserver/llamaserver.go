@@ -72,7 +72,8 @@ type Config struct {
 	ExtraArgs []Arg
 	// Download guards and configures GGUF downloads.
 	Download download.Options
-	// Env is added to the agent's environment for each llama-server ("CUDA_VISIBLE_DEVICES=0").
+	// Env is added to the environment each llama-server gets ("CUDA_VISIBLE_DEVICES=0"): the
+	// part of the agent's own that engines may see (engineEnv). LLMKUBE_* entries are dropped.
 	Env []string
 	// GGUFDirs are folders whose GGUF files Detect offers as models this host can run without
 	// a pull (the console suggests them as file:// sources); nil offers ModelsDir's.
@@ -169,6 +170,7 @@ func (d *Driver) Detect(ctx context.Context) api.Engine {
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--version")
+	cmd.Env = engineEnv(os.Environ(), d.cfg.Env)
 	cmd.WaitDelay = time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -393,7 +395,7 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		ctxSize = api.DefaultContext
 	}
 	name := alias(m)
-	env := append(os.Environ(), d.cfg.Env...)
+	env := engineEnv(os.Environ(), d.cfg.Env)
 	logPath := filepath.Join(d.cfg.LogDir, m.ID+".log")
 	for attempt := 1; ; attempt++ {
 		port, err := d.freePort()
