@@ -244,11 +244,14 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
+// host serves this host's capacity and state as the caller may see it (api.Principal.ScopeHost).
 func (s *Server) host(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.a.Host())
+	who := principal(r)
+	writeJSON(w, http.StatusOK, who.ScopeHost(s.a.Host(), s.a.List(who)))
 }
 
-// mesh serves the mesh view, showing a namespace token only its own namespace's placements.
+// mesh serves the mesh view as the caller may see it (api.Principal.ScopeView): a namespace
+// token sees its own namespace's placements and no other namespace's model names.
 func (s *Server) mesh(w http.ResponseWriter, r *http.Request) {
 	var v api.MeshView
 	if s.cfg.Mesh != nil {
@@ -260,21 +263,7 @@ func (s *Server) mesh(w http.ResponseWriter, r *http.Request) {
 			Host: &h, Placements: s.a.Placements(), Updated: time.Now().UTC(),
 		}}}
 	}
-	who := principal(r)
-	if !who.Admin {
-		members := make([]api.Member, len(v.Members))
-		for i, m := range v.Members {
-			var ps []api.Placement
-			for _, p := range m.Placements {
-				if who.Allows(p.Namespace) {
-					ps = append(ps, p)
-				}
-			}
-			m.Placements = ps
-			members[i] = m
-		}
-		v.Members = members
-	}
+	v = principal(r).ScopeView(v)
 	writeJSON(w, http.StatusOK, v)
 }
 

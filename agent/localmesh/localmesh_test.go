@@ -2,6 +2,7 @@ package localmesh
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -107,4 +108,82 @@ func TestDemoPlacementsBecomeReady(t *testing.T) {
 			return err == nil && len(ps) == 1 && ps[0].State == api.StateReady
 		}, time.Minute, 100*time.Millisecond, "placement on %s", p.Host)
 	}
+}
+
+// A namespace token reads the mesh (GET /v1/mesh) and a host (GET /v1/host) as it reads
+// placements: its own namespace's placements, counts of those alone, and no model name of
+// another namespace, not in an engine's listing, not on a busy accelerator.
+func TestNamespaceTokenSeesOnlyItsNamespace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := Start(ctx, Options{Dir: t.TempDir(), LlamaServer: llamaServer, Fast: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, m.Close()) })
+
+	mac := m.Host("mac-mini")
+	own := FileSource(mac.ModelPath("sim-tiny"))
+	_, err = m.Place(ctx,
+		Placed{Host: "pi5-hailo", Request: api.PlacementRequest{Source: "hailo://qwen2:1.5b", Name: "b-hailo", Namespace: "team-b"}},
+		Placed{Host: "gpu-server", Request: api.PlacementRequest{Source: "ollama://qwen2.5:0.5b", Name: "b-ollama", Namespace: "team-b"}},
+		Placed{Host: "mac-mini", Request: api.PlacementRequest{Source: FileSource(mac.ModelPath("sim-1b")), Name: "b-file", Namespace: "team-b"}},
+		Placed{Host: "mac-mini", Request: api.PlacementRequest{Source: own, Name: "a-tiny", Namespace: "team-a"}},
+	)
+	require.NoError(t, err)
+	tokA, err := api.NamespaceToken(m.AdminToken(), "team-a")
+	require.NoError(t, err)
+	secrets := []string{"b-hailo", "b-ollama", "b-file", "qwen2.5:0.5b", "sim-1b", "team-b"}
+
+	// The admin sees everything, through any host, once gossip carried it.
+	require.Eventually(t, func() bool {
+		v, err := m.Client("gpu-server").Mesh(ctx)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, mb := range v.Members {
+			n += len(mb.Placements)
+		}
+		return n == 4
+	}, 10*time.Second, 20*time.Millisecond, "the admin sees the four placements")
+
+	for _, h := range m.Hosts {
+		c := api.NewClient(h.URL, tokA)
+		v, err := c.Mesh(ctx)
+		require.NoError(t, err)
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		host, err := c.Host(ctx)
+		require.NoError(t, err)
+		hb, err := json.Marshal(host)
+		require.NoError(t, err)
+		for _, s := range secrets {
+			assert.NotContains(t, string(b), s, "GET /v1/mesh on %s", h.Spec.Name)
+			assert.NotContains(t, string(hb), s, "GET /v1/host on %s", h.Spec.Name)
+		}
+		for _, mb := range v.Members {
+			if mb.Host == nil {
+				continue
+			}
+			assert.Len(t, mb.Placements, mb.Host.Placements, "%s's count is of what team-a sees", mb.Name)
+			assert.Positive(t, mb.Host.Memory.Budget, "capacity stays: ranking needs it")
+			switch mb.Name {
+			case "mac-mini":
+				require.Len(t, mb.Placements, 1)
+				assert.Equal(t, "a-tiny", mb.Placements[0].Model)
+				assert.Contains(t, engineModels(mb.Host, api.RuntimeLlamaServer), strings.TrimPrefix(own, "file://"), "team-a's own file stays listed")
+			case "pi5-hailo":
+				assert.Equal(t, "a model of another namespace", mb.Host.Accelerators[0].Loaded, "the Hailo is busy, with what is not said")
+				assert.Contains(t, engineModels(mb.Host, api.RuntimeHailoOllama), "qwen2:1.5b", "Hailo's public zoo stays listed")
+			}
+		}
+	}
+}
+
+func engineModels(h *api.Host, r api.Runtime) []string {
+	for _, e := range h.Engines {
+		if e.Runtime == r {
+			return e.Models
+		}
+	}
+	return nil
 }

@@ -20,20 +20,5 @@ func (c *Conn) ScopedView() (api.MeshView, error) {
 	if err != nil {
 		return api.MeshView{}, api.Errorf(api.CodeUnauthorized, "token refused: %v", err)
 	}
-	if who.Admin {
-		return v, nil
-	}
-	members := make([]api.Member, len(v.Members))
-	for i, m := range v.Members {
-		var ps []api.Placement
-		for _, p := range m.Placements {
-			if who.Allows(p.Namespace) {
-				ps = append(ps, p)
-			}
-		}
-		m.Placements = ps
-		members[i] = m
-	}
-	v.Members = members
-	return v, nil
+	return who.ScopeView(v), nil
 }
