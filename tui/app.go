@@ -202,7 +202,7 @@ func (a *App) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		a.setSize(msg.Width, msg.Height)
 		return a, nil
 	case tea.KeyMsg:
-		return a.key(msg)
+		return a, a.keys(msg)
 	case meshChangedMsg:
 		a.ctx.Mesh = a.conn.View()
 		return a, tea.Batch(a.broadcast(common.MeshMsg{View: a.ctx.Mesh}), a.waitMesh())
@@ -265,66 +265,95 @@ func (a *App) navigate(p common.Page, arg string) tea.Cmd {
 	return nil
 }
 
-func (a *App) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
+// keys handles one key message. Bubbletea v1 delivers printable keys that arrive in one read
+// (a fast typist, tmux send-keys, a key repeat under load) as one message with several runes,
+// which no binding matches: each rune is handled as its own key press, in order, so `jj` moves
+// two rows and `2j` switches to Models and moves there. A paste (bracketed, msg.Paste) stays
+// one message: it is text for a text field, never a burst of commands.
+func (a *App) keys(msg tea.KeyMsg) tea.Cmd {
+	if msg.Type != tea.KeyRunes || len(msg.Runes) < 2 || msg.Paste {
+		return a.key(msg)
+	}
+	cmds := make([]tea.Cmd, 0, len(msg.Runes))
+	for _, r := range msg.Runes {
+		cmds = append(cmds, a.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: msg.Alt}))
+	}
+	return tea.Batch(cmds...)
+}
+
+// tabTaker is a view whose text fields use tab themselves (the place form's next field), so
+// tab does not switch views while one of them is being typed.
+type tabTaker interface{ TakesTab() bool }
+
+func (a *App) key(msg tea.KeyMsg) tea.Cmd {
 	k := a.ctx.Keys
 	if msg.String() == "ctrl+c" {
-		return a, a.quit()
+		return a.quit()
 	}
 	if a.cmdActive {
-		switch msg.String() {
-		case "esc":
-			a.cmdActive = false
-			a.cmdline.Blur()
-			a.cmdline.SetValue("")
-			return a, nil
-		case "enter":
-			line := a.cmdline.Value()
-			a.cmdActive = false
-			a.cmdline.Blur()
-			a.cmdline.SetValue("")
-			return a, a.command(line)
-		}
-		var cmd tea.Cmd
-		a.cmdline, cmd = a.cmdline.Update(msg)
-		return a, cmd
+		return a.commandKey(msg)
 	}
-	// A view taking text gets every key but ctrl+c.
+	// A view taking text gets every key but ctrl+c, and tab unless its fields use tab.
 	if p := a.page(); p != nil && p.Capturing() {
-		return a, a.forward(msg)
+		tt, ok := p.(tabTaker)
+		tabs := key.Matches(msg, k.NextTab) || key.Matches(msg, k.PrevTab)
+		if !tabs || (ok && tt.TakesTab()) {
+			return a.forward(msg)
+		}
 	}
 	switch {
 	case key.Matches(msg, k.Quit):
-		return a, a.quit()
+		return a.quit()
 	case key.Matches(msg, k.Command):
 		a.cmdActive = true
-		return a, a.cmdline.Focus()
+		return a.cmdline.Focus()
 	case key.Matches(msg, k.Help):
 		if a.active == common.PageHelp {
 			a.active = a.back
-			return a, nil
+			return nil
 		}
-		return a, a.navigate(common.PageHelp, "")
+		return a.navigate(common.PageHelp, "")
 	case key.Matches(msg, k.Back) && (a.active == common.PageHostDetail || a.active == common.PageHelp):
 		a.active = a.back
-		return a, nil
+		return nil
 	case key.Matches(msg, k.NextTab):
-		return a, a.navigate(a.tabStep(1), "")
+		return a.navigate(a.tabStep(1), "")
 	case key.Matches(msg, k.PrevTab):
-		return a, a.navigate(a.tabStep(-1), "")
+		return a.navigate(a.tabStep(-1), "")
 	case key.Matches(msg, k.Hosts):
-		return a, a.navigate(common.PageHosts, "")
+		return a.navigate(common.PageHosts, "")
 	case key.Matches(msg, k.Models):
-		return a, a.navigate(common.PageModels, "")
+		return a.navigate(common.PageModels, "")
 	case key.Matches(msg, k.Place):
-		return a, a.navigate(common.PagePlace, "")
+		return a.navigate(common.PagePlace, "")
 	case key.Matches(msg, k.Chat):
-		return a, a.navigate(common.PageChat, "")
+		return a.navigate(common.PageChat, "")
 	case key.Matches(msg, k.Events):
-		return a, a.navigate(common.PageEvents, "")
+		return a.navigate(common.PageEvents, "")
 	case key.Matches(msg, k.Doctor):
-		return a, a.navigate(common.PageDoctor, "")
+		return a.navigate(common.PageDoctor, "")
 	}
-	return a, a.forward(msg)
+	return a.forward(msg)
+}
+
+// commandKey is a key typed into the `:` command line.
+func (a *App) commandKey(msg tea.KeyMsg) tea.Cmd {
+	switch msg.String() {
+	case "esc":
+		a.cmdActive = false
+		a.cmdline.Blur()
+		a.cmdline.SetValue("")
+		return nil
+	case "enter":
+		line := a.cmdline.Value()
+		a.cmdActive = false
+		a.cmdline.Blur()
+		a.cmdline.SetValue("")
+		return a.command(line)
+	}
+	var cmd tea.Cmd
+	a.cmdline, cmd = a.cmdline.Update(msg)
+	return cmd
 }
 
 func (a *App) tabStep(d int) common.Page {

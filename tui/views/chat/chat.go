@@ -151,8 +151,9 @@ func (m *Model) transcriptHeight() int { return max(m.height-inputHeight-3, 1) }
 
 func (m *Model) picking() bool { return m.pickOpen || m.model == "" }
 
-// Capturing while typing or choosing a model.
-func (m *Model) Capturing() bool { return m.input.Focused() || m.picking() }
+// Capturing while the message is typed. The model picker is a list, not a text field: the
+// global keys (views, tab, :, ?, q) work over it.
+func (m *Model) Capturing() bool { return m.input.Focused() && !m.picking() }
 
 func (m *Model) ShortHelp() []key.Binding {
 	k := m.ctx.Keys

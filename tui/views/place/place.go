@@ -154,6 +154,11 @@ func (m *Model) Capturing() bool {
 	return m.swapping != nil || (!m.placing && m.placement == nil && m.placeErr == nil && m.focus != fieldHosts)
 }
 
+// TakesTab while a form field is typed: tab moves to the next field there.
+func (m *Model) TakesTab() bool {
+	return m.swapping == nil && m.Capturing()
+}
+
 func (m *Model) ShortHelp() []key.Binding {
 	k := m.ctx.Keys
 	switch {

@@ -1,0 +1,140 @@
+package tui
+
+import (
+	"testing"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/views/chat"
+	"github.com/llmkube/mesh/tui/views/hosts"
+	"github.com/llmkube/mesh/tui/views/models"
+)
+
+// burst sends s as bubbletea v1 delivers runes that arrive in one read: one message.
+func burst(a *App, s string) tea.Cmd {
+	_, cmd := a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)})
+	drain(a, cmd)
+	return cmd
+}
+
+// paste sends s as a bracketed paste.
+func paste(a *App, s string) {
+	_, cmd := a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s), Paste: true})
+	drain(a, cmd)
+}
+
+func selectedHost(t *testing.T, a *App) string {
+	t.Helper()
+	mb, ok := a.pages[common.PageHosts].(*hosts.Model).Selected()
+	require.True(t, ok)
+	return mb.Name
+}
+
+func hostRows(a *App) []string {
+	var names []string
+	for _, mb := range a.pages[common.PageHosts].(*hosts.Model).Rows() {
+		names = append(names, mb.Name)
+	}
+	return names
+}
+
+func TestBatchedKeysAreEachHandled(t *testing.T) {
+	a := newApp(t, 120, 35)
+	rows := hostRows(a)
+	require.GreaterOrEqual(t, len(rows), 3)
+
+	burst(a, "jj")
+	assert.Equal(t, rows[2], selectedHost(t, a), "jj in one read moves two rows")
+	burst(a, "kG")
+	assert.Equal(t, rows[len(rows)-1], selectedHost(t, a))
+
+	burst(a, "2j")
+	require.Equal(t, common.PageModels, a.Active(), "a digit switches views inside a burst")
+	pl, ok := a.pages[common.PageModels].(*models.Model).Selected()
+	require.True(t, ok)
+	first := a.pages[common.PageModels].(*models.Model).Rows()[1]
+	assert.Equal(t, first.ID, pl.ID, "the key after the digit acts in the new view")
+
+	// Keys after one that opens a text field are typed into it.
+	burst(a, "1/hailo")
+	assert.Equal(t, common.PageHosts, a.Active())
+	assert.True(t, a.page().Capturing())
+	assert.Equal(t, []string{"pi5"}, hostRows(a), "the rest of the burst is the filter's text")
+	keys(a, "esc")
+}
+
+func TestPasteStaysAPaste(t *testing.T) {
+	a := newApp(t, 120, 35)
+	paste(a, "q2x")
+	assert.Equal(t, common.PageHosts, a.Active(), "a paste outside a text field is not a string of commands")
+	assert.False(t, a.cmdActive)
+
+	keys(a, "/")
+	paste(a, "hailo")
+	assert.Equal(t, []string{"pi5"}, hostRows(a), "a paste into the filter is its text")
+	keys(a, "esc")
+
+	keys(a, ":")
+	paste(a, "models")
+	keys(a, "enter")
+	assert.Equal(t, common.PageModels, a.Active(), "a paste into the command line")
+}
+
+// Over the chat view's model picker, the keys the footer offers work: views, tab, :, ?, q.
+func TestGlobalKeysOverTheChatPicker(t *testing.T) {
+	for _, tc := range []struct {
+		keys []string
+		want common.Page
+	}{
+		{[]string{"1"}, common.PageHosts},
+		{[]string{"6"}, common.PageDoctor},
+		{[]string{"tab"}, common.PageEvents},
+		{[]string{"shift+tab"}, common.PagePlace},
+		{[]string{"?"}, common.PageHelp},
+		{[]string{":", "hosts", "enter"}, common.PageHosts},
+	} {
+		a := newApp(t, 120, 35)
+		keys(a, "4")
+		require.Equal(t, common.PageChat, a.Active())
+		require.Empty(t, a.pages[common.PageChat].(*chat.Model).Chatting(), "the picker is open")
+		keys(a, tc.keys...)
+		assert.Equal(t, tc.want, a.Active(), "%v over the picker", tc.keys)
+	}
+
+	a := newApp(t, 120, 35)
+	keys(a, "4")
+	_, cmd := a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
+	require.NotNil(t, cmd)
+	assert.Equal(t, tea.Quit(), cmd(), "q quits over the picker")
+
+	// jj in one read picks the third model, as two presses would.
+	a = newApp(t, 120, 35)
+	keys(a, "4")
+	burst(a, "jj")
+	keys(a, "enter")
+	choices := chat.Choices(a.ctx.Mesh)
+	assert.Equal(t, choices[2].Model, a.pages[common.PageChat].(*chat.Model).Chatting())
+}
+
+// Tab cycles views from every view, also from a chat message being typed; digits are text
+// there. The place form keeps tab for its fields, and esc gives tab back.
+func TestTabAndDigitsInTextFields(t *testing.T) {
+	a := newApp(t, 120, 35)
+	keys(a, "4", "enter") // choose the first model: the input has the keys
+	require.True(t, a.page().Capturing())
+	burst(a, "12")
+	assert.Equal(t, common.PageChat, a.Active(), "digits are typed into a message")
+	keys(a, "tab")
+	assert.Equal(t, common.PageEvents, a.Active(), "tab leaves the chat input for the next view")
+
+	keys(a, "3")
+	require.Equal(t, common.PagePlace, a.Active())
+	require.True(t, a.page().Capturing(), "the source field has the keys")
+	keys(a, "tab")
+	assert.Equal(t, common.PagePlace, a.Active(), "tab moves to the next field of the form")
+	keys(a, "esc", "tab")
+	assert.Equal(t, common.PageChat, a.Active(), "out of the form, tab switches views")
+}
