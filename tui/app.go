@@ -253,6 +253,11 @@ func (a *App) navigate(p common.Page, arg string) tea.Cmd {
 	if _, ok := a.pages[p]; !ok {
 		return common.Status(p.Title()+" is not available in this build", true)
 	}
+	if p == common.PageHelp && a.active != common.PageHelp {
+		if h, ok := a.pages[p].(interface{ Show([]common.HelpSection) }); ok {
+			h.Show(a.helpFor(a.active))
+		}
+	}
 	if p == common.PageHostDetail || p == common.PageHelp {
 		if a.active != common.PageHostDetail && a.active != common.PageHelp {
 			a.back = a.active
@@ -284,6 +289,22 @@ func (a *App) keys(msg tea.KeyMsg) tea.Cmd {
 // tabTaker is a view whose text fields use tab themselves (the place form's next field), so
 // tab does not switch views while one of them is being typed.
 type tabTaker interface{ TakesTab() bool }
+
+// helpFor is the help of a page: its own keys first, then the ones of every view and the
+// command line.
+func (a *App) helpFor(p common.Page) []common.HelpSection {
+	var secs []common.HelpSection
+	switch v := a.pages[p].(type) {
+	case common.FullHelper:
+		secs = v.FullHelp()
+	case common.Component:
+		secs = []common.HelpSection{{Title: p.Title(), Keys: v.ShortHelp()}}
+	}
+	k := a.ctx.Keys
+	secs = append(secs, common.HelpSection{Title: "Everywhere", Keys: append(k.Global(), k.PrevTab,
+		common.As(k.Back, "back from a host or the help"), key.NewBinding(key.WithHelp("ctrl+c", "quit, also while typing")))})
+	return append(secs, commandHelp())
+}
 
 func (a *App) key(msg tea.KeyMsg) tea.Cmd {
 	k := a.ctx.Keys
@@ -367,36 +388,6 @@ func (a *App) tabStep(d int) common.Page {
 	return common.Tabs[((i+d)%n+n)%n]
 }
 
-// command runs a `:` command line, k9s-style.
-func (a *App) command(line string) tea.Cmd {
-	verb, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
-	arg = strings.TrimSpace(arg)
-	switch strings.ToLower(verb) {
-	case "":
-		return nil
-	case "q", "quit", "exit":
-		return a.quit()
-	case "hosts", "host", "h":
-		if arg != "" {
-			return a.navigate(common.PageHostDetail, arg)
-		}
-		return a.navigate(common.PageHosts, "")
-	case "models", "model", "m", "placements":
-		return a.navigate(common.PageModels, "")
-	case "place", "p":
-		return a.navigate(common.PagePlace, arg)
-	case "chat", "c":
-		return a.navigate(common.PageChat, arg)
-	case "events", "e":
-		return a.navigate(common.PageEvents, arg)
-	case "doctor", "d":
-		return a.navigate(common.PageDoctor, "")
-	case "help", "?":
-		return a.navigate(common.PageHelp, "")
-	}
-	return common.Status(fmt.Sprintf("unknown command %q — try :help", verb), true)
-}
-
 func (a *App) quit() tea.Cmd {
 	a.stop()
 	return tea.Quit
@@ -456,18 +447,37 @@ func (a *App) footer() string {
 		}
 		return render.Cut(st.OK.Render(a.status), a.width)
 	}
-	var parts []string
+	k := a.ctx.Keys
+	// The way out and the way to help are always there; the view's keys fill what is left,
+	// most important first. Typing in a text field, q and ? are text: ctrl+c is the way out.
+	tail := []key.Binding{k.Command, k.Help, k.Quit}
 	var binds []key.Binding
 	if p := a.page(); p != nil {
 		binds = p.ShortHelp()
+		if p.Capturing() {
+			tail = []key.Binding{keyQuitTyping}
+		}
 	}
-	binds = append(binds, a.ctx.Keys.Command, a.ctx.Keys.Help, a.ctx.Keys.Quit)
-	for _, b := range binds {
-		h := b.Help()
-		parts = append(parts, st.HelpKey.Render(h.Key)+" "+st.HelpDesc.Render(h.Desc))
+	draw := func(bs []key.Binding) string {
+		parts := make([]string, len(bs))
+		for i, b := range bs {
+			h := b.Help()
+			parts[i] = st.HelpKey.Render(h.Key) + " " + st.HelpDesc.Render(h.Desc)
+		}
+		return strings.Join(parts, st.Muted.Render(" · "))
 	}
-	return render.Cut(strings.Join(parts, st.Muted.Render(" · ")), a.width)
+	if lipgloss.Width(draw(tail)) > a.width && len(tail) > 2 {
+		tail = tail[1:] // ":" goes first, "? help · q quit" stay
+	}
+	n := 0
+	for n < len(binds) && lipgloss.Width(draw(append(binds[:n+1:n+1], tail...))) <= a.width {
+		n++
+	}
+	return render.Cut(draw(append(binds[:n:n], tail...)), a.width)
 }
+
+// keyQuitTyping is the way out while a text field has the keys.
+var keyQuitTyping = key.NewBinding(key.WithKeys("ctrl+c"), key.WithHelp("ctrl+c", "quit"))
 
 // Run shows the console on the terminal until the person quits or ctx ends. Logs must already
 // go to a file: the terminal belongs to the console. The caller, who connected, closes conn

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,12 +79,53 @@ func TestGoldenHosts(t *testing.T) {
 }
 
 func TestGoldenHelp(t *testing.T) {
-	a := newApp(t, 120, 35)
-	keys(a, "?")
-	require.Equal(t, common.PageHelp, a.Active())
-	golden.RequireEqual(t, []byte(a.View()))
-	keys(a, "esc")
-	assert.Equal(t, common.PageHosts, a.Active(), "esc returns to where help was opened")
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			a := newApp(t, size[0], size[1])
+			keys(a, "?")
+			require.Equal(t, common.PageHelp, a.Active())
+			view := a.View()
+			assert.Equal(t, size[1], lipgloss.Height(view))
+			golden.RequireEqual(t, []byte(view))
+			keys(a, "esc")
+			assert.Equal(t, common.PageHosts, a.Active(), "esc returns to where help was opened")
+		})
+	}
+}
+
+// The help is about the view in front, scrolls to its end at 80×24, and keeps the footer.
+func TestHelpScrollsAndFollowsTheView(t *testing.T) {
+	a := newApp(t, 80, 24)
+	keys(a, "2", "?")
+	view := a.View()
+	assert.Contains(t, view, "Models")
+	assert.Contains(t, view, "chat with a ready model")
+	assert.Contains(t, view, "lines 1–", "says there is more")
+	assert.NotContains(t, view, ":quit", "the command line is further down")
+	keys(a, "G")
+	view = a.View()
+	assert.Contains(t, view, ":quit")
+	assert.Contains(t, view, ":q :exit · leave the console", "abbreviations are listed")
+	assert.Contains(t, view, "? help · q quit")
+	golden.RequireEqual(t, []byte(view))
+
+	keys(a, "esc", "3", "esc", "?") // from the place view (out of its form)
+	assert.Contains(t, a.View(), "Place: the form")
+	assert.NotContains(t, a.View(), "chat with a ready model")
+}
+
+// The footer keeps the way to help and out at every width.
+func TestFooterKeepsHelpAndQuit(t *testing.T) {
+	for _, w := range []int{40, 60, 80, 120} {
+		a := newApp(t, w, 24)
+		lines := strings.Split(a.View(), "\n")
+		assert.Contains(t, lines[len(lines)-1], "? help · q quit", "at %d columns", w)
+	}
+	a := newApp(t, 80, 24)
+	keys(a, "/")
+	lines := strings.Split(a.View(), "\n")
+	assert.Contains(t, lines[len(lines)-1], "ctrl+c quit", "typing, q is text: the footer says the way out that works")
+	assert.NotContains(t, lines[len(lines)-1], "q quit")
 }
 
 func TestKeymapNavigation(t *testing.T) {

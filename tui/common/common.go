@@ -126,3 +126,21 @@ type StatusMsg struct {
 func Status(text string, isErr bool) tea.Cmd {
 	return func() tea.Msg { return StatusMsg{Text: text, Err: isErr} }
 }
+
+// HelpSection is a titled group of keys in the help view.
+type HelpSection struct {
+	Title string
+	Keys  []key.Binding
+}
+
+// FullHelper is a view that lists all of its keys for the help view, grouped; a view without
+// it is described by its ShortHelp.
+type FullHelper interface {
+	FullHelp() []HelpSection
+}
+
+// As is b described for one view ("enter" opens a host's details in Hosts, a chat in Models):
+// the same keys, so the help cannot name a key the view does not handle.
+func As(b key.Binding, desc string) key.Binding {
+	return key.NewBinding(key.WithKeys(b.Keys()...), key.WithHelp(b.Help().Key, desc))
+}

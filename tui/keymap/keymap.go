@@ -55,9 +55,9 @@ func Default() KeyMap {
 		PrevTab: b([]string{"shift+tab"}, "shift+tab", "previous view"),
 		Hosts:   b([]string{"1"}, "1", "hosts"),
 		Models:  b([]string{"2"}, "2", "models"),
-		Place:   b([]string{"3", "p"}, "p", "place a model"),
-		Chat:    b([]string{"4", "c"}, "c", "chat"),
-		Events:  b([]string{"5", "e"}, "e", "events"),
+		Place:   b([]string{"3", "p"}, "3/p", "place a model"),
+		Chat:    b([]string{"4", "c"}, "4/c", "chat"),
+		Events:  b([]string{"5", "e"}, "5/e", "events"),
 		Doctor:  b([]string{"6"}, "6", "doctor"),
 
 		Up:       b([]string{"up", "k"}, "↑/k", "up"),

@@ -168,6 +168,18 @@ func (m *Model) ShortHelp() []key.Binding {
 	return []key.Binding{keyFocus, k.Up, k.Down, keyModels}
 }
 
+// FullHelp lists every key of the view, for the help view.
+func (m *Model) FullHelp() []common.HelpSection {
+	k := m.ctx.Keys
+	return []common.HelpSection{
+		{Title: "Chat", Keys: []key.Binding{
+			k.Send, k.Newline, k.Stop, keyModels, keyClear, keyScroll, keyBlur,
+			common.As(keyFocus, "type (when the input is left)"), common.As(k.Up, "scroll (input left)"), common.As(k.Down, "scroll (input left)"),
+		}},
+		{Title: "Chat: choosing a model", Keys: []key.Binding{k.Up, k.Down, keyChoose, keyClose}},
+	}
+}
+
 // Choice is a ready model the picker offers, with where it runs.
 type Choice struct {
 	Model   string

@@ -123,6 +123,15 @@ func (m *Model) ShortHelp() []key.Binding {
 	return []key.Binding{k.Up, k.Down, k.PageDown, k.Back}
 }
 
+// FullHelp lists every key of the view, for the help view.
+func (m *Model) FullHelp() []common.HelpSection {
+	k := m.ctx.Keys
+	return []common.HelpSection{{Title: "Host", Keys: []key.Binding{
+		common.As(k.Up, "scroll up"), common.As(k.Down, "scroll down"), k.PageUp, k.PageDown, k.Top, k.Bottom,
+		common.As(k.Back, "back to the list"),
+	}}}
+}
+
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.KeyMsg:

@@ -70,6 +70,15 @@ func (m *Model) ShortHelp() []key.Binding {
 	return b
 }
 
+// FullHelp lists every key of the view, for the help view.
+func (m *Model) FullHelp() []common.HelpSection {
+	k := m.ctx.Keys
+	return []common.HelpSection{{Title: "Events", Keys: []key.Binding{
+		k.Up, k.Down, k.PageUp, k.PageDown, k.Top, common.As(k.Bottom, "newest, and follow"),
+		k.Filter, common.As(keyType, "cycle the event type"), common.As(k.Back, "clear the filters"),
+	}}}
+}
+
 // Type is the type filter ("" for all).
 func (m *Model) Type() string { return Types[m.typ] }
 

@@ -1,8 +1,11 @@
-// Package help is the console's help view, generated from the key map so it cannot disagree
-// with the keys.
+// Package help is the console's help view. It draws the sections the root hands it when it
+// opens — the keys of the view in front, the global keys and the `:` commands, all taken from
+// the key map and the command table — so it cannot disagree with the keys, and it scrolls when
+// they do not fit.
 package help
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/charmbracelet/bubbles/key"
@@ -12,43 +15,99 @@ import (
 	"github.com/llmkube/mesh/tui/render"
 )
 
+// twoColumns is the width from which sections are laid out side by side.
+const twoColumns = 100
+
 // Model is the help view.
 type Model struct {
 	ctx           *common.Context
 	width, height int
+	sections      []common.HelpSection
+	scroll        common.Scroll
 }
 
 // New returns the help view.
 func New(ctx *common.Context) *Model { return &Model{ctx: ctx} }
 
-func (m *Model) Init() tea.Cmd                       { return nil }
-func (m *Model) SetSize(w, h int)                    { m.width, m.height = w, h }
-func (m *Model) Capturing() bool                     { return false }
-func (m *Model) ShortHelp() []key.Binding            { return []key.Binding{m.ctx.Keys.Back} }
-func (m *Model) Update(tea.Msg) (tea.Model, tea.Cmd) { return m, nil }
+// Show sets what the help lists and scrolls back to its top.
+func (m *Model) Show(sections []common.HelpSection) {
+	m.sections = sections
+	m.scroll = common.Scroll{}
+}
 
-func (m *Model) View() string {
+func (m *Model) Init() tea.Cmd    { return nil }
+func (m *Model) SetSize(w, h int) { m.width, m.height = w, h }
+func (m *Model) Capturing() bool  { return false }
+
+func (m *Model) ShortHelp() []key.Binding {
 	k := m.ctx.Keys
-	st := m.ctx.Styles
-	section := func(title string, binds ...key.Binding) []string {
-		lines := []string{st.Bold.Render(title)}
-		for _, b := range binds {
-			h := b.Help()
-			lines = append(lines, "  "+st.HelpKey.Render(render.Pad(h.Key, 12))+" "+h.Desc)
-		}
-		return append(lines, "")
+	if len(m.lines()) > m.height {
+		return []key.Binding{common.As(k.Down, "scroll"), k.PageDown, k.Back}
 	}
-	left := append(section("Views", k.Global()...), section("Lists", k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, k.Open, k.Filter, k.Sort, k.Back)...)
-	right := append(section("Models", k.Delete, k.Confirm, k.Cancel), section("Place", k.NextFld, k.PrevFld, k.Spread, k.Open)...)
-	right = append(right, section("Chat", k.Send, k.Newline, k.Stop)...)
-	right = append(right,
-		st.Bold.Render("Command line"),
-		"  :hosts  :models  :place SOURCE  :chat MODEL",
-		"  :host NAME  :events  :doctor  :help  :quit",
-	)
-	colW := max(m.width/2-1, 20)
-	var b strings.Builder
-	for i := 0; i < max(len(left), len(right)); i++ {
+	return []key.Binding{k.Back}
+}
+
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg.(type) {
+	case tea.KeyMsg, tea.MouseMsg:
+		m.scroll.Update(m.ctx.Keys, msg, len(m.lines()), m.bodyHeight())
+	}
+	return m, nil
+}
+
+// bodyHeight is the rows for help lines: all of them when they fit, else one less for the
+// line that says where the window is.
+func (m *Model) bodyHeight() int {
+	if len(m.lines()) <= m.height {
+		return max(m.height, 1)
+	}
+	return max(m.height-1, 1)
+}
+
+// section draws one section in width cells: its title, then a key column and a description.
+func (m *Model) section(s common.HelpSection, width int) []string {
+	st := m.ctx.Styles
+	keyW := 0
+	for _, b := range s.Keys {
+		keyW = max(keyW, len([]rune(b.Help().Key)))
+	}
+	keyW = min(keyW, max(width/2, 8))
+	lines := []string{st.Bold.Render(render.Cut(s.Title, width))}
+	for _, b := range s.Keys {
+		h := b.Help()
+		lines = append(lines, "  "+st.HelpKey.Render(render.Pad(h.Key, keyW))+" "+render.Cut(h.Desc, max(width-keyW-3, 1)))
+	}
+	return append(lines, "")
+}
+
+// lines lays the sections out: one column on narrow terminals, two side by side on wide ones
+// (in order: the left one takes sections up to about half the lines).
+func (m *Model) lines() []string {
+	if m.width < twoColumns {
+		var out []string
+		for _, s := range m.sections {
+			out = append(out, m.section(s, m.width)...)
+		}
+		return out
+	}
+	colW := (m.width - 1) / 2
+	var drawn [][]string
+	total := 0
+	for _, s := range m.sections {
+		d := m.section(s, colW)
+		drawn = append(drawn, d)
+		total += len(d)
+	}
+	var left, right []string
+	for _, d := range drawn {
+		if len(right) == 0 && (len(left) == 0 || len(left)+len(d) <= (total+1)/2) {
+			left = append(left, d...)
+		} else {
+			right = append(right, d...)
+		}
+	}
+	out := make([]string, max(len(left), len(right)))
+	for i := range out {
 		l, r := "", ""
 		if i < len(left) {
 			l = left[i]
@@ -56,13 +115,22 @@ func (m *Model) View() string {
 		if i < len(right) {
 			r = right[i]
 		}
-		if m.width < 80 {
-			continue
+		out[i] = render.Pad(l, colW) + " " + r
+	}
+	return out
+}
+
+func (m *Model) View() string {
+	lines := m.lines()
+	h := m.bodyHeight()
+	shown := m.scroll.Window(lines, h)
+	if len(lines) > h {
+		end := m.scroll.Offset + len(shown)
+		more := "↓/pgdn for more"
+		if end >= len(lines) {
+			more = "↑/g back to the top"
 		}
-		b.WriteString(render.Pad(l, colW) + " " + render.Cut(r, colW) + "\n")
+		shown = append(shown, m.ctx.Styles.Muted.Render(fmt.Sprintf("lines %d–%d of %d · %s", m.scroll.Offset+1, end, len(lines), more)))
 	}
-	if m.width < 80 {
-		return render.Place(strings.Join(append(left, right...), "\n"), m.width, m.height)
-	}
-	return render.Place(b.String(), m.width, m.height)
+	return render.Place(strings.Join(shown, "\n"), m.width, m.height)
 }

@@ -59,6 +59,16 @@ func (m *Model) ShortHelp() []key.Binding {
 	return []key.Binding{k.Up, k.Down, k.Open, k.Filter, k.Sort, k.Place}
 }
 
+// FullHelp lists every key of the view, for the help view.
+func (m *Model) FullHelp() []common.HelpSection {
+	k := m.ctx.Keys
+	return []common.HelpSection{{Title: "Hosts", Keys: []key.Binding{
+		k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom,
+		common.As(k.Open, "host details"), k.Filter, common.As(k.Back, "clear the filter"),
+		common.As(k.Sort, "sort: name, free memory, models"),
+	}}}
+}
+
 // Rows are the members shown, filtered and sorted.
 func (m *Model) Rows() []api.Member {
 	q := m.filter.Query()

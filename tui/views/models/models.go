@@ -80,6 +80,16 @@ func (m *Model) ShortHelp() []key.Binding {
 	return []key.Binding{k.Up, k.Down, keyChat, k.Delete, k.Filter, k.Place}
 }
 
+// FullHelp lists every key of the view, for the help view.
+func (m *Model) FullHelp() []common.HelpSection {
+	k := m.ctx.Keys
+	return []common.HelpSection{{Title: "Models", Keys: []key.Binding{
+		k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom,
+		common.As(k.Open, "chat with a ready model"), k.Delete, k.Confirm, k.Cancel,
+		k.Filter, common.As(k.Back, "clear the filter"),
+	}}}
+}
+
 // Rows are the placements shown, filtered, host then model.
 func (m *Model) Rows() []api.Placement {
 	all := console.Placements(m.ctx.Mesh)

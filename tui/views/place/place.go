@@ -176,6 +176,23 @@ func (m *Model) ShortHelp() []key.Binding {
 	return []key.Binding{k.NextFld, k.PrevFld, keyChoose, keyRuntime, k.Spread, keyForm}
 }
 
+// FullHelp lists every key of the view, for the help view: the form, the ranked hosts, and
+// the placement being followed.
+func (m *Model) FullHelp() []common.HelpSection {
+	k := m.ctx.Keys
+	return []common.HelpSection{
+		{Title: "Place: the form", Keys: []key.Binding{
+			k.NextFld, k.PrevFld, key.NewBinding(key.WithKeys("down", "up"), key.WithHelp("↓/↑", "suggestions")),
+			common.As(keyChoose, "to the ranked hosts (or take a suggestion)"), keyRuntime, k.Spread, keyForm,
+		}},
+		{Title: "Place: ranked hosts", Keys: []key.Binding{
+			k.Up, k.Down, k.Top, k.Bottom, keyPlace, k.Spread, keyEdit,
+			common.As(k.Confirm, "yes, swap"), common.As(k.Cancel, "no swap"),
+		}},
+		{Title: "Place: the placement", Keys: []key.Binding{keyChat, keyLeave, keyDone}},
+	}
+}
+
 // Request is the placement request the form describes, or why it is not one yet.
 func (m *Model) Request() (api.PlacementRequest, error) {
 	req := api.PlacementRequest{
