@@ -19,7 +19,7 @@ var serviceFS embed.FS
 
 // Names of the service files ServiceUnit makes.
 const (
-	SystemdUnit  = "llmkube-agent.service" // under /etc/systemd/system
+	SystemdUnit  = "llmkube-agent.service" // under ~/.config/systemd/user, or /etc/systemd/system
 	LaunchdLabel = "ai.llmkube.agent"      // the launchd job's label
 	LaunchdPlist = LaunchdLabel + ".plist" // under ~/Library/LaunchAgents
 	LaunchdLog   = "llmkube-agent.log"     // launchd: the agent's log (its stderr), under LogDir
@@ -28,10 +28,18 @@ const (
 	launchdTmpl  = "launchd/" + LaunchdPlist + ".tmpl"
 )
 
+// ManagedBy is the line every service file made here carries: `llmkube-agent leave` removes only
+// a file that holds it, so a unit someone wrote by hand is named and left alone.
+const ManagedBy = "managed-by: llmkube-agent"
+
+// Managed reports whether a service file's content was made by ServiceUnit.
+func Managed(content []byte) bool { return bytes.Contains(content, []byte(ManagedBy)) }
+
 // ServiceParams are the host-specific parts of the agent's service file.
 type ServiceParams struct {
+	System    bool     // Linux: a system unit (User=, hardened, multi-user.target) instead of a user unit
 	Binary    string   // absolute path of llmkube-agent
-	User      string   // Linux: the account the agent runs as (User=); empty on macOS, where a launchd agent runs as whoever loads it
+	User      string   // Linux system unit: the account the agent runs as (User=); empty for a user unit and on macOS, which run as whoever loads them
 	StateDir  string   // absolute: --state-dir
 	ModelsDir string   // absolute: --models-dir
 	JoinFile  string   // absolute: --join-file, the 0600 file holding the join string
@@ -67,7 +75,11 @@ func ServiceUnit(goos string, p ServiceParams) (name string, content []byte, err
 		for i, a := range args {
 			quoted[i] = systemdQuote(a, true)
 		}
-		data = struct{ User, ExecStart, ReadWritePaths string }{
+		data = struct {
+			System                          bool
+			User, ExecStart, ReadWritePaths string
+		}{
+			System:    p.System,
 			User:      p.User,
 			ExecStart: strings.Join(quoted, " "),
 			// "-": a missing folder is left to the agent to report (see the template).
@@ -101,10 +113,16 @@ func (p ServiceParams) validate(goos string) error {
 	var errs []error
 	switch goos {
 	case "linux":
-		if !userName.MatchString(p.User) {
+		switch {
+		case p.System && !userName.MatchString(p.User):
 			errs = append(errs, fmt.Errorf("user %q: want an account name (letters, digits, '_', '.', '-'; at most 32)", p.User))
+		case !p.System && p.User != "":
+			errs = append(errs, fmt.Errorf("user %q: a user unit runs as the user whose systemd loads it; a system unit (--system) takes a user", p.User))
 		}
 	case "darwin":
+		if p.System {
+			errs = append(errs, errors.New("a system-wide service is for Linux; on macOS the agent is a launchd agent of the user"))
+		}
 		if p.User != "" {
 			errs = append(errs, fmt.Errorf("user %q: a launchd agent runs as the user who loads it; install it as that user", p.User))
 		}

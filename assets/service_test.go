@@ -15,14 +15,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// piParams is a system unit: the explicit --system form.
 func piParams() ServiceParams {
 	return ServiceParams{
+		System:    true,
 		Binary:    "/usr/local/bin/llmkube-agent",
 		User:      "pi",
 		StateDir:  "/home/pi/.local/share/llmkube/agent",
 		ModelsDir: "/home/pi/.local/share/llmkube/models",
 		JoinFile:  "/home/pi/.local/share/llmkube/agent/mesh.json",
 		ExtraArgs: []string{"--runtimes", "hailo-ollama", "--listen", ":7777"},
+	}
+}
+
+// userParams is the default on Linux: a user unit of whoever runs join.
+func userParams() ServiceParams {
+	return ServiceParams{
+		Binary:    "/home/pi/.local/bin/llmkube-agent",
+		StateDir:  "/home/pi/.local/share/llmkube/agent",
+		ModelsDir: "/home/pi/.local/share/llmkube/models",
+		JoinFile:  "/home/pi/.local/share/llmkube/agent/mesh.json",
+		ExtraArgs: []string{"--runtimes", "hailo-ollama"},
 	}
 }
 
@@ -160,6 +173,26 @@ func TestSystemdUnit(t *testing.T) {
 	assert.Equal(t, []string{"-" + p.StateDir, "-" + p.ModelsDir}, rw)
 }
 
+func TestSystemdUserUnit(t *testing.T) {
+	p := userParams()
+	name, b, err := ServiceUnit("linux", p)
+	require.NoError(t, err)
+	assert.Equal(t, "llmkube-agent.service", name)
+	assert.True(t, Managed(b), "leave recognises the units it wrote")
+	u := parseUnit(t, b)
+	assert.NotContains(t, u["Service"], "User", "a user unit runs as the user whose manager loads it")
+	assert.NotContains(t, u["Unit"], "After", "a user manager has no network-online.target")
+	assert.NotContains(t, u["Service"], "ProtectSystem", "sandboxing in a user manager needs user namespaces, which hide device groups")
+	for k, v := range map[string]string{"Type": "simple", "Restart": "on-failure", "NoNewPrivileges": "yes"} {
+		assert.Equal(t, v, u.get(t, "Service", k), k)
+	}
+	assert.Equal(t, "default.target", u.get(t, "Install", "WantedBy"))
+	args, err := splitWords(u.get(t, "Service", "ExecStart"), true)
+	require.NoError(t, err)
+	assert.Equal(t, wantArgs(p), args)
+	assert.False(t, Managed([]byte("[Service]\nExecStart=/usr/bin/llmkube-agent run\n")), "a hand-written unit is not ours")
+}
+
 // Values with spaces, quotes, backslashes, '%' and '$' reach the agent unchanged.
 func TestSystemdQuoting(t *testing.T) {
 	p := piParams()
@@ -196,6 +229,22 @@ func TestSystemdVerify(t *testing.T) {
 	out, err := exec.Command(analyze, "verify", file).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.NotContains(t, string(out), name, "systemd-analyze complained about the unit")
+
+	// The user unit, as a user manager reads it.
+	u := userParams()
+	u.Binary = p.Binary
+	name, b, err = ServiceUnit("linux", u)
+	require.NoError(t, err)
+	file = filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(file, b, 0o644))
+	// A user manager needs a runtime folder; a test (or CI) without a login session has none.
+	rt := t.TempDir()
+	require.NoError(t, os.Chmod(rt, 0o700))
+	cmd := exec.Command(analyze, "verify", "--user", file)
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+rt)
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.NotContains(t, string(out), name, "systemd-analyze --user complained about the unit")
 }
 
 // plist is the part of a launchd plist the tests read: the top dict's keys and values.
@@ -252,8 +301,10 @@ func TestLaunchdPlist(t *testing.T) {
 	pl := parsePlist(t, b)
 	assert.Equal(t, "ai.llmkube.agent", pl.strs["Label"])
 	assert.Equal(t, wantArgs(p), pl.args)
-	assert.True(t, pl.bools["KeepAlive"])
 	assert.True(t, pl.bools["RunAtLoad"])
+	assert.Contains(t, string(b), "<key>KeepAlive</key>\n\t<dict>\n\t\t<key>SuccessfulExit</key>\n\t\t<false/>", "restarted on failure, a clean stop stays stopped")
+	assert.Contains(t, string(b), "<key>ThrottleInterval</key>")
+	assert.True(t, Managed(b))
 	assert.Equal(t, "/Users/ann/Library/Logs/llmkube-agent.out.log", pl.strs["StandardOutPath"])
 	assert.Equal(t, "/Users/ann/Library/Logs/llmkube-agent.log", pl.strs["StandardErrorPath"])
 
@@ -281,6 +332,8 @@ func TestServiceUnitRefuses(t *testing.T) {
 		"user with newline":   {"linux", func(p *ServiceParams) { p.User = "pi\nUser=root" }, "user"},
 		"user with specifier": {"linux", func(p *ServiceParams) { p.User = "%u" }, "user"},
 		"no user":             {"linux", func(p *ServiceParams) { p.User = "" }, "user"},
+		"user in a user unit": {"linux", func(p *ServiceParams) { p.System = false }, "a user unit runs as the user"},
+		"system on macOS":     {"darwin", func(p *ServiceParams) { p.System = true }, "system-wide service is for Linux"},
 		"user on macOS":       {"darwin", func(p *ServiceParams) { p.User = "ann" }, "launchd agent runs as the user"},
 		"no log dir on macOS": {"darwin", func(p *ServiceParams) { p.LogDir = "" }, "log dir"},
 		"secret in the unit":  {"linux", func(p *ServiceParams) { p.ExtraArgs = []string{"--join-string=llmkube1:x"} }, "secret"},

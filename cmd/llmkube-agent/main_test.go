@@ -23,6 +23,7 @@ import (
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/sim/gguf"
 	"github.com/llmkube/mesh/sim/simtest"
+	"github.com/llmkube/mesh/version"
 )
 
 // bins are the programs the tests run as processes, built once.
@@ -66,7 +67,12 @@ func runCmd(t *testing.T, args ...string) (int, string, string) {
 func TestVersion(t *testing.T) {
 	code, out, _ := runCmd(t, "version")
 	assert.Equal(t, exitOK, code)
-	assert.Contains(t, out, "llmkube-agent dev (API "+api.Version)
+	assert.Contains(t, out, "llmkube-agent "+version.Get().Version)
+	assert.Contains(t, out, "API "+api.Version)
+	// --version says the same.
+	code, flagOut, _ := runCmd(t, "--version")
+	assert.Equal(t, exitOK, code)
+	assert.Equal(t, out, flagOut)
 }
 
 func TestUsageErrors(t *testing.T) {

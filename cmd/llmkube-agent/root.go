@@ -20,10 +20,8 @@ import (
 	"github.com/llmkube/mesh/agent/store"
 	"github.com/llmkube/mesh/engines/routeprobe"
 	"github.com/llmkube/mesh/hwprobe"
+	"github.com/llmkube/mesh/version"
 )
-
-// version is set at build time (-ldflags "-X main.version=…").
-var version = "dev"
 
 // Exit codes.
 const (
@@ -51,7 +49,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Long:          "llmkube-agent turns a host into a member of an llmkube mesh: it probes the host, runs models on llama-server, Ollama or hailo-ollama within a memory budget, and serves the agent API.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionLine(),
 	}
+	// --version and `version` print the same line.
+	root.SetVersionTemplate("llmkube-agent {{.Version}}\n")
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -109,10 +110,16 @@ func versionCommand(e env) *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			fmt.Fprintf(e.stdout, "llmkube-agent %s (API %s, %s, %s/%s)\n", version, api.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(e.stdout, "llmkube-agent %s\n", versionLine())
 			return nil
 		},
 	}
+}
+
+// versionLine is the build's version, commit and date, the API version and the platform.
+func versionLine() string {
+	v := version.Get()
+	return strings.Replace(v.String(), " "+v.Go, " API "+api.Version+" "+v.Go, 1)
 }
 
 func initCommand(e env) *cobra.Command {

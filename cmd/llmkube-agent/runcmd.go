@@ -26,6 +26,7 @@ import (
 	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/engines/sizing"
 	"github.com/llmkube/mesh/hwprobe"
+	"github.com/llmkube/mesh/version"
 )
 
 // envJoin carries the join string when no flag does.
@@ -233,7 +234,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		IdleAfter:       o.idleAfter,
 		Namespaces:      o.namespaces,
 		AllowHTTP:       o.allowHTTP,
-		Version:         version,
+		Version:         version.Get().Version,
 		HealthInterval:  o.healthInterval,
 		RestartBackoff:  o.restartBackoff,
 		Log:             log.With("part", "agent"),

@@ -40,7 +40,7 @@ func currentUser(t *testing.T) *user.User {
 }
 
 func TestServicePrintLinux(t *testing.T) {
-	code, out, errOut := runCmd(t, "service", "print", "--os", "linux", "--user", "pi",
+	code, out, errOut := runCmd(t, "service", "print", "--os", "linux", "--system", "--user", "pi",
 		"--binary", "/usr/local/bin/llmkube-agent", "--state-dir", "/srv/llm kube/agent", "--models-dir", "/srv/models",
 		"--", "--runtimes", "hailo-ollama", "--listen", ":7777")
 	require.Equal(t, exitOK, code, errOut)
@@ -58,14 +58,21 @@ func TestServicePrintDefaults(t *testing.T) {
 	exe, err = filepath.EvalSymlinks(exe)
 	require.NoError(t, err)
 
+	// On Linux the default is a user unit: no User=, the user's own folders.
 	code, out, errOut := runEnv(t, map[string]string{"HOME": "/home/x", "XDG_DATA_HOME": "/data"}, "service", "print", "--os", "linux")
 	require.Equal(t, exitOK, code, errOut)
 	u := unitLines(out)
-	assert.Equal(t, currentUser(t).Username, u["User"])
+	assert.NotContains(t, u, "User")
+	assert.Equal(t, "default.target", u["WantedBy"])
 	assert.Equal(t, exe+" run --state-dir /data/llmkube/agent --models-dir /data/llmkube/models --join-file /data/llmkube/agent/mesh.json", u["ExecStart"])
 
-	// Under sudo the service is for the user who ran sudo, in that user's home.
-	code, out, errOut = runEnv(t, map[string]string{"HOME": "/home/x", "XDG_DATA_HOME": "/data", "SUDO_USER": "nobody"}, "service", "print", "--os", "linux")
+	// A system unit runs as the current user unless told otherwise…
+	code, out, errOut = runEnv(t, map[string]string{"HOME": "/home/x", "XDG_DATA_HOME": "/data"}, "service", "print", "--os", "linux", "--system")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, currentUser(t).Username, unitLines(out)["User"])
+
+	// …and under sudo it is for the user who ran sudo, in that user's home.
+	code, out, errOut = runEnv(t, map[string]string{"HOME": "/home/x", "XDG_DATA_HOME": "/data", "SUDO_USER": "nobody"}, "service", "print", "--os", "linux", "--system")
 	if nobody, err := user.Lookup("nobody"); err == nil {
 		require.Equal(t, exitOK, code, errOut)
 		u = unitLines(out)
@@ -86,21 +93,22 @@ func TestServicePrintDefaults(t *testing.T) {
 }
 
 func TestServicePrintRefuses(t *testing.T) {
-	base := []string{"service", "print", "--os", "linux", "--user", "pi", "--binary", "/usr/bin/llmkube-agent", "--state-dir", "/srv/s", "--models-dir", "/srv/m"}
+	base := []string{"service", "print", "--os", "linux", "--system", "--user", "pi", "--binary", "/usr/bin/llmkube-agent", "--state-dir", "/srv/s", "--models-dir", "/srv/m"}
 	for name, tc := range map[string]struct {
 		args []string
 		want string
 	}{
-		"relative state dir": {[]string{"--state-dir", "state"}, "absolute"},
-		"relative binary":    {[]string{"--binary", "llmkube-agent"}, "absolute"},
-		"newline":            {[]string{"--join-file", "/srv/j\nUser=root"}, "control character"},
-		"bad user":           {[]string{"--user", "pi root"}, "user"},
-		"secret in the unit": {[]string{"--", "--join-string", "x"}, "secret"},
-		"unknown run flag":   {[]string{"--", "--no-such-flag"}, "unknown flag"},
-		"run argument":       {[]string{"--", "--listen", ":1", "stray"}, "stray"},
-		"argument before --": {[]string{"stray"}, "after --"},
-		"other OS":           {[]string{"--os", "windows"}, "not supported"},
-		"user on macOS":      {[]string{"--os", "darwin"}, "launchd agent runs as the user"},
+		"relative state dir":  {[]string{"--state-dir", "state"}, "absolute"},
+		"relative binary":     {[]string{"--binary", "llmkube-agent"}, "absolute"},
+		"newline":             {[]string{"--join-file", "/srv/j\nUser=root"}, "control character"},
+		"bad user":            {[]string{"--user", "pi root"}, "user"},
+		"secret in the unit":  {[]string{"--", "--join-string", "x"}, "secret"},
+		"unknown run flag":    {[]string{"--", "--no-such-flag"}, "unknown flag"},
+		"run argument":        {[]string{"--", "--listen", ":1", "stray"}, "stray"},
+		"argument before --":  {[]string{"stray"}, "after --"},
+		"other OS":            {[]string{"--os", "windows"}, "not supported"},
+		"user on macOS":       {[]string{"--os", "darwin"}, "launchd agent runs as the user"},
+		"user without system": {[]string{"--system=false"}, "a user unit runs as whoever runs join"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, out, errOut := runEnv(t, map[string]string{"HOME": "/Users/ann"}, append(append([]string{}, base...), tc.args...)...)
@@ -114,7 +122,7 @@ func TestServicePrintRefuses(t *testing.T) {
 func TestServiceInstallLinux(t *testing.T) {
 	root := t.TempDir()
 	me := currentUser(t).Username
-	args := []string{"service", "install", "--root", root, "--os", "linux", "--user", me,
+	args := []string{"service", "install", "--root", root, "--os", "linux", "--system", "--user", me,
 		"--binary", "/usr/local/bin/llmkube-agent", "--state-dir", "/srv/llmkube/agent", "--models-dir", "/srv/llmkube/models"}
 
 	// --dry-run writes nothing.
@@ -178,8 +186,25 @@ func TestServiceInstallDarwin(t *testing.T) {
 	got, err := os.ReadFile(dest)
 	require.NoError(t, err)
 	assert.Contains(t, string(got), "<string>/Users/ann/Library/Application Support/llmkube/agent/mesh.json</string>")
-	assert.Contains(t, out, `launchctl load -w "/Users/ann/Library/LaunchAgents/ai.llmkube.agent.plist"`)
+	assert.Contains(t, out, `launchctl bootstrap gui/$(id -u) "/Users/ann/Library/LaunchAgents/ai.llmkube.agent.plist"`)
+	assert.NotContains(t, out, "launchctl load", "the legacy subcommand")
 	assert.NotContains(t, out, "sudo")
 	_, err = os.Stat(filepath.Join(root, "Users/ann/Library/Application Support/llmkube/agent"))
 	assert.NoError(t, err, "the state folder is made")
+}
+
+// The default on Linux: a user unit under $XDG_CONFIG_HOME/systemd/user, started with systemctl --user.
+func TestServiceInstallLinuxUser(t *testing.T) {
+	root := t.TempDir()
+	vars := map[string]string{"HOME": "/home/ann", "XDG_CONFIG_HOME": "/home/ann/.config", "XDG_DATA_HOME": "/home/ann/.local/share"}
+	code, out, errOut := runEnv(t, vars, "service", "install", "--root", root, "--os", "linux", "--binary", "/home/ann/bin/llmkube-agent")
+	require.Equal(t, exitOK, code, errOut)
+	dest := filepath.Join(root, "home/ann/.config/systemd/user/llmkube-agent.service")
+	got, err := os.ReadFile(dest)
+	require.NoError(t, err)
+	assert.NotContains(t, unitLines(string(got)), "User")
+	assert.Contains(t, out, "systemctl --user daemon-reload && systemctl --user enable --now llmkube-agent")
+	assert.Contains(t, out, "loginctl enable-linger")
+	assert.Contains(t, out, "journalctl --user -u llmkube-agent")
+	assert.NotContains(t, out, "systemctl daemon-reload", "the system manager's form")
 }

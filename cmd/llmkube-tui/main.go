@@ -15,9 +15,6 @@ import (
 	"github.com/llmkube/mesh/tui/console"
 )
 
-// version is set at build time: -ldflags "-X main.version=…".
-var version = "dev"
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal, the next one kills the process the usual way, should shutting
@@ -29,7 +26,6 @@ func main() {
 	code, ok := runAsLlamaServer(ctx)
 	if !ok {
 		code = cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, cli.Options{
-			Version:    version,
 			RunConsole: runConsole,
 			Demo:       startDemo,
 		})

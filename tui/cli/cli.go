@@ -24,6 +24,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/tui/console"
+	"github.com/llmkube/mesh/version"
 )
 
 // Options are what main provides: the parts of the program that live outside this package.
@@ -37,8 +38,6 @@ type Options struct {
 	Demo func(ctx context.Context) (join string, stop func(), err error)
 	// Getenv reads the environment (os.Getenv when nil); tests pass their own.
 	Getenv func(string) string
-	// Version is printed by --version.
-	Version string
 }
 
 // Timeouts.
@@ -164,12 +163,20 @@ with --agent URL and a token (--token, ` + EnvToken + ` or --token-file). Secret
 		Args:          a.args(cobra.NoArgs),
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Version:       a.opts.Version,
+		Version:       version.Get().String(),
 		RunE:          a.run(a.interactive),
 	}
-	if root.Version == "" {
-		root.Version = "dev"
-	}
+	// --version and `version` print the same line.
+	root.SetVersionTemplate("llmkube-tui {{.Version}}\n")
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  a.args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "llmkube-tui %s\n", version.Get())
+			return err
+		},
+	})
 	f := root.PersistentFlags()
 	f.StringVar(&a.g.joinString, "join-string", "", "the mesh's join string (prefer "+EnvJoin+" or --join-file: flags show in ps)")
 	f.StringVar(&a.g.joinFile, "join-file", "", "read the join string from this file")

@@ -17,7 +17,7 @@ const childEnv = "LLMKUBE_CLI_TEST_AS_MAIN"
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, cli.Options{Version: "test"})
+		code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, cli.Options{})
 		stop()
 		os.Exit(code)
 	}

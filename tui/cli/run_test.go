@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/cli"
+	"github.com/llmkube/mesh/version"
 )
 
 // result is one run of the CLI.
@@ -253,4 +254,14 @@ func TestCompletionScripts(t *testing.T) {
 	for _, c := range []string{"hosts", "models", "rank", "place", "delete", "chat", "watch", "doctor", "token"} {
 		assert.Contains(t, r.stdout, c+"\t")
 	}
+}
+
+func TestVersionFlagAndCommandAgree(t *testing.T) {
+	ctx := context.Background()
+	flag := runCLI(t, ctx, nil, "", "--version")
+	cmd := runCLI(t, ctx, nil, "", "version")
+	assert.Equal(t, 0, flag.code, flag.stderr)
+	assert.Equal(t, 0, cmd.code, cmd.stderr)
+	assert.Equal(t, "llmkube-tui "+version.Get().String()+"\n", cmd.stdout)
+	assert.Equal(t, cmd.stdout, flag.stdout)
 }
