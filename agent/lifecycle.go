@@ -191,10 +191,12 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			}
 			failure = "load failed: " + err.Error()
 		} else {
+			details := a.describe(ctx, pl)
 			readyAt := time.Now()
 			ok := a.update(pl, func(p *api.Placement) {
 				p.State, p.Reason, p.Code = api.StateReady, "", ""
 				p.Engine, p.LogPath = inst.Endpoint(), inst.LogPath()
+				p.Details = details
 			})
 			if !ok {
 				return
@@ -280,6 +282,23 @@ func (a *Agent) check(ctx context.Context, pl *placement) error {
 		a.mu.Unlock()
 	}
 	return err
+}
+
+// describe asks the driver what the loaded model is (family, size, quantisation), for the
+// gateway's Ollama listings; nil when the driver cannot say. It never fails the placement.
+func (a *Agent) describe(ctx context.Context, pl *placement) *api.ModelDetails {
+	d, ok := pl.driver.(engines.Describer)
+	if !ok {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, a.cfg.HealthTimeout)
+	defer cancel()
+	md, err := d.Describe(dctx, pl.model)
+	if err != nil {
+		a.log.Debug("model details unknown", "placement", pl.p.ID, "model", pl.p.Model, "err", err)
+		return nil
+	}
+	return &md
 }
 
 // unload stops the engine serving pl, best effort (the engine may be gone already).

@@ -87,9 +87,29 @@ func NewServer(cfg ServerConfig) *Server {
 }
 
 // Handle mounts a handler behind token authentication; the handler finds the caller with
-// PrincipalFrom. The gateway mounts its routes this way.
+// PrincipalFrom.
 func (s *Server) Handle(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, s.Authenticate(h))
+	s.Mount(pattern, h, Route{})
+}
+
+// Route is how a mounted route treats callers. The gateway mounts its routes with the error
+// shape of the client dialect they speak.
+type Route struct {
+	// Deny answers a caller refused by authentication (the status is 401 and
+	// WWW-Authenticate is set already); nil answers with the API's error shape.
+	Deny func(w http.ResponseWriter, e *api.Error)
+	// Public routes are served without authentication and see no principal (the gateway's
+	// answers for routes it does not have, in its clients' error shapes).
+	Public bool
+}
+
+// Mount mounts a handler as r says: behind token authentication unless r.Public.
+func (s *Server) Mount(pattern string, h http.Handler, r Route) {
+	if r.Public {
+		s.mux.Handle(pattern, h)
+		return
+	}
+	s.mux.Handle(pattern, s.authenticate(h, r))
 }
 
 // Handler is the server's root handler.
@@ -138,20 +158,24 @@ func WithPrincipal(ctx context.Context, p api.Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
 }
 
-// Authenticate admits requests with a valid bearer token (admin or namespace) and puts the
+// authenticate admits requests with a valid bearer token (admin or namespace) and puts the
 // principal in the request context; others get 401 Unauthorized. Tokens are never logged.
-func (s *Server) Authenticate(next http.Handler) http.Handler {
+func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
+	deny := route.Deny
+	if deny == nil {
+		deny = func(w http.ResponseWriter, e *api.Error) { WriteError(w, e) }
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := bearer(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmkube"`)
-			WriteError(w, api.Errorf(api.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (`llmkube-agent init` prints the admin token)"))
+			deny(w, api.Errorf(api.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (`llmkube-agent init` prints the admin token)"))
 			return
 		}
 		p, err := api.Verify(s.cfg.Secret, tok)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmkube", error="invalid_token"`)
-			WriteError(w, api.Errorf(api.CodeUnauthorized, "token refused: %v", err))
+			deny(w, api.Errorf(api.CodeUnauthorized, "token refused: %v", err))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))

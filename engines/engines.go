@@ -94,6 +94,13 @@ type Driver interface {
 	Chat(ctx context.Context, m Model, req ChatRequest, emit func(ChatChunk) error) error
 }
 
+// Describer is a driver that can say what a loaded model is: its format, family, parameter
+// count and quantisation, as the engine lists them (Ollama, hailo-ollama) or the file's header
+// says (llama-server). The agent asks once a placement is ready and publishes the answer.
+type Describer interface {
+	Describe(ctx context.Context, m Model) (api.ModelDetails, error)
+}
+
 // ErrNotFound is returned (wrapped) when the engine does not know a model.
 var ErrNotFound = errors.New("model not found")
 

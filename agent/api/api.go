@@ -218,6 +218,18 @@ type Placement struct {
 	ReplacedBy  string         `json:"replaced_by,omitempty"`    // a Hailo swap evicted it for this id
 	LogPath     string         `json:"log_path,omitempty"`       // engine log on the owning host
 	Engine      string         `json:"engine_address,omitempty"` // loopback address on the owning host
+	Details     *ModelDetails  `json:"details,omitempty"`        // what the engine reports of the loaded model
+}
+
+// ModelDetails is what an engine (or the model file) says a loaded model is, in the words
+// Ollama's "details" use, so the gateway's /api/tags and /api/ps can pass them on.
+type ModelDetails struct {
+	Format            string   `json:"format,omitempty"` // "gguf", "hef"
+	Family            string   `json:"family,omitempty"` // "llama", "qwen2"
+	Families          []string `json:"families,omitempty"`
+	ParameterSize     string   `json:"parameter_size,omitempty"`     // "1.5B", "494.03M"
+	QuantizationLevel string   `json:"quantization_level,omitempty"` // "Q4_0", "F16"
+	Size              int64    `json:"size,omitempty"`               // bytes of the model's files on disk
 }
 
 // Memory is a host's memory accounting, in bytes.

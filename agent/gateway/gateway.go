@@ -26,6 +26,7 @@ import (
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/version"
 )
 
 // HopHeader marks a request one agent forwarded to another. The owner serves such a request
@@ -77,7 +78,7 @@ type Config struct {
 	// HTTP forwards requests to other agents; nil = a client made for streaming (no overall
 	// timeout, no compression, many idle connections per agent).
 	HTTP *http.Client
-	// Version is what GET /api/version reports; api.Version when empty.
+	// Version is what GET /api/version reports; the product's version when empty.
 	Version string
 }
 
@@ -114,7 +115,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Version == "" {
-		cfg.Version = api.Version
+		cfg.Version = version.Get().Version
 	}
 	if cfg.Self == "" {
 		cfg.Self = cfg.Agent.Name()
@@ -156,16 +157,52 @@ func forwardTransport() *http.Transport {
 	}
 }
 
-// Register mounts the gateway's routes. Pass the agent server's Handle, which puts them behind
-// bearer-token authentication: every handler reads the caller with agent.PrincipalFrom.
-func (g *Gateway) Register(mount func(pattern string, h http.Handler)) {
-	mount("GET /v1/models", http.HandlerFunc(g.openAIModels))
-	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat))
-	mount("GET /api/tags", http.HandlerFunc(g.ollamaTags))
-	mount("GET /api/ps", http.HandlerFunc(g.ollamaPS))
-	mount("GET /api/version", http.HandlerFunc(g.ollamaVersion))
-	mount("POST /api/chat", http.HandlerFunc(g.ollamaChat))
-	mount("POST /api/generate", http.HandlerFunc(g.ollamaGenerate))
+// Register mounts the gateway's routes. Pass the agent server's Mount, which puts them behind
+// bearer-token authentication (every handler reads the caller with agent.PrincipalFrom) and
+// answers a refused token in the route's dialect. Routes the gateway does not have, under
+// /v1/ and /api/, are answered in OpenAI's and Ollama's error shapes, so a client shows the
+// message instead of "[object Object]".
+func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Route)) {
+	oa := agent.Route{Deny: denier(dialectOpenAI)}
+	ol := agent.Route{Deny: denier(dialectOllamaChat)}
+	mount("GET /v1/models", http.HandlerFunc(g.openAIModels), oa)
+	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat), oa)
+	mount("GET /api/tags", http.HandlerFunc(g.ollamaTags), ol)
+	mount("GET /api/ps", http.HandlerFunc(g.ollamaPS), ol)
+	mount("GET /api/version", http.HandlerFunc(g.ollamaVersion), ol)
+	mount("POST /api/chat", http.HandlerFunc(g.ollamaChat), ol)
+	mount("POST /api/generate", http.HandlerFunc(g.ollamaGenerate), ol)
+	mount("/v1/", noRoute(dialectOpenAI), agent.Route{Public: true})
+	mount("/api/", noRoute(dialectOllamaChat), agent.Route{Public: true})
+}
+
+// denier answers a refused token in dialect d.
+func denier(d dialect) func(http.ResponseWriter, *api.Error) {
+	return func(w http.ResponseWriter, e *api.Error) {
+		writeFailure(w, d, &failure{status: http.StatusUnauthorized, code: e.Code, oaCode: "invalid_api_key", msg: e.Message})
+	}
+}
+
+// noRoute answers a path the gateway does not serve: 404 in dialect d, saying what was asked.
+func noRoute(d dialect) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeFailure(w, d, &failure{status: http.StatusNotFound, code: api.CodeNotFound, oaCode: "unknown_url",
+			msg: fmt.Sprintf("no route %s %s on this gateway", r.Method, sanitizePath(r.URL.Path))})
+	})
+}
+
+// sanitizePath keeps a requested path printable and short for an error message.
+func sanitizePath(p string) string {
+	p = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(p, ""))
+	if len(p) > 200 {
+		p = strings.ToValidUTF8(p[:200], "") + "…"
+	}
+	return p
 }
 
 // principal is the authenticated caller. A request that reached a gateway route without one
@@ -284,6 +321,50 @@ func (g *Gateway) notServed(who api.Principal, model string, forwarded bool, v V
 	}
 	return &failure{status: http.StatusNotFound, code: api.CodeNotFound, oaCode: "model_not_found",
 		msg: fmt.Sprintf("model %q is not served %s for this token's namespace", model, where)}
+}
+
+// resolve is the name a requested model is served under for who: the name itself when a
+// placement the caller may see has it, else its Ollama twin when one has that ("x" and
+// "x:latest" are one model to Ollama clients, which add or drop the tag as they please).
+func (g *Gateway) resolve(who api.Principal, model string, forwarded bool, v View) string {
+	twin, ok := ollamaTwin(model)
+	if !ok {
+		return model
+	}
+	found := false
+	for _, p := range g.a.List(who) {
+		if p.Model == model {
+			return model
+		}
+		found = found || p.Model == twin
+	}
+	if !forwarded && v != nil {
+		for _, p := range v.Placements() {
+			if !who.Allows(p.Namespace) {
+				continue
+			}
+			if p.Model == model {
+				return model
+			}
+			found = found || p.Model == twin
+		}
+	}
+	if found {
+		return twin
+	}
+	return model
+}
+
+// ollamaTwin is the other spelling of an Ollama model name: without ":latest", or with it when
+// the name has no tag.
+func ollamaTwin(model string) (string, bool) {
+	if base, ok := strings.CutSuffix(model, ":latest"); ok && base != "" {
+		return base, true
+	}
+	if i := strings.LastIndex(model, "/"); !strings.Contains(model[i+1:], ":") {
+		return model + ":latest", true
+	}
+	return "", false
 }
 
 // view is the current mesh view, or nil when the gateway runs without a mesh.

@@ -126,7 +126,7 @@ func newNode(t testing.TB, o nodeOpts) *node {
 	n.g, err = gateway.New(gc)
 	require.NoError(t, err)
 	srv := agent.NewServer(agent.ServerConfig{Agent: a, Secret: secret, MeshID: "test", Log: gc.Log})
-	n.g.Register(srv.Handle)
+	n.g.Register(srv.Mount)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone, srvDone := make(chan error, 1), make(chan error, 1)

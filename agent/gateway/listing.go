@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -133,6 +134,7 @@ type ollamaRunning struct {
 	Size          int64         `json:"size"`
 	Digest        string        `json:"digest"`
 	Details       ollamaDetails `json:"details"`
+	ExpiresAt     time.Time     `json:"expires_at"`
 	SizeVRAM      int64         `json:"size_vram"`
 	ContextLength int           `json:"context_length"`
 }
@@ -144,12 +146,37 @@ func digestOf(p api.Placement) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// detailsOf is what the engine reported of p's model (family, parameter size, quantisation);
+// the format follows from the runtime when the engine said nothing.
 func detailsOf(p api.Placement) ollamaDetails {
-	format := "gguf"
+	d := ollamaDetails{Format: "gguf", Families: []string{}}
 	if p.Runtime == api.RuntimeHailoOllama {
-		format = "hef"
+		d.Format = "hef"
 	}
-	return ollamaDetails{Format: format}
+	if md := p.Details; md != nil {
+		if md.Format != "" {
+			d.Format = md.Format
+		}
+		d.Family, d.ParameterSize, d.QuantizationLevel = md.Family, md.ParameterSize, md.QuantizationLevel
+		if len(md.Families) > 0 {
+			d.Families = md.Families
+		} else if md.Family != "" {
+			d.Families = []string{md.Family}
+		}
+	}
+	return d
+}
+
+// diskSize is the size /api/tags shows: the model's files as the engine listed them, else the
+// weights' estimate.
+func diskSize(p api.Placement) int64 {
+	if p.Details != nil && p.Details.Size > 0 {
+		return p.Details.Size
+	}
+	if p.Memory.Weights > 0 {
+		return p.Memory.Weights
+	}
+	return p.Memory.Bytes
 }
 
 // ollamaTags is GET /api/tags over the same set as /v1/models.
@@ -158,26 +185,27 @@ func (g *Gateway) ollamaTags(w http.ResponseWriter, r *http.Request) {
 		models := []ollamaTag{}
 		for _, l := range g.served(who) {
 			p := l.placements[0]
-			size := p.Memory.Weights
-			if size == 0 {
-				size = p.Memory.Bytes
-			}
-			models = append(models, ollamaTag{Name: l.name, Model: l.name, ModifiedAt: p.CreatedAt, Size: size,
+			models = append(models, ollamaTag{Name: l.name, Model: l.name, ModifiedAt: p.CreatedAt, Size: diskSize(p),
 				Digest: digestOf(p), Details: detailsOf(p)})
 		}
 		return map[string]any{"models": models}
 	})
 }
 
-// ollamaPS is GET /api/ps: what is loaded and ready, which is every served model. No expiry is
-// reported: placements, not keep_alive, decide what stays loaded.
+// neverExpires is the expiry /api/ps shows: placements, not keep_alive, decide what stays
+// loaded, so a served model stays until it is deleted. Ollama shows a model kept with
+// keep_alive -1 the same way: now plus the longest duration (`ollama ps` prints "Forever").
+func neverExpires() time.Time { return time.Now().Add(math.MaxInt64).UTC().Truncate(time.Second) }
+
+// ollamaPS is GET /api/ps: what is loaded and ready, which is every served model.
 func (g *Gateway) ollamaPS(w http.ResponseWriter, r *http.Request) {
 	g.listWith(w, r, dialectOllamaChat, func(who api.Principal) any {
 		models := []ollamaRunning{}
+		expires := neverExpires()
 		for _, l := range g.served(who) {
 			p := l.placements[0]
 			m := ollamaRunning{Name: l.name, Model: l.name, Size: p.Memory.Bytes, Digest: digestOf(p),
-				Details: detailsOf(p), ContextLength: p.Context}
+				Details: detailsOf(p), ExpiresAt: expires, ContextLength: p.Context}
 			if p.Memory.Device == api.DeviceHailo {
 				m.SizeVRAM = p.Memory.Bytes
 			}

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sync"
@@ -77,6 +78,29 @@ func TestLlamaServer(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode, "%s", b)
 	lines := ndjson(t, b)
 	assert.Equal(t, true, lines[len(lines)-1]["done"])
+
+	// /api/tags carries what the GGUF header says the model is.
+	resp, b = call(t, "GET", n.url+"/api/tags", adminToken, "")
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	var tags struct {
+		Models []struct {
+			Size    int64
+			Details struct {
+				Format, Family    string
+				ParameterSize     string `json:"parameter_size"`
+				QuantizationLevel string `json:"quantization_level"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &tags))
+	require.Len(t, tags.Models, 1)
+	fi, err := os.Stat(model)
+	require.NoError(t, err)
+	assert.Equal(t, fi.Size(), tags.Models[0].Size)
+	assert.Equal(t, "gguf", tags.Models[0].Details.Format)
+	assert.Equal(t, "llama", tags.Models[0].Details.Family)
+	assert.Equal(t, "Q8_0", tags.Models[0].Details.QuantizationLevel)
+	assert.Regexp(t, `^[0-9.]+[KMB]$`, tags.Models[0].Details.ParameterSize)
 
 	// The context is known (512): a longer prompt never reaches the engine.
 	resp, b = call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("tiny", string(make([]byte, 4*600)), false, ""))

@@ -116,7 +116,8 @@ func TestOpenAIErrors(t *testing.T) {
 		status            int
 		code              string
 	}{
-		{"no token", "", chatBody("llama", "hi", false, ""), 401, "Unauthorized"},
+		{"no token", "", chatBody("llama", "hi", false, ""), 401, "invalid_api_key"},
+		{"wrong token", "llmk_wrong", chatBody("llama", "hi", false, ""), 401, "invalid_api_key"},
 		{"malformed JSON", teamA, `{"model":"llama","messages":[`, 400, "invalid_request"},
 		{"trailing data", teamA, chatBody("llama", "hi", false, "") + "{}", 400, "invalid_request"},
 		{"empty body", teamA, "", 400, "invalid_request"},
@@ -138,8 +139,9 @@ func TestOpenAIErrors(t *testing.T) {
 			code, typ, msg := oaErr(t, b)
 			assert.Equal(t, c.code, code)
 			assert.NotEmpty(t, msg)
-			if c.status != 401 {
-				assert.NotEmpty(t, typ)
+			assert.NotEmpty(t, typ)
+			if c.status == 401 {
+				assert.Equal(t, "authentication_error", typ)
 			}
 		})
 	}
@@ -187,6 +189,17 @@ func TestModelsListing(t *testing.T) {
 
 	resp, b := call(t, "GET", n.url+"/v1/models", "", "")
 	assert.Equal(t, 401, resp.StatusCode, "%s", b)
+
+	// A route the gateway does not have is a 404 in OpenAI's error shape, with its type.
+	resp, b = call(t, "GET", n.url+"/v1/nothing", "", "")
+	require.Equal(t, 404, resp.StatusCode, "%s", b)
+	code, typ, msg := oaErr(t, b)
+	assert.Equal(t, "unknown_url", code)
+	assert.Equal(t, "invalid_request_error", typ)
+	assert.Contains(t, msg, "GET /v1/nothing")
+	// The agent's own routes under /v1/ are still there.
+	resp, b = call(t, "GET", n.url+"/v1/host", adminToken, "")
+	assert.Equal(t, 200, resp.StatusCode, "%s", b)
 }
 
 func TestUnknownModelNamesNeverBecomeMetricLabels(t *testing.T) {

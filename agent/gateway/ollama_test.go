@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/version"
 )
 
 // TestOllamaDialect speaks Ollama's protocol to the gateway as Ollama clients do: NDJSON chat
@@ -94,14 +95,35 @@ func TestOllamaDialect(t *testing.T) {
 	})
 
 	t.Run("listings", func(t *testing.T) {
-		resp, b := call(t, "GET", n.url+"/api/tags", adminToken, "")
+		type details struct {
+			Format, Family    string
+			Families          []string
+			ParameterSize     string `json:"parameter_size"`
+			QuantizationLevel string `json:"quantization_level"`
+		}
+		// What the daemon itself lists is what the gateway must pass on.
+		engine := struct {
+			Models []struct {
+				Name    string
+				Size    int64
+				Details details
+			}
+		}{}
+		resp, b := call(t, "GET", sim.URL()+"/api/tags", "", "")
+		require.Equal(t, 200, resp.StatusCode)
+		require.NoError(t, json.Unmarshal(b, &engine))
+		require.Len(t, engine.Models, 1)
+		want := engine.Models[0].Details
+		require.Equal(t, "llama", want.Family, "the simulator's details")
+
+		resp, b = call(t, "GET", n.url+"/api/tags", adminToken, "")
 		require.Equal(t, 200, resp.StatusCode)
 		var tags struct {
 			Models []struct {
 				Name, Model, Digest string
 				Size                int64
 				ModifiedAt          time.Time `json:"modified_at"`
-				Details             struct{ Format string }
+				Details             details
 			}
 		}
 		require.NoError(t, json.Unmarshal(b, &tags))
@@ -109,8 +131,10 @@ func TestOllamaDialect(t *testing.T) {
 		m := tags.Models[0]
 		assert.Equal(t, "llama", m.Name)
 		assert.Len(t, m.Digest, 64)
-		assert.Positive(t, m.Size)
-		assert.Equal(t, "gguf", m.Details.Format)
+		assert.Equal(t, engine.Models[0].Size, m.Size, "the size the engine lists")
+		assert.Equal(t, want, m.Details)
+		assert.Equal(t, "1.2B", m.Details.ParameterSize)
+		assert.Equal(t, "Q8_0", m.Details.QuantizationLevel)
 		assert.WithinDuration(t, p.CreatedAt, m.ModifiedAt, time.Second)
 
 		resp, b = call(t, "GET", n.url+"/api/ps", adminToken, "")
@@ -119,21 +143,39 @@ func TestOllamaDialect(t *testing.T) {
 			Models []struct {
 				Name          string
 				Size          int64
-				ContextLength int `json:"context_length"`
+				ContextLength int        `json:"context_length"`
+				ExpiresAt     *time.Time `json:"expires_at"`
+				Details       details
 			}
 		}
 		require.NoError(t, json.Unmarshal(b, &ps))
 		require.Len(t, ps.Models, 1)
 		assert.Equal(t, p.Context, ps.Models[0].ContextLength)
 		assert.Equal(t, p.Memory.Bytes, ps.Models[0].Size)
+		assert.Equal(t, want, ps.Models[0].Details)
+		require.NotNil(t, ps.Models[0].ExpiresAt, "%s", b)
+		assert.Greater(t, time.Until(*ps.Models[0].ExpiresAt), 100*365*24*time.Hour, "a placement stays until deleted")
 
 		resp, b = call(t, "GET", n.url+"/api/version", adminToken, "")
 		require.Equal(t, 200, resp.StatusCode)
-		assert.JSONEq(t, `{"version":"`+api.Version+`"}`, string(b))
+		assert.JSONEq(t, `{"version":"`+version.Get().Version+`"}`, string(b))
+		assert.NotEqual(t, `{"version":"dev"}`, string(b))
 
 		resp, b = call(t, "GET", n.url+"/api/tags", nsToken(t, "other"), "")
 		require.Equal(t, 200, resp.StatusCode)
 		assert.JSONEq(t, `{"models":[]}`, string(b))
+	})
+
+	t.Run("name and name:latest are one model", func(t *testing.T) {
+		for _, name := range []string{"llama", "llama:latest"} {
+			resp, b := call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"`+name+`","messages":[{"role":"user","content":"hi"}],"stream":false}`)
+			require.Equal(t, 200, resp.StatusCode, "%s: %s", name, b)
+			var whole struct{ Model string }
+			require.NoError(t, json.Unmarshal(b, &whole))
+			assert.Equal(t, name, whole.Model, "the answer names the model as asked")
+		}
+		resp, _ := call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"llama:1b","messages":[{"role":"user","content":"hi"}]}`)
+		assert.Equal(t, 404, resp.StatusCode, "another tag is another model")
 	})
 
 	t.Run("errors in Ollama's shape", func(t *testing.T) {
@@ -152,6 +194,25 @@ func TestOllamaDialect(t *testing.T) {
 			var e struct{ Error string }
 			require.NoError(t, json.Unmarshal(b, &e), "%s", b)
 			assert.NotEmpty(t, e.Error)
+		}
+		// A wrong token and a route the gateway does not have: the error is a string too,
+		// which the Ollama clients show (an object they show as "[object Object]").
+		for _, c := range []struct {
+			method, path, token string
+			status              int
+			says                string
+		}{
+			{"GET", "/api/tags", "", 401, "missing bearer token"},
+			{"GET", "/api/tags", "llmk_wrong", 401, "token refused"},
+			{"POST", "/api/chat", nsToken(t, "x") + "tampered", 401, "token refused"},
+			{"POST", "/api/nothing", adminToken, 404, "no route POST /api/nothing"},
+			{"GET", "/api/nothing", "", 404, "no route GET /api/nothing"},
+		} {
+			resp, b := call(t, c.method, n.url+c.path, c.token, "")
+			require.Equal(t, c.status, resp.StatusCode, "%s %s: %s", c.method, c.path, b)
+			var e struct{ Error string }
+			require.NoError(t, json.Unmarshal(b, &e), "%s %s: %s", c.method, c.path, b)
+			assert.Contains(t, e.Error, c.says)
 		}
 	})
 }

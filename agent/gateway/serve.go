@@ -52,9 +52,10 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	if !forwarded {
 		v = g.view()
 	}
-	cands := g.candidates(who, call.model, forwarded, v)
+	name := g.resolve(who, call.model, forwarded, v)
+	cands := g.candidates(who, name, forwarded, v)
 	if len(cands) == 0 {
-		g.fail(w, d, g.notServed(who, call.model, forwarded, v))
+		g.fail(w, d, g.notServed(who, name, forwarded, v))
 		return
 	}
 	if cands, f = fitting(cands, call); f != nil {

@@ -111,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		stop()
 		return nil, err
 	}
-	gw.Register(srv.Handle)
+	gw.Register(srv.Mount)
 	g.Go(func() error { return a.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx, cfg.Listener) })
 	cfg.Log.Info("API listening", "addr", cfg.Listener.Addr().String(), "advertise", cfg.APIAddr, "mesh", cfg.Join.MeshID, "node", a.Name(), "metrics_open", cfg.OpenMetrics)

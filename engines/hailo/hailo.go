@@ -294,3 +294,18 @@ type Instance struct {
 // Replaced names the model this load took off the device, "" when the device was free or
 // already held this model. The agent marks that model's placement replaced.
 func (i *Instance) Replaced() string { return i.replaced }
+
+// Describe is what hailo-ollama lists of m in /api/tags (a HEF's family, parameter size and
+// quantisation come from its manifest), asked holding the device: hailo-ollama takes one
+// request at a time.
+func (d *Driver) Describe(ctx context.Context, m engines.Model) (api.ModelDetails, error) {
+	ref, err := ollama.Ref(m, api.RuntimeHailoOllama)
+	if err != nil {
+		return api.ModelDetails{}, err
+	}
+	if err := d.lock(ctx); err != nil {
+		return api.ModelDetails{}, err
+	}
+	defer d.unlock()
+	return d.c.Describe(ctx, ref)
+}

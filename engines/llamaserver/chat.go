@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/sizing"
 )
 
 // chatRequest is llama-server's OpenAI chat request, always streamed.
@@ -190,4 +191,13 @@ func truncate(s string) string {
 		return s[:120] + "…"
 	}
 	return s
+}
+
+// Describe reads the model's GGUF header: llama-server serves one file, and the file says
+// what it is.
+func (d *Driver) Describe(_ context.Context, m engines.Model) (api.ModelDetails, error) {
+	if m.Path == "" {
+		return api.ModelDetails{}, fmt.Errorf("placement %s has no model file yet", m.ID)
+	}
+	return sizing.DescribeGGUF(m.Path)
 }

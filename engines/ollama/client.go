@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
@@ -250,9 +251,53 @@ func (c *Client) HailoList(ctx context.Context) (models []string, isHailo bool, 
 
 // Tag is a pulled model, from /api/tags.
 type Tag struct {
-	Name  string `json:"name"`
-	Model string `json:"model"`
-	Size  int64  `json:"size"`
+	Name    string           `json:"name"`
+	Model   string           `json:"model"`
+	Size    int64            `json:"size"`
+	Details api.ModelDetails `json:"details"`
+}
+
+// maxDetail bounds each string of a daemon's model details: they are shown to clients.
+const maxDetail = 64
+
+// Describe is what the daemon lists of model in /api/tags: size and details (family,
+// parameter size, quantisation), each string bounded.
+func (c *Client) Describe(ctx context.Context, model string) (api.ModelDetails, error) {
+	tags, err := c.Tags(ctx)
+	if err != nil {
+		return api.ModelDetails{}, err
+	}
+	for _, t := range tags {
+		if !SameModel(t.Name, model) && !SameModel(t.Model, model) {
+			continue
+		}
+		d := t.Details
+		d.Format, d.Family = bounded(d.Format), bounded(d.Family)
+		d.ParameterSize, d.QuantizationLevel = bounded(d.ParameterSize), bounded(d.QuantizationLevel)
+		if len(d.Families) > 8 {
+			d.Families = d.Families[:8]
+		}
+		for i := range d.Families {
+			d.Families[i] = bounded(d.Families[i])
+		}
+		d.Size = max(t.Size, 0)
+		return d, nil
+	}
+	return api.ModelDetails{}, fmt.Errorf("%s: %q is not in /api/tags: %w", c.daemon, model, engines.ErrNotFound)
+}
+
+// bounded keeps a remote string short, valid UTF-8 and free of control characters.
+func bounded(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, ""))
+	if len(s) > maxDetail {
+		s = strings.ToValidUTF8(s[:maxDetail], "")
+	}
+	return s
 }
 
 // Tags is GET /api/tags: the models present locally.

@@ -279,3 +279,12 @@ func (i *Instance) Endpoint() string      { return i.endpoint }
 func (i *Instance) Done() <-chan struct{} { return i.done }
 func (i *Instance) Err() error            { return nil }
 func (i *Instance) LogPath() string       { return "" }
+
+// Describe is what the daemon lists of m.
+func (d *Driver) Describe(ctx context.Context, m engines.Model) (api.ModelDetails, error) {
+	ref, err := d.ref(m)
+	if err != nil {
+		return api.ModelDetails{}, err
+	}
+	return d.c.Describe(ctx, ref)
+}

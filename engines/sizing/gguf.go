@@ -272,3 +272,28 @@ func safely(f func()) (err error) {
 	f()
 	return nil
 }
+
+// DescribeGGUF reads what a local GGUF file says it is (architecture, parameter count, the
+// tensors' main type), in the words Ollama's model details use: "llama", "494.03M", "Q4_K_M".
+func DescribeGGUF(path string) (api.ModelDetails, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return api.ModelDetails{}, err
+	}
+	gf, err := safeParse(func() (*parser.GGUFFile, error) {
+		return parser.ParseGGUFFile(path, append(readOptions(), parser.UseMMap())...)
+	})
+	if err != nil {
+		return api.ModelDetails{}, fmt.Errorf("reading the GGUF header of %s: %w", path, err)
+	}
+	md := gf.Metadata()
+	d := api.ModelDetails{Format: "gguf", Family: md.Architecture, Size: fi.Size(),
+		QuantizationLevel: strings.TrimPrefix(md.FileType.String(), "MOSTLY_")}
+	if md.Architecture != "" {
+		d.Families = []string{md.Architecture}
+	}
+	if md.Parameters > 0 {
+		d.ParameterSize = strings.ReplaceAll(md.Parameters.String(), " ", "")
+	}
+	return d, nil
+}
