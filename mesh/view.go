@@ -156,3 +156,17 @@ func (m *Mesh) hostLocked(mb *member, live api.Liveness) (*api.Host, []api.Place
 	})
 	return &h, ps
 }
+
+// Liveness is a member's liveness now, as a View would show it, without building one: the
+// gateway asks it of a forwarded request's owner every tenth of a second. False when the
+// member is not known (never seen, or forgotten long after it died).
+func (m *Mesh) Liveness(name string) (api.Liveness, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb := m.members[name]
+	if mb == nil {
+		return "", false
+	}
+	live, _ := mb.liveness()
+	return live, true
+}

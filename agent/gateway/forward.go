@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,9 +34,11 @@ func retryableStatus(code int) bool {
 // answer back, flushing each read: bytes reach the client as the owner writes them. The
 // client's leaving cancels the forwarded request, which cancels the owner's engine request.
 //
-// An owner that fails before answering (no connection, or a retryable status while this is not
-// the last replica) leaves nothing written, so the caller can fail over; otherwise the owner's
-// answer, error or not, is the client's.
+// An owner that fails before answering (no connection, no answer within the response-header
+// timeout, lost from the mesh, or a retryable status while this is not the last replica) leaves
+// nothing written, so the caller can fail over; otherwise the owner's answer, error or not, is
+// the client's. An owner lost mid-answer (see Config.Liveness) ends the answer with an error in
+// the stream's own form, instead of leaving the client on a silent socket.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, body []byte, c candidate, v View, final bool, start time.Time) (committed bool, err error) {
 	mb, ok := v.Member(c.p.Host)
 	if !ok || mb.Host == nil || mb.Host.APIAddr == "" {
@@ -43,7 +47,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	}
 	c.busy.Add(1)
 	defer c.busy.Add(-1)
-	ctx := r.Context()
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	defer g.watchOwner(cancel, c.p.Host, c.p.Model)()
 	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+mb.Host.APIAddr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, msg: "forwarding: " + err.Error()}
@@ -52,10 +58,18 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	req.Header.Del("Content-Length")
 	req.Header.Set(HopHeader, "1")
 	forwardedFor(req.Header, r)
+	headers := time.AfterFunc(g.cfg.ResponseHeaderTimeout, func() {
+		cancel(&failure{status: http.StatusGatewayTimeout, code: api.CodeUnreachable, retryAfter: 1,
+			msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.p.Host, mb.Host.APIAddr, c.p.Model, g.cfg.ResponseHeaderTimeout)})
+	})
 	resp, err := g.hc.Do(req)
+	headers.Stop()
 	if err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
+		if r.Context().Err() != nil {
+			return false, r.Context().Err()
+		}
+		if f := lost(ctx); f != nil {
+			return false, f
 		}
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
 			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.p.Host, mb.Host.APIAddr, c.p.Model, err)}
@@ -66,7 +80,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			msg: fmt.Sprintf("agent %s answered with a protocol switch, which the gateway does not pass on", c.p.Host)}
 	}
 	if !final && retryableStatus(resp.StatusCode) {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // bounded by the owner's watch too
 		return false, &failure{status: resp.StatusCode, code: api.CodeUnreachable,
 			msg: fmt.Sprintf("agent %s answered %d: %s", c.p.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
@@ -97,12 +111,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			break
 		}
 		if rerr != nil {
-			if ctx.Err() != nil {
+			if r.Context().Err() != nil {
 				g.m.clientGone()
 				return true, nil
 			}
-			f := &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-				msg: fmt.Sprintf("agent %s broke off its answer: %v", c.p.Host, rerr)}
+			f := lost(ctx)
+			if f == nil {
+				f = &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
+					msg: fmt.Sprintf("agent %s broke off its answer: %v", c.p.Host, rerr)}
+			}
 			g.m.fail(f)
 			g.log.Warn("forwarded answer broke off", "host", c.p.Host, "model", c.p.Model, "err", rerr)
 			streamFailure(&o, d, resp.Header.Get("Content-Type"), f)
@@ -117,6 +134,68 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 		g.m.served(c.p.Model, routeForward, ttft, time.Since(start), 0, 0)
 	}
 	return true, nil
+}
+
+// ownerPoll is how often a forwarded request's owner is looked up in the mesh view: a map
+// look-up, so a tenth of a second costs nothing and ends a request within that of its owner's
+// death (or grace).
+const ownerPoll = 100 * time.Millisecond
+
+// watchOwner watches host's liveness until the returned function is called, and cancels the
+// forwarded request with the reason once its owner is dead, left, forgotten by the view, or
+// suspect or unreachable for longer than the grace (see Config.Liveness).
+func (g *Gateway) watchOwner(cancel context.CancelCauseFunc, host, model string) (stop func()) {
+	if g.cfg.Liveness == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(ownerPoll)
+		defer t.Stop()
+		var since time.Time // first seen suspect or unreachable
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				live, known := g.cfg.Liveness(host)
+				var why string
+				switch {
+				case !known:
+					why = "is no longer in the mesh view"
+				case live == api.Dead || live == api.Left:
+					why = "is " + string(live)
+				case live == api.Suspect || live == api.Unreachable:
+					if since.IsZero() {
+						since = now
+					}
+					if held := now.Sub(since); held >= g.cfg.OwnerGrace {
+						why = fmt.Sprintf("has been %s for %s", live, held.Round(100*time.Millisecond))
+					}
+				default:
+					since = time.Time{}
+				}
+				if why == "" {
+					continue
+				}
+				g.log.Warn("owner of a forwarded request lost; ending the request", "host", host, "model", model, "liveness", live)
+				cancel(&failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
+					msg: fmt.Sprintf("agent %s serving %q %s in the mesh: the request to it was ended", host, model, why)})
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// lost is why a forwarded request's context was cancelled by the gateway (its owner lost, or
+// no answer in time), or nil when it was not.
+func lost(ctx context.Context) *failure {
+	var f *failure
+	if errors.As(context.Cause(ctx), &f) {
+		return f
+	}
+	return nil
 }
 
 // streamFailure ends a streamed answer that broke off with an error in the stream's own form,

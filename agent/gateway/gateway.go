@@ -43,6 +43,15 @@ const (
 	DefaultQueueDepth   = 8
 	DefaultMaxBody      = 8 << 20
 	DefaultStallTimeout = 30 * time.Second
+	// DefaultOwnerGrace is how long a forwarded request waits on an owner the mesh suspects:
+	// longer than a busy host takes to refute a false suspicion, well short of a dead host's
+	// declaration on a large mesh.
+	DefaultOwnerGrace = 2 * time.Second
+	// DefaultResponseHeaderTimeout bounds the wait for an owner's answer to begin. An owner
+	// sends its headers with the first token of a stream, or with the whole answer otherwise,
+	// after any queue on its engine: this is a backstop for an owner alive in gossip whose API
+	// hangs. A host that drops off the network is caught by the liveness watch, in seconds.
+	DefaultResponseHeaderTimeout = 5 * time.Minute
 )
 
 // View is what the gateway reads of the mesh. mesh.View satisfies it.
@@ -80,6 +89,17 @@ type Config struct {
 	HTTP *http.Client
 	// Version is what GET /api/version reports; the product's version when empty.
 	Version string
+	// Liveness reports a member's liveness now, as the mesh view shows it (mesh.Mesh.Liveness),
+	// false when the view does not know it; nil does not watch owners. While a request is
+	// forwarded its owner is watched: dead, left or forgotten ends the request at once, suspect
+	// or unreachable for OwnerGrace ends it then — with an error status before the answer
+	// began (and the next replica is tried), with an error in the stream after.
+	Liveness func(host string) (api.Liveness, bool)
+	// OwnerGrace: see Liveness; DefaultOwnerGrace when zero.
+	OwnerGrace time.Duration
+	// ResponseHeaderTimeout bounds the wait for a forwarded request's answer to begin;
+	// DefaultResponseHeaderTimeout when zero.
+	ResponseHeaderTimeout time.Duration
 }
 
 // Gateway serves the chat and model-listing routes.
@@ -110,6 +130,12 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = DefaultStallTimeout
+	}
+	if cfg.OwnerGrace <= 0 {
+		cfg.OwnerGrace = DefaultOwnerGrace
+	}
+	if cfg.ResponseHeaderTimeout <= 0 {
+		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

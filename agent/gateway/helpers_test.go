@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -76,6 +77,9 @@ type node struct {
 	addr string
 	m    *mesh.Mesh // nil until join
 	view func() gateway.View
+	// advertise is the API address the node announces to the mesh when join runs (a proxy in
+	// front of it); addr when empty.
+	advertise string
 }
 
 // newNode starts an agent and its API server until the test ends. The gateway reads the mesh
@@ -119,6 +123,12 @@ func newNode(t testing.TB, o nodeOpts) *node {
 				return nil
 			}
 			return n.view()
+		},
+		Liveness: func(host string) (api.Liveness, bool) {
+			if n.m == nil {
+				return api.Alive, true
+			}
+			return n.m.Liveness(host)
 		}}
 	if o.gateway != nil {
 		o.gateway(&gc)
@@ -156,7 +166,7 @@ func joinWith(t testing.TB, profile string, nodes ...*node) {
 	var seed string
 	for _, n := range nodes {
 		cfg := mesh.Config{MeshID: "test", Secret: secret, NodeName: n.name, Role: api.RoleAgent,
-			BindAddr: "127.0.0.1", BindPort: 0, APIAddr: n.addr, Profile: profile, Log: testLog().With("node", n.name)}
+			BindAddr: "127.0.0.1", BindPort: 0, APIAddr: cmp.Or(n.advertise, n.addr), Profile: profile, Log: testLog().With("node", n.name)}
 		if seed != "" {
 			cfg.Seeds = []string{seed}
 		}

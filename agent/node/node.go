@@ -93,6 +93,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.Mesh = m
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
 		gc.View = func() gateway.View { return m.View() }
+		gc.Liveness = m.Liveness
 		g.Go(func() error { return publish(gctx, a, m, cfg.Log) })
 		g.Go(func() error {
 			// Leave first, so peers stop routing here before the engines go.
