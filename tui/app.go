@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/charmbracelet/bubbles/key"
-	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/cmdline"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/keymap"
@@ -31,6 +32,9 @@ type Options struct {
 	Now func() time.Time
 	// Tick is the sampling period of memory charts and elapsed times (default 1 s).
 	Tick time.Duration
+	// HistoryFile keeps the `:` command history between runs; "" keeps it for this run only
+	// (Run uses cmdline.DefaultPath).
+	HistoryFile string
 }
 
 // opener is a view that opens with an argument (a host, a model, a source).
@@ -49,8 +53,10 @@ type App struct {
 	height int
 	tick   time.Duration
 
-	cmdline   textinput.Model
+	cmdline   *cmdline.Line
 	cmdActive bool
+	history   *cmdline.File // nil: the command history is not kept between runs
+	histSeq   int
 
 	status    string
 	statusErr bool
@@ -91,10 +97,11 @@ func New(conn *console.Conn, opts Options) *App {
 	if conn != nil {
 		ctx.Mesh = conn.View()
 	}
-	ci := textinput.New()
-	ci.Prompt = ":"
-	ci.Placeholder = "hosts · models · place SOURCE · chat MODEL · host NAME · events · doctor · help · quit"
-	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, cmdline: ci, tick: opts.Tick}
+	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, tick: opts.Tick}
+	a.cmdline = cmdline.New(ctx.Styles, "hosts · models · place SOURCE · chat MODEL · host NAME · … · tab completes", a.completions)
+	if opts.HistoryFile != "" {
+		a.history = &cmdline.File{Path: opts.HistoryFile}
+	}
 	for p, mk := range builtinViews() {
 		a.pages[p] = mk(ctx)
 	}
@@ -108,7 +115,7 @@ func (a *App) Context() *common.Context { return a.ctx }
 func (a *App) Active() common.Page { return a.active }
 
 func (a *App) Init() tea.Cmd {
-	cmds := []tea.Cmd{a.tickCmd()}
+	cmds := []tea.Cmd{a.tickCmd(), a.loadHistory()}
 	if a.conn != nil {
 		a.changed, a.stopChange = a.conn.Subscribe()
 		cmds = append(cmds, a.waitMesh())
@@ -188,7 +195,7 @@ const (
 
 func (a *App) setSize(w, h int) {
 	a.width, a.height = w, h
-	a.cmdline.Width = max(w-2, 1)
+	a.cmdline.SetWidth(w)
 	for _, p := range a.pages {
 		p.SetSize(w, max(h-topLines-bottomLines, 1))
 	}
@@ -219,6 +226,14 @@ func (a *App) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return a, tea.Batch(a.broadcast(msg), a.tickCmd())
 	case common.NavigateMsg:
 		return a, a.navigate(msg.Page, msg.Arg)
+	case historyMsg:
+		if msg.err != nil {
+			return a, common.Status("command history: "+msg.err.Error(), true)
+		}
+		if msg.loaded != nil {
+			a.cmdline.SetHistory(append(msg.loaded, a.cmdline.History()...))
+		}
+		return a, nil
 	case common.StatusMsg:
 		a.status, a.statusErr, a.statusAt = msg.Text, msg.Err, a.ctx.Now()
 		return a, nil
@@ -362,19 +377,19 @@ func (a *App) commandKey(msg tea.KeyMsg) tea.Cmd {
 	switch msg.String() {
 	case "esc":
 		a.cmdActive = false
-		a.cmdline.Blur()
-		a.cmdline.SetValue("")
+		a.cmdline.Close()
 		return nil
 	case "enter":
 		line := a.cmdline.Value()
 		a.cmdActive = false
-		a.cmdline.Blur()
-		a.cmdline.SetValue("")
-		return a.command(line)
+		a.cmdline.Close()
+		var save tea.Cmd
+		if a.cmdline.Remember(line) {
+			save = a.saveHistory()
+		}
+		return tea.Batch(a.command(line), save)
 	}
-	var cmd tea.Cmd
-	a.cmdline, cmd = a.cmdline.Update(msg)
-	return cmd
+	return a.cmdline.Key(msg)
 }
 
 func (a *App) tabStep(d int) common.Page {
@@ -439,7 +454,9 @@ func (a *App) View() string {
 func (a *App) footer() string {
 	st := a.ctx.Styles
 	if a.cmdActive {
-		return render.Cut(a.cmdline.View(), a.width)
+		// bubbles pads the line to its width before the completion: what passes the width is
+		// that padding, cut without an ellipsis.
+		return ansi.Truncate(a.cmdline.View(), a.width, "")
 	}
 	if a.status != "" {
 		if a.statusErr {
@@ -483,6 +500,11 @@ var keyQuitTyping = key.NewBinding(key.WithKeys("ctrl+c"), key.WithHelp("ctrl+c"
 // go to a file: the terminal belongs to the console. The caller, who connected, closes conn
 // afterwards (leaving the mesh gracefully).
 func Run(ctx context.Context, conn *console.Conn, opts Options) error {
+	if opts.HistoryFile == "" {
+		if p, err := cmdline.DefaultPath(); err == nil {
+			opts.HistoryFile = p
+		}
+	}
 	app := New(conn, opts)
 	p := tea.NewProgram(app, tea.WithAltScreen(), tea.WithMouseCellMotion(), tea.WithContext(ctx))
 	_, err := p.Run()

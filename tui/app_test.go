@@ -39,6 +39,10 @@ func keys(a *App, ks ...string) {
 			msg = tea.KeyMsg{Type: tea.KeyTab}
 		case "shift+tab":
 			msg = tea.KeyMsg{Type: tea.KeyShiftTab}
+		case "up":
+			msg = tea.KeyMsg{Type: tea.KeyUp}
+		case "down":
+			msg = tea.KeyMsg{Type: tea.KeyDown}
 		default:
 			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
 		}

@@ -8,6 +8,9 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
+	"github.com/llmkube/mesh/tui/views/chat"
+	"github.com/llmkube/mesh/tui/views/place"
 )
 
 // command is one verb of the `:` command line. The table is the one home of the verbs: the
@@ -93,4 +96,79 @@ func commandHelp() common.HelpSection {
 		sec.Keys = append(sec.Keys, key.NewBinding(key.WithHelp(syntax, desc)))
 	}
 	return sec
+}
+
+// completions are the whole lines that may follow what is typed: a verb, then the verb as
+// typed with one of its arguments (a host, a ready model, a source the mesh offers).
+func (a *App) completions(typed string) []string {
+	verb, _, hasArg := strings.Cut(typed, " ")
+	if !hasArg {
+		var out []string
+		for _, c := range commands() {
+			name := c.name
+			if c.arg != "" {
+				name += " " // the argument comes next
+			}
+			out = append(out, name)
+		}
+		return out
+	}
+	c, ok := lookup(verb)
+	if !ok {
+		return nil
+	}
+	var args []string
+	switch c.name {
+	case "hosts":
+		for _, m := range console.Agents(a.ctx.Mesh) {
+			args = append(args, m.Name)
+		}
+	case "chat":
+		for _, ch := range chat.Choices(a.ctx.Mesh) {
+			args = append(args, ch.Model)
+		}
+	case "place":
+		for _, s := range place.Suggest(a.ctx.Mesh, a.ctx.Recent) {
+			args = append(args, s.Source)
+		}
+	}
+	out := make([]string, 0, len(args))
+	for _, arg := range args {
+		out = append(out, verb+" "+arg)
+	}
+	return out
+}
+
+// historyMsg is the command history read at start, or why it could not be read or written.
+type historyMsg struct {
+	loaded []string
+	err    error
+}
+
+func (a *App) loadHistory() tea.Cmd {
+	f := a.history
+	if f == nil {
+		return nil
+	}
+	return func() tea.Msg {
+		lines, err := f.Load()
+		return historyMsg{loaded: lines, err: err}
+	}
+}
+
+// saveHistory writes the history as it is now, in a command; saves overtaken by a later one
+// are skipped by the file.
+func (a *App) saveHistory() tea.Cmd {
+	f := a.history
+	if f == nil {
+		return nil
+	}
+	a.histSeq++
+	seq, lines := a.histSeq, a.cmdline.History()
+	return func() tea.Msg {
+		if err := f.Save(seq, lines); err != nil {
+			return historyMsg{err: err}
+		}
+		return nil
+	}
 }

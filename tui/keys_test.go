@@ -1,13 +1,16 @@
 package tui
 
 import (
+	"path/filepath"
 	"testing"
+	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/internal/tuitest"
 	"github.com/llmkube/mesh/tui/views/chat"
 	"github.com/llmkube/mesh/tui/views/hosts"
 	"github.com/llmkube/mesh/tui/views/models"
@@ -137,4 +140,43 @@ func TestTabAndDigitsInTextFields(t *testing.T) {
 	assert.Equal(t, common.PagePlace, a.Active(), "tab moves to the next field of the form")
 	keys(a, "esc", "tab")
 	assert.Equal(t, common.PageChat, a.Active(), "out of the form, tab switches views")
+}
+
+func TestCommandLineCompletesArguments(t *testing.T) {
+	for _, tc := range []struct {
+		typed string
+		want  string
+	}{
+		{"ho", "hosts "},
+		{"host pi5", "host pi5"},                                 // pi5 is a whole name already
+		{"host ma", "host mac-mini"},                             // a host name
+		{"chat qwen2.", "chat qwen2.5-coder-7b"},                 // a ready model
+		{"place hailo://deep", "place hailo://deepseek_r1:1.5b"}, // a source the mesh offers
+	} {
+		a := newApp(t, 120, 35)
+		keys(a, ":", tc.typed, "tab")
+		assert.Equal(t, tc.want, a.cmdline.Value(), "%q", tc.typed)
+	}
+}
+
+func TestCommandHistoryKeptBetweenRuns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "console-history")
+	run := func() *App {
+		a := New(nil, Options{Renderer: tuitest.Renderer(), Now: func() time.Time { return now }, HistoryFile: path})
+		a.ctx.Mesh = tuitest.SampleMesh(now)
+		a.Update(tea.WindowSizeMsg{Width: 100, Height: 30})
+		_, cmd := a.Update(a.loadHistory()())
+		drain(a, cmd)
+		return a
+	}
+	a := run()
+	keys(a, ":", "models", "enter")
+	keys(a, ":", "host pi5", "enter")
+	require.FileExists(t, path)
+
+	b := run()
+	keys(b, ":", "up")
+	assert.Equal(t, "host pi5", b.cmdline.Value(), "the last line of the previous run")
+	keys(b, "up", "enter")
+	assert.Equal(t, common.PageModels, b.Active())
 }
