@@ -26,6 +26,7 @@ import (
 // MeshConfig is how the host joins the gossip mesh.
 type MeshConfig struct {
 	Bind          string   // gossip bind address; "" = every interface
+	Advertise     string   // gossip address peers reach us at; "" = the one memberlist picks
 	Port          int      // gossip port, UDP and TCP; 0 = any free port (not with MDNS)
 	Seeds         []string // added to the join string's seeds
 	MDNS          bool
@@ -156,18 +157,19 @@ func startMesh(ctx context.Context, cfg Config, a *agent.Agent) (*mesh.Mesh, err
 		disc = d
 	}
 	m, err := mesh.Start(context.WithoutCancel(ctx), mesh.Config{
-		MeshID:    cfg.Join.MeshID,
-		Secret:    cfg.Join.Secret,
-		NodeName:  a.Name(),
-		Role:      api.RoleAgent,
-		BindAddr:  mc.Bind,
-		BindPort:  mc.Port,
-		APIAddr:   cfg.APIAddr,
-		Seeds:     append(slices.Clone(cfg.Join.Seeds), mc.Seeds...),
-		StateDir:  cfg.Agent.State.Path(),
-		Discovery: disc,
-		Profile:   mc.Profile,
-		Log:       log.With("part", "mesh"),
+		MeshID:        cfg.Join.MeshID,
+		Secret:        cfg.Join.Secret,
+		NodeName:      a.Name(),
+		Role:          api.RoleAgent,
+		BindAddr:      mc.Bind,
+		AdvertiseAddr: mc.Advertise,
+		BindPort:      mc.Port,
+		APIAddr:       cfg.APIAddr,
+		Seeds:         append(slices.Clone(cfg.Join.Seeds), mc.Seeds...),
+		StateDir:      cfg.Agent.State.Path(),
+		Discovery:     disc,
+		Profile:       mc.Profile,
+		Log:           log.With("part", "mesh"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("joining mesh %s: %w", cfg.Join.MeshID, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/engines/sizing"
 	"github.com/llmkube/mesh/hwprobe"
+	"github.com/llmkube/mesh/mesh/discovery"
 	"github.com/llmkube/mesh/version"
 )
 
@@ -211,7 +212,9 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		return fmt.Errorf("API listener: %w", err)
 	}
 	defer ln.Close()
-	apiAddr, err := advertiseAddr(o.advertise, ln.Addr().(*net.TCPAddr))
+	// One address for the API and the gossip, so what peers gossip about us is what they dial.
+	lan := discovery.LANAddr(o.bind, o.mdnsInterface)
+	apiAddr, err := advertiseAddr(o.advertise, ln.Addr().(*net.TCPAddr), lan)
 	if err != nil {
 		return err
 	}
@@ -242,7 +245,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, Log: log}
 	if !o.noMesh {
 		nc.Mesh = &node.MeshConfig{
-			Bind: o.bind, Port: o.gossipPort, Seeds: o.seeds,
+			Bind: o.bind, Advertise: lan.String(), Port: o.gossipPort, Seeds: o.seeds,
 			MDNS: !o.noMDNS, MDNSInterface: o.mdnsInterface, Profile: o.meshProfile,
 		}
 	}
@@ -383,9 +386,10 @@ func loadJoin(o *runOptions, e env, sd *state.Dir, log *slog.Logger) (api.Join, 
 }
 
 // advertiseAddr is the API address peers use: --advertise, else the listener's address when it
-// names one, else this host's address on its default route (found without sending a packet),
-// else loopback.
-func advertiseAddr(flag string, ln *net.TCPAddr) (string, error) {
+// names one, else the address peers reach this host at on the LAN (discovery.LANAddr: the
+// gossip bind address, the mDNS interface, the default route's source, a LAN interface), which
+// is loopback only on a host with no network at all.
+func advertiseAddr(flag string, ln *net.TCPAddr, lan net.IP) (string, error) {
 	if flag != "" {
 		if _, _, err := net.SplitHostPort(flag); err != nil {
 			return "", usageError{fmt.Errorf("--advertise %q: want host:port", flag)}
@@ -396,14 +400,5 @@ func advertiseAddr(flag string, ln *net.TCPAddr) (string, error) {
 	if !ln.IP.IsUnspecified() {
 		return net.JoinHostPort(ln.IP.String(), port), nil
 	}
-	// A UDP "connection" sends nothing: it only asks the kernel which source address the
-	// default route would use — the interface users actually route on, not a docker bridge.
-	if c, err := net.Dial("udp4", "192.0.2.1:9"); err == nil {
-		ip := c.LocalAddr().(*net.UDPAddr).IP
-		c.Close()
-		if !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
-			return net.JoinHostPort(ip.String(), port), nil
-		}
-	}
-	return net.JoinHostPort("127.0.0.1", port), nil
+	return net.JoinHostPort(lan.String(), port), nil
 }

@@ -117,3 +117,62 @@ func netIfaces(cs []ifaceInfo) []net.Interface {
 	}
 	return out
 }
+
+// LANAddr is the address this host's peers reach it at: what an agent advertises for its API
+// and its gossip when it listens on every interface. In order: bind, when it names an address;
+// the first usable address of iface (--mdns-interface: the user named the LAN); the source
+// address of the default route, when it is usable (the interface users actually route on, not a
+// docker bridge); the first usable address of an interface mDNS would use — a host without a
+// default route (an offline lab, a Pi cluster with static addresses) is still on a LAN; then of
+// any other interface that is up; and loopback only when the host has nothing else, for then
+// the mesh is this machine.
+func LANAddr(bind, iface string) net.IP {
+	if ip := net.ParseIP(bind); ip != nil && !ip.IsUnspecified() {
+		return ip
+	}
+	all, _ := systemInterfaces()
+	return chooseLANAddr(iface, defaultRouteSource(), all)
+}
+
+// defaultRouteSource asks the kernel which source address the default route would use. A UDP
+// "connection" sends nothing. nil without a default route.
+func defaultRouteSource() net.IP {
+	c, err := net.Dial("udp4", "192.0.2.1:9") // TEST-NET-1: never a real host
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP
+}
+
+func chooseLANAddr(iface string, route net.IP, all []ifaceInfo) net.IP {
+	first := func(cs []ifaceInfo) net.IP {
+		for _, c := range cs {
+			if a := usableAddrs(c.addrs); len(a) > 0 {
+				return a[0]
+			}
+		}
+		return nil
+	}
+	if iface != "" {
+		if picked, _ := pickInterfaces(iface, all); len(picked) > 0 {
+			return first(picked)
+		}
+	}
+	if route != nil && len(usableAddrs([]net.IP{route})) > 0 {
+		return route
+	}
+	if picked, _ := pickInterfaces("", all); len(picked) > 0 {
+		return first(picked)
+	}
+	var up []ifaceInfo
+	for _, c := range all {
+		if c.iface.Flags&net.FlagUp != 0 && c.iface.Flags&net.FlagLoopback == 0 {
+			up = append(up, c)
+		}
+	}
+	if ip := first(up); ip != nil {
+		return ip
+	}
+	return net.IPv4(127, 0, 0, 1)
+}

@@ -90,3 +90,29 @@ func fmtIPs(ips []net.IP) string {
 	}
 	return s + "]"
 }
+
+func TestChooseLANAddr(t *testing.T) {
+	lo := info("lo", net.FlagUp|net.FlagLoopback, "127.0.0.1", "::1")
+	eth0 := info("eth0", upMC, "fe80::1", "192.168.1.20")
+	wlan0 := info("wlan0", upMC, "10.0.0.9")
+	docker := info("docker0", upMC, "172.17.0.1")
+	wg := info("wg0", net.FlagUp|net.FlagPointToPoint, "10.8.0.2")
+	route := net.ParseIP("10.0.0.9")
+	for _, c := range []struct {
+		name  string
+		iface string
+		route net.IP
+		all   []ifaceInfo
+		want  string
+	}{
+		{"the default route's source", "", route, []ifaceInfo{lo, docker, eth0, wlan0}, "10.0.0.9"},
+		{"the named mDNS interface over the default route", "eth0", route, []ifaceInfo{lo, eth0, wlan0}, "192.168.1.20"},
+		{"no default route: the LAN interface, not a bridge", "", nil, []ifaceInfo{lo, docker, eth0}, "192.168.1.20"},
+		{"a loopback route source is no answer", "", net.ParseIP("127.0.0.1"), []ifaceInfo{lo, eth0}, "192.168.1.20"},
+		{"only a tunnel: better than loopback", "", nil, []ifaceInfo{lo, wg}, "10.8.0.2"},
+		{"only a bridge: better than loopback", "", nil, []ifaceInfo{lo, docker}, "172.17.0.1"},
+		{"nothing but loopback", "", nil, []ifaceInfo{lo}, "127.0.0.1"},
+	} {
+		assert.Equal(t, c.want, chooseLANAddr(c.iface, c.route, c.all).String(), c.name)
+	}
+}

@@ -40,6 +40,10 @@ type MDNSConfig struct {
 	Node       string // this member's node name, unique in the mesh
 	GossipPort int
 	APIPort    int
+	// BrowseOnly finds peers and announces nothing: a console. It is no placement target and
+	// joins the agents itself, and a short-lived headless command that announced would leave
+	// every agent an address to retry after it exited. Node and the ports may then be empty.
+	BrowseOnly bool
 	// Interface restricts mDNS to one interface (--mdns-interface); "" = every interface that is
 	// up, multicast-capable, not loopback, not a container bridge, with a routable address.
 	Interface string
@@ -89,13 +93,16 @@ func NewMDNS(cfg MDNSConfig) (Source, error) {
 	if err := api.ValidMeshID(cfg.MeshID); err != nil {
 		return nil, fmt.Errorf("mdns: %w", err)
 	}
-	if cfg.Node == "" || len(cfg.Node) > 200 {
+	if (cfg.Node == "" && !cfg.BrowseOnly) || len(cfg.Node) > 200 {
 		return nil, fmt.Errorf("mdns: node name %q must have 1-200 bytes", cfg.Node)
 	}
 	for _, p := range []struct {
 		name string
 		port int
 	}{{"gossip", cfg.GossipPort}, {"api", cfg.APIPort}} {
+		if cfg.BrowseOnly && p.port == 0 {
+			continue
+		}
 		if p.port < 1 || p.port > 65535 {
 			return nil, fmt.Errorf("mdns: %s port %d is not from 1 to 65535", p.name, p.port)
 		}
@@ -155,7 +162,9 @@ func (m *mdnsSource) Run(ctx context.Context, found func(Peer)) error {
 	for ctx.Err() == nil {
 		ifs, localNets := m.interfaces()
 		if len(ifs) > 0 {
-			ann = m.announce(ann, ifs)
+			if !m.cfg.BrowseOnly {
+				ann = m.announce(ann, ifs)
+			}
 			m.browseRound(ctx, ifs, localNets, seen, found)
 			continue
 		}

@@ -45,6 +45,11 @@ func TestNewMDNSValidatesConfig(t *testing.T) {
 			assert.Contains(t, err.Error(), strings.Split(want, " ")[0])
 		}
 	}
+	// A console only browses: it needs neither ports nor, yet, a name; a bad port is still bad.
+	_, err = NewMDNS(MDNSConfig{MeshID: "home", BrowseOnly: true})
+	require.NoError(t, err)
+	_, err = NewMDNS(MDNSConfig{MeshID: "home", BrowseOnly: true, GossipPort: 70000})
+	assert.ErrorContains(t, err, "gossip port")
 }
 
 func entry(instance string, txt []string, addrs ...string) *zeroconf.ServiceEntry {

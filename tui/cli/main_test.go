@@ -23,5 +23,6 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	closeShared()
+	closeLAN()
 	os.Exit(code)
 }

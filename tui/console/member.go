@@ -24,13 +24,14 @@ type memberSource struct {
 }
 
 func newMemberSource(ctx context.Context, join api.Join, opts Options, bell *notifier) (*memberSource, error) {
-	var disc discovery.Source
+	var newDisc func(string, int) (discovery.Source, error)
 	if opts.MDNS {
-		d, err := discovery.NewMDNS(discovery.MDNSConfig{MeshID: join.MeshID, Node: opts.NodeName, Interface: opts.MDNSInterface, Log: opts.Log})
-		if err != nil {
-			return nil, fmt.Errorf("mDNS: %w", err)
+		// Made once the member has its name (given or generated): mDNS needs it to tell its
+		// own answers from others'. A console only browses, so its gossip port is any free one.
+		newDisc = func(node string, _ int) (discovery.Source, error) {
+			return discovery.NewMDNS(discovery.MDNSConfig{MeshID: join.MeshID, Node: node, BrowseOnly: true,
+				Interface: opts.MDNSInterface, Log: opts.Log.With(slog.String("part", "mdns"))})
 		}
-		disc = d
 	}
 	seeds := append(append([]string(nil), join.Seeds...), opts.Seeds...)
 	bind := opts.Bind
@@ -38,15 +39,15 @@ func newMemberSource(ctx context.Context, join api.Join, opts Options, bell *not
 		bind = "127.0.0.1"
 	}
 	m, err := mesh.Start(context.WithoutCancel(ctx), mesh.Config{
-		MeshID:    join.MeshID,
-		Secret:    join.Secret,
-		NodeName:  opts.NodeName,
-		Role:      api.RoleConsole,
-		BindAddr:  bind,
-		Seeds:     seeds,
-		Discovery: disc,
-		Profile:   opts.Profile,
-		Log:       opts.Log.With(slog.String("part", "mesh")),
+		MeshID:       join.MeshID,
+		Secret:       join.Secret,
+		NodeName:     opts.NodeName,
+		Role:         api.RoleConsole,
+		BindAddr:     bind,
+		Seeds:        seeds,
+		NewDiscovery: newDisc,
+		Profile:      opts.Profile,
+		Log:          opts.Log.With(slog.String("part", "mesh")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("joining mesh %s: %w", join.MeshID, err)

@@ -1,0 +1,182 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/netnslab"
+	"github.com/llmkube/mesh/sim/simtest"
+	"github.com/llmkube/mesh/tui/cli"
+)
+
+// The LAN tests run real llmkube-agent processes as hosts of a LAN made of network namespaces
+// (internal/netnslab: one bridge, real multicast, no default route, no seeds) and this test
+// binary as llmkube-tui on a laptop host of the same LAN: the paths a user takes from a laptop.
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+	agentDir  string
+)
+
+// llmkubeAgent builds the agent once per test run.
+func llmkubeAgent(t *testing.T) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		if agentDir, agentErr = os.MkdirTemp("", "cli-lan-"); agentErr == nil {
+			agentBin, agentErr = simtest.Build(agentDir, "github.com/llmkube/mesh/cmd/llmkube-agent", "llmkube-agent")
+		}
+	})
+	require.NoError(t, agentErr)
+	return agentBin
+}
+
+func closeLAN() {
+	if agentDir != "" {
+		os.RemoveAll(agentDir)
+	}
+}
+
+// lan is a LAN of agents on hosts 1..n-1 and a laptop, host n.
+type lan struct {
+	lab    *netnslab.Lab
+	join   string
+	agents map[string]*netnslab.Proc
+	laptop int
+}
+
+var lanAgents = []string{"alpha", "beta"}
+
+// newLAN starts the agents (mDNS on, the LAN profile's timings) and waits until each has
+// joined the others.
+func newLAN(t *testing.T) *lan {
+	lab := netnslab.New(t, len(lanAgents)+1)
+	bin := llmkubeAgent(t)
+	_, join := newJoin(t, "lab")
+	l := &lan{lab: lab, join: join, agents: map[string]*netnslab.Proc{}, laptop: len(lanAgents) + 1}
+	for i, name := range lanAgents {
+		dir := t.TempDir()
+		l.agents[name] = lab.Start(i+1, nil, bin, "run", "--allow-temp-store", "--log-format", "json",
+			"--state-dir", filepath.Join(dir, "state"), "--models-dir", filepath.Join(dir, "models"),
+			"--node-name", name, "--join-string", join, "--runtimes", "ollama", "--ollama-url", "http://127.0.0.1:1")
+	}
+	for _, name := range lanAgents {
+		for _, other := range lanAgents {
+			if other != name {
+				l.waitLog(t, name, `"msg":"mesh member joined"`, `"member":"`+other+`"`)
+			}
+		}
+	}
+	return l
+}
+
+// waitLog waits until agent name logs a line holding every one of parts.
+func (l *lan) waitLog(t *testing.T, name string, parts ...string) {
+	t.Helper()
+	p := l.agents[name]
+	deadline := time.Now().Add(30 * time.Second)
+	for !logged(p.Out.String(), parts...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never logged %v; its log:\n%s", name, parts, p.Out.String())
+		}
+		select {
+		case <-p.Done():
+			t.Fatalf("%s exited; its log:\n%s", name, p.Out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func logged(out string, parts ...string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// console runs llmkube-tui on the laptop with env and args, and returns its result.
+func (l *lan) console(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	p := l.lab.Start(l.laptop, append([]string{childEnv + "=1"}, env...), os.Args[0], args...)
+	var r result
+	select {
+	case <-p.Done():
+		r.code = p.Wait()
+	case <-time.After(time.Minute):
+		t.Fatalf("llmkube-tui %v did not finish within a minute; it printed:\n%s", args, p.Out.String())
+	}
+	// The child writes its JSON document to stdout and nothing else there; stderr goes to the
+	// same buffer, so split the document off.
+	out := p.Out.String()
+	if i := strings.Index("\n"+out, "\n{\n"); i >= 0 {
+		r.stdout, r.stderr = out[i:], out[:i]
+	} else {
+		r.stderr = out
+	}
+	return r
+}
+
+func (l *lan) hosts(t *testing.T, env []string, args ...string) cli.HostsDoc {
+	t.Helper()
+	r := l.console(t, env, append([]string{"mesh", "hosts", "--json"}, args...)...)
+	require.Equal(t, cli.ExitOK, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	var doc cli.HostsDoc
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	return doc
+}
+
+func member(doc cli.HostsDoc, name string) (api.Member, bool) {
+	for _, m := range doc.Hosts {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return api.Member{}, false
+}
+
+// TestLANConsoleJoinsByMDNS: the README's laptop command, `llmkube-tui --mdns`, and every
+// `mesh … --mdns`, find the agents with nothing but the join string's secret.
+func TestLANConsoleJoinsByMDNS(t *testing.T) {
+	l := newLAN(t)
+	doc := l.hosts(t, []string{"LLMKUBE_JOIN=" + l.join}, "--mdns")
+	assert.Equal(t, "member", doc.Mode)
+	for _, name := range lanAgents {
+		m, ok := member(doc, name)
+		require.True(t, ok, "%s missing from %+v", name, doc.Hosts)
+		assert.Equal(t, api.Alive, m.Liveness, m.Reason)
+	}
+	// And with a node name of the user's choosing.
+	doc = l.hosts(t, []string{"LLMKUBE_JOIN=" + l.join}, "--mdns", "--node-name", "laptop")
+	assert.Len(t, doc.Hosts, len(lanAgents))
+}
+
+// TestLANAdvertisesTheLANAddress: hosts without a default route advertise the address of the
+// interface the mesh uses, never loopback: each agent's API address is its LAN address.
+func TestLANAdvertisesTheLANAddress(t *testing.T) {
+	l := newLAN(t)
+	doc := l.hosts(t, []string{"LLMKUBE_JOIN=" + l.join}, "--mdns")
+	for i, name := range lanAgents {
+		m, ok := member(doc, name)
+		require.True(t, ok, "%s missing from %+v", name, doc.Hosts)
+		require.NotNil(t, m.Host)
+		assert.Equal(t, l.lab.Addr(i+1)+":7777", m.Host.APIAddr, name)
+		assert.Equal(t, l.lab.Addr(i+1)+":7946", m.Addr, name)
+		assert.Equal(t, api.Alive, m.Liveness, "its API answers the others' dial-back: %s", m.Reason)
+	}
+}
