@@ -176,3 +176,34 @@ func answerAddrs(b []byte, id uint16, fqdn string) []string {
 	}
 	return append(v4, v6...)
 }
+
+// DialContext returns a dial function for HTTP transports that resolves names ending in .local
+// through mDNS on iface (as NewResolver does) and dials everything else as net.Dialer does, so
+// "--agent http://pi-kitchen.local:7777" works from a static build too. A .local name is looked
+// up for at most a few seconds, whatever the caller's deadline: a responder answers within
+// milliseconds or not at all.
+func DialContext(iface string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	r := NewResolver(iface)
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || !isLocalName(host) {
+			return d.DialContext(ctx, network, addr)
+		}
+		lctx, cancel := context.WithTimeout(ctx, mdnsLookupTimeout)
+		ips, err := r.LookupHost(lctx, host)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		var last error
+		for _, ip := range ips {
+			c, err := d.DialContext(ctx, network, net.JoinHostPort(ip, port))
+			if err == nil {
+				return c, nil
+			}
+			last = err
+		}
+		return nil, last
+	}
+}

@@ -180,3 +180,28 @@ func TestLANAdvertisesTheLANAddress(t *testing.T) {
 		assert.Equal(t, api.Alive, m.Liveness, "its API answers the others' dial-back: %s", m.Reason)
 	}
 }
+
+// TestLANAgentByLocalName: --agent and LLMKUBE_AGENT take an agent's .local name, resolved
+// over mDNS by the console itself (Go's resolver, the only one in a static build, never asks
+// mDNS), and a name nobody answers is a clear error, exit 5.
+func TestLANAgentByLocalName(t *testing.T) {
+	l := newLAN(t)
+	token := "LLMKUBE_TOKEN=" + api.AdminToken(mustJoin(t, l.join).Secret)
+	doc := l.hosts(t, []string{token, "LLMKUBE_AGENT=http://alpha.llmkube.local:7777"})
+	assert.Equal(t, "agent", doc.Mode)
+	assert.Len(t, doc.Hosts, len(lanAgents))
+	doc = l.hosts(t, []string{token}, "--agent", "beta.llmkube.local:7777")
+	assert.Equal(t, "agent", doc.Mode)
+	assert.Len(t, doc.Hosts, len(lanAgents))
+
+	r := l.console(t, []string{token}, "mesh", "hosts", "--agent", "http://nobody.llmkube.local:7777")
+	assert.Equal(t, cli.ExitUnreachable, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "resolving nobody.llmkube.local over mDNS: no answer")
+}
+
+func mustJoin(t *testing.T, s string) api.Join {
+	t.Helper()
+	j, err := api.ParseJoin(s)
+	require.NoError(t, err)
+	return j
+}

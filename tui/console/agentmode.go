@@ -25,8 +25,9 @@ type agentSource struct {
 	err  error // the last poll's failure, for the doctor
 }
 
-func newAgentSource(ctx context.Context, url, token string, poll, timeout time.Duration, bell *notifier, log *slog.Logger) (*agentSource, error) {
-	s := &agentSource{client: api.NewClient(url, token), bell: bell, log: log, done: make(chan struct{})}
+func newAgentSource(ctx context.Context, client *api.Client, poll, timeout time.Duration, bell *notifier, log *slog.Logger) (*agentSource, error) {
+	url := client.BaseURL
+	s := &agentSource{client: client, bell: bell, log: log, done: make(chan struct{})}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	v, err := s.client.Mesh(cctx)
 	cancel()

@@ -13,12 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/discovery"
 	"github.com/llmkube/mesh/mesh/rank"
 )
 
@@ -70,6 +72,8 @@ type Conn struct {
 	mode  string
 	bell  *notifier
 
+	transport *http.Transport // shared by every client, so connections are reused
+
 	mu      sync.Mutex
 	clients map[string]*api.Client
 }
@@ -87,6 +91,8 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 		opts.Timeout = 10 * time.Second
 	}
 	c := &Conn{opts: opts, token: opts.Token, log: opts.Log, clients: map[string]*api.Client{}, bell: newNotifier()}
+	c.transport = http.DefaultTransport.(*http.Transport).Clone()
+	c.transport.DialContext = discovery.DialContext(opts.MDNSInterface)
 	var join api.Join
 	if opts.Join != "" {
 		j, err := api.ParseJoin(opts.Join)
@@ -100,7 +106,7 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	}
 	switch {
 	case opts.AgentURL != "":
-		src, err := newAgentSource(ctx, opts.AgentURL, c.token, opts.Poll, opts.Timeout, c.bell, opts.Log)
+		src, err := newAgentSource(ctx, c.newClient(opts.AgentURL), opts.Poll, opts.Timeout, c.bell, opts.Log)
 		if err != nil {
 			return nil, err
 		}
@@ -149,9 +155,17 @@ func (c *Conn) clientFor(addr string) *api.Client {
 	defer c.mu.Unlock()
 	cl, ok := c.clients[addr]
 	if !ok {
-		cl = api.NewClient(addr, c.token)
+		cl = c.newClient(addr)
 		c.clients[addr] = cl
 	}
+	return cl
+}
+
+// newClient is an API client whose dials resolve .local names over mDNS: Go's own resolver, the
+// only one in a static build, never asks mDNS.
+func (c *Conn) newClient(addr string) *api.Client {
+	cl := api.NewClient(addr, c.token)
+	cl.HTTP = &http.Client{Transport: c.transport}
 	return cl
 }
 
