@@ -90,11 +90,53 @@ func Open(dir string, opt Options) (*Store, error) {
 	return &Store{path: real}, nil
 }
 
+// Precheck says whether Open would accept dir, without making anything: the folder itself when
+// it exists, else the nearest folder above it that does (whatever Open makes below it is 0700
+// and the user's own). `llmkube-agent join` runs it before it writes a byte.
+func Precheck(dir string, opt Options) error {
+	if dir == "" {
+		return errors.New(opt.label() + ": no folder given")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := abs; ; p = filepath.Dir(p) {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			if p == abs {
+				return Check(real, opt)
+			}
+			// The folder will be made below real: check real's place, and the temp rule for
+			// the folder itself.
+			return check(filepath.Join(real, mustRel(p, abs)), opt, true)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s: %w", opt.label(), err)
+		}
+		if p == filepath.Dir(p) {
+			return fmt.Errorf("%s %s: no folder above it exists", opt.label(), abs)
+		}
+	}
+}
+
+func mustRel(base, target string) string {
+	rel, err := filepath.Rel(base, target)
+	if err != nil {
+		return "."
+	}
+	return rel
+}
+
 // Path is the store's absolute, symlink-free path.
 func (s *Store) Path() string { return s.path }
 
 // Check applies the safety rules to an existing folder (symlinks already resolved).
-func Check(dir string, opt Options) error {
+func Check(dir string, opt Options) error { return check(dir, opt, false) }
+
+// check is Check; with missing, dir does not exist yet and only the rules that need no folder
+// (the temporary folder, the folders above) apply.
+func check(dir string, opt Options, missing bool) error {
 	unsafe := func(reason string, fix ...string) error {
 		return &UnsafeError{Label: opt.label(), Path: dir, Reason: reason, Fix: fix}
 	}
@@ -105,6 +147,9 @@ func Check(dir string, opt Options) error {
 					"choose a folder of your own with "+opt.flag()+", e.g. "+defaultHint(opt.GOOS, opt.label()))
 			}
 		}
+	}
+	if missing {
+		return checkAbove(dir, opt, unsafe)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -121,8 +166,12 @@ func Check(dir string, opt Options) error {
 		return unsafe(fmt.Sprintf("it is writable by group or others (mode %v)", fi.Mode().Perm()),
 			"chmod 700 "+shellQuote(dir))
 	}
-	// A folder above that others can write to (without the sticky bit) lets them rename the
-	// store away and put their own in its place.
+	return checkAbove(dir, opt, unsafe)
+}
+
+// checkAbove refuses a folder above dir that others can write to (without the sticky bit): they
+// could rename the store away and put their own in its place.
+func checkAbove(dir string, opt Options, unsafe func(string, ...string) error) error {
 	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
 		pi, err := os.Stat(p)
 		if err == nil && pi.Mode().Perm()&0o022 != 0 && pi.Mode()&fs.ModeSticky == 0 {

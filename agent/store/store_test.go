@@ -142,3 +142,48 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+// Precheck answers as Open would, and makes nothing.
+func TestPrecheckMakesNothing(t *testing.T) {
+	base := t.TempDir()
+	opt := Options{GOOS: "linux", AllowTemp: true}
+	dir := filepath.Join(base, "a", "b", "models")
+	if err := Precheck(dir, opt); err != nil {
+		t.Fatalf("a safe missing folder: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "a")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Precheck made a folder: %v", err)
+	}
+
+	// Under a folder others can write to (no sticky bit): refused before anything exists.
+	shared := filepath.Join(base, "shared")
+	if err := os.Mkdir(shared, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	err := Precheck(filepath.Join(shared, "llmkube", "models"), opt)
+	var ue *UnsafeError
+	if !errors.As(err, &ue) || !strings.Contains(ue.Reason, shared) {
+		t.Fatalf("store under a world-writable folder: err=%v", err)
+	}
+	if _, err := os.Stat(filepath.Join(shared, "llmkube")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Precheck made a folder: %v", err)
+	}
+
+	// Under the temporary folder unless allowed, and an existing unsafe folder itself.
+	if err := Precheck(filepath.Join(base, "x"), Options{GOOS: "linux", TempDirs: []string{base}}); err == nil {
+		t.Fatal("a store under the temporary folder passed the precheck")
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o757); err != nil {
+		t.Fatal(err)
+	}
+	if err := Precheck(open, opt); err == nil {
+		t.Fatal("a world-writable store passed the precheck")
+	}
+}

@@ -6,6 +6,8 @@
 //	llmkube-agent run [flags]                run the agent
 //	llmkube-agent probe-host [--json]        what this host has
 //	llmkube-agent probe URL [--json]         how an engine answers the routes the drivers use
+//	llmkube-agent join JOIN-STRING [flags]   install the agent as a user service, start it, wait until it joined
+//	llmkube-agent leave [--purge]            stop it (it leaves the mesh gracefully) and remove the service
 //	llmkube-agent service print|install      the systemd unit or launchd plist that runs it
 //	llmkube-agent version
 package main

@@ -32,6 +32,9 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
+	if code, ok := runFakeManager(); ok {
+		os.Exit(code) // this binary was started as a fake systemctl, loginctl or launchctl
+	}
 	dir, err := os.MkdirTemp("", "llmkube-agent-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/assets"
+)
+
+// firstHost makes a mesh with init and runs its first agent in process; it returns the join
+// string and that agent.
+func firstHost(t *testing.T, tmp string) (string, *started) {
+	t.Helper()
+	code, out, errOut := runCmd(t, "init", "--mesh-id", "home", "--state-dir", filepath.Join(tmp, "a"), "--allow-temp-store")
+	require.Equal(t, exitOK, code, errOut)
+	join := strings.TrimSpace(strings.SplitN(strings.SplitN(out, "join string: ", 2)[1], "\n", 2)[0])
+	a := startInProcess(t, "--state-dir", filepath.Join(tmp, "a"), "--models-dir", filepath.Join(tmp, "am"), "--node-name", "alpha",
+		"--allow-temp-store", "--no-mdns", "--bind", "127.0.0.1", "--gossip-port", "0", "--mesh-profile", "local",
+		"--runtimes", "ollama", "--ollama-url", "http://127.0.0.1:1")
+	require.NotEmpty(t, a.gossip)
+	return join, a
+}
+
+// freePort is a loopback port free for TCP and UDP just now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return strconv.Itoa(port)
+		}
+	}
+}
+
+// userHome is a user's environment on the joining host: its own folders, the fake managers first
+// on PATH.
+func userHome(t *testing.T, tmp string, f *fakeManager) map[string]string {
+	home := filepath.Join(tmp, "home")
+	require.NoError(t, os.MkdirAll(home, 0o700))
+	return map[string]string{
+		"HOME": home, "XDG_CONFIG_HOME": filepath.Join(home, ".config"), "XDG_DATA_HOME": filepath.Join(home, ".local", "share"),
+		"PATH": f.dir + ":/usr/bin:/bin",
+	}
+}
+
+// joinArgs keeps the joining agent on loopback, without mDNS, with the llama-server simulator.
+func joinArgs(join, seed, apiPort, gossipPort string) []string {
+	return []string{"join", join, "--binary", bins.agent, "--allow-temp-store", "--node-name", "beta",
+		"--listen", "127.0.0.1:" + apiPort, "--bind", "127.0.0.1", "--gossip-port", gossipPort, "--no-mdns", "--mesh-profile", "local",
+		"--join", seed, "--runtimes", "llama-server", "--llama-server", bins.llamaSim, "--health-interval", "100ms", "--timeout", "30s"}
+}
+
+func memberLiveness(t *testing.T, c *api.Client, name string) api.Liveness {
+	v, err := c.Mesh(context.Background())
+	if err != nil {
+		return ""
+	}
+	for _, m := range v.Members {
+		if m.Name == name {
+			return m.Liveness
+		}
+	}
+	return ""
+}
+
+// From a join string to a running, joined agent under a systemd user unit, and back with leave.
+func TestJoinAndLeaveUserUnit(t *testing.T) {
+	tmp := t.TempDir()
+	join, alpha := firstHost(t, tmp)
+	me := currentUser(t).Username
+	unitDir := filepath.Join(tmp, "home", ".config", "systemd", "user")
+	fake := newFakeManager(t, fakeConfig{UnitDir: unitDir, UserManager: true, Linger: "no"})
+	vars := userHome(t, tmp, fake)
+	apiPort := freePort(t)
+
+	code, out, errOut := runEnv(t, vars, joinArgs(join, alpha.gossip, apiPort, freePort(t))...)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s\nservice log:\n%s", out, errOut, fake.serviceLog("llmkube-agent.service"))
+	assert.Contains(t, out, `joined mesh "home": alpha`)
+	assert.Contains(t, out, "sudo loginctl enable-linger "+me, "lingering is off: the agent would die at logout")
+	assert.Contains(t, out, "Undo:  llmkube-agent leave")
+	assert.Contains(t, out, "journalctl --user -u llmkube-agent")
+	assert.Equal(t, []string{
+		"systemctl --user show --property=Version",
+		"systemctl --user daemon-reload",
+		"systemctl --user enable --now llmkube-agent.service",
+		"loginctl show-user " + me + " --property=Linger --value",
+	}, fake.calls())
+
+	unit, err := os.ReadFile(filepath.Join(unitDir, "llmkube-agent.service"))
+	require.NoError(t, err)
+	assert.True(t, assets.Managed(unit))
+	assert.NotContains(t, string(unit), "User=")
+	assert.Contains(t, string(unit), "--node-name=beta")
+	assert.NotContains(t, string(unit), join[10:], "the secret is never in the unit")
+	stateDir := filepath.Join(vars["XDG_DATA_HOME"], "llmkube", "agent")
+	fi, err := os.Stat(filepath.Join(stateDir, "mesh.json"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	// The new host is in the mesh, and runs a model.
+	ca := adminClient(t, alpha.api, filepath.Join(tmp, "a"))
+	assert.Equal(t, api.Alive, memberLiveness(t, ca, "beta"))
+	beta := api.NewClient("http://127.0.0.1:"+apiPort, ca.Token)
+	ctx := context.Background()
+	p, err := beta.Place(ctx, api.PlacementRequest{Source: tinyGGUF(t, tmp, "tiny")})
+	require.NoError(t, err)
+	p, err = beta.WaitPlacement(ctx, p.ID, 20*time.Millisecond, nil)
+	require.NoError(t, err)
+	require.Equal(t, api.StateReady, p.State)
+	require.NotEmpty(t, p.Engine)
+
+	// Joining twice is refused, naming what is there.
+	code, _, errOut = runEnv(t, vars, joinArgs(join, alpha.gossip, freePort(t), freePort(t))...)
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "already joined")
+
+	// leave: the agent leaves gracefully (peers see "left"), its engine stops, the unit goes.
+	before := len(fake.calls())
+	code, out, errOut = runEnv(t, vars, "leave")
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Equal(t, []string{
+		"systemctl --user show --property=Version",
+		"systemctl --user disable --now llmkube-agent.service",
+		"systemctl --user daemon-reload",
+	}, fake.calls()[before:])
+	assert.NoFileExists(t, filepath.Join(unitDir, "llmkube-agent.service"))
+	assert.Equal(t, api.Left, memberLiveness(t, ca, "beta"), "a graceful leave, not a death")
+	_, err = http.Get("http://" + p.Engine + "/health")
+	assert.Error(t, err, "the engine the agent started is gone")
+	assert.DirExists(t, filepath.Join(vars["XDG_DATA_HOME"], "llmkube", "models"), "the model store is kept without --purge")
+	assert.Contains(t, out, "--purge deletes them")
+
+	// Nothing left to leave; --purge still cleans the folders up.
+	code, out, errOut = runEnv(t, vars, "leave", "--purge")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "nothing to leave")
+	assert.NoDirExists(t, filepath.Join(vars["XDG_DATA_HOME"], "llmkube", "models"))
+	assert.NoDirExists(t, stateDir)
+	assert.Contains(t, out, "deleted")
+}
+
+// Every check runs before anything is written: a refused join leaves the host as it was.
+func TestJoinRefusesBeforeWriting(t *testing.T) {
+	tmp := t.TempDir()
+	join, alpha := firstHost(t, tmp)
+	shared := filepath.Join(tmp, "shared")
+	require.NoError(t, os.Mkdir(shared, 0o700))
+	require.NoError(t, os.Chmod(shared, 0o777))
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { taken.Close() })
+
+	for name, tc := range map[string]struct {
+		userManager bool
+		args        []string
+		want        string
+	}{
+		"user manager down":   {false, nil, "the user's systemd instance does not answer"},
+		"engine missing":      {true, []string{"--llama-server", filepath.Join(tmp, "no-such-llama-server")}, "not usable here"},
+		"daemon missing":      {true, []string{"--runtimes", "ollama", "--ollama-url", "http://127.0.0.1:1"}, "ollama is not installed"},
+		"world-writable":      {true, []string{"--models-dir", filepath.Join(shared, "models")}, "writable by group or others"},
+		"port in use":         {true, []string{"--listen", taken.Addr().String()}, "is taken"},
+		"secret in the flags": {true, []string{"--join-string", join}, "--join-string"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sub := t.TempDir()
+			unitDir := filepath.Join(sub, "home", ".config", "systemd", "user")
+			fake := newFakeManager(t, fakeConfig{UnitDir: unitDir, UserManager: tc.userManager, Linger: "yes"})
+			vars := userHome(t, sub, fake)
+			args := append(joinArgs(join, alpha.gossip, freePort(t), freePort(t)), tc.args...)
+			code, out, errOut := runEnv(t, vars, args...)
+			assert.NotEqual(t, exitOK, code, out)
+			assert.Contains(t, errOut, tc.want)
+			entries, err := os.ReadDir(vars["HOME"])
+			require.NoError(t, err)
+			assert.Empty(t, entries, "nothing was written")
+			assert.False(t, slices.ContainsFunc(fake.calls(), func(c string) bool { return strings.Contains(c, "enable") }), "nothing was started")
+		})
+	}
+
+	// A unit join did not write is named and left alone, by join and by leave.
+	unitDir := filepath.Join(tmp, "own", "home", ".config", "systemd", "user")
+	require.NoError(t, os.MkdirAll(unitDir, 0o755))
+	own := []byte("[Service]\nExecStart=/usr/local/bin/llmkube-agent run\n")
+	require.NoError(t, os.WriteFile(filepath.Join(unitDir, "llmkube-agent.service"), own, 0o644))
+	fake := newFakeManager(t, fakeConfig{UnitDir: unitDir, UserManager: true, Linger: "yes"})
+	vars := userHome(t, filepath.Join(tmp, "own"), fake)
+	code, _, errOut := runEnv(t, vars, joinArgs(join, alpha.gossip, freePort(t), freePort(t))...)
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "not written by llmkube-agent")
+	code, _, errOut = runEnv(t, vars, "leave")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "left alone")
+	got, err := os.ReadFile(filepath.Join(unitDir, "llmkube-agent.service"))
+	require.NoError(t, err)
+	assert.Equal(t, own, got)
+	assert.False(t, slices.ContainsFunc(fake.calls(), func(c string) bool { return strings.Contains(c, "disable") }))
+}
+
+// macOS: a launchd agent in ~/Library/LaunchAgents, bootstrapped into gui/<uid>. Only detected
+// runtimes that are missing do not stop join, and join says so.
+func TestJoinAndLeaveLaunchd(t *testing.T) {
+	tmp := t.TempDir()
+	join, alpha := firstHost(t, tmp)
+	fake := newFakeManager(t, fakeConfig{})
+	vars := userHome(t, tmp, fake)
+	apiPort := freePort(t)
+	args := []string{"join", join, "--os", "darwin", "--binary", bins.agent, "--allow-temp-store", "--node-name", "mac",
+		"--listen", "127.0.0.1:" + apiPort, "--bind", "127.0.0.1", "--gossip-port", freePort(t), "--no-mdns", "--mesh-profile", "local",
+		"--join", alpha.gossip, "--llama-server", bins.llamaSim, "--ollama-url", "http://127.0.0.1:1", "--hailo-url", "http://127.0.0.1:1"}
+	code, out, errOut := runEnv(t, vars, args...)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s\nservice log:\n%s", out, errOut, fake.serviceLog("ai.llmkube.agent"))
+	plist := filepath.Join(vars["HOME"], "Library", "LaunchAgents", "ai.llmkube.agent.plist")
+	uid := strconv.Itoa(os.Getuid())
+	assert.Equal(t, []string{"launchctl print gui/" + uid, "launchctl bootstrap gui/" + uid + " " + plist}, fake.calls())
+	assert.Contains(t, out, `joined mesh "home": alpha`)
+	assert.Contains(t, out, "ollama: nothing answers at http://127.0.0.1:1; the agent uses it once it does")
+	assert.Contains(t, out, filepath.Join(vars["HOME"], "Library", "Logs", "llmkube-agent.log"))
+	assert.NotContains(t, out, "loginctl")
+
+	code, out, errOut = runEnv(t, vars, "leave", "--os", "darwin")
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, fake.calls(), "launchctl bootout gui/"+uid+"/ai.llmkube.agent")
+	assert.NoFileExists(t, plist)
+	ca := adminClient(t, alpha.api, filepath.Join(tmp, "a"))
+	assert.Equal(t, api.Left, memberLiveness(t, ca, "mac"))
+}
