@@ -774,6 +774,9 @@ func TestEngineArgs(t *testing.T) {
 	var st struct {
 		Settings struct {
 			GPULayers int `json:"n_gpu_layers"`
+			CtxSize   int `json:"ctx_size"`
+			Parallel  int `json:"parallel"`
+			CacheRAM  int `json:"cache_ram"`
 		} `json:"settings"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
@@ -781,5 +784,28 @@ func TestEngineArgs(t *testing.T) {
 	}
 	if st.Settings.GPULayers != 33 {
 		t.Fatalf("llama-server was launched with -ngl %d, want 33", st.Settings.GPULayers)
+	}
+	if st.Settings.Parallel != 1 || st.Settings.CtxSize != api.DefaultContext || int64(st.Settings.CacheRAM) != p.Memory.Cache>>20 {
+		t.Fatalf("launched with -np %d -c %d --cache-ram %d; want -np 1 -c %d --cache-ram %d (the estimate's cache %d)",
+			st.Settings.Parallel, st.Settings.CtxSize, st.Settings.CacheRAM, api.DefaultContext, p.Memory.Cache>>20, p.Memory.Cache)
+	}
+
+	// Slots each hold the whole context, and the estimate counts them all.
+	one, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: model, Context: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	four, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: model, Context: 4096, Args: []string{"-np", "4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if four.Estimate.KV != 4*one.Estimate.KV || !strings.Contains(four.Estimate.Detail, "4 slots of 4096 tokens each") {
+		t.Fatalf("4 slots: KV %d (one slot %d), detail %q", four.Estimate.KV, one.Estimate.KV, four.Estimate.Detail)
+	}
+
+	// llama-server splits --alias on commas: such a name is refused before anything is sized.
+	_, err = s.admin.Place(ctx, api.PlacementRequest{Source: model, Name: "a,b"})
+	if codeOfErr(err) != api.CodeBadRequest || !strings.Contains(err.Error(), "splits its --alias on commas") {
+		t.Fatalf("a name with a comma: %v", err)
 	}
 }

@@ -178,9 +178,14 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 	if err != nil {
 		return checked{}, err
 	}
+	if nc, ok := d.(engines.NameChecker); ok {
+		if err := nc.CheckName(req.Name); err != nil {
+			return checked{}, api.Errorf(api.CodeBadRequest, "name: %v", err)
+		}
+	}
 	if len(req.Args) > 0 {
 		// Engine arguments are an attack surface: only a driver's allowlist lets them through.
-		ac, ok := d.(interface{ CheckArgs([]string) error })
+		ac, ok := d.(engines.ArgChecker)
 		if !ok {
 			return checked{}, api.Errorf(api.CodeBadRequest, "%s takes no engine arguments from a placement", rt)
 		}
@@ -253,9 +258,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 	a.publishLocked(api.EventPlacement, pl, "sizing "+pl.p.Source, "")
 	a.mu.Unlock()
 
-	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
-	est, serr := a.cfg.Sizer.Estimate(sctx, c.src, c.req.Context)
-	cancel()
+	est, serr := a.size(ctx, c)
 
 	a.mu.Lock()
 	verdict, aerr := a.admitLocked(pl, est, serr, c.warn, true)
@@ -266,6 +269,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		return api.Placement{}, a.refuse(req, who, aerr)
 	}
 	pl.p.Memory = verdict.estimate
+	pl.model.CacheBytes = verdict.estimate.Cache
 	pl.p.State = api.StatePulling
 	pl.p.Reason = verdict.note
 	pl.p.UpdatedAt = time.Now().UTC()
@@ -316,9 +320,7 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 		}
 		return api.Estimation{Verdict: api.VerdictRefused, Code: e.Code, Reason: e.Message, Free: a.Host().Memory.Free()}, nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
-	est, serr := a.cfg.Sizer.Estimate(sctx, c.src, c.req.Context)
-	cancel()
+	est, serr := a.size(ctx, c)
 	pl := &placement{p: api.Placement{Namespace: c.req.Namespace, Model: c.req.Name, Priority: c.req.Priority, Runtime: c.runtime}}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -337,6 +339,22 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 		out.Verdict = api.VerdictSwap
 	}
 	return out, nil
+}
+
+// size estimates a checked request, bounded by the sizing timeout. An engine that holds more
+// than one context of the model (llama-server's slots, engines.Contexts) is sized for all of them.
+func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
+	contexts := 1
+	if cs, ok := c.driver.(engines.Contexts); ok {
+		contexts = max(cs.Contexts(c.req.Args), 1)
+	}
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
+	defer cancel()
+	est, err := a.cfg.Sizer.Estimate(sctx, c.src, c.req.Context*contexts)
+	if err == nil && contexts > 1 {
+		est.Detail = fmt.Sprintf("%d slots of %d tokens each: %s", contexts, c.req.Context, est.Detail)
+	}
+	return est, err
 }
 
 // validSHA256 reports whether s is a hex SHA-256 digest.
@@ -358,6 +376,8 @@ func (a *Agent) modelFor(pl *placement) engines.Model {
 		Context: pl.p.Context,
 		SHA256:  pl.p.SHA256,
 		Args:    pl.p.Args,
+		// The estimate counted the prompt cache: the engine gets no more than that.
+		CacheBytes: pl.p.Memory.Cache,
 	}
 	if pl.src.Kind == source.KindFile {
 		m.Path = pl.src.Path

@@ -21,6 +21,9 @@ type Model struct {
 	SHA256  string // expected hex digest of a downloaded file; "" = not checked
 	// Args are extra engine arguments; a driver passes only those on its allowlist.
 	Args []string
+	// CacheBytes bounds the engine's host prompt cache (llama-server's --cache-ram), as the
+	// estimate counted it (api.SizeEstimate.Cache); 0 turns the cache off.
+	CacheBytes int64
 }
 
 // Progress reports a pull.
@@ -99,6 +102,36 @@ type Driver interface {
 // says (llama-server). The agent asks once a placement is ready and publishes the answer.
 type Describer interface {
 	Describe(ctx context.Context, m Model) (api.ModelDetails, error)
+}
+
+// Optional interfaces a driver or an instance may implement; the agent asks for them.
+type (
+	// NameChecker refuses names the engine cannot serve a model under (llama-server splits
+	// --alias on commas), before anything is sized or pulled.
+	NameChecker interface {
+		CheckName(name string) error
+	}
+	// ArgChecker validates extra engine arguments against the driver's allowlist.
+	ArgChecker interface {
+		CheckArgs(args []string) error
+	}
+	// Contexts is implemented by a driver whose engine holds more than one context of the
+	// model: llama-server with -np N keeps N slots of the requested context each. The model is
+	// sized for Contexts(args) × its context.
+	Contexts interface {
+		Contexts(args []string) int
+	}
+	// Measurer is implemented by an instance whose process the driver owns: what that process
+	// holds in memory now.
+	Measurer interface {
+		Resident() (Resident, error)
+	}
+)
+
+// Resident is a process's resident memory, in bytes (Linux: /proc/<pid>/status).
+type Resident struct {
+	RSS  int64 // VmRSS: every resident page, the mapped model file's included
+	Anon int64 // RssAnon: the process's own allocations (KV cache, buffers), never reclaimable
 }
 
 // ErrNotFound is returned (wrapped) when the engine does not know a model.

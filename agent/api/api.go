@@ -178,14 +178,16 @@ const (
 
 // SizeEstimate is what a model will cost, known before any byte of it is pulled.
 type SizeEstimate struct {
-	Bytes    int64  `json:"bytes"` // total to reserve; 0 when unknown
-	Weights  int64  `json:"weights,omitempty"`
-	KV       int64  `json:"kv,omitempty"`
-	Compute  int64  `json:"compute,omitempty"`
-	Overhead int64  `json:"overhead,omitempty"`
-	Method   string `json:"method"`           // one of the Size* constants
-	Device   string `json:"device,omitempty"` // DeviceHost or DeviceHailo
-	Detail   string `json:"detail,omitempty"` // the arithmetic, in words
+	Bytes    int64 `json:"bytes"` // total to reserve; 0 when unknown
+	Weights  int64 `json:"weights,omitempty"`
+	KV       int64 `json:"kv,omitempty"`
+	Compute  int64 `json:"compute,omitempty"`
+	Overhead int64 `json:"overhead,omitempty"`
+	// Cache bounds the engine's host prompt cache (llama-server's --cache-ram), counted in Bytes.
+	Cache  int64  `json:"cache,omitempty"`
+	Method string `json:"method"`           // one of the Size* constants
+	Device string `json:"device,omitempty"` // DeviceHost or DeviceHailo
+	Detail string `json:"detail,omitempty"` // the arithmetic, in words
 }
 
 // Placement is one model on one host.

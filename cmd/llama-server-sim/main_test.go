@@ -308,16 +308,13 @@ func TestMetricsNeedTheFlag(t *testing.T) {
 	assert.Equal(t, http.StatusNotImplemented, resp.StatusCode)
 }
 
-func TestUnknownFlagsAreWarnedAndIgnored(t *testing.T) {
-	p, url := ready(t, quick, "-m", modelFile(t, 1024), "--cache-type-k", "q8_0", "--brand-new-flag", "7", "--no-webui")
-	out := p.output()
-	assert.Contains(t, out, "--cache-type-k q8_0")
-	assert.Contains(t, out, "--brand-new-flag 7")
-	assert.Contains(t, out, "--no-webui")
-	resp, err := http.Get(url + "/health")
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusOK, resp.StatusCode)
+// Like the real llama-server, the simulator refuses a flag it does not know, at once, with
+// status 1 and llama-server's words.
+func TestUnknownFlagExits1(t *testing.T) {
+	p := launch(t, quick, "-m", modelFile(t, 1024), "--cache-type-k", "q8_0", "--brand-new-flag", "7")
+	assert.Equal(t, 1, p.exitCode(t))
+	assert.Contains(t, p.output(), "error: invalid argument: --brand-new-flag")
+	assert.NotContains(t, p.output(), "listening")
 }
 
 func TestSIGTERMExitsZero(t *testing.T) {

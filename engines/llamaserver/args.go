@@ -39,7 +39,8 @@ var cacheTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl"
 
 // DefaultArgs is the allowlist when Config.ExtraArgs is nil: performance and memory knobs that
 // change neither where the engine listens nor what files it reads or writes. (The driver sets
-// -m, --host, --port, -c, --alias and --metrics itself.)
+// -m, --host, --port, -c, -np, --cache-ram, --alias and --metrics itself; -np here asks for
+// more slots, see memoryArgs.)
 var DefaultArgs = []Arg{
 	{Names: []string{"-ngl", "--n-gpu-layers", "--gpu-layers"}, Value: "N|auto|all",
 		Valid: func(s string) bool { return nonNegative(s) || s == "auto" || s == "all" }},
@@ -47,7 +48,10 @@ var DefaultArgs = []Arg{
 	{Names: []string{"-tb", "--threads-batch"}, Value: "N", Valid: positive},
 	{Names: []string{"-b", "--batch-size"}, Value: "N", Valid: positive},
 	{Names: []string{"-ub", "--ubatch-size"}, Value: "N", Valid: positive},
-	{Names: []string{"-np", "--parallel"}, Value: "N", Valid: positive},
+	{Names: slotFlags, Value: "1-" + strconv.Itoa(maxSlots), Valid: func(s string) bool {
+		n, err := strconv.Atoi(s)
+		return err == nil && n >= 1 && n <= maxSlots
+	}},
 	{Names: []string{"-fa", "--flash-attn"}, Value: "on|off|auto", Valid: oneOf("on", "off", "auto")},
 	{Names: []string{"-ctk", "--cache-type-k"}, Value: strings.Join(cacheTypes, "|"), Valid: oneOf(cacheTypes...)},
 	{Names: []string{"-ctv", "--cache-type-v"}, Value: strings.Join(cacheTypes, "|"), Valid: oneOf(cacheTypes...)},
@@ -109,4 +113,53 @@ func checkArgs(args []string, allowed []Arg) ([]string, error) {
 		out = append(out, name, value)
 	}
 	return out, nil
+}
+
+// slotFlags spell llama-server's slot count.
+var slotFlags = []string{"-np", "--parallel"}
+
+// maxSlots bounds -np: each slot holds a whole context, so a few dozen is already a lot of
+// memory, and a larger number is a typo.
+const maxSlots = 64
+
+// takeSlots removes the slot count from checked arguments and returns it: 1 when none is asked.
+func takeSlots(args []string) (int, []string) {
+	slots, rest := 1, make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if slices.Contains(slotFlags, args[i]) && i+1 < len(args) {
+			slots, _ = strconv.Atoi(args[i+1])
+			i++
+			continue
+		}
+		rest = append(rest, args[i])
+	}
+	return max(slots, 1), rest
+}
+
+// Contexts is how many contexts of the model llama-server holds for these extra arguments:
+// one per slot (-np), 1 by default. Arguments the allowlist refuses count as the default; the
+// agent refuses them before it sizes anything.
+func (d *Driver) Contexts(args []string) int {
+	checked, err := checkArgs(args, d.cfg.ExtraArgs)
+	if err != nil {
+		return 1
+	}
+	n, _ := takeSlots(checked)
+	return n
+}
+
+// memoryArgs are the arguments that decide llama-server's memory, always given explicitly:
+// its defaults are what the estimate cannot follow. Left alone, a recent llama-server runs 4
+// slots sharing one context (two concurrent long chats then fail "Context size has been
+// exceeded") and keeps a host prompt cache of up to 8 GiB.
+//   - Each slot gets the whole context a placement asked for: -c is context × slots and
+//     --no-kv-unified splits it evenly (with a unified cache one request could take it all).
+//   - The prompt cache is bounded by what the estimate counted (--cache-ram in whole MiB,
+//     rounded down so the engine stays within the count; 0 turns it off).
+func memoryArgs(context, slots int, cacheBytes int64) []string {
+	args := []string{"-c", strconv.Itoa(context * slots), "-np", strconv.Itoa(slots)}
+	if slots > 1 {
+		args = append(args, "--no-kv-unified")
+	}
+	return append(args, "--cache-ram", strconv.FormatInt(max(cacheBytes, 0)>>20, 10))
 }

@@ -333,6 +333,16 @@ func (d *Driver) CheckArgs(args []string) error {
 	return err
 }
 
+// CheckName refuses a name llama-server cannot serve a model under: --alias is a
+// comma-separated list, so "a,b" would serve the model as "a" and "b" and never as "a,b".
+func (d *Driver) CheckName(name string) error {
+	if strings.Contains(name, ",") {
+		return &engines.Error{Code: api.CodeBadRequest, Err: fmt.Errorf(
+			"model name %q has a comma, and llama-server splits its --alias on commas: choose a name without one", name)}
+	}
+	return nil
+}
+
 // alias is the name m is served under.
 func alias(m engines.Model) string {
 	if m.Name != "" {
@@ -394,7 +404,11 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 	if ctxSize <= 0 {
 		ctxSize = api.DefaultContext
 	}
+	slots, extra := takeSlots(extra)
 	name := alias(m)
+	if err := d.CheckName(name); err != nil {
+		return nil, err
+	}
 	env := engineEnv(os.Environ(), d.cfg.Env)
 	logPath := filepath.Join(d.cfg.LogDir, m.ID+".log")
 	for attempt := 1; ; attempt++ {
@@ -402,8 +416,8 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		if err != nil {
 			return nil, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("finding a free port: %w", err)}
 		}
-		args := append([]string{"-m", path, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-			"-c", strconv.Itoa(ctxSize), "--alias", name, "--metrics"}, extra...)
+		args := append(append([]string{"-m", path, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--alias", name, "--metrics"},
+			memoryArgs(ctxSize, slots, m.CacheBytes)...), extra...)
 		d.log.Info("starting", "placement", m.ID, "binary", bin, "args", args, "log", logPath)
 		inst, err := launch(bin, args, env, m.ID, name, port, logPath, d.cfg.MaxLogBytes, d.cfg.StopGrace)
 		if err != nil {
@@ -431,8 +445,11 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		}
 		d.log.Warn("port taken by another process; retrying on another", "placement", m.ID, "port", port, "attempt", attempt)
 		if attempt == startAttempts {
-			return nil, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
-				"llama-server could not get a free port in %d attempts: another process took each one first", startAttempts)}
+			msg := fmt.Sprintf("llama-server could not get a free port in %d attempts: another process took each one first", startAttempts)
+			if tail := tailLines(logPath, tailLinesInErrors); tail != "" {
+				msg += "; last log lines:\n" + tail
+			}
+			return nil, &engines.Error{Code: api.CodeEngineError, Err: errors.New(msg)}
 		}
 	}
 }

@@ -153,6 +153,9 @@ func TestLifecycle(t *testing.T) {
 	assert.Equal(t, 1024, st.Settings.CtxSize)
 	assert.Equal(t, 2, st.Settings.Threads)
 	assert.True(t, st.Settings.Metrics)
+	assert.Equal(t, 1, st.Settings.Parallel, "one slot unless asked: each request gets the whole context")
+	assert.False(t, st.Settings.UnifiedKV)
+	assert.Equal(t, 0, st.Settings.CacheRAM, "no prompt cache when the estimate counted none")
 
 	require.NoError(t, d.Health(ctx, m))
 	names, err := d.Loaded(ctx)
@@ -400,7 +403,7 @@ func TestBrokenBinary(t *testing.T) {
 
 func TestArgsRefused(t *testing.T) {
 	d := newDriver(t, nil)
-	allowed := "; allowed: -ngl N|auto|all, -t N, -tb N, -b N, -ub N, -np N, -fa on|off|auto, -ctk f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, -ctv f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, --mlock, --no-mmap, --jinja, --no-webui"
+	allowed := "; allowed: -ngl N|auto|all, -t N, -tb N, -b N, -ub N, -np 1-64, -fa on|off|auto, -ctk f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, -ctv f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, --mlock, --no-mmap, --jinja, --no-webui"
 	for _, c := range []struct {
 		args []string
 		msg  string
@@ -644,4 +647,67 @@ func TestDetectOffersLocalGGUF(t *testing.T) {
 	e := newDriver(t, func(c *Config) { c.GGUFDirs = []string{dir} }).Detect(t.Context())
 	require.True(t, e.Present, e.Detail)
 	assert.Equal(t, []string{filepath.Join(dir, "a.gguf"), filepath.Join(dir, "sub", "b.gguf"), filepath.Join(dir, "sub", "deep", "c.gguf")}, e.Models)
+}
+
+// Slots asked for with -np each get the whole context a placement asked for: llama-server gets
+// -c context × slots. The prompt cache is bounded by what the estimate counted, in whole MiB.
+func TestSlotsAndPromptCache(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"} })
+	args := []string{"--parallel=3", "-t", "1"}
+	assert.Equal(t, 3, d.Contexts(args))
+	assert.Equal(t, 1, d.Contexts(nil))
+	assert.Equal(t, 1, d.Contexts([]string{"--host", "0.0.0.0"}), "refused arguments count as the default")
+	require.Error(t, d.CheckArgs([]string{"-np", "65"}))
+	require.Error(t, d.CheckArgs([]string{"-np", "0"}))
+
+	m := engines.Model{ID: "s", Name: "slotted", Source: modelFile(t), Context: 512, Args: args, CacheBytes: 5<<20 + 123}
+	inst, err := d.Load(t.Context(), m)
+	require.NoError(t, err)
+	st := simStats(t, inst.Endpoint())
+	assert.Equal(t, 1536, st.Settings.CtxSize)
+	assert.Equal(t, 3, st.Settings.Parallel)
+	assert.False(t, st.Settings.UnifiedKV)
+	assert.Equal(t, 5, st.Settings.CacheRAM)
+	assert.Equal(t, 1, st.Settings.Threads)
+	var slots []struct {
+		NCtx int `json:"n_ctx"`
+	}
+	resp, err := http.Get(inst.Endpoint() + "/slots")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&slots))
+	require.Len(t, slots, 3)
+	for _, s := range slots {
+		assert.Equal(t, 512, s.NCtx)
+	}
+}
+
+// llama-server splits --alias on commas: such a name is refused before anything starts.
+func TestNameWithCommaRefused(t *testing.T) {
+	d := newDriver(t, nil)
+	require.NoError(t, d.CheckName("qwen2.5:0.5b"))
+	err := d.CheckName("a,b")
+	assert.Equal(t, api.CodeBadRequest, codeOf(err))
+	assert.EqualError(t, err, `BadRequest: model name "a,b" has a comma, and llama-server splits its --alias on commas: choose a name without one`)
+	_, err = d.Load(t.Context(), engines.Model{ID: "c", Name: "a,b", Source: modelFile(t)})
+	assert.Equal(t, api.CodeBadRequest, codeOf(err))
+	assert.NoFileExists(t, filepath.Join(d.cfg.LogDir, "c.log"))
+}
+
+// An engine of our own that serves the model under other names is reported as it is, with its
+// log, never as a port taken by someone else.
+func TestOwnServerUnderAnotherNameReported(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "llama-server")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nexec \""+simBin+"\" \"$@\" --alias someone-else\n"), 0o755))
+	d := newDriver(t, func(c *Config) {
+		c.Binary = script
+		c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"}
+	})
+	calls := 0
+	d.freePort = func() (int, error) { calls++; return freePort() }
+	_, err := d.Load(t.Context(), engines.Model{ID: "o", Name: "mine", Source: modelFile(t)})
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.ErrorContains(t, err, `llama-server serves the model as ["someone-else"], not as "mine"; last log lines:`)
+	assert.ErrorContains(t, err, "listening on")
+	assert.Equal(t, 1, calls, "not retried as a port collision")
 }

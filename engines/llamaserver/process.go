@@ -242,13 +242,36 @@ func (i *Instance) checkIdentity(ctx context.Context) error {
 	if err != nil || status != http.StatusOK {
 		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server is healthy but /v1/models failed (status %d): %v", status, err)}
 	}
+	var served []string
 	for _, m := range models.Data {
 		if m.ID == i.alias {
 			return nil
 		}
+		served = append(served, m.ID)
+	}
+	if i.listening() {
+		// Our own process serves the port, under other names: a collision it is not.
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
+			"llama-server serves the model as %q, not as %q; last log lines:\n%s", served, i.alias, tailLines(i.logPath, tailLinesInErrors))}
 	}
 	// Another server answered on the port (ours could not bind it, or has yet to fail to).
 	return errBindCollision
+}
+
+// listening reports whether the process's own log says it listens on its port ("listening on
+// http://127.0.0.1:<port>", printed once it has bound it).
+func (i *Instance) listening() bool {
+	log, mark := tailLines(i.logPath, 64), "listening on "+i.endpoint
+	for {
+		at := strings.Index(log, mark)
+		if at < 0 {
+			return false
+		}
+		log = log[at+len(mark):]
+		if log == "" || log[0] < '0' || log[0] > '9' { // ":8080" is not ":80"
+			return true
+		}
+	}
 }
 
 // get fetches path; out, when not nil, receives the JSON answer of a 200.
@@ -268,4 +291,12 @@ func (i *Instance) get(ctx context.Context, path string, out any) (int, error) {
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// Resident is what the process holds in memory now (engines.Measurer).
+func (i *Instance) Resident() (engines.Resident, error) {
+	if i.exited() {
+		return engines.Resident{}, errors.New("llama-server has exited")
+	}
+	return resident(i.cmd.Process.Pid)
 }

@@ -68,8 +68,10 @@ func TestLocalGGUFFromHeader(t *testing.T) {
 	assert.Equal(t, kvBytes(24, 2048, 896, 14, 2), est.KV, "the header's KV agrees with the formula")
 	assert.Positive(t, est.Compute)
 	assert.Equal(t, Overhead, est.Overhead)
-	assert.Equal(t, est.Weights+est.KV+est.Compute+est.Overhead, est.Bytes)
+	assert.Equal(t, est.KV, est.Cache, "the prompt cache is bounded by one KV cache's worth (24 MiB here)")
+	assert.Equal(t, est.Weights+est.KV+est.Compute+est.Cache+est.Overhead, est.Bytes)
 	assert.Contains(t, est.Detail, "24 layers × 2048 ctx, f16")
+	assert.Contains(t, est.Detail, "prompt cache 24 MiB")
 	assert.Contains(t, est.Detail, "overhead 512 MiB")
 	assert.Contains(t, est.Detail, "header read from "+path)
 }

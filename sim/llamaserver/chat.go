@@ -106,6 +106,8 @@ func render(msgs []chatMessage) (string, error) {
 
 // completion is one generation's outcome, for timings and counters.
 type completion struct {
+	kv           *lease // its share of a context the slots share
+	failed       error  // the server's own failure, sent to the client (not a cancellation)
 	promptTokens int
 	predicted    int
 	content      strings.Builder
@@ -171,7 +173,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 		return
 	}
-	nCtx := s.cfg.ctxSize()
+	nCtx := s.cfg.slotCtx()
 	promptTokens := simtext.CountTokens(prompt)
 	if promptTokens >= nCtx {
 		writeError(w, http.StatusBadRequest, "exceed_context_size_error",
@@ -200,13 +202,18 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if model == "" {
 		model = s.modelID()
 	}
-	c := &completion{promptTokens: promptTokens, finish: finish}
+	c := &completion{promptTokens: promptTokens, finish: finish, kv: s.kv.lease()}
+	defer c.kv.release()
 	var genErr error
 	if req.Stream {
 		genErr = s.stream(ctx, w, model, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, toks, stops, c)
 	} else {
 		genErr = s.generate(ctx, toks, stops, c)
-		if genErr == nil {
+		if errors.Is(genErr, errContextFull) {
+			writeError(w, http.StatusInternalServerError, "server_error", genErr.Error(), nil)
+			genErr = nil
+		}
+		if genErr == nil && c.failed == nil {
 			writeJSON(w, http.StatusOK, map[string]any{
 				"choices": []any{map[string]any{
 					"finish_reason": c.finish, "index": 0,
@@ -228,6 +235,23 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	s.finish(ctx, c, genErr)
 }
 
+// errContextFull is llama-server's error for a slot whose shared context is full.
+var errContextFull = errors.New("Context size has been exceeded.")
+
+// room takes the context the next step needs from the shared cache: the prompt before the
+// first token, one cell per token after it.
+func (c *completion) room(i int) error {
+	n := 1
+	if i == 0 {
+		n += c.promptTokens
+	}
+	if !c.kv.take(n) {
+		c.failed = errContextFull
+		return c.failed
+	}
+	return nil
+}
+
 // generate produces the whole answer at the configured pace.
 func (s *Server) generate(ctx context.Context, toks, stops []string, c *completion) error {
 	p := simserver.Pacer{Start: time.Now(), TTFT: s.cfg.TTFT, Rate: s.cfg.TokensPerSec}
@@ -235,6 +259,9 @@ func (s *Server) generate(ctx context.Context, toks, stops []string, c *completi
 	var first time.Time
 	for i, tok := range toks {
 		if err := p.Wait(ctx, i); err != nil {
+			return err
+		}
+		if err := c.room(i); err != nil {
 			return err
 		}
 		if i == 0 {
@@ -298,9 +325,21 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 	st := stopper{stops: stops}
 	var first time.Time
 	stopped := false
+	// fail ends the stream as llama-server does when a slot fails mid-answer: an error event
+	// after the content, and no [DONE].
+	fail := func(msg string) error {
+		return send(map[string]any{"error": map[string]any{"code": 500, "message": msg, "type": "server_error"}})
+	}
 	for i, tok := range toks {
 		if err := p.Wait(ctx, i); err != nil {
 			return err
+		}
+		if err := c.room(i); err != nil {
+			return fail(err.Error())
+		}
+		if n := s.cfg.StreamErrorAfter; n > 0 && i == n {
+			c.failed = fmt.Errorf("simulated failure after %d tokens (%s)", n, EnvStreamError)
+			return fail(c.failed.Error())
 		}
 		if i == 0 {
 			first = time.Now()

@@ -26,6 +26,10 @@ type Config struct {
 	GPULayers int    // -ngl: reported in Stats.Settings, changes nothing else
 	Threads   int    // -t: reported in the start-up log
 	Parallel  int    // -np: slots that generate at once; more requests wait (requests_deferred)
+	// UnifiedKV: the slots share one context of CtxSize tokens (llama-server's default with
+	// -np auto); otherwise each slot gets CtxSize / Parallel (its default with -np N).
+	UnifiedKV bool
+	CacheRAM  int    // --cache-ram in MiB (-1 = no limit, 0 = off): reported, changes nothing else
 	NPredict  int    // -n: default token limit per answer; -1 = until the answer ends
 	Metrics   bool   // --metrics: without it /metrics answers 501 like the real server
 	MLock     bool   // --mlock
@@ -37,7 +41,10 @@ type Config struct {
 	TTFT         time.Duration // delay before the first token (prompt processing)
 	HoldMemory   float64       // fraction of the model file's size to allocate and touch while loaded
 	CrashAfter   int           // exit (Done with ErrCrashed) after this many completions; 0 = never
-	Seed         int64         // seed for answers whose request carries none
+	// StreamErrorAfter ends every streamed answer with an error line after this many tokens
+	// (as llama-server does when a slot fails mid-answer); 0 = never.
+	StreamErrorAfter int
+	Seed             int64 // seed for answers whose request carries none
 }
 
 // DefaultCtxSize is the context llama-server uses when -c is 0 or absent and the model's own
@@ -50,7 +57,9 @@ func DefaultConfig() Config {
 	return Config{
 		Addr:      "127.0.0.1:0",
 		CtxSize:   DefaultCtxSize,
-		Parallel:  4, // llama-server's "auto" parallel setting
+		Parallel:  4, // llama-server's "auto" parallel setting: 4 slots sharing one context
+		UnifiedKV: true,
+		CacheRAM:  8192,
 		NPredict:  -1,
 		FlashAttn: "auto",
 		LoadDelay: 200 * time.Millisecond,
@@ -63,12 +72,13 @@ const maxHoldMemory = 8
 
 // Environment variables ConfigFromEnv reads.
 const (
-	EnvLoadDelay    = "LLAMA_SIM_LOAD_DELAY"     // duration, e.g. "2s"
-	EnvTokensPerSec = "LLAMA_SIM_TOKENS_PER_SEC" // float >= 0
-	EnvTTFT         = "LLAMA_SIM_TTFT"           // duration
-	EnvHoldMemory   = "LLAMA_SIM_HOLD_MEMORY"    // float in [0, 8]
-	EnvCrashAfter   = "LLAMA_SIM_CRASH_AFTER"    // int >= 0
-	EnvSeed         = "LLAMA_SIM_SEED"           // int64
+	EnvLoadDelay    = "LLAMA_SIM_LOAD_DELAY"         // duration, e.g. "2s"
+	EnvTokensPerSec = "LLAMA_SIM_TOKENS_PER_SEC"     // float >= 0
+	EnvTTFT         = "LLAMA_SIM_TTFT"               // duration
+	EnvHoldMemory   = "LLAMA_SIM_HOLD_MEMORY"        // float in [0, 8]
+	EnvCrashAfter   = "LLAMA_SIM_CRASH_AFTER"        // int >= 0
+	EnvStreamError  = "LLAMA_SIM_STREAM_ERROR_AFTER" // int >= 0
+	EnvSeed         = "LLAMA_SIM_SEED"               // int64
 )
 
 // ConfigFromEnv returns base with the simulator knobs set from the environment (read through
@@ -111,6 +121,13 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 		}
 		cfg.CrashAfter = n
 	}
+	if v := getenv(EnvStreamError); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return base, fmt.Errorf("%s=%q: want a number of tokens >= 0 (0 = streams end normally)", EnvStreamError, v)
+		}
+		cfg.StreamErrorAfter = n
+	}
 	if v := getenv(EnvSeed); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -148,6 +165,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("llamaserver: hold memory fraction %v, want 0..%d", c.HoldMemory, maxHoldMemory)
 	case c.CrashAfter < 0:
 		return fmt.Errorf("llamaserver: crash after %d, want >= 0", c.CrashAfter)
+	case c.StreamErrorAfter < 0:
+		return fmt.Errorf("llamaserver: stream error after %d, want >= 0", c.StreamErrorAfter)
+	case c.CacheRAM < -1:
+		return fmt.Errorf("llamaserver: cache-ram %d, want -1 (no limit) or more", c.CacheRAM)
 	}
 	switch c.FlashAttn {
 	case "", "on", "off", "auto":
@@ -155,6 +176,15 @@ func (c Config) validate() error {
 		return fmt.Errorf("llamaserver: flash attention %q, want on, off or auto", c.FlashAttn)
 	}
 	return nil
+}
+
+// slotCtx is the context one request gets: the whole context when the slots share it (and
+// compete for it), an even share of it otherwise.
+func (c Config) slotCtx() int {
+	if c.UnifiedKV {
+		return c.ctxSize()
+	}
+	return c.ctxSize() / c.Parallel
 }
 
 // ctxSize is the context in effect: -c 0 means the model's training context, which the

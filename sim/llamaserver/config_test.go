@@ -51,10 +51,10 @@ func TestParseArgsRealCommandLine(t *testing.T) {
 	args := []string{
 		"-m", "/models/q.gguf", "--host", "127.0.0.1", "--port", "39001", "-c", "8192", "-ngl", "99",
 		"--metrics", "--alias", "qwen:0.5b", "-t", "4", "--mlock", "-fa", "on", "--jinja",
+		"-np", "2", "--cache-ram", "64", "-ctk", "q8_0", "--no-mmap",
 	}
-	cfg, warns, err := ParseArgs(args, DefaultConfig())
+	cfg, err := ParseArgs(args, DefaultConfig())
 	require.NoError(t, err)
-	assert.Empty(t, warns)
 	assert.Equal(t, "/models/q.gguf", cfg.ModelPath)
 	assert.Equal(t, "127.0.0.1:39001", cfg.Addr)
 	assert.Equal(t, 8192, cfg.CtxSize)
@@ -65,63 +65,72 @@ func TestParseArgsRealCommandLine(t *testing.T) {
 	assert.True(t, cfg.MLock)
 	assert.Equal(t, "on", cfg.FlashAttn)
 	assert.True(t, cfg.Jinja)
+	assert.Equal(t, 64, cfg.CacheRAM)
+	assert.Equal(t, 2, cfg.Parallel)
+	assert.False(t, cfg.UnifiedKV, "slots asked for explicitly split the context")
+	assert.Equal(t, 4096, cfg.slotCtx())
 
-	cfg, _, err = ParseArgs([]string{"--model", "m", "--ctx-size", "0", "--n-gpu-layers", "-1", "-fa", "--threads", "2"}, DefaultConfig())
+	cfg, err = ParseArgs([]string{"--model", "m", "--ctx-size", "0", "--n-gpu-layers", "all", "--threads", "2"}, DefaultConfig())
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:8080", cfg.Addr, "llama-server's default host and port")
 	assert.Equal(t, DefaultCtxSize, cfg.ctxSize())
 	assert.Equal(t, -1, cfg.GPULayers)
-	assert.Equal(t, "on", cfg.FlashAttn, "old bare -fa")
-	assert.Equal(t, 2, cfg.Threads)
-}
+	assert.Equal(t, 4, cfg.Parallel, "-np auto")
+	assert.True(t, cfg.UnifiedKV, "auto slots share one context")
+	assert.Equal(t, DefaultCtxSize, cfg.slotCtx())
+	assert.Equal(t, 8192, cfg.CacheRAM, "llama-server's default prompt cache")
 
-func TestParseArgsIgnoresOtherFlagsWithTheirValues(t *testing.T) {
-	args := []string{
-		"--temp", "-1", "-m", "m.gguf", "-ot", ".ffn_.*=CPU", "--no-mmap", "--some-new-flag", "v",
-		"--future-bool", "--port", "9", "--lora-scaled", "a.gguf", "0.5", "stray",
-	}
-	cfg, warns, err := ParseArgs(args, DefaultConfig())
+	cfg, err = ParseArgs([]string{"-m", "m", "-np", "3", "-kvu", "-c", "300"}, DefaultConfig())
 	require.NoError(t, err)
-	assert.Equal(t, "m.gguf", cfg.ModelPath)
-	assert.Equal(t, "127.0.0.1:9", cfg.Addr)
-	joined := strings.Join(warns, "\n")
-	for _, want := range []string{"--temp -1", "-ot .ffn_.*=CPU", "--no-mmap", "--some-new-flag v", "--future-bool", "--lora-scaled a.gguf 0.5", `"stray"`} {
-		assert.Contains(t, joined, want)
-	}
-	assert.Len(t, warns, 7)
+	assert.True(t, cfg.UnifiedKV)
+	assert.Equal(t, 300, cfg.slotCtx())
+	cfg, err = ParseArgs([]string{"-m", "m", "-no-kvu", "-c", "400"}, DefaultConfig())
+	require.NoError(t, err)
+	assert.False(t, cfg.UnifiedKV)
+	assert.Equal(t, 100, cfg.slotCtx())
 }
 
 func TestParseArgsErrors(t *testing.T) {
-	for _, args := range [][]string{
-		{},                 // no model
-		{"--port", "8080"}, // no model
-		{"-m"},             // missing value
-		{"-m", "x", "--port", "99999"},
-		{"-m", "x", "--port", "http"},
-		{"-m", "x", "-c", "big"},
-		{"-m", "x", "-c", "-5"},
-		{"-m", "x", "-ngl", "many"},
-		{"-m", "x", "--port=8080"}, // the real server takes no "=" form
-		{"-m", "x", "-np", "0"},
-		{"-m", "x", "--lora-scaled", "a"},
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{}, "error: no model given: llama-server-sim needs -m FILE"},
+		{[]string{"--port", "8080"}, "error: no model given: llama-server-sim needs -m FILE"},
+		{[]string{"-m"}, `error while handling argument "-m": expected value for argument`},
+		{[]string{"-m", "x", "--port", "99999"}, `error while handling argument "--port": invalid port: want a number from 0 to 65535`},
+		{[]string{"-m", "x", "-c", "big"}, `error while handling argument "-c": stoi`},
+		{[]string{"-m", "x", "-c", "-5"}, `error while handling argument "-c": -5 is below 0`},
+		{[]string{"-m", "x", "-ngl", "many"}, `error while handling argument "-ngl": stoi`},
+		{[]string{"-m", "x", "--port=8080"}, "error: invalid argument: --port=8080"},
+		{[]string{"-m", "x", "-np", "0"}, `error while handling argument "-np": error: invalid value for n_parallel`},
+		{[]string{"-m", "x", "-fa"}, `error while handling argument "-fa": expected value for argument`},
+		{[]string{"-m", "x", "-fa", "yes"}, `error while handling argument "-fa": error: unknown value for --flash-attn: 'yes'`},
+		{[]string{"-m", "x", "--some-new-flag"}, "error: invalid argument: --some-new-flag"},
+		{[]string{"-m", "x", "stray"}, "error: invalid argument: stray"},
 	} {
-		_, _, err := ParseArgs(args, DefaultConfig())
-		assert.Error(t, err, "%q", args)
+		_, err := ParseArgs(c.args, DefaultConfig())
+		assert.EqualError(t, err, c.msg, "%q", c.args)
 	}
-	_, _, err := ParseArgs([]string{"-m", "x", "--help"}, DefaultConfig())
+	_, err := ParseArgs([]string{"-m", "x", "--help"}, DefaultConfig())
 	assert.True(t, errors.Is(err, ErrHelp))
-	_, _, err = ParseArgs([]string{"--version"}, DefaultConfig())
+	_, err = ParseArgs([]string{"--version"}, DefaultConfig())
 	assert.True(t, errors.Is(err, ErrVersion))
+	// Read in order: a value flag takes "--version" as its value, a flag without one does not.
+	_, err = ParseArgs([]string{"--mlock", "--version"}, DefaultConfig())
+	assert.True(t, errors.Is(err, ErrVersion))
+	_, err = ParseArgs([]string{"-c", "--version"}, DefaultConfig())
+	assert.EqualError(t, err, `error while handling argument "-c": stoi`)
 }
 
 func FuzzParseArgs(f *testing.F) {
 	f.Add("-m\x00m.gguf\x00--port\x008080\x00-c\x004096")
-	f.Add("--temp\x00-1\x00-m\x00x\x00-fa")
-	f.Add("-m\x00x\x00--lora-scaled\x00a\x000.5\x00--unknown")
+	f.Add("--temp\x00-1\x00-m\x00x\x00-fa\x00on")
+	f.Add("-m\x00x\x00-np\x00-1\x00-no-kvu\x00--unknown")
 	f.Add("--port=1\x00-m")
 	f.Fuzz(func(t *testing.T, joined string) {
 		args := strings.Split(joined, "\x00")
-		cfg, _, err := ParseArgs(args, DefaultConfig())
+		cfg, err := ParseArgs(args, DefaultConfig())
 		if err != nil {
 			return
 		}

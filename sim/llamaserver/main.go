@@ -15,10 +15,7 @@ import (
 // that links it and is started under the name llama-server); it returns the exit status: 0 after SIGTERM/SIGINT, 1 on a bad
 // command line, a model that cannot be opened, or a simulated crash.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg, warnings, err := ParseArgs(args, DefaultConfig())
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, w)
-	}
+	cfg, err := ParseArgs(args, DefaultConfig())
 	switch {
 	case errors.Is(err, ErrHelp):
 		fmt.Fprint(stdout, Usage)
@@ -28,7 +25,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return 0
 	case err != nil:
 		fmt.Fprintln(stderr, err)
-		fmt.Fprintln(stderr, "run with -h for usage")
+		fmt.Fprintln(stderr, "\nto show complete usage, run with -h")
 		return 1
 	}
 	if cfg, err = ConfigFromEnv(getenv, cfg); err != nil {
@@ -63,6 +60,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	fmt.Fprintf(stderr, "main: HTTP server is listening, hostname: %s, port: %s, http threads: %d\n", host, port, cfg.Parallel+4)
 	fmt.Fprintln(stderr, "main: loading model")
 	fmt.Fprintf(stderr, "srv    load_model: loading model '%s'\n", cfg.ModelPath)
+	fmt.Fprintf(stderr, "srv    load_model: initializing, n_slots = %d, n_ctx_slot = %d, kv_unified = '%t'\n", cfg.Parallel, cfg.slotCtx(), cfg.UnifiedKV)
 
 	select {
 	case <-s.Ready():

@@ -42,6 +42,7 @@ type Server struct {
 	err    error // set before the run's Done is closed
 
 	slots      chan struct{} // one token per parallel slot
+	kv         *kvPool       // the context the slots share (UnifiedKV); nil when each has its own
 	processing atomic.Int64
 	deferred   atomic.Int64
 
@@ -75,6 +76,8 @@ type Settings struct {
 	GPULayers int    `json:"n_gpu_layers"`
 	Threads   int    `json:"threads"`
 	Parallel  int    `json:"parallel"`
+	UnifiedKV bool   `json:"kv_unified"`
+	CacheRAM  int    `json:"cache_ram"`
 	Metrics   bool   `json:"metrics"`
 	MLock     bool   `json:"mlock"`
 	FlashAttn string `json:"flash_attn"`
@@ -119,9 +122,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		slots:     make(chan struct{}, cfg.Parallel),
 		stats: Stats{Settings: Settings{
 			ModelPath: cfg.ModelPath, Alias: cfg.Alias, CtxSize: cfg.CtxSize, GPULayers: cfg.GPULayers,
-			Threads: cfg.Threads, Parallel: cfg.Parallel, Metrics: cfg.Metrics, MLock: cfg.MLock,
-			FlashAttn: cfg.FlashAttn, Jinja: cfg.Jinja,
+			Threads: cfg.Threads, Parallel: cfg.Parallel, UnifiedKV: cfg.UnifiedKV, CacheRAM: cfg.CacheRAM,
+			Metrics: cfg.Metrics, MLock: cfg.MLock, FlashAttn: cfg.FlashAttn, Jinja: cfg.Jinja,
 		}},
+	}
+	if cfg.UnifiedKV {
+		s.kv = &kvPool{size: cfg.ctxSize()}
 	}
 	s.srv = simserver.NewHTTPServer(s.routes(), log)
 	s.srv.BaseContext = s.run.BaseContext
@@ -338,7 +344,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleProps(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"default_generation_settings": map[string]any{
-			"id": 0, "id_task": -1, "n_ctx": s.cfg.ctxSize(), "speculative": false, "is_processing": false,
+			"id": 0, "id_task": -1, "n_ctx": s.cfg.slotCtx(), "speculative": false, "is_processing": false,
 			"params": map[string]any{
 				"n_predict": s.cfg.NPredict, "seed": s.cfg.Seed, "temperature": 0.8, "top_k": 40,
 				"top_p": 0.95, "min_p": 0.05, "stream": true,
@@ -367,7 +373,7 @@ func (s *Server) handleSlots(w http.ResponseWriter, r *http.Request) {
 	slots := make([]map[string]any, s.cfg.Parallel)
 	for i := range slots {
 		slots[i] = map[string]any{
-			"id": i, "id_task": -1, "n_ctx": s.cfg.ctxSize(), "speculative": false, "is_processing": i < busy,
+			"id": i, "id_task": -1, "n_ctx": s.cfg.slotCtx(), "speculative": false, "is_processing": i < busy,
 		}
 	}
 	writeJSON(w, http.StatusOK, slots)
@@ -425,4 +431,45 @@ func writeError(w http.ResponseWriter, code int, typ, msg string, extra map[stri
 		e[k] = v
 	}
 	writeJSON(w, code, map[string]any{"error": e})
+}
+
+// kvPool is a context the slots share: every request's prompt and answer take cells from it,
+// and a request that finds it full fails ("Context size has been exceeded"), as in llama-server
+// with a unified KV cache.
+type kvPool struct {
+	mu         sync.Mutex
+	size, used int
+}
+
+// lease is one request's share of a pool; a nil pool (each slot has its own context) always
+// has room, since a request's own context is checked before it starts.
+type lease struct {
+	pool *kvPool
+	n    int
+}
+
+func (p *kvPool) lease() *lease { return &lease{pool: p} }
+
+func (l *lease) take(n int) bool {
+	if l.pool == nil {
+		return true
+	}
+	l.pool.mu.Lock()
+	defer l.pool.mu.Unlock()
+	if l.pool.used+n > l.pool.size {
+		return false
+	}
+	l.pool.used += n
+	l.n += n
+	return true
+}
+
+func (l *lease) release() {
+	if l.pool == nil {
+		return
+	}
+	l.pool.mu.Lock()
+	l.pool.used -= l.n
+	l.pool.mu.Unlock()
+	l.n = 0
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -550,4 +551,93 @@ func TestAnswer(t *testing.T) {
 	assert.Equal(t, toks[:2], short)
 	none, _ := simserver.Answer(1, "p", 0)
 	assert.Empty(t, none)
+}
+
+// Slots asked for explicitly split the context: each request gets -c / -np, and /slots says so.
+func TestSlotsSplitTheContext(t *testing.T) {
+	cfg := quick()
+	cfg.CtxSize, cfg.Parallel, cfg.UnifiedKV = 512, 4, false
+	s := start(t, cfg)
+	var slots []map[string]any
+	require.Equal(t, http.StatusOK, getJSON(t, s.URL()+"/slots", &slots))
+	require.Len(t, slots, 4)
+	for _, sl := range slots {
+		assert.EqualValues(t, 128, sl["n_ctx"])
+	}
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+strings.Repeat("word ", 200)+`"}]}`)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	var e apiError
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	assert.Equal(t, "exceed_context_size_error", e.Error.Type)
+	assert.Equal(t, 128, e.Error.NCtx)
+}
+
+// With one context shared by the slots (-np auto), concurrent requests compete for it: one that
+// finds it full fails with llama-server's "Context size has been exceeded", as a 500 or, in a
+// stream, as an error line.
+func TestSharedContextRunsOut(t *testing.T) {
+	cfg := quick()
+	cfg.CtxSize = 256
+	cfg.TokensPerSec = 20 // the first answer holds its share while the second arrives
+	s := start(t, cfg)
+	require.True(t, cfg.UnifiedKV)
+
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(s.URL()+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":40}`))
+		if err != nil {
+			first <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	require.Eventually(t, func() bool {
+		s.kv.mu.Lock()
+		defer s.kv.mu.Unlock()
+		return s.kv.used > 0
+	}, 5*time.Second, 5*time.Millisecond)
+
+	// Alone this prompt fits the 256 tokens; beside the first answer it does not.
+	tokens := func(content string) int {
+		p, err := render([]chatMessage{{Role: "user", Content: json.RawMessage(strconv.Quote(content))}})
+		require.NoError(t, err)
+		return simtext.CountTokens(p)
+	}
+	big := "w"
+	for tokens(big+" w") < 250 {
+		big += " w"
+	}
+	require.Greater(t, tokens(big)+tokens("hi"), 256)
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+big+`"}]}`)
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	var e apiError
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	assert.Equal(t, "Context size has been exceeded.", e.Error.Message)
+	assert.Equal(t, "server_error", e.Error.Type)
+
+	resp = postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+big+`"}],"stream":true}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, `data: {"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}`+"\n\n", string(body))
+	assert.Equal(t, http.StatusOK, <-first)
+}
+
+// The fault knob ends a stream with an error line after some content and no [DONE].
+func TestStreamErrorAfterContent(t *testing.T) {
+	cfg := quick()
+	cfg.StreamErrorAfter = 3
+	s := start(t, cfg)
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"tell me a long story"}],"stream":true,"max_tokens":20}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	events := strings.Split(strings.TrimSpace(string(body)), "\n\n")
+	require.Len(t, events, 5, "a role chunk, three tokens, then the error")
+	assert.Contains(t, events[3], `"content":`)
+	assert.Equal(t, `data: {"error":{"code":500,"message":"simulated failure after 3 tokens (LLAMA_SIM_STREAM_ERROR_AFTER)","type":"server_error"}}`, events[4])
+	assert.NotContains(t, string(body), "[DONE]")
 }
