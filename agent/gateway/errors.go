@@ -60,6 +60,15 @@ func failureOf(err error) *failure {
 		code = ae.Code
 	}
 	f = &failure{status: agent.HTTPStatus(code), code: code, msg: err.Error()}
+	if code == api.CodeContextLimit {
+		f.oaCode = "context_length_exceeded"
+		why := err.Error()
+		if ee != nil && ee.Err != nil {
+			why = ee.Err.Error()
+		}
+		f.msg = "the prompt is longer than the model's context (" + why + ")" +
+			"; shorten the conversation or place the model with a larger context"
+	}
 	if f.status == http.StatusInternalServerError {
 		f.status = http.StatusBadGateway // whatever an engine did wrong, the gateway itself is fine
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,9 +103,49 @@ func TestLlamaServer(t *testing.T) {
 	assert.Equal(t, "Q8_0", tags.Models[0].Details.QuantizationLevel)
 	assert.Regexp(t, `^[0-9.]+[KMB]$`, tags.Models[0].Details.ParameterSize)
 
-	// The context is known (512): a longer prompt never reaches the engine.
-	resp, b = call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("tiny", string(make([]byte, 4*600)), false, ""))
+	// A prompt longer than the context (512) is the engine's to refuse, by its own count; the
+	// client gets a context-length error in its dialect, streaming or not.
+	long := strings.Repeat("word ", 600)
+	for _, stream := range []bool{false, true} {
+		resp, b = call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("tiny", long, stream, ""))
+		require.Equal(t, 400, resp.StatusCode, "%s", b)
+		code, typ, msg := oaErr(t, b)
+		assert.Equal(t, "context_length_exceeded", code)
+		assert.Equal(t, "invalid_request_error", typ)
+		assert.Contains(t, msg, "longer than the model's context")
+		assert.Contains(t, msg, "512 tokens", "the engine's own figures")
+	}
+	resp, b = call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"tiny","messages":[{"role":"user","content":"`+long+`"}]}`)
 	require.Equal(t, 400, resp.StatusCode, "%s", b)
-	code, _, _ := oaErr(t, b)
+	var e struct{ Error string }
+	require.NoError(t, json.Unmarshal(b, &e))
+	assert.Contains(t, e.Error, "longer than the model's context")
+}
+
+// TestContextRefusalFailsOverToALargerContext: a replica whose engine finds the prompt too long
+// hands it to a replica with a larger context, never to one as small.
+func TestContextRefusalFailsOverToALargerContext(t *testing.T) {
+	bin := llamaServerSim(t)
+	spec, ok := gguf.Preset("sim-tiny")
+	require.True(t, ok)
+	model := filepath.Join(t.TempDir(), "tiny.gguf")
+	require.NoError(t, gguf.Write(model, spec))
+	d, err := llamaserver.New(llamaserver.Config{Binary: bin, LogDir: t.TempDir(), ModelsDir: t.TempDir(),
+		StopGrace: 5 * time.Second, HealthTimeout: 30 * time.Second, Env: []string{"LLAMA_SIM_LOAD_DELAY=0s"}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.StopAll(context.Background()) })
+	small := newNode(t, nodeOpts{name: "small", drivers: []engines.Driver{d}})
+	large := newNode(t, nodeOpts{name: "large", drivers: []engines.Driver{d}})
+	place(t, small, api.PlacementRequest{Source: model, Name: "tiny", Context: 256})
+	place(t, large, api.PlacementRequest{Source: model, Name: "tiny", Context: 1024})
+	join(t, small, large)
+	n := small // its own replica is tried first: it saves a hop
+	resp, b := call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("tiny", strings.Repeat("word ", 400), false, `"max_tokens":4`))
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	assert.Equal(t, 1.0, metricSum(t, large, "llmkube_gateway_requests_total", ""), "served by the larger context")
+	resp, b = call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("tiny", strings.Repeat("word ", 1000), false, ""))
+	require.Equal(t, 400, resp.StatusCode, "%s", b)
+	code, _, msg := oaErr(t, b)
 	assert.Equal(t, "context_length_exceeded", code)
+	assert.Contains(t, msg, "1024 tokens", "the largest context's refusal")
 }

@@ -22,10 +22,8 @@ const (
 	dialectOllamaGenerate                // POST /api/generate
 )
 
-// bytesPerToken is the prompt-size approximation used to refuse an over-long prompt before the
-// engine sees it: about four bytes of English per token, the usual rule of thumb for these
-// models' vocabularies (and what the simulators count). It is not a tokenizer: a prompt near
-// the limit may still be refused by the engine itself, which the gateway then reports.
+// bytesPerToken is the rule of thumb (about four bytes of English per token) behind the prompt
+// count reported when an engine gives none. It never refuses a prompt: the engine does that.
 const bytesPerToken = 4
 
 // chatCall is a parsed chat request in any dialect.
@@ -36,7 +34,8 @@ type chatCall struct {
 	stream bool
 	// usageChunk: OpenAI stream_options.include_usage, a last chunk with the token counts.
 	usageChunk bool
-	// promptTokens is the prompt's estimated size in tokens (see bytesPerToken).
+	// promptTokens is the prompt's estimated size in tokens (see bytesPerToken), reported as
+	// usage when the engine gives no count.
 	promptTokens int
 	// load: an Ollama request without messages (or prompt) asks to load the model; a ready
 	// placement is loaded already, so the gateway answers it without the engine.

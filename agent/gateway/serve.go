@@ -25,7 +25,14 @@ func (g *Gateway) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 // chat answers a chat in any dialect: parse, find the replicas, serve from the least busy one
 // (locally or by forwarding), failing over to the next only while nothing has been written.
 // Errors come in a fixed order: 401 (the middleware), 400 and 413 (the request), 404 (no such
-// model for this token), 503 (not ready), 400 (prompt over the context), then the engine's.
+// model for this token), 503 (not ready), then the engine's.
+//
+// A prompt longer than the context is the engine's to refuse: only its tokenizer, with the
+// model's chat template applied, knows the prompt's length (a rule of thumb such as four bytes
+// per token refused prompts that fit, and asking llama-server's /tokenize first would cost a
+// round trip per chat while still missing the template's tokens). The engine's refusal is
+// answered as a clear context-length error (400, context_length_exceeded), after trying any
+// replica with a larger context.
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	start := time.Now()
 	who, ok := principal(r)
@@ -58,16 +65,16 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		g.fail(w, d, g.notServed(who, name, forwarded, v))
 		return
 	}
-	if cands, f = fitting(cands, call); f != nil {
-		g.fail(w, d, f)
-		return
-	}
 	if call.load {
 		g.answerLoad(w, call)
 		return
 	}
 	var last *failure
+	refusedContext := 0 // the largest context an engine found the prompt too long for
 	for i, c := range cands {
+		if refusedContext > 0 && c.p.Context <= refusedContext {
+			continue
+		}
 		var committed bool
 		var err error
 		if c.local != nil {
@@ -82,7 +89,12 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 			g.m.clientGone()
 			return
 		}
-		last = failureOf(err)
+		last = explain(failureOf(err), c.p, call)
+		if last.code == api.CodeContextLimit && c.p.Context > 0 {
+			// Only a replica with a larger context can take this prompt.
+			refusedContext = c.p.Context
+			continue
+		}
 		if !last.retryable() {
 			break
 		}
@@ -100,27 +112,17 @@ func (g *Gateway) fail(w http.ResponseWriter, d dialect, f *failure) {
 	writeFailure(w, d, f)
 }
 
-// fitting drops the replicas whose context is known to be too small for the prompt. When none
-// is left the prompt is refused before any engine sees it.
-func fitting(cands []candidate, call *chatCall) ([]candidate, *failure) {
-	if call.load {
-		return cands, nil
+// explain names the likely cause of an engine failure that does not say it: hailo-ollama
+// answers a prompt longer than its context with a bare HTTP 500, so a failure on a prompt that
+// is over the context by the rough count is reported as a context-length error, saying that
+// the count is rough.
+func explain(f *failure, p api.Placement, call *chatCall) *failure {
+	if f.code != api.CodeEngineError || p.Runtime != api.RuntimeHailoOllama || p.Context <= 0 || call.promptTokens <= p.Context {
+		return f
 	}
-	out := cands[:0:0]
-	largest := 0
-	for _, c := range cands {
-		if c.p.Context > 0 && call.promptTokens > c.p.Context {
-			largest = max(largest, c.p.Context)
-			continue
-		}
-		out = append(out, c)
-	}
-	if len(out) == 0 {
-		return nil, &failure{status: http.StatusBadRequest, code: api.CodeContextLimit, oaCode: "context_length_exceeded",
-			msg: fmt.Sprintf("the prompt is about %d tokens (at ~%d bytes per token), more than the %d-token context of model %q",
-				call.promptTokens, bytesPerToken, largest, call.model)}
-	}
-	return out, nil
+	return &failure{status: http.StatusBadRequest, code: api.CodeContextLimit, oaCode: "context_length_exceeded",
+		msg: fmt.Sprintf("the prompt is likely longer than the model's %d-token context: hailo-ollama failed without a reason (%s) on a prompt of about %d tokens by a rough count (%d bytes per token); shorten the conversation",
+			p.Context, f.msg, call.promptTokens, bytesPerToken)}
 }
 
 // answerLoad answers an Ollama load request (no messages, no prompt): a ready placement is
