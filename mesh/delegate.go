@@ -4,8 +4,18 @@ import (
 	"bytes"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/llmkube/mesh/agent/api"
 )
+
+// aliveCheck is memberlist's AliveDelegate: a node whose name is not a valid node name (a DNS
+// label, as validNodeName says) is refused before memberlist adds it. Names are shown in every
+// console and are the key of every table, so they are checked once, here, rather than escaped
+// everywhere.
+type aliveCheck Mesh
+
+func (a *aliveCheck) NotifyAlive(n *memberlist.Node) error { return validNodeName(n.Name) }
 
 // delegate is memberlist's Delegate. memberlist calls it from its packet and stream loops,
 // concurrently: nothing here blocks, and buffers are copied before they are kept.

@@ -115,7 +115,39 @@ func decodeDoc(b []byte) (*stateDoc, error) {
 	case d.Node == "":
 		return nil, errors.New("state document: no node name")
 	}
+	api.Sanitize(&d) // every string reaches some terminal
+	clampDoc(&d)
 	return &d, nil
+}
+
+// clampDoc bounds every figure of a document as decodeMeta does (see maxBytes): another member's
+// numbers may be absurd, and none may overflow a sum or a drawing.
+func clampDoc(d *stateDoc) {
+	size := func(v *int64) { *v = max(0, min(*v, maxBytes)) }
+	count := func(v *int) { *v = max(0, min(*v, maxCount)) }
+	rate := func(v *float64) { *v = max(0, min(*v, 1e12)) }
+	if h := d.Host; h != nil {
+		for _, v := range []*int64{&h.Memory.Total, &h.Memory.Available, &h.Memory.Budget, &h.Memory.Committed, &h.Memory.Reserved, &h.Memory.CgroupLimit} {
+			size(v)
+		}
+		for i := range h.Accelerators {
+			size(&h.Accelerators[i].Memory)
+		}
+		count(&h.CPUs)
+		count(&h.Placements)
+		count(&h.PageSize)
+	}
+	for i := range d.Placements {
+		p := &d.Placements[i]
+		for _, v := range []*int64{&p.Memory.Bytes, &p.Memory.Weights, &p.Memory.KV, &p.Memory.Compute, &p.Memory.Overhead, &p.PulledBytes, &p.TotalBytes} {
+			size(v)
+		}
+		count(&p.Context)
+		count(&p.Restarts)
+		p.Progress = max(0, min(p.Progress, 1))
+		rate(&p.TTFTMillis)
+		rate(&p.TokensPerS)
+	}
 }
 
 // docEntry is a stored document with the exact bytes it arrived as, so relays forward what

@@ -136,6 +136,7 @@ func (m *Mesh) Doctor(ctx context.Context) DoctorReport {
 	slices.SortStableFunc(r.Findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(rank[a.Severity], rank[b.Severity]), cmp.Compare(a.Problem, b.Problem))
 	})
+	api.Sanitize(&r) // findings quote what other hosts announced
 	return r
 }
 

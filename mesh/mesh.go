@@ -198,6 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	mlc.Transport = cfg.Transport
 	mlc.Delegate = (*delegate)(m)
 	mlc.Events = (*events)(m)
+	mlc.Alive = (*aliveCheck)(m)
 	mlc.Conflict = (*events)(m)
 	mlc.LogOutput = nil
 	mlc.Logger = log.New(m.diag, "", 0)

@@ -54,6 +54,14 @@ const (
 	tagSeq        = 14 // uvarint: the node's liveness sequence when it started (see liveNotice)
 )
 
+// Figures from other members may be absurd (a bug, or a compromised keyholder): sizes are
+// clamped to maxBytes (8 PiB) and counts to maxCount, so that a console can add up the memory
+// of a hundred hosts, or draw one, without overflowing.
+const (
+	maxBytes = 1 << 53
+	maxCount = 1 << 20
+)
+
 // flagDocGossiped: the state document of this generation is small enough to travel by gossip,
 // so a member that sees the generation before the document waits a moment before fetching it.
 const flagDocGossiped = 1 << 0
@@ -272,20 +280,20 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 			}
 			sawRole = true
 		case tagAPIAddr:
-			m.APIAddr = string(v)
+			m.APIAddr = api.Printable(string(v))
 		case tagOS:
-			m.OS = string(v)
+			m.OS = api.Printable(string(v))
 		case tagArch:
-			m.Arch = string(v)
+			m.Arch = api.Printable(string(v))
 		case tagChip:
-			m.Chip = string(v)
+			m.Chip = api.Printable(string(v))
 		case tagCPUs:
-			m.CPUs = int(r.int())
+			m.CPUs = int(min(r.int(), maxCount))
 		case tagMemory:
-			m.Memory.Total, m.Memory.Budget, m.Memory.Committed = r.int(), r.int(), r.int()
-			m.Memory.Reserved, m.Memory.Available = r.int(), r.int()
+			m.Memory.Total, m.Memory.Budget, m.Memory.Committed = r.bytes(), r.bytes(), r.bytes()
+			m.Memory.Reserved, m.Memory.Available = r.bytes(), r.bytes()
 		case tagAccel:
-			a := metaAccel{Kind: r.str(), Name: r.str(), Memory: r.int(), Count: int(r.int())}
+			a := metaAccel{Kind: api.Printable(r.str()), Name: api.Printable(r.str()), Memory: r.bytes(), Count: int(r.int())}
 			if a.Count < 1 || a.Count > 64 {
 				return nodeMeta{}, errors.New("node metadata: bad accelerator count")
 			}
@@ -295,13 +303,13 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		case tagRuntimes:
 			m.Present, m.Healthy = r.byte(), r.byte()
 		case tagPlacements:
-			m.Placements, m.Ready = int(r.int()), int(r.int())
+			m.Placements, m.Ready = int(min(r.int(), maxCount)), int(min(r.int(), maxCount))
 		case tagGen:
 			m.Gen = r.uint()
 		case tagFlags:
 			m.Flags = r.uint()
 		case tagVersion:
-			m.AgentVersion = string(v)
+			m.AgentVersion = api.Printable(string(v))
 		case tagSeq:
 			m.Seq = r.uint()
 		default:
@@ -351,6 +359,9 @@ func (r *reader) uint() uint64 {
 	r.b = r.b[k:]
 	return v
 }
+
+// bytes reads a memory figure, clamped to maxBytes.
+func (r *reader) bytes() int64 { return min(r.int(), maxBytes) }
 
 // int reads a count or a size: a non-negative int64.
 func (r *reader) int() int64 {

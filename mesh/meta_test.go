@@ -52,7 +52,8 @@ func TestMetaWorstCaseFits(t *testing.T) {
 
 	m, err := decodeMeta(b)
 	require.NoError(t, err)
-	require.Equal(t, h.Memory, m.Memory)
+	clamped := api.Memory{Total: maxBytes, Available: maxBytes, Budget: maxBytes, Committed: maxBytes, Reserved: maxBytes}
+	require.Equal(t, clamped, m.Memory, "figures past maxBytes are clamped")
 	require.Len(t, m.Accels, maxMetaAccels)
 	require.Equal(t, h.APIAddr, m.APIAddr)
 	require.Equal(t, uint64(math.MaxUint64), m.Gen)

@@ -100,6 +100,7 @@ func decodeError(resp *http.Response) error {
 		if c, ok := openAICodes[string(body.Error.Code)]; ok {
 			body.Error.Code = c
 		}
+		Sanitize(body.Error)
 		return body.Error
 	}
 	code := CodeInternal
@@ -113,7 +114,7 @@ func decodeError(resp *http.Response) error {
 	case http.StatusTooManyRequests:
 		code = CodeTooBusy
 	}
-	msg := strings.TrimSpace(string(b))
+	msg := Printable(strings.TrimSpace(string(b)))
 	if msg == "" {
 		msg = resp.Status
 	}
@@ -137,6 +138,7 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("decoding %s %s: %w", method, path, err)
 	}
+	Sanitize(out) // what an agent says may come from any member: it reaches terminals
 	return nil
 }
 
@@ -206,7 +208,7 @@ func (c *Client) PlacementLog(ctx context.Context, id string, bytes int) (string
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 2<<20))
-	return string(b), err
+	return PrintableText(string(b)), err
 }
 
 // Delete stops and removes a placement.
@@ -235,6 +237,7 @@ func (c *Client) Events(ctx context.Context, after uint64, emit func(Event) erro
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fmt.Errorf("malformed event: %w", err)
 		}
+		Sanitize(&ev)
 		return emit(ev)
 	})
 }
@@ -347,13 +350,14 @@ func (c *Client) ChatStream(ctx context.Context, model string, msgs []ChatMessag
 			return fmt.Errorf("malformed chat chunk: %w", err)
 		}
 		if chunk.Error != nil {
+			Sanitize(chunk.Error)
 			return chunk.Error
 		}
 		d := ChatDelta{Usage: chunk.Usage}
 		if len(chunk.Choices) > 0 {
-			d.Content = chunk.Choices[0].Delta.Content
+			d.Content = PrintableText(chunk.Choices[0].Delta.Content)
 			if fr := chunk.Choices[0].FinishReason; fr != nil {
-				d.FinishReason = *fr
+				d.FinishReason = Printable(*fr)
 			}
 		}
 		if d.Content == "" && d.FinishReason == "" && d.Usage == nil {

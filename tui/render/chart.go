@@ -35,14 +35,14 @@ func Downsample(values []float64, width int) []float64 {
 
 // level is v on a scale of steps over [0, top], rounded, clamped; a positive value is never 0.
 func level(v, top float64, steps int) int {
-	if top <= 0 || v <= 0 || math.IsNaN(v) {
-		return 0
+	if !(top > 0) || !(v > 0) || steps <= 0 {
+		return 0 // NaN fails every comparison
 	}
-	n := int(math.Round(v / top * float64(steps)))
-	if n == 0 {
-		n = 1
+	f := math.Round(v / top * float64(steps))
+	if !(f < float64(steps)) { // also +Inf and NaN (Inf/Inf): converting them to int is undefined
+		return steps
 	}
-	return min(n, steps)
+	return max(int(f), 1)
 }
 
 // AreaChart draws values as a filled area of width × height cells over [0, top], oldest on the

@@ -5,6 +5,7 @@ package render
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -62,15 +63,16 @@ func MemBar(st *styles.Styles, width int, committed, reserved, budget, total int
 	if total <= 0 {
 		return st.Muted.Render(strings.Repeat("?", width))
 	}
+	// Figures come from the mesh and may be absurd (committed far above total, sums that
+	// overflowed): each is clamped to [0, total] and scaled in floating point, so no product
+	// overflows and every count stays within the width.
 	cells := func(v int64) int {
 		if v <= 0 {
 			return 0
 		}
-		n := int((v*int64(width) + total/2) / total)
-		if n == 0 {
-			n = 1 // something held is never drawn as nothing
-		}
-		return n
+		v = min(v, total)
+		n := int(math.Round(float64(v) / float64(total) * float64(width)))
+		return max(min(n, width), 1) // something held is never drawn as nothing
 	}
 	used := min(cells(committed), width)
 	res := min(cells(reserved), width-used)
@@ -85,6 +87,9 @@ func MemBar(st *styles.Styles, width int, committed, reserved, budget, total int
 
 // Progress draws a 0..1 fraction as a bar of width cells with the percentage after it.
 func Progress(st *styles.Styles, width int, frac float64) string {
+	if math.IsNaN(frac) {
+		frac = 0
+	}
 	frac = max(0, min(1, frac))
 	pct := fmt.Sprintf(" %3d%%", int(frac*100+0.5))
 	bw := width - len(pct)
@@ -116,7 +121,7 @@ func Ago(now, t time.Time) string {
 
 // Speed formats tokens/s ("8.2 tok/s"), "—" when not measured.
 func Speed(tps float64) string {
-	if tps <= 0 {
+	if !(tps > 0) || math.IsInf(tps, 1) {
 		return "—"
 	}
 	if tps >= 100 {
@@ -127,13 +132,28 @@ func Speed(tps float64) string {
 
 // Millis formats a latency in milliseconds ("320 ms", "1.47 s"), "—" when not measured.
 func Millis(ms float64) string {
-	if ms <= 0 {
+	if !(ms > 0) || math.IsInf(ms, 1) {
 		return "—"
 	}
 	if ms >= 1000 {
 		return fmt.Sprintf("%.2f s", ms/1000)
 	}
 	return fmt.Sprintf("%.0f ms", ms)
+}
+
+// Sum adds sizes without overflowing: a sum past the largest int64 stays there, and a negative
+// figure (absurd, from some member) counts as nothing.
+func Sum(vs ...int64) int64 {
+	var t int64
+	for _, v := range vs {
+		if v > 0 {
+			if t > math.MaxInt64-v {
+				return math.MaxInt64
+			}
+			t += v
+		}
+	}
+	return t
 }
 
 // Column is one column of a table: a title, a width, and right alignment for numbers.

@@ -252,7 +252,7 @@ func (m *Model) memory(name string, h *api.Host) []string {
 		avail := make([]float64, len(samples))
 		var top int64
 		for i, s := range samples {
-			held[i] = float64(s.Committed + s.Reserved)
+			held[i] = float64(render.Sum(s.Committed, s.Reserved))
 			avail[i] = float64(s.Available)
 			top = max(top, s.Total)
 		}
@@ -282,7 +282,7 @@ func (m *Model) memory(name string, h *api.Host) []string {
 			render.Sparkline(st, render.Downsample(avail, width-10), 0, float64(top), width-10))
 	}
 	out = append(out, render.Cut(fmt.Sprintf("  held %s (committed %s + reserved %s) · budget %s · free %s",
-		size(mem.Committed+mem.Reserved), size(mem.Committed), size(mem.Reserved), size(mem.Budget), size(mem.Free())), m.width))
+		size(render.Sum(mem.Committed, mem.Reserved)), size(mem.Committed), size(mem.Reserved), size(mem.Budget), size(mem.Free())), m.width))
 	out = append(out, render.Cut(fmt.Sprintf("  available %s · total %s · ", size(mem.Available), size(mem.Total))+
 		st.BarUsed.Render("█")+" held  "+st.Muted.Render("┄")+" budget", m.width))
 	for _, a := range h.Accelerators {

@@ -190,9 +190,9 @@ func Summary(v api.MeshView) string {
 			alerts++
 		}
 		if mb.Host != nil && mb.Liveness == api.Alive {
-			committed += mb.Host.Memory.Committed + mb.Host.Memory.Reserved
-			budget += mb.Host.Memory.Budget
-			total += mb.Host.Memory.Total
+			committed = render.Sum(committed, mb.Host.Memory.Committed, mb.Host.Memory.Reserved)
+			budget = render.Sum(budget, mb.Host.Memory.Budget)
+			total = render.Sum(total, mb.Host.Memory.Total)
 		}
 		for _, p := range mb.Placements {
 			switch p.State {
