@@ -6,7 +6,6 @@ package tui
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -52,6 +51,8 @@ type App struct {
 	width  int
 	height int
 	tick   time.Duration
+
+	mouseOff bool // the terminal's own selection is back: the console gets no mouse events
 
 	cmdline   *cmdline.Line
 	cmdActive bool
@@ -238,7 +239,7 @@ func (a *App) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		a.status, a.statusErr, a.statusAt = msg.Text, msg.Err, a.ctx.Now()
 		return a, nil
 	case tea.MouseMsg:
-		return a, a.forward(msg)
+		return a, a.mouse(msg)
 	}
 	// Everything else is a view's own asynchronous result: every view sees it and keeps what
 	// is tagged for it.
@@ -317,7 +318,7 @@ func (a *App) helpFor(p common.Page) []common.HelpSection {
 	}
 	k := a.ctx.Keys
 	secs = append(secs, common.HelpSection{Title: "Everywhere", Keys: append(k.Global(), k.PrevTab,
-		common.As(k.Back, "back from a host or the help"), key.NewBinding(key.WithHelp("ctrl+c", "quit, also while typing")))})
+		common.As(k.Back, "back from a host or the help"), k.Mouse, key.NewBinding(key.WithHelp("ctrl+c", "quit, also while typing")))})
 	return append(secs, commandHelp())
 }
 
@@ -325,6 +326,9 @@ func (a *App) key(msg tea.KeyMsg) tea.Cmd {
 	k := a.ctx.Keys
 	if msg.String() == "ctrl+c" {
 		return a.quit()
+	}
+	if key.Matches(msg, k.Mouse) {
+		return a.toggleMouse()
 	}
 	if a.cmdActive {
 		return a.commandKey(msg)
@@ -428,20 +432,19 @@ func (a *App) View() string {
 		mesh = "—"
 	}
 	top.WriteString(st.Title.Render("llmkube mesh") + st.Muted.Render(" · "+mesh+" · "+mode))
+	if a.mouseOff {
+		top.WriteString(st.Warn.Render(" · mouse off (ctrl+y)"))
+	}
 	top.WriteString("\n")
 	var tabs []string
-	for i, p := range common.Tabs {
-		label := fmt.Sprintf("%d %s", i+1, p.Title())
-		if p == a.active {
-			tabs = append(tabs, st.TabActive.Render(label))
+	for _, t := range a.tabs() {
+		if t.page == a.active {
+			tabs = append(tabs, st.TabActive.Render(t.label))
 		} else {
-			tabs = append(tabs, st.TabIdle.Render(label))
+			tabs = append(tabs, st.TabIdle.Render(t.label))
 		}
 	}
-	if a.active == common.PageHostDetail || a.active == common.PageHelp {
-		tabs = append(tabs, st.TabActive.Render(a.active.Title()))
-	}
-	top.WriteString(render.Cut(strings.Join(tabs, "  "), a.width))
+	top.WriteString(render.Cut(strings.Join(tabs, tabGap), a.width))
 
 	body := ""
 	if p := a.page(); p != nil {
@@ -464,9 +467,28 @@ func (a *App) footer() string {
 		}
 		return render.Cut(st.OK.Render(a.status), a.width)
 	}
+	return render.Cut(a.drawHelp(a.footerKeys()), a.width)
+}
+
+// helpSep separates the keys of the footer.
+const helpSep = " · "
+
+// drawHelp draws keys as the footer shows them.
+func (a *App) drawHelp(bs []key.Binding) string {
+	st := a.ctx.Styles
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		h := b.Help()
+		parts[i] = st.HelpKey.Render(h.Key) + " " + st.HelpDesc.Render(h.Desc)
+	}
+	return strings.Join(parts, st.Muted.Render(helpSep))
+}
+
+// footerKeys are the keys the footer offers at this width. The way out and the way to help
+// are always there; the view's keys fill what is left, most important first. Typing in a text
+// field, q and ? are text: ctrl+c is the way out.
+func (a *App) footerKeys() []key.Binding {
 	k := a.ctx.Keys
-	// The way out and the way to help are always there; the view's keys fill what is left,
-	// most important first. Typing in a text field, q and ? are text: ctrl+c is the way out.
 	tail := []key.Binding{k.Command, k.Help, k.Quit}
 	var binds []key.Binding
 	if p := a.page(); p != nil {
@@ -475,22 +497,14 @@ func (a *App) footer() string {
 			tail = []key.Binding{keyQuitTyping}
 		}
 	}
-	draw := func(bs []key.Binding) string {
-		parts := make([]string, len(bs))
-		for i, b := range bs {
-			h := b.Help()
-			parts[i] = st.HelpKey.Render(h.Key) + " " + st.HelpDesc.Render(h.Desc)
-		}
-		return strings.Join(parts, st.Muted.Render(" · "))
-	}
-	if lipgloss.Width(draw(tail)) > a.width && len(tail) > 2 {
+	if lipgloss.Width(a.drawHelp(tail)) > a.width && len(tail) > 2 {
 		tail = tail[1:] // ":" goes first, "? help · q quit" stay
 	}
 	n := 0
-	for n < len(binds) && lipgloss.Width(draw(append(binds[:n+1:n+1], tail...))) <= a.width {
+	for n < len(binds) && lipgloss.Width(a.drawHelp(append(binds[:n+1:n+1], tail...))) <= a.width {
 		n++
 	}
-	return render.Cut(draw(append(binds[:n:n], tail...)), a.width)
+	return append(binds[:n:n], tail...)
 }
 
 // keyQuitTyping is the way out while a text field has the keys.

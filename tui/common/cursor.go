@@ -63,3 +63,21 @@ func (c *Cursor) Clamp(n, height int) {
 	}
 	c.Offset = max(0, min(c.Offset, max(n-height, 0)))
 }
+
+// Click selects the row under a left click, for a table whose first row is drawn on line top
+// of the view and shows height rows. It reports whether a row was hit and whether it was the
+// one already selected (a second click opens it, as enter would).
+func (c *Cursor) Click(msg tea.MouseMsg, top, n, height int) (hit, again bool) {
+	if msg.Action != tea.MouseActionPress || msg.Button != tea.MouseButtonLeft {
+		return false, false
+	}
+	line := msg.Y - top
+	row := c.Offset + line
+	if line < 0 || line >= height || row >= n {
+		return false, false
+	}
+	again = row == c.Pos
+	c.Pos = row
+	c.Clamp(n, height)
+	return true, again
+}

@@ -38,3 +38,25 @@ func TestCursor(t *testing.T) {
 	c.Clamp(0, h)
 	assert.Equal(t, Cursor{0, 0}, c, "an empty list")
 }
+
+func TestCursorClick(t *testing.T) {
+	c := Cursor{Pos: 0, Offset: 2}
+	click := func(y int) (bool, bool) {
+		return c.Click(tea.MouseMsg{X: 5, Y: y, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft}, 3, 10, 4)
+	}
+	hit, again := click(4)
+	assert.True(t, hit)
+	assert.False(t, again)
+	assert.Equal(t, 3, c.Pos, "the second row shown, scrolled by two")
+	_, again = click(4)
+	assert.True(t, again, "a click on the selected row")
+	for _, y := range []int{2, 7, -1} {
+		hit, _ = click(y)
+		assert.False(t, hit, "line %d is not a row", y)
+	}
+	c = Cursor{}
+	hit, _ = c.Click(tea.MouseMsg{Y: 5, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft}, 3, 2, 10)
+	assert.False(t, hit, "under the last row")
+	hit, _ = c.Click(tea.MouseMsg{Y: 3, Action: tea.MouseActionRelease, Button: tea.MouseButtonLeft}, 3, 2, 10)
+	assert.False(t, hit, "a release is not a click")
+}

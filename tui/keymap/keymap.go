@@ -18,6 +18,7 @@ type KeyMap struct {
 	Chat    key.Binding
 	Events  key.Binding
 	Doctor  key.Binding
+	Mouse   key.Binding // gives the mouse to the terminal (to select text) and back
 
 	Up       key.Binding
 	Down     key.Binding
@@ -59,6 +60,7 @@ func Default() KeyMap {
 		Chat:    b([]string{"4", "c"}, "4/c", "chat"),
 		Events:  b([]string{"5", "e"}, "5/e", "events"),
 		Doctor:  b([]string{"6"}, "6", "doctor"),
+		Mouse:   b([]string{"ctrl+y"}, "ctrl+y", "mouse off to select text / on again"),
 
 		Up:       b([]string{"up", "k"}, "↑/k", "up"),
 		Down:     b([]string{"down", "j"}, "↓/j", "down"),

@@ -216,6 +216,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyMsg:
 		return m, m.key(msg)
 	case tea.MouseMsg:
+		if m.picking() {
+			return m, m.pickClick(msg)
+		}
 		var cmd tea.Cmd
 		m.viewport, cmd = m.viewport.Update(msg)
 		return m, cmd
@@ -310,6 +313,31 @@ func (m *Model) pickKey(msg tea.KeyMsg) tea.Cmd {
 		if m.pick < len(choices) {
 			return m.Open(choices[m.pick].Model)
 		}
+	}
+	return nil
+}
+
+// pickerTop is the line of the first model in the picker: under the status line, the rule,
+// the question and a blank line.
+const pickerTop = 4
+
+// pickClick chooses with the mouse: a click selects a model, a second click on it opens it.
+func (m *Model) pickClick(msg tea.MouseMsg) tea.Cmd {
+	choices := Choices(m.ctx.Mesh)
+	switch msg.Button {
+	case tea.MouseButtonWheelUp:
+		m.pick = max(m.pick-1, 0)
+	case tea.MouseButtonWheelDown:
+		m.pick = max(0, min(m.pick+1, len(choices)-1))
+	case tea.MouseButtonLeft:
+		i := msg.Y - pickerTop
+		if msg.Action != tea.MouseActionPress || i < 0 || i >= len(choices) {
+			return nil
+		}
+		if i == m.pick {
+			return m.Open(choices[i].Model)
+		}
+		m.pick = i
 	}
 	return nil
 }

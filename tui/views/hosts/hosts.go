@@ -164,16 +164,26 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		m.cur.Clamp(n, m.tableHeight())
 	case tea.MouseMsg:
-		m.cur.Move(m.ctx.Keys, msg, len(m.Rows()), m.tableHeight())
+		n := len(m.Rows())
+		if hit, again := m.cur.Click(msg, firstRow, n, m.tableHeight()); hit {
+			if sel, ok := m.Selected(); ok && again {
+				return m, common.Navigate(common.PageHostDetail, sel.Name)
+			}
+			return m, nil
+		}
+		m.cur.Move(m.ctx.Keys, msg, n, m.tableHeight())
 	case common.MeshMsg:
 		m.cur.Clamp(len(m.Rows()), m.tableHeight())
 	}
 	return m, nil
 }
 
+// firstRow is the line of the first host: under the summary, the legend and the titles.
+const firstRow = 3
+
 // tableHeight is the number of rows that fit under the summary and the column titles.
 func (m *Model) tableHeight() int {
-	return max(m.height-3, 1)
+	return max(m.height-firstRow, 1)
 }
 
 // Summary is the header line that sums the mesh.

@@ -121,7 +121,15 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyMsg:
 		return m, m.key(msg)
 	case tea.MouseMsg:
-		m.cur.Move(m.ctx.Keys, msg, len(m.Rows()), m.tableHeight())
+		// The rows start under the summary and the column titles.
+		n := len(m.Rows())
+		if hit, again := m.cur.Click(msg, 2, n, m.tableHeight()); hit {
+			if again {
+				return m, m.key(tea.KeyMsg{Type: tea.KeyEnter})
+			}
+			return m, nil
+		}
+		m.cur.Move(m.ctx.Keys, msg, n, m.tableHeight())
 	case common.MeshMsg:
 		// A placement that left the mesh is no longer being deleted, it is gone.
 		present := map[string]bool{}
