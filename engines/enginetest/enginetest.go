@@ -16,8 +16,8 @@ import (
 // Environment variables naming the real engines and the test model.
 const (
 	EnvLlamaServer = "LLMKUBE_LLAMA_SERVER" // path to a llama-server binary
-	EnvOllama      = "LLMKUBE_OLLAMA"      // path to an ollama binary
-	EnvGGUF        = "LLMKUBE_TEST_GGUF"   // path to a small GGUF model that llama-server can load
+	EnvOllama      = "LLMKUBE_OLLAMA"       // path to an ollama binary
+	EnvGGUF        = "LLMKUBE_TEST_GGUF"    // path to a small GGUF model that llama-server can load
 )
 
 // SharedDir is where the engines are looked for when no variable names them, relative to the
