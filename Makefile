@@ -3,17 +3,29 @@ GO       ?= go
 BIN      ?= bin
 PKGS     ?= ./...
 GOFLAGS_TEST ?= -race -timeout 20m
-LDFLAGS  ?= -s -w
 PROGRAMS := llmkube-agent llmkube-tui hailo-sim llama-server-sim ollama-sim
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 darwin/amd64
 
-.PHONY: all build test demo bench lint release clean fuzz
+# The build's version: the nearest v* tag without its v (v1.2.3 -> 1.2.3, 1.2.3-4-gabc… after it),
+# else 0.0.0-<commit>; -dirty when the work tree has changes. The date is the commit's, in UTC, so
+# the same commit builds the same archives.
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo $${v\#v} || \
+	echo 0.0.0-$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty))
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git show -s --format=%ct HEAD 2>/dev/null || echo 0)
+DATE    ?= $(shell TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD 2>/dev/null)
+VPKG    := github.com/llmkube/mesh/version
+STAMP   := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).Date=$(DATE)
+LDFLAGS ?= -s -w
+
+.PHONY: all build test demo bench lint release release-check clean fuzz
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
 	@for p in $(PROGRAMS); do \
-		if [ -d cmd/$$p ]; then $(GO) build -o $(BIN)/$$p ./cmd/$$p || exit 1; fi; \
+		if [ -d cmd/$$p ]; then $(GO) build -ldflags "$(STAMP)" -o $(BIN)/$$p ./cmd/$$p || exit 1; fi; \
 	done
 
 test: lint
@@ -31,17 +43,39 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-# Static binaries for the platforms we run on.
+# Static binaries for the platforms we run on, stamped with the version, one archive per platform
+# (llmkube_<version>_<os>_<arch>.tar.gz: both programs, README.md, LICENSE) and SHA256SUMS, in dist/.
 release:
-	@mkdir -p dist
-	@for os_arch in linux/amd64 linux/arm64 darwin/arm64 darwin/amd64; do \
-		os=$${os_arch%/*}; arch=$${os_arch#*/}; \
+	@rm -rf dist && mkdir -p dist
+	@set -e; for os_arch in $(PLATFORMS); do \
+		os=$${os_arch%/*}; arch=$${os_arch#*/}; name=llmkube_$(VERSION)_$${os}_$${arch}; \
+		mkdir -p dist/$$name; \
 		for p in llmkube-agent llmkube-tui; do \
-			[ -d cmd/$$p ] || continue; \
-			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o dist/$$p-$$os-$$arch ./cmd/$$p || exit 1; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS) $(STAMP)" -o dist/$$name/$$p ./cmd/$$p; \
 		done; \
+		cp README.md LICENSE dist/$$name/; \
+		tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH) -C dist -cf - $$name | gzip -n > dist/$$name.tar.gz; \
+		rm -rf dist/$$name; \
 	done
-	@ls -l dist
+	@cd dist && sha256sum *.tar.gz > SHA256SUMS && cat SHA256SUMS
+
+# The linux/arm64 release agent under qemu-aarch64 (Debian's qemu-user): it runs, says its version,
+# and probes a recorded Raspberry Pi 5 with a Hailo-10H. `make release` first for all platforms;
+# alone it builds only that archive.
+release-check:
+	@[ -f dist/llmkube_$(VERSION)_linux_arm64.tar.gz ] || $(MAKE) --no-print-directory release PLATFORMS=linux/arm64
+	@command -v qemu-aarch64 >/dev/null || { echo "release-check: qemu-aarch64 is not installed (apt-get install qemu-user)"; exit 1; }
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+		(cd dist && sha256sum -c --ignore-missing SHA256SUMS); \
+		tar -xzf dist/llmkube_$(VERSION)_linux_arm64.tar.gz -C "$$tmp"; \
+		d="$$tmp/llmkube_$(VERSION)_linux_arm64"; ls "$$d/LICENSE" "$$d/README.md" >/dev/null; \
+		v=$$(qemu-aarch64 "$$d/llmkube-agent" --version); echo "$$v"; \
+		case "$$v" in "llmkube-agent $(VERSION) ("*"linux/arm64") ;; *) echo "release-check: unexpected version line"; exit 1 ;; esac; \
+		[ "$$v" = "$$(qemu-aarch64 "$$d/llmkube-agent" version)" ] || { echo "release-check: --version and version disagree"; exit 1; }; \
+		qemu-aarch64 "$$d/llmkube-tui" --version | grep -q "llmkube-tui $(VERSION) (" || { echo "release-check: llmkube-tui version"; exit 1; }; \
+		qemu-aarch64 "$$d/llmkube-agent" probe-host --json --root hwprobe/testdata/pi5-hailo --os linux --arch arm64 > "$$tmp/probe.json"; \
+		grep -q '"Hailo-10H"' "$$tmp/probe.json" && grep -q 'Raspberry Pi 5' "$$tmp/probe.json" || { echo "release-check: the Pi 5 probe:"; cat "$$tmp/probe.json"; exit 1; }; \
+		echo "release-check: linux/arm64 build runs under qemu, says $(VERSION), probes a Pi 5 with a Hailo-10H"
 
 clean:
 	rm -rf $(BIN) dist
