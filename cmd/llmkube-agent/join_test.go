@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -241,4 +243,36 @@ func TestJoinAndLeaveLaunchd(t *testing.T) {
 	assert.NoFileExists(t, plist)
 	ca := adminClient(t, alpha.api, filepath.Join(tmp, "a"))
 	assert.Equal(t, api.Left, memberLiveness(t, ca, "mac"))
+}
+
+// Against the real user systemd of whoever runs the test, opt-in: it installs, starts, checks and
+// removes ~/.config/systemd/user/llmkube-agent.service. LLMKUBE_TEST_SYSTEMD_USER=1 to run it.
+func TestJoinLiveSystemdUser(t *testing.T) {
+	if os.Getenv("LLMKUBE_TEST_SYSTEMD_USER") != "1" {
+		t.Skip("opt-in: LLMKUBE_TEST_SYSTEMD_USER=1 installs and removes a real systemd user unit")
+	}
+	tmp := t.TempDir()
+	join, alpha := firstHost(t, tmp)
+	apiPort := freePort(t)
+	args := []string{"join", join, "--binary", bins.agent, "--allow-temp-store", "--node-name", "live",
+		"--state-dir", filepath.Join(tmp, "state"), "--models-dir", filepath.Join(tmp, "models"),
+		"--listen", "127.0.0.1:" + apiPort, "--bind", "127.0.0.1", "--gossip-port", freePort(t), "--no-mdns", "--mesh-profile", "local",
+		"--join", alpha.gossip, "--runtimes", "ollama", "--ollama-url", "http://127.0.0.1:1", "--timeout", "60s"}
+	var o, eb strings.Builder
+	code := run(context.Background(), args, os.Getenv, &o, &eb)
+	out, errOut := o.String(), eb.String()
+	t.Cleanup(func() {
+		run(context.Background(), []string{"leave", "--state-dir", filepath.Join(tmp, "state")}, os.Getenv, io.Discard, io.Discard)
+	})
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	active, err := exec.Command("systemctl", "--user", "is-active", "llmkube-agent.service").Output()
+	require.NoError(t, err)
+	assert.Equal(t, "active", strings.TrimSpace(string(active)))
+	o.Reset()
+	eb.Reset()
+	code = run(context.Background(), []string{"leave", "--state-dir", filepath.Join(tmp, "state")}, os.Getenv, &o, &eb)
+	out, errOut = o.String(), eb.String()
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	ca := adminClient(t, alpha.api, filepath.Join(tmp, "a"))
+	assert.Equal(t, api.Left, memberLiveness(t, ca, "live"))
 }
