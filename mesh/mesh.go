@@ -195,16 +195,29 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if mlc.AdvertisePort == 0 {
 		mlc.AdvertisePort = cfg.BindPort
 	}
-	mlc.Transport = cfg.Transport
 	mlc.Delegate = (*delegate)(m)
 	mlc.Events = (*events)(m)
 	mlc.Alive = (*aliveCheck)(m)
 	mlc.Conflict = (*events)(m)
 	mlc.LogOutput = nil
 	mlc.Logger = log.New(m.diag, "", 0)
+	// Every transport is guarded: see streamGuard.
+	var guard *streamGuard
+	switch t := cfg.Transport.(type) {
+	case nil:
+		if guard, err = newNetTransport(mlc); err != nil {
+			return nil, err
+		}
+	case memberlist.NodeAwareTransport:
+		guard = newStreamGuard(t, mlc.Logger)
+	default:
+		return nil, fmt.Errorf("mesh: transport %T is not a memberlist.NodeAwareTransport", t)
+	}
+	mlc.Transport = guard
 
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
+		guard.Shutdown()
 		return nil, fmt.Errorf("starting memberlist: %w", err)
 	}
 	m.ml = ml

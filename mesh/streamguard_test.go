@@ -1,0 +1,77 @@
+package mesh
+
+import (
+	"encoding/binary"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// liveHeap is the heap still in use after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestGossipStreamsCannotBalloonMemory: a neighbour without the key opens many gossip
+// streams, each claiming a large encrypted message and sending all of it but the last byte.
+// memberlist would buffer every one before it can authenticate it; the guard keeps what the
+// agent holds within a few MB, and the mesh keeps working.
+func TestGossipStreamsCannotBalloonMemory(t *testing.T) {
+	a := startReal(t, "a", api.RoleAgent)
+	b := startReal(t, "b", api.RoleAgent, a.GossipAddr())
+	waitFor(t, 10*time.Second, []*Mesh{a, b}, "formed", allAlive("a", "b"))
+	before := liveHeap()
+
+	label := a.mlc.Label
+	junk := make([]byte, 64<<10)
+	release := make(chan struct{})
+	var sent sync.WaitGroup
+	var hold sync.WaitGroup
+	const streams = 16
+	for i := range streams {
+		claim := 3 << 20 // within the per-message limit: only the shared budget stops these
+		if i%2 == 1 {
+			claim = 8 << 20
+		}
+		c, err := net.Dial("tcp", a.GossipAddr())
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		sent.Add(1)
+		hold.Add(1)
+		go func() {
+			defer hold.Done()
+			hdr := append([]byte{mlHasLabelMsg, byte(len(label))}, label...)
+			hdr = append(hdr, mlEncryptMsg)
+			hdr = binary.BigEndian.AppendUint32(hdr, uint32(claim))
+			_, err := c.Write(hdr)
+			for left := claim - 1; err == nil && left > 0; left -= len(junk) {
+				_, err = c.Write(junk[:min(len(junk), left)])
+			}
+			sent.Done()
+			<-release // hold the stream open, one byte short
+		}()
+	}
+	sent.Wait()
+	during := liveHeap()
+	close(release)
+	hold.Wait()
+	grew := int64(during) - int64(before)
+	t.Logf("live heap %d MB before, %d MB with %d streams open", before>>20, during>>20, streams)
+	require.Less(t, grew, int64(16<<20), "unauthenticated streams grew the heap by %d MB", grew>>20)
+
+	require.NoError(t, b.SetLocal(hostOf(1<<30), []api.Placement{placement("p1", "after", api.StateReady)}))
+	c := startReal(t, "c", api.RoleAgent, a.GossipAddr())
+	waitFor(t, 10*time.Second, []*Mesh{a, c}, "the mesh still works", func(v View) bool {
+		mb, ok := v.Member("b")
+		return ok && len(mb.Placements) == 1 && allAlive("a", "b", "c")(v)
+	})
+}
