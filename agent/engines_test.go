@@ -79,7 +79,7 @@ func engineAgent(t testing.TB, dir, fixture string, drivers []engines.Driver, mo
 		AllowTempStore: true,
 		Host:           probeFixture(t, fixture),
 		Drivers:        drivers,
-		Sizer:          &sizing.Sizer{},
+		Sizer:          &sizing.Sizer{Guard: download.Options{AllowPrivate: true}}, // the tests' servers are on loopback
 		Log:            testLog(t),
 	}
 	fast(&cfg)
@@ -533,6 +533,7 @@ func hailoRig(t testing.TB, mod func(*Config)) (*Agent, *served, *hailosim.Serve
 	}
 	a := engineAgent(t, dir, "pi5-hailo", []engines.Driver{hd}, func(c *Config) {
 		c.Sizer = &sizing.Sizer{
+			Guard:             download.Options{AllowPrivate: true},
 			HailoManifestsDir: filepath.Join(dir, "hailo-data", "models", "manifests"),
 			HailoLibraryURL:   sim.LibraryURL(),
 		}
@@ -625,7 +626,7 @@ func TestRefusedBeforeAnyBytePulled(t *testing.T) {
 		}
 		a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{od}, func(c *Config) {
 			c.Budget = 256 << 20
-			c.Sizer = &sizing.Sizer{OllamaRegistry: sim.RegistryURL(), OllamaDaemon: sim.URL()}
+			c.Sizer = &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaRegistry: sim.RegistryURL(), OllamaDaemon: sim.URL()}
 		})
 		s := serve(t, a, nil)
 		_, err = s.admin.Place(ctx, api.PlacementRequest{Source: "ollama://qwen2.5:0.5b"})

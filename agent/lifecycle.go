@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/source"
 )
 
 // progressEvery spaces pull progress events: a live bar, not an event per chunk.
@@ -132,7 +133,44 @@ func (a *Agent) pull(ctx context.Context, pl *placement) bool {
 			a.mu.Unlock()
 		}
 	}
+	if reason := a.resized(ctx, pl); reason != "" {
+		a.mu.Lock()
+		a.failLocked(pl, api.CodeMemoryCheckFailed, reason)
+		a.mu.Unlock()
+		a.log.Warn("downloaded file is not the one sized", "placement", pl.p.ID, "model", pl.p.Model, "reason", reason)
+		a.saveOrLog()
+		return false
+	}
 	return true
+}
+
+// resized sizes a downloaded GGUF again from the finished file, before it counts: the header
+// that was sized came by range requests, the file by another request, and a server can answer
+// the two differently. It returns why the file cannot run under what was admitted, or "".
+// Only a header estimate is compared: one by the fallback formula is pinned by the file's
+// length, which the download enforces.
+func (a *Agent) resized(ctx context.Context, pl *placement) string {
+	a.mu.Lock()
+	path, admitted := pl.model.Path, pl.p.Memory
+	a.mu.Unlock()
+	if (pl.src.Kind != source.KindHTTPS && pl.src.Kind != source.KindHF) || path == "" || admitted.Method != api.SizeHeader {
+		return ""
+	}
+	local, err := source.Parse(path)
+	if err != nil {
+		return "the downloaded file cannot be sized again: " + err.Error()
+	}
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
+	est, err := a.cfg.Sizer.Estimate(sctx, local, pl.p.Context)
+	cancel()
+	switch {
+	case err != nil:
+		return "the downloaded file cannot be sized again: " + err.Error()
+	case est.Bytes > admitted.Bytes:
+		return fmt.Sprintf("the downloaded file is not the file that was sized: it needs %s, %s was admitted (the server answered the header reads and the download differently)",
+			FormatBytes(est.Bytes), FormatBytes(admitted.Bytes))
+	}
+	return ""
 }
 
 // codeOf is the stable code an engine error carries, or def.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/engines/source"
 )
 
@@ -269,7 +270,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		return api.Placement{}, a.refuse(req, who, aerr)
 	}
 	pl.p.Memory = verdict.estimate
-	pl.model.CacheBytes = verdict.estimate.Cache
+	pl.model = a.modelFor(pl) // with the sized file's length and the prompt cache the estimate counted
 	pl.p.State = api.StatePulling
 	pl.p.Reason = verdict.note
 	pl.p.UpdatedAt = time.Now().UTC()
@@ -375,6 +376,7 @@ func (a *Agent) modelFor(pl *placement) engines.Model {
 		Ref:     pl.src.Ref(),
 		Context: pl.p.Context,
 		SHA256:  pl.p.SHA256,
+		Bytes:   pl.p.Memory.FileBytes,
 		Args:    pl.p.Args,
 		// The estimate counted the prompt cache: the engine gets no more than that.
 		CacheBytes: pl.p.Memory.Cache,
@@ -469,6 +471,13 @@ func (a *Agent) finishDelete(pl *placement, lifecycleDone <-chan struct{}, unloa
 			a.log.Warn("unloading a deleted placement", "placement", pl.p.ID, "err", err)
 		}
 		cancel()
+	}
+	// A pull that did not finish leaves a partial file: the disk space goes with the placement
+	// (another download of the same file still writing it keeps it).
+	if dp, ok := pl.driver.(interface{ DiscardPartial(engines.Model) error }); ok {
+		if err := dp.DiscardPartial(pl.model); err != nil && !errors.Is(err, download.ErrBusy) {
+			a.log.Warn("deleting a deleted placement's partial download", "placement", pl.p.ID, "err", err)
+		}
 	}
 	a.mu.Lock()
 	delete(a.placements, pl.p.ID)

@@ -19,6 +19,9 @@ type Model struct {
 	Path    string // local GGUF file, for llama-server (set once pulled)
 	Context int    // context size in tokens
 	SHA256  string // expected hex digest of a downloaded file; "" = not checked
+	// Bytes is the length of the downloaded file that was sized; a download stops there and
+	// refuses another length. 0 = not known.
+	Bytes int64
 	// Args are extra engine arguments; a driver passes only those on its allowlist.
 	Args []string
 	// CacheBytes bounds the engine's host prompt cache (llama-server's --cache-ram), as the

@@ -188,6 +188,9 @@ type SizeEstimate struct {
 	Method string `json:"method"`           // one of the Size* constants
 	Device string `json:"device,omitempty"` // DeviceHost or DeviceHailo
 	Detail string `json:"detail,omitempty"` // the arithmetic, in words
+	// FileBytes is the length of the file that was sized, for a GGUF that is downloaded: the
+	// download stops there and the finished file is sized again before it counts.
+	FileBytes int64 `json:"file_bytes,omitempty"`
 }
 
 // Placement is one model on one host.

@@ -36,6 +36,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/engines/sizing"
 	"github.com/llmkube/mesh/mesh"
@@ -64,7 +65,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Fatal(err)
 	}
 	a := newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{d},
-		sizer: &sizing.Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}})
+		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}})
 	nb := newNode(b, nodeOpts{name: "node-b"})
 	place(b, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
 	joinWith(b, mesh.ProfileLAN, a, nb)

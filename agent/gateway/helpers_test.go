@@ -23,6 +23,7 @@ import (
 	"github.com/llmkube/mesh/agent/gateway"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/engines/hailo"
 	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/engines/sizing"
@@ -280,7 +281,7 @@ func ollamaNode(t testing.TB, name string, sim *ollamasim.Server, gw func(*gatew
 		agentCfg = ag[0]
 	}
 	return newNode(t, nodeOpts{name: name, drivers: []engines.Driver{d}, gateway: gw, agent: agentCfg,
-		sizer: &sizing.Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}})
+		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}})
 }
 
 // hailoSim starts a simulated hailo-ollama with the zoo models downloaded.
@@ -303,7 +304,7 @@ func hailoNode(t testing.TB, name string, sim *hailosim.Server, dataDir string, 
 	d, err := hailo.New(hailo.Config{URL: sim.URL()}, nil)
 	require.NoError(t, err)
 	return newNode(t, nodeOpts{name: name, fixture: "pi5-hailo", drivers: []engines.Driver{d}, gateway: gw,
-		sizer: &sizing.Sizer{HailoManifestsDir: filepath.Join(dataDir, "models", "manifests"), HailoLibraryURL: sim.LibraryURL()}})
+		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, HailoManifestsDir: filepath.Join(dataDir, "models", "manifests"), HailoLibraryURL: sim.LibraryURL()}})
 }
 
 // call sends a request with a token and a body, and returns the answer, read whole.

@@ -258,7 +258,9 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	}
 	log := opts.Log.With("host", spec.Name)
 	h := &Host{Spec: spec}
-	sizer := &sizing.Sizer{Log: log.With("part", "sizing")}
+	// Every engine, registry and library of a local mesh is on loopback: its sources may be too.
+	guard := download.Options{AllowPrivate: true}
+	sizer := &sizing.Sizer{Guard: guard, Log: log.With("part", "sizing")}
 	var drivers []engines.Driver
 	for _, r := range spec.Runtimes {
 		switch r {
@@ -320,7 +322,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 				LogDir:    filepath.Join(dir, "state", "logs"),
 				GGUFDirs:  []string{h.Models, filepath.Join(dir, "models")},
 				Env:       env,
-				Download:  download.Options{AllowPrivate: true},
+				Download:  guard,
 			}, log.With("part", "engine"))
 			if err != nil {
 				return nil, err

@@ -123,7 +123,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.StringVar(&o.hailoLibraryURL, "hailo-library-url", "", "Hailo's model library, for sizing hailo:// models (default: "+sizing.DefaultHailoLibraryURL+")")
 	f.StringVar(&o.hfBase, "hf-base", "", "Hugging Face base URL or mirror for hf:// sources (default: https://huggingface.co)")
 	f.StringVar(&o.ollamaRegistry, "ollama-registry", "", "Ollama registry for sizing ollama:// models (default: "+sizing.DefaultOllamaRegistry+")")
-	f.BoolVar(&o.allowPrivate, "allow-private-downloads", false, "let model downloads reach loopback, private and link-local addresses (a LAN mirror; off: a model URL is user input)")
+	f.BoolVar(&o.allowPrivate, "allow-private-downloads", false, "let model sizing and downloads reach loopback, private and link-local addresses (a LAN mirror; off: a model URL is user input)")
 	f.BoolVar(&o.allowHTTP, "allow-http", false, "accept plain http:// model sources (a LAN mirror)")
 
 	f.StringVar(&o.hwRoot, "hwprobe-root", "/", "read the host's files under this folder: a recorded host for demos (the simulated Pi 5 + Hailo)")
@@ -192,11 +192,14 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		return err
 	}
 
-	drivers, err := buildDrivers(ctx, o, runtimes, explicit, sd.Path(), log)
+	// One policy for every request made for a source: sizing it, then downloading it.
+	guard := download.Options{AllowPrivate: o.allowPrivate}
+	drivers, err := buildDrivers(ctx, o, runtimes, explicit, sd.Path(), guard, log)
 	if err != nil {
 		return err
 	}
 	sizer := &sizing.Sizer{
+		Guard:             guard,
 		HFBase:            o.hfBase,
 		OllamaRegistry:    o.ollamaRegistry,
 		HailoManifestsDir: o.hailoManifestsDir,
@@ -287,7 +290,7 @@ func parseRuntimes(s string) (rs []api.Runtime, explicit bool, err error) {
 
 // buildDrivers makes one driver per selected runtime. A runtime the operator named that is not
 // installed stops the start with how to install it; one merely detected is used when present.
-func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit bool, stateDir string, log *slog.Logger) ([]engines.Driver, error) {
+func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit bool, stateDir string, guard download.Options, log *slog.Logger) ([]engines.Driver, error) {
 	var out []engines.Driver
 	for _, r := range rs {
 		var d engines.Driver
@@ -300,7 +303,7 @@ func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit
 				HFBase:    o.hfBase,
 				LogDir:    filepath.Join(stateDir, "logs"),
 				GGUFDirs:  o.ggufDirs,
-				Download:  download.Options{AllowPrivate: o.allowPrivate},
+				Download:  guard,
 			}, log.With("part", "engine"))
 		case api.RuntimeOllama:
 			d, err = ollama.New(ollama.Config{URL: o.ollamaURL}, log.With("part", "engine"))

@@ -47,6 +47,33 @@ type Options struct {
 	// Transport must be nil or an *http.Transport: a clone of it gets the address guard and no
 	// proxy, since a proxy would hide the real destination from the guard.
 	HTTP *http.Client
+	// MinFree is the space a download leaves free on the destination's disk: checked before
+	// the body is read (against what remains to fetch) and while it is written. 0 means
+	// DefaultMinFree.
+	MinFree int64
+	// Retries is how often a download cut mid-way (a dropped connection, a 5xx) is resumed
+	// before it fails; 0 means DefaultRetries, a negative number none.
+	Retries int
+	// RetryBackoff is the first wait before a retry, doubled each time up to a minute; 0 means
+	// DefaultRetryBackoff.
+	RetryBackoff time.Duration
+}
+
+// Defaults for Options' zero values.
+const (
+	DefaultMinFree      int64 = 512 << 20
+	DefaultRetries            = 4
+	DefaultRetryBackoff       = time.Second
+	maxRetryBackoff           = time.Minute
+)
+
+// Want is what the finished file must be; a zero field is not checked.
+type Want struct {
+	// SHA256 is the file's hex digest: a mismatch deletes the partial (ErrChecksum).
+	SHA256 string
+	// Bytes is the file's length when it was sized: a server that now offers another length
+	// is refused before its body is read (ErrNotSized), and no download writes past it.
+	Bytes int64
 }
 
 // ErrChecksum is wrapped when a finished download does not match its sha256.
@@ -58,32 +85,49 @@ var ErrTooManyRedirects = errors.New("too many redirects")
 // ErrBusy is wrapped when another download of the same file is in progress.
 var ErrBusy = errors.New("download already in progress")
 
+// ErrNotSized is wrapped when the server offers a file of another length than the one sized,
+// or sends more bytes than it announced: the partial is deleted.
+var ErrNotSized = errors.New("not the file that was sized")
+
+// ErrNoSpace is wrapped when the disk has not enough room for the rest of the file (keeping
+// Options.MinFree free). The partial is kept for a resume once there is room.
+var ErrNoSpace = errors.New("not enough free disk space")
+
 // progressEvery spaces progress reports: often enough for a live bar, rare enough that a
 // multi-gigabyte file does not make hundreds of thousands of calls.
 const progressEvery = 200 * time.Millisecond
 
-// Fetch downloads rawURL to dest. An existing dest is kept when it matches sha256hex (or when
-// none is given). A ".partial" left by an earlier attempt is resumed with a Range request; a
-// server that ignores the range gets a fresh start. When sha256hex is given the finished file is
-// checked and, on a mismatch, the partial is deleted and ErrChecksum returned. The file is
-// fsynced and renamed into place only when complete. progress, when not nil, is called with the
-// bytes done and the total (0 when the server does not say). Cancelling ctx stops the download
-// and keeps the partial for a later resume.
-func Fetch(ctx context.Context, rawURL, dest, sha256hex string, opts Options, progress func(done, total int64)) error {
+// spaceCheckEvery spaces the free-space checks while a body is written.
+const spaceCheckEvery = 64 << 20
+
+// Fetch downloads rawURL to dest. An existing dest is kept when it matches want (its digest,
+// its length). A ".partial" left by an earlier attempt is resumed with a Range request; a
+// server that ignores the range gets a fresh start; a transfer cut mid-way is resumed after a
+// backoff (Options.Retries). The body is never read past the announced or wanted length, and
+// the disk keeps Options.MinFree free. When want.SHA256 is given the finished file is checked
+// and, on a mismatch, the partial is deleted and ErrChecksum returned. The file is fsynced and
+// renamed into place only when complete. progress, when not nil, is called with the bytes done
+// and the total (0 when the server does not say). Cancelling ctx stops the download and keeps
+// the partial for a later resume.
+func Fetch(ctx context.Context, rawURL, dest string, want Want, opts Options, progress func(done, total int64)) error {
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
-	want := strings.ToLower(strings.TrimSpace(sha256hex))
-	if want != "" {
-		if b, err := hex.DecodeString(want); err != nil || len(b) != sha256.Size {
-			return fmt.Errorf("download: %q is not a sha256 (64 hex digits)", sha256hex)
+	sum := strings.ToLower(strings.TrimSpace(want.SHA256))
+	if sum != "" {
+		if b, err := hex.DecodeString(sum); err != nil || len(b) != sha256.Size {
+			return fmt.Errorf("download: %q is not a sha256 (64 hex digits)", want.SHA256)
 		}
 	}
+	if want.Bytes < 0 {
+		return fmt.Errorf("download: a length of %d bytes", want.Bytes)
+	}
+	want.SHA256 = sum
 	u, err := checkURL(rawURL, opts)
 	if err != nil {
 		return err
 	}
-	client, err := newClient(u, opts)
+	client, err := NewClient(opts)
 	if err != nil {
 		return err
 	}
@@ -91,14 +135,9 @@ func Fetch(ctx context.Context, rawURL, dest, sha256hex string, opts Options, pr
 		return fmt.Errorf("download: %w", err)
 	}
 	partial := dest + PartialSuffix
-	f, err := os.OpenFile(partial, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := lockPartial(partial)
 	if err != nil {
-		return fmt.Errorf("download: %w", err)
-	}
-	// Two downloads appending to one partial would interleave their bytes: lock it.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return fmt.Errorf("download %s: %w", filepath.Base(dest), ErrBusy)
+		return fmt.Errorf("download %s: %w", filepath.Base(dest), err)
 	}
 	defer func() {
 		// An attempt that got no bytes leaves no empty partial behind; one with bytes is kept
@@ -113,15 +152,19 @@ func Fetch(ctx context.Context, rawURL, dest, sha256hex string, opts Options, pr
 		return err
 	}
 
-	d := &fetch{client: client, url: u.String(), shown: u.Redacted(), header: opts.Header, file: f, progress: progress}
+	d := &fetch{client: client, url: u.String(), shown: u.Redacted(), header: opts.Header, file: f, progress: progress,
+		want: want, opts: opts}
 	if err := d.run(ctx); err != nil {
+		if errors.Is(err, ErrNotSized) {
+			f.Truncate(0) // another file's bytes: nothing to resume (the deferred cleanup removes it)
+		}
 		return err
 	}
-	if want != "" {
-		if got := hex.EncodeToString(d.hash.Sum(nil)); got != want {
+	if sum != "" {
+		if got := hex.EncodeToString(d.hash.Sum(nil)); got != sum {
 			f.Close()
 			os.Remove(partial)
-			return fmt.Errorf("download %s: %w: got %s, want %s (the partial file was deleted)", u.Redacted(), ErrChecksum, got, want)
+			return fmt.Errorf("download %s: %w: got %s, want %s (the partial file was deleted)", u.Redacted(), ErrChecksum, got, sum)
 		}
 	}
 	if err := f.Sync(); err != nil {
@@ -134,6 +177,51 @@ func Fetch(ctx context.Context, rawURL, dest, sha256hex string, opts Options, pr
 		return fmt.Errorf("download: %w", err)
 	}
 	syncDir(filepath.Dir(dest))
+	return nil
+}
+
+// lockPartial opens (or creates) a partial file and locks it: two downloads appending to one
+// partial would interleave their bytes. A partial that Discard deleted between the open and
+// the lock is opened again, so the download does not write into a file with no name.
+func lockPartial(partial string) (*os.File, error) {
+	for range 3 {
+		f, err := os.OpenFile(partial, os.O_RDWR|os.O_CREATE, 0o640)
+		if err != nil {
+			return nil, err
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			return nil, ErrBusy
+		}
+		held, err1 := f.Stat()
+		named, err2 := os.Stat(partial)
+		if err1 == nil && err2 == nil && os.SameFile(held, named) {
+			return f, nil
+		}
+		f.Close()
+	}
+	return nil, ErrBusy
+}
+
+// Discard deletes the partial download of dest, unless a download is writing it (ErrBusy): a
+// placement that failed or was deleted mid-pull leaves one, and on a full disk it is the space
+// to win back.
+func Discard(dest string) error {
+	partial := dest + PartialSuffix
+	f, err := os.OpenFile(partial, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("download %s: %w", filepath.Base(dest), ErrBusy)
+	}
+	if err := os.Remove(partial); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("download: %w", err)
+	}
 	return nil
 }
 
@@ -165,52 +253,8 @@ func checkTarget(u *url.URL, opts Options) error {
 	return nil
 }
 
-func newClient(first *url.URL, opts Options) (*http.Client, error) {
-	base := opts.HTTP
-	if base == nil {
-		base = &http.Client{}
-	}
-	var tr *http.Transport
-	switch t := base.Transport.(type) {
-	case nil:
-		tr = http.DefaultTransport.(*http.Transport).Clone()
-	case *http.Transport:
-		tr = t.Clone()
-	default:
-		return nil, fmt.Errorf("download: Options.HTTP.Transport is a %T; it must be an *http.Transport so the address guard can be applied", t)
-	}
-	tr.Proxy = nil
-	tr.DialContext = dialer(opts)
-	tr.DialTLSContext = nil // TLS then runs over DialContext, so the guard sees every connection
-	limit := opts.MaxRedirects
-	if limit <= 0 {
-		limit = DefaultMaxRedirects
-	}
-	c := *base
-	c.Transport = tr
-	c.Jar = nil // cookies are credentials too
-	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if len(via) > limit {
-			return fmt.Errorf("%w: more than %d", ErrTooManyRedirects, limit)
-		}
-		if err := checkTarget(req.URL, opts); err != nil {
-			return err
-		}
-		// Credentials go to the host they were given for and nowhere else: a signed CDN
-		// URL needs none, and a hostile redirect must not collect them. Stricter than
-		// net/http, which keeps them for subdomains.
-		if !strings.EqualFold(req.URL.Host, first.Host) {
-			for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
-				req.Header.Del(h)
-			}
-		}
-		return nil
-	}
-	return &c, nil
-}
-
 // existing reports whether dest already holds the file.
-func existing(dest, want string, progress func(done, total int64)) (bool, error) {
+func existing(dest string, want Want, progress func(done, total int64)) (bool, error) {
 	fi, err := os.Stat(dest)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
@@ -221,7 +265,10 @@ func existing(dest, want string, progress func(done, total int64)) (bool, error)
 	if !fi.Mode().IsRegular() {
 		return false, fmt.Errorf("download: %s exists and is not a regular file", dest)
 	}
-	if want != "" {
+	if want.Bytes > 0 && fi.Size() != want.Bytes {
+		return false, nil // not the file sized: fetch it, and the rename replaces it
+	}
+	if want.SHA256 != "" {
 		f, err := os.Open(dest)
 		if err != nil {
 			return false, fmt.Errorf("download: %w", err)
@@ -232,7 +279,7 @@ func existing(dest, want string, progress func(done, total int64)) (bool, error)
 		if err != nil {
 			return false, fmt.Errorf("download: %w", err)
 		}
-		if hex.EncodeToString(h.Sum(nil)) != want {
+		if hex.EncodeToString(h.Sum(nil)) != want.SHA256 {
 			return false, nil // stale: fetch again, and the rename replaces it
 		}
 	}
@@ -249,16 +296,50 @@ type fetch struct {
 	file     *os.File
 	hash     hash.Hash
 	progress func(done, total int64)
+	want     Want
+	opts     Options
 }
 
-// run appends the rest of the file to the partial, restarting from zero when the server
-// cannot resume.
+// run fetches the rest of the file into the partial, resuming after a backoff when the
+// transfer is cut (a transient failure) until the retries are spent.
 func (d *fetch) run(ctx context.Context) error {
+	retries := d.opts.Retries
+	if retries == 0 {
+		retries = DefaultRetries
+	}
+	wait := d.opts.RetryBackoff
+	if wait <= 0 {
+		wait = DefaultRetryBackoff
+	}
+	for attempt := 0; ; attempt++ {
+		err := d.attempt(ctx)
+		var t transient
+		if err == nil || !errors.As(err, &t) || attempt >= retries || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (then: %w)", err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxRetryBackoff)
+	}
+}
+
+// transient marks a failure worth a retry: the transfer was cut or the server was briefly
+// unable, not a refusal or a wrong file.
+type transient struct{ error }
+
+func (t transient) Unwrap() error { return t.error }
+
+// attempt appends the rest of the file to the partial, restarting from zero when the server
+// cannot resume.
+func (d *fetch) attempt(ctx context.Context) error {
 	have, err := d.file.Seek(0, io.SeekEnd)
 	if err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	for attempt := 0; ; attempt++ {
+	for restarted := false; ; restarted = true {
 		resp, err := d.get(ctx, have)
 		if err != nil {
 			return err
@@ -266,11 +347,14 @@ func (d *fetch) run(ctx context.Context) error {
 		start, total, err := resumePoint(resp, have)
 		if errors.Is(err, errComplete) {
 			resp.Body.Close()
+			if d.want.Bytes > 0 && have != d.want.Bytes {
+				return fmt.Errorf("download %s: %w: the server has %d bytes, %d were sized", d.shown, ErrNotSized, have, d.want.Bytes)
+			}
 			return d.finishPartial(have)
 		}
 		if err != nil {
 			resp.Body.Close()
-			if errors.Is(err, errRestart) && attempt == 0 {
+			if errors.Is(err, errRestart) && !restarted {
 				have = 0 // the partial does not fit what the server has now: start over
 				if err := d.file.Truncate(0); err != nil {
 					return fmt.Errorf("download: %w", err)
@@ -279,10 +363,48 @@ func (d *fetch) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("download %s: %w", d.shown, err)
 		}
+		if d.want.Bytes > 0 {
+			if total > 0 && total != d.want.Bytes {
+				resp.Body.Close()
+				return fmt.Errorf("download %s: %w: the server offers %d bytes, the file sized had %d", d.shown, ErrNotSized, total, d.want.Bytes)
+			}
+			total = d.want.Bytes
+		}
+		if total > 0 {
+			if err := d.roomFor(total - start); err != nil {
+				resp.Body.Close()
+				return err
+			}
+		}
 		err = d.copy(ctx, resp.Body, start, total)
 		resp.Body.Close()
 		return err
 	}
+}
+
+// roomFor checks that n more bytes fit on the destination's disk with MinFree left over.
+func (d *fetch) roomFor(n int64) error {
+	free, err := freeSpace(filepath.Dir(d.file.Name()))
+	if err != nil {
+		return nil // a filesystem that cannot say: the write itself will fail when full
+	}
+	minFree := d.opts.MinFree
+	if minFree <= 0 {
+		minFree = DefaultMinFree
+	}
+	if free-n < minFree {
+		return fmt.Errorf("download %s: %w: %d more bytes needed, %d free, %d to be kept free (kept for resuming)", d.shown, ErrNoSpace, n, free, minFree)
+	}
+	return nil
+}
+
+// freeSpace is what an unprivileged writer may still use on dir's filesystem.
+func freeSpace(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
 var (
@@ -315,11 +437,11 @@ func (d *fetch) get(ctx context.Context, from int64) (*http.Response, error) {
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the URL is in our own message
+		err = fmt.Errorf("download %s: %w", d.shown, Sanitize(err))
+		if ctx.Err() == nil && !errors.Is(err, ErrRefused) && !errors.Is(err, ErrTooManyRedirects) {
+			err = transient{err}
 		}
-		return nil, fmt.Errorf("download %s: %w", d.shown, err)
+		return nil, err
 	}
 	return resp, nil
 }
@@ -335,29 +457,31 @@ func resumePoint(resp *http.Response, have int64) (start, total int64, err error
 		}
 		return 0, total, nil
 	case http.StatusPartialContent:
-		first, size, ok := parseContentRange(resp.Header.Get("Content-Range"))
+		first, size, ok := ParseContentRange(resp.Header.Get("Content-Range"))
 		if !ok || first != have {
 			return 0, 0, fmt.Errorf("%w: server answered range %q to a request from byte %d", errRestart, resp.Header.Get("Content-Range"), have)
 		}
 		return have, max(size, 0), nil
 	case http.StatusRequestedRangeNotSatisfiable:
 		// "bytes */size": a partial of exactly size bytes was complete but not yet renamed.
-		if _, size, ok := parseContentRange(strings.Replace(resp.Header.Get("Content-Range"), "*/", "0-0/", 1)); ok && size == have {
+		if _, size, ok := ParseContentRange(strings.Replace(resp.Header.Get("Content-Range"), "*/", "0-0/", 1)); ok && size == have {
 			return 0, 0, errComplete
 		}
 		return 0, 0, fmt.Errorf("%w: server refused to resume at byte %d", errRestart, have)
 	default:
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-		msg := strings.TrimSpace(string(snippet))
-		if msg != "" {
-			msg = ": " + msg
+		// The status only: the body is the remote's, and a refusal must not carry it back to
+		// whoever asked (it would turn the agent into a reader of the LAN's pages).
+		err := fmt.Errorf("server answered HTTP %d", resp.StatusCode)
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout {
+			return 0, 0, transient{err}
 		}
-		return 0, 0, fmt.Errorf("server answered %s%s", resp.Status, msg)
+		return 0, 0, err
 	}
 }
 
-// parseContentRange reads "bytes first-last/size" (size may be "*": -1).
-func parseContentRange(s string) (first, size int64, ok bool) {
+// ParseContentRange reads "bytes first-last/size" (size may be "*": -1): a remote header, so
+// every number is checked.
+func ParseContentRange(s string) (first, size int64, ok bool) {
 	rest, found := strings.CutPrefix(s, "bytes ")
 	if !found {
 		return 0, 0, false
@@ -383,7 +507,8 @@ func parseContentRange(s string) (first, size int64, ok bool) {
 	return first, size, true
 }
 
-// copy hashes what the partial already holds up to start, then appends the body.
+// copy hashes what the partial already holds up to start, then appends the body: never past
+// total (when known), and only while the disk keeps MinFree free.
 func (d *fetch) copy(ctx context.Context, body io.Reader, start, total int64) error {
 	d.hash = sha256.New()
 	if start == 0 {
@@ -398,18 +523,33 @@ func (d *fetch) copy(ctx context.Context, body io.Reader, start, total int64) er
 	if _, err := d.file.Seek(start, io.SeekStart); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
+	if total > 0 {
+		// One byte more than is due, to notice a server that sends more than it said.
+		body = io.LimitReader(body, total-start+1)
+	}
 	done := start
 	d.progress(done, total)
 	last := time.Now()
+	var sinceCheck int64
 	buf := make([]byte, 256<<10)
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
+			if total > 0 && done+int64(n) > total {
+				return fmt.Errorf("download %s: %w: the server sent more than the %d bytes due (the partial file was deleted)", d.shown, ErrNotSized, total)
+			}
 			if _, err := d.file.Write(buf[:n]); err != nil {
 				return fmt.Errorf("download: %w", err)
 			}
 			d.hash.Write(buf[:n])
 			done += int64(n)
+			if sinceCheck += int64(n); sinceCheck >= spaceCheckEvery {
+				// Others write to this disk too: what was free at the start may not be now.
+				sinceCheck = 0
+				if err := d.roomFor(0); err != nil {
+					return err
+				}
+			}
 			if time.Since(last) >= progressEvery {
 				d.progress(done, total)
 				last = time.Now()
@@ -422,11 +562,11 @@ func (d *fetch) copy(ctx context.Context, body io.Reader, start, total int64) er
 			if ctx.Err() != nil {
 				return fmt.Errorf("download %s stopped at byte %d (kept for resuming): %w", d.shown, done, ctx.Err())
 			}
-			return fmt.Errorf("download %s stopped at byte %d (kept for resuming): %w", d.shown, done, rerr)
+			return transient{fmt.Errorf("download %s stopped at byte %d (kept for resuming): %w", d.shown, done, Sanitize(rerr))}
 		}
 	}
 	if total > 0 && done != total {
-		return fmt.Errorf("download %s: got %d bytes, expected %d (kept for resuming)", d.shown, done, total)
+		return transient{fmt.Errorf("download %s: got %d bytes, expected %d (kept for resuming)", d.shown, done, total)}
 	}
 	d.progress(done, max(total, done))
 	return nil

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,8 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-var loopback = Options{AllowPrivate: true}
+// loopback lets the tests' servers be reached, and retries wait a moment, not seconds.
+var loopback = Options{AllowPrivate: true, RetryBackoff: 5 * time.Millisecond}
 
 func TestFetchVerifiesAndRenames(t *testing.T) {
 	content, sum := blob(3 << 20)
@@ -80,7 +82,7 @@ func TestFetchVerifiesAndRenames(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "models", "m.gguf")
 
 	var calls [][2]int64
-	err := Fetch(t.Context(), srv.URL+"/m.gguf", dest, sum, loopback, func(done, total int64) {
+	err := Fetch(t.Context(), srv.URL+"/m.gguf", dest, Want{SHA256: sum}, loopback, func(done, total int64) {
 		calls = append(calls, [2]int64{done, total})
 	})
 	require.NoError(t, err)
@@ -97,7 +99,7 @@ func TestFetchVerifiesAndRenames(t *testing.T) {
 
 	// A second fetch finds the verified file and asks the server nothing.
 	before := len(srv.ranges)
-	require.NoError(t, Fetch(t.Context(), srv.URL+"/m.gguf", dest, sum, loopback, nil))
+	require.NoError(t, Fetch(t.Context(), srv.URL+"/m.gguf", dest, Want{SHA256: sum}, loopback, nil))
 	assert.Len(t, srv.ranges, before)
 }
 
@@ -106,7 +108,7 @@ func TestGuardRefusesLoopbackByDefault(t *testing.T) {
 	srv := newFileServer(t, content)
 	dest := filepath.Join(t.TempDir(), "m.gguf")
 
-	err := Fetch(t.Context(), srv.URL+"/m.gguf", dest, "", Options{}, nil)
+	err := Fetch(t.Context(), srv.URL+"/m.gguf", dest, Want{}, Options{}, nil)
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "127.0.0.1")
 	assert.Contains(t, err.Error(), "a loopback address")
@@ -121,7 +123,7 @@ func TestGuardChecksResolvedAddress(t *testing.T) {
 	srv := newFileServer(t, content)
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 
-	err := Fetch(t.Context(), "http://localhost:"+port+"/m.gguf", filepath.Join(t.TempDir(), "m.gguf"), "", Options{}, nil)
+	err := Fetch(t.Context(), "http://localhost:"+port+"/m.gguf", filepath.Join(t.TempDir(), "m.gguf"), Want{}, Options{}, nil)
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "localhost resolves to")
 	assert.Contains(t, err.Error(), "loopback")
@@ -158,10 +160,10 @@ func TestAllowHosts(t *testing.T) {
 
 	// Naming the host is consent to its loopback address, without AllowPrivate.
 	opts := Options{AllowHosts: []string{"127.0.0.1"}}
-	require.NoError(t, Fetch(t.Context(), srv.URL+"/m.gguf", filepath.Join(dir, "a.gguf"), sum, opts, nil))
+	require.NoError(t, Fetch(t.Context(), srv.URL+"/m.gguf", filepath.Join(dir, "a.gguf"), Want{SHA256: sum}, opts, nil))
 
 	// Any other host is refused before a connection is made.
-	err := Fetch(t.Context(), "http://localhost:"+port+"/m.gguf", filepath.Join(dir, "b.gguf"), "", opts, nil)
+	err := Fetch(t.Context(), "http://localhost:"+port+"/m.gguf", filepath.Join(dir, "b.gguf"), Want{}, opts, nil)
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "host localhost is not on the download allowlist (127.0.0.1)")
 
@@ -172,7 +174,7 @@ func TestAllowHosts(t *testing.T) {
 
 func TestRefusesOtherSchemes(t *testing.T) {
 	for _, u := range []string{"file:///etc/passwd", "ftp://example.com/m.gguf", "http:///nohost", "://bad"} {
-		err := Fetch(t.Context(), u, filepath.Join(t.TempDir(), "m.gguf"), "", loopback, nil)
+		err := Fetch(t.Context(), u, filepath.Join(t.TempDir(), "m.gguf"), Want{}, loopback, nil)
 		require.ErrorIs(t, err, ErrRefused, u)
 	}
 }
@@ -185,7 +187,7 @@ func TestResume(t *testing.T) {
 	require.NoError(t, os.WriteFile(dest+PartialSuffix, content[:half], 0o640))
 
 	var first int64 = -1
-	require.NoError(t, Fetch(t.Context(), srv.URL+"/m.gguf", dest, sum, loopback, func(done, total int64) {
+	require.NoError(t, Fetch(t.Context(), srv.URL+"/m.gguf", dest, Want{SHA256: sum}, loopback, func(done, total int64) {
 		if first < 0 {
 			first = done
 		}
@@ -210,7 +212,7 @@ func TestResumeServerIgnoresRange(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "m.gguf")
 	require.NoError(t, os.WriteFile(dest+PartialSuffix, []byte("stale bytes from another file"), 0o640))
 
-	require.NoError(t, Fetch(t.Context(), srv.URL, dest, sum, loopback, nil))
+	require.NoError(t, Fetch(t.Context(), srv.URL, dest, Want{SHA256: sum}, loopback, nil))
 	got, _ := os.ReadFile(dest)
 	assert.True(t, bytes.Equal(content, got))
 }
@@ -223,7 +225,7 @@ func TestResumeCompletePartial(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "m.gguf")
 	require.NoError(t, os.WriteFile(dest+PartialSuffix, content, 0o640))
 
-	require.NoError(t, Fetch(t.Context(), srv.URL, dest, sum, loopback, nil))
+	require.NoError(t, Fetch(t.Context(), srv.URL, dest, Want{SHA256: sum}, loopback, nil))
 	got, _ := os.ReadFile(dest)
 	assert.True(t, bytes.Equal(content, got))
 	assert.Equal(t, []string{"bytes=" + strconv.Itoa(len(content)) + "-"}, srv.ranges)
@@ -232,23 +234,30 @@ func TestResumeCompletePartial(t *testing.T) {
 }
 
 // A connection cut halfway keeps what arrived; the next fetch resumes from there.
-func TestResumeAfterCutConnection(t *testing.T) {
-	content, sum := blob(1 << 20)
-	var cut atomic.Bool
-	cut.Store(true)
-	var ranges []string
+// cutServer serves content with ranges, but cuts the connection after cutAt bytes on the
+// first cuts requests.
+func cutServer(t *testing.T, content []byte, cutAt, cuts int) (*httptest.Server, func() []string) {
 	var mu sync.Mutex
+	var ranges []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		ranges = append(ranges, r.Header.Get("Range"))
+		n := len(ranges)
 		mu.Unlock()
-		if cut.Swap(false) {
-			w.Header().Set("Content-Length", strconv.Itoa(len(content)))
-			w.WriteHeader(http.StatusOK)
-			w.Write(content[:300_000])
+		if n <= cuts {
+			from := 0
+			if rg := r.Header.Get("Range"); rg != "" {
+				from, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(rg, "bytes="), "-"))
+				w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, len(content)-1, len(content)))
+				w.Header().Set("Content-Length", strconv.Itoa(len(content)-from))
+				w.WriteHeader(http.StatusPartialContent)
+			} else {
+				w.Header().Set("Content-Length", strconv.Itoa(len(content)))
+				w.WriteHeader(http.StatusOK)
+			}
+			w.Write(content[from : from+cutAt])
 			w.(http.Flusher).Flush()
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 				conn.Close()
 			}
 			return
@@ -256,20 +265,122 @@ func TestResumeAfterCutConnection(t *testing.T) {
 		http.ServeContent(w, r, "m.gguf", time.Time{}, bytes.NewReader(content))
 	}))
 	t.Cleanup(srv.Close)
+	return srv, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ranges)
+	}
+}
+
+// A transfer cut mid-way is resumed after a backoff, from the byte it stopped at.
+func TestCutConnectionIsRetried(t *testing.T) {
+	content, sum := blob(1 << 20)
+	srv, ranges := cutServer(t, content, 300_000, 2)
 	dest := filepath.Join(t.TempDir(), "m.gguf")
 
-	err := Fetch(t.Context(), srv.URL, dest, sum, loopback, nil)
+	require.NoError(t, Fetch(t.Context(), srv.URL, dest, Want{SHA256: sum, Bytes: int64(len(content))}, loopback, nil))
+	got, _ := os.ReadFile(dest)
+	assert.True(t, bytes.Equal(content, got))
+	assert.Equal(t, []string{"", "bytes=300000-", "bytes=600000-"}, ranges())
+}
+
+// When the retries are spent the partial is kept, and a later Fetch resumes it.
+func TestCutConnectionRetriesSpent(t *testing.T) {
+	content, sum := blob(1 << 20)
+	srv, ranges := cutServer(t, content, 300_000, 2)
+	dest := filepath.Join(t.TempDir(), "m.gguf")
+	opts := loopback
+	opts.Retries = 1
+
+	err := Fetch(t.Context(), srv.URL, dest, Want{SHA256: sum}, opts, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "kept for resuming")
 	fi, err := os.Stat(dest + PartialSuffix)
 	require.NoError(t, err)
-	assert.Equal(t, int64(300_000), fi.Size())
+	assert.Equal(t, int64(600_000), fi.Size())
 	assert.NoFileExists(t, dest)
 
-	require.NoError(t, Fetch(t.Context(), srv.URL, dest, sum, loopback, nil))
+	require.NoError(t, Fetch(t.Context(), srv.URL, dest, Want{SHA256: sum}, opts, nil))
 	got, _ := os.ReadFile(dest)
 	assert.True(t, bytes.Equal(content, got))
-	assert.Equal(t, []string{"", "bytes=300000-"}, ranges)
+	assert.Equal(t, []string{"", "bytes=300000-", "bytes=600000-"}, ranges())
+}
+
+// A refusal (here a 404) is not retried.
+func TestRefusalIsNotRetried(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	err := Fetch(t.Context(), srv.URL, filepath.Join(t.TempDir(), "m"), Want{}, loopback, nil)
+	require.Error(t, err)
+	assert.Equal(t, int64(1), hits.Load())
+}
+
+// A server that offers another length than the file sized is refused before its body is read.
+func TestOtherLengthThanSizedIsRefused(t *testing.T) {
+	content, _ := blob(1 << 20)
+	srv := newFileServer(t, content)
+	dest := filepath.Join(t.TempDir(), "m.gguf")
+	err := Fetch(t.Context(), srv.URL, dest, Want{Bytes: 300_000}, loopback, nil)
+	require.ErrorIs(t, err, ErrNotSized)
+	assert.NoFileExists(t, dest)
+	assert.NoFileExists(t, dest+PartialSuffix, "nothing of the other file stays on disk")
+}
+
+// endless announces nothing and sends bytes for as long as the client reads.
+func endless(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// A small header followed by endless bytes cannot fill the disk: the download stops at the
+// length sized and deletes what it got.
+func TestEndlessBodyStopsAtTheSizedLength(t *testing.T) {
+	srv := endless(t)
+	dest := filepath.Join(t.TempDir(), "m.gguf")
+	err := Fetch(t.Context(), srv.URL, dest, Want{Bytes: 1 << 20}, loopback, nil)
+	require.ErrorIs(t, err, ErrNotSized)
+	assert.Contains(t, err.Error(), "sent more than the 1048576 bytes due")
+	assert.NoFileExists(t, dest+PartialSuffix)
+	assert.NoFileExists(t, dest)
+}
+
+// The disk's free space is checked before the body (against what is announced) and while it is
+// written (here with nothing announced: the check during the pull is what stops it).
+func TestFreeSpaceIsChecked(t *testing.T) {
+	dir := t.TempDir()
+	free, err := freeSpace(dir)
+	require.NoError(t, err)
+
+	huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.FormatInt(free+1<<40, 10))
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(huge.Close)
+	err = Fetch(t.Context(), huge.URL, filepath.Join(dir, "a"), Want{}, loopback, nil)
+	require.ErrorIs(t, err, ErrNoSpace)
+	assert.NoFileExists(t, filepath.Join(dir, "a"+PartialSuffix))
+
+	// No free space would be enough once the pull is under way: it stops within one check.
+	opts := loopback
+	opts.MinFree = free + 1<<40
+	err = Fetch(t.Context(), endless(t).URL, filepath.Join(dir, "b"), Want{}, opts, nil)
+	require.ErrorIs(t, err, ErrNoSpace)
+	fi, err := os.Stat(filepath.Join(dir, "b"+PartialSuffix))
+	require.NoError(t, err, "the partial is kept for a resume once there is room")
+	assert.LessOrEqual(t, fi.Size(), int64(spaceCheckEvery+256<<10))
 }
 
 func TestChecksumMismatch(t *testing.T) {
@@ -278,7 +389,7 @@ func TestChecksumMismatch(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "m.gguf")
 	wrong := strings.Repeat("ab", 32)
 
-	err := Fetch(t.Context(), srv.URL, dest, wrong, loopback, nil)
+	err := Fetch(t.Context(), srv.URL, dest, Want{SHA256: wrong}, loopback, nil)
 	require.ErrorIs(t, err, ErrChecksum)
 	sum := sha256.Sum256(content)
 	assert.Contains(t, err.Error(), "got "+hex.EncodeToString(sum[:]))
@@ -289,7 +400,7 @@ func TestChecksumMismatch(t *testing.T) {
 }
 
 func TestBadChecksumArgument(t *testing.T) {
-	err := Fetch(t.Context(), "http://127.0.0.1:1/m", filepath.Join(t.TempDir(), "m"), "xyz", loopback, nil)
+	err := Fetch(t.Context(), "http://127.0.0.1:1/m", filepath.Join(t.TempDir(), "m"), Want{SHA256: "xyz"}, loopback, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"xyz" is not a sha256`)
 }
@@ -317,16 +428,16 @@ func TestRedirectLimit(t *testing.T) {
 	srv := redirector(t, content)
 	dir := t.TempDir()
 
-	require.NoError(t, Fetch(t.Context(), srv.URL+"/r/5", filepath.Join(dir, "five"), sum, loopback, nil))
+	require.NoError(t, Fetch(t.Context(), srv.URL+"/r/5", filepath.Join(dir, "five"), Want{SHA256: sum}, loopback, nil))
 
-	err := Fetch(t.Context(), srv.URL+"/r/6", filepath.Join(dir, "six"), sum, loopback, nil)
+	err := Fetch(t.Context(), srv.URL+"/r/6", filepath.Join(dir, "six"), Want{SHA256: sum}, loopback, nil)
 	require.ErrorIs(t, err, ErrTooManyRedirects)
 	assert.Contains(t, err.Error(), "too many redirects: more than 5")
 	assert.NoFileExists(t, filepath.Join(dir, "six"))
 
 	opts := loopback
 	opts.MaxRedirects = 1
-	err = Fetch(t.Context(), srv.URL+"/r/2", filepath.Join(dir, "two"), sum, opts, nil)
+	err = Fetch(t.Context(), srv.URL+"/r/2", filepath.Join(dir, "two"), Want{SHA256: sum}, opts, nil)
 	require.ErrorIs(t, err, ErrTooManyRedirects)
 	assert.Contains(t, err.Error(), "more than 1")
 }
@@ -353,12 +464,12 @@ func TestCredentialsStayOnTheirHost(t *testing.T) {
 	opts := Options{AllowPrivate: true, Header: http.Header{"Authorization": {"Bearer secret"}}}
 	dir := t.TempDir()
 
-	require.NoError(t, Fetch(t.Context(), first.URL+"/away", filepath.Join(dir, "a"), sum, opts, nil))
+	require.NoError(t, Fetch(t.Context(), first.URL+"/away", filepath.Join(dir, "a"), Want{SHA256: sum}, opts, nil))
 	assert.Equal(t, []string{"Bearer secret"}, firstAuth)
 	assert.Equal(t, []string{""}, other.auth, "the token must not follow a redirect to another host")
 
 	firstAuth = nil
-	require.NoError(t, Fetch(t.Context(), first.URL+"/here", filepath.Join(dir, "b"), sum, opts, nil))
+	require.NoError(t, Fetch(t.Context(), first.URL+"/here", filepath.Join(dir, "b"), Want{SHA256: sum}, opts, nil))
 	assert.Equal(t, []string{"Bearer secret", "Bearer secret"}, firstAuth, "same host keeps it")
 	assert.Empty(t, same.auth)
 }
@@ -374,7 +485,7 @@ func TestRedirectToRefusedHost(t *testing.T) {
 	}))
 	t.Cleanup(first.Close)
 
-	err := Fetch(t.Context(), first.URL, filepath.Join(t.TempDir(), "m"), "", Options{AllowHosts: []string{"127.0.0.1"}}, nil)
+	err := Fetch(t.Context(), first.URL, filepath.Join(t.TempDir(), "m"), Want{}, Options{AllowHosts: []string{"127.0.0.1"}}, nil)
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "host localhost is not on the download allowlist")
 	assert.Empty(t, target.ranges)
@@ -386,9 +497,10 @@ func TestHTTPError(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	dest := filepath.Join(t.TempDir(), "m")
-	err := Fetch(t.Context(), srv.URL, dest, "", loopback, nil)
+	err := Fetch(t.Context(), srv.URL, dest, Want{}, loopback, nil)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "404 Not Found: no such file")
+	assert.Contains(t, err.Error(), "HTTP 404")
+	assert.NotContains(t, err.Error(), "no such file", "a remote body never comes back in the error")
 	assert.NoFileExists(t, dest+PartialSuffix)
 }
 
@@ -401,7 +513,7 @@ func TestBusy(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
 
-	err = Fetch(t.Context(), srv.URL, dest, "", loopback, nil)
+	err = Fetch(t.Context(), srv.URL, dest, Want{}, loopback, nil)
 	require.ErrorIs(t, err, ErrBusy)
 	assert.Contains(t, err.Error(), "m.gguf")
 	assert.FileExists(t, dest+PartialSuffix, "the other download's partial is left alone")
@@ -432,7 +544,7 @@ func TestCancelKeepsPartial(t *testing.T) {
 		}, 10*time.Second, 5*time.Millisecond)
 		cancel()
 	}()
-	err := Fetch(ctx, srv.URL, dest, "", loopback, nil)
+	err := Fetch(ctx, srv.URL, dest, Want{}, loopback, nil)
 	require.ErrorIs(t, err, context.Canceled)
 	fi, err := os.Stat(dest + PartialSuffix)
 	require.NoError(t, err)
@@ -443,7 +555,7 @@ func TestCustomTransportRefused(t *testing.T) {
 	opts := Options{HTTP: &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
 		return nil, errors.New("unused")
 	})}}
-	err := Fetch(t.Context(), "https://example.com/m.gguf", filepath.Join(t.TempDir(), "m"), "", opts, nil)
+	err := Fetch(t.Context(), "https://example.com/m.gguf", filepath.Join(t.TempDir(), "m"), Want{}, opts, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "must be an *http.Transport")
 }
@@ -457,7 +569,7 @@ func FuzzParseContentRange(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		first, size, ok := parseContentRange(s)
+		first, size, ok := ParseContentRange(s)
 		if ok && (first < 0 || size < -1) {
 			t.Fatalf("%q: first %d size %d", s, first, size)
 		}

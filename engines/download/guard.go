@@ -2,10 +2,15 @@ package download
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -103,4 +108,114 @@ func dialer(opts Options) func(ctx context.Context, network, addr string) (net.C
 		}
 		return d.DialContext(ctx, network, addr)
 	}
+}
+
+// NewClient is the one HTTP client for everything fetched for a model source — sizing probes,
+// header reads, HEADs, manifests, downloads — so each request and each redirect passes the
+// same guard: the scheme and the allowlist before any connection, the address ranges at dial
+// time, at most MaxRedirects hops, and no credentials or cookies carried to another host.
+// opts.HTTP's timeout and TLS settings are kept; its Transport must be nil or an
+// *http.Transport (a clone gets the guard and no proxy, since a proxy would hide the real
+// destination from the guard).
+func NewClient(opts Options) (*http.Client, error) {
+	base := opts.HTTP
+	if base == nil {
+		base = &http.Client{}
+	}
+	var tr *http.Transport
+	switch t := base.Transport.(type) {
+	case nil:
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	case *http.Transport:
+		tr = t.Clone()
+	default:
+		return nil, fmt.Errorf("download: Options.HTTP.Transport is a %T; it must be an *http.Transport so the address guard can be applied", t)
+	}
+	tr.Proxy = nil
+	tr.DialContext = dialer(opts)
+	tr.DialTLSContext = nil // TLS then runs over DialContext, so the guard sees every connection
+	limit := opts.MaxRedirects
+	if limit <= 0 {
+		limit = DefaultMaxRedirects
+	}
+	c := *base
+	c.Transport = guarded{opts: opts, next: tr}
+	c.Jar = nil // cookies are credentials too
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) > limit {
+			return fmt.Errorf("%w: more than %d", ErrTooManyRedirects, limit)
+		}
+		if err := checkTarget(req.URL, opts); err != nil {
+			return err
+		}
+		// Credentials go to the host they were given for and nowhere else: a signed CDN
+		// URL needs none, and a hostile redirect must not collect them. Stricter than
+		// net/http, which keeps them for subdomains.
+		if !strings.EqualFold(req.URL.Host, via[0].URL.Host) {
+			for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+				req.Header.Del(h)
+			}
+		}
+		return nil
+	}
+	return &c, nil
+}
+
+// guarded checks every request's URL (the first and each redirect) before the transport
+// connects: the dial-time address check cannot see a scheme or a host name off the allowlist.
+type guarded struct {
+	opts Options
+	next http.RoundTripper
+}
+
+func (g guarded) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := checkTarget(req.URL, g.opts); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	return g.next.RoundTrip(req)
+}
+
+// Sanitize turns a request's failure into words of the agent's own. Transport errors can
+// carry the remote's bytes ("malformed HTTP response \"SSH-2.0-OpenSSH…\"", a certificate's
+// names), and a failure goes back to whoever asked for the source: echoing them would make the
+// agent a banner grabber. The guard's refusals, redirect limits and cancellations are kept as
+// they are (they are ours, and callers test for them with errors.Is).
+func Sanitize(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var dnsErr *net.DNSError
+	var netErr net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrRefused), errors.Is(err, ErrTooManyRedirects),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.As(err, &dnsErr):
+		return fmt.Errorf("cannot resolve host %s", dnsErr.Name)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return errors.New("connection refused")
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return errors.New("the connection was closed early")
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return errors.New("timed out")
+	case isTLS(err):
+		return errors.New("the TLS handshake failed (certificate or protocol)")
+	}
+	return errors.New("the server's answer is not valid HTTP")
+}
+
+func isTLS(err error) bool {
+	var rh tls.RecordHeaderError
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &rh) || errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) ||
+		strings.Contains(err.Error(), "tls: ")
 }

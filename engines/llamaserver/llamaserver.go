@@ -288,7 +288,7 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	}
 	from := s.DownloadURL(d.cfg.HFBase)
 	d.log.Info("downloading", "placement", m.ID, "url", from, "to", dest)
-	err = download.Fetch(ctx, from, dest, m.SHA256, d.cfg.Download, func(done, total int64) {
+	err = download.Fetch(ctx, from, dest, download.Want{SHA256: m.SHA256, Bytes: m.Bytes}, d.cfg.Download, func(done, total int64) {
 		progress(engines.Progress{Status: "downloading", Completed: done, Total: total})
 	})
 	if err != nil {
@@ -303,6 +303,19 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	}
 	progress(engines.Progress{Status: "success", Completed: size, Total: size})
 	return nil
+}
+
+// DiscardPartial deletes what an unfinished download of m left in the models folder, unless a
+// download is still writing it.
+func (d *Driver) DiscardPartial(m engines.Model) error {
+	if s, err := parse(m); err != nil || s.Kind == source.KindFile {
+		return nil
+	}
+	dest, err := d.LocalPath(m)
+	if err != nil {
+		return nil
+	}
+	return download.Discard(dest)
 }
 
 // readable checks that path is a regular file this process can read, and returns its size.

@@ -14,6 +14,7 @@ import (
 	parser "github.com/gpustack/gguf-parser-go"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines/download"
 )
 
 // remoteBufferSize is how much gguf-parser-go asks for per range request. A header is a few
@@ -56,7 +57,7 @@ func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (ap
 	}
 	magic := make([]byte, len(ggufMagic))
 	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != ggufMagic {
-		return api.SizeEstimate{}, notGGUF(path, magic, err)
+		return api.SizeEstimate{}, notGGUF(path, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return api.SizeEstimate{}, failed("sizing %s: %v", path, err)
@@ -77,44 +78,43 @@ func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (ap
 }
 
 // remoteGGUF sizes a GGUF behind an HTTP URL from its header, fetched by range requests.
-//
-// It first probes the URL itself with one small range GET (bytes 0-7, the magic and version):
-//   - 206: the server honours ranges; the magic is checked, and gguf-parser-go then reads the
-//     header with range requests of remoteBufferSize and nothing beyond it.
-//   - 200: the server ignores ranges and started sending the whole file. The body is closed at
-//     once (never downloaded) and the model is sized by Content-Length with the fallback
-//     formula, Method SizeFallback, and a Detail that says so.
-//
-// gguf-parser-go uses its own HTTP client for the header (it exposes no way to pass one); the
-// probe, with the Sizer's client, is what decides whether that read happens at all. So a
-// policy the Sizer's client enforces (refused address ranges, a redirect limit) gates the
-// header read through the probe, which follows the same redirects first, but is not applied
-// to gguf-parser-go's own requests: a host that answers the probe and the read differently
-// (DNS rebinding) is outside what the probe can catch.
+// The estimate records the file's length (FileBytes): the download stops there, and the agent
+// re-sizes the finished file before it counts, so the file that runs is the file that was sized.
 func (s *Sizer) remoteGGUF(ctx context.Context, url string, contextSize int) (api.SizeEstimate, error) {
 	gf, total, why, err := s.remoteHeader(ctx, url)
+	var est api.SizeEstimate
 	switch {
 	case err != nil:
 		return api.SizeEstimate{}, err
 	case gf == nil:
-		return fallback(total, why), nil
+		est = fallback(total, why)
+	default:
+		if est, err = fromHeader(gf, contextSize, "header read by HTTP range requests"); err != nil {
+			return api.SizeEstimate{}, err
+		}
 	}
-	return fromHeader(gf, contextSize, "header read by HTTP range requests")
+	est.FileBytes = total
+	return est, nil
 }
 
-// remoteHeader probes url and reads its GGUF header by range requests. When the header cannot
-// be read but the file's size is known, gf is nil and why says what happened, for the fallback.
+// maxRemoteHeader bounds how much of a remote file is read for its header: the largest
+// vocabularies make headers of a few tens of megabytes; a "header" that goes on past this is
+// not one.
+const maxRemoteHeader = 128 << 20
+
+// remoteHeader probes url and reads its GGUF header by range requests, every one through the
+// guarded client. When the header cannot be read but the file's size is known, gf is nil and
+// why says what happened, for the fallback.
+//
+// It first probes with one small range GET (bytes 0-7, the magic and version):
+//   - 206: the server honours ranges; the magic is checked, then the header is read (readHeader).
+//   - 200: the server ignores ranges and started sending the whole file. The body is closed at
+//     once (never downloaded) and the model is sized by Content-Length with the fallback
+//     formula, Method SizeFallback, and a Detail that says so.
 func (s *Sizer) remoteHeader(ctx context.Context, url string) (gf *parser.GGUFFile, total int64, why string, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := s.rangeGet(ctx, url, 0, len(ggufMagic)+4)
 	if err != nil {
-		return nil, 0, "", failed("sizing %s: %v", url, err)
-	}
-	req.Header.Set("Range", "bytes=0-7")
-	// A compressed answer has no byte ranges of the file; ask for the bytes themselves.
-	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := s.client().Do(req)
-	if err != nil {
-		return nil, 0, "", failed("cannot size %s: %v", url, err)
+		return nil, 0, "", err
 	}
 	defer resp.Body.Close() // closing unread is the point when the server ignores the range
 
@@ -131,30 +131,96 @@ func (s *Sizer) remoteHeader(ctx context.Context, url string) (gf *parser.GGUFFi
 	}
 	magic := make([]byte, len(ggufMagic))
 	if _, err := io.ReadFull(resp.Body, magic); err != nil || string(magic) != ggufMagic {
-		return nil, 0, "", notGGUF(url, magic, err)
+		return nil, 0, "", notGGUF(url, err)
 	}
-
+	if total <= 0 {
+		return nil, 0, "", failed("cannot size %s: the server gives no total size", url)
+	}
 	if resp.StatusCode == http.StatusOK {
-		if total <= 0 {
-			return nil, 0, "", failed("cannot size %s: the server ignores range requests and sends no Content-Length", url)
-		}
 		return nil, total, "server ignores range requests; sized by Content-Length " + Bytes(total), nil
 	}
 	resp.Body.Close()
 
-	gf, err = safeParse(func() (*parser.GGUFFile, error) {
-		return parser.ParseGGUFFileRemote(ctx, url, readOptions()...)
-	})
+	gf, err = s.readHeader(ctx, url, total)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, "", failed("sizing %s: %v", url, ctx.Err())
 		}
-		if total <= 0 {
-			return nil, 0, "", failed("cannot size %s: the GGUF header could not be read (%v) and the server gives no total size", url, err)
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			return nil, 0, "", ae
 		}
 		return nil, total, fmt.Sprintf("GGUF header could not be read by range requests (%v)", err), nil
 	}
 	return gf, total, "", nil
+}
+
+// rangeGet asks for n bytes of url from byte from.
+func (s *Sizer) rangeGet(ctx context.Context, url string, from int64, n int) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, failed("sizing %s: %v", url, err)
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", from, from+int64(n)-1))
+	// A compressed answer has no byte ranges of the file; ask for the bytes themselves.
+	req.Header.Set("Accept-Encoding", "identity")
+	return s.do(req)
+}
+
+// readHeader reads the GGUF header of a remote file of total bytes into a sparse temporary
+// file of the same length, one range request at a time (1 MiB, growing by a quarter of what is
+// read once that is larger, so a big header takes tens of requests, not hundreds, and at most
+// a quarter more than it needs), and parses it
+// there. gguf-parser-go reads files only, with its own HTTP client for remote ones — which would
+// bypass the guard — so the agent fetches the bytes itself. A parse is complete when the header
+// it found ends within the bytes fetched so far (what lies beyond them reads as zeros): the
+// parser reads the header front to back.
+func (s *Sizer) readHeader(ctx context.Context, url string, total int64) (*parser.GGUFFile, error) {
+	f, err := os.CreateTemp("", "llmkube-gguf-header-*")
+	if err != nil {
+		return nil, failed("sizing %s: %v", url, err)
+	}
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	if err := f.Truncate(total); err != nil {
+		return nil, fmt.Errorf("a file of %s cannot be represented here: %v", Bytes(total), err)
+	}
+	var have int64
+	for {
+		want := min(max(remoteBufferSize, have/4), total-have)
+		resp, err := s.rangeGet(ctx, url, have, int(want))
+		if err != nil {
+			return nil, err
+		}
+		first, size, ok := download.ParseContentRange(resp.Header.Get("Content-Range"))
+		if resp.StatusCode != http.StatusPartialContent || !ok || first != have || size != total {
+			resp.Body.Close()
+			return nil, errors.New("the server stopped answering the range requests consistently (the file changed, or it is not one file)")
+		}
+		n, err := io.Copy(io.NewOffsetWriter(f, have), io.LimitReader(resp.Body, want))
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("reading bytes %d-%d: %v", have, have+want-1, download.Sanitize(err))
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("the server sent no bytes from %d", have)
+		}
+		have += n
+		gf, perr := safeParse(func() (*parser.GGUFFile, error) {
+			return parser.ParseGGUFFile(f.Name(), append(readOptions(), parser.UseMMap())...)
+		})
+		if perr == nil && gf.TensorDataStartOffset <= have {
+			return gf, nil
+		}
+		if have >= total || have >= maxRemoteHeader {
+			if perr == nil {
+				perr = fmt.Errorf("the header does not end within the first %s", Bytes(have))
+			}
+			return nil, perr
+		}
+	}
 }
 
 // fromHeader turns a parsed header into the estimate.
@@ -240,11 +306,13 @@ func headerParts(gf *parser.GGUFFile, contextSize int) (parts, error) {
 	}, nil
 }
 
-func notGGUF(where string, magic []byte, err error) error {
+// notGGUF refuses what does not start with the GGUF magic. The bytes it does start with are not
+// shown: for a URL they are a remote's answer, and a refusal must not carry it back.
+func notGGUF(where string, err error) error {
 	if err != nil {
-		return api.Errorf(api.CodeInvalidSource, "%s is not a GGUF file: it is too short to hold a header (%v)", where, err)
+		return api.Errorf(api.CodeInvalidSource, "%s is not a GGUF file: it is too short to hold a header", where)
 	}
-	return api.Errorf(api.CodeInvalidSource, "%s is not a GGUF file: it starts with %q, not %q", where, magic, ggufMagic)
+	return api.Errorf(api.CodeInvalidSource, "%s is not a GGUF file: it does not start with %q", where, ggufMagic)
 }
 
 // contentRangeTotal reads the total of "bytes 0-7/12345"; -1 when absent or "*".

@@ -272,9 +272,9 @@ func (s *Sizer) headSize(ctx context.Context, url string) (int64, error) {
 	if err != nil {
 		return 0, failed("sizing %s: %v", url, err)
 	}
-	resp, err := s.client().Do(req)
+	resp, err := s.do(req)
 	if err != nil {
-		return 0, failed("cannot size: HEAD %s: %v", url, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	switch {
@@ -297,9 +297,9 @@ func (s *Sizer) rangeSize(ctx context.Context, url string) (int64, error) {
 	}
 	req.Header.Set("Range", "bytes=0-0")
 	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := s.client().Do(req)
+	resp, err := s.do(req)
 	if err != nil {
-		return 0, failed("cannot size: GET %s: %v", url, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
@@ -307,7 +307,7 @@ func (s *Sizer) rangeSize(ctx context.Context, url string) (int64, error) {
 		if n := contentRangeTotal(resp.Header.Get("Content-Range")); n > 0 {
 			return n, nil
 		}
-		return 0, failed("cannot size: GET %s (bytes 0-0) gave no total in Content-Range %q", url, resp.Header.Get("Content-Range"))
+		return 0, failed("cannot size: GET %s (bytes 0-0) gave no total in its Content-Range", url)
 	case http.StatusOK:
 		if resp.ContentLength > 0 {
 			return resp.ContentLength, nil

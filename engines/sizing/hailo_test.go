@@ -75,7 +75,7 @@ func hailoFixture(t *testing.T) string {
 
 func TestHailoDigestManifestByHEAD(t *testing.T) {
 	lib, seen := library(t)
-	s := &Sizer{HTTP: lib.Client(), HailoManifestsDir: hailoFixture(t), HailoLibraryURL: lib.URL}
+	s := &Sizer{Guard: allowLoopback(lib.Client()), HailoManifestsDir: hailoFixture(t), HailoLibraryURL: lib.URL}
 	est, err := s.Estimate(context.Background(), parse(t, "hailo://qwen2:1.5b"), 0)
 	require.NoError(t, err)
 	assert.Equal(t, api.SizeEstimate{
@@ -87,7 +87,7 @@ func TestHailoDigestManifestByHEAD(t *testing.T) {
 
 func TestHailoFilenameManifestByRange(t *testing.T) {
 	lib, seen := library(t, "5.4.0")
-	s := &Sizer{HTTP: lib.Client(), HailoManifestsDir: hailoFixture(t), HailoLibraryURL: lib.URL + "/"}
+	s := &Sizer{Guard: allowLoopback(lib.Client()), HailoManifestsDir: hailoFixture(t), HailoLibraryURL: lib.URL + "/"}
 	est, err := s.Estimate(context.Background(), parse(t, "hailo://qwen3:1.7b"), 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(qwen3Size), est.Bytes)
@@ -99,7 +99,7 @@ func TestHailoFilenameManifestByRange(t *testing.T) {
 
 func TestHailoFilenameManifestFallsBackAVersion(t *testing.T) {
 	lib, seen := library(t, "5.3.0")
-	s := &Sizer{HTTP: lib.Client(), HailoManifestsDir: hailoFixture(t), HailoLibraryURL: lib.URL, HailoVersion: "5.4.0"}
+	s := &Sizer{Guard: allowLoopback(lib.Client()), HailoManifestsDir: hailoFixture(t), HailoLibraryURL: lib.URL, HailoVersion: "5.4.0"}
 	est, err := s.Estimate(context.Background(), parse(t, "hailo://qwen3:1.7b"), 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(qwen3Size), est.Bytes)
@@ -114,7 +114,7 @@ func TestHailoFilenameManifestFallsBackAVersion(t *testing.T) {
 func TestHailoRefusals(t *testing.T) {
 	lib, _ := library(t)
 	dir := hailoFixture(t)
-	s := &Sizer{HTTP: lib.Client(), HailoManifestsDir: dir, HailoLibraryURL: lib.URL}
+	s := &Sizer{Guard: allowLoopback(lib.Client()), HailoManifestsDir: dir, HailoLibraryURL: lib.URL}
 	ctx := context.Background()
 
 	_, err := s.Estimate(ctx, parse(t, "hailo://llama3.2:3b"), 0)
@@ -254,6 +254,7 @@ func TestHailoAgainstSimulator(t *testing.T) {
 	t.Cleanup(func() { sim.Close() })
 
 	s := &Sizer{
+		Guard:           allowLoopback(nil),
 		HailoLibraryURL: sim.LibraryURL(),
 		HailoVersion:    cfg.LibraryVersion,
 		Getenv:          env(map[string]string{"XDG_DATA_HOME": data, "XDG_DATA_DIRS": "/nonexistent"}),

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/engines/source"
 )
 
@@ -64,7 +66,7 @@ func (s *Sizer) ollamaShow(ctx context.Context, src source.Source, contextSize i
 			Size  int64  `json:"size"`
 		} `json:"models"`
 	}
-	if err := s.getJSON(ctx, base+"/api/tags", "", &tags); err != nil {
+	if err := getJSON(ctx, daemonClient.Do, base+"/api/tags", "", &tags); err != nil {
 		return api.SizeEstimate{}, false, err
 	}
 	var size int64
@@ -144,7 +146,7 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 	}
 	url := reg + "/v2/" + repo + "/manifests/" + src.Tag
 	var m ollamaManifest
-	if err := s.getJSON(ctx, url, ollamaManifestType, &m); err != nil {
+	if err := getJSON(ctx, s.do, url, ollamaManifestType, &m); err != nil {
 		return api.SizeEstimate{}, err
 	}
 	var weights int64
@@ -204,8 +206,9 @@ func validDigest(d string) bool {
 	return ok && isSHA256Hex(hex)
 }
 
-// getJSON GETs url into v. A 404 is NotFound; anything else unexpected is MemoryCheckFailed.
-func (s *Sizer) getJSON(ctx context.Context, url, accept string, v any) error {
+// getJSON GETs url into v with do (the guarded client for a registry, the daemon's for the
+// daemon). A 404 is NotFound; anything else unexpected is MemoryCheckFailed.
+func getJSON(ctx context.Context, do func(*http.Request) (*http.Response, error), url, accept string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return failed("sizing: %v", err)
@@ -213,9 +216,13 @@ func (s *Sizer) getJSON(ctx context.Context, url, accept string, v any) error {
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	resp, err := s.client().Do(req)
+	resp, err := do(req)
 	if err != nil {
-		return failed("cannot size: GET %s: %v", url, err)
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			return ae
+		}
+		return failed("cannot size: GET %s: %v", url, download.Sanitize(err))
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
@@ -239,7 +246,7 @@ func (s *Sizer) postJSON(ctx context.Context, url string, body, v any) (int, err
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client().Do(req)
+	resp, err := daemonClient.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("POST %s: %w", url, err)
 	}
@@ -261,8 +268,8 @@ func decodeJSON(r io.Reader, url string, v any) error {
 	if len(data) > maxOllamaDocument {
 		return failed("cannot size: %s answered over %s", url, Bytes(maxOllamaDocument))
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return failed("cannot size: %s answered something that is not the expected JSON: %v", url, err)
+	if json.Unmarshal(data, v) != nil {
+		return failed("cannot size: %s answered something that is not the expected JSON", url)
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func registry(t *testing.T) *httptest.Server {
 
 func TestOllamaFromRegistry(t *testing.T) {
 	reg := registry(t)
-	s := &Sizer{HTTP: reg.Client(), OllamaRegistry: reg.URL}
+	s := &Sizer{Guard: allowLoopback(reg.Client()), OllamaRegistry: reg.URL}
 	est, err := s.Estimate(context.Background(), parse(t, "ollama://qwen2:1.5b"), 0)
 	require.NoError(t, err)
 	assert.Equal(t, api.SizeRegistry, est.Method)
@@ -78,11 +78,11 @@ func TestOllamaFromRegistry(t *testing.T) {
 
 func TestOllamaRegistryRefusals(t *testing.T) {
 	reg := registry(t)
-	s := &Sizer{HTTP: reg.Client(), OllamaRegistry: reg.URL}
+	s := &Sizer{Guard: allowLoopback(reg.Client()), OllamaRegistry: reg.URL}
 	ctx := context.Background()
 
 	_, err := s.Estimate(ctx, parse(t, "ollama://nosuch:7b"), 0)
-	requireCode(t, err, api.CodeNotFound, "GET "+reg.URL+"/v2/library/nosuch/manifests/7b: HTTP 404 Not Found")
+	requireCode(t, err, api.CodeNotFound, "GET "+reg.URL+"/v2/library/nosuch/manifests/7b: HTTP 404")
 
 	_, err = s.Estimate(ctx, parse(t, "ollama://empty"), 0)
 	requireCode(t, err, api.CodeMemoryCheckFailed, "has no application/vnd.ollama.image.model layer")
@@ -143,7 +143,7 @@ func TestOllamaFromLocalDaemon(t *testing.T) {
 		"qwen2.attention.layer_norm_eps": 1e-6,
 	})
 	reg := registry(t)
-	s := &Sizer{OllamaDaemon: d.URL, OllamaRegistry: reg.URL}
+	s := &Sizer{OllamaDaemon: d.URL, OllamaRegistry: reg.URL, Guard: allowLoopback(nil)}
 	est, err := s.Estimate(context.Background(), parse(t, "ollama://qwen2:1.5b"), 4096)
 	require.NoError(t, err)
 	assert.Equal(t, api.SizeShow, est.Method)
@@ -174,7 +174,7 @@ func TestOllamaDaemonDownFallsBackToRegistry(t *testing.T) {
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close()
 	reg := registry(t)
-	s := &Sizer{OllamaDaemon: down.URL, OllamaRegistry: reg.URL}
+	s := &Sizer{OllamaDaemon: down.URL, OllamaRegistry: reg.URL, Guard: allowLoopback(nil)}
 	est, err := s.Estimate(context.Background(), parse(t, "ollama://qwen2:1.5b"), 0)
 	require.NoError(t, err)
 	assert.Equal(t, api.SizeRegistry, est.Method)
@@ -220,7 +220,7 @@ func TestOllamaRegistryReadsBlobHeader(t *testing.T) {
 			reg := httptest.NewServer(mux)
 			t.Cleanup(reg.Close)
 
-			s := &Sizer{OllamaRegistry: reg.URL}
+			s := &Sizer{OllamaRegistry: reg.URL, Guard: allowLoopback(nil)}
 			est, err := s.Estimate(context.Background(), parse(t, "ollama://tiny:q8"), 8192)
 			require.NoError(t, err)
 			assert.Equal(t, api.SizeRegistry, est.Method)
@@ -253,7 +253,7 @@ func TestOllamaAgainstSimulator(t *testing.T) {
 	sim, err := simollama.Start(ctx, cfg, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
-	s := &Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}
+	s := &Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL(), Guard: allowLoopback(nil)}
 
 	est, err := s.Estimate(ctx, parse(t, "ollama://llama3.2:1b"), 0)
 	require.NoError(t, err)

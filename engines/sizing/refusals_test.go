@@ -78,13 +78,12 @@ func TestRemoteGGUFOddServers(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	s := &Sizer{HTTP: srv.Client()}
+	s := &Sizer{Guard: allowLoopback(srv.Client())}
 
 	_, err := s.Estimate(context.Background(), parse(t, srv.URL+"/stream.gguf"), 0)
-	requireCode(t, err, api.CodeMemoryCheckFailed, "the server ignores range requests and sends no Content-Length")
+	requireCode(t, err, api.CodeMemoryCheckFailed, "the server gives no total size")
 
 	_, err = s.Estimate(context.Background(), parse(t, srv.URL+"/nototal.gguf"), 0)
-	requireCode(t, err, api.CodeMemoryCheckFailed, "the GGUF header could not be read")
 	requireCode(t, err, api.CodeMemoryCheckFailed, "the server gives no total size")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -124,14 +123,14 @@ func TestHailoLibraryOddAnswers(t *testing.T) {
 		}
 	}))
 	t.Cleanup(lib.Close)
-	s := &Sizer{HTTP: lib.Client(), HailoManifestsDir: dir, HailoLibraryURL: lib.URL}
+	s := &Sizer{Guard: allowLoopback(lib.Client()), HailoManifestsDir: dir, HailoLibraryURL: lib.URL}
 	ctx := context.Background()
 
 	_, err := s.Estimate(ctx, parse(t, "hailo://err:1b"), 0)
-	requireCode(t, err, api.CodeMemoryCheckFailed, "cannot size: HEAD "+lib.URL+"/blob/sha256_"+digest500+": HTTP 500 Internal Server Error")
+	requireCode(t, err, api.CodeMemoryCheckFailed, "cannot size: HEAD "+lib.URL+"/blob/sha256_"+digest500+": HTTP 500")
 
 	_, err = s.Estimate(ctx, parse(t, "hailo://nototal:1b"), 0)
-	requireCode(t, err, api.CodeMemoryCheckFailed, `gave no total in Content-Range "bytes 0-0/*"`)
+	requireCode(t, err, api.CodeMemoryCheckFailed, "gave no total in its Content-Range")
 
 	est, err := s.Estimate(ctx, parse(t, "hailo://whole:1b"), 0)
 	require.NoError(t, err)
@@ -142,7 +141,8 @@ func TestHailoLibraryOddAnswers(t *testing.T) {
 	requireCode(t, err, api.CodeMemoryCheckFailed, "ignored the range and gave no Content-Length")
 
 	_, err = s.Estimate(ctx, parse(t, "hailo://down:1b"), 0)
-	requireCode(t, err, api.CodeMemoryCheckFailed, "HTTP 503 Service Unavailable: maintenance")
+	requireCode(t, err, api.CodeMemoryCheckFailed, "HTTP 503")
+	assert.NotContains(t, err.Error(), "maintenance", "a remote body never comes back in a refusal")
 
 	_, err = s.Estimate(ctx, parse(t, "hailo://huge:1b"), 0)
 	requireCode(t, err, api.CodeMemoryCheckFailed, filepath.Join(dir, "huge", "1b", "manifest.json")+" is over 1048576 bytes")
@@ -171,11 +171,12 @@ func TestOllamaOddAnswers(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	s := &Sizer{HTTP: srv.Client(), OllamaRegistry: srv.URL}
+	s := &Sizer{Guard: allowLoopback(srv.Client()), OllamaRegistry: srv.URL}
 	ctx := context.Background()
 
 	_, err := s.Estimate(ctx, parse(t, "ollama://busy"), 0)
-	requireCode(t, err, api.CodeMemoryCheckFailed, "HTTP 429 Too Many Requests: slow down")
+	requireCode(t, err, api.CodeMemoryCheckFailed, "HTTP 429")
+	assert.NotContains(t, err.Error(), "slow down", "a remote body never comes back in a refusal")
 
 	_, err = s.Estimate(ctx, parse(t, "ollama://huge"), 0)
 	requireCode(t, err, api.CodeMemoryCheckFailed, "answered over 4 MiB")

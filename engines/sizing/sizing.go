@@ -13,14 +13,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/engines/source"
 )
 
@@ -40,10 +41,12 @@ const Overhead int64 = 512 << 20
 // Sizer estimates models. The zero value works against the public defaults; tests and the
 // agent set the endpoints.
 type Sizer struct {
-	// HTTP makes every request of the sizer's own (probes, HEADs, manifests). nil = a client with
-	// a 30 s timeout and at most 5 redirects. (gguf-parser-go reads GGUF headers with its own
-	// client: see remoteGGUF.)
-	HTTP *http.Client
+	// Guard is what every request for a source must pass — probes, header reads, HEADs,
+	// manifests and their redirects all go through one client built from it
+	// (download.NewClient), the same policy the download then meets. The zero value refuses
+	// loopback, private and link-local addresses: a source is user input, and sizing it is the
+	// first request the agent makes for it. Guard.HTTP nil = a 30 s timeout.
+	Guard download.Options
 	// HFBase is where hf:// sources resolve; "" = source.DefaultHFBase.
 	HFBase string
 	// OllamaRegistry is the registry's base URL; "" = DefaultOllamaRegistry.
@@ -63,6 +66,10 @@ type Sizer struct {
 	Log *slog.Logger
 	// Getenv reads the environment for the default hailo-ollama lookup; nil = os.Getenv.
 	Getenv func(string) string
+
+	once     sync.Once
+	guarded  *http.Client
+	guardErr error
 }
 
 // Estimate sizes src for a context of contextSize tokens (0 or less = api.DefaultContext).
@@ -101,23 +108,33 @@ func (s *Sizer) log() *slog.Logger {
 	return s.Log
 }
 
-func (s *Sizer) client() *http.Client {
-	if s.HTTP != nil {
-		return s.HTTP
+// do sends a request for a source through the guarded client. A refusal by the guard is
+// InvalidSource: the source names a place this agent does not fetch from.
+func (s *Sizer) do(req *http.Request) (*http.Response, error) {
+	s.once.Do(func() {
+		g := s.Guard
+		if g.HTTP == nil {
+			g.HTTP = &http.Client{Timeout: 30 * time.Second}
+		}
+		s.guarded, s.guardErr = download.NewClient(g)
+	})
+	if s.guardErr != nil {
+		return nil, failed("sizing: %v", s.guardErr)
 	}
-	return defaultClient
+	resp, err := s.guarded.Do(req)
+	if err == nil {
+		return resp, nil
+	}
+	err = download.Sanitize(err)
+	if errors.Is(err, download.ErrRefused) {
+		return nil, api.Errorf(api.CodeInvalidSource, "%v", err)
+	}
+	return nil, failed("cannot size: %s %s: %v", req.Method, req.URL.Redacted(), err)
 }
 
-// defaultClient follows at most 5 redirects (a CDN hop or two is normal; a loop is not).
-var defaultClient = &http.Client{
-	Timeout: 30 * time.Second,
-	CheckRedirect: func(req *http.Request, via []*http.Request) error {
-		if len(via) >= 5 {
-			return errors.New("stopped after 5 redirects")
-		}
-		return nil
-	},
-}
+// daemonClient talks to the local Ollama daemon the operator configured: not a source, and on
+// loopback by design, so it does not go through the guard.
+var daemonClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
 
 func orDefault(v, def string) string {
 	if v == "" {
@@ -175,21 +192,9 @@ func failed(format string, args ...any) error {
 	return api.Errorf(api.CodeMemoryCheckFailed, format, args...)
 }
 
-// httpStatusError describes an unexpected answer, with the start of its body.
+// httpStatusError describes an unexpected answer by its status code only: the body (and the
+// status text) are the remote's words, and a refusal must not carry them back to whoever asked
+// — that would make sizing a way to read pages the asker cannot reach.
 func httpStatusError(method, url string, resp *http.Response) string {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	msg := fmt.Sprintf("%s %s: HTTP %s", method, url, resp.Status)
-	if b := strings.TrimSpace(string(body)); b != "" && isPrintable(b) {
-		msg += ": " + b
-	}
-	return msg
-}
-
-func isPrintable(s string) bool {
-	for _, r := range s {
-		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f || r == 0xfffd {
-			return false
-		}
-	}
-	return true
+	return fmt.Sprintf("%s %s: HTTP %d", method, url, resp.StatusCode)
 }

@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/llamaserver"
+	"github.com/llmkube/mesh/engines/sizing"
+	"github.com/llmkube/mesh/sim/gguf"
+)
+
+// A namespace token asking for an estimate of a loopback URL (it could as well be the cloud's
+// metadata address or a router's page) makes the agent send nothing there, and learns nothing
+// of what answers there.
+func TestEstimateIsNoRequestForgery(t *testing.T) {
+	var hits atomic.Int64
+	inner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Range", "bytes 0-7/100")
+		w.WriteHeader(http.StatusPartialContent)
+		_, _ = w.Write([]byte("SECRET-INSIDE"))
+	}))
+	t.Cleanup(inner.Close)
+	dir := t.TempDir()
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{llamaDriver(t, dir)}, func(c *Config) {
+		c.AllowHTTP = true
+		c.Sizer = &sizing.Sizer{} // the default guard: loopback, private and link-local refused
+	})
+	s := serve(t, a, nil)
+	team := s.nsClient(t, "team-a")
+	ctx := context.Background()
+
+	e, err := team.Estimate(ctx, api.PlacementRequest{Source: inner.URL + "/m.gguf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Verdict != api.VerdictRefused || e.Code != api.CodeInvalidSource || !strings.Contains(e.Reason, "loopback") {
+		t.Fatalf("estimate of a loopback URL: %+v", e)
+	}
+	_, err = team.Place(ctx, api.PlacementRequest{Source: inner.URL + "/m.gguf"})
+	if codeOfErr(err) != api.CodeInvalidSource {
+		t.Fatalf("placing a loopback URL: %v", err)
+	}
+	if strings.Contains(e.Reason+err.Error(), "SECRET") {
+		t.Fatalf("the refusal carries the remote's answer: %q / %v", e.Reason, err)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("%d requests reached the loopback server", n)
+	}
+}
+
+// twoModels writes two GGUFs of the same length whose estimates differ: the second has twice
+// the KV heads (a larger KV cache and larger projections), padded to the same weight region.
+func twoModels(t *testing.T, dir string) (small, large []byte) {
+	t.Helper()
+	spec, _ := gguf.Preset("sim-tiny")
+	spec.WeightBytes = 16 << 20
+	read := func(name string, kvHeads int) []byte {
+		sp := spec
+		sp.HeadCountKV = kvHeads
+		p := filepath.Join(dir, name)
+		if err := gguf.Write(p, sp); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	small, large = read("small.gguf", 1), read("large.gguf", 4)
+	if len(small) != len(large) {
+		t.Fatalf("the two models differ in length: %d and %d", len(small), len(large))
+	}
+	return small, large
+}
+
+// splitServer answers range requests (the sizer's header reads) from one file and whole GETs
+// (the download) from another.
+func splitServer(t *testing.T, ranged, whole []byte) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		content := whole
+		if r.Header.Get("Range") != "" {
+			content = ranged
+		}
+		http.ServeContent(w, r, "m.gguf", time.Time{}, bytes.NewReader(content))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// The file that becomes a model is the file that was sized: a server that gives the sizer a
+// small model and the download another is refused, whether the other is longer (stopped
+// before its body, by length) or of the same length (sized again once downloaded).
+func TestDownloadIsTheFileSized(t *testing.T) {
+	dir := t.TempDir()
+	small, large := twoModels(t, dir)
+	longer := append(bytes.Clone(large), make([]byte, 2*len(large))...)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{llamaDriver(t, dir)}, func(c *Config) { c.AllowHTTP = true })
+	s := serve(t, a, nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, reason string
+		whole        []byte
+		code         api.Code
+	}{
+		{"longer", "not the file that was sized", longer, api.CodePullFailed},
+		{"same-length", "the downloaded file is not the file that was sized", large, api.CodeMemoryCheckFailed},
+	} {
+		p, err := s.admin.Place(ctx, api.PlacementRequest{Source: splitServer(t, small, c.whole) + "/" + c.name + ".gguf"})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if p.Memory.FileBytes != int64(len(small)) {
+			t.Fatalf("%s: the estimate records %d bytes sized, want %d", c.name, p.Memory.FileBytes, len(small))
+		}
+		p = waitState(t, s.admin, p.ID, api.StateFailed)
+		if p.Code != c.code || !strings.Contains(p.Reason, c.reason) {
+			t.Fatalf("%s: failed with %s %q, want %s %q", c.name, p.Code, p.Reason, c.code, c.reason)
+		}
+	}
+}
+
+// A placement whose pull failed keeps its partial file only as long as the placement: deleting
+// it gives the disk space back (a full disk does not stay full until a restart).
+func TestDeletedPlacementTakesItsPartial(t *testing.T) {
+	dir := t.TempDir()
+	content, err := os.ReadFile(tinyModel(t, dir, "cut"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The sizer reads closed ranges (bytes=a-b); the download asks for all or the rest.
+		if rg := r.Header.Get("Range"); rg != "" && !strings.HasSuffix(rg, "-") {
+			http.ServeContent(w, r, "m.gguf", time.Time{}, bytes.NewReader(content))
+			return
+		}
+		from := 0
+		if rg := r.Header.Get("Range"); rg != "" {
+			from, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(rg, "bytes="), "-"))
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, len(content)-1, len(content)))
+			w.Header().Set("Content-Length", strconv.Itoa(len(content)-from))
+			w.WriteHeader(http.StatusPartialContent)
+		} else {
+			w.Header().Set("Content-Length", strconv.Itoa(len(content)))
+			w.WriteHeader(http.StatusOK)
+		}
+		_, _ = w.Write(content[from : from+len(content)/4])
+		w.(http.Flusher).Flush()
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close() // the download is cut every time
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ld, err := llamaserver.New(llamaserver.Config{
+		Binary: llamaSimBin, ModelsDir: filepath.Join(dir, "models"), LogDir: filepath.Join(dir, "logs"),
+		Download: download.Options{AllowPrivate: true, Retries: 1, RetryBackoff: time.Millisecond},
+	}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, func(c *Config) { c.AllowHTTP = true })
+	s := serve(t, a, nil)
+	ctx := context.Background()
+	p, err := s.admin.Place(ctx, api.PlacementRequest{Source: srv.URL + "/cut.gguf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = waitState(t, s.admin, p.ID, api.StateFailed)
+	if p.Code != api.CodePullFailed || !strings.Contains(p.Reason, "kept for resuming") {
+		t.Fatalf("failed with %s %q", p.Code, p.Reason)
+	}
+	dest, err := ld.LocalPath(a.placements[p.ID].model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dest + download.PartialSuffix); err != nil {
+		t.Fatalf("the failed pull left no partial: %v", err)
+	}
+	if err := s.admin.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		_, err := os.Stat(dest + download.PartialSuffix)
+		return os.IsNotExist(err)
+	}, "the partial to be deleted with its placement")
+}
