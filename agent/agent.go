@@ -72,6 +72,10 @@ type Config struct {
 	IdleAfter time.Duration
 	// Namespaces is the allowlist; empty allows any.
 	Namespaces []string
+	// AnonymousNamespace, when set, serves the gateway's listing and inference routes without a
+	// token, as this one namespace: for clients that cannot send one (Home Assistant's
+	// hailo-ollama integration, hailo-ollama CLIs). Off by default; shown in GET /v1/host.
+	AnonymousNamespace string
 	// AllowHTTP accepts plain http:// sources (a LAN mirror, a test server).
 	AllowHTTP bool
 	APIAddr   string
@@ -183,6 +187,14 @@ func New(cfg Config) (*Agent, error) {
 	for _, ns := range cfg.Namespaces {
 		if err := api.ValidNamespace(ns); err != nil {
 			return nil, err
+		}
+	}
+	if ns := cfg.AnonymousNamespace; ns != "" {
+		if err := api.ValidNamespace(ns); err != nil {
+			return nil, fmt.Errorf("anonymous namespace: %w", err)
+		}
+		if len(cfg.Namespaces) > 0 && !slices.Contains(cfg.Namespaces, ns) {
+			return nil, fmt.Errorf("anonymous namespace %q is not among the namespaces allowed on this host (%s)", ns, strings.Join(cfg.Namespaces, ", "))
 		}
 	}
 	// The store is on this machine's disk, whatever host the probe describes (a demo fixture).
@@ -399,6 +411,10 @@ func (a *Agent) logStartup() {
 	} else {
 		a.log.Info("no Hailo device node: hailo:// placements will be refused")
 	}
+	if ns := a.cfg.AnonymousNamespace; ns != "" {
+		a.log.Warn("anonymous access is on: listing and inference routes answer requests without a token as namespace "+ns+
+			" (for clients that cannot send one); anyone who reaches this port can use its models", "namespace", ns)
+	}
 	if h.Memory.HostFigures {
 		a.log.Warn("memory figures are the host's: the memory controller is on cgroup v1, so a container limit is not seen; set --memory-budget if this agent is limited")
 	}
@@ -553,6 +569,10 @@ func (a *Agent) sortedLocked() []*placement {
 	return out
 }
 
+// AnonymousNamespace is the namespace served without a token on listing and inference
+// routes; "" when anonymous access is off (the default).
+func (a *Agent) AnonymousNamespace() string { return a.cfg.AnonymousNamespace }
+
 // Host is the agent's capacity and state, as GET /v1/host serves it.
 func (a *Agent) Host() api.Host {
 	a.mu.Lock()
@@ -573,6 +593,7 @@ func (a *Agent) hostLocked() api.Host {
 		PageSize:   h.PageSize,
 		Memory:     mem,
 		Namespaces: slices.Clone(a.cfg.Namespaces),
+		Anonymous:  a.cfg.AnonymousNamespace,
 		APIAddr:    a.cfg.APIAddr,
 		Version:    a.cfg.Version,
 		StartedAt:  a.started,

@@ -101,6 +101,9 @@ type Route struct {
 	// Public routes are served without authentication and see no principal (the gateway's
 	// answers for routes it does not have, in its clients' error shapes).
 	Public bool
+	// Anonymous routes (the gateway's listing and inference routes) serve a request without an
+	// Authorization header as the agent's anonymous namespace, when one is set.
+	Anonymous bool
 }
 
 // Mount mounts a handler as r says: behind token authentication unless r.Public.
@@ -167,6 +170,20 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := bearer(r)
+		if ns := s.a.AnonymousNamespace(); !ok && route.Anonymous && ns != "" && r.Header.Get("Authorization") == "" {
+			// The caller sent no token at all (a wrong one is still refused below). It is
+			// served as the anonymous namespace, and carries that namespace's token from here
+			// on, so a request the gateway forwards to the model's owner is checked there as
+			// any namespace request is. The token never goes back to the caller.
+			nsTok, err := api.NamespaceToken(api.AdminToken(s.cfg.Secret), ns)
+			if err != nil {
+				WriteError(w, api.Errorf(api.CodeInternal, "anonymous namespace: %v", err))
+				return
+			}
+			r.Header.Set("Authorization", "Bearer "+nsTok)
+			next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), api.Principal{Namespace: ns})))
+			return
+		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmkube"`)
 			deny(w, api.Errorf(api.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (`llmkube-agent init` prints the admin token)"))

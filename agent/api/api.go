@@ -293,11 +293,14 @@ type Host struct {
 	Accelerators []Accelerator `json:"accelerators,omitempty"`
 	Engines      []Engine      `json:"engines,omitempty"`
 	Namespaces   []string      `json:"namespaces,omitempty"` // allowlist; empty = any
-	Placements   int           `json:"placements"`
-	APIAddr      string        `json:"api_addr"` // host:port of this agent's API
-	Version      string        `json:"version"`
-	StartedAt    time.Time     `json:"started_at"`
-	Generation   uint64        `json:"generation"` // bumps on every state change
+	// Anonymous is the one namespace whose models this agent serves without a token, on
+	// listing and inference routes only (opt-in, for clients that cannot send one); "" = off.
+	Anonymous  string    `json:"anonymous_namespace,omitempty"`
+	Placements int       `json:"placements"`
+	APIAddr    string    `json:"api_addr"` // host:port of this agent's API
+	Version    string    `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
+	Generation uint64    `json:"generation"` // bumps on every state change
 	// Unknown lists the probe fields that could not be read.
 	Unknown []string `json:"unknown,omitempty"`
 }

@@ -188,16 +188,22 @@ func forwardTransport() *http.Transport {
 // answers a refused token in the route's dialect. Routes the gateway does not have, under
 // /v1/ and /api/, are answered in OpenAI's and Ollama's error shapes, so a client shows the
 // message instead of "[object Object]".
+//
+// Every gateway route lists models or runs them, so each is open to the agent's anonymous
+// namespace when the operator set one (agent.Config.AnonymousNamespace); nothing that places,
+// deletes or pulls is among them.
 func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Route)) {
-	oa := agent.Route{Deny: denier(dialectOpenAI)}
-	ol := agent.Route{Deny: denier(dialectOllamaChat)}
+	oa := agent.Route{Deny: denier(dialectOpenAI), Anonymous: true}
+	ol := agent.Route{Deny: denier(dialectOllamaChat), Anonymous: true}
 	mount("GET /v1/models", http.HandlerFunc(g.openAIModels), oa)
 	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat), oa)
 	mount("GET /api/tags", http.HandlerFunc(g.ollamaTags), ol)
 	mount("GET /api/ps", http.HandlerFunc(g.ollamaPS), ol)
 	mount("GET /api/version", http.HandlerFunc(g.ollamaVersion), ol)
+	mount("POST /api/show", http.HandlerFunc(g.ollamaShow), ol)
 	mount("POST /api/chat", http.HandlerFunc(g.ollamaChat), ol)
 	mount("POST /api/generate", http.HandlerFunc(g.ollamaGenerate), ol)
+	mount("GET /hailo/v1/list", http.HandlerFunc(g.hailoList), ol)
 	mount("/v1/", noRoute(dialectOpenAI), agent.Route{Public: true})
 	mount("/api/", noRoute(dialectOllamaChat), agent.Route{Public: true})
 }

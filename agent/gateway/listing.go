@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -220,4 +221,84 @@ func (g *Gateway) ollamaVersion(w http.ResponseWriter, r *http.Request) {
 	g.listWith(w, r, dialectOllamaChat, func(api.Principal) any {
 		return map[string]string{"version": g.cfg.Version}
 	})
+}
+
+// hailoList is hailo-ollama's GET /hailo/v1/list, for its clients (Home Assistant's
+// integration, hailo-ollama CLIs): every model the caller may use now, on any runtime — what
+// this gateway can answer, rather than Hailo's whole zoo.
+func (g *Gateway) hailoList(w http.ResponseWriter, r *http.Request) {
+	g.listWith(w, r, dialectOllamaChat, func(who api.Principal) any {
+		names := []string{}
+		for _, l := range g.served(who) {
+			names = append(names, l.name)
+		}
+		return map[string]any{"models": names}
+	})
+}
+
+type ollamaShowAnswer struct {
+	Modelfile    string         `json:"modelfile"`
+	Parameters   string         `json:"parameters"`
+	Template     string         `json:"template"`
+	Details      ollamaDetails  `json:"details"`
+	ModelInfo    map[string]any `json:"model_info"`
+	Capabilities []string       `json:"capabilities"`
+	ModifiedAt   time.Time      `json:"modified_at"`
+}
+
+// ollamaShow is POST /api/show {"model"} (or the older {"name"}): what the gateway knows of a
+// served model, in Ollama's shape. The engine's template and parameters stay with the engine.
+func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
+	who, ok := principal(r)
+	if !ok {
+		g.fail(w, dialectOllamaChat, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		return
+	}
+	body, f := readBody(w, r, 64<<10)
+	if f != nil {
+		g.fail(w, dialectOllamaChat, f)
+		return
+	}
+	var req struct{ Model, Name string }
+	if f := decodeJSON(body, &req); f != nil {
+		g.fail(w, dialectOllamaChat, f)
+		return
+	}
+	model := cmp.Or(req.Model, req.Name)
+	if model == "" {
+		g.fail(w, dialectOllamaChat, badRequest("model is required"))
+		return
+	}
+	forwarded := r.Header.Get(HopHeader) != ""
+	v := g.view()
+	name := g.resolve(who, model, forwarded, v)
+	var found *listed
+	for _, l := range g.served(who) {
+		if l.name == name {
+			found = &l
+			break
+		}
+	}
+	if found == nil {
+		g.fail(w, dialectOllamaChat, g.notServed(who, name, forwarded, v))
+		return
+	}
+	p := found.placements[0]
+	d := detailsOf(p)
+	info := map[string]any{}
+	if d.Family != "" {
+		info["general.architecture"] = d.Family
+		if p.Context > 0 {
+			info[d.Family+".context_length"] = p.Context
+		}
+	}
+	g.listWith(w, r, dialectOllamaChat, func(api.Principal) any {
+		return ollamaShowAnswer{Modelfile: "# served by llmkube mesh on " + p.Host + "\nFROM " + name + "\n",
+			Details: d, ModelInfo: info, Capabilities: capabilities(), ModifiedAt: p.CreatedAt}
+	})
+}
+
+// capabilities are what Ollama's /api/show says a model can do through the gateway.
+func capabilities() []string {
+	return []string{"completion"}
 }

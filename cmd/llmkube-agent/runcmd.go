@@ -65,12 +65,13 @@ type runOptions struct {
 
 	hwRoot, hwOS, hwArch string
 
-	memoryBudget    string
-	memoryFraction  float64
-	memoryCheckMode string
-	evict           bool
-	idleAfter       time.Duration
-	namespaces      []string
+	memoryBudget       string
+	memoryFraction     float64
+	memoryCheckMode    string
+	evict              bool
+	idleAfter          time.Duration
+	namespaces         []string
+	anonymousNamespace string
 
 	healthInterval time.Duration
 	restartBackoff time.Duration
@@ -136,6 +137,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.BoolVar(&o.evict, "evict", false, "make room for a placement by unloading idle placements of lower priority, least recently used first (never a protected one)")
 	f.DurationVar(&o.idleAfter, "idle-after", 10*time.Minute, "how long a placement must go unused to count as idle for --evict")
 	f.StringSliceVar(&o.namespaces, "namespaces", nil, "namespaces allowed on this host, comma-separated (default: any)")
+	f.StringVar(&o.anonymousNamespace, "anonymous-namespace", "", "serve the listing and inference routes without a token as this one namespace, for clients that cannot send one (Home Assistant's hailo-ollama integration); off by default, shown in /v1/host")
 
 	f.DurationVar(&o.healthInterval, "health-interval", 5*time.Second, "how often each engine is health-checked")
 	f.DurationVar(&o.restartBackoff, "restart-backoff", time.Second, "first wait before restarting a failed engine (doubles up to a minute)")
@@ -231,19 +233,20 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		Reprobe: func(ctx context.Context) hwprobe.Info {
 			return hwprobe.Probe(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
 		},
-		Drivers:         drivers,
-		Sizer:           sizer,
-		Budget:          budget,
-		MemoryFraction:  o.memoryFraction,
-		MemoryCheckMode: o.memoryCheckMode,
-		Evict:           o.evict,
-		IdleAfter:       o.idleAfter,
-		Namespaces:      o.namespaces,
-		AllowHTTP:       o.allowHTTP,
-		Version:         version.Get().Version,
-		HealthInterval:  o.healthInterval,
-		RestartBackoff:  o.restartBackoff,
-		Log:             log.With("part", "agent"),
+		Drivers:            drivers,
+		Sizer:              sizer,
+		Budget:             budget,
+		MemoryFraction:     o.memoryFraction,
+		MemoryCheckMode:    o.memoryCheckMode,
+		Evict:              o.evict,
+		IdleAfter:          o.idleAfter,
+		Namespaces:         o.namespaces,
+		AnonymousNamespace: o.anonymousNamespace,
+		AllowHTTP:          o.allowHTTP,
+		Version:            version.Get().Version,
+		HealthInterval:     o.healthInterval,
+		RestartBackoff:     o.restartBackoff,
+		Log:                log.With("part", "agent"),
 	}
 	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, Log: log}
 	if !o.noMesh {
