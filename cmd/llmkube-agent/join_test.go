@@ -226,7 +226,7 @@ func TestJoinAndLeaveLaunchd(t *testing.T) {
 	apiPort := freePort(t)
 	args := []string{"join", join, "--os", "darwin", "--binary", bins.agent, "--allow-temp-store", "--node-name", "mac",
 		"--listen", "127.0.0.1:" + apiPort, "--bind", "127.0.0.1", "--gossip-port", freePort(t), "--no-mdns", "--mesh-profile", "local",
-		"--join", alpha.gossip, "--llama-server", bins.llamaSim, "--ollama-url", "http://127.0.0.1:1", "--hailo-url", "http://127.0.0.1:1"}
+		"--join", alpha.gossip, "--llama-server", filepath.Join(tmp, "no-llama-server"), "--ollama-url", "http://127.0.0.1:1", "--hailo-url", "http://127.0.0.1:1"}
 	code, out, errOut := runEnv(t, vars, args...)
 	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s\nservice log:\n%s", out, errOut, fake.serviceLog("ai.llmkube.agent"))
 	plist := filepath.Join(vars["HOME"], "Library", "LaunchAgents", "ai.llmkube.agent.plist")
@@ -234,6 +234,7 @@ func TestJoinAndLeaveLaunchd(t *testing.T) {
 	assert.Equal(t, []string{"launchctl print gui/" + uid, "launchctl bootstrap gui/" + uid + " " + plist}, fake.calls())
 	assert.Contains(t, out, `joined mesh "home": alpha`)
 	assert.Contains(t, out, "ollama: nothing answers at http://127.0.0.1:1; the agent uses it once it does")
+	assert.Contains(t, out, "llama-server: not found, so that runtime is off", "a missing engine the user did not select does not stop join")
 	assert.Contains(t, out, filepath.Join(vars["HOME"], "Library", "Logs", "llmkube-agent.log"))
 	assert.NotContains(t, out, "loginctl")
 
