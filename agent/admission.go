@@ -186,7 +186,7 @@ func (a *Agent) candidatesLocked(pl *placement, strict bool) []*placement {
 		if c := lastUsed(x).Compare(lastUsed(y)); c != 0 {
 			return c
 		}
-		return cmp.Compare(y.p.Memory.Bytes, x.p.Memory.Bytes)
+		return cmp.Compare(heldOf(y.p), heldOf(x.p))
 	})
 	return out
 }
@@ -211,7 +211,7 @@ func pick(cands []*placement, short int64) ([]*placement, int64) {
 			break
 		}
 		out = append(out, c)
-		freed += c.p.Memory.Bytes
+		freed += heldOf(c.p)
 	}
 	return out, freed
 }
@@ -227,7 +227,7 @@ func names(ps []*placement) string {
 func describe(ps []*placement) string {
 	var s []string
 	for _, p := range ps {
-		s = append(s, fmt.Sprintf("%s (%s, %s, %s)", p.p.Model, p.p.ID, p.p.Priority, FormatBytes(p.p.Memory.Bytes)))
+		s = append(s, fmt.Sprintf("%s (%s, %s, %s)", p.p.Model, p.p.ID, p.p.Priority, FormatBytes(heldOf(p.p))))
 	}
 	return strings.Join(s, ", ")
 }

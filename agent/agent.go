@@ -641,7 +641,7 @@ func (a *Agent) memoryLocked() api.Memory {
 		}
 		switch holds(pl.p.State) {
 		case holdCommitted:
-			out.Committed += pl.p.Memory.Bytes
+			out.Committed += heldOf(pl.p)
 		case holdReserved:
 			out.Reserved += pl.p.Memory.Bytes
 		}

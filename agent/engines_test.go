@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -180,8 +181,14 @@ func TestPlaceReadyChatDelete(t *testing.T) {
 		t.Fatalf("ready placement: engine %q log %q", p.Engine, p.LogPath)
 	}
 	h, _ := s.admin.Host(ctx)
-	if h.Memory.Committed != p.Memory.Bytes || h.Memory.Reserved != 0 || h.Placements != 1 {
-		t.Fatalf("host memory after ready: %+v", h.Memory)
+	if runtime.GOOS == "linux" {
+		// Once measured, the placement holds what its engine was seen to hold, well under the
+		// estimate (see TestMeasuredMemoryCorrectsTheBudget).
+		p = waitMeasured(t, s.admin, p.ID)
+		h, _ = s.admin.Host(ctx)
+	}
+	if h.Memory.Committed != heldOf(p) || h.Memory.Reserved != 0 || h.Placements != 1 {
+		t.Fatalf("host memory after ready: %+v, placement holds %d", h.Memory, heldOf(p))
 	}
 	if answer := chat(t, a, "default", "tiny"); answer == "" {
 		t.Fatal("empty answer")
@@ -470,14 +477,96 @@ func TestNamespaceTokenSeesOnlyItsNamespace(t *testing.T) {
 			t.Fatalf("placements{state=ready} = %v", m.GetGauge().GetValue())
 		}
 	}
-	if got := fams["llmkube_memory_committed_bytes"].GetMetric()[0].GetGauge().GetValue(); got != float64(p.Memory.Bytes) {
-		t.Fatalf("committed gauge %v, want %d", got, p.Memory.Bytes)
+	if runtime.GOOS == "linux" {
+		p = waitMeasured(t, s.admin, p.ID)
+		fams = scrape(t, s.url, api.AdminToken(s.secret))
+	}
+	if got := fams["llmkube_memory_committed_bytes"].GetMetric()[0].GetGauge().GetValue(); got != float64(heldOf(p)) {
+		t.Fatalf("committed gauge %v, want %d", got, heldOf(p))
+	}
+}
+
+// unmeasured hides its instances' resident memory, so a placement holds its estimate: for tests
+// of the arithmetic of admission.
+type unmeasured struct{ *llamaserver.Driver }
+
+func (u unmeasured) Load(ctx context.Context, m engines.Model) (engines.Instance, error) {
+	inst, err := u.Driver.Load(ctx, m)
+	if inst == nil {
+		return nil, err
+	}
+	return struct{ engines.Instance }{inst}, err
+}
+
+// waitMeasured waits for a placement's engine memory to be measured.
+func waitMeasured(t testing.TB, c *api.Client, id string) api.Placement {
+	t.Helper()
+	var p api.Placement
+	waitFor(t, func() bool {
+		var err error
+		p, err = c.Placement(context.Background(), id)
+		return err == nil && p.Held > 0
+	}, "the engine's memory measured")
+	return p
+}
+
+// Once an engine is loaded its measured memory replaces the estimate in the budget (bounded by
+// the estimate, raised by what the engine grows to): two models that each estimate at 557 MiB
+// fit a budget of 1.5 × that when the first turns out to hold far less.
+func TestMeasuredMemoryCorrectsTheBudget(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("resident memory is measured on Linux only")
+	}
+	dir := t.TempDir()
+	ld := llamaDriver(t, dir)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, func(c *Config) { c.Budget = tinyEstimate * 3 / 2 })
+	s := serve(t, a, nil)
+	ctx := context.Background()
+	first, err := s.admin.Place(ctx, api.PlacementRequest{Source: tinyModel(t, dir, "first")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.admin, first.ID, api.StateReady)
+	p := waitMeasured(t, s.admin, first.ID)
+	if p.Resident <= 0 || p.Held < p.Resident || p.Held >= p.Memory.Bytes {
+		t.Fatalf("measured: resident %d, holds %d, estimate %d", p.Resident, p.Held, p.Memory.Bytes)
+	}
+	second, err := s.admin.Place(ctx, api.PlacementRequest{Source: tinyModel(t, dir, "second")})
+	if err != nil {
+		t.Fatalf("a second model after the first was measured: %v", err)
+	}
+	waitState(t, s.admin, second.ID, api.StateReady)
+}
+
+func TestHeldArithmetic(t *testing.T) {
+	est := api.SizeEstimate{Bytes: 600 << 20, Weights: 10 << 20, Cache: 4 << 20}
+	atLoad := engines.Resident{RSS: 30 << 20, Anon: 12 << 20}
+	// base = max(30, 12 + 10) = 30 MiB; + cache 4 + slack 64 + 30/8.
+	want := int64(30<<20 + 4<<20 + measureSlack + (30<<20)/8)
+	if got := held(est, atLoad, atLoad); got != want {
+		t.Fatalf("held = %d, want %d", got, want)
+	}
+	// The mapped weights count in full even when the page cache dropped them.
+	if got := held(est, engines.Resident{RSS: 13 << 20, Anon: 12 << 20}, atLoad); got != int64(22<<20+4<<20+measureSlack+(22<<20)/8) {
+		t.Fatalf("held with weights evicted = %d", got)
+	}
+	// Never above the estimate, unless the engine is seen to hold more.
+	big := engines.Resident{RSS: 580 << 20, Anon: 570 << 20}
+	if got := held(est, big, big); got != est.Bytes {
+		t.Fatalf("held near the estimate = %d, want the estimate %d", got, est.Bytes)
+	}
+	if got := held(est, atLoad, engines.Resident{RSS: 700 << 20}); got != 700<<20 {
+		t.Fatalf("held past the estimate = %d, want what it holds", got)
+	}
+	// No estimate (memory check warn): the measurement is all there is.
+	if got := held(api.SizeEstimate{}, atLoad, atLoad); got != int64(30<<20+measureSlack+(30<<20)/8) {
+		t.Fatalf("held without an estimate = %d", got)
 	}
 }
 
 func TestEvictionMakesRoomForHigherPriority(t *testing.T) {
 	dir := t.TempDir()
-	ld := llamaDriver(t, dir)
+	ld := unmeasured{llamaDriver(t, dir)}
 	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{ld}, func(c *Config) {
 		c.Budget = tinyEstimate * 3 / 2
 		c.Evict = true

@@ -242,6 +242,7 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			a.mu.Lock()
 			pl.inst, pl.readyAt = inst, readyAt
 			a.mu.Unlock()
+			a.measure(pl, inst, true)
 			a.publish(pl, "ready at "+inst.Endpoint())
 			a.log.Info("placement ready", "placement", pl.p.ID, "model", pl.p.Model, "engine", inst.Endpoint())
 			a.saveOrLog()
@@ -259,6 +260,7 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 		if !a.update(pl, func(p *api.Placement) {
 			p.State, p.Reason, p.Engine = api.StateRestarting, failure, ""
 			p.Restarts++
+			forgetMeasuredLocked(pl)
 		}) {
 			return
 		}
@@ -303,6 +305,7 @@ func (a *Agent) supervise(ctx context.Context, pl *placement, inst engines.Insta
 				}
 				return "health check failed: " + err.Error()
 			}
+			a.measure(pl, inst, false)
 		}
 	}
 }

@@ -33,7 +33,11 @@ type placement struct {
 
 	inst      engines.Instance
 	healthyAt time.Time // last passed health check; "ready" expires without a fresh one
-	readyAt   time.Time
+	// atLoad is the engine's resident memory measured when it became ready (measuredAt), the
+	// base of the correction of its hold (see held).
+	atLoad     engines.Resident
+	measuredAt time.Time
+	readyAt    time.Time
 	// victims are placements evicted (or swapped out) for this one: the lifecycle unloads
 	// them before pulling.
 	victims []*placement
@@ -531,6 +535,7 @@ func (a *Agent) restore(saved []api.Placement) {
 		pl.p.Reason = reasonRestoring
 		pl.p.Progress, pl.p.PulledBytes, pl.p.TotalBytes = 0, 0, 0
 		pl.p.Engine = ""
+		forgetMeasuredLocked(pl)
 		a.pending = append(a.pending, pl)
 	}
 }
@@ -561,6 +566,7 @@ func (a *Agent) failLocked(pl *placement, code api.Code, reason string) {
 	pl.p.Reason = reason
 	pl.p.Progress = 0
 	pl.p.Engine = ""
+	forgetMeasuredLocked(pl)
 	pl.p.UpdatedAt = time.Now().UTC()
 	a.changedLocked()
 	a.publishLocked(api.EventPlacement, pl, "failed: "+reason, code)

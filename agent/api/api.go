@@ -212,18 +212,24 @@ type Placement struct {
 	Code        Code           `json:"code,omitempty"`     // why it failed or was evicted
 	Reason      string         `json:"reason,omitempty"`
 	Memory      SizeEstimate   `json:"memory"`
-	Restarts    int            `json:"restarts,omitempty"`
-	CreatedAt   time.Time      `json:"created_at"`
-	UpdatedAt   time.Time      `json:"updated_at"`
-	LastUsed    time.Time      `json:"last_used,omitzero"`
-	TTFTMillis  float64        `json:"ttft_ms,omitempty"`        // rolling time to first token
-	TokensPerS  float64        `json:"tokens_per_s,omitempty"`   // rolling generation speed
-	PulledBytes int64          `json:"pulled_bytes,omitempty"`   // while pulling
-	TotalBytes  int64          `json:"total_bytes,omitempty"`    // while pulling
-	ReplacedBy  string         `json:"replaced_by,omitempty"`    // a Hailo swap evicted it for this id
-	LogPath     string         `json:"log_path,omitempty"`       // engine log on the owning host
-	Engine      string         `json:"engine_address,omitempty"` // loopback address on the owning host
-	Details     *ModelDetails  `json:"details,omitempty"`        // what the engine reports of the loaded model
+	// Resident is the engine process's measured resident memory (VmRSS) in bytes, updated at
+	// each health check; 0 when not measured (a daemon's model, or not Linux).
+	Resident int64 `json:"resident,omitempty"`
+	// Held is what the placement counts against the budget once measured: the estimate,
+	// corrected by what the engine was seen to hold (see the agent's held); 0 = the estimate.
+	Held        int64         `json:"held,omitempty"`
+	Restarts    int           `json:"restarts,omitempty"`
+	CreatedAt   time.Time     `json:"created_at"`
+	UpdatedAt   time.Time     `json:"updated_at"`
+	LastUsed    time.Time     `json:"last_used,omitzero"`
+	TTFTMillis  float64       `json:"ttft_ms,omitempty"`        // rolling time to first token
+	TokensPerS  float64       `json:"tokens_per_s,omitempty"`   // rolling generation speed
+	PulledBytes int64         `json:"pulled_bytes,omitempty"`   // while pulling
+	TotalBytes  int64         `json:"total_bytes,omitempty"`    // while pulling
+	ReplacedBy  string        `json:"replaced_by,omitempty"`    // a Hailo swap evicted it for this id
+	LogPath     string        `json:"log_path,omitempty"`       // engine log on the owning host
+	Engine      string        `json:"engine_address,omitempty"` // loopback address on the owning host
+	Details     *ModelDetails `json:"details,omitempty"`        // what the engine reports of the loaded model
 }
 
 // ModelDetails is what an engine (or the model file) says a loaded model is, in the words
