@@ -14,7 +14,7 @@ import (
 // diagnostics is memberlist's logger (log.Logger writes each line here) and the memory of
 // what went wrong that the doctor reports. Each line goes on to slog at its level; some also
 // say something only the logs say: a packet that failed to decrypt (another mesh secret), a
-// label mismatch (another mesh id), UDP blocked where TCP works, and the failure detector's
+// label mismatch (another mesh id or secret), UDP blocked where TCP works, and the failure detector's
 // suspicions and refutations (see liveNotice). The strings matched are memberlist v0.7.0's;
 // the tests fail if an upgrade changes them.
 type diagnostics struct {
@@ -23,7 +23,7 @@ type diagnostics struct {
 	mu        sync.Mutex
 	src       discovery.Source
 	decrypt   map[string]*sighting // by sender address
-	label     map[string]*sighting // by sender address; detail: the label
+	label     map[string]*sighting // by sender address
 	udp       map[string]*sighting // by node name
 	conflicts map[string]*sighting // by name; detail: the two addresses
 }
@@ -85,13 +85,8 @@ func (d *diagnostics) line(line string) {
 	case strings.HasPrefix(msg, "Refuting a suspect message"):
 		d.m.refute()
 	case strings.Contains(lower, "unacceptable label"):
-		label := ""
-		if i := strings.IndexByte(msg, '"'); i >= 0 {
-			if j := strings.IndexByte(msg[i+1:], '"'); j >= 0 {
-				label = msg[i+1 : i+1+j]
-			}
-		}
-		d.saw(d.label, cmp.Or(from, "an unknown address"), label)
+		// The label is derived from the secret: it tells nothing a person could act on.
+		d.saw(d.label, cmp.Or(from, "an unknown address"), "")
 	case strings.Contains(lower, "decrypt"), strings.Contains(lower, "not encrypted"):
 		// Only what arrived from somewhere: our own failed joins say "decrypt" too, and
 		// the joiner reports those per seed.

@@ -63,7 +63,7 @@ func (m *Mesh) Doctor(ctx context.Context) DoctorReport {
 	}
 	for from, s := range d.label {
 		add(SeverityError,
-			fmt.Sprintf("%d gossip messages from %s belong to mesh %q, not %q (last %s ago)", s.count, from, s.detail, m.cfg.MeshID, ago(s.last)),
+			fmt.Sprintf("%d gossip messages from %s belong to another mesh: another mesh id or secret (last %s ago)", s.count, from, ago(s.last)),
 			joinFix+"; if two meshes share this network on purpose, give them different gossip ports")
 	}
 	for name, s := range d.conflicts {

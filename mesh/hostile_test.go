@@ -50,7 +50,7 @@ func keyholder(t *testing.T, name string, meta []byte, seed string) *memberlist.
 	c.Name = name
 	c.BindAddr, c.BindPort, c.AdvertisePort = "127.0.0.1", 0, 0
 	c.SecretKey = api.GossipKey(testSecret)
-	c.Label = "test"
+	c.Label = api.GossipLabel("test", testSecret)
 	c.Delegate = rawMeta(meta)
 	c.Logger = log.New(io.Discard, "", 0)
 	ml, err := memberlist.Create(c)

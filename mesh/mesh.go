@@ -1,6 +1,6 @@
 // Package mesh is the llmkube membership layer: who is in the mesh, what each host has, and
 // whether it can be reached. It runs hashicorp/memberlist (SWIM gossip, encrypted with a key
-// derived from the mesh secret, labelled with the mesh id), carries each node's compact
+// derived from the mesh secret, labelled with a tag derived from it), carries each node's compact
 // metadata and its versioned state document, and keeps a View of every member for the
 // console and the gateway.
 //
@@ -38,7 +38,7 @@ const lastKnownFile = "last-known-peers.json"
 
 // Config configures a member.
 type Config struct {
-	MeshID string // names the mesh; memberlist's Label, so meshes never mix
+	MeshID string // names the mesh; with the secret it makes memberlist's Label, so meshes never mix
 	Secret []byte // the mesh secret (api.SecretSize bytes); keys gossip encryption
 	// NodeName is this member's name, unique in the mesh. Empty: made from the hostname plus a
 	// random suffix, and kept in StateDir so it is stable across restarts.
@@ -181,7 +181,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 
 	mlc.Name = name
-	mlc.Label = cfg.MeshID
+	mlc.Label = api.GossipLabel(cfg.MeshID, cfg.Secret)
 	mlc.SecretKey = api.GossipKey(cfg.Secret)
 	mlc.GossipVerifyIncoming = true
 	mlc.GossipVerifyOutgoing = true

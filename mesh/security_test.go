@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +48,7 @@ func wrongKey(t *testing.T, good []*Mesh, bad *Mesh) {
 	var f Finding
 	require.Eventually(t, func() bool {
 		var ok bool
-		f, ok = findingWith(good[0].Doctor(context.Background()), "could not be decrypted")
+		f, ok = findingWith(good[0].Doctor(context.Background()), "belong to another mesh")
 		return ok
 	}, 5*time.Second, 20*time.Millisecond)
 	require.Equal(t, SeverityError, f.Severity)
@@ -85,7 +87,7 @@ func TestAnotherMeshIDIsReported(t *testing.T) {
 	var f Finding
 	require.Eventually(t, func() bool {
 		var ok bool
-		f, ok = findingWith(a.Doctor(context.Background()), `belong to mesh "other"`)
+		f, ok = findingWith(a.Doctor(context.Background()), "belong to another mesh")
 		return ok
 	}, 5*time.Second, 20*time.Millisecond)
 	require.Contains(t, f.Fix, "check the join string")
@@ -136,4 +138,43 @@ func TestDuplicateNamesAreReportedNotMerged(t *testing.T) {
 	require.Equal(t, first.GossipAddr(), mb.Addr, "the first keeps the name; the second is not merged into it")
 	require.Contains(t, mb.Reason, "name also claimed")
 	require.Len(t, v.Members, 2)
+}
+
+// TestGossipDoesNotNameTheMesh: what a member sends on the wire carries a label derived from
+// the secret, never the mesh id, so a neighbour learns nothing to aim forged mDNS answers or
+// streams with.
+func TestGossipDoesNotNameTheMesh(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 512)
+		n, _ := io.ReadAtLeast(c, b, 64)
+		got <- b[:n]
+	}()
+	const id = "kitchen-mesh-7f3a"
+	m, err := Start(context.Background(), Config{
+		MeshID: id, Secret: testSecret, NodeName: "a", Role: api.RoleConsole, Profile: ProfileLocal,
+		BindAddr: "127.0.0.1", Seeds: []string{ln.Addr().String()}, Log: testLog(),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Shutdown() })
+	var b []byte
+	select {
+	case b = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the member never dialled its seed")
+	}
+	require.NotContains(t, string(b), id, "the mesh id goes out in clear")
+	label := api.GossipLabel(id, testSecret)
+	require.Equal(t, append([]byte{mlHasLabelMsg, byte(len(label))}, label...), b[:2+len(label)])
+	require.NotEqual(t, label, api.GossipLabel(id, make([]byte, api.SecretSize)), "another secret, another label")
+	require.NotEqual(t, label, api.GossipLabel("other", testSecret), "another mesh id, another label")
 }

@@ -24,6 +24,7 @@ const (
 	labelAdmin     = "llmkube/admin-token/v1"
 	labelNamespace = "llmkube/namespace-token/v1/"
 	labelMeshHash  = "llmkube/mesh-id/v1/"
+	labelGossipTag = "llmkube/gossip-label/v1/"
 )
 
 const (
@@ -119,6 +120,15 @@ func mac(key []byte, label string) []byte {
 
 // GossipKey is memberlist's 32-byte encryption key for the mesh.
 func GossipKey(secret []byte) []byte { return mac(secret, labelGossip) }
+
+// GossipLabel is memberlist's label for the mesh: the header every gossip packet and stream
+// carries in clear, which memberlist checks before anything else. It is derived from the secret
+// (and the mesh id, so two meshes that share a secret still never mix), never the id itself: a
+// neighbour without the secret cannot read which mesh a packet is for, nor forge traffic that
+// gets past the label check.
+func GossipLabel(meshID string, secret []byte) string {
+	return "llmk-" + hex.EncodeToString(mac(secret, labelGossipTag+meshID)[:8])
+}
 
 // MeshIDHash is what mDNS records carry instead of the mesh id: it tells meshes apart without
 // naming them to the LAN.
