@@ -31,11 +31,68 @@ type chatRequest struct {
 	Seed                *int64          `json:"seed"`
 	Stop                json.RawMessage `json:"stop"`
 	N                   *int            `json:"n"`
+	Tools               []tool          `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ResponseFormat      *struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+		Schema json.RawMessage `json:"schema"` // llama-server's own short form
+	} `json:"response_format"`
+}
+
+type tool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters"`
+	} `json:"function"`
 }
 
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+}
+
+// shape is how an answer is formed beyond free text: a tool call, or a JSON document.
+type shape struct {
+	tool   string // the function called; "" for text
+	callID string
+	text   string // the whole shaped answer: the call's arguments, or the JSON document
+}
+
+// shaped decides the answer's shape as a model with a tool-capable template and llama-server's
+// grammar would: with tools (the jinja template reads them) and the last message not a tool
+// result, a call to the tool tool_choice names, or the first; with response_format, a JSON
+// document that fits the schema. The real model chooses; the simulator always calls.
+func (s *Server) shaped(req chatRequest) (shape, bool) {
+	last := req.Messages[len(req.Messages)-1]
+	choice := strings.Trim(string(req.ToolChoice), `"`)
+	if s.cfg.Jinja && len(req.Tools) > 0 && last.Role != "tool" && choice != "none" {
+		t := req.Tools[0]
+		var named struct {
+			Function struct{ Name string } `json:"function"`
+		}
+		if json.Unmarshal(req.ToolChoice, &named) == nil && named.Function.Name != "" {
+			for _, c := range req.Tools {
+				if c.Function.Name == named.Function.Name {
+					t = c
+				}
+			}
+		}
+		return shape{tool: t.Function.Name, callID: "call_" + completionID()[9:21], text: simtext.FromSchema(t.Function.Parameters)}, true
+	}
+	if rf := req.ResponseFormat; rf != nil && (rf.Type == "json_object" || rf.Type == "json_schema") {
+		schema := rf.Schema
+		if rf.JSONSchema != nil {
+			schema = rf.JSONSchema.Schema
+		}
+		return shape{text: simtext.FromSchema(schema)}, true
+	}
+	return shape{}, false
 }
 
 // text returns a message's content: a string, or the text parts of an array of parts.
@@ -97,6 +154,9 @@ func render(msgs []chatMessage) (string, error) {
 		t, err := m.text()
 		if err != nil {
 			return "", err
+		}
+		if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
+			t += string(m.ToolCalls) // a template renders the calls the assistant made
 		}
 		fmt.Fprintf(&b, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", m.Role, t)
 	}
@@ -190,6 +250,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		seed = *req.Seed
 	}
 	toks, finish := simserver.Answer(seed, prompt, limit)
+	sh, isShaped := s.shaped(req)
+	if isShaped {
+		toks, finish, stops = simtext.Pieces(sh.text), "stop", nil
+		if sh.tool != "" {
+			finish = "tool_calls"
+		}
+		if limit >= 0 && len(toks) > limit {
+			toks, finish = toks[:limit], "length"
+		}
+	}
 
 	ctx := r.Context()
 	if !s.acquireSlot(ctx) {
@@ -206,7 +276,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	defer c.kv.release()
 	var genErr error
 	if req.Stream {
-		genErr = s.stream(ctx, w, model, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, toks, stops, c)
+		genErr = s.stream(ctx, w, model, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, toks, stops, sh, c)
 	} else {
 		genErr = s.generate(ctx, toks, stops, c)
 		if errors.Is(genErr, errContextFull) {
@@ -214,10 +284,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			genErr = nil
 		}
 		if genErr == nil && c.failed == nil {
+			msg := map[string]any{"role": "assistant", "content": c.content.String()}
+			if sh.tool != "" {
+				msg["content"] = nil
+				msg["tool_calls"] = []any{map[string]any{"id": sh.callID, "type": "function",
+					"function": map[string]any{"name": sh.tool, "arguments": c.content.String()}}}
+			}
 			writeJSON(w, http.StatusOK, map[string]any{
 				"choices": []any{map[string]any{
 					"finish_reason": c.finish, "index": 0,
-					"message": map[string]any{"role": "assistant", "content": c.content.String()},
+					"message": msg,
 				}},
 				"created":            time.Now().Unix(),
 				"model":              model,
@@ -286,7 +362,7 @@ func (s *Server) generate(ctx context.Context, toks, stops []string, c *completi
 // stream sends the answer as llama-server's server-sent events: a role chunk with the first
 // token, one chunk per piece of text, a final chunk with finish_reason and timings (or, with
 // include_usage, one more chunk carrying usage and timings), then "data: [DONE]".
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string, includeUsage bool, toks, stops []string, c *completion) error {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string, includeUsage bool, toks, stops []string, sh shape, c *completion) error {
 	flusher, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -344,7 +420,14 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 		if i == 0 {
 			first = time.Now()
 			c.promptTime = first.Sub(p.Start)
-			if err := send(chunk(map[string]any{"role": "assistant", "content": nil}, nil)); err != nil {
+			first := map[string]any{"role": "assistant", "content": nil}
+			if sh.tool != "" {
+				// A tool call streams as llama-server's: the call's id and name first, then its
+				// arguments piece by piece, all at index 0.
+				first["tool_calls"] = []any{map[string]any{"index": 0, "id": sh.callID, "type": "function",
+					"function": map[string]any{"name": sh.tool, "arguments": ""}}}
+			}
+			if err := send(chunk(first, nil)); err != nil {
 				return err
 			}
 		}
@@ -353,7 +436,11 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 		out, stopped = st.add(tok)
 		if out != "" {
 			c.content.WriteString(out)
-			if err := send(chunk(map[string]any{"content": out}, nil)); err != nil {
+			delta := map[string]any{"content": out}
+			if sh.tool != "" {
+				delta = map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": out}}}}
+			}
+			if err := send(chunk(delta, nil)); err != nil {
 				return err
 			}
 		}

@@ -62,6 +62,7 @@ func DefaultConfig() Config {
 		CacheRAM:  8192,
 		NPredict:  -1,
 		FlashAttn: "auto",
+		Jinja:     true, // llama-server's default since it reads tools through the model's template
 		LoadDelay: 200 * time.Millisecond,
 	}
 }

@@ -641,3 +641,61 @@ func TestStreamErrorAfterContent(t *testing.T) {
 	assert.Equal(t, `data: {"error":{"code":500,"message":"simulated failure after 3 tokens (LLAMA_SIM_STREAM_ERROR_AFTER)","type":"server_error"}}`, events[4])
 	assert.NotContains(t, string(body), "[DONE]")
 }
+
+// TestToolsAndResponseFormat: with tools (and the default --jinja) the answer is a call to a
+// tool, streamed as llama-server streams one; after the tool's result it is text again; with
+// response_format it is a JSON document that fits the schema; without --jinja tools are ignored.
+func TestToolsAndResponseFormat(t *testing.T) {
+	s := start(t, quick())
+	tools := `"tools":[{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Paris"]}}}}}]`
+	var whole struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+			Message      struct {
+				Content   *string
+				ToolCalls []struct {
+					ID       string
+					Type     string
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+		}
+	}
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"weather?"}],`+tools+`}`)
+	require.Equal(t, 200, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&whole))
+	c := whole.Choices[0]
+	assert.Equal(t, "tool_calls", c.FinishReason)
+	assert.Nil(t, c.Message.Content)
+	require.Len(t, c.Message.ToolCalls, 1)
+	assert.Equal(t, "weather", c.Message.ToolCalls[0].Function.Name)
+	assert.JSONEq(t, `{"city":"Paris"}`, c.Message.ToolCalls[0].Function.Arguments)
+	assert.NotEmpty(t, c.Message.ToolCalls[0].ID)
+
+	resp = postJSON(t, s.URL()+"/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"weather?"}],`+tools+`}`)
+	events, done := sseEvents(t, resp.Body)
+	require.True(t, done)
+	var args strings.Builder
+	for _, ev := range events {
+		for _, ch := range ev["choices"].([]any) {
+			d := ch.(map[string]any)["delta"].(map[string]any)
+			if calls, ok := d["tool_calls"].([]any); ok {
+				fn := calls[0].(map[string]any)["function"].(map[string]any)
+				args.WriteString(fn["arguments"].(string))
+			}
+		}
+	}
+	assert.JSONEq(t, `{"city":"Paris"}`, args.String())
+
+	answer := chat(t, s, `{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}],`+tools+`}`)
+	assert.NotEmpty(t, answer.Choices[0].Message.Content, "after the result, text")
+
+	answer = chat(t, s, `{"messages":[{"role":"user","content":"city?"}],"response_format":{"type":"json_schema","json_schema":{"name":"c","schema":{"type":"object","properties":{"city":{"type":"string","enum":["Rome"]}}}}}}`)
+	assert.JSONEq(t, `{"city":"Rome"}`, answer.Choices[0].Message.Content)
+
+	cfg := quick()
+	cfg.Jinja = false
+	plain := start(t, cfg)
+	answer = chat(t, plain, `{"messages":[{"role":"user","content":"weather?"}],`+tools+`}`)
+	assert.NotEmpty(t, answer.Choices[0].Message.Content, "no template reads the tools")
+}

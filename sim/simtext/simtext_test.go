@@ -1,6 +1,7 @@
 package simtext
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -75,5 +76,25 @@ func TestAnswerLength(t *testing.T) {
 	}
 	if len(seen) < 10 {
 		t.Fatalf("AnswerLength takes only %d values over 200 seeds", len(seen))
+	}
+}
+
+func TestFromSchema(t *testing.T) {
+	for schema, want := range map[string]string{
+		`{"type":"object","properties":{"city":{"type":"string","enum":["Paris","Rome"]},"days":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["city"]}`: `{"city":"Paris","days":1,"tags":["sim"]}`,
+		`{"type":"boolean"}`: `true`,
+		``:                   `{"answer":"sim"}`,
+		`{"properties":{}}`:  `{}`,
+	} {
+		got := FromSchema(json.RawMessage(schema))
+		if got != want {
+			t.Errorf("FromSchema(%s) = %s, want %s", schema, got, want)
+		}
+		if !json.Valid([]byte(got)) {
+			t.Errorf("FromSchema(%s) = %s: not JSON", schema, got)
+		}
+	}
+	if got := strings.Join(Pieces(`{"city":"Paris"}`), ""); got != `{"city":"Paris"}` {
+		t.Errorf("Pieces lose text: %s", got)
 	}
 }
