@@ -42,8 +42,70 @@ func (k *keepAlive) UnmarshalJSON(b []byte) error {
 }
 
 type message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string          `json:"role"`
+	Content   string          `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	ToolName  string          `json:"tool_name,omitempty"`
+}
+
+type tool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+// shapedChat answers as a model whose template reads tools, and as Ollama's format grammar
+// forces: with tools and the last message not a tool's result, a call to the first tool (in
+// one chunk, arguments an object, as Ollama sends it); with format ("json" or a schema), a
+// JSON document that fits. It reports false for a free-text answer.
+func (s *Server) shapedChat(w http.ResponseWriter, model string, msgs []message, tools []tool, format json.RawMessage, stream bool, prompt string, begin time.Time) bool {
+	last := msgs[len(msgs)-1]
+	var msg message
+	var pieces []string
+	switch {
+	case len(tools) > 0 && last.Role != "tool":
+		t := tools[0].Function
+		call, _ := json.Marshal([]any{map[string]any{"id": "call_" + fmt.Sprint(time.Now().UnixNano()%1e9),
+			"function": map[string]any{"index": 0, "name": t.Name, "arguments": json.RawMessage(simtext.FromSchema(t.Parameters))}}})
+		msg = message{Role: "assistant", ToolCalls: call}
+		pieces = []string{""}
+	case len(format) > 0 && string(format) != "null" && string(format) != `""`:
+		schema := format
+		if string(format) == `"json"` {
+			schema = nil
+		}
+		pieces = simtext.Pieces(simtext.FromSchema(schema))
+	default:
+		return false
+	}
+	out := newNDJSON(w, stream)
+	var text strings.Builder
+	for _, p := range pieces {
+		text.WriteString(p)
+		if stream && msg.ToolCalls == nil {
+			if out.send(chatResponse{Model: model, CreatedAt: time.Now().UTC(), Message: message{Role: "assistant", Content: p}}) != nil {
+				return true
+			}
+		}
+	}
+	final := chatResponse{Model: model, CreatedAt: time.Now().UTC(), Message: message{Role: "assistant"}, Done: true, DoneReason: "stop",
+		metrics: metrics{TotalDuration: time.Since(begin), PromptEvalCount: simtext.CountTokens(prompt), EvalCount: len(pieces), EvalDuration: time.Millisecond}}
+	if msg.ToolCalls != nil {
+		if stream {
+			// Ollama streams a tool call whole, in a chunk of its own before the last one.
+			if out.send(chatResponse{Model: model, CreatedAt: time.Now().UTC(), Message: msg}) != nil {
+				return true
+			}
+		} else {
+			final.Message = msg
+		}
+	} else if !stream {
+		final.Message.Content = text.String()
+	}
+	out.finish(final)
+	return true
 }
 
 // metrics are Ollama's timing fields, durations in nanoseconds.
@@ -189,11 +251,13 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	begin := time.Now()
 	var req struct {
-		Model     string         `json:"model"`
-		Messages  []message      `json:"messages"`
-		Stream    *bool          `json:"stream"`
-		KeepAlive *keepAlive     `json:"keep_alive"`
-		Options   map[string]any `json:"options"`
+		Model     string          `json:"model"`
+		Messages  []message       `json:"messages"`
+		Stream    *bool           `json:"stream"`
+		KeepAlive *keepAlive      `json:"keep_alive"`
+		Options   map[string]any  `json:"options"`
+		Tools     []tool          `json:"tools"`
+		Format    json.RawMessage `json:"format"`
 	}
 	if !decode(w, r, &req) {
 		return
@@ -229,6 +293,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 	prompt := render(p.spec.system, req.Messages)
 	stream := req.Stream == nil || *req.Stream
+	if s.shapedChat(w, req.Model, req.Messages, req.Tools, req.Format, stream, prompt, begin) {
+		return
+	}
 	out := newNDJSON(w, stream)
 	var text strings.Builder
 	res, err := s.generate(r.Context(), p.name, prompt, opts, keep, func(tok string) error {
@@ -301,7 +368,7 @@ func render(system string, msgs []message) string {
 		fmt.Fprintf(&b, "<|system|>\n%s\n", system)
 	}
 	for _, m := range msgs {
-		fmt.Fprintf(&b, "<|%s|>\n%s\n", m.Role, m.Content)
+		fmt.Fprintf(&b, "<|%s|>\n%s%s\n", m.Role, m.Content, m.ToolCalls)
 	}
 	b.WriteString("<|assistant|>\n")
 	return b.String()

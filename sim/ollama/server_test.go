@@ -778,3 +778,41 @@ func FuzzKeepAlive(f *testing.F) {
 		}
 	})
 }
+
+// TestChatToolsAndFormat: with tools, a call to the first tool (arguments an object, in a chunk
+// of its own when streaming); after the tool's result, text; with format, a fitting JSON document.
+func TestChatToolsAndFormat(t *testing.T) {
+	s := start(t, withModels("llama3.2:1b"))
+	tools := `"tools":[{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Paris"]}}}}}]`
+	var whole struct {
+		Message struct {
+			Content   string
+			ToolCalls []struct {
+				Function struct {
+					Name      string
+					Arguments map[string]any
+				}
+			} `json:"tool_calls"`
+		}
+		Done bool
+	}
+	require.Equal(t, 200, call(t, "POST", s.URL()+"/api/chat", `{"model":"llama3.2:1b","stream":false,"messages":[{"role":"user","content":"weather?"}],`+tools+`}`, &whole))
+	require.Len(t, whole.Message.ToolCalls, 1)
+	assert.Equal(t, "weather", whole.Message.ToolCalls[0].Function.Name)
+	assert.Equal(t, map[string]any{"city": "Paris"}, whole.Message.ToolCalls[0].Function.Arguments)
+
+	lines := ndjsonLines(t, do(t, "POST", s.URL()+"/api/chat", `{"model":"llama3.2:1b","messages":[{"role":"user","content":"weather?"}],`+tools+`}`).Body)
+	require.Len(t, lines, 2)
+	assert.NotNil(t, lines[0]["message"].(map[string]any)["tool_calls"])
+	assert.Equal(t, true, lines[1]["done"])
+
+	whole.Message.ToolCalls = nil
+	require.Equal(t, 200, call(t, "POST", s.URL()+"/api/chat", `{"model":"llama3.2:1b","stream":false,"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"weather","arguments":{}}}]},{"role":"tool","content":"sunny","tool_name":"weather"}],`+tools+`}`, &whole))
+	assert.Empty(t, whole.Message.ToolCalls)
+	assert.NotEmpty(t, whole.Message.Content)
+
+	require.Equal(t, 200, call(t, "POST", s.URL()+"/api/chat", `{"model":"llama3.2:1b","stream":false,"messages":[{"role":"user","content":"city?"}],"format":{"type":"object","properties":{"city":{"type":"string","enum":["Rome"]}}}}`, &whole))
+	assert.JSONEq(t, `{"city":"Rome"}`, whole.Message.Content)
+	require.Equal(t, 200, call(t, "POST", s.URL()+"/api/chat", `{"model":"llama3.2:1b","stream":false,"messages":[{"role":"user","content":"city?"}],"format":"json"}`, &whole))
+	assert.True(t, json.Valid([]byte(whole.Message.Content)), whole.Message.Content)
+}
