@@ -14,7 +14,7 @@ import (
 func NewInput(st *styles.Styles, prompt, placeholder string) textinput.Model {
 	ti := textinput.New()
 	ti.Prompt = prompt
-	ti.Placeholder = placeholder
+	ti.Placeholder = st.Placeholder(placeholder)
 	ti.PromptStyle = st.Prompt
 	ti.TextStyle = st.Row
 	ti.PlaceholderStyle = st.Muted
@@ -28,7 +28,7 @@ func NewInput(st *styles.Styles, prompt, placeholder string) textinput.Model {
 // NewTextArea is a multi-line input drawn with the console's renderer and a steady cursor.
 func NewTextArea(st *styles.Styles, placeholder string) textarea.Model {
 	ta := textarea.New()
-	ta.Placeholder = placeholder
+	ta.Placeholder = st.Placeholder(placeholder)
 	ta.ShowLineNumbers = false
 	ta.Prompt = "┃ "
 	focused := textarea.Style{

@@ -3,7 +3,11 @@
 package styles
 
 import (
+	"strings"
+
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/muesli/termenv"
 
 	"github.com/llmkube/mesh/agent/api"
 )
@@ -11,6 +15,10 @@ import (
 // Styles is the console's look.
 type Styles struct {
 	r *lipgloss.Renderer
+
+	// NoColor: the terminal shows no colour and no attributes (NO_COLOR, a dumb terminal, the
+	// tests): what colour would say is said in text.
+	NoColor bool
 
 	App        lipgloss.Style
 	Title      lipgloss.Style
@@ -42,7 +50,7 @@ type Styles struct {
 
 // New builds the styles for a renderer (lipgloss.DefaultRenderer() in the program).
 func New(r *lipgloss.Renderer) *Styles {
-	s := &Styles{r: r}
+	s := &Styles{r: r, NoColor: r.ColorProfile() == termenv.Ascii}
 	ns := r.NewStyle
 	accent := lipgloss.AdaptiveColor{Light: "#5A3FC0", Dark: "#A78BFA"}
 	muted := lipgloss.AdaptiveColor{Light: "#777777", Dark: "#8A8A8A"}
@@ -77,6 +85,26 @@ func New(r *lipgloss.Renderer) *Styles {
 	s.BarFree = ns().Foreground(green)
 	s.BarOutside = ns().Foreground(muted)
 	return s
+}
+
+// SelectedRow draws a table row under the cursor: reverse video across the whole width, over
+// the row's text without its own colours (a coloured cell would end the reverse video where
+// it ends).
+func (s *Styles) SelectedRow(line string, width int) string {
+	line = ansi.Strip(line)
+	if w := ansi.StringWidth(line); w < width {
+		line += strings.Repeat(" ", width-w)
+	}
+	return s.Selected.Render(line)
+}
+
+// Placeholder is the hint an empty text field shows: muted, and without colour in guillemets,
+// so it never looks like text already typed.
+func (s *Styles) Placeholder(hint string) string {
+	if s.NoColor && hint != "" {
+		return "«" + hint + "»"
+	}
+	return hint
 }
 
 // Renderer is the renderer the styles were made for.

@@ -382,7 +382,7 @@ func (m *Model) View() string {
 		line := render.Row(cols, m.cells(cols, rows[i], i == m.cur.Pos))
 		b.WriteString("\n")
 		if i == m.cur.Pos {
-			b.WriteString(st.Selected.Render(line))
+			b.WriteString(st.SelectedRow(line, m.width))
 		} else {
 			b.WriteString(line)
 		}

@@ -390,7 +390,7 @@ func (m *Model) View() string {
 		line := mark(i == m.cur.Pos) + render.Row(cols, m.cells(cols, rows[i]))
 		b.WriteString("\n")
 		if i == m.cur.Pos {
-			b.WriteString(st.Selected.Render(line))
+			b.WriteString(st.SelectedRow(line, m.width))
 		} else {
 			b.WriteString(line)
 		}

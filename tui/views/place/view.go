@@ -161,7 +161,7 @@ func (m *Model) rankingLines(room int) []string {
 		mark := "  "
 		if m.focus == fieldHosts && i == m.cursor {
 			mark = "> "
-			line = st.Selected.Render(line)
+			line = st.SelectedRow(line, m.width-2)
 		}
 		out = append(out, mark+line)
 	}
