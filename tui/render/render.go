@@ -5,6 +5,7 @@ package render
 
 import (
 	"fmt"
+	"sort"
 	"math"
 	"strings"
 	"time"
@@ -230,4 +231,63 @@ func Place(content string, width, height int) string {
 		lines = append(lines, strings.Repeat(" ", width))
 	}
 	return lipgloss.JoinVertical(lipgloss.Left, lines...)
+}
+
+// Spec is a column that sizes itself to its content and the terminal.
+type Spec struct {
+	Title    string
+	Want     int // the width its content asks for (the title's at least)
+	Min      int // the least it may shrink to, its cells cut with "…"
+	Max      int // the most it grows to when there is room to spare (0: Want)
+	Priority int // higher stays longer and shrinks later
+	Right    bool
+}
+
+// Layout fits columns in total cells, one space apart. Each starts at the width it wants;
+// while the table is too wide, the lowest-priority column shrinks, down to its minimum, and
+// if that is not enough it goes, before the next one is touched: the telling columns stay
+// whole as long as something less telling is on screen. Room to spare grows columns up to
+// their Max, highest priority first. It returns the columns kept, in their order, and for
+// each its index in specs. One column is always kept.
+func Layout(specs []Spec, total int) ([]Column, []int) {
+	width := make([]int, len(specs))
+	gone := make([]bool, len(specs))
+	need := len(specs) - 1
+	for i, s := range specs {
+		width[i] = max(s.Want, ansi.StringWidth(s.Title), 1)
+		need += width[i]
+	}
+	order := make([]int, len(specs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return specs[order[a]].Priority < specs[order[b]].Priority })
+	for k, i := range order {
+		if need <= total {
+			break
+		}
+		d := min(width[i]-max(min(specs[i].Min, width[i]), 1), need-total)
+		width[i] -= d
+		need -= d
+		if need > total && k < len(order)-1 {
+			gone[i] = true
+			need -= width[i] + 1
+		}
+	}
+	for k := len(order) - 1; k >= 0; k-- {
+		i := order[k]
+		if grow := min(specs[i].Max-width[i], total-need); !gone[i] && grow > 0 {
+			width[i] += grow
+			need += grow
+		}
+	}
+	var cols []Column
+	var idx []int
+	for i, s := range specs {
+		if !gone[i] {
+			cols = append(cols, Column{Title: s.Title, Width: width[i], Right: s.Right})
+			idx = append(idx, i)
+		}
+	}
+	return cols, idx
 }

@@ -85,3 +85,43 @@ func TestPlace(t *testing.T) {
 	got := Place("ab\ncdef\nxyz", 3, 2)
 	assert.Equal(t, "ab \ncd…", got)
 }
+
+func TestLayout(t *testing.T) {
+	specs := []Spec{
+		{Title: "NAME", Want: 12, Min: 6, Priority: 90},
+		{Title: "STATE", Want: 7, Min: 7, Priority: 80},
+		{Title: "CHIP", Want: 20, Min: 8, Priority: 10},
+		{Title: "MEMORY", Want: 16, Min: 8, Max: 24, Priority: 70},
+		{Title: "FREE", Want: 8, Min: 8, Priority: 60, Right: true},
+	}
+	widths := func(total int) (map[string]int, int) {
+		cols, idx := Layout(specs, total)
+		out := map[string]int{}
+		sum := len(cols) - 1
+		for k, c := range cols {
+			assert.Equal(t, specs[idx[k]].Title, c.Title)
+			out[c.Title] = c.Width
+			sum += c.Width
+		}
+		return out, sum
+	}
+	w, sum := widths(80)
+	assert.Equal(t, map[string]int{"NAME": 12, "STATE": 7, "CHIP": 20, "MEMORY": 24, "FREE": 8}, w, "room to spare grows the memory bar")
+	assert.Equal(t, 75, sum)
+
+	w, _ = widths(60)
+	assert.Equal(t, map[string]int{"NAME": 12, "STATE": 7, "CHIP": 13, "MEMORY": 16, "FREE": 8}, w, "the least telling column shrinks first")
+
+	w, sum = widths(48)
+	assert.Equal(t, map[string]int{"NAME": 12, "STATE": 7, "MEMORY": 18, "FREE": 8}, w, "then it goes, names stay whole; what it frees grows the bar")
+	assert.Equal(t, 48, sum)
+
+	w, sum = widths(30)
+	assert.Equal(t, 12, w["NAME"])
+	assert.LessOrEqual(t, sum, 30)
+	_, ok := w["FREE"]
+	assert.True(t, ok || sum <= 30)
+
+	cols, _ := Layout(specs, 3)
+	assert.Len(t, cols, 1, "one column is always left")
+}

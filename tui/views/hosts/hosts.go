@@ -9,11 +9,13 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/mesh/rank"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/render"
+	"github.com/llmkube/mesh/tui/styles"
 )
 
 // Sort orders of the table.
@@ -237,124 +239,146 @@ func Summary(v api.MeshView) string {
 	return s
 }
 
-func (m *Model) columns() []render.Column {
-	w := m.width
-	cols := []render.Column{
-		{Title: " ", Width: 1},
-		{Title: "NAME", Width: 0},
-		{Title: "STATE", Width: 11},
-		{Title: "OS/ARCH", Width: 12},
-		{Title: "CHIP", Width: 0},
-		{Title: "ACCEL", Width: 10},
-		{Title: "ENGINES", Width: 0},
-		{Title: "MEMORY", Width: 16},
-		{Title: "FREE", Width: 8, Right: true},
-		{Title: "MODELS", Width: 6, Right: true},
-		{Title: "TOK/S", Width: 7, Right: true},
-	}
-	// Narrow terminals lose the least telling columns first.
-	drop := func(title string) {
-		for i, c := range cols {
-			if c.Title == title {
-				cols = append(cols[:i], cols[i+1:]...)
-				return
-			}
-		}
-	}
-	if w < 120 {
-		drop("CHIP")
-	}
-	if w < 100 {
-		drop("ENGINES")
-		drop("TOK/S")
-		for i := range cols {
-			if cols[i].Title == "MEMORY" {
-				cols[i].Width = 12
-			}
-		}
-	}
-	return render.Fit(cols, w, 8)
+// column is one column of the table: its title, how it sizes (render.Spec: the width its
+// content wants, the least it shrinks to, its priority on a narrow terminal) and the cell it
+// draws for a member in a width. The table is these values, not titles matched in a switch.
+type column struct {
+	title    string
+	min, max int // max: the most it grows to (0: as wide as its content)
+	fixed    int // a width that does not come from the content (the memory bar)
+	priority int
+	right    bool
+	cell     func(st *styles.Styles, mb api.Member, width int) string
 }
 
-func (m *Model) cells(cols []render.Column, mb api.Member, selected bool) []string {
-	st := m.ctx.Styles
-	out := make([]string, len(cols))
-	h := mb.Host
-	for i, c := range cols {
-		var v string
-		switch c.Title {
-		case " ":
-			// The cursor is marked in text too: reverse video is lost without colour.
-			if selected {
-				v = "›"
-			}
-		case "NAME":
-			v = mb.Name
-		case "STATE":
-			v = st.Liveness(mb.Liveness).Render(string(mb.Liveness))
-		case "OS/ARCH":
-			if h != nil {
-				v = h.OS + "/" + h.Arch
-			}
-			if mb.Role == api.RoleConsole {
-				v = "console"
-			}
-		case "CHIP":
-			if h != nil {
-				v = h.Chip
-			}
-		case "ACCEL":
-			if h != nil {
-				var names []string
-				for _, a := range h.Accelerators {
-					names = append(names, a.Name)
-				}
-				v = strings.Join(names, ",")
-			}
-			if v == "" && mb.Role == api.RoleAgent {
-				v = "—"
-			}
-		case "ENGINES":
-			if h != nil {
-				var names []string
-				for _, e := range h.Engines {
-					if e.Present {
-						n := string(e.Runtime)
-						if !e.Healthy {
-							n += "!"
-						}
-						names = append(names, n)
-					}
-				}
-				v = strings.Join(names, ",")
-			}
-			if v == "" && mb.Role == api.RoleAgent {
-				v = "—"
-			}
-		case "MEMORY":
-			if h != nil {
-				v = render.MemBar(st, c.Width, h.Memory.Committed, h.Memory.Reserved, h.Memory.Budget, h.Memory.Total)
-			}
-		case "FREE":
-			if h != nil {
-				v = render.Bytes(h.Memory.Free())
-			}
-		case "MODELS":
-			if mb.Role == api.RoleAgent {
-				v = fmt.Sprint(len(mb.Placements))
-			}
-		case "TOK/S":
-			if mb.Role != api.RoleAgent {
-				break
-			}
-			var best float64
-			for _, p := range mb.Placements {
-				best = max(best, p.TokensPerS)
-			}
-			v = render.Speed(best)
-			v = strings.TrimSuffix(v, " tok/s")
+// columns of the hosts table, in order. On a narrow terminal the least telling go first: the
+// chip, the engines, the speed, the accelerator; the name and the state stay whole.
+var columns = []column{
+	{title: " ", min: 1, priority: 100, cell: func(*styles.Styles, api.Member, int) string { return "" }}, // the cursor, drawn by View
+	{title: "NAME", min: 8, priority: 95, cell: func(_ *styles.Styles, mb api.Member, _ int) string { return mb.Name }},
+	{title: "STATE", min: 11, priority: 90, cell: func(st *styles.Styles, mb api.Member, _ int) string {
+		return st.Liveness(mb.Liveness).Render(string(mb.Liveness))
+	}},
+	{title: "OS/ARCH", min: 7, priority: 50, cell: osArch},
+	{title: "CHIP", min: 8, max: 24, priority: 10, cell: func(_ *styles.Styles, mb api.Member, _ int) string {
+		if mb.Host == nil {
+			return ""
 		}
-		out[i] = v
+		return mb.Host.Chip
+	}},
+	{title: "ACCEL", min: 5, max: 16, priority: 40, cell: accel},
+	{title: "ENGINES", min: 7, max: 28, priority: 20, cell: engines},
+	{title: "MEMORY", min: 8, max: 24, fixed: 12, priority: 80, cell: func(st *styles.Styles, mb api.Member, w int) string {
+		if h := mb.Host; h != nil {
+			return render.MemBar(st, w, h.Memory.Committed, h.Memory.Reserved, h.Memory.Budget, h.Memory.Total)
+		}
+		return ""
+	}},
+	{title: "FREE", min: 8, priority: 85, right: true, cell: func(_ *styles.Styles, mb api.Member, _ int) string {
+		if mb.Host == nil {
+			return ""
+		}
+		return render.Bytes(mb.Host.Memory.Free())
+	}},
+	{title: "MODELS", min: 6, priority: 70, right: true, cell: func(_ *styles.Styles, mb api.Member, _ int) string {
+		if mb.Role != api.RoleAgent {
+			return ""
+		}
+		return fmt.Sprint(len(mb.Placements))
+	}},
+	{title: "TOK/S", min: 5, priority: 30, right: true, cell: tokS},
+}
+
+func osArch(_ *styles.Styles, mb api.Member, _ int) string {
+	if mb.Role == api.RoleConsole {
+		return "console"
+	}
+	if mb.Host == nil {
+		return ""
+	}
+	return mb.Host.OS + "/" + mb.Host.Arch
+}
+
+func accel(_ *styles.Styles, mb api.Member, _ int) string {
+	var names []string
+	if h := mb.Host; h != nil {
+		for _, a := range h.Accelerators {
+			names = append(names, a.Name)
+		}
+	}
+	if len(names) == 0 && mb.Role == api.RoleAgent {
+		return "—"
+	}
+	return strings.Join(names, ",")
+}
+
+func engines(_ *styles.Styles, mb api.Member, _ int) string {
+	var names []string
+	if h := mb.Host; h != nil {
+		for _, e := range h.Engines {
+			if e.Present {
+				n := string(e.Runtime)
+				if !e.Healthy {
+					n += "!"
+				}
+				names = append(names, n)
+			}
+		}
+	}
+	if len(names) == 0 && mb.Role == api.RoleAgent {
+		return "—"
+	}
+	return strings.Join(names, ",")
+}
+
+func tokS(_ *styles.Styles, mb api.Member, _ int) string {
+	if mb.Role != api.RoleAgent {
+		return ""
+	}
+	var best float64
+	for _, p := range mb.Placements {
+		best = max(best, p.TokensPerS)
+	}
+	return strings.TrimSuffix(render.Speed(best), " tok/s")
+}
+
+// layout sizes the columns for the rows: each wants its widest cell (so a short STATE column
+// leaves its room to the names), shrinking and dropping by priority to fit the width.
+func (m *Model) layout(rows []api.Member) ([]render.Column, []column) {
+	st := m.ctx.Styles
+	specs := make([]render.Spec, len(columns))
+	for i, c := range columns {
+		want := c.fixed
+		if want == 0 {
+			for _, mb := range rows {
+				want = max(want, ansi.StringWidth(c.cell(st, mb, 0)))
+			}
+		}
+		if c.max > 0 {
+			want = min(want, c.max)
+		}
+		grow := c.max
+		if c.fixed == 0 {
+			grow = 0 // content columns never pad themselves past their widest cell
+		}
+		specs[i] = render.Spec{Title: c.title, Want: want, Min: c.min, Max: grow, Priority: c.priority, Right: c.right}
+	}
+	cols, idx := render.Layout(specs, m.width)
+	kept := make([]column, len(idx))
+	for k, i := range idx {
+		kept[k] = columns[i]
+	}
+	return cols, kept
+}
+
+func (m *Model) cells(cols []render.Column, kept []column, mb api.Member, selected bool) []string {
+	out := make([]string, len(cols))
+	for i, c := range kept {
+		out[i] = c.cell(m.ctx.Styles, mb, cols[i].Width)
+	}
+	if len(out) > 0 && kept[0].title == " " && selected {
+		// The cursor is marked in text too: reverse video is lost without colour.
+		out[0] = "›"
 	}
 	return out
 }
@@ -375,11 +399,11 @@ func (m *Model) View() string {
 		b.WriteString(emptyState(m.ctx))
 		return render.Place(b.String(), m.width, m.height)
 	}
-	cols := m.columns()
+	cols, kept := m.layout(rows)
 	b.WriteString(render.Head(st, cols))
 	end := min(m.cur.Offset+m.tableHeight(), len(rows))
 	for i := m.cur.Offset; i < end; i++ {
-		line := render.Row(cols, m.cells(cols, rows[i], i == m.cur.Pos))
+		line := render.Row(cols, m.cells(cols, kept, rows[i], i == m.cur.Pos))
 		b.WriteString("\n")
 		if i == m.cur.Pos {
 			b.WriteString(st.SelectedRow(line, m.width))

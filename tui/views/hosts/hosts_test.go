@@ -1,0 +1,47 @@
+package hosts
+
+import (
+	"strings"
+	"testing"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/tui/internal/tuitest"
+)
+
+// At 80 columns and below, names stay whole: the least telling columns shrink and go first,
+// and STATE is as wide as the longest state shown, not as the longest possible.
+func TestNarrowKeepsNames(t *testing.T) {
+	ctx := tuitest.Context()
+	long := "rack2-gpu-node-0042.lab"
+	ctx.Mesh.Members[0].Name = long
+	for _, w := range []int{120, 80, 60} {
+		m := New(ctx)
+		m.SetSize(w, 20)
+		view := m.View()
+		assert.Contains(t, view, long, "at %d columns", w)
+		assert.LessOrEqual(t, lipgloss.Width(view), w)
+		head := strings.Split(view, "\n")[2]
+		assert.Contains(t, head, "STATE   ", "at %d columns", w)
+		assert.NotContains(t, head, "STATE    ", "no blank room kept for states not shown")
+		if w <= 80 {
+			assert.NotContains(t, head, "CHIP", "the chip goes first")
+		}
+	}
+}
+
+func TestClickSelectsAndOpens(t *testing.T) {
+	m := New(tuitest.Context())
+	m.SetSize(120, 20)
+	press := tea.MouseMsg{X: 3, Y: firstRow + 1, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft}
+	_, cmd := m.Update(press)
+	assert.Nil(t, cmd)
+	sel, ok := m.Selected()
+	require.True(t, ok)
+	assert.Equal(t, m.Rows()[1].Name, sel.Name)
+	_, cmd = m.Update(press)
+	require.NotNil(t, cmd, "a second click opens the host")
+}
