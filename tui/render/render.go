@@ -5,8 +5,8 @@ package render
 
 import (
 	"fmt"
-	"sort"
 	"math"
+	"sort"
 	"strings"
 	"time"
 
