@@ -26,7 +26,13 @@ type diagnostics struct {
 	label     map[string]*sighting // by sender address
 	udp       map[string]*sighting // by node name
 	conflicts map[string]*sighting // by name; detail: the two addresses
+	dropped   map[string]uint64    // by drop reason
+	junkLog   map[string]*junkLog  // by drop reason
 }
+
+// maxSightings bounds each table of sightings: a sender can spoof any number of source
+// addresses, and beyond this many they are counted under one key.
+const maxSightings = 64
 
 type sighting struct {
 	count       int
@@ -38,6 +44,7 @@ func newDiagnostics(m *Mesh) *diagnostics {
 	return &diagnostics{
 		m: m, decrypt: map[string]*sighting{}, label: map[string]*sighting{},
 		udp: map[string]*sighting{}, conflicts: map[string]*sighting{},
+		dropped: map[string]uint64{}, junkLog: map[string]*junkLog{},
 	}
 }
 
@@ -74,9 +81,23 @@ func (d *diagnostics) line(line string) {
 		level = slog.LevelError
 	}
 	msg = strings.TrimPrefix(msg, "memberlist: ")
-	d.m.log.Log(context.Background(), level, msg, "component", "memberlist")
-
 	lower := strings.ToLower(msg)
+	reason := junkReason(lower)
+	if reason == dropDecrypt && fromAddr(msg) == "" {
+		reason = "" // our own failed join says "decrypt" too; the joiner reports it
+	}
+	if reason != "" {
+		if n, ok := d.junk(reason); ok {
+			args := []any{"component", "memberlist", "reason", reason}
+			if n > 0 {
+				args = append(args, "suppressed", n)
+			}
+			d.m.log.Log(context.Background(), level, msg, args...)
+		}
+	} else {
+		d.m.log.Log(context.Background(), level, msg, "component", "memberlist")
+	}
+
 	from := fromAddr(msg)
 	switch {
 	case strings.HasPrefix(msg, "Suspect ") && strings.HasSuffix(msg, " has failed, no acks received"):
@@ -101,6 +122,78 @@ func (d *diagnostics) line(line string) {
 	}
 }
 
+// Reasons for dropping what arrived on the gossip port, as counted by Dropped.
+const (
+	dropLabel     = "label"     // another mesh's label, or none
+	dropDecrypt   = "decrypt"   // labelled for us but not sealed with our key
+	dropStream    = "stream"    // refused by the stream guard (streamguard.go)
+	dropMalformed = "malformed" // not memberlist's protocol, or a member we refuse
+)
+
+var dropReasons = []string{dropLabel, dropDecrypt, dropStream, dropMalformed}
+
+// junkLogEvery: of each reason of drop, one log line per interval. Anyone on the LAN can send
+// junk to the gossip port, each datagram costing a line (~126 bytes at ERROR); the count goes
+// to Dropped (a metric) instead, and the line that is logged says how many were not.
+const junkLogEvery = 10 * time.Second
+
+// junkReason classifies a memberlist log line about something that arrived, or "" for the
+// others. The strings are memberlist v0.7.0's.
+func junkReason(lower string) string {
+	switch {
+	case strings.Contains(lower, "unacceptable label"), strings.Contains(lower, "label header"):
+		return dropLabel
+	case strings.Contains(lower, "decrypt"), strings.Contains(lower, "not encrypted"), strings.Contains(lower, "encryption is configured"):
+		return dropDecrypt
+	case strings.HasPrefix(lower, "dropping a gossip stream"):
+		return dropStream
+	case strings.HasPrefix(lower, "failed to receive"), strings.HasPrefix(lower, "missing message type"),
+		strings.Contains(lower, "not supported"), strings.HasPrefix(lower, "failed to decode"),
+		strings.HasPrefix(lower, "received invalid msgtype"), strings.Contains(lower, "invalid checksum"),
+		strings.Contains(lower, "truncated messages"), strings.HasPrefix(lower, "failed to decompress"),
+		strings.HasPrefix(lower, "ignoring alive message"), strings.HasPrefix(lower, "failed to read remote state"):
+		return dropMalformed
+	}
+	return ""
+}
+
+// junk counts one drop; ok says whether to log it, with n lines suppressed since the last.
+func (d *diagnostics) junk(reason string) (n int, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dropped[reason]++
+	j := d.junkLog[reason]
+	if j == nil {
+		j = &junkLog{}
+		d.junkLog[reason] = j
+	}
+	now := time.Now()
+	if !j.last.IsZero() && now.Sub(j.last) < junkLogEvery {
+		j.suppressed++
+		return 0, false
+	}
+	n, j.suppressed, j.last = j.suppressed, 0, now
+	return n, true
+}
+
+type junkLog struct {
+	last       time.Time
+	suppressed int
+}
+
+// Dropped counts, by reason, what arrived on the gossip port and was dropped before it could
+// be read: every reason is present, zeros included.
+func (m *Mesh) Dropped() map[string]uint64 {
+	d := m.diag
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]uint64, len(dropReasons))
+	for _, r := range dropReasons {
+		out[r] = d.dropped[r]
+	}
+	return out
+}
+
 // fromAddr finds memberlist's "from=<addr>" in a log message.
 func fromAddr(msg string) string {
 	_, rest, ok := strings.Cut(msg, "from=")
@@ -116,6 +209,10 @@ func (d *diagnostics) saw(in map[string]*sighting, key, detail string) bool {
 	defer d.mu.Unlock()
 	now := time.Now()
 	s := in[key]
+	if s == nil && len(in) >= maxSightings {
+		key = "more addresses"
+		s = in[key]
+	}
 	isNew := s == nil
 	if isNew {
 		s = &sighting{first: now}

@@ -74,6 +74,26 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
+// CountGossipDrops exports, as llmkube_gossip_dropped_total, what the mesh member dropped on
+// the gossip port before it could be read (mesh.Mesh.Dropped), read at scrape time.
+func (m *Metrics) CountGossipDrops(read func() map[string]uint64) {
+	m.reg.MustRegister(&gossipDrops{read: read})
+}
+
+var descGossipDropped = prometheus.NewDesc("llmkube_gossip_dropped_total",
+	"Packets and streams dropped on the gossip port before they could be read, by reason: label (another mesh, or none), decrypt (not sealed with this mesh's key), stream (too many, too large), malformed. Each reason is logged at most once every 10 s.",
+	[]string{"reason"}, nil)
+
+type gossipDrops struct{ read func() map[string]uint64 }
+
+func (g *gossipDrops) Describe(ch chan<- *prometheus.Desc) { ch <- descGossipDropped }
+
+func (g *gossipDrops) Collect(ch chan<- prometheus.Metric) {
+	for reason, n := range g.read() {
+		ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(n), reason)
+	}
+}
+
 // Refused counts one refused admission.
 func (m *Metrics) Refused(code api.Code) { m.refused.WithLabelValues(string(code)).Inc() }
 

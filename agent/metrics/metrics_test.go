@@ -27,6 +27,7 @@ func TestExpositionParses(t *testing.T) {
 	m.Pulled(api.RuntimeOllama, 1234)
 	m.HealthChecked(api.RuntimeHailoOllama, 3*time.Millisecond, nil)
 	m.HealthChecked(api.RuntimeHailoOllama, time.Second, errors.New("down"))
+	m.CountGossipDrops(func() map[string]uint64 { return map[string]uint64{"label": 300, "decrypt": 0} })
 
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
@@ -80,6 +81,8 @@ func TestExpositionParses(t *testing.T) {
 		{"llmkube_engine_restarts_total", map[string]string{"runtime": "llama-server"}, 1},
 		{"llmkube_pull_bytes_total", map[string]string{"runtime": "ollama"}, 1234},
 		{"llmkube_health_check_seconds", map[string]string{"runtime": "hailo-ollama", "result": "fail"}, 1},
+		{"llmkube_gossip_dropped_total", map[string]string{"reason": "label"}, 300},
+		{"llmkube_gossip_dropped_total", map[string]string{"reason": "decrypt"}, 0},
 	}
 	for _, c := range checks {
 		if got := val(c.name, c.labels); got != c.want {

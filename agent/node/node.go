@@ -92,6 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		n.Mesh = m
+		a.Metrics().CountGossipDrops(m.Dropped)
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
 		gc.View = func() gateway.View { return m.View() }
 		gc.Liveness = m.Liveness
