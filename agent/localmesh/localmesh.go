@@ -260,6 +260,9 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	h := &Host{Spec: spec}
 	// Every engine, registry and library of a local mesh is on loopback: its sources may be too.
 	guard := download.Options{AllowPrivate: true}
+	if opts.Fast {
+		guard.RetryBackoff = 20 * time.Millisecond
+	}
 	sizer := &sizing.Sizer{Guard: guard, Log: log.With("part", "sizing")}
 	var drivers []engines.Driver
 	for _, r := range spec.Runtimes {
@@ -355,6 +358,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		Budget:         spec.Budget,
 		Namespaces:     spec.Namespaces,
 		AllowHTTP:      true,
+		GGUFDirs:       nonEmpty(h.Models),
 		Version:        "local",
 		Log:            log.With("part", "agent"),
 	}
@@ -436,4 +440,12 @@ func (m *Mesh) Place(ctx context.Context, ps ...Placed) ([]api.Placement, error)
 // FileSource is a file:// source for a path.
 func FileSource(path string) string {
 	return "file://" + filepath.ToSlash(strings.TrimPrefix(path, "file://"))
+}
+
+// nonEmpty is []string{s}, or nil for "".
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
