@@ -78,8 +78,12 @@ type Config struct {
 	AnonymousNamespace string
 	// AllowHTTP accepts plain http:// sources (a LAN mirror, a test server).
 	AllowHTTP bool
-	APIAddr   string
-	Version   string
+	// GGUFDirs are the folders file:// sources may name, besides the model store. Only the
+	// admin token may name a file elsewhere: a namespace token must not make the agent read
+	// (and an engine load) any file the agent's user can read.
+	GGUFDirs []string
+	APIAddr  string
+	Version  string
 	// Supervision timings; zero values take the defaults in defaults().
 	HealthInterval    time.Duration
 	HealthTimeout     time.Duration

@@ -440,8 +440,12 @@ func TestNamespaceTokenSeesOnlyItsNamespace(t *testing.T) {
 	s := serve(t, a, nil)
 	ctx := context.Background()
 	teamA, teamB := s.nsClient(t, "team-a"), s.nsClient(t, "team-b")
-	// A namespace token places into its own namespace without naming it.
-	p, err := teamA.Place(ctx, api.PlacementRequest{Source: tinyModel(t, dir, "tiny")})
+	// A namespace token places into its own namespace without naming it (a file of the store).
+	store := filepath.Join(dir, "models")
+	if err := os.MkdirAll(store, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	p, err := teamA.Place(ctx, api.PlacementRequest{Source: tinyModel(t, store, "tiny")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,3 +199,45 @@ func TestDeletedPlacementTakesItsPartial(t *testing.T) {
 		return os.IsNotExist(err)
 	}, "the partial to be deleted with its placement")
 }
+
+// A namespace token places file:// sources from the GGUF folders and the store only; the admin
+// token may name any file.
+func TestFileSourcesConfined(t *testing.T) {
+	dir := t.TempDir()
+	served := filepath.Join(dir, "gguf")
+	outside := filepath.Join(dir, "elsewhere")
+	for _, d := range []string{served, outside} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inside := tinyModel(t, served, "inside")
+	secret := tinyModel(t, outside, "secret")
+	link := filepath.Join(served, "link.gguf")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{llamaDriver(t, dir)}, func(c *Config) { c.GGUFDirs = []string{served} })
+	s := serve(t, a, nil)
+	team := s.nsClient(t, "team-a")
+	ctx := context.Background()
+
+	for _, path := range []string{secret, "file://" + secret, link, filepath.Join(served, "..", "elsewhere", "secret.gguf")} {
+		e, err := team.Estimate(ctx, api.PlacementRequest{Source: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Verdict != api.VerdictRefused || e.Code != api.CodeInvalidSource || !strings.Contains(e.Reason, "outside the folders") {
+			t.Fatalf("%s: estimate %+v", path, e)
+		}
+		if _, err := team.Place(ctx, api.PlacementRequest{Source: path}); codeOfErr(err) != api.CodeInvalidSource {
+			t.Fatalf("%s: a namespace token placed it: %v", path, err)
+		}
+	}
+	if e, err := team.Estimate(ctx, api.PlacementRequest{Source: inside}); err != nil || e.Verdict != api.VerdictFits {
+		t.Fatalf("a file in a GGUF folder: %+v %v", e, err)
+	}
+	if e, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: secret}); err != nil || e.Verdict != api.VerdictFits {
+		t.Fatalf("the admin names any file: %+v %v", e, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -119,6 +120,11 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 	if err != nil {
 		return checked{}, asAPIError(err, api.CodeInvalidSource)
 	}
+	if src.Kind == source.KindFile && !who.Admin {
+		if err := a.checkFileSource(src.Path); err != nil {
+			return checked{}, err
+		}
+	}
 	if src.Insecure && !a.cfg.AllowHTTP {
 		if err := src.RequireTLS(); err != nil {
 			return checked{}, asAPIError(err, api.CodeInvalidSource)
@@ -199,6 +205,33 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 		}
 	}
 	return checked{req: req, src: src, runtime: rt, warn: warn, driver: d}, nil
+}
+
+// checkFileSource refuses a file outside the GGUF folders and the store. Links are resolved
+// first, so a link inside a folder cannot point out of it.
+func (a *Agent) checkFileSource(path string) error {
+	dirs := append([]string{a.cfg.ModelsDir}, a.cfg.GGUFDirs...)
+	real := resolved(path)
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if rel, err := filepath.Rel(resolved(d), real); err == nil && filepath.IsLocal(rel) {
+			return nil
+		}
+	}
+	e := api.Errorf(api.CodeInvalidSource, "%s is outside the folders this host serves GGUF files from", path)
+	e.Fix = "use a file in " + strings.Join(slices.DeleteFunc(dirs, func(d string) bool { return d == "" }), " or ") +
+		" (--gguf-dir), or place it with the admin token"
+	return e
+}
+
+// resolved is path with its links resolved, or cleaned when it does not exist (yet).
+func resolved(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	return filepath.Clean(path)
 }
 
 func validName(s string) error {

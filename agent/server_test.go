@@ -99,7 +99,8 @@ func TestRefusalsBeforeSizing(t *testing.T) {
 		{"namespace not allowed", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Namespace: "team-b"}, api.CodeNamespaceNotAllow, 403},
 		{"runtime not enabled", s.admin, api.PlacementRequest{Source: "/m/x.gguf"}, api.CodeEngineUnavailable, 503},
 		{"other namespace's token", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "/m/x.gguf", Namespace: "default"}, api.CodeUnauthorized, 401},
-		{"warn needs admin", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "/m/x.gguf", MemoryCheck: "warn"}, api.CodeUnauthorized, 401},
+		{"file outside the GGUF folders", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "/m/x.gguf"}, api.CodeInvalidSource, 400},
+		{"warn needs admin", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "ollama://qwen2:1.5b", MemoryCheck: "warn"}, api.CodeUnauthorized, 401},
 		{"bad priority", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Priority: "urgent"}, api.CodeBadRequest, 400},
 		{"bad namespace", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Namespace: "Team_A"}, api.CodeBadRequest, 400},
 	}
@@ -147,7 +148,7 @@ func TestRefusalsBeforeSizing(t *testing.T) {
 	for _, m := range fams["llmkube_admissions_refused_total"].GetMetric() {
 		counts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 	}
-	for code, want := range map[string]float64{"InvalidSource": 6, "RuntimeMismatch": 4, "AcceleratorMissing": 2, "NamespaceNotAllowed": 2, "EngineUnavailable": 2} {
+	for code, want := range map[string]float64{"InvalidSource": 8, "RuntimeMismatch": 4, "AcceleratorMissing": 2, "NamespaceNotAllowed": 2, "EngineUnavailable": 2} {
 		if counts[code] != want {
 			t.Errorf("refused{code=%s} = %v, want %v (all: %v)", code, counts[code], want, counts)
 		}

@@ -117,7 +117,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 
 	f.StringVar(&o.runtimes, "runtimes", "", "runtimes to use, comma-separated: llama-server, ollama, hailo-ollama (default: all, each used when present)")
 	f.StringVar(&o.llamaServer, "llama-server", "", "path to llama-server (default: looked up on PATH)")
-	f.StringSliceVar(&o.ggufDirs, "gguf-dir", nil, "folders whose GGUF files the console offers as file:// sources on this host (repeat or comma-separate; default: the model store)")
+	f.StringSliceVar(&o.ggufDirs, "gguf-dir", nil, "folders whose GGUF files the console offers as file:// sources on this host, and the only ones besides the model store a namespace token may place from (repeat or comma-separate)")
 	f.StringVar(&o.ollamaURL, "ollama-url", ollama.DefaultURL, "Ollama daemon")
 	f.StringVar(&o.hailoURL, "hailo-url", hailo.DefaultURL, "hailo-ollama daemon")
 	f.StringVar(&o.hailoManifestsDir, "hailo-manifests-dir", "", "hailo-ollama's manifests folder, for sizing hailo:// models (default: hailo-ollama's own lookup)")
@@ -243,6 +243,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		Namespaces:         o.namespaces,
 		AnonymousNamespace: o.anonymousNamespace,
 		AllowHTTP:          o.allowHTTP,
+		GGUFDirs:           o.ggufDirs,
 		Version:            version.Get().Version,
 		HealthInterval:     o.healthInterval,
 		RestartBackoff:     o.restartBackoff,
