@@ -82,7 +82,7 @@ func (d *delegate) LocalState(join bool) []byte {
 	m := d.mesh()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var s pushState
+	s := pushState{gone: m.goneLocked(time.Now())}
 	for name, mb := range m.members {
 		if mb.leaving && mb.state == api.Left && name != m.name {
 			s.leaves = append(s.leaves, liveNotice{Kind: liveLeave, Seq: mb.liveSeq, Node: name, From: m.name})
@@ -120,6 +120,9 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	}
 	for _, n := range s.leaves {
 		m.acceptLive(n)
+	}
+	for _, g := range s.gone {
+		m.acceptGone(g)
 	}
 }
 

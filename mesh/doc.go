@@ -232,13 +232,17 @@ func decodeDocRequest(p []byte) (node, from string, err error) {
 // Push/pull state: one version byte; a count, then each document's wire form with its length;
 // then (optional, so an empty state stays two bytes) a count and each leave notice with its
 // length. Leave notices ride along because a graceful leave must not be lost with one UDP
-// packet: the member that misses the notice would show the host dead, not left.
+// packet: the member that misses the notice would show the host dead, not left. Then (optional,
+// and the leave count is written, perhaps 0, when it follows) a count and each gone record with
+// its length (gone.go): members that joined late learn of hosts already dead. Older members
+// ignore what follows the parts they know.
 const stateWire = 1
 
 // pushState is one side of a push/pull.
 type pushState struct {
 	docs   [][]byte     // wire forms, not yet decoded
 	leaves []liveNotice // members known to be leaving or gone by leaving
+	gone   []goneRecord // members suspect, dead or left (gone.go); after the leaves
 }
 
 func encodeState(s pushState) []byte {
@@ -247,10 +251,16 @@ func encodeState(s pushState) []byte {
 	for _, w := range s.docs {
 		b = appendLenString(b, string(w))
 	}
-	if len(s.leaves) > 0 {
+	if len(s.leaves) > 0 || len(s.gone) > 0 {
 		b = binary.AppendUvarint(b, uint64(len(s.leaves)))
 		for _, n := range s.leaves {
 			b = appendLenString(b, string(encodeLive(n)[1:]))
+		}
+	}
+	if len(s.gone) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(s.gone)))
+		for _, g := range s.gone {
+			b = appendLenString(b, string(encodeGone(g)))
 		}
 	}
 	return b
@@ -287,6 +297,21 @@ func decodeState(b []byte) (pushState, error) {
 					return pushState{}, fmt.Errorf("push/pull state: %w", err)
 				}
 				s.leaves = append(s.leaves, ln)
+			}
+		}
+	}
+	if r.err == nil && len(r.b) > 0 {
+		k := r.uint()
+		if r.err == nil && k > maxStateDocs {
+			return pushState{}, fmt.Errorf("push/pull state: %d gone records, at most %d", k, maxStateDocs)
+		}
+		for i := uint64(0); i < k && r.err == nil; i++ {
+			if p := r.str(); r.err == nil {
+				g, err := decodeGone([]byte(p))
+				if err != nil {
+					return pushState{}, fmt.Errorf("push/pull state: %w", err)
+				}
+				s.gone = append(s.gone, g)
 			}
 		}
 	}

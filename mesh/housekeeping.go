@@ -43,8 +43,14 @@ func (m *Mesh) housekeep(now time.Time) {
 		}
 		switch mb.state {
 		case api.Suspect:
+			// A suspicion our memberlist does not share was refuted in a way we missed; one
+			// only heard of (hearsay) was not, or our memberlist would have heard the node's
+			// refutation: it timed out into a death.
 			if now.Sub(mb.since) > maxSusp {
 				mb.state, mb.since, mb.updated = api.Alive, now, now
+				if mb.hearsay {
+					mb.state = api.Dead
+				}
 				changed = true
 			}
 		case api.Dead, api.Left:

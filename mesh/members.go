@@ -15,7 +15,11 @@ type member struct {
 	name    string
 	addr    string // gossip host:port
 	meta    nodeMeta
+	rawMeta []byte // as memberlist carries it, for gone records
 	metaErr error
+	// hearsay: our memberlist does not know this member; a peer told us it is suspect, dead or
+	// left (see gone.go).
+	hearsay bool
 
 	state   api.Liveness // Alive, Suspect, Dead or Left: memberlist's view, completed by notices
 	since   time.Time    // of the last state change
@@ -32,6 +36,7 @@ type member struct {
 }
 
 func (mb *member) setMeta(b []byte) {
+	mb.rawMeta = append(mb.rawMeta[:0], b...)
 	meta, err := decodeMeta(b)
 	mb.meta, mb.metaErr = meta, err
 	if err != nil {
@@ -69,7 +74,7 @@ func (mb *member) verified(self string) bool {
 func (m *Mesh) countAliveLocked() {
 	n := 0
 	for _, mb := range m.members {
-		if mb.state == api.Alive || mb.state == api.Suspect {
+		if (mb.state == api.Alive || mb.state == api.Suspect) && !mb.hearsay {
 			n++
 		}
 	}
@@ -135,6 +140,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 		m.members[n.Name] = mb
 	}
 	mb.addr = n.Address()
+	mb.hearsay = false
 	m.updateMetaLocked(mb, n.Meta)
 	if mb.state != api.Alive {
 		mb.state, mb.since = api.Alive, now

@@ -205,3 +205,17 @@ func mustJoin(t *testing.T, s string) api.Join {
 	require.NoError(t, err)
 	return j
 }
+
+// TestLANHeadlessHostsShowsACrashedHost: a script checking liveness with `mesh hosts` — a fresh
+// member every run — sees a crashed host dead, as the console does, not missing.
+func TestLANHeadlessHostsShowsACrashedHost(t *testing.T) {
+	l := newLAN(t)
+	l.agents["beta"].Kill()
+	l.waitLog(t, "alpha", `"msg":"mesh member dead"`, `"member":"beta"`)
+	doc := l.hosts(t, []string{"LLMKUBE_JOIN=" + l.join}, "--mdns")
+	m, ok := member(doc, "beta")
+	require.True(t, ok, "beta missing from %+v", doc.Hosts)
+	assert.Equal(t, api.Dead, m.Liveness)
+	a, _ := member(doc, "alpha")
+	assert.Equal(t, api.Alive, a.Liveness)
+}

@@ -1,0 +1,87 @@
+package mesh
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// A member that joins after a host crashed and another left sees them as the others do —
+// dead and left, the dead one's placements unavailable — not missing: a headless command is
+// such a member every time it runs.
+func TestNewcomerSeesMembersAlreadyGone(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	victim := c.add("victim", api.RoleAgent)
+	leaver := c.add("leaver", api.RoleAgent)
+	require.NoError(t, victim.SetLocal(hostOf(1<<30), []api.Placement{placement("p1", "llama3", api.StateReady)}))
+	waitFor(t, 10*time.Second, []*Mesh{a}, "victim's model ready", func(v View) bool { return len(v.Ready("default", "llama3")) == 1 })
+
+	require.NoError(t, victim.Shutdown()) // a crash
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	require.NoError(t, leaver.Close(ctx))
+	waitFor(t, 10*time.Second, []*Mesh{a}, "victim dead, leaver left", func(v View) bool {
+		return liveness(v, "victim") == api.Dead && liveness(v, "leaver") == api.Left
+	})
+
+	fresh := c.add("fresh", api.RoleConsole)
+	events := eventsOf(t, fresh)
+	waitFor(t, 10*time.Second, []*Mesh{fresh}, "the newcomer sees the victim dead and the leaver left", func(v View) bool {
+		return liveness(v, "a") == api.Alive && liveness(v, "victim") == api.Dead && liveness(v, "leaver") == api.Left
+	})
+	v := fresh.View()
+	mb, _ := v.Member("victim")
+	require.Len(t, mb.Placements, 1)
+	assert.Equal(t, api.StateUnavailable, mb.Placements[0].State)
+	assert.Equal(t, "victim.test:7777", mb.Host.APIAddr, "what the victim advertised, for the doctor and the user")
+	assert.Empty(t, v.Ready("default", "llama3"))
+	require.Eventually(t, func() bool { return hasEvent(events(), "victim", "dead") }, 2*time.Second, 10*time.Millisecond)
+
+	// The victim comes back under its name: the newcomer's own memberlist hears it, and that
+	// overrides what it was told.
+	c.add("victim", api.RoleAgent)
+	waitFor(t, 10*time.Second, []*Mesh{fresh, a}, "the victim is back", func(v View) bool { return liveness(v, "victim") == api.Alive })
+}
+
+// A suspicion heard from a peer, with no refutation our memberlist hears, ends in a death; it
+// never quietly turns back into "alive".
+func TestHearsaySuspicionTimesOutDead(t *testing.T) {
+	c := newCluster(t)
+	m := c.add("m", api.RoleAgent)
+	m.acceptGone(goneRecord{State: api.Suspect, Node: "ghost", Addr: "10.0.0.9:7946", Age: 0, Seq: 1})
+	require.Equal(t, api.Suspect, liveness(m.View(), "ghost"))
+	waitFor(t, 10*time.Second, []*Mesh{m}, "ghost dead", func(v View) bool { return liveness(v, "ghost") == api.Dead })
+	// A record too old to keep is dropped, and one about ourselves ignored.
+	m.acceptGone(goneRecord{State: api.Dead, Node: "old", Addr: "10.0.0.8:7946", Age: 24 * time.Hour})
+	m.acceptGone(goneRecord{State: api.Dead, Node: "m", Addr: "10.0.0.7:7946"})
+	v := m.View()
+	_, ok := v.Member("old")
+	assert.False(t, ok)
+	assert.Equal(t, api.Alive, liveness(v, "m"))
+}
+
+func TestGoneRecordsRoundTripAndRefuseJunk(t *testing.T) {
+	s := pushState{
+		docs: [][]byte{[]byte("doc")},
+		gone: []goneRecord{{State: api.Dead, Node: "x", Addr: "10.0.0.1:7946", Meta: []byte{1, 2}, Age: 1500 * time.Millisecond, Seq: 7}},
+	}
+	got, err := decodeState(encodeState(s))
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+	for name, g := range map[string]goneRecord{
+		"no name":     {State: api.Dead, Addr: "10.0.0.1:7946"},
+		"long name":   {State: api.Dead, Node: string(make([]byte, maxNodeName+1)), Addr: "10.0.0.1:7946"},
+		"bad address": {State: api.Dead, Node: "x", Addr: "nowhere"},
+		"huge meta":   {State: api.Dead, Node: "x", Addr: "10.0.0.1:7946", Meta: make([]byte, 600)},
+		"bad state":   {State: api.Alive, Node: "x", Addr: "10.0.0.1:7946"},
+	} {
+		_, err := decodeState(encodeState(pushState{gone: []goneRecord{g}}))
+		assert.Error(t, err, name)
+	}
+}
