@@ -12,6 +12,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/engines/hailo"
 	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/engines/sizing"
@@ -31,7 +32,7 @@ func TestAnonymousHailoClients(t *testing.T) {
 	od, err := ollama.New(ollama.Config{URL: os.URL()}, nil)
 	require.NoError(t, err)
 	n := newNode(t, nodeOpts{name: "pi", fixture: "pi5-hailo", drivers: []engines.Driver{hd, od},
-		sizer: &sizing.Sizer{HailoManifestsDir: filepath.Join(dataDir, "models", "manifests"), HailoLibraryURL: hs.LibraryURL(),
+		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, HailoManifestsDir: filepath.Join(dataDir, "models", "manifests"), HailoLibraryURL: hs.LibraryURL(),
 			OllamaDaemon: os.URL(), OllamaRegistry: os.RegistryURL()},
 		agent: func(c *agent.Config) { c.AnonymousNamespace = "home" }})
 	place(t, n, api.PlacementRequest{Source: "hailo://qwen2:1.5b", Name: "qwen2:1.5b", Namespace: "home"})
