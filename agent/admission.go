@@ -89,6 +89,12 @@ func (a *Agent) admitHailoLocked(pl *placement, v verdict) (verdict, *api.Error)
 		v.reason = fmt.Sprintf("fits: the Hailo-10H is free (needs %s of %s)", FormatBytes(need), FormatBytes(a.hailoMem))
 		return v, nil
 	}
+	if pl.scope != "" && cur.p.Namespace != pl.scope {
+		// Another namespace's model: not this token's to replace, nor to learn the name of.
+		return verdict{}, &api.Error{Code: api.CodeInsufficientMemory,
+			Message: "the Hailo-10H runs one model at a time and another namespace's model is loaded on it",
+			Fix:     "place it on another host with a Hailo-10H, or ask the mesh's operator"}
+	}
 	if cur.p.Protected || cur.p.Priority.Level() > pl.p.Priority.Level() {
 		why := "protected"
 		if !cur.p.Protected {
@@ -141,6 +147,8 @@ func (a *Agent) admitHostLocked(pl *placement, v verdict, warn, mayEvict bool) (
 	}
 	victims, freed := pick(a.candidatesLocked(pl, false), short)
 	switch {
+	case freed < short && pl.scope != "":
+		e.Fix = "placements this token cannot remove (protected, or of other namespaces) hold the rest of the budget; place it on another host"
 	case freed < short:
 		e.Fix = "protected placements hold the rest of the budget; place it on another host"
 	case a.cfg.Evict:
@@ -155,11 +163,15 @@ func (a *Agent) admitHostLocked(pl *placement, v verdict, warn, mayEvict bool) (
 // lowest priority first, then least recently used, then largest. Strict is the eviction rule —
 // ready, idle, of lower priority than pl, not protected, and served by a process whose memory
 // the budget counts; the loose list (any placement holding host memory but a protected one)
-// is what a refusal tells the operator to delete.
+// is what a refusal tells the operator to delete. Either list holds only placements in pl's
+// scope: a namespace token evicts, and is told of, its own namespace's placements only.
 func (a *Agent) candidatesLocked(pl *placement, strict bool) []*placement {
 	var out []*placement
 	for _, o := range a.placements {
 		if o == pl || o.p.Memory.Device == api.DeviceHailo || o.p.Protected || holds(o.p.State) == holdNothing || o.p.State == api.StateStopping {
+			continue
+		}
+		if pl.scope != "" && o.p.Namespace != pl.scope {
 			continue
 		}
 		if strict {
@@ -247,13 +259,23 @@ func (a *Agent) evictLocked(pl *placement, v verdict) {
 		a.publishLocked(api.EventPlacement, o, reason, "")
 		a.log.Info("placement evicted", "placement", o.p.ID, "model", o.p.Model, "for", pl.p.ID, "reason", reason)
 	}
+	// A victim's namespace reads its reason: it names the newcomer only when that is in the
+	// same namespace (only the admin token evicts across namespaces).
+	newcomer := func(o *placement) string {
+		if o.p.Namespace == pl.p.Namespace {
+			return fmt.Sprintf("%s (%s, priority %s)", pl.p.Model, pl.p.ID, pl.p.Priority)
+		}
+		return fmt.Sprintf("another namespace's placement (priority %s)", pl.p.Priority)
+	}
 	for _, o := range v.victims {
 		o.p.Code = api.CodeInsufficientMemory
-		evict(o, fmt.Sprintf("evicted to make room for %s (%s, priority %s)", pl.p.Model, pl.p.ID, pl.p.Priority), "memory")
+		evict(o, "evicted to make room for "+newcomer(o), "memory")
 	}
 	if o := v.swap; o != nil {
-		o.p.ReplacedBy = pl.p.ID
-		evict(o, fmt.Sprintf("replaced by %s (%s) on the Hailo-10H, which runs one model at a time", pl.p.Model, pl.p.ID), "swap")
+		if o.p.Namespace == pl.p.Namespace {
+			o.p.ReplacedBy = pl.p.ID
+		}
+		evict(o, "replaced by "+newcomer(o)+" on the Hailo-10H, which runs one model at a time", "swap")
 		pl.victims = append(pl.victims, o)
 	}
 }

@@ -241,3 +241,105 @@ func TestFileSourcesConfined(t *testing.T) {
 		t.Fatalf("the admin names any file: %+v %v", e, err)
 	}
 }
+
+// mustNotName fails when text names any of the given placements (model name or id).
+func mustNotName(t *testing.T, what, text string, ps ...api.Placement) {
+	t.Helper()
+	for _, p := range ps {
+		if strings.Contains(text, p.ID) || strings.Contains(text, p.Model) {
+			t.Fatalf("%s names another namespace's placement %s (%s): %q", what, p.Model, p.ID, text)
+		}
+	}
+}
+
+// A namespace token's refusals and estimates name nothing of other namespaces, and its
+// placements evict nothing of theirs, whatever priority they ask; protection is the admin's.
+func TestNamespaceRightsStayInTheNamespace(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "models")
+	if err := os.MkdirAll(store, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{unmeasured{llamaDriver(t, dir)}}, func(c *Config) {
+		c.Budget = tinyEstimate * 3 / 2
+		c.Evict = true
+		c.IdleAfter = time.Millisecond
+	})
+	s := serve(t, a, nil)
+	ctx := context.Background()
+	mine, err := s.admin.Place(ctx, api.PlacementRequest{Source: tinyModel(t, store, "admins-model"), Priority: api.PriorityLow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.admin, mine.ID, api.StateReady)
+	team := s.nsClient(t, "team-b")
+	req := api.PlacementRequest{Source: tinyModel(t, store, "teams-model"), Priority: api.PriorityCritical}
+
+	e, err := team.Estimate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Verdict != api.VerdictRefused || e.Code != api.CodeInsufficientMemory {
+		t.Fatalf("estimate: %+v", e)
+	}
+	mustNotName(t, "the estimate", e.Reason, mine)
+	_, err = team.Place(ctx, req)
+	if codeOfErr(err) != api.CodeInsufficientMemory {
+		t.Fatalf("a critical placement of team-b: %v", err)
+	}
+	mustNotName(t, "the refusal", err.Error()+err.(*api.Error).Fix, mine)
+	if p, err := s.admin.Placement(ctx, mine.ID); err != nil || p.State != api.StateReady {
+		t.Fatalf("the admin's placement after team-b's attempt: %+v %v", p, err)
+	}
+	req.Priority, req.Protected = "", true
+	if _, err := team.Place(ctx, req); codeOfErr(err) != api.CodeUnauthorized {
+		t.Fatalf("a namespace token marked its placement protected: %v", err)
+	}
+
+	// The admin's critical placement may evict the namespace's: the reason given to the
+	// namespace does not name it.
+	if err := s.admin.Delete(ctx, mine.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, err := s.admin.Placement(ctx, mine.ID); return codeOfErr(err) == api.CodeNotFound }, "the deletion")
+	theirs, err := team.Place(ctx, api.PlacementRequest{Source: tinyModel(t, store, "teams-model"), Priority: api.PriorityLow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, team, theirs.ID, api.StateReady)
+	boss, err := s.admin.Place(ctx, api.PlacementRequest{Source: tinyModel(t, store, "bosses-model"), Priority: api.PriorityCritical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted := waitState(t, team, theirs.ID, api.StateEvicted)
+	mustNotName(t, "the eviction reason", evicted.Reason, boss)
+}
+
+// On a Hailo-10H, a namespace token cannot swap out another namespace's model, nor learn its
+// name from the refusal.
+func TestNamespaceCannotSwapAnotherNamespacesHailoModel(t *testing.T) {
+	_, s, _ := hailoRig(t, nil)
+	ctx := context.Background()
+	first, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://qwen2:1.5b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.admin, first.ID, api.StateReady)
+	team := s.nsClient(t, "team-b")
+	e, err := team.Estimate(ctx, api.PlacementRequest{Source: "hailo://llama3.2:3b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Verdict != api.VerdictRefused {
+		t.Fatalf("estimate: %+v", e)
+	}
+	mustNotName(t, "the estimate", e.Reason, first)
+	_, err = team.Place(ctx, api.PlacementRequest{Source: "hailo://llama3.2:3b"})
+	if codeOfErr(err) != api.CodeInsufficientMemory {
+		t.Fatalf("team-b swapping the admin's model: %v", err)
+	}
+	mustNotName(t, "the refusal", err.Error()+err.(*api.Error).Fix, first)
+	if p, err := s.admin.Placement(ctx, first.ID); err != nil || p.State != api.StateReady {
+		t.Fatalf("the admin's model after team-b's attempt: %+v %v", p, err)
+	}
+}

@@ -44,6 +44,10 @@ type placement struct {
 	victims []*placement
 	// deleted is closed when a deletion has finished (the placement left the map).
 	deleted chan struct{}
+	// scope is the namespace whose placements admitting this one may evict or swap out, and
+	// name in its reasons: its own for a namespace token; "" (any) for the admin token and for
+	// placements restored after a restart. Not saved: it matters only at admission.
+	scope string
 }
 
 // hold is what a state holds of the budget.
@@ -172,6 +176,10 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 	if err := validName(req.Name); err != nil {
 		return checked{}, api.Errorf(api.CodeBadRequest, "name %q: %v", req.Name, err)
 	}
+	if req.Protected && !who.Admin {
+		// Protection keeps a model from eviction and swaps mesh-wide policy: the operator's call.
+		return checked{}, api.Errorf(api.CodeUnauthorized, "protected placements need the admin token")
+	}
 	var warn bool
 	switch req.MemoryCheck {
 	case "":
@@ -273,6 +281,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		src:     c.src,
 		driver:  c.driver,
 		deleted: make(chan struct{}),
+		scope:   scopeOf(who, c.req.Namespace),
 	}
 	pl.ctx, pl.cancel = context.WithCancel(context.Background())
 	pl.p.Host = a.Name()
@@ -359,7 +368,8 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 		return api.Estimation{Verdict: api.VerdictRefused, Code: e.Code, Reason: e.Message, Free: a.Host().Memory.Free()}, nil
 	}
 	est, serr := a.size(ctx, c)
-	pl := &placement{p: api.Placement{Namespace: c.req.Namespace, Model: c.req.Name, Priority: c.req.Priority, Runtime: c.runtime}}
+	pl := &placement{p: api.Placement{Namespace: c.req.Namespace, Model: c.req.Name, Priority: c.req.Priority, Runtime: c.runtime},
+		scope: scopeOf(who, c.req.Namespace)}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	free := a.memoryLocked().Free()
@@ -393,6 +403,15 @@ func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
 		est.Detail = fmt.Sprintf("%d slots of %d tokens each: %s", contexts, c.req.Context, est.Detail)
 	}
 	return est, err
+}
+
+// scopeOf is the scope of a placement who makes in namespace ns: a namespace token's reach
+// ends at its namespace; the admin's does not.
+func scopeOf(who api.Principal, ns string) string {
+	if who.Admin {
+		return ""
+	}
+	return ns
 }
 
 // validSHA256 reports whether s is a hex SHA-256 digest.
