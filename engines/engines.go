@@ -5,6 +5,7 @@ package engines
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -50,11 +51,43 @@ type Instance interface {
 	LogPath() string
 }
 
-// Message is one chat message.
+// Message is one chat message. Drivers write it in their engine's shape: tool calls' arguments
+// are a JSON string to OpenAI-style engines and an object to Ollama.
 type Message struct {
-	Role    string `json:"role"`
+	Role    string `json:"role"` // system, user, assistant or tool
 	Content string `json:"content"`
+	// ToolCalls are the calls an assistant message made, in a conversation's history.
+	ToolCalls []ToolCall `json:"-"`
+	// ToolCallID is the call a "tool" message answers; ToolName the function it ran.
+	ToolCallID string `json:"-"`
+	ToolName   string `json:"-"`
 }
+
+// Tool is a function the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  json.RawMessage // a JSON Schema object; nil = no parameters
+}
+
+// ToolCall is one call of a tool by the model.
+type ToolCall struct {
+	ID        string // the engine's id for it ("call_…"); may be empty (Ollama's older answers)
+	Name      string
+	Arguments string // a JSON document
+}
+
+// Format asks for an answer that is one JSON document: any JSON object when Schema is nil,
+// else one that fits the schema.
+type Format struct {
+	Name   string // the schema's name (OpenAI's json_schema.name)
+	Schema json.RawMessage
+	Strict bool
+}
+
+// ErrUnsupported is returned (wrapped, with a BadRequest code) when an engine cannot do what a
+// request asks (tools on hailo-ollama, embeddings on a chat-only llama-server).
+var ErrUnsupported = errors.New("not supported by this engine")
 
 // ChatRequest is a chat in the engines' common form; the gateway translates the client's
 // dialect into it and each driver into its engine's.
@@ -66,12 +99,21 @@ type ChatRequest struct {
 	Seed        *int
 	MaxTokens   int // 0 = engine default
 	Stop        []string
+	// Tools the model may call; ToolChoice is OpenAI's tool_choice as the client sent it
+	// ("auto", "none", "required", or {"type":"function","function":{"name":…}}), nil = auto.
+	Tools      []Tool
+	ToolChoice json.RawMessage
+	// Format asks for a JSON answer; nil = free text.
+	Format *Format
 }
 
 // ChatChunk is one streamed piece of an answer. The last chunk has Done set, the finish
 // reason and the token counts when the engine gives them.
 type ChatChunk struct {
-	Content          string
+	Content string
+	// ToolCalls are complete calls the model made (drivers assemble streamed pieces); they
+	// come in a chunk before the last, whose finish reason is then "tool_calls".
+	ToolCalls        []ToolCall
 	Done             bool
 	FinishReason     string // "stop", "length"
 	PromptTokens     int

@@ -57,7 +57,7 @@ func TestAnonymousHailoClients(t *testing.T) {
 	assert.Equal(t, "qwen2", show.Details.Family)
 	assert.Equal(t, "Q4_0", show.Details.QuantizationLevel)
 	assert.EqualValues(t, 2048, show.ModelInfo["qwen2.context_length"])
-	assert.Contains(t, show.Capabilities, "completion")
+	assert.Equal(t, []string{"completion"}, show.Capabilities, "no tools on hailo-ollama")
 
 	resp, b = call(t, "POST", n.url+"/api/chat", "", `{"model":"qwen2:1.5b","messages":[{"role":"user","content":"hi"}],"stream":false}`)
 	require.Equal(t, 200, resp.StatusCode, "%s", b)

@@ -1,13 +1,17 @@
 package gateway
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/llmkube/mesh/engines"
 )
 
 // out writes a response chunk by chunk, flushing each one (nothing waits in a buffer), with a
@@ -75,6 +79,9 @@ type stats struct {
 type encoder interface {
 	// chunk writes (or, not streaming, keeps) one piece of the answer.
 	chunk(content string) error
+	// toolCalls writes (or keeps) the tool calls the model made; the answer's finish reason
+	// is then "tool_calls" in OpenAI's dialect.
+	toolCalls(calls []engines.ToolCall) error
 	// finish writes the end of the answer (all of it, not streaming).
 	finish(st stats) error
 	// started reports whether anything was written: before, the request can still fail over
@@ -115,6 +122,7 @@ type oaStream struct {
 	head    []byte // `data: {"id":…` up to the choices, for the usage chunk
 	buf     []byte
 	role    bool // the role went out with the first chunk
+	called  bool // tool calls went out
 	usage   bool
 	created int64
 }
@@ -153,6 +161,25 @@ func (s *oaStream) chunk(content string) error {
 	return s.send(b)
 }
 
+func (s *oaStream) toolCalls(calls []engines.ToolCall) error {
+	s.start()
+	b := append(s.buf[:0], s.prefix...)
+	if !s.role {
+		b = append(b, `"role":"assistant","content":null,`...)
+		s.role = true
+	}
+	b = append(b, `"tool_calls":`...)
+	tc, err := json.Marshal(oaToolCalls(calls, true))
+	if err != nil {
+		return err
+	}
+	b = append(b, tc...)
+	b = append(b, `},"finish_reason":null}]}`+"\n\n"...)
+	s.buf = b
+	s.called = true
+	return s.send(b)
+}
+
 func (s *oaStream) finish(st stats) error {
 	s.start()
 	b := append(s.buf[:0], s.prefix...)
@@ -160,6 +187,9 @@ func (s *oaStream) finish(st stats) error {
 		b = append(b, `"role":"assistant","content":""`...)
 	}
 	b = append(b, `},"finish_reason":`...)
+	if s.called {
+		st.finish = "tool_calls"
+	}
 	b = appendJSONString(b, st.finish)
 	b = append(b, "}]}\n\n"...)
 	if s.usage {
@@ -196,11 +226,45 @@ type oaWhole struct {
 	model   string
 	created int64
 	text    []byte
+	calls   []engines.ToolCall
 }
 
 func (s *oaWhole) chunk(content string) error {
 	s.text = append(s.text, content...)
 	return nil
+}
+
+func (s *oaWhole) toolCalls(calls []engines.ToolCall) error {
+	s.calls = append(s.calls, calls...)
+	return nil
+}
+
+// oaStreamCall is a tool call in a stream's delta: OpenAI's, with its index.
+type oaStreamCall struct {
+	Index int `json:"index"`
+	oaToolCall
+}
+
+// oaToolCalls writes calls in OpenAI's shape (with indexes, for a stream's delta). A call
+// without an id gets one: clients send it back with the tool's result.
+func oaToolCalls(calls []engines.ToolCall, indexed bool) any {
+	out := make([]oaStreamCall, len(calls))
+	for i, c := range calls {
+		tc := oaToolCall{ID: c.ID, Type: "function"}
+		if tc.ID == "" {
+			tc.ID = "call_" + completionID()[len("chatcmpl-"):]
+		}
+		tc.Function.Name, tc.Function.Arguments = c.Name, cmp.Or(c.Arguments, "{}")
+		out[i] = oaStreamCall{Index: i, oaToolCall: tc}
+	}
+	if indexed {
+		return out
+	}
+	plain := make([]oaToolCall, len(out))
+	for i := range out {
+		plain[i] = out[i].oaToolCall
+	}
+	return plain
 }
 
 type oaUsage struct {
@@ -226,14 +290,23 @@ type oaChoice struct {
 }
 
 type oaAnswer struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string  `json:"role"`
+	Content   *string `json:"content"` // null for an answer made only of tool calls
+	ToolCalls any     `json:"tool_calls,omitempty"`
 }
 
 func (s *oaWhole) finish(st stats) error {
+	text := string(s.text)
+	answer := oaAnswer{Role: "assistant", Content: &text}
+	if len(s.calls) > 0 {
+		answer.ToolCalls, st.finish = oaToolCalls(s.calls, false), "tool_calls"
+		if text == "" {
+			answer.Content = nil
+		}
+	}
 	b, err := json.Marshal(oaCompletion{
 		ID: completionID(), Object: "chat.completion", Created: s.created, Model: s.model,
-		Choices: []oaChoice{{Message: oaAnswer{Role: "assistant", Content: string(s.text)}, FinishReason: st.finish}},
+		Choices: []oaChoice{{Message: answer, FinishReason: st.finish}},
 		Usage:   oaUsage{st.promptTokens, st.completionTokens, st.promptTokens + st.completionTokens},
 	})
 	if err != nil {
@@ -266,12 +339,38 @@ func appendOllamaHead(b []byte, model string) []byte {
 }
 
 func appendOllamaContent(b []byte, generate bool, content string) []byte {
+	return appendOllamaMessage(b, generate, content, nil)
+}
+
+// appendOllamaMessage writes the answer's part: "response" for generate, else "message" with
+// the tool calls the model made (arguments an object, as Ollama writes them).
+func appendOllamaMessage(b []byte, generate bool, content string, calls []engines.ToolCall) []byte {
 	if generate {
 		b = append(b, `"response":`...)
 		return appendJSONString(b, content)
 	}
 	b = append(b, `"message":{"role":"assistant","content":`...)
 	b = appendJSONString(b, content)
+	if len(calls) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for i, c := range calls {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"function":{"index":`...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `,"name":`...)
+			b = appendJSONString(b, c.Name)
+			b = append(b, `,"arguments":`...)
+			args := strings.TrimSpace(c.Arguments)
+			if args == "" || !json.Valid([]byte(args)) || args[0] != '{' {
+				args = "{}" // Ollama's arguments are an object; an engine's broken JSON is not passed on
+			}
+			b = append(b, args...)
+			b = append(b, "}}"...)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}')
 }
 
@@ -306,6 +405,15 @@ func (s *ollamaStream) chunk(content string) error {
 	return s.send(b)
 }
 
+func (s *ollamaStream) toolCalls(calls []engines.ToolCall) error {
+	s.start()
+	b := appendOllamaHead(s.buf[:0], s.model)
+	b = appendOllamaMessage(b, s.generate, "", calls)
+	b = append(b, `,"done":false}`+"\n"...)
+	s.buf = b
+	return s.send(b)
+}
+
 func (s *ollamaStream) finish(st stats) error {
 	s.start()
 	b := appendOllamaHead(s.buf[:0], s.model)
@@ -328,6 +436,7 @@ type ollamaWhole struct {
 	model    string
 	generate bool
 	text     []byte
+	calls    []engines.ToolCall
 }
 
 func (s *ollamaWhole) chunk(content string) error {
@@ -335,9 +444,14 @@ func (s *ollamaWhole) chunk(content string) error {
 	return nil
 }
 
+func (s *ollamaWhole) toolCalls(calls []engines.ToolCall) error {
+	s.calls = append(s.calls, calls...)
+	return nil
+}
+
 func (s *ollamaWhole) finish(st stats) error {
 	b := appendOllamaHead(make([]byte, 0, len(s.text)+256), s.model)
-	b = appendOllamaContent(b, s.generate, string(s.text))
+	b = appendOllamaMessage(b, s.generate, string(s.text), s.calls)
 	b = appendOllamaDone(b, st)
 	s.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	s.begin("application/json")

@@ -294,11 +294,15 @@ func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	}
 	g.listWith(w, r, dialectOllamaChat, func(api.Principal) any {
 		return ollamaShowAnswer{Modelfile: "# served by llmkube mesh on " + p.Host + "\nFROM " + name + "\n",
-			Details: d, ModelInfo: info, Capabilities: capabilities(), ModifiedAt: p.CreatedAt}
+			Details: d, ModelInfo: info, Capabilities: capabilities(p.Runtime), ModifiedAt: p.CreatedAt}
 	})
 }
 
-// capabilities are what Ollama's /api/show says a model can do through the gateway.
-func capabilities() []string {
-	return []string{"completion"}
+// capabilities are what Ollama's /api/show says a model can do through the gateway: tools on
+// the runtimes that take them (hailo-ollama does not).
+func capabilities(r api.Runtime) []string {
+	if r == api.RuntimeHailoOllama {
+		return []string{"completion"}
+	}
+	return []string{"completion", "tools"}
 }

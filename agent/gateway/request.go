@@ -84,14 +84,120 @@ func decodeJSON(body []byte, v any) *failure {
 // role checks a message role; OpenAI's "developer" is a system message to these engines.
 func role(r string) (string, error) {
 	switch r {
-	case "system", "user", "assistant":
+	case "system", "user", "assistant", "tool":
 		return r, nil
 	case "developer":
 		return "system", nil
 	case "":
 		return "", errors.New("a message has no role")
 	}
-	return "", fmt.Errorf("message role %q is not supported (use system, user or assistant)", r)
+	return "", fmt.Errorf("message role %q is not supported (use system, user, assistant or tool)", r)
+}
+
+// maxTools bounds the tools one request may offer.
+const maxTools = 128
+
+// oaTool is an OpenAI tool: {"type":"function","function":{name, description, parameters}}.
+// Ollama's tools have the same shape.
+type oaTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+// parseTools checks tools: functions only, each named, parameters a JSON object.
+func parseTools(raw json.RawMessage) ([]engines.Tool, error) {
+	if !present(raw) {
+		return nil, nil
+	}
+	var ts []oaTool
+	if err := json.Unmarshal(raw, &ts); err != nil {
+		return nil, errors.New("tools must be an array of {\"type\":\"function\",\"function\":{…}}")
+	}
+	if len(ts) > maxTools {
+		return nil, fmt.Errorf("%d tools: at most %d", len(ts), maxTools)
+	}
+	out := make([]engines.Tool, 0, len(ts))
+	for i, t := range ts {
+		if t.Type != "" && t.Type != "function" {
+			return nil, fmt.Errorf("tool %d is of type %q: only function tools are supported", i, t.Type)
+		}
+		if t.Function.Name == "" {
+			return nil, fmt.Errorf("tool %d has no function name", i)
+		}
+		if p := bytes.TrimSpace(t.Function.Parameters); len(p) > 0 && string(p) != "null" && p[0] != '{' {
+			return nil, fmt.Errorf("the parameters of tool %q must be a JSON Schema object", t.Function.Name)
+		}
+		out = append(out, engines.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
+	}
+	return out, nil
+}
+
+// parseToolChoice checks OpenAI's tool_choice: "auto", "none", "required", or a named function.
+func parseToolChoice(raw json.RawMessage, tools []engines.Tool) (json.RawMessage, error) {
+	if !present(raw) {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "auto", "none", "required":
+			return raw, nil
+		}
+		return nil, fmt.Errorf("tool_choice %q: want auto, none, required or a function", s)
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil || named.Function.Name == "" {
+		return nil, errors.New(`tool_choice must be "auto", "none", "required" or {"type":"function","function":{"name":…}}`)
+	}
+	for _, t := range tools {
+		if t.Name == named.Function.Name {
+			return raw, nil
+		}
+	}
+	return nil, fmt.Errorf("tool_choice names %q, which is not among the tools", named.Function.Name)
+}
+
+// oaToolCall is a tool call in OpenAI's shape; arguments are a JSON string.
+type oaToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// schemaFormat checks a JSON Schema given for a response format.
+func schemaFormat(name string, schema json.RawMessage, strict bool) (*engines.Format, error) {
+	s := bytes.TrimSpace(schema)
+	if len(s) == 0 || s[0] != '{' || !json.Valid(s) {
+		return nil, errors.New("the response format's schema must be a JSON Schema object")
+	}
+	return &engines.Format{Name: name, Schema: s, Strict: strict}, nil
+}
+
+// parseOllamaFormat reads Ollama's format: "json", or a JSON Schema object.
+func parseOllamaFormat(raw json.RawMessage) (*engines.Format, error) {
+	if !present(raw) {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "json" {
+			return &engines.Format{}, nil
+		}
+		return nil, fmt.Errorf("format %q: want \"json\" or a JSON Schema object", s)
+	}
+	return schemaFormat("", raw, false)
 }
 
 // estimateTokens is the prompt's size by the bytesPerToken rule, rounded up.
@@ -140,14 +246,23 @@ type oaRequest struct {
 	Stop                json.RawMessage `json:"stop"`
 	N                   *int            `json:"n"`
 	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
 	ResponseFormat      *struct {
-		Type string `json:"type"`
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict bool            `json:"strict"`
+		} `json:"json_schema"`
 	} `json:"response_format"`
 }
 
 type oaMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  []oaToolCall    `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+	Name       string          `json:"name"`
 }
 
 // text is a message's content: a string, or the text of an array of content parts.
@@ -211,14 +326,31 @@ func parseOpenAI(body []byte) (*chatCall, *failure) {
 	if req.N != nil && *req.N != 1 {
 		return nil, badRequest("n must be 1: one choice per request")
 	}
-	if present(req.Tools) {
-		return nil, badRequest("tools are not supported by these engines")
-	}
-	if rf := req.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
-		return nil, badRequest(fmt.Sprintf("response_format %q is not supported: only text", rf.Type))
-	}
 	c := &chatCall{d: dialectOpenAI, model: req.Model, stream: req.Stream,
 		usageChunk: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
+	var err error
+	if c.req.Tools, err = parseTools(req.Tools); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	if c.req.ToolChoice, err = parseToolChoice(req.ToolChoice, c.req.Tools); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	if rf := req.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_object":
+			c.req.Format = &engines.Format{}
+		case "json_schema":
+			if rf.JSONSchema == nil {
+				return nil, badRequest("response_format json_schema needs json_schema.schema")
+			}
+			if c.req.Format, err = schemaFormat(rf.JSONSchema.Name, rf.JSONSchema.Schema, rf.JSONSchema.Strict); err != nil {
+				return nil, badRequest(err.Error())
+			}
+		default:
+			return nil, badRequest(fmt.Sprintf("response_format %q: want text, json_object or json_schema", rf.Type))
+		}
+	}
 	c.req.Messages = make([]engines.Message, 0, len(req.Messages))
 	for _, m := range req.Messages {
 		r, err := role(m.Role)
@@ -229,7 +361,14 @@ func parseOpenAI(body []byte) (*chatCall, *failure) {
 		if err != nil {
 			return nil, badRequest(err.Error())
 		}
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: text})
+		em := engines.Message{Role: r, Content: text, ToolCallID: m.ToolCallID, ToolName: m.Name}
+		for _, tc := range m.ToolCalls {
+			if tc.Function.Name == "" {
+				return nil, badRequest("a tool call in the conversation has no function name")
+			}
+			em.ToolCalls = append(em.ToolCalls, engines.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		c.req.Messages = append(c.req.Messages, em)
 	}
 	if err := errors.Join(checkTemperature(req.Temperature), checkTopP(req.TopP)); err != nil {
 		return nil, badRequest(err.Error())
@@ -264,9 +403,17 @@ type ollamaOptions struct {
 }
 
 type ollamaMessage struct {
-	Role    string          `json:"role"`
-	Content string          `json:"content"`
-	Images  json.RawMessage `json:"images"`
+	Role      string          `json:"role"`
+	Content   string          `json:"content"`
+	Images    json.RawMessage `json:"images"`
+	ToolCalls []struct {
+		ID       string `json:"id"`
+		Function struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+	ToolName string `json:"tool_name"`
 }
 
 type ollamaChatRequest struct {
@@ -317,13 +464,17 @@ func parseOllamaChat(body []byte) (*chatCall, *failure) {
 	if req.Model == "" {
 		return nil, badRequest("model is required")
 	}
-	if present(req.Format) || present(req.Tools) {
-		return nil, badRequest("format and tools are not supported by these engines")
-	}
 	c := &chatCall{d: dialectOllamaChat, model: req.Model, stream: req.Stream == nil || *req.Stream}
 	if len(req.Messages) == 0 {
 		c.load = true
 		return c, nil
+	}
+	var err error
+	if c.req.Tools, err = parseTools(req.Tools); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	if c.req.Format, err = parseOllamaFormat(req.Format); err != nil {
+		return nil, badRequest(err.Error())
 	}
 	c.req.Messages = make([]engines.Message, 0, len(req.Messages))
 	for _, m := range req.Messages {
@@ -334,7 +485,15 @@ func parseOllamaChat(body []byte) (*chatCall, *failure) {
 		if present(m.Images) {
 			return nil, badRequest("images are not supported: the engines take text only")
 		}
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: m.Content})
+		em := engines.Message{Role: r, Content: m.Content, ToolName: m.ToolName}
+		for _, tc := range m.ToolCalls {
+			args := bytes.TrimSpace(tc.Function.Arguments)
+			if tc.Function.Name == "" || (len(args) > 0 && !json.Valid(args)) {
+				return nil, badRequest("a tool call in the conversation needs a function name and JSON arguments")
+			}
+			em.ToolCalls = append(em.ToolCalls, engines.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: string(args)})
+		}
+		c.req.Messages = append(c.req.Messages, em)
 	}
 	if err := req.Options.apply(&c.req); err != nil {
 		return nil, badRequest(err.Error())
@@ -351,10 +510,14 @@ func parseOllamaGenerate(body []byte) (*chatCall, *failure) {
 	if req.Model == "" {
 		return nil, badRequest("model is required")
 	}
-	if present(req.Format) || present(req.Images) || req.Raw || req.Suffix != "" {
-		return nil, badRequest("format, images, raw and suffix are not supported by these engines")
+	if present(req.Images) || req.Raw || req.Suffix != "" {
+		return nil, badRequest("images, raw and suffix are not supported by these engines")
 	}
 	c := &chatCall{d: dialectOllamaGenerate, model: req.Model, stream: req.Stream == nil || *req.Stream}
+	var err error
+	if c.req.Format, err = parseOllamaFormat(req.Format); err != nil {
+		return nil, badRequest(err.Error())
+	}
 	if req.Prompt == nil || (*req.Prompt == "" && req.System == "") {
 		// Ollama loads the model for a generate without a prompt (an empty one too).
 		c.load = true

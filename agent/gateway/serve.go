@@ -173,6 +173,15 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 				return err
 			}
 		}
+		if len(ch.ToolCalls) > 0 {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			last = time.Now()
+			if err := enc.toolCalls(ch.ToolCalls); err != nil {
+				return err
+			}
+		}
 		if ch.Done {
 			final = &ch
 		}

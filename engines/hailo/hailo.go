@@ -274,6 +274,9 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if err != nil {
 		return err
 	}
+	if err := unsupported(req); err != nil {
+		return err
+	}
 	return d.onDevice(ctx, func(loaded []string) error {
 		if len(loaded) > 0 && !ollama.SameModel(loaded[0], ref) {
 			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
@@ -281,8 +284,30 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 		}
 		opts := ollama.Options(req)
 		delete(opts, "stop")
-		return d.c.Chat(ctx, ref, req.Messages, opts, emit)
+		return d.c.Chat(ctx, ref, req, opts, emit)
 	})
+}
+
+// unsupported refuses what hailo-ollama 5.1 cannot do: its /api/chat has no tools and no
+// format, and would answer in free text as though they had not been asked.
+func unsupported(req engines.ChatRequest) error {
+	var what []string
+	if len(req.Tools) > 0 {
+		what = append(what, "tools")
+	}
+	if req.Format != nil {
+		what = append(what, "a JSON response format")
+	}
+	for _, m := range req.Messages {
+		if m.Role == "tool" || len(m.ToolCalls) > 0 {
+			what = append(what, "tool calls in the conversation")
+			break
+		}
+	}
+	if len(what) == 0 {
+		return nil
+	}
+	return &engines.Error{Code: api.CodeBadRequest, Err: fmt.Errorf("hailo-ollama cannot do %s: %w; place the model on llama-server or Ollama for that", strings.Join(what, " or "), engines.ErrUnsupported)}
 }
 
 // Instance is a model on the Hailo-10H. It has no process of its own (Done never closes).

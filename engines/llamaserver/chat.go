@@ -18,9 +18,9 @@ import (
 
 // chatRequest is llama-server's OpenAI chat request, always streamed.
 type chatRequest struct {
-	Model         string            `json:"model"`
-	Messages      []engines.Message `json:"messages"`
-	Stream        bool              `json:"stream"`
+	Model         string        `json:"model"`
+	Messages      []chatMessage `json:"messages"`
+	Stream        bool          `json:"stream"`
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -30,6 +30,87 @@ type chatRequest struct {
 	Seed        *int     `json:"seed,omitempty"`
 	MaxTokens   int      `json:"max_tokens,omitempty"`
 	Stop        []string `json:"stop,omitempty"`
+	// Tools are read through the model's chat template (llama-server's --jinja, its default).
+	Tools          []chatTool      `json:"tools,omitempty"`
+	ToolChoice     json.RawMessage `json:"tool_choice,omitempty"`
+	ResponseFormat *responseFormat `json:"response_format,omitempty"`
+}
+
+// chatMessage is an OpenAI message; content is null for an assistant turn made of tool calls.
+type chatMessage struct {
+	Role       string         `json:"role"`
+	Content    *string        `json:"content"`
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type chatTool struct {
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+type chatToolCall struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type,omitempty"`
+	Function struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name,omitempty"`
+		Schema json.RawMessage `json:"schema"`
+		Strict bool            `json:"strict,omitempty"`
+	} `json:"json_schema,omitempty"`
+}
+
+// openAIMessages writes messages in OpenAI's shape.
+func openAIMessages(msgs []engines.Message) []chatMessage {
+	out := make([]chatMessage, len(msgs))
+	for i, m := range msgs {
+		c := chatMessage{Role: m.Role, ToolCallID: m.ToolCallID}
+		if m.Content != "" || len(m.ToolCalls) == 0 {
+			c.Content = &m.Content
+		}
+		for _, tc := range m.ToolCalls {
+			call := chatToolCall{ID: tc.ID, Type: "function"}
+			call.Function.Name, call.Function.Arguments = tc.Name, tc.Arguments
+			c.ToolCalls = append(c.ToolCalls, call)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// openAITools writes tools and the response format in OpenAI's shape.
+func openAITools(req engines.ChatRequest, body *chatRequest) {
+	for _, t := range req.Tools {
+		body.Tools = append(body.Tools, chatTool{Type: "function", Function: chatFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
+	}
+	if len(body.Tools) > 0 {
+		body.ToolChoice = req.ToolChoice
+	}
+	if f := req.Format; f != nil {
+		body.ResponseFormat = &responseFormat{Type: "json_object"}
+		if len(f.Schema) > 0 {
+			body.ResponseFormat.Type = "json_schema"
+			body.ResponseFormat.JSONSchema = &struct {
+				Name   string          `json:"name,omitempty"`
+				Schema json.RawMessage `json:"schema"`
+				Strict bool            `json:"strict,omitempty"`
+			}{f.Name, f.Schema, f.Strict}
+		}
+	}
 }
 
 // Chat streams an answer from m's llama-server through /v1/chat/completions (server-sent
@@ -44,10 +125,11 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 		return err
 	}
 	body := chatRequest{
-		Model: inst.alias, Messages: req.Messages, Stream: true,
+		Model: inst.alias, Messages: openAIMessages(req.Messages), Stream: true,
 		Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Seed: req.Seed,
 		MaxTokens: req.MaxTokens, Stop: req.Stop,
 	}
+	openAITools(req, &body)
 	body.StreamOptions.IncludeUsage = true
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -93,8 +175,13 @@ func answerError(resp *http.Response) error {
 	var e openAIError
 	if json.Unmarshal(b, &e) == nil && e.Error != nil && e.Error.Message != "" {
 		code := api.CodeEngineError
-		if e.Error.Type == "exceed_context_size_error" {
+		switch {
+		case e.Error.Type == "exceed_context_size_error":
 			code = api.CodeContextLimit
+		case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotImplemented:
+			// The request asked for what this model or server cannot do (a response format
+			// its grammar cannot build, embeddings without --embeddings): the client's to fix.
+			code = api.CodeBadRequest
 		}
 		return &engines.Error{Code: code, Err: fmt.Errorf("llama-server: %s (HTTP %d)", e.Error.Message, resp.StatusCode)}
 	}
@@ -109,7 +196,8 @@ func answerError(resp *http.Response) error {
 type streamChunk struct {
 	Choices []struct {
 		Delta struct {
-			Content *string `json:"content"`
+			Content   *string        `json:"content"`
+			ToolCalls []chatToolCall `json:"tool_calls"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
@@ -129,6 +217,9 @@ type streamChunk struct {
 // maxEvent bounds one event's data.
 const maxEvent = 4 << 20
 
+// maxToolCalls bounds the calls one answer may make.
+const maxToolCalls = 64
+
 // readEvents reads server-sent events until "data: [DONE]": each piece of content is emitted
 // as it comes, then one last chunk with Done, the finish reason and the token counts (from
 // usage, or llama-server's timings when usage is absent).
@@ -137,6 +228,17 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 	sc.Buffer(make([]byte, 0, 64<<10), maxEvent)
 	final := engines.ChatChunk{Done: true}
 	finished := false
+	// Tool calls stream in pieces (id and name, then arguments) by index: they are assembled
+	// and emitted whole, before the last chunk.
+	var calls []engines.ToolCall
+	end := func() error {
+		if len(calls) > 0 {
+			if err := emit(engines.ChatChunk{ToolCalls: calls}); err != nil {
+				return err
+			}
+		}
+		return emit(final)
+	}
 	for sc.Scan() {
 		line := sc.Text()
 		field, value, _ := strings.Cut(line, ":")
@@ -149,7 +251,7 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 			continue // blank separators, comments, event names
 		}
 		if value == "[DONE]" {
-			return emit(final)
+			return end()
 		}
 		var c streamChunk
 		if err := json.Unmarshal([]byte(value), &c); err != nil {
@@ -164,6 +266,21 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 			final.PromptTokens, final.CompletionTokens = c.Timings.PromptN, c.Timings.PredictedN
 		}
 		for _, ch := range c.Choices {
+			for _, tc := range ch.Delta.ToolCalls {
+				i := len(calls) - 1
+				if tc.Index != nil {
+					i = *tc.Index
+				}
+				if i < 0 || i > len(calls) || i >= maxToolCalls {
+					return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: tool call index %d out of order", i)}
+				}
+				if i == len(calls) {
+					calls = append(calls, engines.ToolCall{})
+				}
+				calls[i].ID += tc.ID
+				calls[i].Name += tc.Function.Name
+				calls[i].Arguments += tc.Function.Arguments
+			}
 			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
 				if err := emit(engines.ChatChunk{Content: *ch.Delta.Content}); err != nil {
 					return err
@@ -181,7 +298,7 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: the answer broke off: %w", err)}
 	}
 	if finished {
-		return emit(final) // the answer ended without "[DONE]", but it did end
+		return end() // the answer ended without "[DONE]", but it did end
 	}
 	return &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: the answer ended before its last chunk")}
 }

@@ -3,6 +3,7 @@ package ollama
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -515,23 +516,89 @@ func Options(req engines.ChatRequest) map[string]any {
 }
 
 type chatRequest struct {
-	Model     string            `json:"model"`
-	Messages  []engines.Message `json:"messages"`
-	Stream    bool              `json:"stream"`
-	KeepAlive int               `json:"keep_alive"`
-	Options   map[string]any    `json:"options,omitempty"`
+	Model     string          `json:"model"`
+	Messages  []chatMessage   `json:"messages"`
+	Stream    bool            `json:"stream"`
+	KeepAlive int             `json:"keep_alive"`
+	Options   map[string]any  `json:"options,omitempty"`
+	Tools     []chatTool      `json:"tools,omitempty"`
+	Format    json.RawMessage `json:"format,omitempty"`
 }
 
-// Chat is POST /api/chat, streaming NDJSON: emit gets each piece of the answer and a last chunk
-// with Done set. An error from emit closes the connection at once, which stops generation.
-func (c *Client) Chat(ctx context.Context, model string, messages []engines.Message, options map[string]any, emit func(engines.ChatChunk) error) error {
+// chatMessage is Ollama's message: a tool call's arguments are an object, not a string.
+type chatMessage struct {
+	Role      string         `json:"role"`
+	Content   string         `json:"content"`
+	ToolCalls []chatToolCall `json:"tool_calls,omitempty"`
+	ToolName  string         `json:"tool_name,omitempty"`
+}
+
+type chatToolCall struct {
+	ID       string `json:"id,omitempty"`
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+type chatTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+	} `json:"function"`
+}
+
+// ollamaChat writes req's messages, tools and format in Ollama's shape. Ollama has no
+// tool_choice: "none" sends no tools; any other choice leaves the call to the model.
+func ollamaChat(req engines.ChatRequest) (msgs []chatMessage, tools []chatTool, format json.RawMessage, err error) {
+	for _, m := range req.Messages {
+		cm := chatMessage{Role: m.Role, Content: m.Content, ToolName: m.ToolName}
+		for _, tc := range m.ToolCalls {
+			var call chatToolCall
+			call.ID, call.Function.Name = tc.ID, tc.Name
+			call.Function.Arguments = json.RawMessage(cmp.Or(strings.TrimSpace(tc.Arguments), "{}"))
+			if !json.Valid(call.Function.Arguments) {
+				return nil, nil, nil, &engines.Error{Code: api.CodeBadRequest, Err: fmt.Errorf("the arguments of tool call %q are not JSON", tc.Name)}
+			}
+			cm.ToolCalls = append(cm.ToolCalls, call)
+		}
+		msgs = append(msgs, cm)
+	}
+	if string(bytes.TrimSpace(req.ToolChoice)) != `"none"` {
+		for _, t := range req.Tools {
+			var ct chatTool
+			ct.Type = "function"
+			ct.Function.Name, ct.Function.Description, ct.Function.Parameters = t.Name, t.Description, t.Parameters
+			tools = append(tools, ct)
+		}
+	}
+	if f := req.Format; f != nil {
+		format = json.RawMessage(`"json"`)
+		if len(f.Schema) > 0 {
+			format = f.Schema
+		}
+	}
+	return msgs, tools, format, nil
+}
+
+// Chat is POST /api/chat, streaming NDJSON: emit gets each piece of the answer, the tool calls
+// the model made, and a last chunk with Done set. An error from emit closes the connection at
+// once, which stops generation.
+func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest, options map[string]any, emit func(engines.ChatChunk) error) error {
+	messages, tools, format, err := ollamaChat(req)
+	if err != nil {
+		return err
+	}
 	if len(messages) == 0 {
 		// An absent or empty message list would load or unload instead of answering.
 		return &engines.Error{Code: api.CodeBadRequest, Err: errors.New("a chat needs at least one message")}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodPost, "/api/chat", chatRequest{Model: model, Messages: messages, Stream: true, KeepAlive: KeepForever, Options: options})
+	resp, err := c.do(ctx, http.MethodPost, "/api/chat", chatRequest{Model: model, Messages: messages, Stream: true, KeepAlive: KeepForever, Options: options,
+		Tools: tools, Format: format})
 	if err != nil {
 		return err
 	}
@@ -547,7 +614,8 @@ func (c *Client) Chat(ctx context.Context, model string, messages []engines.Mess
 		}
 		var m struct {
 			Message struct {
-				Content string `json:"content"`
+				Content   string         `json:"content"`
+				ToolCalls []chatToolCall `json:"tool_calls"`
 			} `json:"message"`
 			Done            bool   `json:"done"`
 			DoneReason      string `json:"done_reason"`
@@ -558,12 +626,23 @@ func (c *Client) Chat(ctx context.Context, model string, messages []engines.Mess
 			return fmt.Errorf("unreadable chat line %q: %w", truncate(b), err)
 		}
 		ch := engines.ChatChunk{Content: m.Message.Content}
+		for _, tc := range m.Message.ToolCalls {
+			ch.ToolCalls = append(ch.ToolCalls, engines.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: string(tc.Function.Arguments)})
+		}
+		if len(ch.ToolCalls) > 0 && m.Done {
+			// A call in the last chunk goes in a chunk of its own first, as the contract says.
+			if err := emit(engines.ChatChunk{ToolCalls: ch.ToolCalls}); err != nil {
+				emitErr = err
+				return err
+			}
+			ch.ToolCalls = nil
+		}
 		if m.Done {
 			done = true
 			ch.Done, ch.FinishReason = true, m.DoneReason
 			ch.PromptTokens, ch.CompletionTokens = m.PromptEvalCount, m.EvalCount
 		}
-		if ch.Content == "" && !ch.Done {
+		if ch.Content == "" && !ch.Done && len(ch.ToolCalls) == 0 {
 			return nil
 		}
 		if err := emit(ch); err != nil {

@@ -260,7 +260,7 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	for k, v := range loadOptions(m) {
 		opts[k] = v
 	}
-	return d.c.Chat(ctx, ref, req.Messages, opts, emit)
+	return d.c.Chat(ctx, ref, req, opts, emit)
 }
 
 // Instance is a model served by a daemon: it has no process of its own, so Done never closes

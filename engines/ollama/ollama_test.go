@@ -262,7 +262,7 @@ func FuzzChatStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		// The server echoes the model name as the answer body.
 		done := false
-		err := c.Chat(context.Background(), string(body), []engines.Message{{Role: "user", Content: "x"}}, nil, func(ch engines.ChatChunk) error {
+		err := c.Chat(context.Background(), string(body), engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "x"}}}, nil, func(ch engines.ChatChunk) error {
 			if done {
 				t.Fatal("a chunk after the last one")
 			}
