@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"bytes"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -126,44 +125,40 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	}
 }
 
-// acceptDoc merges a document (see the merge rule in doc.go). A newer small document is
-// gossiped on; a document about ourselves only ever pushes our generation forward.
+// acceptDoc takes a document from gossip, push/pull or TCP, whoever relayed it. Only the
+// document the node's current metadata names (by hash, see doc.go) is kept; another one is set
+// aside until metadata names it, and a document about ourselves is ignored: what we publish is
+// ours alone to say.
 func (m *Mesh) acceptDoc(doc *stateDoc, wire []byte) {
 	if doc.Node == m.name {
-		m.mu.Lock()
-		cur := m.docs[m.name]
-		stale := doc.Gen > m.local.gen || (doc.Gen == m.local.gen && cur.doc != nil && !bytes.Equal(wire, cur.wire))
-		publish := stale && m.local.host != nil
-		if stale {
-			// The mesh remembers a generation of ours we have not reached: we restarted with a
-			// clock set back. The next document goes above it.
-			m.local.gen = doc.Gen
-			m.local.force = true
-		}
-		m.mu.Unlock()
-		if publish {
-			m.log.Warn("the mesh holds a newer state document of this node; publishing above it", "gen", doc.Gen)
-			m.republish()
-		}
 		return
 	}
-	e := docEntry{doc: doc, wire: wire, at: time.Now()}
+	e := docEntry{doc: doc, wire: wire, hash: docHash(wire), at: time.Now()}
 	m.mu.Lock()
-	old := m.docs[doc.Node]
-	if !e.newer(old) {
-		m.mu.Unlock()
+	defer m.mu.Unlock()
+	mb := m.members[doc.Node]
+	if mb == nil || mb.metaErr != nil {
 		return
 	}
-	m.docs[doc.Node] = e
-	if mb := m.members[doc.Node]; mb != nil {
-		mb.updated = e.at
-		if doc.Gen >= mb.meta.Gen {
-			mb.wantSince = time.Time{}
+	if e.hash != mb.meta.DocHash {
+		if m.docs[doc.Node].hash != e.hash {
+			m.pending[doc.Node] = e // most likely the metadata naming it is a packet behind
 		}
+		return
 	}
-	m.mu.Unlock()
-	if len(wire) <= maxGossipDoc {
-		m.queue.QueueBroadcast(&broadcast{name: "doc:" + doc.Node, msg: append([]byte{msgDoc}, wire...)})
+	m.storeDocLocked(mb, e)
+}
+
+// storeDocLocked keeps e, the document mb's metadata names, and gossips it on if small.
+func (m *Mesh) storeDocLocked(mb *member, e docEntry) {
+	delete(m.pending, mb.name)
+	if m.docs[mb.name].hash == e.hash {
+		return
+	}
+	m.docs[mb.name] = e
+	mb.updated, mb.wantSince = e.at, time.Time{}
+	if len(e.wire) <= maxGossipDoc {
+		m.queue.QueueBroadcast(&broadcast{name: "doc:" + mb.name, msg: append([]byte{msgDoc}, e.wire...)})
 	}
 	signal(m.changed)
 }

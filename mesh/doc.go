@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"compress/flate"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -39,14 +40,17 @@ import (
 //     owner over TCP (rule 2). Carrying every document every time cost ~0.8 kB/s per member at
 //     50 members, most of the 1 kB/s budget; the digest costs a few bytes per member.
 //
-// Merge rule, per node: the document with the higher generation wins; at equal generations the
-// one whose encoded bytes sort higher wins (an owner never publishes two documents under one
-// generation, so in practice they are identical). The merge is therefore idempotent (merging a
-// document twice changes nothing), commutative and associative (the result is the maximum under
-// a total order, whatever the order of arrival) — tests check all three. An owner's generation
-// never goes backwards: it starts at the wall clock in microseconds, grows by at least one per
-// change, and jumps past any higher generation of its own name the mesh still remembers (a
-// restart with a clock set back).
+// Ownership. A node's document comes from that node only, whoever relays it: the node's
+// metadata carries the hash of its current document (tagDocHash), and a member keeps a
+// document only when the metadata it holds for that node names it. memberlist itself keeps
+// each node's metadata as the node last published it (an alive message about a node that
+// differs from what the node says is refuted by the node), so a member with the key cannot
+// put words in another node's mouth by gossiping a document with a huge generation: the
+// document is not the one named, and is never shown. A document that arrives before the
+// metadata naming it waits aside (one per node) until it is named; one named but missing is
+// fetched from its owner (rule 2). A node ignores documents about itself. Generations still
+// order a node's own documents — the wall clock in microseconds, at least one more per
+// change — but no member other than the owner moves them, so they are never exhausted.
 const (
 	docVersion   = 1       // JSON layout of stateDoc; bumped only for incompatible changes
 	docWire      = 1       // first byte of an encoded document: deflate-compressed JSON follows
@@ -151,22 +155,22 @@ func clampDoc(d *stateDoc) {
 }
 
 // docEntry is a stored document with the exact bytes it arrived as, so relays forward what
-// the owner wrote and the tie-break compares the same bytes everywhere.
+// the owner wrote and every member hashes the same bytes.
 type docEntry struct {
 	doc  *stateDoc
 	wire []byte
+	hash string    // docHash(wire)
 	at   time.Time // when it arrived
 }
 
-// newer reports whether e should replace old under the merge rule.
-func (e docEntry) newer(old docEntry) bool {
-	if old.doc == nil {
-		return true
-	}
-	if e.doc.Gen != old.doc.Gen {
-		return e.doc.Gen > old.doc.Gen
-	}
-	return bytes.Compare(e.wire, old.wire) > 0
+// docHashSize is how much of a SHA-256 names a document in metadata: 128 bits, so no member
+// can make another document with the same name.
+const docHashSize = 16
+
+// docHash names a document by its wire form.
+func docHash(wire []byte) string {
+	sum := sha256.Sum256(wire)
+	return string(sum[:docHashSize])
 }
 
 // Messages between members (memberlist user messages) start with a type byte.

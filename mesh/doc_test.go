@@ -5,6 +5,7 @@ import (
 	"compress/flate"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -78,68 +79,75 @@ func TestDocIgnoresUnknownFieldsAndRefusesBadOnes(t *testing.T) {
 	require.ErrorContains(t, err, "over")
 }
 
-// merge applies the rule of doc.go to a store, as acceptDoc does.
-func merge(store map[string]docEntry, e docEntry) {
-	if e.newer(store[e.doc.Node]) {
-		store[e.doc.Node] = e
-	}
-}
-
-func storeKey(store map[string]docEntry) string {
-	var b strings.Builder
-	for _, n := range []string{"a", "b", "c"} {
-		fmt.Fprintf(&b, "%s:%x;", n, store[n].wire)
-	}
-	return b.String()
-}
-
-// TestMergeIsIdempotentCommutativeAssociative: whatever the order and repetition in which
-// documents arrive, every member ends with the same store.
-func TestMergeIsIdempotentCommutativeAssociative(t *testing.T) {
+// TestOnlyTheNamedDocumentIsKept: whatever documents about a node arrive, in whatever order and
+// however often — older ones, newer ones, ones with the largest generation — a member keeps the
+// one the node's metadata names, and one that arrived early is kept as soon as it is named.
+func TestOnlyTheNamedDocumentIsKept(t *testing.T) {
+	x := newCluster(t).add("x", api.RoleConsole)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var all []docEntry
+	named := map[string]docEntry{}
 	for _, n := range []string{"a", "b", "c"} {
-		for _, gen := range []uint64{1, 2, 2, 5} { // two different documents under generation 2
+		for _, gen := range []uint64{1, 2, 2, 5, math.MaxUint64} {
 			d := sampleDoc(n, gen, 1)
 			d.Placements[0].Model = fmt.Sprintf("m%d", rng.IntN(1000))
 			w := mustEncode(t, d)
 			dd, err := decodeDoc(w)
 			require.NoError(t, err)
-			all = append(all, docEntry{doc: dd, wire: w})
-		}
-	}
-	reference := map[string]docEntry{}
-	for _, e := range all {
-		merge(reference, e)
-	}
-	for _, n := range []string{"a", "b", "c"} {
-		require.Equal(t, uint64(5), reference[n].doc.Gen)
-	}
-	for range 200 {
-		order := rng.Perm(len(all))
-		store := map[string]docEntry{}
-		for _, i := range order {
-			merge(store, all[i])
-			if rng.IntN(3) == 0 {
-				merge(store, all[i]) // again: idempotent
+			e := docEntry{doc: dd, wire: w, hash: docHash(w)}
+			all = append(all, e)
+			if gen == 2 {
+				named[n] = e // the node published this one, whatever else travels
 			}
 		}
-		require.Equal(t, storeKey(reference), storeKey(store))
 	}
-	// Ties break the same way in either order.
-	var tie []docEntry
+	setMeta := func(n, hash string) {
+		b, err := encodeMeta(nodeMeta{Role: api.RoleAgent, APIAddr: n + ".test:1", DocHash: hash})
+		require.NoError(t, err)
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		mb := x.members[n]
+		if mb == nil {
+			mb = &member{name: n, state: api.Alive}
+			x.members[n] = mb
+		}
+		x.updateMetaLocked(mb, b)
+	}
+	hashes := func() map[string]string {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		out := map[string]string{}
+		for n := range named {
+			out[n] = x.docs[n].hash
+		}
+		return out
+	}
+	for n, e := range named {
+		setMeta(n, e.hash)
+	}
+	want := map[string]string{}
+	for n, e := range named {
+		want[n] = e.hash
+	}
+	for range 50 {
+		for _, i := range rng.Perm(len(all)) {
+			x.acceptDoc(all[i].doc, all[i].wire)
+			if rng.IntN(3) == 0 {
+				x.acceptDoc(all[i].doc, all[i].wire) // again: idempotent
+			}
+		}
+		require.Equal(t, want, hashes())
+	}
+	// The node's next document arrives before the metadata naming it, and is kept once named.
 	for _, e := range all {
-		if e.doc.Node == "a" && e.doc.Gen == 2 {
-			tie = append(tie, e)
+		if e.doc.Node == "a" && e.doc.Gen == 5 {
+			x.acceptDoc(e.doc, e.wire)
+			require.Equal(t, want, hashes(), "not named yet: set aside")
+			setMeta("a", e.hash)
+			want["a"] = e.hash
 		}
 	}
-	require.Len(t, tie, 2)
-	s1, s2 := map[string]docEntry{}, map[string]docEntry{}
-	merge(s1, tie[0])
-	merge(s1, tie[1])
-	merge(s2, tie[1])
-	merge(s2, tie[0])
-	require.Equal(t, s1["a"].wire, s2["a"].wire)
+	require.Equal(t, want, hashes())
 }
 
 func TestMessagesRoundTrip(t *testing.T) {

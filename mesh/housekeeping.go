@@ -62,13 +62,9 @@ func (m *Mesh) housekeep(now time.Time) {
 		}
 		m.emitLocked(mb)
 
-		// A newer document than ours exists: wait a moment for gossip if it travels that way,
-		// then ask its owner over TCP, again every fetchRetry until it arrives.
-		have := uint64(0)
-		if e, ok := m.docs[name]; ok {
-			have = e.doc.Gen
-		}
-		if mb.state != api.Alive || mb.metaErr != nil || mb.meta.Gen <= have {
+		// The metadata names a document we do not hold: wait a moment for gossip if it travels
+		// that way, then ask its owner over TCP, again every fetchRetry until it arrives.
+		if mb.state != api.Alive || mb.metaErr != nil || mb.meta.DocHash == "" || m.docs[name].hash == mb.meta.DocHash {
 			mb.wantSince = time.Time{}
 			continue
 		}
@@ -87,6 +83,11 @@ func (m *Mesh) housekeep(now time.Time) {
 	for name, e := range m.docs {
 		if _, ok := m.members[name]; !ok && now.Sub(e.at) > m.t.retainGone {
 			delete(m.docs, name)
+		}
+	}
+	for name := range m.pending {
+		if _, ok := m.members[name]; !ok {
+			delete(m.pending, name)
 		}
 	}
 	if changed {

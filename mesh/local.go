@@ -36,7 +36,6 @@ type localState struct {
 	placements []api.Placement
 	sig        signature
 	gen        uint64 // generation of the last document; the next is higher
-	force      bool   // publish even if nothing changed (our generation was overtaken)
 }
 
 // SetLocal publishes this agent's state: its host and placements. It is cheap to call often:
@@ -60,7 +59,7 @@ func (m *Mesh) SetLocal(host api.Host, placements []api.Placement) error {
 	sig := newSignature(&host, ps)
 
 	m.mu.Lock()
-	if m.local.host != nil && !m.local.force && !m.local.sig.differs(sig) {
+	if m.local.host != nil && !m.local.sig.differs(sig) {
 		m.mu.Unlock()
 		return nil
 	}
@@ -74,24 +73,6 @@ func (m *Mesh) SetLocal(host api.Host, placements []api.Placement) error {
 	return nil
 }
 
-// republish publishes the last state again under a new generation.
-func (m *Mesh) republish() {
-	m.mu.Lock()
-	if m.local.host == nil {
-		m.mu.Unlock()
-		return
-	}
-	h := *m.local.host
-	small, err := m.publishLocked(&h, m.local.placements, m.local.sig)
-	wire := m.docs[m.name].wire
-	m.mu.Unlock()
-	if err != nil {
-		m.log.Error("republishing local state", "err", err)
-		return
-	}
-	m.announce(wire, small)
-}
-
 // publishLocked makes the next document and metadata; on error nothing changes.
 func (m *Mesh) publishLocked(h *api.Host, ps []api.Placement, sig signature) (small bool, err error) {
 	now := time.Now()
@@ -103,6 +84,8 @@ func (m *Mesh) publishLocked(h *api.Host, ps []api.Placement, sig signature) (sm
 	small = len(wire) <= maxGossipDoc
 	nm := metaFromHost(h, ps, gen, small)
 	nm.Seq = m.startSeq
+	hash := docHash(wire)
+	nm.DocHash = hash
 	meta, err := encodeMeta(nm)
 	if err != nil {
 		return false, err
@@ -113,7 +96,7 @@ func (m *Mesh) publishLocked(h *api.Host, ps []api.Placement, sig signature) (sm
 	}
 	m.local = localState{host: stored.Host, placements: stored.Placements, sig: sig, gen: gen}
 	m.meta.Store(&meta)
-	m.docs[m.name] = docEntry{doc: stored, wire: wire, at: now}
+	m.docs[m.name] = docEntry{doc: stored, wire: wire, hash: hash, at: now}
 	if self := m.members[m.name]; self != nil {
 		self.setMeta(meta)
 		self.updated = now

@@ -211,6 +211,9 @@ func (m *Mesh) updateMetaLocked(mb *member, b []byte) {
 	if mb.meta.APIAddr != oldAPI {
 		mb.reach = reachState{}
 	}
+	if p, ok := m.pending[mb.name]; ok && mb.metaErr == nil && p.hash == mb.meta.DocHash {
+		m.storeDocLocked(mb, p)
+	}
 }
 
 // acceptLive applies a liveness notice (see liveNotice) and gossips it on if it was news.

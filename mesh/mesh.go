@@ -103,6 +103,7 @@ type Mesh struct {
 	mu         sync.Mutex // guards everything below; never held while calling memberlist
 	members    map[string]*member
 	docs       map[string]docEntry
+	pending    map[string]docEntry // per node: a document its metadata does not name (yet)
 	local      localState
 	liveSeq    uint64 // our own liveness notices
 	startSeq   uint64 // liveSeq at start, in our metadata
@@ -160,6 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		joinCh:     make(chan struct{}, 1),
 		members:    map[string]*member{},
 		docs:       map[string]docEntry{},
+		pending:    map[string]docEntry{},
 		candidates: map[string]*candidate{},
 		foreign:    map[string]discovery.Peer{},
 		done:       make(chan struct{}),

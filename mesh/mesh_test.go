@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -228,27 +229,51 @@ func TestLargeDocumentsTravelOverTCP(t *testing.T) {
 	})
 }
 
-func TestGenerationNeverGoesBackwards(t *testing.T) {
-	c := newCluster(t)
-	a := c.add("a", api.RoleAgent)
-	b := c.add("b", api.RoleAgent)
-	waitFor(t, 10*time.Second, []*Mesh{a, b}, "formed", allAlive("a", "b"))
-	require.NoError(t, a.SetLocal(hostOf(1<<30), nil))
-
-	// The mesh remembers a document of "a" from the future (a restart with the clock set back).
-	future := sampleDoc("a", uint64(time.Now().Add(time.Hour).UnixMicro()), 0)
-	wire := mustEncode(t, future)
-	(*delegate)(a).NotifyMsg(append([]byte{msgDoc}, wire...))
-
+// TestAForgedDocumentTakesNoNodesPlace: a member with the key gossips, pushes and relays a
+// document about another node with the largest generation there is. No member shows it, the
+// node's own generation is untouched, and its next change reaches everyone.
+func TestAForgedDocumentTakesNoNodesPlace(t *testing.T) {
+	a := startReal(t, "a", api.RoleAgent)
+	b := startReal(t, "b", api.RoleAgent, a.GossipAddr())
+	console := startReal(t, "console", api.RoleConsole, a.GossipAddr())
+	evil := startReal(t, "evil", api.RoleAgent, a.GossipAddr())
+	all := []*Mesh{a, b, console, evil}
+	waitFor(t, 10*time.Second, all, "formed", allAlive("a", "b", "console", "evil"))
+	require.NoError(t, a.SetLocal(hostOf(1<<30), []api.Placement{placement("p1", "real", api.StateReady)}))
+	waitFor(t, 10*time.Second, all, "a's document everywhere", func(v View) bool { return len(v.Ready("default", "real")) == 1 })
 	a.mu.Lock()
-	gen := a.local.gen
+	genBefore := a.local.gen
 	a.mu.Unlock()
-	require.Greater(t, gen, future.Gen, "publishing resumed above the remembered generation")
-	waitFor(t, 5*time.Second, []*Mesh{b}, "b holds the newest document of a", func(v View) bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		e, ok := b.docs["a"]
-		return ok && e.doc.Gen == gen && e.doc.Host.Memory.Committed == 1<<30
+
+	forged := sampleDoc("a", math.MaxUint64, 1)
+	forged.Placements[0].Model = "forged"
+	wire := mustEncode(t, forged)
+	msg := append([]byte{msgDoc}, wire...)
+	evil.mu.Lock()
+	evil.docs["a"] = docEntry{doc: forged, wire: wire, hash: docHash(wire), at: time.Now()} // for push/pull
+	evil.mu.Unlock()
+	for range 20 { // gossip, and straight to everyone over TCP
+		evil.queue.QueueBroadcast(&broadcast{name: "doc:a", msg: msg})
+		for _, m := range []*Mesh{a, b, console} {
+			evil.sendTo(m.LocalNode(), m.GossipAddr(), msg)
+		}
+	}
+	c := startReal(t, "c", api.RoleConsole, evil.GossipAddr()) // joins through the forger's push/pull
+	require.Never(t, func() bool {
+		for _, m := range []*Mesh{a, b, console, c} {
+			if len(m.View().Ready("default", "forged")) > 0 {
+				return true
+			}
+		}
+		return false
+	}, 1500*time.Millisecond, 20*time.Millisecond, "a forged document is shown")
+	a.mu.Lock()
+	require.Equal(t, genBefore, a.local.gen, "the forgery moved a's generation")
+	a.mu.Unlock()
+
+	require.NoError(t, a.SetLocal(hostOf(2<<30), []api.Placement{placement("p2", "next", api.StateReady)}))
+	waitFor(t, 10*time.Second, []*Mesh{b, console, c}, "a's next document everywhere", func(v View) bool {
+		return len(v.Ready("default", "next")) == 1
 	})
 }
 

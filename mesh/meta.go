@@ -52,6 +52,7 @@ const (
 	tagFlags      = 12 // uvarint bit set, see flag*
 	tagVersion    = 13 // string: the agent's API version
 	tagSeq        = 14 // uvarint: the node's liveness sequence when it started (see liveNotice)
+	tagDocHash    = 15 // docHashSize bytes: names the node's current state document (doc.go)
 )
 
 // Figures from other members may be absurd (a bug, or a compromised keyholder): sizes are
@@ -88,6 +89,9 @@ type nodeMeta struct {
 	// Seq is where this run of the node started its liveness notices: any notice about it
 	// with a lower sequence is from an earlier run (a stale "left").
 	Seq uint64
+	// DocHash names the node's current state document (docHash of its wire form); "" before
+	// the node published one.
+	DocHash string
 }
 
 type metaAccel struct {
@@ -209,6 +213,9 @@ func encodeMeta(m nodeMeta) ([]byte, error) {
 		b = appendField(b, tagFlags, binary.AppendUvarint(nil, m.Flags))
 	}
 	b = appendString(b, tagVersion, m.AgentVersion, maxMetaVersion)
+	if m.DocHash != "" {
+		b = appendField(b, tagDocHash, []byte(m.DocHash))
+	}
 	return checkMetaSize(b)
 }
 
@@ -312,6 +319,11 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 			m.AgentVersion = api.Printable(string(v))
 		case tagSeq:
 			m.Seq = r.uint()
+		case tagDocHash:
+			if len(v) != docHashSize {
+				return nodeMeta{}, errors.New("node metadata: bad document hash")
+			}
+			m.DocHash = string(v)
 		default:
 			continue // a newer member's field
 		}

@@ -45,6 +45,7 @@ func TestMetaWorstCaseFits(t *testing.T) {
 	h, ps := worstHost()
 	worst := metaFromHost(h, ps, math.MaxUint64, true)
 	worst.Seq = math.MaxUint64
+	worst.DocHash = strings.Repeat("h", docHashSize)
 	b, err := encodeMeta(worst)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(b), memberlist.MetaMaxSize)
@@ -57,6 +58,7 @@ func TestMetaWorstCaseFits(t *testing.T) {
 	require.Len(t, m.Accels, maxMetaAccels)
 	require.Equal(t, h.APIAddr, m.APIAddr)
 	require.Equal(t, uint64(math.MaxUint64), m.Gen)
+	require.Equal(t, worst.DocHash, m.DocHash)
 	require.Equal(t, 5000, m.Ready)
 }
 

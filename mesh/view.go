@@ -129,8 +129,8 @@ func (m *Mesh) viewLocked() View {
 }
 
 // hostLocked joins what the metadata and the state document say of an agent. The document has
-// everything; metadata newer than the document (the document is still on its way) updates the
-// capacity figures it carries.
+// everything; metadata that names another document (still on its way) updates the capacity
+// figures it carries.
 func (m *Mesh) hostLocked(mb *member, live api.Liveness) (*api.Host, []api.Placement) {
 	e, ok := m.docs[mb.name]
 	if !ok || e.doc.Host == nil {
@@ -138,7 +138,7 @@ func (m *Mesh) hostLocked(mb *member, live api.Liveness) (*api.Host, []api.Place
 	}
 	h := *e.doc.Host
 	h.Name = mb.name
-	if mb.meta.Gen > e.doc.Gen {
+	if e.hash != mb.meta.DocHash {
 		h.Memory, h.Placements, h.APIAddr = mb.meta.Memory, mb.meta.Placements, mb.meta.APIAddr
 	}
 	ps := make([]api.Placement, len(e.doc.Placements))
