@@ -109,6 +109,13 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		m.log.Warn("dropping push/pull state", "err", err)
 		return
 	}
+	for _, n := range s.leaves {
+		m.acceptLive(n)
+	}
+	for _, g := range s.gone {
+		m.acceptGone(g)
+	}
+	// Documents last: a gone member's metadata, which names its document, came just above.
 	for _, w := range s.docs {
 		doc, err := decodeDoc(w)
 		if err != nil {
@@ -116,12 +123,6 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 			continue
 		}
 		m.acceptDoc(doc, w)
-	}
-	for _, n := range s.leaves {
-		m.acceptLive(n)
-	}
-	for _, g := range s.gone {
-		m.acceptGone(g)
 	}
 }
 
@@ -137,17 +138,20 @@ func (m *Mesh) acceptDoc(doc *stateDoc, wire []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mb := m.members[doc.Node]
-	if mb == nil || mb.metaErr != nil {
-		return
-	}
-	if e.hash != mb.meta.DocHash {
-		if m.docs[doc.Node].hash != e.hash {
-			m.pending[doc.Node] = e // most likely the metadata naming it is a packet behind
+	if mb == nil || mb.metaErr != nil || e.hash != mb.meta.DocHash {
+		// Most likely the node, or the metadata naming this document, is a packet behind.
+		_, known := m.pending[doc.Node]
+		if m.docs[doc.Node].hash != e.hash && (known || len(m.pending) < maxPendingDocs) {
+			m.pending[doc.Node] = e
 		}
 		return
 	}
 	m.storeDocLocked(mb, e)
 }
+
+// maxPendingDocs bounds the documents set aside: one per node, and a member with the key could
+// invent any number of nodes.
+const maxPendingDocs = 256
 
 // storeDocLocked keeps e, the document mb's metadata names, and gossips it on if small.
 func (m *Mesh) storeDocLocked(mb *member, e docEntry) {

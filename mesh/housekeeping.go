@@ -85,9 +85,9 @@ func (m *Mesh) housekeep(now time.Time) {
 			delete(m.docs, name)
 		}
 	}
-	for name := range m.pending {
-		if _, ok := m.members[name]; !ok {
-			delete(m.pending, name)
+	for name, e := range m.pending {
+		if _, ok := m.members[name]; !ok && now.Sub(e.at) > m.t.fetchRetry {
+			delete(m.pending, name) // no such member came: nothing will ever name it
 		}
 	}
 	if changed {
