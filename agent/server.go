@@ -36,7 +36,7 @@ type ServerConfig struct {
 	// Mesh returns the mesh view when the agent runs in a mesh; nil serves a view of this host alone.
 	Mesh func() api.MeshView
 	// OpenMetrics serves /metrics without a token (for a scraper on a trusted network).
-	// By default /metrics needs a token like every other route but /healthz and /readyz.
+	// By default /metrics needs the admin token: its labels name every namespace's models.
 	OpenMetrics bool
 	// Heartbeat is how often an idle event stream gets a comment line (proxies drop silent
 	// connections); 15 s when zero.
@@ -78,7 +78,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.OpenMetrics {
 		s.mux.Handle("GET /metrics", s.a.metrics.Handler())
 	} else {
-		s.Handle("GET /metrics", s.a.metrics.Handler())
+		s.Handle("GET /metrics", adminOnly(s.a.metrics.Handler()))
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, api.Errorf(api.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
@@ -113,6 +113,18 @@ func (s *Server) Mount(pattern string, h http.Handler, r Route) {
 		return
 	}
 	s.mux.Handle(pattern, s.authenticate(h, r))
+}
+
+// adminOnly refuses every token but the admin's: the metrics are the whole host's, labelled
+// with every namespace's model names, so a namespace token must not read them.
+func adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !principal(r).Admin {
+			WriteError(w, api.Errorf(api.CodeNamespaceNotAllow, "%s needs the admin token: it shows every namespace", r.URL.Path))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Handler is the server's root handler.

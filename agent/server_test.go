@@ -74,6 +74,17 @@ func TestAuthentication(t *testing.T) {
 	if _, err := s.nsClient(t, "team-a").Host(context.Background()); err != nil {
 		t.Fatalf("namespace token on /v1/host: %v", err)
 	}
+	// The metrics are the whole host's, every namespace's models in their labels.
+	nsTok, err := api.NamespaceToken(api.AdminToken(s.secret), "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, eb := do(t, "GET", s.url+"/metrics", nsTok, ""); resp.StatusCode != http.StatusForbidden || eb.Error == nil || eb.Error.Code != api.CodeNamespaceNotAllow {
+		t.Errorf("/metrics with a namespace token: %d %+v", resp.StatusCode, eb.Error)
+	}
+	if resp, _ := do(t, "GET", s.url+"/metrics", api.AdminToken(s.secret), ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("/metrics with the admin token: %d", resp.StatusCode)
+	}
 	if resp, eb := do(t, "GET", s.url+"/v1/nothing", api.AdminToken(s.secret), ""); resp.StatusCode != 404 || eb.Error.Code != api.CodeNotFound {
 		t.Fatalf("unknown route: %d %+v", resp.StatusCode, eb.Error)
 	}

@@ -103,7 +103,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 
 	f.StringVar(&o.listen, "listen", ":7777", "API address; every route but /healthz and /readyz needs a token, engines stay on loopback")
 	f.StringVar(&o.advertise, "advertise", "", "API address peers reach this host at (default: the listen address, or this host's address on its default route)")
-	f.BoolVar(&o.metricsOpen, "metrics-open", false, "serve /metrics without a token (by default it needs one, like the rest of the API)")
+	f.BoolVar(&o.metricsOpen, "metrics-open", false, "serve /metrics without a token (by default it needs the admin token: it shows every namespace)")
 
 	f.StringVar(&o.joinString, "join-string", "", "the mesh's join string (from `llmkube-agent init`); also $"+envJoin)
 	f.StringVar(&o.joinFile, "join-file", "", "read the join string from this file (mode 0600)")
