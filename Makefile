@@ -18,7 +18,7 @@ VPKG    := github.com/llmkube/mesh/version
 STAMP   := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).Date=$(DATE)
 LDFLAGS ?= -s -w
 
-.PHONY: all build test demo bench lint release release-check clean fuzz
+.PHONY: all build test e2e demo bench lint release release-check clean fuzz
 
 all: build
 
@@ -30,6 +30,14 @@ build:
 
 test: lint
 	$(GO) test $(GOFLAGS_TEST) $(PKGS)
+
+# The mesh on a LAN of network namespaces: the real programs on four hosts, mDNS and no seeds,
+# faults (see e2e/). Needs root (CI runs it so); elsewhere it skips, saying why. The report of
+# every step's timing is printed and written to $(E2E_REPORT).
+E2E_REPORT ?= $(CURDIR)/$(BIN)/e2e-report.txt
+e2e:
+	@mkdir -p $(dir $(E2E_REPORT))
+	LLMKUBE_E2E=1 LLMKUBE_E2E_REPORT=$(E2E_REPORT) $(GO) test -count=1 -timeout 6m -v -run '^TestLAN$$' ./e2e/
 
 # A local mesh of simulated hosts (a Pi 5 with a Hailo-10H, a Mac-like host, a Linux box) and the console.
 demo:

@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// checkNamespaces uses a team-a token on every route of every agent and finds nothing of the
+// default namespace in any answer, events included; the team's own model is there (the check can
+// fail both ways).
+func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
+	var tok struct{ Token string }
+	if r, err := e.meshJSON(ctx, &tok, "token", "--namespace", teamNS); err != nil || r.code != 0 || tok.Token == "" {
+		t.Fatalf("mesh token: %v %s", err, r)
+	}
+	team := tok.Token
+
+	// What team-a must never see: the default namespace's placements, by name and id.
+	var secrets []string
+	for _, a := range e.agents() {
+		ps, err := e.client(e.laptop, a, e.admin).Placements(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.Namespace == api.DefaultNamespace {
+				secrets = append(secrets, `"`+p.Model+`"`, p.ID)
+			}
+		}
+	}
+	if len(secrets) == 0 {
+		t.Fatal("no default-namespace placement to hide: the placements above failed")
+	}
+	leaks := func(body []byte) []string {
+		var out []string
+		for _, s := range secrets {
+			if strings.Contains(string(body), s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+
+	// Events, streamed with the team token while both namespaces change.
+	var mu sync.Mutex
+	teamSeen := map[string][]api.Event{}
+	ectx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, a := range e.agents() {
+		wg.Add(1)
+		connected := make(chan error, 1)
+		go func() {
+			defer wg.Done()
+			_ = e.laptop.events(ectx, a.apiURL(), team, 0, connected, func(ev api.Event) {
+				mu.Lock()
+				teamSeen[a.Name] = append(teamSeen[a.Name], ev)
+				mu.Unlock()
+			})
+		}()
+		if err := <-connected; err != nil {
+			t.Fatalf("%s's events with the %s token: %v", a.Name, teamNS, err)
+		}
+	}
+	tc := e.client(e.laptop, e.x86, team)
+	tp, err := tc.Place(ctx, api.PlacementRequest{Source: "ollama://" + teamModel, Namespace: teamNS})
+	if err != nil {
+		t.Fatalf("placing %s in %s: %v", teamModel, teamNS, err)
+	}
+	if tp, err = tc.WaitPlacement(ctx, tp.ID, 100*time.Millisecond, nil); err != nil || tp.State != api.StateReady {
+		t.Fatalf("%s in %s: %v %+v", teamModel, teamNS, err, tp)
+	}
+	// A default-namespace placement made and deleted meanwhile.
+	ac := e.client(e.laptop, e.x86, e.admin)
+	other, err := ac.Place(ctx, api.PlacementRequest{Source: "ollama://gemma3:1b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets = append(secrets, `"gemma3:1b"`, other.ID)
+	if other, err = ac.WaitPlacement(ctx, other.ID, 100*time.Millisecond, nil); err != nil || other.State != api.StateReady {
+		t.Fatalf("gemma3:1b: %v %+v", err, other)
+	}
+	if err := ac.Delete(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	n("%s ready in %s; gemma3:1b placed and deleted in default", teamModel, teamNS)
+
+	for _, a := range e.agents() {
+		for _, path := range []string{"/v1/host", "/v1/mesh", "/v1/placements", "/v1/models", "/api/tags", "/api/ps", "/metrics"} {
+			code, body, err := e.laptop.get(ctx, a.apiURL()+path, team)
+			if err != nil {
+				t.Errorf("%s %s: %v", a.Name, path, err)
+				continue
+			}
+			if l := leaks(body); len(l) > 0 {
+				t.Errorf("GET %s on %s with the %s token (HTTP %d) shows the default namespace's %s", path, a.Name, teamNS, code, strings.Join(l, ", "))
+			}
+		}
+		// The team sees its own model everywhere it is routed (once gossip has carried it).
+		if _, err := eventually(ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
+			code, body, err := e.laptop.get(ctx, a.apiURL()+"/v1/models", team)
+			return err == nil && code == http.StatusOK && strings.Contains(string(body), `"`+teamModel+`"`),
+				fmt.Sprintf("%s's /v1/models with the %s token lacks %s: %d %v %s", a.Name, teamNS, teamModel, code, err, body)
+		}); err != nil {
+			t.Error(err)
+		}
+		// Another namespace's placement is not found, cannot be deleted, its log not read, its
+		// model not chatted with, and nothing is placed in it.
+		for _, id := range idsOf(secrets) {
+			for _, r := range []struct{ method, path string }{
+				{http.MethodGet, "/v1/placements/" + id},
+				{http.MethodGet, "/v1/placements/" + id + "/log"},
+				{http.MethodDelete, "/v1/placements/" + id},
+			} {
+				// The answer may name the id asked about, nothing else.
+				code, body, err := e.laptop.do(ctx, r.method, a.apiURL()+r.path, team, nil)
+				if err != nil || code != http.StatusNotFound || len(leaks([]byte(strings.ReplaceAll(string(body), id, "")))) > 0 {
+					t.Errorf("%s %s on %s with the %s token: %d %v %s", r.method, r.path, a.Name, teamNS, code, err, body)
+				}
+			}
+		}
+		for _, m := range []string{llamaModel, ollamaModel} {
+			c := e.chat(ctx, a, team, m, false, 4, nil)
+			if c.status != http.StatusNotFound {
+				t.Errorf("chat with default's %s on %s with the %s token: %s", m, a.Name, teamNS, c)
+			}
+			code, body, err := e.laptop.do(ctx, http.MethodPost, a.apiURL()+"/api/chat", team,
+				map[string]any{"model": m, "stream": false, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+			if err != nil || code != http.StatusNotFound {
+				t.Errorf("/api/chat with default's %s on %s with the %s token: %d %v %s", m, a.Name, teamNS, code, err, body)
+			}
+		}
+		code, body, err := e.laptop.do(ctx, http.MethodPost, a.apiURL()+"/v1/placements", team, api.PlacementRequest{Source: "ollama://gemma3:1b", Namespace: api.DefaultNamespace})
+		if err != nil || code < 400 {
+			t.Errorf("placing in default with the %s token on %s: %d %v %s", teamNS, a.Name, code, err, body)
+		}
+	}
+	// Every default placement is still there.
+	for _, id := range idsOf(secrets) {
+		if id == other.ID {
+			continue
+		}
+		found := false
+		for _, a := range e.agents() {
+			if _, err := e.client(e.laptop, a, e.admin).Placement(ctx, id); err == nil {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("placement %s is gone after the %s token tried to delete it", id, teamNS)
+		}
+	}
+
+	stop()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range e.agents() {
+		var sawTeam bool
+		for _, ev := range teamSeen[a.Name] {
+			b, _ := json.Marshal(ev)
+			if l := leaks(b); len(l) > 0 {
+				t.Errorf("%s's events with the %s token show the default namespace's %s: %s", a.Name, teamNS, strings.Join(l, ", "), b)
+			}
+			if ev.Placement != nil && ev.Placement.Model == teamModel {
+				sawTeam = true
+			}
+		}
+		if a == e.x86 && !sawTeam {
+			t.Errorf("x86's events with the %s token never showed %s: %d events", teamNS, teamModel, len(teamSeen[a.Name]))
+		}
+		n("%s: %d events with the %s token", a.Name, len(teamSeen[a.Name]), teamNS)
+	}
+}
+
+// idsOf picks the placement ids out of the secrets (names are quoted).
+func idsOf(secrets []string) []string {
+	var out []string
+	for _, s := range secrets {
+		if !strings.HasPrefix(s, `"`) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// checkAdmission: a model that does not fit is refused from its size, before any byte is
+// pulled; a Hailo model on a host without one is refused.
+func checkAdmission(ctx context.Context, t *testing.T, e *env, n note) {
+	// llama3.2:3b with a 128k context needs ~17 GiB; x86's budget is 8 GiB.
+	r := e.mesh(ctx, "place", "ollama://llama3.2:3b", "--host", e.x86.Name, "--context", "131072", "--json")
+	if r.code != 3 || !strings.Contains(r.stdout, string(api.CodeInsufficientMemory)) {
+		t.Errorf("a model too big for x86: %s", r)
+	}
+	n("llama3.2:3b at 128k context refused in %.2fs: %s", r.took.Seconds(), firstLine(r.stderr))
+	code, body, err := e.x86.get(ctx, ollamaURL+"/api/tags", "")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("x86's Ollama: %d %v", code, err)
+	}
+	if strings.Contains(string(body), "llama3.2:3b") {
+		t.Errorf("the refused model was pulled anyway: %s", body)
+	}
+	r = e.mesh(ctx, "place", "hailo://qwen2:1.5b", "--host", e.x86.Name, "--json")
+	if r.code != 3 {
+		t.Errorf("a Hailo model on x86: %s", r)
+	}
+	n("hailo://qwen2:1.5b on x86 refused in %.2fs: %s", r.took.Seconds(), firstLine(r.stderr))
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
