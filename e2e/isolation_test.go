@@ -99,8 +99,11 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 				t.Errorf("%s %s: %v", a.Name, path, err)
 				continue
 			}
+			if code == http.StatusOK && (path == "/v1/host" || path == "/v1/mesh") {
+				body = withoutCatalogue(body)
+			}
 			if l := leaks(body); len(l) > 0 {
-				t.Errorf("GET %s on %s with the %s token (HTTP %d) shows the default namespace's %s", path, a.Name, teamNS, code, strings.Join(l, ", "))
+				t.Errorf("GET %s on %s with the %s token (HTTP %d) shows the default namespace's %s: %s", path, a.Name, teamNS, code, strings.Join(l, ", "), around(body, l[0]))
 			}
 		}
 		// The team sees its own model everywhere it is routed (once gossip has carried it).
@@ -178,6 +181,47 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 		}
 		n("%s: %d events with the %s token", a.Name, len(teamSeen[a.Name]), teamNS)
 	}
+}
+
+// around is the text around the first s in body, to say where a leak is.
+func around(body []byte, s string) string {
+	i := strings.Index(string(body), s)
+	if i < 0 {
+		return ""
+	}
+	return "…" + string(body[max(0, i-120):min(len(body), i+len(s)+40)]) + "…"
+}
+
+// withoutCatalogue is a /v1/host or /v1/mesh answer without hailo-ollama's model lists: those
+// are the zoo's catalogue, the same whoever asks and whatever anyone placed, so a name there
+// tells nothing of another namespace. Any other answer comes back as it is.
+func withoutCatalogue(body []byte) []byte {
+	clear := func(h *api.Host) {
+		if h == nil {
+			return
+		}
+		for i := range h.Engines {
+			if h.Engines[i].Runtime == api.RuntimeHailoOllama {
+				h.Engines[i].Models = nil
+			}
+		}
+	}
+	var v api.MeshView
+	var h api.Host
+	var out []byte
+	switch {
+	case json.Unmarshal(body, &v) == nil && len(v.Members) > 0:
+		for i := range v.Members {
+			clear(v.Members[i].Host)
+		}
+		out, _ = json.Marshal(v)
+	case json.Unmarshal(body, &h) == nil && h.Name != "":
+		clear(&h)
+		out, _ = json.Marshal(h)
+	default:
+		return body
+	}
+	return out
 }
 
 // idsOf picks the placement ids out of the secrets (names are quoted).
