@@ -34,7 +34,9 @@ func waitsFor(t *testing.T, n note, what string) {
 
 // startLAN makes the hosts, their engines and agents: a Pi 5 with a Hailo-10H (hailo-sim) and
 // no default route, an x86 server with llama-server and Ollama, a third agent with no engine,
-// and the laptop. Every agent finds the others by mDNS alone.
+// and the laptop. Every agent finds the others by mDNS alone. The simulated Hailo library and
+// Ollama registry serve on their host's loopback, a local mirror: those agents may size and pull
+// from private addresses.
 func (e *env) startLAN(ctx context.Context, t *testing.T, n note) {
 	l := e.lab
 	pi := l.addHost("pi5", false)
@@ -52,7 +54,7 @@ func (e *env) startLAN(ctx context.Context, t *testing.T, n note) {
 	e.pi = e.newAgent(pi, e.join, demoRoot(t, pi, "pi5-hailo"), "linux", "arm64",
 		"--runtimes", "hailo-ollama", "--hailo-url", hailoURL,
 		"--hailo-manifests-dir", filepath.Join(hailoHome, ".local", "share", "hailo-ollama", "models", "manifests"),
-		"--hailo-library-url", "http://"+hailoLib)
+		"--hailo-library-url", "http://"+hailoLib, "--allow-private-downloads")
 	if err := e.pi.startEngine(ctx, "hailo-sim", nil, hailoURL+"/hailo/v1/list",
 		"--home", hailoHome, "--listen", strings.TrimPrefix(hailoURL, "http://"), "--library-listen", hailoLib,
 		"--tokens-per-second", "50", "--ttft", "50ms", "--load-time", "300ms", "--switch-delay", "200ms"); err != nil {
@@ -65,7 +67,7 @@ func (e *env) startLAN(ctx context.Context, t *testing.T, n note) {
 	}
 	e.x86 = e.newAgent(x86, e.join, demoRoot(t, x86, "gpu-server"), "linux", "amd64",
 		"--runtimes", "llama-server,ollama", "--llama-server", e.prog("llama-server"), "--gguf-dir", gguf,
-		"--ollama-url", ollamaURL, "--ollama-registry", "http://"+ollamaReg, "--memory-budget", "8GiB")
+		"--ollama-url", ollamaURL, "--ollama-registry", "http://"+ollamaReg, "--memory-budget", "8GiB", "--allow-private-downloads")
 	e.x86.extra = append(e.x86.extra, "LLAMA_SIM_LOAD_DELAY=200ms", "LLAMA_SIM_TOKENS_PER_SEC=50", "LLAMA_SIM_TTFT=50ms")
 	if err := e.x86.startOllama(ctx); err != nil {
 		t.Fatal(err)
