@@ -45,6 +45,7 @@ var settings = []struct{ flag, env, usage string }{
 	{"load-time", hailo.EnvLoadTime, "time to load a model, a `duration` (default \"model\")"},
 	{"switch-delay", hailo.EnvSwitchDelay, "pause before loading another model, a `duration` (default 2s)"},
 	{"context", hailo.EnvContext, "context size in `tokens`; a longer prompt is a 500 (default 2048)"},
+	{"final-chunks", hailo.EnvFinalChunks, "`true` sends the last chunk of streamed chats and pulls, which hailo-ollama 5.1.1 does not (default false: the connection closes after the last token)"},
 }
 
 const usageHead = `Usage: hailo-sim [flags]

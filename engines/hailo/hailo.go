@@ -188,11 +188,36 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	d.pulls.Add(1)
 	err = d.c.Pull(ctx, ref, progress)
 	d.pulls.Add(-1)
+	if errors.Is(err, ollama.ErrNoLastChunk) && ctx.Err() == nil {
+		// hailo-ollama 5.1.1 closes a pull's stream without its "success" line: the pull is done
+		// when the model is listed as downloaded.
+		if size, ok := d.listed(ctx, ref); ok {
+			d.log.Info("the pull's stream ended without success, and the model is listed: pulled", "model", ref)
+			if progress != nil {
+				progress(engines.Progress{Status: "success", Completed: size, Total: size})
+			}
+			return nil
+		}
+	}
 	if errors.Is(err, engines.ErrNotFound) {
 		// /hailo/v1/list is not always the whole zoo, so the daemon decides; the list helps.
 		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", ollama.RootCause(err), strings.Join(zoo, ", "))}
 	}
 	return err
+}
+
+// listed reports whether /api/tags lists model as downloaded, and its size.
+func (d *Driver) listed(ctx context.Context, model string) (int64, bool) {
+	tags, err := d.c.Tags(ctx)
+	if err != nil {
+		return 0, false
+	}
+	for _, t := range tags {
+		if ollama.SameModel(t.Name, model) || ollama.SameModel(t.Model, model) {
+			return max(t.Size, 0), true
+		}
+	}
+	return 0, false
 }
 
 // Load puts m on the Hailo-10H with keep_alive -1 and confirms with /api/ps. A model already on
@@ -284,7 +309,25 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 		}
 		opts := ollama.Options(req)
 		delete(opts, "stop")
-		return d.c.Chat(ctx, ref, req, opts, emit)
+		tokens := 0
+		err := d.c.Chat(ctx, ref, req, opts, func(c engines.ChatChunk) error {
+			if c.Content != "" {
+				tokens++
+			}
+			return emit(c)
+		})
+		if errors.Is(err, ollama.ErrNoLastChunk) && tokens > 0 && ctx.Err() == nil {
+			// hailo-ollama 5.1.1 closes every streamed answer without its last chunk (its public
+			// clients take that as the end): an answer that came is complete. It streams one
+			// token per line, so the lines count the tokens, and an answer as long as the limit
+			// stopped for it.
+			last := engines.ChatChunk{Done: true, FinishReason: "stop", CompletionTokens: tokens}
+			if req.MaxTokens > 0 && tokens >= req.MaxTokens {
+				last.FinishReason = "length"
+			}
+			return emit(last)
+		}
+		return err
 	})
 }
 

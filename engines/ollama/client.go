@@ -425,11 +425,11 @@ func (c *Client) Pull(ctx context.Context, model string, progress func(engines.P
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return asPull(err)
 	}
 	if !success {
-		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%s: pull of %s ended without success", c.daemon, model)}
+		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%s: the pull of %s %w, without success", c.daemon, model, ErrNoLastChunk)}
 	}
 	return nil
 }
@@ -654,14 +654,19 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 	if emitErr != nil {
 		return emitErr
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return err
 	}
 	if !done {
-		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s: the answer from %s ended before its last chunk", c.daemon, model)}
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s: the answer from %s %w", c.daemon, model, ErrNoLastChunk)}
 	}
 	return nil
 }
+
+// ErrNoLastChunk marks a stream that ended, the connection closed cleanly or not, before its
+// last chunk (a chat's done:true, a pull's "success"). hailo-ollama 5.1.1 always ends so; its
+// driver then judges by what came (engines/hailo).
+var ErrNoLastChunk = errors.New("ended before its last chunk")
 
 // maxLine bounds one NDJSON line.
 const maxLine = 4 << 20

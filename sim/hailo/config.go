@@ -60,6 +60,10 @@ type Config struct {
 	SwitchDelay time.Duration
 	// ContextTokens is every zoo HEF's context; a longer prompt fails with a 500.
 	ContextTokens int
+	// FinalChunks sends the last chunk of every streamed chat, generate and pull (done:true, or
+	// "success"). hailo-ollama 5.1.1 does not (false, the default): it closes the connection
+	// after the last token, or once the blob is verified, and clients read "unexpected EOF".
+	FinalChunks bool
 	// Clock is the time source; nil is the real clock. Tests may pass their own to control
 	// pacing and keep_alive expiry without sleeping.
 	Clock Clock
@@ -123,6 +127,7 @@ const (
 	EnvLoadTime          = "HAILO_SIM_LOAD_TIME"
 	EnvSwitchDelay       = "HAILO_SIM_SWITCH_DELAY"
 	EnvContext           = "HAILO_SIM_CONTEXT"
+	EnvFinalChunks       = "HAILO_SIM_FINAL_CHUNKS"
 )
 
 // ConfigFromEnv returns base with every setting present in the environment applied, then
@@ -190,6 +195,12 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 			return errors.New("want a whole number of tokens")
 		}
 		c.ContextTokens = n
+		return nil
+	})
+	set(EnvFinalChunks, func(v string) (err error) {
+		if c.FinalChunks, err = strconv.ParseBool(v); err != nil {
+			return errors.New("want true or false")
+		}
 		return nil
 	})
 	if len(errs) > 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -168,7 +169,7 @@ func TestChatCompletionsNonStreamingOnly(t *testing.T) {
 }
 
 func TestStreamDefaultsToNDJSON(t *testing.T) {
-	s := start(t, preload("qwen2.5-instruct:1.5b"))
+	s := start(t, func(c *Config) { c.Preloaded, c.FinalChunks = []string{"qwen2.5-instruct:1.5b"}, true })
 	for _, r := range []struct {
 		path, body, field, key string
 	}{
@@ -399,7 +400,7 @@ func TestPromptOverContextIs500(t *testing.T) {
 }
 
 func TestPullIsAnOfflineCacheHit(t *testing.T) {
-	s := start(t, nil)
+	s := start(t, func(c *Config) { c.FinalChunks = true })
 	digest := HEFDigest("qwen2:1.5b", 4096)
 	resp, b := postJSON(t, s.URL()+"/api/pull", `{"model":"qwen2:1.5b"}`)
 	require.Equal(t, 200, resp.StatusCode)
@@ -520,6 +521,7 @@ func TestLibraryListener(t *testing.T) {
 
 func TestDataFolderLayout(t *testing.T) {
 	s := start(t, func(c *Config) {
+		c.FinalChunks = true
 		c.Preloaded = []string{"deepseek_r1_distill_qwen:1.5b"}
 		c.FilenameManifests = []string{"qwen2.5-coder:1.5b"}
 		c.ConfigHome = filepath.Join(c.DataDir, "config")
@@ -704,4 +706,39 @@ func FuzzParseManifest(f *testing.F) {
 			t.Fatalf("hef_filename %q escapes the blob folder", m.hefFile)
 		}
 	})
+}
+
+// As hailo-ollama 5.1.1 does, and its public clients record: a streamed answer and a pull end
+// without their last chunk, the connection simply closing ("unexpected EOF"), though the answer
+// is whole and the pulled model is listed. A pull given only "name" is a 500.
+func TestStreamsEndWithoutTheirLastChunk(t *testing.T) {
+	s := start(t, preload("qwen2:1.5b"))
+	resp, err := client.Post(s.URL()+"/api/chat", "application/json",
+		strings.NewReader(`{"model":"qwen2:1.5b","messages":[{"role":"user","content":"tell me"}]}`))
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	want := simtext.Generate(0, "tell me", simtext.AnswerLength(0, "tell me"))
+	var text strings.Builder
+	lines := ndjsonLines(t, b)
+	require.Len(t, lines, len(want), "every token, and no last chunk")
+	for _, l := range lines {
+		assert.Equal(t, false, l["done"])
+		text.WriteString(l["message"].(map[string]any)["content"].(string))
+	}
+	assert.Equal(t, strings.Join(want, ""), text.String())
+
+	resp, err = client.Post(s.URL()+"/api/pull", "application/json", strings.NewReader(`{"model":"qwen2.5-coder:1.5b"}`))
+	require.NoError(t, err)
+	b, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	lines = ndjsonLines(t, b)
+	assert.Equal(t, "verifying sha256 digest", lines[len(lines)-1]["status"], "no success line")
+	_, b = do(t, http.MethodGet, s.URL()+"/api/tags", "", "")
+	assert.Contains(t, string(b), `"name":"qwen2.5-coder:1.5b"`, "pulled all the same")
+
+	resp, b = postJSON(t, s.URL()+"/api/pull", `{"name":"qwen2:1.5b"}`)
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode, "%s", b)
 }

@@ -228,6 +228,12 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, "pull_params", &p) {
 		return
 	}
+	if p.Model == "" {
+		// Given only Ollama's older "name" (or nothing), hailo-ollama fails on the missing
+		// "model": a 500, as its public clients record.
+		oatppError(w, http.StatusInternalServerError, "Missing model name")
+		return
+	}
 	m, ok := s.store.models[p.Model]
 	if !ok {
 		notFound(w, p.Model)
@@ -247,6 +253,9 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 	}
 	nd := startNDJSON(w)
 	err := s.store.pull(r.Context(), s.client, s.libraryURL, s.cfg.LibraryVersion, m, func(e pullEvent) error {
+		if e.Status == "success" && !s.cfg.FinalChunks {
+			cut() // as hailo-ollama: the blob is in place, "success" never comes
+		}
 		return nd.line(e)
 	}, downloaded)
 	if err != nil {
@@ -254,6 +263,11 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		nd.line(errorBody{err.Error()})
 	}
 }
+
+// cut ends a streamed answer the way hailo-ollama 5.1.1 does: the connection closes without the
+// stream's last chunk (and without the chunked encoding's end), so the client reads
+// "unexpected EOF". net/http closes the connection when a handler panics with ErrAbortHandler.
+func cut() { panic(http.ErrAbortHandler) }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 	var p modelParams
@@ -285,6 +299,9 @@ func startNDJSON(w http.ResponseWriter) *ndjson {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	f, _ := w.(http.Flusher)
+	if f != nil {
+		f.Flush() // the status goes out with the stream's start, before any line
+	}
 	return &ndjson{w, f}
 }
 
@@ -546,6 +563,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, c completion) 
 	total := s.clock.Now().Sub(begin).Nanoseconds()
 	count := len(tokens)
 	switch {
+	case nd != nil && !s.cfg.FinalChunks:
+		cut() // as hailo-ollama: the answer is all there, its last chunk never comes
 	case nd != nil:
 		nd.line(shaped(finalChunk{Model: name, CreatedAt: isoTime(s.clock.Now()), Done: true,
 			DoneReason: reason, TotalDuration: &total, EvalCount: &count}, c.kind == kindMessage, ""))
