@@ -20,6 +20,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/enginetest"
 	"github.com/llmkube/mesh/engines/hailo"
 	"github.com/llmkube/mesh/engines/llamaserver"
 	"github.com/llmkube/mesh/engines/ollama"
@@ -901,5 +902,34 @@ func TestEngineArgs(t *testing.T) {
 	_, err = s.admin.Place(ctx, api.PlacementRequest{Source: model, Name: "a,b"})
 	if codeOfErr(err) != api.CodeBadRequest || !strings.Contains(err.Error(), "splits its --alias on commas") {
 		t.Fatalf("a name with a comma: %v", err)
+	}
+}
+
+// A model made with `ollama create` on the real Ollama (no registry knows it, and nothing here
+// can reach one) is sized by the daemon and placed without a pull, then answers.
+func TestRealOllamaCreatedModelPlaces(t *testing.T) {
+	gguf := enginetest.TinyGGUF(t)
+	daemon := enginetest.StartOllama(t)
+	daemon.Create(t, "tiny", gguf)
+	od, err := ollama.New(ollama.Config{URL: daemon.URL}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{od}, func(c *Config) {
+		// A registry on a closed loopback port: were the sizer to ask one, it would fail.
+		c.Sizer = &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaRegistry: "http://127.0.0.1:9", OllamaDaemon: daemon.URL}
+	})
+	s := serve(t, a, nil)
+	p, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: "ollama://tiny", Context: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Memory.Method != api.SizeShow {
+		t.Fatalf("sized by %q, want the daemon's /api/show: %s", p.Memory.Method, p.Memory.Detail)
+	}
+	waitState(t, s.admin, p.ID, api.StateReady)
+	if answer := chat(t, a, "default", p.Model); answer == "" {
+		t.Fatal("empty answer")
 	}
 }

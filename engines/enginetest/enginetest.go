@@ -6,10 +6,17 @@
 package enginetest
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -30,11 +37,157 @@ func LlamaServer(t testing.TB) string {
 	return find(t, EnvLlamaServer, "llama-server", true)
 }
 
-// Ollama is the real ollama's path, or skips t. It runs llama-server found through the lib/ollama
-// folder next to it, so it must be run where it lies.
+// Ollama is a runnable copy of the real ollama, or skips t. Ollama runs the engines it finds in
+// lib/ollama/ next to its own executable; a copy of shared/ may have turned those links into
+// files holding their targets, so the binary is copied into a temporary folder with a lib/ollama/
+// of real links.
 func Ollama(t testing.TB) string {
 	t.Helper()
-	return find(t, EnvOllama, "ollama", true)
+	src := find(t, EnvOllama, "ollama", true)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ollama")
+	if err := copyFile(src, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(filepath.Dir(src), "lib", "ollama")
+	entries, err := os.ReadDir(lib)
+	if err != nil {
+		t.Skipf("no real ollama: %s has no lib/ollama beside it: %v", src, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "lib", "ollama"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		target, err := linkTarget(filepath.Join(lib, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, "lib", "ollama", e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
+}
+
+// linkTarget is where p points: a symbolic link's target, or the path a small file holds in
+// its place (a copy that lost its links), made absolute; anything else is p itself.
+func linkTarget(p string) (string, error) {
+	target, err := os.Readlink(p)
+	if err != nil {
+		fi, serr := os.Stat(p)
+		if serr != nil {
+			return "", serr
+		}
+		if fi.Size() > 4096 || fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+		b, rerr := os.ReadFile(p)
+		if rerr != nil {
+			return "", rerr
+		}
+		target = strings.TrimSpace(string(b))
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(p), target)
+	}
+	if _, err := os.Stat(target); err != nil {
+		return "", fmt.Errorf("%s points to %s: %w", p, target, err)
+	}
+	return target, nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// OllamaDaemon is a real Ollama serving on a loopback port for one test, its models in a
+// temporary folder. Its environment points every proxy at a closed loopback port, so the
+// registry and update checks Ollama tries fail at once and nothing leaves the machine.
+type OllamaDaemon struct {
+	URL string   // "http://127.0.0.1:<port>"
+	bin string   // the runnable copy
+	env []string // the daemon's environment, which its CLI shares
+}
+
+// noNetwork are proxy settings that send any outbound request to a closed loopback port.
+var noNetwork = []string{"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=127.0.0.1,localhost"}
+
+// StartOllama starts the real Ollama (Ollama), or skips t; t's cleanup stops it and whatever it
+// started.
+func StartOllama(t testing.TB) *OllamaDaemon {
+	t.Helper()
+	bin := Ollama(t)
+	dir := t.TempDir()
+	env := append([]string{"HOME=" + dir, "PATH=/usr/bin:/bin", "OLLAMA_MODELS=" + filepath.Join(dir, "models"), "OLLAMA_HOST=127.0.0.1:0"}, noNetwork...)
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = env
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the daemon and the runners it started
+		cmd.Wait()
+	})
+	// It logs `Listening on 127.0.0.1:<port> (version …)` once it listens.
+	listening := regexp.MustCompile(`Listening on (127\.0\.0\.1:\d+)`)
+	addr := make(chan string, 1)
+	var log bytes.Buffer
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addr <- m[1]:
+				default: // only the first counts
+				}
+			}
+			if log.Len() < 64<<10 {
+				log.WriteString(sc.Text() + "\n")
+			}
+		}
+		close(addr)
+		io.Copy(io.Discard, out) // keep draining, whatever a line's length
+	}()
+	a, ok := <-addr
+	if !ok {
+		t.Fatalf("ollama serve ended without listening:\n%s", log.String())
+	}
+	d := &OllamaDaemon{URL: "http://" + a, bin: bin, env: append(env[:len(env):len(env)], "OLLAMA_HOST="+a)}
+	return d
+}
+
+// Create makes model name from a GGUF file with `ollama create` (a Modelfile of one FROM line).
+func (d *OllamaDaemon) Create(t testing.TB, name, gguf string) {
+	t.Helper()
+	mf := filepath.Join(t.TempDir(), "Modelfile")
+	if err := os.WriteFile(mf, []byte("FROM "+gguf+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(d.bin, "create", name, "-f", mf)
+	cmd.Env = d.env
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ollama create %s: %v\n%s", name, err, b)
+	}
 }
 
 // TinyGGUF is a small real GGUF model (random weights, a real tokenizer), or skips t. It may be

@@ -301,6 +301,21 @@ func bounded(s string) string {
 	return s
 }
 
+// Has reports whether the daemon already has model (GET /api/tags, names compared as the
+// daemon does, "x" being "x:latest"), and its size on disk.
+func (c *Client) Has(ctx context.Context, model string) (int64, bool, error) {
+	tags, err := c.Tags(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, t := range tags {
+		if SameModel(t.Name, model) || SameModel(t.Model, model) {
+			return max(t.Size, 0), true, nil
+		}
+	}
+	return 0, false, nil
+}
+
 // Tags is GET /api/tags: the models present locally.
 func (c *Client) Tags(ctx context.Context) ([]Tag, error) { return getModels[Tag](ctx, c, "/api/tags") }
 

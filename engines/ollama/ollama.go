@@ -171,11 +171,25 @@ func asEngineError(err error) error {
 	return err
 }
 
-// Pull pulls m through the daemon, reporting its NDJSON progress.
+// Pull makes m available on the daemon: a model it already has (/api/tags) is used as it is,
+// and only a missing one is pulled, with its NDJSON progress. Ollama's own /api/pull always asks
+// the registry, even for a model it has: offline, or for a model made with `ollama create`, it
+// fails.
 func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engines.Progress)) error {
 	ref, err := d.ref(m)
 	if err != nil {
 		return err
+	}
+	size, ok, err := d.c.Has(ctx, ref)
+	if err != nil {
+		return asPull(err)
+	}
+	if ok {
+		d.log.Info("already on the daemon; not pulled", "model", ref, "size", size)
+		if progress != nil {
+			progress(engines.Progress{Status: "success", Completed: size, Total: size})
+		}
+		return nil
 	}
 	d.log.Info("pulling", "model", ref)
 	return d.c.Pull(ctx, ref, progress)
