@@ -196,6 +196,7 @@ func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Ro
 	oa := agent.Route{Deny: denier(dialectOpenAI), Anonymous: true}
 	ol := agent.Route{Deny: denier(dialectOllamaChat), Anonymous: true}
 	mount("GET /v1/models", http.HandlerFunc(g.openAIModels), oa)
+	mount("GET /v1/models/{id...}", http.HandlerFunc(g.openAIModel), oa)
 	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat), oa)
 	mount("GET /api/tags", http.HandlerFunc(g.ollamaTags), ol)
 	mount("GET /api/ps", http.HandlerFunc(g.ollamaPS), ol)

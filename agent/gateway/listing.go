@@ -89,23 +89,49 @@ type oaModelList struct {
 	Data   []oaModel `json:"data"`
 }
 
+// oaModelOf is one listed model in OpenAI's shape: owned_by the hosts serving it, created
+// when its oldest placement was.
+func oaModelOf(l listed) oaModel {
+	var hosts []string
+	created := l.placements[0].CreatedAt
+	for _, p := range l.placements {
+		if !slices.Contains(hosts, p.Host) {
+			hosts = append(hosts, p.Host)
+		}
+		if p.CreatedAt.Before(created) {
+			created = p.CreatedAt
+		}
+	}
+	return oaModel{ID: l.name, Object: "model", Created: created.Unix(), OwnedBy: strings.Join(hosts, ",")}
+}
+
+// openAIModel is GET /v1/models/{id}: one model the caller may use, or 404 in OpenAI's shape.
+// The id may hold slashes ("library/qwen2") and, as Ollama names go, drop or add ":latest".
+func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
+	who, ok := principal(r)
+	if !ok {
+		g.fail(w, dialectOpenAI, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		return
+	}
+	v := g.view()
+	forwarded := r.Header.Get(HopHeader) != ""
+	name := g.resolve(who, r.PathValue("id"), forwarded, v)
+	for _, l := range g.served(who) {
+		if l.name == name {
+			g.listWith(w, r, dialectOpenAI, func(api.Principal) any { return oaModelOf(l) })
+			return
+		}
+	}
+	g.fail(w, dialectOpenAI, g.notServed(who, name, forwarded, v))
+}
+
 // openAIModels is GET /v1/models: every model the caller may use, owned_by the host serving it
 // (a local replica first; replicas on several hosts are listed once, their hosts joined by ",").
 func (g *Gateway) openAIModels(w http.ResponseWriter, r *http.Request) {
 	g.listWith(w, r, dialectOpenAI, func(who api.Principal) any {
 		list := oaModelList{Object: "list", Data: []oaModel{}}
 		for _, l := range g.served(who) {
-			var hosts []string
-			created := l.placements[0].CreatedAt
-			for _, p := range l.placements {
-				if !slices.Contains(hosts, p.Host) {
-					hosts = append(hosts, p.Host)
-				}
-				if p.CreatedAt.Before(created) {
-					created = p.CreatedAt
-				}
-			}
-			list.Data = append(list.Data, oaModel{ID: l.name, Object: "model", Created: created.Unix(), OwnedBy: strings.Join(hosts, ",")})
+			list.Data = append(list.Data, oaModelOf(l))
 		}
 		return list
 	})

@@ -188,6 +188,21 @@ func TestModelsListing(t *testing.T) {
 	resp, b := call(t, "GET", n.url+"/v1/models", "", "")
 	assert.Equal(t, 401, resp.StatusCode, "%s", b)
 
+	// One model by its id, with openai-go; another namespace's is as absent as none.
+	ca := openAIClient(n, nsToken(t, "team-a"))
+	m, err := ca.Models.Get(t.Context(), "llama")
+	require.NoError(t, err)
+	assert.Equal(t, "llama", m.ID)
+	assert.Equal(t, "node-a", m.OwnedBy)
+	_, err = ca.Models.Get(t.Context(), "qwen")
+	var oe *openai.Error
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 404, oe.StatusCode)
+	assert.Equal(t, "model_not_found", oe.Code)
+	resp, b = call(t, "GET", n.url+"/v1/models/llama:latest", adminToken, "")
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	assert.Contains(t, string(b), `"id":"llama"`)
+
 	// A route the gateway does not have is a 404 in OpenAI's error shape, with its type.
 	resp, b = call(t, "GET", n.url+"/v1/nothing", "", "")
 	require.Equal(t, 404, resp.StatusCode, "%s", b)
