@@ -1,0 +1,54 @@
+package gateway_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// jsClients is the JS project of the official clients (testdata/jsclients: package.json and
+// package-lock.json; `npm ci` there installs them, as .ci/run does).
+const jsClients = "testdata/jsclients"
+
+// runJSClients runs the official JS clients (OpenAI SDK, Ollama SDK, the AI SDK) against the
+// gateway at url, or skips, saying why, when node or the installed packages are missing.
+func runJSClients(t *testing.T, url, token, model string, tools, responses bool) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: the JS client tests need Node.js 18 or later")
+	}
+	if _, err := os.Stat(filepath.Join(jsClients, "node_modules")); err != nil {
+		t.Skipf("the JS clients are not installed: run `npm ci` in agent/gateway/%s (%v)", jsClients, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "clients.mjs")
+	cmd.Dir = jsClients
+	flag := map[bool]string{true: "1", false: "0"}
+	cmd.Env = append(os.Environ(), "GATEWAY="+url, "TOKEN="+token, "MODEL="+model,
+		"TOOLS="+flag[tools], "RESPONSES="+flag[responses], "NO_COLOR=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("node clients.mjs:\n%s", out)
+	require.NoError(t, err, "a JS client check failed (its line above says which)")
+}
+
+// TestJSClients: the official JS clients, streaming and not, tools included, against agents
+// on loopback serving the simulators: an Ollama placement on the agent itself, and a
+// llama-server placement on another agent, reached by forwarding.
+func TestJSClients(t *testing.T) {
+	sim := ollamaSim(t, nil, "llama3.2:1b")
+	front := ollamaNode(t, "front", sim, nil)
+	place(t, front, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama", Namespace: "team"})
+	back := llamaServerNode(t, "back")
+	join(t, front, back)
+	t.Run("ollama", func(t *testing.T) { runJSClients(t, front.url, nsToken(t, "team"), "llama", true, false) })
+	t.Run("llama-server, forwarded", func(t *testing.T) { runJSClients(t, front.url, adminToken, "tiny", true, false) })
+}
