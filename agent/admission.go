@@ -278,4 +278,10 @@ func (a *Agent) evictLocked(pl *placement, v verdict) {
 		evict(o, "replaced by "+newcomer(o)+" on the Hailo-10H, which runs one model at a time", "swap")
 		pl.victims = append(pl.victims, o)
 	}
+	for _, o := range v.victims {
+		a.pruneLocked(o.p.Namespace)
+	}
+	if v.swap != nil {
+		a.pruneLocked(v.swap.p.Namespace)
+	}
 }

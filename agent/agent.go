@@ -548,6 +548,27 @@ func (a *Agent) save() error {
 		s.Placements = append(s.Placements, pl.p)
 	}
 	a.mu.Unlock()
+	// Records of failures are the first to go when the document would not load again: the
+	// placements that run must be remembered, why old ones failed need not.
+	for {
+		b, err := state.Encode(s)
+		if err != nil || len(b) <= state.MaxSize {
+			break
+		}
+		drop := (len(b)-state.MaxSize)/(len(b)/max(1, len(s.Placements))) + 1
+		before := len(s.Placements)
+		s.Placements = slices.DeleteFunc(s.Placements, func(p api.Placement) bool {
+			if drop > 0 && p.State.Terminal() {
+				drop--
+				return true
+			}
+			return false
+		})
+		if len(s.Placements) == before {
+			break // only running placements left: Save refuses, the last good file stays
+		}
+		a.log.Warn("state too large: the oldest failed placements' records are not saved", "dropped", before-len(s.Placements))
+	}
 	return a.cfg.State.Save(s)
 }
 

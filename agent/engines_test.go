@@ -167,7 +167,7 @@ func TestPlaceReadyChatDelete(t *testing.T) {
 		}
 		return nil
 	})
-	waitFor(t, func() bool { return s.srv.subs.Load() == 1 }, "the event stream")
+	waitFor(t, func() bool { return s.srv.subs.open() == 1 }, "the event stream")
 
 	model := tinyModel(t, dir, "tiny")
 	p, err := s.admin.Place(ctx, api.PlacementRequest{Source: model})

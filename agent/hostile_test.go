@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -341,5 +342,139 @@ func TestNamespaceCannotSwapAnotherNamespacesHailoModel(t *testing.T) {
 	mustNotName(t, "the refusal", err.Error()+err.(*api.Error).Fix, first)
 	if p, err := s.admin.Placement(ctx, first.ID); err != nil || p.State != api.StateReady {
 		t.Fatalf("the admin's model after team-b's attempt: %+v %v", p, err)
+	}
+}
+
+// openStream opens GET /v1/events with token and returns the status; a 200 stream stays open
+// until the test ends.
+func openStream(t *testing.T, url, token string) int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); resp.Body.Close() })
+	return resp.StatusCode
+}
+
+// Namespace tokens cannot hold all the event streams: one token gets a few, all of them
+// together leave the admin's share, and the admin still gets a stream.
+func TestEventStreamsCappedPerToken(t *testing.T) {
+	a := newBareAgent(t, "x86-nvidia", nil)
+	s := serve(t, a, nil)
+	token := func(ns string) string {
+		tok, err := api.NamespaceToken(api.AdminToken(s.secret), ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	for i := 0; i < maxNamespaceStreams; i++ {
+		if code := openStream(t, s.url, token("team-0")); code != http.StatusOK {
+			t.Fatalf("stream %d of team-0: %d", i, code)
+		}
+	}
+	if code := openStream(t, s.url, token("team-0")); code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests {
+		t.Fatalf("stream %d of one token: %d, want refused", maxNamespaceStreams+1, code)
+	}
+	opened := maxNamespaceStreams
+	for ns := 1; opened < maxEventSubs-adminStreams; ns++ {
+		for i := 0; i < maxNamespaceStreams && opened < maxEventSubs-adminStreams; i++ {
+			if code := openStream(t, s.url, token(fmt.Sprintf("team-%d", ns))); code != http.StatusOK {
+				t.Fatalf("stream %d: %d", opened, code)
+			}
+			opened++
+		}
+	}
+	if code := openStream(t, s.url, token("team-last")); code == http.StatusOK {
+		t.Fatal("namespace tokens took the admin's share of the event streams")
+	}
+	for i := 0; i < adminStreams; i++ {
+		if code := openStream(t, s.url, api.AdminToken(s.secret)); code != http.StatusOK {
+			t.Fatalf("admin stream %d: %d", i, code)
+		}
+	}
+}
+
+// However many placements fail, a namespace keeps a bounded number of records, and the state
+// file the agent writes always loads again: records of failures give way first.
+func TestFailedRecordsBounded(t *testing.T) {
+	dir := t.TempDir()
+	model := tinyModel(t, dir, "m")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The header is read (closed ranges); the download is forbidden.
+		if rg := r.Header.Get("Range"); rg == "" || strings.HasSuffix(rg, "-") {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		http.ServeFile(w, r, model)
+	}))
+	t.Cleanup(srv.Close)
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{llamaDriver(t, dir)}, func(c *Config) { c.AllowHTTP = true })
+	s := serve(t, a, nil)
+	team := s.nsClient(t, "team-b")
+	ctx := context.Background()
+	for i := 0; i < maxRecordsPerNamespace+8; i++ {
+		p, err := team.Place(ctx, api.PlacementRequest{Source: fmt.Sprintf("%s/m%d.gguf", srv.URL, i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, team, p.ID, api.StateFailed)
+	}
+	ps, err := team.Placements(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != maxRecordsPerNamespace {
+		t.Fatalf("team-b keeps %d failed records, want %d", len(ps), maxRecordsPerNamespace)
+	}
+	if ps[0].Source != fmt.Sprintf("%s/m8.gguf", srv.URL) {
+		t.Fatalf("the oldest record kept is %s, want the 9th", ps[0].Source)
+	}
+	// The failure is saved just after it is shown.
+	waitFor(t, func() bool {
+		saved, ok, err := a.cfg.State.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok && len(saved.Placements) == maxRecordsPerNamespace
+	}, "the state file to hold the namespace's latest records only")
+}
+
+// Records the agent holds in memory beyond what a state file can carry (many namespaces, long
+// reasons) are dropped from the file, oldest failures first; what runs is kept.
+func TestStateFileAlwaysLoads(t *testing.T) {
+	a := newBareAgent(t, "x86-nvidia", nil)
+	now := time.Now().UTC()
+	long := strings.Repeat("r", maxReason)
+	a.mu.Lock()
+	running := &placement{p: api.Placement{ID: "p-running", Model: "m", Source: "/m.gguf", Runtime: api.RuntimeLlamaServer,
+		Namespace: "default", Priority: api.PriorityNormal, Context: 2048, State: api.StatePulling, CreatedAt: now}}
+	a.placements[running.p.ID] = running
+	for i := 0; i < 8000; i++ {
+		id := fmt.Sprintf("p-%06d", i)
+		a.placements[id] = &placement{p: api.Placement{ID: id, Model: "m", Source: "/" + strings.Repeat("s", 2000) + ".gguf",
+			Runtime: api.RuntimeLlamaServer, Priority: api.PriorityNormal, Context: 2048, Namespace: fmt.Sprintf("ns-%d", i%300), State: api.StateFailed, Reason: long, CreatedAt: now.Add(time.Duration(i) * time.Millisecond)}}
+	}
+	a.mu.Unlock()
+	if err := a.save(); err != nil {
+		t.Fatal(err)
+	}
+	saved, ok, err := a.cfg.State.Load()
+	if err != nil || !ok {
+		t.Fatalf("the agent wrote a state file that does not load: ok=%v err=%v", ok, err)
+	}
+	if !slices.ContainsFunc(saved.Placements, func(p api.Placement) bool { return p.ID == "p-running" }) {
+		t.Fatal("the running placement was not saved")
+	}
+	if n := len(saved.Placements); n >= 8001 || n < 1000 {
+		t.Fatalf("%d placements saved", n)
 	}
 }

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
@@ -590,6 +592,20 @@ func (a *Agent) restore(saved []api.Placement) {
 		forgetMeasuredLocked(pl)
 		a.pending = append(a.pending, pl)
 	}
+	// A state file from before records were bounded may hold more than a namespace keeps.
+	for _, ns := range namespacesOf(saved) {
+		a.pruneLocked(ns)
+	}
+}
+
+func namespacesOf(ps []api.Placement) []string {
+	var out []string
+	for _, p := range ps {
+		if !slices.Contains(out, p.Namespace) {
+			out = append(out, p.Namespace)
+		}
+	}
+	return out
 }
 
 // cleanPartials removes half-finished downloads that no restored placement may resume: a
@@ -615,11 +631,62 @@ func (a *Agent) cleanPartials() {
 func (a *Agent) failLocked(pl *placement, code api.Code, reason string) {
 	pl.p.State = api.StateFailed
 	pl.p.Code = code
-	pl.p.Reason = reason
+	pl.p.Reason = clip(reason, maxReason)
 	pl.p.Progress = 0
 	pl.p.Engine = ""
 	forgetMeasuredLocked(pl)
 	pl.p.UpdatedAt = time.Now().UTC()
 	a.changedLocked()
-	a.publishLocked(api.EventPlacement, pl, "failed: "+reason, code)
+	a.publishLocked(api.EventPlacement, pl, "failed: "+pl.p.Reason, code)
+	a.pruneLocked(pl.p.Namespace)
+}
+
+// Bounds on what failed placements leave behind: each failure is kept as a record (it says
+// why), and records are saved, so without a bound a token could grow the state file until the
+// agent no longer starts.
+const (
+	maxRecordsPerNamespace = 32
+	maxReason              = 2048
+)
+
+// pruneLocked forgets the oldest failed and evicted records of namespace ns beyond
+// maxRecordsPerNamespace, with their partial downloads.
+func (a *Agent) pruneLocked(ns string) {
+	var records []*placement
+	for _, o := range a.placements {
+		if o.p.Namespace == ns && o.p.State.Terminal() {
+			records = append(records, o)
+		}
+	}
+	if len(records) <= maxRecordsPerNamespace {
+		return
+	}
+	slices.SortFunc(records, func(x, y *placement) int { return x.p.UpdatedAt.Compare(y.p.UpdatedAt) })
+	for _, o := range records[:len(records)-maxRecordsPerNamespace] {
+		delete(a.placements, o.p.ID)
+		v := o.p
+		a.hub.Publish(api.Event{Type: api.EventDeleted, Message: "forgotten: namespace " + ns + " keeps its " + strconv.Itoa(maxRecordsPerNamespace) + " latest failed placements", Placement: &v})
+		if dp, ok := o.driver.(interface{ DiscardPartial(engines.Model) error }); ok {
+			m := o.model
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				if err := dp.DiscardPartial(m); err != nil && !errors.Is(err, download.ErrBusy) {
+					a.log.Warn("deleting a forgotten placement's partial download", "placement", v.ID, "err", err)
+				}
+			}()
+		}
+	}
+	a.changedLocked()
+}
+
+// clip bounds s to n bytes, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

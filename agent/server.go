@@ -13,7 +13,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -50,7 +49,7 @@ type Server struct {
 	a    *Agent
 	log  *slog.Logger
 	mux  *http.ServeMux
-	subs atomic.Int64
+	subs streamSlots
 }
 
 // NewServer builds the API's routes.
@@ -466,12 +465,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	if s.subs.Add(1) > maxEventSubs {
-		s.subs.Add(-1)
-		WriteError(w, api.Errorf(api.CodeTooBusy, "too many event streams open (%d)", maxEventSubs))
+	release, busy := s.subs.acquire(who)
+	if busy != nil {
+		WriteError(w, busy)
 		return
 	}
-	defer s.subs.Add(-1)
+	defer release()
 	rc := http.NewResponseController(w)
 	filter := func(ev api.Event) bool { return ev.Placement == nil || who.Allows(ev.Placement.Namespace) }
 	replay, sub := s.a.hub.Subscribe(after, filter)

@@ -219,7 +219,7 @@ func TestEventsStreamReplayAndNamespaces(t *testing.T) {
 	// Subscribe before anything happens; a's stream must not see b's refusals.
 	allCh := stream(s.admin, 0)
 	aCh := stream(s.nsClient(t, "team-a"), 0)
-	waitFor(t, func() bool { return s.srv.subs.Load() == 2 }, "both event streams open")
+	waitFor(t, func() bool { return s.srv.subs.open() == 2 }, "both event streams open")
 	_, _ = s.nsClient(t, "team-b").Place(ctx, api.PlacementRequest{Source: "hailo://qwen2:1.5b"})
 	_, _ = s.nsClient(t, "team-a").Place(ctx, api.PlacementRequest{Source: "nope"})
 

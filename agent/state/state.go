@@ -25,8 +25,9 @@ const Version = 1
 // FileName is the state document inside the state dir.
 const FileName = "state.json"
 
-// maxStateSize bounds what Load reads: a state file is a few KiB; anything near this is damage.
-const maxStateSize = 16 << 20
+// MaxSize bounds what Load reads: a state file is a few KiB; anything near this is damage.
+// Save writes nothing larger, so a file the agent wrote always loads.
+const MaxSize = 16 << 20
 
 // Identity is who this agent is in the mesh.
 type Identity struct {
@@ -148,12 +149,12 @@ func (d *Dir) Load() (s State, ok bool, err error) {
 		return State{}, false, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxStateSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
 		return State{}, false, fmt.Errorf("reading %s: %w", name, err)
 	}
-	if len(data) > maxStateSize {
-		return State{}, false, fmt.Errorf("%s is larger than %d bytes: not a state document", name, maxStateSize)
+	if len(data) > MaxSize {
+		return State{}, false, fmt.Errorf("%s is larger than %d bytes: not a state document", name, MaxSize)
 	}
 	s, err = Decode(data)
 	if err != nil {
@@ -162,11 +163,18 @@ func (d *Dir) Load() (s State, ok bool, err error) {
 	return s, true, nil
 }
 
+// ErrTooLarge is returned by Save for a document Load would refuse: nothing is written, so
+// the file on disk always loads.
+var ErrTooLarge = errors.New("state document over the size Load accepts")
+
 // Save writes the state document atomically.
 func (d *Dir) Save(s State) error {
 	b, err := Encode(s)
 	if err != nil {
 		return err
+	}
+	if len(b) > MaxSize {
+		return fmt.Errorf("%w (%d bytes, the limit is %d)", ErrTooLarge, len(b), MaxSize)
 	}
 	return WriteFileAtomic(filepath.Join(d.path, FileName), b, 0o600)
 }

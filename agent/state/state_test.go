@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,4 +167,25 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal("round trip lost data")
 		}
 	})
+}
+
+// A document Load would refuse is never written: the file on disk stays the last one that loads.
+func TestSaveRefusesWhatWouldNotLoad(t *testing.T) {
+	d, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Save(sample()); err != nil {
+		t.Fatal(err)
+	}
+	big := sample()
+	big.Placements[0].Reason = strings.Repeat("x", MaxSize)
+	if err := d.Save(big); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("saving %d bytes of reason: %v, want ErrTooLarge", MaxSize, err)
+	}
+	got, ok, err := d.Load()
+	if err != nil || !ok || got.Placements[0].Reason != "" {
+		t.Fatalf("after a refused save: ok=%v err=%v", ok, err)
+	}
 }
