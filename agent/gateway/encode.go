@@ -95,6 +95,9 @@ type encoder interface {
 
 func newEncoder(c *chatCall, w http.ResponseWriter, stall time.Duration, start time.Time) encoder {
 	o := newOut(w, stall)
+	if c.d == dialectResponses {
+		return newRespEncoder(c, o, start)
+	}
 	if c.d == dialectOpenAI {
 		if c.stream {
 			return newOAStream(o, c, start)

@@ -123,7 +123,7 @@ func writeFailure(w http.ResponseWriter, d dialect, f *failure) {
 		h.Set("Retry-After", strconv.Itoa(f.retryAfter))
 	}
 	var body any
-	if d == dialectOpenAI {
+	if d.openAIShaped() {
 		body = f.openAI()
 	} else {
 		body = ollamaErrorBody{Error: f.msg}

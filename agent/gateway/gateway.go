@@ -198,6 +198,7 @@ func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Ro
 	mount("GET /v1/models", http.HandlerFunc(g.openAIModels), oa)
 	mount("GET /v1/models/{id...}", http.HandlerFunc(g.openAIModel), oa)
 	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat), oa)
+	mount("POST /v1/responses", http.HandlerFunc(g.openAIResponses), oa)
 	mount("GET /api/tags", http.HandlerFunc(g.ollamaTags), ol)
 	mount("GET /api/ps", http.HandlerFunc(g.ollamaPS), ol)
 	mount("GET /api/version", http.HandlerFunc(g.ollamaVersion), ol)

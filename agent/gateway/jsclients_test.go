@@ -49,6 +49,6 @@ func TestJSClients(t *testing.T) {
 	place(t, front, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama", Namespace: "team"})
 	back := llamaServerNode(t, "back")
 	join(t, front, back)
-	t.Run("ollama", func(t *testing.T) { runJSClients(t, front.url, nsToken(t, "team"), "llama", true, false) })
-	t.Run("llama-server, forwarded", func(t *testing.T) { runJSClients(t, front.url, adminToken, "tiny", true, false) })
+	t.Run("ollama", func(t *testing.T) { runJSClients(t, front.url, nsToken(t, "team"), "llama", true, true) })
+	t.Run("llama-server, forwarded", func(t *testing.T) { runJSClients(t, front.url, adminToken, "tiny", true, true) })
 }

@@ -20,7 +20,11 @@ const (
 	dialectOpenAI         dialect = iota // POST /v1/chat/completions
 	dialectOllamaChat                    // POST /api/chat
 	dialectOllamaGenerate                // POST /api/generate
+	dialectResponses                     // POST /v1/responses
 )
+
+// openAIShaped reports whether the dialect's errors are OpenAI's {"error":{message,type,code}}.
+func (d dialect) openAIShaped() bool { return d == dialectOpenAI || d == dialectResponses }
 
 // bytesPerToken is the rule of thumb (about four bytes of English per token) behind the prompt
 // count reported when an engine gives none. It never refuses a prompt: the engine does that.
@@ -540,6 +544,8 @@ func parse(d dialect, body []byte) (*chatCall, *failure) {
 		return parseOllamaChat(body)
 	case dialectOllamaGenerate:
 		return parseOllamaGenerate(body)
+	case dialectResponses:
+		return parseResponses(body)
 	}
 	return parseOpenAI(body)
 }
