@@ -46,6 +46,13 @@ func (mb *member) setMeta(b []byte) {
 
 func (mb *member) isAgent() bool { return mb.metaErr == nil && mb.meta.Role == api.RoleAgent }
 
+// isConsole reports whether the member said it is a console.
+func (mb *member) isConsole() bool { return mb.metaErr == nil && mb.meta.Role == api.RoleConsole }
+
+// consoleLeft reports a console that left gracefully: it is gone from views at once, rather
+// than listed as left until memberlist forgets it.
+func (mb *member) consoleLeft() bool { return mb.isConsole() && mb.state == api.Left }
+
 // liveness is what a View shows: memberlist's state, or Unreachable for an alive agent whose
 // API address did not answer.
 func (mb *member) liveness() (api.Liveness, string) {
@@ -108,6 +115,12 @@ func (m *Mesh) emitLocked(mb *member) {
 		kind = "unreachable"
 	}
 	mb.emitted = live
+	if mb.isConsole() && (live == api.Alive || live == api.Left) {
+		// Consoles come and go all day (each headless command is one): their arrival and
+		// graceful leave are logged, not events. A console that dies is still an event.
+		m.log.Debug("mesh console "+kind, "member", mb.name, "addr", mb.addr)
+		return
+	}
 	msg := kind
 	if reason != "" {
 		msg += ": " + reason

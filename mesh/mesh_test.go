@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -162,20 +163,42 @@ func TestGracefulLeaveIsShownAsLeft(t *testing.T) {
 	c := newCluster(t)
 	a := c.add("a", api.RoleAgent)
 	b := c.add("b", api.RoleAgent)
-	console := c.add("console", api.RoleConsole)
-	waitFor(t, 10*time.Second, []*Mesh{a, b, console}, "formed", allAlive("a", "b", "console"))
+	pi := c.add("pi", api.RoleAgent)
+	waitFor(t, 10*time.Second, []*Mesh{a, b, pi}, "formed", allAlive("a", "b", "pi"))
 	events := eventsOf(t, a)
+	seen := history(t, a, "pi")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	require.NoError(t, pi.Close(ctx))
+	<-pi.Done()
+	waitFor(t, 5*time.Second, []*Mesh{a, b}, "pi left", func(v View) bool { return liveness(v, "pi") == api.Left })
+	require.NotContains(t, seen(), api.Dead, "a graceful leave never looks like a death")
+	require.Eventually(t, func() bool { return hasEvent(events(), "pi", "left") }, time.Second, 10*time.Millisecond)
+	require.False(t, hasEvent(events(), "pi", "dead"))
+	require.NoError(t, pi.Close(ctx), "closing twice is fine")
+}
+
+// A console that comes and goes (each headless `mesh …` command is one) leaves no trace: no
+// event of its arrival or leave, and it is gone from the view once it has left.
+func TestConsoleLeavesWithoutATrace(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	events := eventsOf(t, a)
+	console := c.add("console", api.RoleConsole)
+	waitFor(t, 10*time.Second, []*Mesh{a, console}, "formed", allAlive("a", "console"))
 	seen := history(t, a, "console")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	require.NoError(t, console.Close(ctx))
 	<-console.Done()
-	waitFor(t, 5*time.Second, []*Mesh{a, b}, "console left", func(v View) bool { return liveness(v, "console") == api.Left })
+	waitFor(t, 5*time.Second, []*Mesh{a}, "console gone", func(v View) bool { return liveness(v, "console") == "" })
 	require.NotContains(t, seen(), api.Dead, "a graceful leave never looks like a death")
-	require.Eventually(t, func() bool { return hasEvent(events(), "console", "left") }, time.Second, 10*time.Millisecond)
-	require.False(t, hasEvent(events(), "console", "dead"))
-	require.NoError(t, console.Close(ctx), "closing twice is fine")
+	require.NotContains(t, seen(), api.Left, "never listed as left")
+	for _, e := range events() {
+		assert.NotEqual(t, "console", e.Member, "an event about the console: %+v", e)
+	}
 }
 
 func TestStartCtxEndLeavesGracefully(t *testing.T) {
@@ -193,7 +216,7 @@ func TestStartCtxEndLeavesGracefully(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the member did not shut down when its context ended")
 	}
-	waitFor(t, 5*time.Second, []*Mesh{a}, "console left", func(v View) bool { return liveness(v, "console") == api.Left })
+	waitFor(t, 5*time.Second, []*Mesh{a}, "console gone", func(v View) bool { return liveness(v, "console") == "" })
 }
 
 func TestLargeDocumentsTravelOverTCP(t *testing.T) {

@@ -52,7 +52,7 @@ func TestRealSockets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	require.NoError(t, ms[3].Close(ctx), "the console leaves gracefully")
-	waitFor(t, 5*time.Second, ms[:3], "console left", func(v View) bool { return liveness(v, "n3") == api.Left })
+	waitFor(t, 5*time.Second, ms[:3], "console gone", func(v View) bool { return liveness(v, "n3") == "" })
 }
 
 // TestOnMemberlistMockNetwork runs members on memberlist's own MockNetwork, as memberlist's

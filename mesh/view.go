@@ -102,6 +102,9 @@ func (m *Mesh) viewLocked() View {
 	slices.Sort(names)
 	for _, name := range names {
 		mb := m.members[name]
+		if mb.consoleLeft() {
+			continue // a console that came and went (every headless `mesh …` run) is not a host
+		}
 		live, reason := mb.liveness()
 		verified := mb.verified(m.name)
 		var reasons []string

@@ -372,6 +372,15 @@ type Event struct {
 	Member    string     `json:"member,omitempty"`
 }
 
+// Subject is the member an event is about: Member for a mesh event (Host is then the member
+// that saw it), else Host, the agent that published it.
+func (e Event) Subject() string {
+	if e.Member != "" {
+		return e.Member
+	}
+	return e.Host
+}
+
 // Verdict of ranking a host for a placement.
 type Verdict string
 

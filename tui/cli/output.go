@@ -277,7 +277,7 @@ func eventText(ev api.Event) string {
 	var b strings.Builder
 	b.WriteString(ev.Time.Local().Format(time.TimeOnly))
 	b.WriteString("  ")
-	b.WriteString(orDash(ev.Host))
+	b.WriteString(orDash(ev.Subject()))
 	b.WriteString("  ")
 	b.WriteString(ev.Type)
 	if ev.Code != "" {
@@ -288,6 +288,9 @@ func eventText(ev api.Event) string {
 	}
 	if ev.Message != "" {
 		b.WriteString("  " + ev.Message)
+	}
+	if ev.Member != "" && ev.Host != "" && ev.Member != ev.Host {
+		b.WriteString(" (seen by " + ev.Host + ")")
 	}
 	return cellCleaner.Replace(b.String())
 }

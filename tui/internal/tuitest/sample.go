@@ -136,7 +136,8 @@ func SampleEvents(now time.Time) []api.Event {
 		ev(30*time.Minute, api.EventEngine, "tower", "ollama: present=true healthy=true", ""),
 		ev(5*time.Minute, api.EventRefused, "pi5", "hailo://qwen2.5-coder:1.5b: namespace team-b not allowed", api.CodeNamespaceNotAllow),
 		ev(4*time.Minute, api.EventDeleted, "mac-mini", "phi-3-mini deleted", ""),
-		ev(90*time.Second, api.EventMesh, "pi4", "pi4 is suspect: no ack to 3 probes", ""),
+		// A mesh event is published by the member that saw it (Host) about another (Member).
+		{Time: now.Add(-90 * time.Second), Type: api.EventMesh, Host: "tower", Member: "pi4", Message: "suspect: no ack to 3 probes"},
 		ev(time.Minute, api.EventPlacement, "mac-mini", "llama-3.1-8b-instruct sizing: 5.6 GiB by header", ""),
 		ev(50*time.Second, api.EventPlacement, "mac-mini", "llama-3.1-8b-instruct pulling 10%", ""),
 		ev(20*time.Second, api.EventPlacement, "tower", "mistral:7b loading", ""),

@@ -157,8 +157,11 @@ func (m *Model) lines() []string {
 		if e.Code != "" {
 			text += " (" + string(e.Code) + ")"
 		}
+		if e.Member != "" && e.Host != "" && e.Member != e.Host {
+			text += " · seen by " + e.Host
+		}
 		wrapped := strings.Split(ansi.Wrap(text, msgWidth, " "), "\n")
-		out = append(out, render.Row(cs, []string{Clock(now, e.Time), TypeStyle(st, e.Type).Render(e.Type), e.Host, wrapped[0]}))
+		out = append(out, render.Row(cs, []string{Clock(now, e.Time), TypeStyle(st, e.Type).Render(e.Type), e.Subject(), wrapped[0]}))
 		for _, w := range wrapped[1:] {
 			out = append(out, indent+w)
 		}

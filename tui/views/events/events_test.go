@@ -94,6 +94,20 @@ func TestTypeFilterCycles(t *testing.T) {
 	assert.Equal(t, "", m.Type(), "esc clears the type filter")
 }
 
+// A mesh event is listed under the member it is about, not the one that saw it.
+func TestMeshEventNamesItsMember(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(120, 35)
+	var line string
+	for _, l := range strings.Split(m.View(), "\n") {
+		if strings.Contains(l, "suspect") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line)
+	assert.Regexp(t, `mesh\s+pi4\s+suspect: no ack to 3 probes · seen by tower`, line)
+}
+
 func TestTextFilterNarrows(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(80, 24)
@@ -101,7 +115,7 @@ func TestTextFilterNarrows(t *testing.T) {
 	assert.True(t, m.Capturing())
 	press(m, "t", "o", "w", "e", "r", "enter")
 	assert.False(t, m.Capturing())
-	require.Len(t, m.Rows(), 3)
+	require.Len(t, m.Rows(), 4, "tower's events and the one it saw of pi4")
 	for _, e := range m.Rows() {
 		assert.Equal(t, "tower", e.Host)
 	}
