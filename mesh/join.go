@@ -1,7 +1,9 @@
 package mesh
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,11 +15,44 @@ import (
 type candidate struct {
 	addr     string
 	via      string
+	onLink   bool      // mDNS: the address is on one of our subnets
 	next     time.Time // next attempt
 	backoff  time.Duration
 	err      error // of the last attempt; nil after a success
 	tries    int
+	joined   bool   // a join through it succeeded once
+	seq      uint64 // order of arrival
 	inflight bool
+}
+
+// Anyone on the LAN can send mDNS answers carrying the mesh's hash (it is in every agent's
+// announcement) and any address: 6,000 forged answers once made an agent send 12,416 SYNs to a
+// victim in 70 s, and keep going. So candidates found by mDNS — never seeds or last-known peers,
+// which the admin or this host chose — are held to these limits:
+const (
+	maxMDNSCandidates = 64 // at once; more wait in a short queue, newest first
+	maxOffLink        = 8  // of which off our subnets (a LAN peer is on the link)
+	maxMDNSQueue      = 64
+	maxMDNSTries      = 3                // then a candidate that never answered is dropped…
+	mdnsCooldown      = 10 * time.Minute // …and its address ignored this long
+	maxCooldown       = 1024
+	mdnsDialEvery     = 500 * time.Millisecond // mDNS joins: one per interval on average…
+	mdnsDialBurst     = 4                      // …and this many at once
+)
+
+// mdnsState is the joiner's memory of mDNS candidates. Guarded by Mesh.mu.
+type mdnsState struct {
+	queue    []queued             // found while the candidate set was full; newest last
+	cooldown map[string]time.Time // address → when it was dropped
+	tokens   float64              // dial tokens, see mdnsDialBurst
+	refilled time.Time
+	seq      uint64 // answers taken
+}
+
+// queued is an mDNS answer waiting for room, with its order of arrival.
+type queued struct {
+	p   discovery.Peer
+	seq uint64
 }
 
 // discover runs the discovery sources until shutdown, turning what they find into candidates.
@@ -46,7 +81,9 @@ func (m *Mesh) found(p discovery.Peer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if p.MeshHash != "" && p.MeshHash != api.MeshIDHash(m.cfg.MeshID) {
-		m.foreign[p.GossipAddr] = p
+		if _, ok := m.foreign[p.GossipAddr]; ok || len(m.foreign) < maxSightings {
+			m.foreign[p.GossipAddr] = p
+		}
 		return
 	}
 	if c, ok := m.candidates[p.GossipAddr]; ok {
@@ -54,8 +91,91 @@ func (m *Mesh) found(p discovery.Peer) {
 		signal(m.joinCh)
 		return
 	}
-	m.candidates[p.GossipAddr] = &candidate{addr: p.GossipAddr, via: p.Via, next: time.Now(), backoff: m.t.joinFirst}
+	m.mdns.seq++
+	q := queued{p, m.mdns.seq}
+	if p.Via == discovery.ViaMDNS && !m.roomForMDNSLocked(p) {
+		if _, cooling := m.mdns.cooldown[p.GossipAddr]; !cooling {
+			m.queueMDNSLocked(q)
+		}
+		return
+	}
+	m.addCandidateLocked(q, time.Now())
 	signal(m.joinCh)
+}
+
+func (m *Mesh) addCandidateLocked(q queued, now time.Time) {
+	p := q.p
+	m.candidates[p.GossipAddr] = &candidate{addr: p.GossipAddr, via: p.Via, onLink: p.OnLink, next: now, backoff: m.t.joinFirst, seq: q.seq}
+}
+
+// roomForMDNSLocked says whether an mDNS peer may become a candidate now.
+func (m *Mesh) roomForMDNSLocked(p discovery.Peer) bool {
+	if at, ok := m.mdns.cooldown[p.GossipAddr]; ok {
+		if time.Since(at) < mdnsCooldown {
+			return false
+		}
+		delete(m.mdns.cooldown, p.GossipAddr)
+	}
+	all, off := 0, 0
+	for _, c := range m.candidates {
+		if c.via == discovery.ViaMDNS {
+			all++
+			if !c.onLink {
+				off++
+			}
+		}
+	}
+	return all < maxMDNSCandidates && (p.OnLink || off < maxOffLink)
+}
+
+// queueMDNSLocked keeps a peer that found no room, newest last: a burst of forgeries must not
+// bury the answer that came after it.
+func (m *Mesh) queueMDNSLocked(q queued) {
+	m.mdns.queue = slices.DeleteFunc(m.mdns.queue, func(o queued) bool { return o.p.GossipAddr == q.p.GossipAddr })
+	m.mdns.queue = append(m.mdns.queue, q)
+	if len(m.mdns.queue) > maxMDNSQueue {
+		m.mdns.queue = m.mdns.queue[1:]
+	}
+}
+
+// dropMDNSLocked forgets an mDNS candidate that never answered, and lets the newest queued
+// peer that fits take its place.
+func (m *Mesh) dropMDNSLocked(c *candidate) {
+	delete(m.candidates, c.addr)
+	now := time.Now()
+	for addr, at := range m.mdns.cooldown {
+		if now.Sub(at) >= mdnsCooldown {
+			delete(m.mdns.cooldown, addr)
+		}
+	}
+	if len(m.mdns.cooldown) < maxCooldown {
+		m.mdns.cooldown[c.addr] = now
+	}
+	for i := len(m.mdns.queue) - 1; i >= 0; i-- {
+		q := m.mdns.queue[i]
+		if _, ok := m.candidates[q.p.GossipAddr]; ok || !m.roomForMDNSLocked(q.p) {
+			continue
+		}
+		m.mdns.queue = slices.Delete(m.mdns.queue, i, i+1)
+		m.addCandidateLocked(q, now)
+		return
+	}
+}
+
+// mdnsTokenLocked takes a dial token for an mDNS candidate, if one is left.
+func (m *Mesh) mdnsTokenLocked(now time.Time) bool {
+	s := &m.mdns
+	if s.refilled.IsZero() {
+		s.tokens = mdnsDialBurst
+	} else {
+		s.tokens = min(mdnsDialBurst, s.tokens+float64(now.Sub(s.refilled))/float64(mdnsDialEvery))
+	}
+	s.refilled = now
+	if s.tokens < 1 {
+		return false
+	}
+	s.tokens--
+	return true
 }
 
 // joiner joins the candidates that are not members yet, each with its own capped exponential
@@ -81,16 +201,29 @@ func (m *Mesh) joiner() {
 				member[mb.addr] = true
 			}
 		}
+		var due []*candidate
 		for _, c := range m.candidates {
 			if c.addr == self || c.inflight {
 				continue
 			}
 			if member[c.addr] {
-				c.err, c.backoff = nil, m.t.joinFirst
+				c.err, c.backoff, c.joined = nil, m.t.joinFirst, true
 				continue
 			}
 			if c.next.After(now) {
 				next = minTime(next, c.next)
+				continue
+			}
+			due = append(due, c)
+		}
+		// mDNS candidates on our subnets first, then the least tried, then the newest (a flood
+		// of forgeries must not hold back the answer after it), as dial tokens allow.
+		slices.SortFunc(due, func(a, b *candidate) int {
+			return cmp.Or(cmp.Compare(b2i(!a.onLink), b2i(!b.onLink)), cmp.Compare(a.tries, b.tries), cmp.Compare(b.seq, a.seq))
+		})
+		for _, c := range due {
+			if c.via == discovery.ViaMDNS && !m.mdnsTokenLocked(now) {
+				next = minTime(next, now.Add(mdnsDialEvery))
 				continue
 			}
 			c.inflight = true
@@ -123,6 +256,12 @@ func (m *Mesh) tryJoin(addr string) {
 		return
 	}
 	c.err = joinError(err)
+	if c.via == discovery.ViaMDNS && !c.joined && (c.tries >= maxMDNSTries || len(m.mdns.queue) > 0) {
+		// Never answered: forged, or gone. A queued peer gets its place.
+		m.dropMDNSLocked(c)
+		signal(m.joinCh)
+		return
+	}
 	jitter := time.Duration(rand.Int64N(int64(c.backoff)/4 + 1))
 	c.next = time.Now().Add(c.backoff + jitter)
 	c.backoff = min(c.backoff*2, m.t.joinMax)
@@ -152,6 +291,13 @@ func joinError(err error) error {
 type joinErr string
 
 func (e joinErr) Error() string { return string(e) }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {

@@ -108,6 +108,7 @@ type Mesh struct {
 	liveSeq    uint64 // our own liveness notices
 	startSeq   uint64 // liveSeq at start, in our metadata
 	candidates map[string]*candidate
+	mdns       mdnsState
 	foreign    map[string]discovery.Peer // mDNS answers from other meshes
 	savedPeers string                    // last list written to the last-known file
 
@@ -163,6 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		docs:       map[string]docEntry{},
 		pending:    map[string]docEntry{},
 		candidates: map[string]*candidate{},
+		mdns:       mdnsState{cooldown: map[string]time.Time{}},
 		foreign:    map[string]discovery.Peer{},
 		done:       make(chan struct{}),
 		liveSeq:    uint64(time.Now().UnixMicro()),

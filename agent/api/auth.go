@@ -61,6 +61,17 @@ type Join struct {
 	Seeds  []string // gossip host:port
 }
 
+// NewMeshID returns a fresh mesh id with 64 random bits, "mesh-" and 16 hex digits: mDNS
+// announces a hash of the id, and an id that can be guessed names the mesh to anyone who
+// hashes the guesses.
+func NewMeshID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("making mesh id: %w", err)
+	}
+	return "mesh-" + hex.EncodeToString(b), nil
+}
+
 // NewSecret returns a fresh random mesh secret.
 func NewSecret() ([]byte, error) {
 	s := make([]byte, SecretSize)

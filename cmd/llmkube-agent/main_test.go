@@ -120,6 +120,18 @@ func TestInit(t *testing.T) {
 	assert.Contains(t, errOut, "--force")
 	code, _, _ = runCmd(t, "init", "--state-dir", dir, "--allow-temp-store", "--force")
 	assert.Equal(t, exitOK, code)
+	// Without --mesh-id the id is unguessable: 64 random bits (it was 16).
+	ids := map[string]bool{}
+	for range 2 {
+		d := filepath.Join(t.TempDir(), "state")
+		code, out, errOut := runCmd(t, "init", "--state-dir", d, "--allow-temp-store")
+		require.Equal(t, exitOK, code, errOut)
+		_, rest, _ := strings.Cut(out, "mesh:")
+		id, _, _ := strings.Cut(strings.TrimSpace(rest), "\n")
+		require.Regexp(t, `^mesh-[0-9a-f]{16}$`, id)
+		ids[id] = true
+	}
+	assert.Len(t, ids, 2)
 	// Without --allow-temp-store a state folder under /tmp is refused.
 	code, _, errOut = runCmd(t, "init", "--state-dir", filepath.Join(t.TempDir(), "s"))
 	assert.Equal(t, exitError, code)

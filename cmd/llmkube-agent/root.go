@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,11 +132,11 @@ or LLMKUBE_JOIN) and the admin token (for the console and scripts). Keep both se
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if meshID == "" {
-				b := make([]byte, 2)
-				if _, err := rand.Read(b); err != nil {
+				id, err := api.NewMeshID()
+				if err != nil {
 					return err
 				}
-				meshID = "mesh-" + hex.EncodeToString(b)
+				meshID = id
 			}
 			if err := api.ValidMeshID(meshID); err != nil {
 				return usageError{err}

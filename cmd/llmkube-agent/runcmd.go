@@ -382,7 +382,11 @@ func loadJoin(o *runOptions, e env, sd *state.Dir, log *slog.Logger) (api.Join, 
 		if err != nil {
 			return api.Join{}, err
 		}
-		j = api.Join{MeshID: "mesh-" + strconv.FormatUint(uint64(secret[0])<<8|uint64(secret[1]), 16), Secret: secret}
+		id, err := api.NewMeshID()
+		if err != nil {
+			return api.Join{}, err
+		}
+		j = api.Join{MeshID: id, Secret: secret}
 		if err := sd.SaveJoin(j); err != nil {
 			return api.Join{}, err
 		}

@@ -35,6 +35,9 @@ type Peer struct {
 	GossipAddr string `json:"gossip_addr"` // ip:port, already resolved
 	APIAddr    string `json:"api_addr,omitempty"`
 	Via        string `json:"via"`
+	// OnLink: mDNS only, GossipAddr is on a subnet of the interfaces mDNS listens on, as a LAN
+	// peer's address is. A forged answer may name any address; the mesh prefers these.
+	OnLink bool `json:"on_link,omitempty"`
 }
 
 // Finding is a reason discovery may not be working, with what to do about it.

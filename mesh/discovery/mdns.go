@@ -32,6 +32,9 @@ const (
 	// time) into one batch of found calls.
 	debounce    = 200 * time.Millisecond
 	maxDebounce = time.Second
+	// maxSeen bounds what one source remembers of answers, since anyone on the LAN can send
+	// any number of them.
+	maxSeen = 1024
 )
 
 // MDNSConfig configures NewMDNS.
@@ -307,7 +310,9 @@ func (m *mdnsSource) browseRound(ctx context.Context, ifs []net.Interface, local
 	flush := func() {
 		for node, p := range pending {
 			if seen[node] != p {
-				seen[node] = p
+				if _, ok := seen[node]; ok || len(seen) < maxSeen {
+					seen[node] = p // beyond maxSeen (forged answers), reported every round
+				}
 				m.cfg.Log.Debug("mdns: found", "node", p.Node, "gossip", p.GossipAddr, "api", p.APIAddr)
 				found(p)
 			}
@@ -367,6 +372,9 @@ func (m *mdnsSource) noteOtherMesh(instance, hash string) {
 	if m.other[instance] == hash {
 		return
 	}
+	if _, ok := m.other[instance]; !ok && len(m.other) >= maxSeen {
+		return // anyone can send answers: the list stays bounded
+	}
 	m.other[instance] = hash
 	m.cfg.Log.Info("mdns: ignoring a member of another mesh", "instance", instance)
 	names := make([]string, 0, len(m.other))
@@ -421,7 +429,8 @@ func parseEntry(e *zeroconf.ServiceEntry, localNets []*net.IPNet) (Peer, error) 
 	if p.Node == "" {
 		p.Node = e.Instance
 	}
-	ip := pickAddr(e.AddrIPv4, e.AddrIPv6, localNets)
+	ip, onLink := pickAddr(e.AddrIPv4, e.AddrIPv6, localNets)
+	p.OnLink = onLink
 	if ip == nil {
 		return Peer{}, errors.New("no usable address")
 	}
@@ -444,19 +453,19 @@ func port(s string) (string, error) {
 	return strconv.Itoa(n), nil
 }
 
-// pickAddr prefers an IPv4 address on one of our own subnets (reachable without a router),
-// then any usable IPv4, then a global IPv6.
-func pickAddr(v4, v6 []net.IP, localNets []*net.IPNet) net.IP {
+// pickAddr prefers an IPv4 address on one of our own subnets (reachable without a router, and
+// onLink), then any usable IPv4, then a global IPv6.
+func pickAddr(v4, v6 []net.IP, localNets []*net.IPNet) (ip net.IP, onLink bool) {
 	usable := usableAddrs(append(slices.Clone(v4), v6...))
 	for _, ip := range usable {
 		for _, n := range localNets {
 			if n.Contains(ip) {
-				return ip
+				return ip, true
 			}
 		}
 	}
 	if len(usable) > 0 {
-		return usable[0]
+		return usable[0], false
 	}
-	return nil
+	return nil, false
 }

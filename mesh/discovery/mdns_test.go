@@ -73,7 +73,7 @@ func TestParseEntry(t *testing.T) {
 
 	p, err := parseEntry(entry("beta", good, "10.9.0.2", "192.168.1.30", "fe80::1"), []*net.IPNet{lan})
 	require.NoError(t, err)
-	assert.Equal(t, Peer{Node: "beta", MeshHash: home, GossipAddr: "192.168.1.30:7946", APIAddr: "192.168.1.30:7947", Via: ViaMDNS}, p,
+	assert.Equal(t, Peer{Node: "beta", MeshHash: home, GossipAddr: "192.168.1.30:7946", APIAddr: "192.168.1.30:7947", Via: ViaMDNS, OnLink: true}, p,
 		"the address on our own subnet wins")
 
 	p, err = parseEntry(entry("beta", good, "fe80::1", "2001:db8::7"), nil)

@@ -213,7 +213,7 @@ func TestMDNSBetweenNamespaces(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(beta.wait(t, "PEER", func(s string) bool { return strings.Contains(s, `"alpha"`) })), &p))
 	assert.Equal(t, Peer{
 		Node: "alpha", MeshHash: api.MeshIDHash("home"), Via: ViaMDNS,
-		GossipAddr: lab.addr(1) + ":7946", APIAddr: lab.addr(1) + ":7947",
+		GossipAddr: lab.addr(1) + ":7946", APIAddr: lab.addr(1) + ":7947", OnLink: true,
 	}, p)
 	alpha.wait(t, "PEER", func(s string) bool { return strings.Contains(s, `"gossip_addr":"`+lab.addr(2)+`:8946"`) })
 
