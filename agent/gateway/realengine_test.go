@@ -57,7 +57,11 @@ func TestRealLlamaServer(t *testing.T) {
 	fits := strings.Repeat("internationalization ", 150)
 	resp, b := call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("tiny", fits, false, `"max_tokens":2`))
 	require.Equal(t, 200, resp.StatusCode, "%s", b)
-	var usage struct{ Usage struct{ PromptTokens int `json:"prompt_tokens"` } }
+	var usage struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
 	require.NoError(t, json.Unmarshal(b, &usage))
 	assert.Less(t, usage.Usage.PromptTokens, 512)
 	assert.Greater(t, len(fits)/4, 512)
