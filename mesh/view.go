@@ -146,10 +146,21 @@ func (m *Mesh) hostLocked(mb *member, live api.Liveness) (*api.Host, []api.Place
 	}
 	ps := make([]api.Placement, len(e.doc.Placements))
 	copy(ps, e.doc.Placements)
+	// The document is not the one the node's metadata names, and it shows more placements
+	// ready than the node now counts (it restarted and is restoring them, or one went down):
+	// which of them are still ready is in the document on its way. Never ready from stale
+	// state. Metadata counting as many ready or more (a model added, figures updated) leaves
+	// the older document's ready ones be, so an ordinary change does not flicker.
+	behind := e.hash != mb.meta.DocHash && readyCount(ps) > mb.meta.Ready
 	for i := range ps {
 		ps[i].Host = mb.name
-		if live != api.Alive {
+		switch {
+		case live != api.Alive:
 			ps[i].Reason = fmt.Sprintf("was %s: host %s", ps[i].State, live)
+			ps[i].State = api.StateUnavailable
+			ps[i].Code = api.CodeUnreachable
+		case behind && ps[i].State == api.StateReady:
+			ps[i].Reason = "was ready: host " + mb.name + " counts fewer ready placements; its newer state is on its way"
 			ps[i].State = api.StateUnavailable
 			ps[i].Code = api.CodeUnreachable
 		}
@@ -158,6 +169,16 @@ func (m *Mesh) hostLocked(mb *member, live api.Liveness) (*api.Host, []api.Place
 		return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.ID, b.ID))
 	})
 	return &h, ps
+}
+
+func readyCount(ps []api.Placement) int {
+	n := 0
+	for _, p := range ps {
+		if p.State == api.StateReady {
+			n++
+		}
+	}
+	return n
 }
 
 // Liveness is a member's liveness now, as a View would show it, without building one: the
