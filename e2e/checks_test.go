@@ -120,6 +120,7 @@ var checks = []struct {
 	{"discovery by mDNS", checkDiscovery},
 	{"advertised addresses dial back", checkDialBack},
 	{"console joins by mDNS", checkConsoleMDNS},
+	{"interactive console by mDNS", checkInteractiveConsole},
 	{"place one model per runtime", checkPlace},
 	{"chat through another gateway", checkChat},
 	{"namespace isolation", checkNamespaces},

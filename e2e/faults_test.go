@@ -156,8 +156,8 @@ func checkCrash(ctx context.Context, t *testing.T, e *env, n note) {
 		t.Fatalf("after the restart: %v\n%s", err, e.x86.agent.tail(20))
 	}
 	t.Run("never ready from stale state", func(t *testing.T) {
-		if len(stale) > 0 {
-			waitsFor(t, n, "e2e: a restarted host's placements show ready from its old state: "+strings.Join(stale, "; "))
+		for _, s := range stale {
+			t.Error(s)
 		}
 	})
 	n("x86 restarted: box shows it alive with its placements ready after %.2fs", took.Seconds())

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -220,9 +218,6 @@ func (h *netHost) spawn(name string, env []string, bin string, args ...string) (
 	return p, nil
 }
 
-// Pid is the program's process id (`ip netns exec` execs it in place).
-func (p *proc) Pid() int { return p.cmd.Process.Pid }
-
 // stop sends SIGTERM and waits, killing after grace.
 func (p *proc) stop(grace time.Duration) {
 	select {
@@ -265,24 +260,6 @@ func (p *proc) tail(lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "\n")
-}
-
-// grepLog counts the log's lines holding s.
-func (p *proc) grepLog(s string) int {
-	f, err := os.Open(p.Log)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), s) {
-			n++
-		}
-	}
-	return n
 }
 
 // run runs bin with args inside the namespace to its end and returns stdout, stderr and the
@@ -328,22 +305,4 @@ func eventually(ctx context.Context, timeout time.Duration, cond func(ctx contex
 		case <-tick.C:
 		}
 	}
-}
-
-// lockedBuffer is a strings.Builder other goroutines write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
