@@ -81,7 +81,8 @@ func (a *Agent) admitHailoLocked(pl *placement, v verdict) (verdict, *api.Error)
 	}
 	var cur *placement
 	for _, o := range a.placements {
-		if o != pl && o.p.Memory.Device == api.DeviceHailo && holds(o.p.State) != holdNothing && o.p.State != api.StateStopping {
+		// A model already being replaced is not the one to replace: its replacer, pulling, is.
+		if o != pl && o.p.Memory.Device == api.DeviceHailo && holds(o.p.State) != holdNothing && o.p.State != api.StateStopping && !beingReplaced(o) {
 			cur = o
 		}
 	}
@@ -247,36 +248,15 @@ func describe(ps []*placement) string {
 // evictLocked carries out an admission's evictions: the victims stop counting at once (the new
 // placement holds their share), and its lifecycle unloads them before it pulls.
 func (a *Agent) evictLocked(pl *placement, v verdict) {
-	now := time.Now().UTC()
-	evict := func(o *placement, reason, metric string) {
-		o.cancel()
-		o.p.State = api.StateEvicted
-		o.p.Reason = reason
-		o.p.Progress = 0
-		o.p.Engine = ""
-		o.p.UpdatedAt = now
-		a.metrics.Evicted(metric)
-		a.publishLocked(api.EventPlacement, o, reason, "")
-		a.log.Info("placement evicted", "placement", o.p.ID, "model", o.p.Model, "for", pl.p.ID, "reason", reason)
-	}
-	// A victim's namespace reads its reason: it names the newcomer only when that is in the
-	// same namespace (only the admin token evicts across namespaces).
-	newcomer := func(o *placement) string {
-		if o.p.Namespace == pl.p.Namespace {
-			return fmt.Sprintf("%s (%s, priority %s)", pl.p.Model, pl.p.ID, pl.p.Priority)
-		}
-		return fmt.Sprintf("another namespace's placement (priority %s)", pl.p.Priority)
-	}
 	for _, o := range v.victims {
 		o.p.Code = api.CodeInsufficientMemory
-		evict(o, "evicted to make room for "+newcomer(o), "memory")
+		a.evictOneLocked(o, "evicted to make room for "+newcomer(o, pl), "memory")
 	}
 	if o := v.swap; o != nil {
-		if o.p.Namespace == pl.p.Namespace {
-			o.p.ReplacedBy = pl.p.ID
-		}
-		evict(o, "replaced by "+newcomer(o)+" on the Hailo-10H, which runs one model at a time", "swap")
-		pl.victims = append(pl.victims, o)
+		// A swap waits for the pull: the model on the device keeps answering until the new one
+		// is on disk, and a pull that fails leaves it there (see swapLocked).
+		pl.swapOut, o.swapIn = o, pl
+		a.publishLocked(api.EventPlacement, o, "to be replaced on the Hailo-10H by "+newcomer(o, pl)+" once it is pulled", "")
 	}
 	for _, o := range v.victims {
 		a.pruneLocked(o.p.Namespace)
@@ -284,4 +264,63 @@ func (a *Agent) evictLocked(pl *placement, v verdict) {
 	if v.swap != nil {
 		a.pruneLocked(v.swap.p.Namespace)
 	}
+}
+
+// newcomer names pl to o's namespace, which reads o's reason: by name only when it is the
+// same namespace (only the admin token evicts across namespaces).
+func newcomer(o, pl *placement) string {
+	if o.p.Namespace == pl.p.Namespace {
+		return fmt.Sprintf("%s (%s, priority %s)", pl.p.Model, pl.p.ID, pl.p.Priority)
+	}
+	return fmt.Sprintf("another namespace's placement (priority %s)", pl.p.Priority)
+}
+
+// evictOneLocked ends o's life: its lifecycle stops, and it holds nothing from now on.
+func (a *Agent) evictOneLocked(o *placement, reason, metric string) {
+	o.cancel()
+	o.p.State = api.StateEvicted
+	o.p.Reason = reason
+	o.p.Progress = 0
+	o.p.Engine = ""
+	o.p.UpdatedAt = time.Now().UTC()
+	a.metrics.Evicted(metric)
+	a.changedLocked()
+	a.publishLocked(api.EventPlacement, o, reason, "")
+	a.log.Info("placement evicted", "placement", o.p.ID, "model", o.p.Model, "reason", reason)
+}
+
+// swapLocked, once pl is pulled, takes the placement it replaces on a one-model device off it:
+// evicted, to be unloaded before pl loads. One deleted or gone meanwhile is left alone. It
+// returns the placement to unload, if any.
+func (a *Agent) swapLocked(pl *placement) *placement {
+	o := pl.swapOut
+	pl.swapOut = nil
+	if o == nil || o.swapIn != pl {
+		return nil
+	}
+	o.swapIn = nil
+	if a.placements[o.p.ID] != o || o.p.State.Terminal() || o.p.State == api.StateStopping {
+		return nil
+	}
+	if o.p.Namespace == pl.p.Namespace {
+		o.p.ReplacedBy = pl.p.ID
+	}
+	a.evictOneLocked(o, "replaced by "+newcomer(o, pl)+" on the Hailo-10H, which runs one model at a time", "swap")
+	return o
+}
+
+// beingReplaced reports whether o's replacer on its one-model device is still on its way (not
+// failed, deleted or stopping).
+func beingReplaced(o *placement) bool {
+	r := o.swapIn
+	return r != nil && !r.p.State.Terminal() && r.p.State != api.StateStopping
+}
+
+// unswapLocked forgets a swap pl will not make (its pull failed, it was deleted): the model on
+// the device stays, and is the one a later placement would replace.
+func unswapLocked(pl *placement) {
+	if o := pl.swapOut; o != nil && o.swapIn == pl {
+		o.swapIn = nil
+	}
+	pl.swapOut = nil
 }

@@ -231,7 +231,23 @@ func TestHailoSwapAndDeviceMemory(t *testing.T) {
 	a.mu.Lock()
 	a.evictLocked(pl, v)
 	a.mu.Unlock()
-	if cur.p.State != api.StateEvicted || cur.p.ReplacedBy != "new" || len(pl.victims) != 1 {
+	// The model on the device keeps answering while the new one is pulled.
+	if cur.p.State != api.StateReady || pl.swapOut != cur || cur.swapIn != pl || len(pl.victims) != 0 {
+		t.Fatalf("placement to be swapped out, before the pull: %+v", cur.p)
+	}
+	// A pull that fails leaves it there.
+	a.mu.Lock()
+	unswapLocked(pl)
+	a.mu.Unlock()
+	if cur.p.State != api.StateReady || cur.swapIn != nil || pl.swapOut != nil {
+		t.Fatalf("after a failed pull: %+v", cur.p)
+	}
+	// Pulled: now it goes.
+	a.mu.Lock()
+	a.evictLocked(pl, v)
+	gone := a.swapLocked(pl)
+	a.mu.Unlock()
+	if gone != cur || cur.p.State != api.StateEvicted || cur.p.ReplacedBy != "new" {
 		t.Fatalf("swapped-out placement: %+v", cur.p)
 	}
 	// A protected model on the device is not swapped out.

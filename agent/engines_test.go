@@ -614,9 +614,19 @@ func TestEvictionMakesRoomForHigherPriority(t *testing.T) {
 // hailoRig is a simulated Pi 5 with a Hailo-10H running hailo-ollama.
 func hailoRig(t testing.TB, mod func(*Config)) (*Agent, *served, *hailosim.Server) {
 	t.Helper()
+	return hailoRigWith(t, nil, mod)
+}
+
+// hailoRigWith is hailoRig with the simulator's configuration tuned.
+func hailoRigWith(t testing.TB, tune func(*hailosim.Config), mod func(*Config)) (*Agent, *served, *hailosim.Server) {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	sim, err := hailosim.Start(ctx, hailosim.FastConfig(filepath.Join(dir, "hailo-data")), testLog(t))
+	simCfg := hailosim.FastConfig(filepath.Join(dir, "hailo-data"))
+	if tune != nil {
+		tune(&simCfg)
+	}
+	sim, err := hailosim.Start(ctx, simCfg, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,6 +682,104 @@ func TestHailoPlaceChatAndSwap(t *testing.T) {
 	if got := sim.Stats().Loaded; got != "llama3.2:3b" {
 		t.Fatalf("device holds %q", got)
 	}
+}
+
+// A Hailo swap pulls first: the model on the device keeps answering while the new one
+// downloads, goes only once the new one is on disk, and stays when the pull fails.
+func TestHailoSwapPullsFirst(t *testing.T) {
+	ctx := context.Background()
+	t.Run("pull fails", func(t *testing.T) {
+		a, s, sim := hailoRigWith(t, func(c *hailosim.Config) {
+			c.Preloaded = []string{"qwen2:1.5b"}
+			c.LibraryURL = "http://127.0.0.1:9" // nothing listens: every download fails
+		}, nil)
+		first, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://qwen2:1.5b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, s.admin, first.ID, api.StateReady)
+		second, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://llama3.2:3b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			p, _ := s.admin.Placement(ctx, second.ID)
+			return p.State == api.StateFailed
+		}, "the second placement's pull to fail")
+		if p, _ := s.admin.Placement(ctx, first.ID); p.State != api.StateReady || p.ReplacedBy != "" {
+			t.Fatalf("after a failed swap the first placement is %s (replaced by %q)", p.State, p.ReplacedBy)
+		}
+		if got := sim.Stats().Loaded; got != "qwen2:1.5b" {
+			t.Fatalf("device holds %q after a failed swap", got)
+		}
+		if chat(t, a, "default", "qwen2:1.5b") == "" {
+			t.Fatal("empty answer after a failed swap")
+		}
+		// The model still on the device is the one a later placement replaces.
+		if e, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: "hailo://llama3.2:3b"}); err != nil || e.Verdict != api.VerdictSwap || !strings.Contains(e.Reason, first.ID) {
+			t.Fatalf("estimate after a failed swap: %+v %v", e, err)
+		}
+	})
+	t.Run("old model answers during the pull", func(t *testing.T) {
+		release := make(chan struct{})
+		var sim *hailosim.Server
+		// The library, held until the test lets the download through.
+		library := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			resp, err := http.Get(sim.LibraryURL() + r.URL.Path)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			defer resp.Body.Close()
+			w.WriteHeader(resp.StatusCode)
+			io.Copy(w, resp.Body)
+		}))
+		t.Cleanup(library.Close)
+		t.Cleanup(func() {
+			select {
+			case <-release:
+			default:
+				close(release)
+			}
+		})
+		a, s, sim0 := hailoRigWith(t, func(c *hailosim.Config) {
+			c.Preloaded = []string{"qwen2:1.5b"}
+			c.LibraryURL = library.URL
+		}, nil)
+		sim = sim0
+		first, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://qwen2:1.5b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, s.admin, first.ID, api.StateReady)
+		second, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://llama3.2:3b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := s.admin.Placement(ctx, second.ID); p.State != api.StatePulling {
+			t.Fatalf("second placement %s, want pulling", p.State)
+		}
+		if p, _ := s.admin.Placement(ctx, first.ID); p.State != api.StateReady {
+			t.Fatalf("first placement %s while the second pulls, want ready", p.State)
+		}
+		if chat(t, a, "default", "qwen2:1.5b") == "" {
+			t.Fatal("empty answer while the new model pulls")
+		}
+		close(release)
+		waitState(t, s.admin, second.ID, api.StateReady)
+		old, _ := s.admin.Placement(ctx, first.ID)
+		if old.State != api.StateEvicted || old.ReplacedBy != second.ID {
+			t.Fatalf("swapped-out placement: %s replaced by %q", old.State, old.ReplacedBy)
+		}
+		if got := sim.Stats().Loaded; got != "llama3.2:3b" {
+			t.Fatalf("device holds %q", got)
+		}
+	})
 }
 
 func TestRefusedBeforeAnyBytePulled(t *testing.T) {

@@ -39,27 +39,44 @@ const reasonRestoring = "restoring after restart"
 // replaces, pull, load, health-check, supervise, restart with backoff.
 func (a *Agent) lifecycle(pl *placement, restored bool) {
 	ctx := pl.ctx
-	for _, v := range pl.victims {
+	defer func() {
 		a.mu.Lock()
-		var done chan struct{}
-		if v.started {
-			done = v.done
-		}
+		unswapLocked(pl) // a swap not made by now never will be
 		a.mu.Unlock()
-		if done != nil {
-			<-done
-		}
-		uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := v.driver.Unload(uctx, v.model)
-		cancel()
-		if err != nil && !errors.Is(err, engines.ErrNotFound) && ctx.Err() == nil {
-			a.log.Warn("unloading an evicted placement", "placement", v.p.ID, "err", err)
-		}
+	}()
+	for _, v := range pl.victims {
+		a.unloadEvicted(ctx, v)
 	}
 	if !a.pull(ctx, pl) {
 		return
 	}
+	a.mu.Lock()
+	old := a.swapLocked(pl)
+	a.mu.Unlock()
+	if old != nil {
+		a.saveOrLog()
+		a.unloadEvicted(ctx, old)
+	}
 	a.serve(ctx, pl, restored)
+}
+
+// unloadEvicted waits for an evicted placement's lifecycle to stop, then unloads its model.
+func (a *Agent) unloadEvicted(ctx context.Context, v *placement) {
+	a.mu.Lock()
+	var done chan struct{}
+	if v.started {
+		done = v.done
+	}
+	a.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := v.driver.Unload(uctx, v.model)
+	cancel()
+	if err != nil && !errors.Is(err, engines.ErrNotFound) && ctx.Err() == nil {
+		a.log.Warn("unloading an evicted placement", "placement", v.p.ID, "err", err)
+	}
 }
 
 // update changes a placement unless its lifecycle was cancelled meanwhile (deleted, evicted,

@@ -41,9 +41,12 @@ type placement struct {
 	atLoad     engines.Resident
 	measuredAt time.Time
 	readyAt    time.Time
-	// victims are placements evicted (or swapped out) for this one: the lifecycle unloads
-	// them before pulling.
+	// victims are placements evicted for this one: the lifecycle unloads them before pulling.
 	victims []*placement
+	// swapOut is the model this one replaces on a one-model device (a Hailo-10H), taken off
+	// only once this one is pulled; swapIn, on that model, points back at its replacer.
+	// Both are guarded by Agent.mu.
+	swapOut, swapIn *placement
 	// deleted is closed when a deletion has finished (the placement left the map).
 	deleted chan struct{}
 	// scope is the namespace whose placements admitting this one may evict or swap out, and
@@ -585,6 +588,10 @@ func (a *Agent) restore(saved []api.Placement) {
 			continue
 		}
 		pl.p.Memory = verdict.estimate
+		if o := verdict.swap; o != nil {
+			// Saved while it was pulling to replace o on the device: it still will, once pulled.
+			pl.swapOut, o.swapIn = o, pl
+		}
 		pl.p.State = api.StatePulling
 		pl.p.Reason = reasonRestoring
 		pl.p.Progress, pl.p.PulledBytes, pl.p.TotalBytes = 0, 0, 0
@@ -635,6 +642,7 @@ func (a *Agent) failLocked(pl *placement, code api.Code, reason string) {
 	pl.p.Progress = 0
 	pl.p.Engine = ""
 	forgetMeasuredLocked(pl)
+	unswapLocked(pl)
 	pl.p.UpdatedAt = time.Now().UTC()
 	a.changedLocked()
 	a.publishLocked(api.EventPlacement, pl, "failed: "+pl.p.Reason, code)
