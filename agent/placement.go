@@ -301,7 +301,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		if o.p.Namespace == pl.p.Namespace && o.p.Model == pl.p.Model && !o.p.State.Terminal() {
 			a.mu.Unlock()
 			e := api.Errorf(api.CodeConflict, "namespace %s already has a placement named %s on this host (%s, %s)", o.p.Namespace, o.p.Model, o.p.ID, o.p.State)
-			e.Fix = "delete " + o.p.ID + " first, or give this one another name"
+			e.Fix = "delete " + o.p.ID + " first (mesh delete " + o.p.ID + "), or place it under another name (--name)"
 			return api.Placement{}, a.refuse(req, who, e)
 		}
 	}

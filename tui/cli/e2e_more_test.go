@@ -103,3 +103,37 @@ func TestE2EChoosingAHost(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	assert.Equal(t, "big", decode[cli.PlacementDoc](t, r).Placement.Host, "the most room left")
 }
+
+// Placing what already runs is placing once: a script that runs `place --auto --wait` again
+// succeeds and says so; the same source with other settings is still refused.
+func TestE2EPlaceTwiceIsPlacingOnce(t *testing.T) {
+	m := localMesh(t)
+	const source = "ollama://qwen2.5:0.5b"
+	for _, c := range connections(m) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Cleanup(func() { clearPlacements(t, m) })
+			ctx := t.Context()
+			r := runCLI(t, ctx, c.env, "", "mesh", "place", source, "--auto", "--wait", "--json")
+			require.Equal(t, cli.ExitOK, r.code, r.stderr)
+			first := decode[cli.PlacementDoc](t, r).Placement
+			require.NotNil(t, first)
+
+			r = runCLI(t, ctx, c.env, "", "mesh", "place", source, "--auto", "--wait", "--json")
+			require.Equal(t, cli.ExitOK, r.code, r.stderr)
+			assert.Contains(t, r.stderr, "already placed: qwen2.5:0.5b on gpu-server as "+first.ID)
+			again := decode[cli.PlacementDoc](t, r).Placement
+			require.NotNil(t, again)
+			assert.Equal(t, first.ID, again.ID)
+			assert.Equal(t, api.StateReady, again.State)
+
+			ps, err := m.Client("gpu-server").Placements(ctx)
+			require.NoError(t, err)
+			assert.Len(t, ps, 1, "nothing new placed")
+
+			r = runCLI(t, ctx, c.env, "", "mesh", "place", source, "--host", "gpu-server", "--context", "4096", "--json")
+			assert.NotEqual(t, cli.ExitOK, r.code, r.stderr)
+			assert.Contains(t, r.stderr, "Conflict")
+			assert.Contains(t, r.stderr, "fix: delete "+first.ID+" first (mesh delete "+first.ID+"), or place it under another name (--name)")
+		})
+	}
+}

@@ -27,7 +27,9 @@ pulling anything and refuses (exit 3) what cannot fit or run there.
 --host H places on H; --auto places on the best host of the ranking (see 'mesh rank').
 With neither, the one host that fits is used; when several fit, choose (exit 2).
 --wait follows the placement (progress on stderr) until it is ready (exit 0) or failed
-(exit 3 for an admission refusal, 1 otherwise); without it the placement prints at once.`,
+(exit 3 for an admission refusal, 1 otherwise); without it the placement prints at once.
+Placing what the mesh already runs (the same source and settings) places nothing new: it says
+so, follows that placement with --wait, and exits 0 — a script may run it twice.`,
 		Args: a.args(cobra.ExactArgs(1)),
 	}
 	rf.add(c, true)
@@ -56,19 +58,26 @@ With neither, the one host that fits is used; when several fit, choose (exit 2).
 		if _, err := s.conn.ScopedView(); err != nil {
 			return err
 		}
-		if host == "" {
-			if host, err = a.chooseHost(ctx, s.conn, req, rf.spread, auto); err != nil {
+		// Placing what already runs is placing once: a script may run this twice.
+		p, existed := s.conn.Existing(req, host)
+		if !existed {
+			if host == "" {
+				if host, err = a.chooseHost(ctx, s.conn, req, rf.spread, auto); err != nil {
+					return err
+				}
+			}
+			if req.MemoryCheck == api.MemoryCheckWarn {
+				fmt.Fprintf(a.stderr, "warning: --load-anyway: %s admits it even if its size cannot be known or it does not fit\n", host)
+			}
+			if p, existed, err = s.conn.PlaceOnce(ctx, host, req); err != nil {
 				return err
 			}
 		}
-		if req.MemoryCheck == api.MemoryCheckWarn {
-			fmt.Fprintf(a.stderr, "warning: --load-anyway: %s admits it even if its size cannot be known or it does not fit\n", host)
+		if existed {
+			fmt.Fprintf(a.stderr, "already placed: %s on %s as %s (%s), nothing new placed\n", p.Model, p.Host, p.ID, p.State)
+		} else {
+			fmt.Fprintf(a.stderr, "placed %s on %s as %s (%s)\n", p.Model, p.Host, p.ID, p.State)
 		}
-		p, err := s.conn.Place(ctx, host, req)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(a.stderr, "placed %s on %s as %s (%s)\n", p.Model, p.Host, p.ID, p.State)
 		if wait {
 			pr := progress{w: a, state: p.State, started: true} // the line above said the first state
 			final, werr := s.conn.Wait(ctx, p, pr.show)

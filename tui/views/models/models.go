@@ -189,13 +189,34 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	case key.Matches(msg, k.Open):
 		if p, ok := m.Selected(); ok {
 			if p.State != api.StateReady {
-				return common.Status(fmt.Sprintf("%s on %s is %s: chat opens once it is ready", p.Model, p.Host, p.State), false)
+				text, stuck := NotReady(p)
+				return common.Status(text, stuck)
 			}
 			return common.Navigate(common.PageChat, p.Model)
 		}
 	}
 	m.clamp(len(m.Rows()))
 	return nil
+}
+
+// NotReady says why a placement cannot be chatted with and what to do; stuck is true when it
+// will not become ready by itself (failed, evicted, its host gone, being stopped).
+func NotReady(p api.Placement) (text string, stuck bool) {
+	why := ""
+	if p.Reason != "" {
+		why = " (" + p.Reason + ")"
+	}
+	switch p.State {
+	case api.StateSizing, api.StatePulling, api.StateLoading, api.StateRestarting:
+		return fmt.Sprintf("%s on %s is %s: chat opens once it is ready", p.Model, p.Host, p.State), false
+	case api.StateEvicted:
+		return fmt.Sprintf("%s on %s was evicted%s: place it again (p), or x removes it from the list", p.Model, p.Host, why), true
+	case api.StateUnavailable:
+		return fmt.Sprintf("%s on %s is unavailable%s: it comes back with its host, or place it elsewhere (p)", p.Model, p.Host, why), true
+	case api.StateStopping:
+		return fmt.Sprintf("%s on %s is being stopped", p.Model, p.Host), true
+	}
+	return fmt.Sprintf("%s on %s is %s%s: place it again (p), or x removes it", p.Model, p.Host, p.State, why), true
 }
 
 // deleteCmd deletes by id, so a second placement of the same model is never hit by mistake.

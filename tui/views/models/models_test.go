@@ -203,3 +203,24 @@ func TestViewConfirm(t *testing.T) {
 	press(m, "down", "down", "down", "x")
 	golden.RequireEqual(t, []byte(m.View()))
 }
+
+// A placement that will not become ready by itself says so, and what to do, instead of
+// promising a chat that never opens.
+func TestNotReadySaysWhatToDo(t *testing.T) {
+	p := api.Placement{Model: "qwen2:1.5b", Host: "pi5", State: api.StateEvicted, Reason: "evicted for llama3 (priority high)"}
+	text, stuck := NotReady(p)
+	assert.True(t, stuck)
+	assert.Equal(t, "qwen2:1.5b on pi5 was evicted (evicted for llama3 (priority high)): place it again (p), or x removes it from the list", text)
+	assert.NotContains(t, text, "once it is ready")
+
+	for _, st := range []api.PlacementState{api.StateFailed, api.StateUnavailable, api.StateStopping} {
+		p.State = st
+		text, stuck = NotReady(p)
+		assert.True(t, stuck, st)
+		assert.NotContains(t, text, "once it is ready", st)
+	}
+	p.State = api.StateLoading
+	text, stuck = NotReady(p)
+	assert.False(t, stuck)
+	assert.Contains(t, text, "chat opens once it is ready")
+}

@@ -95,9 +95,10 @@ type (
 		err     error
 	}
 	placedMsg struct {
-		seq int
-		p   api.Placement
-		err error
+		seq     int
+		p       api.Placement
+		existed bool // the mesh ran exactly this placement already
+		err     error
 	}
 	pollMsg     struct{ seq int }
 	progressMsg struct {
@@ -356,6 +357,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		p := msg.p
 		m.placement = &p
+		if msg.existed {
+			return m, tea.Batch(m.settle(), common.Status(fmt.Sprintf("already placed: %s on %s (%s), nothing new placed", p.Model, p.Host, p.ID), false))
+		}
 		return m, m.settle()
 	case pollMsg:
 		if msg.seq == m.placeSeq && m.placing {
@@ -451,8 +455,8 @@ func (m *Model) place(host string) tea.Cmd {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), placeTimeout)
 		defer cancel()
-		p, err := conn.Place(ctx, host, req)
-		return placedMsg{seq: seq, p: p, err: err}
+		p, existed, err := conn.PlaceOnce(ctx, host, req)
+		return placedMsg{seq: seq, p: p, existed: existed, err: err}
 	}
 }
 

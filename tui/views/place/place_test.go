@@ -372,6 +372,41 @@ func TestRefusalShowsTheFix(t *testing.T) {
 	assert.Contains(t, view, "fix: free 1.9 GiB: delete qwen2.5-coder-7b")
 }
 
+// A Conflict's fix is one this form can follow: it has no name field.
+func TestConflictFixIsOneTheFormCanFollow(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+	m.Update(placedMsg{seq: m.placeSeq, err: &api.Error{Code: api.CodeConflict,
+		Message: "namespace default already has a placement named qwen2:1.5b on this host (p-1, ready)",
+		Fix:     "delete p-1 first (mesh delete p-1), or place it under another name (--name)"}})
+	view := m.View()
+	assert.Contains(t, view, "✗ refused: Conflict")
+	assert.Contains(t, view, "delete it first (2 for Models,")
+	assert.NotContains(t, view, "--name")
+}
+
+// Placing what runs already there is no error: it is followed like a new one, and said.
+func TestAlreadyPlacedIsSaid(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	startPlacing(t, m)
+	ready := pullingPlacement(1)
+	ready.State = api.StateReady
+	_, cmd := m.Update(placedMsg{seq: m.placeSeq, p: ready, existed: true})
+	require.NotNil(t, cmd)
+	var texts []string
+	for _, c := range cmd().(tea.BatchMsg) {
+		if c == nil {
+			continue
+		}
+		if st, ok := c().(common.StatusMsg); ok {
+			texts = append(texts, st.Text)
+		}
+	}
+	assert.Contains(t, texts, "already placed: mistral-7b-instruct-v0.2 on mac-mini ("+ready.ID+"), nothing new placed")
+}
+
 func TestFailedPlacementShowsItsCode(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(80, 24)

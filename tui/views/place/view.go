@@ -324,6 +324,10 @@ func (m *Model) errorLines(what string, err error) []string {
 		out = append(out, st.Error.Render(render.Cut("✗ "+what+": "+string(apiErr.Code), m.width)))
 		wrap("  ", apiErr.Message)
 		fix := apiErr.Fix
+		if apiErr.Code == api.CodeConflict {
+			// The agent's fix names the command line's --name; this form has no name field.
+			fix = "it runs there already with other settings: delete it first (2 for Models, x on it), or choose another host (esc)"
+		}
 		if fix == "" {
 			fix = Hint([]api.Ranked{{Verdict: api.VerdictRefused, Code: apiErr.Code}})
 		}

@@ -1,0 +1,88 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// Same reports whether placement p is what req asks for: the same source in the same
+// namespace, and the same name, runtime, context, priority, protection, digest and engine
+// arguments where the request says them; a failed or evicted placement is not.
+func Same(p api.Placement, req api.PlacementRequest) bool {
+	ns := req.Namespace
+	if ns == "" {
+		ns = api.DefaultNamespace
+	}
+	ctxSize := req.Context
+	if ctxSize == 0 {
+		ctxSize = api.DefaultContext
+	}
+	prio := req.Priority
+	if prio == "" {
+		prio = api.PriorityNormal
+	}
+	switch {
+	case p.State.Terminal(), p.Namespace != ns, p.Source != req.Source:
+		return false
+	case req.Name != "" && p.Model != req.Name, req.Runtime != "" && p.Runtime != req.Runtime:
+		return false
+	case p.Context != ctxSize, p.Priority != prio, p.Protected != req.Protected:
+		return false
+	case req.SHA256 != "" && p.SHA256 != req.SHA256, !slices.Equal(p.Args, req.Args):
+		return false
+	}
+	return true
+}
+
+// existing is a placement of ps that req describes, on host ("" any).
+func existing(ps []api.Placement, req api.PlacementRequest, host string) (api.Placement, bool) {
+	for _, p := range ps {
+		if (host == "" || p.Host == host) && Same(p, req) {
+			return p, true
+		}
+	}
+	return api.Placement{}, false
+}
+
+// Existing is a placement of the mesh (as this token sees it) that req describes, on host
+// ("" any host).
+func (c *Conn) Existing(req api.PlacementRequest, host string) (api.Placement, bool) {
+	v, err := c.ScopedView()
+	if err != nil {
+		return api.Placement{}, false
+	}
+	return existing(Placements(v), req, host)
+}
+
+// PlaceOnce places req on host ("" the best host of the ranking) unless the mesh already runs
+// exactly that placement, there or (with no host named) anywhere: then that one is the
+// answer and existed is true, so placing twice is placing once (a script may run
+// `place --auto --wait` again). An agent that refuses with Conflict is asked for its
+// placements, in case the view was a gossip round behind.
+func (c *Conn) PlaceOnce(ctx context.Context, host string, req api.PlacementRequest) (p api.Placement, existed bool, err error) {
+	if p, ok := c.Existing(req, host); ok {
+		return p, true, nil
+	}
+	p, err = c.Place(ctx, host, req)
+	var ae *api.Error
+	if err == nil || host == "" || !errors.As(err, &ae) || ae.Code != api.CodeConflict {
+		return p, false, err
+	}
+	cl, cerr := c.Client(host)
+	if cerr != nil {
+		return p, false, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	ps, lerr := cl.Placements(cctx)
+	if lerr != nil {
+		return p, false, err
+	}
+	if found, ok := existing(ps, req, host); ok {
+		return found, true, nil
+	}
+	return p, false, err
+}
