@@ -232,6 +232,16 @@ type Placement struct {
 	Details     *ModelDetails `json:"details,omitempty"`        // what the engine reports of the loaded model
 }
 
+// QualifiedName is the name a chat addresses the placement by across namespaces: its model
+// name in the default namespace, "namespace/name" in any other. The gateway resolves a bare
+// name in the default namespace only (or the token's own), never across namespaces.
+func (p Placement) QualifiedName() string {
+	if p.Namespace == "" || p.Namespace == DefaultNamespace {
+		return p.Model
+	}
+	return p.Namespace + "/" + p.Model
+}
+
 // ModelDetails is what an engine (or the model file) says a loaded model is, in the words
 // Ollama's "details" use, so the gateway's /api/tags and /api/ps can pass them on.
 type ModelDetails struct {

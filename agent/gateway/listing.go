@@ -21,16 +21,18 @@ type listed struct {
 }
 
 // served lists the models the caller may use now, mesh-wide: every ready placement in the
-// caller's namespaces, on this host or on an alive, reachable agent; one entry per name.
+// caller's namespaces, on this host or on an alive, reachable agent; one entry per name (per
+// namespace and name for the admin: listedName).
 func (g *Gateway) served(who api.Principal) []listed {
 	byName := map[string]*listed{}
 	var names []string
 	add := func(p api.Placement) {
-		l, ok := byName[p.Model]
+		name := listedName(who, p)
+		l, ok := byName[name]
 		if !ok {
-			l = &listed{name: p.Model}
-			byName[p.Model] = l
-			names = append(names, p.Model)
+			l = &listed{name: name}
+			byName[name] = l
+			names = append(names, name)
 		}
 		l.placements = append(l.placements, p)
 	}
@@ -115,14 +117,16 @@ func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
 	}
 	v := g.view()
 	forwarded := r.Header.Get(HopHeader) != ""
-	name := g.resolve(who, r.PathValue("id"), forwarded, v)
-	for _, l := range g.served(who) {
+	in, id := g.scope(who, r.PathValue("id"), forwarded, v)
+	name := g.resolve(in, id, forwarded, v)
+	for _, l := range g.served(in) {
 		if l.name == name {
+			l.name = listedName(who, l.placements[0]) // as the caller's own listing spells it
 			g.listWith(w, r, dialectOpenAI, func(api.Principal) any { return oaModelOf(l) })
 			return
 		}
 	}
-	g.fail(w, dialectOpenAI, g.notServed(who, name, forwarded, v))
+	g.fail(w, dialectOpenAI, g.notServed(in, name, forwarded, v))
 }
 
 // openAIModels is GET /v1/models: every model the caller may use, owned_by the host serving it
@@ -297,6 +301,7 @@ func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	}
 	forwarded := r.Header.Get(HopHeader) != ""
 	v := g.view()
+	who, model = g.scope(who, model, forwarded, v)
 	name := g.resolve(who, model, forwarded, v)
 	var found *listed
 	for _, l := range g.served(who) {

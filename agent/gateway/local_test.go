@@ -180,7 +180,7 @@ func TestModelsListing(t *testing.T) {
 		}
 		return out
 	}
-	assert.Equal(t, []string{"llama", "qwen"}, ids(adminToken))
+	assert.Equal(t, []string{"team-a/llama", "team-b/qwen"}, ids(adminToken), "the admin sees each namespace's models under their namespace")
 	assert.Equal(t, []string{"llama"}, ids(nsToken(t, "team-a")))
 	assert.Equal(t, []string{"qwen"}, ids(nsToken(t, "team-b")))
 	assert.Empty(t, ids(nsToken(t, "team-c")))
@@ -199,9 +199,11 @@ func TestModelsListing(t *testing.T) {
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, 404, oe.StatusCode)
 	assert.Equal(t, "model_not_found", oe.Code)
-	resp, b = call(t, "GET", n.url+"/v1/models/llama:latest", adminToken, "")
+	resp, b = call(t, "GET", n.url+"/v1/models/team-a/llama:latest", adminToken, "")
 	require.Equal(t, 200, resp.StatusCode, "%s", b)
-	assert.Contains(t, string(b), `"id":"llama"`)
+	assert.Contains(t, string(b), `"id":"team-a/llama"`)
+	resp, b = call(t, "GET", n.url+"/v1/models/llama", adminToken, "")
+	assert.Equal(t, 404, resp.StatusCode, "a bare name is the default namespace's: %s", b)
 
 	// A route the gateway does not have is a 404 in OpenAI's error shape, with its type.
 	resp, b = call(t, "GET", n.url+"/v1/nothing", "", "")

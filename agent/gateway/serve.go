@@ -59,7 +59,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	if !forwarded {
 		v = g.view()
 	}
-	name := g.resolve(who, call.model, forwarded, v)
+	who, model := g.scope(who, call.model, forwarded, v)
+	name := g.resolve(who, model, forwarded, v)
 	cands := g.candidates(who, name, forwarded, v)
 	if len(cands) == 0 {
 		g.fail(w, d, g.notServed(who, name, forwarded, v))

@@ -381,7 +381,7 @@ func ChatTarget(v api.MeshView, model string) (api.Member, error) {
 	}
 	for _, a := range agents {
 		for _, p := range a.Placements {
-			if p.Model == model && p.State == api.StateReady {
+			if p.QualifiedName() == model && p.State == api.StateReady {
 				return a, nil
 			}
 		}

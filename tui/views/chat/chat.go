@@ -195,10 +195,11 @@ func Choices(v api.MeshView) []Choice {
 		if p.State != api.StateReady {
 			continue
 		}
-		c, ok := byName[p.Model]
+		name := p.QualifiedName() // what the gateway resolves; another namespace's is no replica
+		c, ok := byName[name]
 		if !ok {
-			c = &Choice{Model: p.Model, Runtime: p.Runtime}
-			byName[p.Model] = c
+			c = &Choice{Model: name, Runtime: p.Runtime}
+			byName[name] = c
 			out = append(out, c)
 		}
 		c.Hosts = append(c.Hosts, p.Host)
@@ -361,7 +362,7 @@ func (m *Model) send() tea.Cmd {
 	if target, err := console.ChatTarget(m.ctx.Mesh, model); err == nil {
 		answer.Host = target.Name
 		for _, p := range target.Placements {
-			if p.Model == model {
+			if p.QualifiedName() == model {
 				answer.Runtime = p.Runtime
 			}
 		}
