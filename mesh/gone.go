@@ -91,7 +91,7 @@ func (m *Mesh) acceptGone(g goneRecord) {
 	now := time.Now()
 	m.mu.Lock()
 	mb := m.members[g.Node]
-	if g.Node == m.name || g.Age >= m.t.retainGone || (mb != nil && !mb.hearsay) {
+	if g.Node == m.name || g.Age >= m.t.retainGone || (mb != nil && !mb.hearsay) || !plausibleSeq(g.Seq) {
 		m.mu.Unlock()
 		return
 	}

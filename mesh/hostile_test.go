@@ -118,3 +118,33 @@ func TestAbsurdMemberIsTamed(t *testing.T) {
 	_, bad := v.Member("BAD\x1b[2Jname")
 	require.False(t, bad)
 }
+
+// TestForgedLivenessCannotOutrankANode: a member with the key gossips a suspicion and a leave
+// of another node with the largest sequence there is, meant to outrank all its later notices.
+// Nobody believes them: the node is never shown suspect, and its real graceful leave later is
+// shown as a leave, not a death.
+func TestForgedLivenessCannotOutrankANode(t *testing.T) {
+	a := startReal(t, "a", api.RoleAgent)
+	b := startReal(t, "b", api.RoleAgent, a.GossipAddr())
+	evil := startReal(t, "evil", api.RoleAgent, a.GossipAddr())
+	waitFor(t, 10*time.Second, []*Mesh{a, b, evil}, "formed", allAlive("a", "b", "evil"))
+	seen := history(t, a, "b")
+	for _, kind := range []byte{liveSuspect, liveLeave} {
+		n := liveNotice{Kind: kind, Seq: math.MaxUint64, Node: "b", From: "evil"}
+		evil.queue.QueueBroadcast(&broadcast{name: "forged:" + string(rune('0'+kind)), msg: encodeLive(n)})
+		evil.sendTo("a", a.GossipAddr(), encodeLive(n))
+	}
+	require.Never(t, func() bool {
+		for _, l := range seen() {
+			if l != api.Alive {
+				return true
+			}
+		}
+		return false
+	}, time.Second, 20*time.Millisecond, "a forged notice changed b's liveness")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	require.NoError(t, b.Close(ctx))
+	waitFor(t, 10*time.Second, []*Mesh{a}, "b's real leave is believed", func(v View) bool { return liveness(v, "b") == api.Left })
+}

@@ -215,7 +215,7 @@ func (e *events) NotifyConflict(existing, other *memberlist.Node) {
 func (m *Mesh) updateMetaLocked(mb *member, b []byte) {
 	oldAPI := mb.meta.APIAddr
 	mb.setMeta(b)
-	if mb.meta.Seq > mb.liveSeq {
+	if mb.meta.Seq > mb.liveSeq && plausibleSeq(mb.meta.Seq) {
 		mb.liveSeq, mb.leaving = mb.meta.Seq, false
 	}
 	if mb.metaErr != nil {
@@ -241,7 +241,7 @@ func (m *Mesh) acceptLive(n liveNotice) {
 		return
 	}
 	mb := m.members[n.Node]
-	if mb == nil {
+	if mb == nil || !plausibleSeq(n.Seq) {
 		m.mu.Unlock()
 		return
 	}
@@ -256,8 +256,11 @@ func (m *Mesh) acceptLive(n liveNotice) {
 			}
 		}
 	case liveSuspect:
-		if n.Seq >= mb.liveSeq && mb.state == api.Alive {
-			mb.liveSeq, news = n.Seq, true
+		// A suspicion names the sequence it suspects: the one we know. One above it is either a
+		// member ahead of us (our own detector will tell) or a forgery meant to outrank the
+		// node's refutation.
+		if n.Seq == mb.liveSeq && mb.state == api.Alive {
+			news = true
 			mb.state, mb.since = api.Suspect, now
 		}
 	case liveLeave:
@@ -279,6 +282,15 @@ func (m *Mesh) acceptLive(n liveNotice) {
 		m.queueLive(n)
 		signal(m.changed)
 	}
+}
+
+// maxSeqAhead: liveness sequences come from the wall clock of the node they are about, in
+// microseconds (see liveNotice). One further ahead of ours than any clock could be is a forgery
+// by a member with the key, meant to outrank every later notice of that node for good: refused.
+const maxSeqAhead = 24 * time.Hour
+
+func plausibleSeq(seq uint64) bool {
+	return seq <= uint64(time.Now().Add(maxSeqAhead).UnixMicro())
 }
 
 // suspected is called when our own memberlist's failure detector suspects a node.
