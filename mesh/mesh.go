@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,7 +223,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
 		guard.Shutdown()
-		return nil, fmt.Errorf("starting memberlist: %w", err)
+		return nil, startError(err)
 	}
 	m.ml = ml
 	m.gossipAddr = ml.LocalNode().Address() // read once: the node memberlist returns is not ours to read later
@@ -428,4 +429,15 @@ func (m *Mesh) lastKnownPath() string {
 		return ""
 	}
 	return filepath.Join(m.cfg.StateDir, lastKnownFile)
+}
+
+// startError is memberlist's failure to start, with what to do when the cause is one a user
+// meets on the first run: a host with only public or no IPv4 addresses, on which memberlist
+// will not pick an address to advertise by itself.
+func startError(err error) error {
+	if strings.Contains(err.Error(), "no private IP address found") {
+		return fmt.Errorf("starting memberlist: %w: this host has no private IPv4 address, and the mesh advertises one only when told — "+
+			"start it with --bind ADDR (an address of this host that peers reach; llmkube-agent also takes --advertise ADDR)", err)
+	}
+	return fmt.Errorf("starting memberlist: %w", err)
 }

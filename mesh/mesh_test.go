@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -384,4 +385,12 @@ func TestRejoinAfterLeaveThenCrashIsDead(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // a few push/pulls, which carry leave notices of gone members
 	require.NoError(t, again.Shutdown())
 	waitFor(t, 10*time.Second, []*Mesh{a, b}, "dead, not left", func(v View) bool { return liveness(v, "pi") == api.Dead })
+}
+
+func TestStartErrorSaysWhatToDo(t *testing.T) {
+	err := startError(errors.New("Failed to get final advertise address: no private IP address found, and explicit IP not provided"))
+	require.ErrorContains(t, err, "no private IP address found")
+	require.ErrorContains(t, err, "--bind ADDR")
+	require.ErrorContains(t, err, "--advertise ADDR")
+	require.NotContains(t, startError(errors.New("bind: address already in use")).Error(), "--bind")
 }

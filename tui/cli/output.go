@@ -241,6 +241,9 @@ func rankingTable(w io.Writer, r console.Ranking) error {
 	if est.Detail != "" {
 		line += ": " + est.Detail
 	}
+	if r.SizeError != "" {
+		line += ": " + r.SizeError
+	}
 	if _, err := fmt.Fprintln(w, cellCleaner.Replace(line)); err != nil {
 		return err
 	}

@@ -233,7 +233,10 @@ func findIn(ps []api.Placement, ref string) (api.Placement, error) {
 type Ranking struct {
 	Estimate api.SizeEstimate `json:"estimate"`
 	SizedBy  string           `json:"sized_by"` // host whose agent sized the source
-	Hosts    []api.Ranked     `json:"hosts"`
+	// SizeError is why the size is unknown, in the sizer's words (a registry it could not
+	// reach, a file it could not read): the cause reaches the user, not only the agent's log.
+	SizeError string       `json:"size_error,omitempty"`
+	Hosts     []api.Ranked `json:"hosts"`
 }
 
 // Best is the first host that fits or swaps, if any.
@@ -280,7 +283,11 @@ func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) 
 			return Ranking{}, &api.Error{Code: est.Code, Message: est.Reason}
 		}
 		hosts := rank.Rank(v.Members, rank.Request{PlacementRequest: req, Estimate: est.Estimate, Spread: spread})
-		return Ranking{Estimate: est.Estimate, SizedBy: a.Name, Hosts: hosts}, nil
+		r := Ranking{Estimate: est.Estimate, SizedBy: a.Name, Hosts: hosts}
+		if est.Estimate.Bytes <= 0 && est.Verdict == api.VerdictRefused {
+			r.SizeError = est.Reason
+		}
+		return r, nil
 	}
 	return Ranking{}, firstErr
 }

@@ -616,3 +616,10 @@ func TestSuggestsLocalGGUF(t *testing.T) {
 	require.NotNil(t, found)
 	assert.Contains(t, found.Note, "file on ")
 }
+
+// An unknown size says why, in the sizer's words.
+func TestUnknownSizeSaysWhy(t *testing.T) {
+	r := console.Ranking{SizedBy: "gpu-server", SizeError: "the model's size cannot be known before pulling it, so it is refused: the Ollama registry did not answer: dial tcp: no route to host"}
+	assert.Equal(t, "size unknown (sized by gpu-server): "+r.SizeError, Estimate(r))
+	assert.Equal(t, "size unknown: sized by gpu-server, nothing will load blind", Estimate(console.Ranking{SizedBy: "gpu-server"}))
+}

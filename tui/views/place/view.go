@@ -128,7 +128,12 @@ func (m *Model) rankingLines(room int) []string {
 	case m.estimate == nil:
 		return nil
 	}
-	out = append(out, render.Cut(Estimate(*m.estimate), m.width))
+	if m.estimate.SizeError != "" {
+		// The cause is the point: wrapped, never cut.
+		out = append(out, strings.Split(ansi.Wrap(Estimate(*m.estimate), max(m.width, 20), " "), "\n")...)
+	} else {
+		out = append(out, render.Cut(Estimate(*m.estimate), m.width))
+	}
 	if d := Breakdown(m.estimate.Estimate); d != "" {
 		out = append(out, st.Muted.Render(render.Cut("  "+d, m.width)))
 	}
@@ -188,6 +193,9 @@ var methods = map[string]string{
 func Estimate(r console.Ranking) string {
 	e := r.Estimate
 	if e.Bytes <= 0 {
+		if r.SizeError != "" {
+			return "size unknown (sized by " + r.SizedBy + "): " + r.SizeError
+		}
 		return "size unknown: sized by " + r.SizedBy + ", nothing will load blind"
 	}
 	s := "needs " + render.Bytes(e.Bytes)
