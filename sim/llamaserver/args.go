@@ -120,6 +120,15 @@ var flags = []flag{
 	{names: []string{"--mlock"}, set: func(p *parsing, _ string) error { p.cfg.MLock = true; return nil }},
 	{names: []string{"--jinja"}, set: func(p *parsing, _ string) error { p.cfg.Jinja = true; return nil }},
 	{names: []string{"--no-jinja"}, set: func(p *parsing, _ string) error { p.cfg.Jinja = false; return nil }},
+	{names: []string{"--embedding", "--embeddings"}, set: func(p *parsing, _ string) error { p.cfg.Embedding = true; return nil }},
+	{names: []string{"--pooling"}, sample: "mean", set: func(p *parsing, v string) error {
+		switch v {
+		case "none", "mean", "cls", "last", "rank":
+			p.cfg.Pooling = v
+			return nil
+		}
+		return fmt.Errorf("error: unknown value for --pooling: '%s'", v)
+	}},
 
 	// Flags the simulator accepts and ignores: the rest of the driver's allowlist, and a few
 	// that people add by habit.

@@ -550,3 +550,54 @@ func formatFloat(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
 }
+
+// embeddingSize is the length of the simulator's vectors.
+const embeddingSize = 64
+
+// handleEmbeddings is llama-server's OpenAI /v1/embeddings: 501 unless started with
+// --embeddings, 400 with --pooling none (not OpenAI-compatible), else one deterministic
+// vector per input (floats, or base64 of little-endian float32s).
+func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.Embedding {
+		writeError(w, http.StatusNotImplemented, "not_supported_error", "This server does not support embeddings. Start it with `--embeddings`", nil)
+		return
+	}
+	if s.cfg.Pooling == "none" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "Pooling type 'none' is not OAI compatible. Please use a different pooling type", nil)
+		return
+	}
+	var req struct {
+		Model          string          `json:"model"`
+		Input          json.RawMessage `json:"input"`
+		EncodingFormat string          `json:"encoding_format"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusInternalServerError, "server_error", "parse error: "+err.Error(), nil)
+		return
+	}
+	var inputs []string
+	var one string
+	if json.Unmarshal(req.Input, &one) == nil {
+		inputs = []string{one}
+	} else if err := json.Unmarshal(req.Input, &inputs); err != nil || len(inputs) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "\"input\" must be a string or an array of strings", nil)
+		return
+	}
+	data := make([]any, len(inputs))
+	tokens := 0
+	for i, in := range inputs {
+		tokens += simtext.CountTokens(in)
+		v := simtext.Vector(in, embeddingSize)
+		var emb any = v
+		if req.EncodingFormat == "base64" {
+			emb = simtext.Base64Floats(v)
+		}
+		data[i] = map[string]any{"embedding": emb, "index": i, "object": "embedding"}
+	}
+	model := req.Model
+	if model == "" {
+		model = s.modelID()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"model": model, "object": "list", "data": data,
+		"usage": map[string]int{"prompt_tokens": tokens, "total_tokens": tokens}})
+}

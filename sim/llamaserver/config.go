@@ -35,6 +35,8 @@ type Config struct {
 	MLock     bool   // --mlock
 	FlashAttn string // -fa: on, off or auto
 	Jinja     bool   // --jinja
+	Embedding bool   // --embeddings: /v1/embeddings answers
+	Pooling   string // --pooling; "" = the model's
 
 	LoadDelay    time.Duration // how long /health answers 503 "Loading model"
 	TokensPerSec float64       // generation speed; 0 = as fast as possible

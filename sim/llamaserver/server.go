@@ -289,6 +289,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /chat/completions", s.handleChat)
+	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
+	mux.HandleFunc("POST /embeddings", s.handleEmbeddings)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// llama-server (cpp-httplib) answers any unknown route or method with this 404.
 		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{

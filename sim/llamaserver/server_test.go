@@ -699,3 +699,36 @@ func TestToolsAndResponseFormat(t *testing.T) {
 	answer = chat(t, plain, `{"messages":[{"role":"user","content":"weather?"}],`+tools+`}`)
 	assert.NotEmpty(t, answer.Choices[0].Message.Content, "no template reads the tools")
 }
+
+func TestEmbeddings(t *testing.T) {
+	plain := start(t, quick())
+	resp := postJSON(t, plain.URL()+"/v1/embeddings", `{"input":"hi"}`)
+	assert.Equal(t, http.StatusNotImplemented, resp.StatusCode, "only with --embeddings")
+	var e apiError
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	assert.Contains(t, e.Error.Message, "--embeddings")
+
+	cfg := quick()
+	cfg.Embedding = true
+	s := start(t, cfg)
+	var out struct {
+		Data []struct {
+			Index     int
+			Embedding []float32
+		}
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	resp = postJSON(t, s.URL()+"/v1/embeddings", `{"input":["hi","there"]}`)
+	require.Equal(t, 200, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	require.Len(t, out.Data, 2)
+	assert.Len(t, out.Data[1].Embedding, embeddingSize)
+	assert.Equal(t, 1, out.Data[1].Index)
+	assert.Positive(t, out.Usage.PromptTokens)
+
+	cfg.Pooling = "none"
+	none := start(t, cfg)
+	assert.Equal(t, http.StatusBadRequest, postJSON(t, none.URL()+"/v1/embeddings", `{"input":"hi"}`).StatusCode)
+}

@@ -578,3 +578,41 @@ func (s *Server) evictLocked() {
 		s.unloadLocked(victim)
 	}
 }
+
+// maxEmbedDims bounds the simulator's vectors (a model's embedding length can be thousands).
+const maxEmbedDims = 256
+
+// handleEmbed is POST /api/embed {"model","input"}: one deterministic vector per input (a
+// string or an array of strings), as long as the model's embedding length (at most
+// maxEmbedDims here).
+func (s *Server) handleEmbed(w http.ResponseWriter, r *http.Request) {
+	begin := time.Now()
+	var req struct {
+		Model string          `json:"model"`
+		Input json.RawMessage `json:"input"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	p := s.pulledSpec(req.Model)
+	if p == nil {
+		writeError(w, http.StatusNotFound, notPulled(req.Model))
+		return
+	}
+	var inputs []string
+	var one string
+	if json.Unmarshal(req.Input, &one) == nil {
+		inputs = []string{one}
+	} else if err := json.Unmarshal(req.Input, &inputs); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid input type")
+		return
+	}
+	out := make([][]float32, len(inputs))
+	tokens := 0
+	for i, in := range inputs {
+		out[i] = simtext.Vector(in, min(p.spec.embed, maxEmbedDims))
+		tokens += simtext.CountTokens(in)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"model": req.Model, "embeddings": out,
+		"total_duration": time.Since(begin), "load_duration": 0, "prompt_eval_count": tokens})
+}

@@ -158,6 +158,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/ps", s.handlePs)
 	mux.HandleFunc("POST /api/generate", s.handleGenerate)
 	mux.HandleFunc("POST /api/chat", s.handleChat)
+	mux.HandleFunc("POST /api/embed", s.handleEmbed)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleOpenAIChat)
 	mux.HandleFunc("GET /v1/models", s.handleOpenAIModels)
 	return simserver.WithStats(&s.requests, func() any { return s.Stats() }, mux)

@@ -816,3 +816,19 @@ func TestChatToolsAndFormat(t *testing.T) {
 	require.Equal(t, 200, call(t, "POST", s.URL()+"/api/chat", `{"model":"llama3.2:1b","stream":false,"messages":[{"role":"user","content":"city?"}],"format":"json"}`, &whole))
 	assert.True(t, json.Valid([]byte(whole.Message.Content)), whole.Message.Content)
 }
+
+func TestEmbed(t *testing.T) {
+	s := start(t, withModels("llama3.2:1b"))
+	var out struct {
+		Embeddings      [][]float32
+		PromptEvalCount int `json:"prompt_eval_count"`
+	}
+	require.Equal(t, 200, call(t, "POST", s.URL()+"/api/embed", `{"model":"llama3.2:1b","input":["hi","there"]}`, &out))
+	require.Len(t, out.Embeddings, 2)
+	assert.Len(t, out.Embeddings[0], maxEmbedDims)
+	assert.NotEqual(t, out.Embeddings[0], out.Embeddings[1])
+	assert.Positive(t, out.PromptEvalCount)
+	require.Equal(t, 200, call(t, "POST", s.URL()+"/api/embed", `{"model":"llama3.2:1b","input":"hi"}`, &out))
+	assert.Len(t, out.Embeddings, 1)
+	assert.Equal(t, 404, call(t, "POST", s.URL()+"/api/embed", `{"model":"absent","input":"hi"}`, nil))
+}

@@ -1,7 +1,12 @@
 package simtext
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,4 +93,33 @@ func Pieces(s string) []string {
 		s = s[n:]
 	}
 	return out
+}
+
+// Vector is a deterministic unit vector of n dimensions for text: what a simulator answers
+// for an embedding. The same text always gives the same vector.
+func Vector(text string, n int) []float32 {
+	h := fnv.New64a()
+	h.Write([]byte(text))
+	rng := rand.New(rand.NewPCG(h.Sum64(), uint64(n)))
+	v := make([]float32, n)
+	var norm float64
+	for i := range v {
+		x := rng.Float64()*2 - 1
+		v[i] = float32(x)
+		norm += x * x
+	}
+	norm = math.Sqrt(norm)
+	for i := range v {
+		v[i] = float32(float64(v[i]) / norm)
+	}
+	return v
+}
+
+// Base64Floats is v as OpenAI's encoding_format "base64": little-endian float32s.
+func Base64Floats(v []float32) string {
+	b := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+	return base64.StdEncoding.EncodeToString(b)
 }
