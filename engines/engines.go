@@ -179,6 +179,19 @@ type Resident struct {
 	Anon int64 // RssAnon: the process's own allocations (KV cache, buffers), never reclaimable
 }
 
+// Embedder is a driver whose engine turns text into vectors (Ollama's /api/embed, llama-server
+// started with --embeddings). A driver without it cannot embed.
+type Embedder interface {
+	// Embed returns one vector per input, in order, and the tokens the inputs took.
+	Embed(ctx context.Context, m Model, inputs []string) (Embeddings, error)
+}
+
+// Embeddings are an engine's vectors for a list of inputs.
+type Embeddings struct {
+	Vectors      [][]float32
+	PromptTokens int
+}
+
 // ErrNotFound is returned (wrapped) when the engine does not know a model.
 var ErrNotFound = errors.New("model not found")
 

@@ -17,9 +17,16 @@ import (
 // package-lock.json; `npm ci` there installs them, as .ci/run does).
 const jsClients = "testdata/jsclients"
 
+// jsChecks are the checks beyond plain chat the model can take.
+type jsChecks struct {
+	tools     bool // it calls tools
+	embed     bool // it embeds
+	responses bool // run the AI SDK through /v1/responses
+}
+
 // runJSClients runs the official JS clients (OpenAI SDK, Ollama SDK, the AI SDK) against the
 // gateway at url, or skips, saying why, when node or the installed packages are missing.
-func runJSClients(t *testing.T, url, token, model string, tools, responses bool) {
+func runJSClients(t *testing.T, url, token, model string, with jsChecks) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -34,7 +41,7 @@ func runJSClients(t *testing.T, url, token, model string, tools, responses bool)
 	cmd.Dir = jsClients
 	flag := map[bool]string{true: "1", false: "0"}
 	cmd.Env = append(os.Environ(), "GATEWAY="+url, "TOKEN="+token, "MODEL="+model,
-		"TOOLS="+flag[tools], "RESPONSES="+flag[responses], "NO_COLOR=1")
+		"TOOLS="+flag[with.tools], "EMBED="+flag[with.embed], "RESPONSES="+flag[with.responses], "NO_COLOR=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("node clients.mjs:\n%s", out)
 	require.NoError(t, err, "a JS client check failed (its line above says which)")
@@ -49,6 +56,10 @@ func TestJSClients(t *testing.T) {
 	place(t, front, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama", Namespace: "team"})
 	back := llamaServerNode(t, "back")
 	join(t, front, back)
-	t.Run("ollama", func(t *testing.T) { runJSClients(t, front.url, nsToken(t, "team"), "llama", true, true) })
-	t.Run("llama-server, forwarded", func(t *testing.T) { runJSClients(t, front.url, adminToken, "tiny", true, true) })
+	t.Run("ollama", func(t *testing.T) {
+		runJSClients(t, front.url, nsToken(t, "team"), "llama", jsChecks{tools: true, embed: true, responses: true})
+	})
+	t.Run("llama-server, forwarded", func(t *testing.T) {
+		runJSClients(t, front.url, adminToken, "tiny", jsChecks{tools: true, responses: true})
+	})
 }

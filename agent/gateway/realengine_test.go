@@ -99,5 +99,5 @@ func TestRealLlamaServer(t *testing.T) {
 	assert.Contains(t, string(b), `"quantization_level":"F16"`)
 
 	// The official JS clients; this model calls no tools.
-	t.Run("js clients", func(t *testing.T) { runJSClients(t, n.url, adminToken, "tiny", false, true) })
+	t.Run("js clients", func(t *testing.T) { runJSClients(t, n.url, adminToken, "tiny", jsChecks{responses: true}) })
 }

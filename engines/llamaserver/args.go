@@ -59,6 +59,10 @@ var DefaultArgs = []Arg{
 	{Names: []string{"--no-mmap"}},
 	{Names: []string{"--jinja"}},
 	{Names: []string{"--no-webui"}},
+	// An embedding model: /v1/embeddings answers (with a pooling llama-server's OpenAI route
+	// accepts: not "none").
+	{Names: []string{"--embeddings", "--embedding"}},
+	{Names: []string{"--pooling"}, Value: "mean|cls|last|rank", Valid: oneOf("mean", "cls", "last", "rank")},
 }
 
 // allowlist describes args for messages: "-ngl N|auto|all, -t N, --mlock, …".

@@ -318,3 +318,60 @@ func (d *Driver) Describe(_ context.Context, m engines.Model) (api.ModelDetails,
 	}
 	return sizing.DescribeGGUF(m.Path)
 }
+
+// maxEmbedAnswer bounds an embeddings answer: vectors of a few thousand floats, times inputs.
+const maxEmbedAnswer = 256 << 20
+
+// Embed asks m's llama-server for /v1/embeddings: it answers when started with --embeddings
+// (a placement's args), and refuses otherwise, which the client is told.
+func (d *Driver) Embed(ctx context.Context, m engines.Model, inputs []string) (engines.Embeddings, error) {
+	inst, err := d.instance(m.ID)
+	if err != nil {
+		return engines.Embeddings{}, err
+	}
+	b, err := json.Marshal(map[string]any{"model": inst.alias, "input": inputs, "encoding_format": "float"})
+	if err != nil {
+		return engines.Embeddings{}, &engines.Error{Code: api.CodeInternal, Err: err}
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+"/v1/embeddings", bytes.NewReader(b))
+	if err != nil {
+		return engines.Embeddings{}, &engines.Error{Code: api.CodeInternal, Err: err}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := d.http.Do(hreq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return engines.Embeddings{}, ctx.Err()
+		}
+		return engines.Embeddings{}, &engines.Error{Code: api.CodeEngineUnavailable, Err: fmt.Errorf("llama-server for %s does not answer: %w", m.ID, err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return engines.Embeddings{}, answerError(resp)
+	}
+	var out struct {
+		Data []struct {
+			Index     int       `json:"index"`
+			Embedding []float32 `json:"embedding"`
+		} `json:"data"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxEmbedAnswer)).Decode(&out); err != nil {
+		return engines.Embeddings{}, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: unreadable embeddings: %w", err)}
+	}
+	e := engines.Embeddings{Vectors: make([][]float32, len(inputs)), PromptTokens: out.Usage.PromptTokens}
+	for _, d := range out.Data {
+		if d.Index < 0 || d.Index >= len(inputs) || e.Vectors[d.Index] != nil {
+			return engines.Embeddings{}, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: embedding index %d out of place", d.Index)}
+		}
+		e.Vectors[d.Index] = d.Embedding
+	}
+	for i, v := range e.Vectors {
+		if v == nil {
+			return engines.Embeddings{}, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: no embedding for input %d", i)}
+		}
+	}
+	return e, nil
+}

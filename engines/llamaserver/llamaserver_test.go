@@ -403,7 +403,7 @@ func TestBrokenBinary(t *testing.T) {
 
 func TestArgsRefused(t *testing.T) {
 	d := newDriver(t, nil)
-	allowed := "; allowed: -ngl N|auto|all, -t N, -tb N, -b N, -ub N, -np 1-64, -fa on|off|auto, -ctk f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, -ctv f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, --mlock, --no-mmap, --jinja, --no-webui"
+	allowed := "; allowed: -ngl N|auto|all, -t N, -tb N, -b N, -ub N, -np 1-64, -fa on|off|auto, -ctk f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, -ctv f32|f16|bf16|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, --mlock, --no-mmap, --jinja, --no-webui, --embeddings, --pooling mean|cls|last|rank"
 	for _, c := range []struct {
 		args []string
 		msg  string

@@ -725,3 +725,18 @@ func truncate(b []byte) string {
 	}
 	return string(b)
 }
+
+// Embed is POST /api/embed: one vector per input, in order.
+func (c *Client) Embed(ctx context.Context, model string, inputs []string) (engines.Embeddings, error) {
+	var out struct {
+		Embeddings      [][]float32 `json:"embeddings"`
+		PromptEvalCount int         `json:"prompt_eval_count"`
+	}
+	if err := c.call(ctx, api.CodeEngineError, http.MethodPost, "/api/embed", map[string]any{"model": model, "input": inputs, "keep_alive": KeepForever}, &out); err != nil {
+		return engines.Embeddings{}, err
+	}
+	if len(out.Embeddings) != len(inputs) {
+		return engines.Embeddings{}, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s: %d embeddings for %d inputs", c.daemon, len(out.Embeddings), len(inputs))}
+	}
+	return engines.Embeddings{Vectors: out.Embeddings, PromptTokens: out.PromptEvalCount}, nil
+}

@@ -302,3 +302,12 @@ func (d *Driver) Describe(ctx context.Context, m engines.Model) (api.ModelDetail
 	}
 	return d.c.Describe(ctx, ref)
 }
+
+// Embed is the daemon's /api/embed for m.
+func (d *Driver) Embed(ctx context.Context, m engines.Model, inputs []string) (engines.Embeddings, error) {
+	ref, err := d.ref(m)
+	if err != nil {
+		return engines.Embeddings{}, err
+	}
+	return d.c.Embed(ctx, ref, inputs)
+}

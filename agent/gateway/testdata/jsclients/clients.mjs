@@ -3,6 +3,7 @@
 // /v1/responses). Run by the Go test TestJSClients, which starts the agents and sets:
 //   GATEWAY  the agent's base URL      TOKEN  a token for the model's namespace
 //   MODEL    the model to use          TOOLS  "1" when the engine calls tools
+//   EMBED    "1" when the model embeds  RESPONSES "1" to run the AI SDK (/v1/responses)
 // Each check prints one line; the first failure exits 1 with what went wrong.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -12,6 +13,7 @@ import { createOpenAI } from '@ai-sdk/openai';
 
 const { GATEWAY, TOKEN, MODEL } = process.env;
 const TOOLS = process.env.TOOLS === '1';
+const EMBED = process.env.EMBED === '1';
 assert.ok(GATEWAY && TOKEN && MODEL, 'GATEWAY, TOKEN and MODEL must be set');
 
 const weather = {
@@ -114,6 +116,17 @@ await check('openai: errors carry status, type and code', async () => {
   await assert.rejects(bad.models.list(), (err) => err instanceof OpenAI.AuthenticationError && err.type === 'authentication_error');
 });
 
+if (EMBED) {
+  await check('openai: embeddings (the SDK asks for base64 and decodes it)', async () => {
+    const r = await oa.embeddings.create({ model: MODEL, input: ['hello', 'mesh'] });
+    assert.equal(r.data.length, 2);
+    assert.ok(r.data[0].embedding.length > 0);
+    assert.ok(r.data[0].embedding.every((x) => Number.isFinite(x) && Math.abs(x) <= 1));
+    const floats = await oa.embeddings.create({ model: MODEL, input: 'hello', encoding_format: 'float' });
+    assert.ok(Math.abs(floats.data[0].embedding[0] - r.data[0].embedding[0]) < 1e-6, 'base64 and float agree');
+  });
+}
+
 // --- ollama ---------------------------------------------------------------------------
 const ol = new Ollama({ host: GATEWAY, headers: { Authorization: `Bearer ${TOKEN}` } });
 
@@ -160,6 +173,14 @@ if (TOOLS) {
     }
     assert.equal(calls.length, 1);
     assert.deepEqual(calls[0].function.arguments, { city: 'Paris' });
+  });
+}
+
+if (EMBED) {
+  await check('ollama: embed', async () => {
+    const r = await ol.embed({ model: MODEL, input: ['hello', 'mesh'] });
+    assert.equal(r.embeddings.length, 2);
+    assert.ok(r.embeddings[1].length > 0);
   });
 }
 

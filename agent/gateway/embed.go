@@ -1,0 +1,251 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+)
+
+// Embeddings: OpenAI's POST /v1/embeddings, Ollama's POST /api/embed and its older
+// /api/embeddings, served by the engines that embed (engines.Embedder: Ollama, llama-server
+// started with --embeddings) and refused clearly by the others (hailo-ollama).
+
+// maxEmbedInputs bounds the inputs of one request (OpenAI's own limit).
+const maxEmbedInputs = 2048
+
+type embedForm int
+
+const (
+	embedOpenAI       embedForm = iota // /v1/embeddings
+	embedOllama                        // /api/embed
+	embedOllamaLegacy                  // /api/embeddings
+)
+
+type embedCall struct {
+	form   embedForm
+	model  string
+	inputs []string
+	base64 bool // OpenAI encoding_format "base64" (the OpenAI JS SDK's default)
+}
+
+func (f embedForm) dialect() dialect {
+	if f == embedOpenAI {
+		return dialectOpenAI
+	}
+	return dialectOllamaChat
+}
+
+// textInputs reads an input that is a string or an array of strings.
+func textInputs(raw json.RawMessage) ([]string, error) {
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, errors.New("input must be a string or an array of strings (token arrays are not supported: send text)")
+	}
+	if len(many) == 0 {
+		return nil, errors.New("input is empty")
+	}
+	if len(many) > maxEmbedInputs {
+		return nil, fmt.Errorf("%d inputs: at most %d", len(many), maxEmbedInputs)
+	}
+	return many, nil
+}
+
+func parseEmbed(form embedForm, body []byte) (*embedCall, *failure) {
+	var req struct {
+		Model          string          `json:"model"`
+		Input          json.RawMessage `json:"input"`
+		Prompt         *string         `json:"prompt"` // /api/embeddings
+		EncodingFormat string          `json:"encoding_format"`
+		Dimensions     *int            `json:"dimensions"`
+	}
+	if f := decodeJSON(body, &req); f != nil {
+		return nil, f
+	}
+	if req.Model == "" {
+		return nil, badRequest("model is required")
+	}
+	if req.Dimensions != nil {
+		return nil, badRequest("dimensions is not supported: the engines answer with the model's own")
+	}
+	c := &embedCall{form: form, model: req.Model}
+	switch req.EncodingFormat {
+	case "", "float":
+	case "base64":
+		c.base64 = true
+	default:
+		return nil, badRequest(fmt.Sprintf("encoding_format %q: want float or base64", req.EncodingFormat))
+	}
+	if form == embedOllamaLegacy {
+		if req.Prompt == nil {
+			return nil, badRequest("prompt is required")
+		}
+		c.inputs = []string{*req.Prompt}
+		return c, nil
+	}
+	if !present(req.Input) {
+		return nil, badRequest("input is required")
+	}
+	var err error
+	if c.inputs, err = textInputs(req.Input); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	return c, nil
+}
+
+func (g *Gateway) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
+	g.embed(w, r, embedOpenAI)
+}
+func (g *Gateway) ollamaEmbed(w http.ResponseWriter, r *http.Request) { g.embed(w, r, embedOllama) }
+func (g *Gateway) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) {
+	g.embed(w, r, embedOllamaLegacy)
+}
+
+// embed answers an embeddings request from the least busy replica that can embed, locally or
+// by forwarding, failing over while nothing is written.
+func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) {
+	start := time.Now()
+	d := form.dialect()
+	who, ok := principal(r)
+	if !ok {
+		g.fail(w, d, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		return
+	}
+	body, f := readBody(w, r, g.cfg.MaxBody)
+	if f != nil {
+		g.fail(w, d, f)
+		return
+	}
+	call, f := parseEmbed(form, body)
+	if f != nil {
+		g.fail(w, d, f)
+		return
+	}
+	forwarded := r.Header.Get(HopHeader) != ""
+	var v View
+	if !forwarded {
+		v = g.view()
+	}
+	name := g.resolve(who, call.model, forwarded, v)
+	cands := g.candidates(who, name, forwarded, v)
+	if len(cands) == 0 {
+		g.fail(w, d, g.notServed(who, name, forwarded, v))
+		return
+	}
+	var last *failure
+	for i, c := range cands {
+		var committed bool
+		var err error
+		if c.local != nil {
+			committed, err = g.embedLocal(w, r, call, c, start)
+		} else {
+			committed, err = g.forward(w, r, d, body, c, v, i == len(cands)-1, start)
+		}
+		if committed || err == nil {
+			return
+		}
+		if r.Context().Err() != nil {
+			g.m.clientGone()
+			return
+		}
+		if last = failureOf(err); !last.retryable() && last.code != api.CodeBadRequest {
+			break // a replica that cannot embed may sit beside one that can
+		}
+	}
+	g.fail(w, d, last)
+}
+
+// embedLocal embeds on a local placement's engine and writes the whole answer.
+func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embedCall, c candidate, start time.Time) (bool, error) {
+	emb, ok := c.local.Driver.(engines.Embedder)
+	if !ok {
+		return false, badRequest(fmt.Sprintf("model %q runs on %s, which cannot embed text: %v", c.p.Model, c.p.Runtime, engines.ErrUnsupported))
+	}
+	c.busy.Add(1)
+	defer c.busy.Add(-1)
+	if q := g.queueFor(c.p); q != nil {
+		release, err := q.acquire(r.Context())
+		if err != nil {
+			return false, err
+		}
+		defer release()
+	}
+	res, err := emb.Embed(r.Context(), c.local.Model, call.inputs)
+	if err != nil {
+		return false, err
+	}
+	if res.PromptTokens == 0 { // the engine gave no count: the estimate
+		msgs := make([]engines.Message, len(call.inputs))
+		for i, in := range call.inputs {
+			msgs[i].Content = in
+		}
+		res.PromptTokens = estimateTokens(msgs)
+	}
+	var body any
+	switch call.form {
+	case embedOpenAI:
+		data := make([]oaEmbedding, len(res.Vectors))
+		for i, v := range res.Vectors {
+			data[i] = oaEmbedding{Object: "embedding", Index: i, Embedding: v}
+			if call.base64 {
+				data[i].Embedding = base64Floats(v)
+			}
+		}
+		body = oaEmbeddings{Object: "list", Data: data, Model: call.model,
+			Usage: oaEmbedUsage{PromptTokens: res.PromptTokens, TotalTokens: res.PromptTokens}}
+	case embedOllama:
+		body = map[string]any{"model": call.model, "embeddings": res.Vectors, "total_duration": time.Since(start).Nanoseconds(),
+			"load_duration": 0, "prompt_eval_count": res.PromptTokens}
+	default:
+		body = map[string]any{"embedding": res.Vectors[0]}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return false, &failure{status: http.StatusBadGateway, code: api.CodeEngineError, msg: "the engine's embeddings cannot be written: " + err.Error()}
+	}
+	g.m.served(c.p.Model, routeLocal, 0, time.Since(start), res.PromptTokens, 0)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(http.StatusOK)
+	w.Write(append(b, '\n'))
+	return true, nil
+}
+
+type oaEmbedding struct {
+	Object    string `json:"object"`
+	Index     int    `json:"index"`
+	Embedding any    `json:"embedding"`
+}
+
+type oaEmbedUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	TotalTokens  int `json:"total_tokens"`
+}
+
+type oaEmbeddings struct {
+	Object string        `json:"object"`
+	Data   []oaEmbedding `json:"data"`
+	Model  string        `json:"model"`
+	Usage  oaEmbedUsage  `json:"usage"`
+}
+
+// base64Floats is OpenAI's encoding_format "base64": the vector's float32s, little-endian.
+func base64Floats(v []float32) string {
+	b := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
