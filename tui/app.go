@@ -95,8 +95,9 @@ func New(conn *console.Conn, opts Options) *App {
 		Now:    now,
 		Conn:   conn,
 	}
+	var viewErr error
 	if conn != nil {
-		ctx.Mesh = conn.View()
+		ctx.Mesh, viewErr = scoped(conn)
 	}
 	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, tick: opts.Tick}
 	a.cmdline = cmdline.New(ctx.Styles, "hosts · models · place SOURCE · chat MODEL · host NAME · … · tab completes", a.completions)
@@ -106,7 +107,22 @@ func New(conn *console.Conn, opts Options) *App {
 	for p, mk := range builtinViews() {
 		a.pages[p] = mk(ctx)
 	}
+	if viewErr != nil {
+		a.status, a.statusErr, a.statusAt = viewErr.Error(), true, now()
+	}
 	return a
+}
+
+// scoped is the mesh as the connection's token may see it: a namespace token sees its own
+// namespace, as in the headless commands (console.Conn.ScopedView); a refused token sees no
+// member, and the error says why.
+func scoped(conn *console.Conn) (api.MeshView, error) {
+	v, err := conn.ScopedView()
+	if err != nil {
+		raw := conn.View()
+		return api.MeshView{Mesh: raw.Mesh, Self: raw.Self, At: raw.At}, err
+	}
+	return v, nil
 }
 
 // Context exposes the shared context (tests read it).
@@ -212,8 +228,13 @@ func (a *App) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyMsg:
 		return a, a.keys(msg)
 	case meshChangedMsg:
-		a.ctx.Mesh = a.conn.View()
-		return a, tea.Batch(a.broadcast(common.MeshMsg{View: a.ctx.Mesh}), a.waitMesh())
+		var err error
+		a.ctx.Mesh, err = scoped(a.conn)
+		cmds := []tea.Cmd{a.broadcast(common.MeshMsg{View: a.ctx.Mesh}), a.waitMesh()}
+		if err != nil {
+			cmds = append(cmds, common.Status(err.Error(), true))
+		}
+		return a, tea.Batch(cmds...)
 	case common.EventMsg:
 		a.ctx.AddEvent(msg.Event)
 		return a, tea.Batch(a.broadcast(msg), a.waitEvent())

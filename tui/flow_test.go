@@ -9,6 +9,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/teatest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -104,4 +105,31 @@ func TestFlowPlaceChatDelete(t *testing.T) {
 	tm.Type("q")
 	tm.WaitFinished(t, teatest.WithFinalTimeout(10*time.Second))
 	require.False(t, bytes.Contains([]byte(app.View()), []byte("panic")))
+}
+
+// A namespace token sees in the console what it sees with `mesh …`: its own namespace only.
+func TestNamespaceTokenSeesItsNamespace(t *testing.T) {
+	m, _ := meshForFlows(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p, err := m.Client("gpu-server").Place(ctx, api.PlacementRequest{Source: "ollama://qwen2.5:0.5b"})
+	require.NoError(t, err)
+	j, err := api.ParseJoin(m.JoinString())
+	require.NoError(t, err)
+	teamA, err := api.NamespaceToken(api.AdminToken(j.Secret), "team-a")
+	require.NoError(t, err)
+	conn, err := console.Connect(ctx, console.Options{Join: m.JoinString(), Token: teamA, Profile: mesh.ProfileLocal, NodeName: "console-team-a"})
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	// The unscoped picture has the default namespace's placement once gossip carried it.
+	require.Eventually(t, func() bool {
+		_, err := console.FindPlacement(conn.View(), p.ID)
+		return err == nil
+	}, 20*time.Second, 10*time.Millisecond)
+
+	app := New(conn, Options{Renderer: tuitest.Renderer()})
+	app.Update(tea.WindowSizeMsg{Width: 120, Height: 35})
+	app.Update(meshChangedMsg{})
+	assert.Empty(t, console.Placements(app.Context().Mesh), "another namespace's placement is not shown")
+	assert.Len(t, console.Agents(app.Context().Mesh), 2, "the hosts are")
 }
