@@ -15,8 +15,11 @@ import (
 // launches it exactly as it launches the real llama-server, through a link of that name.
 const llamaServerName = "llama-server"
 
-// demoLog is where the demo mesh logs: the terminal belongs to the console.
-func demoLog() string { return filepath.Join(os.TempDir(), "llmkube-demo.log") }
+// demoLog is where the demo mesh logs: the terminal belongs to the console. One file per
+// process, so two demos on one machine never write over each other's log.
+func demoLog() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("llmkube-demo-%d.log", os.Getpid()))
+}
 
 // runAsLlamaServer runs the llama-server simulator when the program was started under that
 // name, and reports whether it did (with its exit status).
