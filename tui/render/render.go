@@ -291,3 +291,58 @@ func Layout(specs []Spec, total int) ([]Column, []int) {
 	}
 	return cols, idx
 }
+
+// Col is one column of a table of rows of type T, as a value: its title, how it sizes and the
+// cell it draws for a row in a width. Tables are lists of these rather than titles matched in
+// a switch, so a column is added, moved or dropped in one place.
+type Col[T any] struct {
+	Title    string
+	Min      int // the least it shrinks to on a narrow terminal
+	Max      int // the most it grows to with room to spare; 0: no more than its widest cell
+	Fixed    int // the width it wants when that does not come from its cells (a bar)
+	Priority int // higher stays longer and shrinks later
+	Right    bool
+	Cell     func(row T, width int) string
+	// Want is the width a row's cell asks for when the cell drawn wide would not say it (a
+	// progress bar fills any width); nil measures the cell.
+	Want func(row T) int
+}
+
+// LayoutRows sizes cols for rows in total cells (see Layout): each column wants its widest
+// cell, capped at its Max, or its Fixed width. It returns the columns kept with their widths,
+// and the kept Cols in the same order.
+func LayoutRows[T any](cols []Col[T], rows []T, total int) ([]Column, []Col[T]) {
+	specs := make([]Spec, len(cols))
+	for i, c := range cols {
+		want, grow := c.Fixed, c.Max
+		if want == 0 {
+			grow = 0 // a content column never pads itself past its widest cell
+			for _, r := range rows {
+				if c.Want != nil {
+					want = max(want, c.Want(r))
+				} else {
+					want = max(want, ansi.StringWidth(c.Cell(r, 1<<10)))
+				}
+			}
+			if c.Max > 0 {
+				want = min(want, c.Max)
+			}
+		}
+		specs[i] = Spec{Title: c.Title, Want: want, Min: c.Min, Max: grow, Priority: c.Priority, Right: c.Right}
+	}
+	laid, idx := Layout(specs, total)
+	kept := make([]Col[T], len(idx))
+	for k, i := range idx {
+		kept[k] = cols[i]
+	}
+	return laid, kept
+}
+
+// Cells draws a row's cells under the columns LayoutRows kept.
+func Cells[T any](laid []Column, kept []Col[T], row T) []string {
+	out := make([]string, len(kept))
+	for i, c := range kept {
+		out[i] = c.Cell(row, laid[i].Width)
+	}
+	return out
+}

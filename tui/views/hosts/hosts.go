@@ -9,7 +9,6 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/x/ansi"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/mesh/rank"
@@ -239,57 +238,50 @@ func Summary(v api.MeshView) string {
 	return s
 }
 
-// column is one column of the table: its title, how it sizes (render.Spec: the width its
-// content wants, the least it shrinks to, its priority on a narrow terminal) and the cell it
-// draws for a member in a width. The table is these values, not titles matched in a switch.
-type column struct {
-	title    string
-	min, max int // max: the most it grows to (0: as wide as its content)
-	fixed    int // a width that does not come from the content (the memory bar)
-	priority int
-	right    bool
-	cell     func(st *styles.Styles, mb api.Member, width int) string
-}
-
 // columns of the hosts table, in order. On a narrow terminal the least telling go first: the
 // chip, the engines, the speed, the accelerator; the name and the state stay whole.
-var columns = []column{
-	{title: " ", min: 1, priority: 100, cell: func(*styles.Styles, api.Member, int) string { return "" }}, // the cursor, drawn by View
-	{title: "NAME", min: 8, priority: 95, cell: func(_ *styles.Styles, mb api.Member, _ int) string { return mb.Name }},
-	{title: "STATE", min: 11, priority: 90, cell: func(st *styles.Styles, mb api.Member, _ int) string {
-		return st.Liveness(mb.Liveness).Render(string(mb.Liveness))
-	}},
-	{title: "OS/ARCH", min: 7, priority: 50, cell: osArch},
-	{title: "CHIP", min: 8, max: 24, priority: 10, cell: func(_ *styles.Styles, mb api.Member, _ int) string {
-		if mb.Host == nil {
+func columns(st *styles.Styles) []render.Col[api.Member] {
+	text := func(f func(api.Member) string) func(api.Member, int) string {
+		return func(mb api.Member, _ int) string { return f(mb) }
+	}
+	return []render.Col[api.Member]{
+		{Title: " ", Min: 1, Fixed: 1, Priority: 100, Cell: text(func(api.Member) string { return "" })}, // the cursor, drawn by View
+		{Title: "NAME", Min: 8, Priority: 95, Cell: text(func(mb api.Member) string { return mb.Name })},
+		{Title: "STATE", Min: 11, Priority: 90, Cell: text(func(mb api.Member) string {
+			return st.Liveness(mb.Liveness).Render(string(mb.Liveness))
+		})},
+		{Title: "OS/ARCH", Min: 7, Priority: 50, Cell: text(osArch)},
+		{Title: "CHIP", Min: 8, Max: 24, Priority: 10, Cell: text(func(mb api.Member) string {
+			if mb.Host == nil {
+				return ""
+			}
+			return mb.Host.Chip
+		})},
+		{Title: "ACCEL", Min: 5, Max: 16, Priority: 40, Cell: text(accel)},
+		{Title: "ENGINES", Min: 7, Max: 28, Priority: 20, Cell: text(engines)},
+		{Title: "MEMORY", Min: 8, Max: 24, Fixed: 12, Priority: 80, Cell: func(mb api.Member, w int) string {
+			if h := mb.Host; h != nil {
+				return render.MemBar(st, w, h.Memory.Committed, h.Memory.Reserved, h.Memory.Budget, h.Memory.Total)
+			}
 			return ""
-		}
-		return mb.Host.Chip
-	}},
-	{title: "ACCEL", min: 5, max: 16, priority: 40, cell: accel},
-	{title: "ENGINES", min: 7, max: 28, priority: 20, cell: engines},
-	{title: "MEMORY", min: 8, max: 24, fixed: 12, priority: 80, cell: func(st *styles.Styles, mb api.Member, w int) string {
-		if h := mb.Host; h != nil {
-			return render.MemBar(st, w, h.Memory.Committed, h.Memory.Reserved, h.Memory.Budget, h.Memory.Total)
-		}
-		return ""
-	}},
-	{title: "FREE", min: 8, priority: 85, right: true, cell: func(_ *styles.Styles, mb api.Member, _ int) string {
-		if mb.Host == nil {
-			return ""
-		}
-		return render.Bytes(mb.Host.Memory.Free())
-	}},
-	{title: "MODELS", min: 6, priority: 70, right: true, cell: func(_ *styles.Styles, mb api.Member, _ int) string {
-		if mb.Role != api.RoleAgent {
-			return ""
-		}
-		return fmt.Sprint(len(mb.Placements))
-	}},
-	{title: "TOK/S", min: 5, priority: 30, right: true, cell: tokS},
+		}},
+		{Title: "FREE", Min: 8, Priority: 85, Right: true, Cell: text(func(mb api.Member) string {
+			if mb.Host == nil {
+				return ""
+			}
+			return render.Bytes(mb.Host.Memory.Free())
+		})},
+		{Title: "MODELS", Min: 6, Priority: 70, Right: true, Cell: text(func(mb api.Member) string {
+			if mb.Role != api.RoleAgent {
+				return ""
+			}
+			return fmt.Sprint(len(mb.Placements))
+		})},
+		{Title: "TOK/S", Min: 5, Priority: 30, Right: true, Cell: text(tokS)},
+	}
 }
 
-func osArch(_ *styles.Styles, mb api.Member, _ int) string {
+func osArch(mb api.Member) string {
 	if mb.Role == api.RoleConsole {
 		return "console"
 	}
@@ -299,7 +291,7 @@ func osArch(_ *styles.Styles, mb api.Member, _ int) string {
 	return mb.Host.OS + "/" + mb.Host.Arch
 }
 
-func accel(_ *styles.Styles, mb api.Member, _ int) string {
+func accel(mb api.Member) string {
 	var names []string
 	if h := mb.Host; h != nil {
 		for _, a := range h.Accelerators {
@@ -312,7 +304,7 @@ func accel(_ *styles.Styles, mb api.Member, _ int) string {
 	return strings.Join(names, ",")
 }
 
-func engines(_ *styles.Styles, mb api.Member, _ int) string {
+func engines(mb api.Member) string {
 	var names []string
 	if h := mb.Host; h != nil {
 		for _, e := range h.Engines {
@@ -331,7 +323,7 @@ func engines(_ *styles.Styles, mb api.Member, _ int) string {
 	return strings.Join(names, ",")
 }
 
-func tokS(_ *styles.Styles, mb api.Member, _ int) string {
+func tokS(mb api.Member) string {
 	if mb.Role != api.RoleAgent {
 		return ""
 	}
@@ -340,47 +332,6 @@ func tokS(_ *styles.Styles, mb api.Member, _ int) string {
 		best = max(best, p.TokensPerS)
 	}
 	return strings.TrimSuffix(render.Speed(best), " tok/s")
-}
-
-// layout sizes the columns for the rows: each wants its widest cell (so a short STATE column
-// leaves its room to the names), shrinking and dropping by priority to fit the width.
-func (m *Model) layout(rows []api.Member) ([]render.Column, []column) {
-	st := m.ctx.Styles
-	specs := make([]render.Spec, len(columns))
-	for i, c := range columns {
-		want := c.fixed
-		if want == 0 {
-			for _, mb := range rows {
-				want = max(want, ansi.StringWidth(c.cell(st, mb, 0)))
-			}
-		}
-		if c.max > 0 {
-			want = min(want, c.max)
-		}
-		grow := c.max
-		if c.fixed == 0 {
-			grow = 0 // content columns never pad themselves past their widest cell
-		}
-		specs[i] = render.Spec{Title: c.title, Want: want, Min: c.min, Max: grow, Priority: c.priority, Right: c.right}
-	}
-	cols, idx := render.Layout(specs, m.width)
-	kept := make([]column, len(idx))
-	for k, i := range idx {
-		kept[k] = columns[i]
-	}
-	return cols, kept
-}
-
-func (m *Model) cells(cols []render.Column, kept []column, mb api.Member, selected bool) []string {
-	out := make([]string, len(cols))
-	for i, c := range kept {
-		out[i] = c.cell(m.ctx.Styles, mb, cols[i].Width)
-	}
-	if len(out) > 0 && kept[0].title == " " && selected {
-		// The cursor is marked in text too: reverse video is lost without colour.
-		out[0] = "›"
-	}
-	return out
 }
 
 func (m *Model) View() string {
@@ -399,11 +350,16 @@ func (m *Model) View() string {
 		b.WriteString(emptyState(m.ctx))
 		return render.Place(b.String(), m.width, m.height)
 	}
-	cols, kept := m.layout(rows)
+	// Sized over every row shown or not, so widths do not change as the list scrolls.
+	cols, kept := render.LayoutRows(columns(st), rows, m.width)
 	b.WriteString(render.Head(st, cols))
 	end := min(m.cur.Offset+m.tableHeight(), len(rows))
 	for i := m.cur.Offset; i < end; i++ {
-		line := render.Row(cols, m.cells(cols, kept, rows[i], i == m.cur.Pos))
+		cells := render.Cells(cols, kept, rows[i])
+		if i == m.cur.Pos && len(cells) > 0 && kept[0].Title == " " {
+			cells[0] = "›" // the cursor is marked in text too: reverse video is lost without colour
+		}
+		line := render.Row(cols, cells)
 		b.WriteString("\n")
 		if i == m.cur.Pos {
 			b.WriteString(st.SelectedRow(line, m.width))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
@@ -266,26 +267,34 @@ func plural(n int) string {
 	return "s"
 }
 
-func (m *Model) columns() []render.Column {
-	cols := []render.Column{
-		{Title: "MODEL"},
-		{Title: "HOST", Width: 8},
-		{Title: "RUNTIME", Width: 12},
-		{Title: "NAMESPACE", Width: 9},
-		{Title: "MEMORY", Width: 8, Right: true},
-		{Title: "STATE", Width: 16},
-		{Title: "TTFT", Width: 7, Right: true},
-		{Title: "TOK/S", Width: 5, Right: true},
-		{Title: "USED", Width: 4, Right: true},
+// columns of the models table, in order. On a narrow terminal the least telling go first
+// (when it was used, the time to first token, the namespace); the model, its host and its
+// state stay whole.
+func (m *Model) columns() []render.Col[api.Placement] {
+	now := m.ctx.Now()
+	text := func(f func(api.Placement) string) func(api.Placement, int) string {
+		return func(p api.Placement, _ int) string { return f(p) }
 	}
-	if m.width >= 110 {
-		cols[1].Width, cols[5].Width = 10, 24
-	} else {
-		// Narrow terminals keep what tells models apart and whether they work.
-		cols[5].Width = 18
-		cols = drop(cols, "NAMESPACE", "TTFT", "USED")
+	return []render.Col[api.Placement]{
+		{Title: "MODEL", Min: 12, Priority: 95, Cell: text(func(p api.Placement) string { return p.Model })},
+		{Title: "HOST", Min: 8, Priority: 90, Cell: text(func(p api.Placement) string { return p.Host })},
+		{Title: "RUNTIME", Min: 6, Priority: 50, Cell: text(func(p api.Placement) string { return string(p.Runtime) })},
+		{Title: "NAMESPACE", Min: 9, Max: 16, Priority: 20, Cell: text(func(p api.Placement) string { return p.Namespace })},
+		{Title: "MEMORY", Min: 7, Priority: 60, Right: true, Cell: text(func(p api.Placement) string { return render.Bytes(p.Memory.Bytes) })},
+		{Title: "STATE", Min: 8, Max: 24, Priority: 85,
+			Cell: func(p api.Placement, w int) string { return StateCell(m.ctx, p, m.deleting[p.ID], w) },
+			Want: func(p api.Placement) int {
+				if p.State == api.StatePulling && !m.deleting[p.ID] {
+					return len(p.State) + 1 + 12 // the word and a bar with its percentage
+				}
+				return ansi.StringWidth(StateCell(m.ctx, p, m.deleting[p.ID], 1<<10))
+			}},
+		{Title: "TTFT", Min: 7, Priority: 15, Right: true, Cell: text(func(p api.Placement) string { return render.Millis(p.TTFTMillis) })},
+		{Title: "TOK/S", Min: 5, Priority: 40, Right: true, Cell: text(func(p api.Placement) string {
+			return strings.TrimSuffix(render.Speed(p.TokensPerS), " tok/s")
+		})},
+		{Title: "USED", Min: 4, Priority: 10, Right: true, Cell: text(func(p api.Placement) string { return render.Ago(now, p.LastUsed) })},
 	}
-	return render.Fit(cols, m.width-len(gutter), 12)
 }
 
 // gutter marks the row under the cursor in characters, not only in reverse video: with
@@ -299,19 +308,6 @@ func mark(selected bool) string {
 	return gutter
 }
 
-func drop(cols []render.Column, titles ...string) []render.Column {
-	out := cols[:0:0]
-	for _, c := range cols {
-		keep := true
-		for _, t := range titles {
-			keep = keep && c.Title != t
-		}
-		if keep {
-			out = append(out, c)
-		}
-	}
-	return out
-}
 
 // StateCell spells a placement's state in width cells, coloured, with a progress bar while
 // pulling and the code of a failure.
@@ -339,33 +335,6 @@ func StateCell(ctx *common.Context, p api.Placement, deleting bool, width int) s
 	return st.State(p.State).Render(render.Cut(word, width))
 }
 
-func (m *Model) cells(cols []render.Column, p api.Placement) []string {
-	now := m.ctx.Now()
-	out := make([]string, len(cols))
-	for i, c := range cols {
-		switch c.Title {
-		case "MODEL":
-			out[i] = p.Model
-		case "HOST":
-			out[i] = p.Host
-		case "RUNTIME":
-			out[i] = string(p.Runtime)
-		case "NAMESPACE":
-			out[i] = p.Namespace
-		case "MEMORY":
-			out[i] = render.Bytes(p.Memory.Bytes)
-		case "STATE":
-			out[i] = StateCell(m.ctx, p, m.deleting[p.ID], c.Width)
-		case "TTFT":
-			out[i] = render.Millis(p.TTFTMillis)
-		case "TOK/S":
-			out[i] = strings.TrimSuffix(render.Speed(p.TokensPerS), " tok/s")
-		case "USED":
-			out[i] = render.Ago(now, p.LastUsed)
-		}
-	}
-	return out
-}
 
 // Detail is one line about a placement: where it comes from and what it is doing.
 func Detail(p api.Placement) string {
@@ -404,11 +373,12 @@ func (m *Model) View() string {
 		}
 		return render.Place(b.String(), m.width, m.height)
 	}
-	cols := m.columns()
+	// Sized over every row, shown or not, so widths do not change as the list scrolls.
+	cols, kept := render.LayoutRows(m.columns(), all, m.width-len(gutter))
 	b.WriteString(gutter + render.Head(st, cols))
 	end := min(m.cur.Offset+m.tableHeight(), len(rows))
 	for i := m.cur.Offset; i < end; i++ {
-		line := mark(i == m.cur.Pos) + render.Row(cols, m.cells(cols, rows[i]))
+		line := mark(i == m.cur.Pos) + render.Row(cols, render.Cells(cols, kept, rows[i]))
 		b.WriteString("\n")
 		if i == m.cur.Pos {
 			b.WriteString(st.SelectedRow(line, m.width))

@@ -224,3 +224,20 @@ func TestNotReadySaysWhatToDo(t *testing.T) {
 	assert.False(t, stuck)
 	assert.Contains(t, text, "chat opens once it is ready")
 }
+
+// At 80 columns host names stay whole: the least telling columns go first, and STATE keeps
+// no room for states no row is in.
+func TestNarrowKeepsHostNames(t *testing.T) {
+	ctx := testCtx()
+	for i := range ctx.Mesh.Members {
+		for j := range ctx.Mesh.Members[i].Placements {
+			ctx.Mesh.Members[i].Placements[j].Host = "rack2-" + ctx.Mesh.Members[i].Placements[j].Host + "-gpu"
+		}
+	}
+	m := New(ctx)
+	m.SetSize(80, 24)
+	view := m.View()
+	assert.Contains(t, view, "rack2-mac-mini-gpu")
+	assert.Contains(t, view, "rack2-tower-gpu")
+	assert.NotContains(t, view, "NAMESPACE", "the namespace goes before names are cut")
+}
