@@ -308,7 +308,6 @@ func mark(selected bool) string {
 	return gutter
 }
 
-
 // StateCell spells a placement's state in width cells, coloured, with a progress bar while
 // pulling and the code of a failure.
 func StateCell(ctx *common.Context, p api.Placement, deleting bool, width int) string {
@@ -334,7 +333,6 @@ func StateCell(ctx *common.Context, p api.Placement, deleting bool, width int) s
 	}
 	return st.State(p.State).Render(render.Cut(word, width))
 }
-
 
 // Detail is one line about a placement: where it comes from and what it is doing.
 func Detail(p api.Placement) string {
