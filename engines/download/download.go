@@ -437,7 +437,7 @@ func (d *fetch) get(ctx context.Context, from int64) (*http.Response, error) {
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {
-		err = fmt.Errorf("download %s: %w", d.shown, Sanitize(err))
+		err = fmt.Errorf("download %s: %w", d.shown, Redact(err))
 		if ctx.Err() == nil && !errors.Is(err, ErrRefused) && !errors.Is(err, ErrTooManyRedirects) {
 			err = transient{err}
 		}
@@ -562,7 +562,7 @@ func (d *fetch) copy(ctx context.Context, body io.Reader, start, total int64) er
 			if ctx.Err() != nil {
 				return fmt.Errorf("download %s stopped at byte %d (kept for resuming): %w", d.shown, done, ctx.Err())
 			}
-			return transient{fmt.Errorf("download %s stopped at byte %d (kept for resuming): %w", d.shown, done, Sanitize(rerr))}
+			return transient{fmt.Errorf("download %s stopped at byte %d (kept for resuming): %w", d.shown, done, Redact(rerr))}
 		}
 	}
 	if total > 0 && done != total {

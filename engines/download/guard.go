@@ -2,11 +2,8 @@ package download
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -178,44 +175,32 @@ func (g guarded) RoundTrip(req *http.Request) (*http.Response, error) {
 	return g.next.RoundTrip(req)
 }
 
-// Sanitize turns a request's failure into words of the agent's own. Transport errors can
+// Redact turns a request's failure into words of the agent's own. Transport errors can
 // carry the remote's bytes ("malformed HTTP response \"SSH-2.0-OpenSSH…\"", a certificate's
 // names), and a failure goes back to whoever asked for the source: echoing them would make the
-// agent a banner grabber. The guard's refusals, redirect limits and cancellations are kept as
-// they are (they are ours, and callers test for them with errors.Is).
-func Sanitize(err error) error {
+// agent a banner grabber, and telling "refused" from "timed out" from "not HTTP" would make it a
+// port scanner. So every failure to get an HTTP answer reads the same; the caller logs the
+// original for the operator. The guard's refusals and redirect limits are kept as they are
+// (they are ours, and callers test for them with errors.Is), and so is a name that does not
+// resolve (it says nothing about ports). A cancelled request reads the same as any other
+// failure too — an HTTP client's timeout is a port's silence — so a caller that cancelled
+// checks its own context first.
+func Redact(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
 	var dnsErr *net.DNSError
-	var netErr net.Error
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrRefused), errors.Is(err, ErrTooManyRedirects),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ErrRefused), errors.Is(err, ErrTooManyRedirects):
 		return err
 	case errors.As(err, &dnsErr):
 		return fmt.Errorf("cannot resolve host %s", dnsErr.Name)
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return errors.New("connection refused")
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return errors.New("the connection was closed early")
-	case errors.As(err, &netErr) && netErr.Timeout():
-		return errors.New("timed out")
-	case isTLS(err):
-		return errors.New("the TLS handshake failed (certificate or protocol)")
 	}
-	return errors.New("the server's answer is not valid HTTP")
+	return ErrNoAnswer
 }
 
-func isTLS(err error) bool {
-	var rh tls.RecordHeaderError
-	var cv *tls.CertificateVerificationError
-	var ua x509.UnknownAuthorityError
-	var hn x509.HostnameError
-	var ci x509.CertificateInvalidError
-	return errors.As(err, &rh) || errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) ||
-		strings.Contains(err.Error(), "tls: ")
-}
+// ErrNoAnswer is what Redact makes of every failure to get an HTTP answer.
+var ErrNoAnswer = errors.New("no HTTP answer (the connection was refused, timed out or broke, or the server does not speak HTTP or TLS)")

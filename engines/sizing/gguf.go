@@ -202,7 +202,7 @@ func (s *Sizer) readHeader(ctx context.Context, url string, total int64) (*parse
 		n, err := io.Copy(io.NewOffsetWriter(f, have), io.LimitReader(resp.Body, want))
 		resp.Body.Close()
 		if err != nil {
-			return nil, fmt.Errorf("reading bytes %d-%d: %v", have, have+want-1, download.Sanitize(err))
+			return nil, fmt.Errorf("reading bytes %d-%d: %v", have, have+want-1, download.Redact(err))
 		}
 		if n == 0 {
 			return nil, fmt.Errorf("the server sent no bytes from %d", have)

@@ -327,7 +327,7 @@ func TestRemoteGGUFRefusals(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	_, err = s.Estimate(ctx, parse(t, closed.URL+"/m.gguf"), 0)
-	requireCode(t, err, api.CodeMemoryCheckFailed, "cannot size: GET "+closed.URL+"/m.gguf: connection refused")
+	requireCode(t, err, api.CodeMemoryCheckFailed, "cannot size: GET "+closed.URL+"/m.gguf: "+download.ErrNoAnswer.Error())
 }
 
 func TestContentRangeTotal(t *testing.T) {

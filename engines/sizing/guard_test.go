@@ -68,15 +68,24 @@ func TestSizingRedirectIsGuarded(t *testing.T) {
 	assert.Zero(t, hits.Load())
 }
 
-// A server that is not HTTP (an SSH daemon, a database) does not get its banner echoed.
-func TestSizingDoesNotEchoBanners(t *testing.T) {
-	ln := listenRaw(t, "SSH-2.0-OpenSSH_9.6 SECRET-BANNER\r\n")
+// A server that is not HTTP (an SSH daemon, a database) does not get its banner echoed, and
+// its answer reads exactly like a closed port's: sizing tells nothing of what listens where.
+func TestSizingIsNeitherBannerGrabberNorPortScanner(t *testing.T) {
 	s := &Sizer{Guard: download.Options{AllowPrivate: true}}
-	_, err := s.Estimate(context.Background(), parse(t, "http://"+ln+"/m.gguf"), 0)
-	require.Error(t, err)
-	assert.NotContains(t, err.Error(), "SECRET")
-	assert.NotContains(t, err.Error(), "OpenSSH")
-	assert.Contains(t, err.Error(), "not valid HTTP")
+	reason := func(addr string) string {
+		_, err := s.Estimate(context.Background(), parse(t, "http://"+addr+"/m.gguf"), 0)
+		require.Error(t, err)
+		return strings.ReplaceAll(err.Error(), addr, "ADDR")
+	}
+	ssh := reason(listenRaw(t, "SSH-2.0-OpenSSH_9.6 SECRET-BANNER\r\n"))
+	assert.NotContains(t, ssh, "SECRET")
+	assert.NotContains(t, ssh, "OpenSSH")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := ln.Addr().String()
+	ln.Close()
+	assert.Equal(t, reason(closed), ssh)
+	assert.Contains(t, ssh, download.ErrNoAnswer.Error())
 }
 
 // listenRaw accepts connections on loopback and answers each with banner, whatever is asked.

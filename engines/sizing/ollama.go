@@ -222,7 +222,7 @@ func getJSON(ctx context.Context, do func(*http.Request) (*http.Response, error)
 		if errors.As(err, &ae) {
 			return ae
 		}
-		return failed("cannot size: GET %s: %v", url, download.Sanitize(err))
+		return failed("cannot size: GET %s: %v", url, download.Redact(err))
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {

@@ -125,7 +125,12 @@ func (s *Sizer) do(req *http.Request) (*http.Response, error) {
 	if err == nil {
 		return resp, nil
 	}
-	err = download.Sanitize(err)
+	if cerr := req.Context().Err(); cerr != nil {
+		return nil, failed("sizing %s: %v", req.URL.Redacted(), cerr)
+	}
+	// The asker gets the agent's words only; the operator's log keeps what happened.
+	s.log().Info("sizing request failed", "method", req.Method, "url", req.URL.Redacted(), "err", err)
+	err = download.Redact(err)
 	if errors.Is(err, download.ErrRefused) {
 		return nil, api.Errorf(api.CodeInvalidSource, "%v", err)
 	}
