@@ -320,6 +320,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyMsg:
 		return m, m.key(msg)
 	case tea.MouseMsg:
+		if cmd, ok := m.click(msg); ok {
+			return m, cmd
+		}
 		if m.focus == fieldHosts && !m.placing {
 			switch msg.Button {
 			case tea.MouseButtonWheelUp:
@@ -542,6 +545,25 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		return m.hostsKey(msg)
 	}
 	return m.formKey(msg)
+}
+
+// click selects a ranked host under a left click (moving out of the form to the list); a
+// click on the selected one places there, as enter does.
+func (m *Model) click(msg tea.MouseMsg) (tea.Cmd, bool) {
+	if msg.Action != tea.MouseActionPress || msg.Button != tea.MouseButtonLeft || m.swapping != nil {
+		return nil, false
+	}
+	_, where := m.screen()
+	line := msg.Y - where.top
+	if where.n == 0 || line < 0 || line >= where.n {
+		return nil, false
+	}
+	i := where.first + line
+	if m.focus == fieldHosts && i == m.cursor {
+		return m.hostsKey(tea.KeyMsg{Type: tea.KeyEnter}), true
+	}
+	m.cursor = i
+	return m.setFocus(fieldHosts), true
 }
 
 // nextRuntime cycles inferred → each runtime → inferred.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -622,4 +623,33 @@ func TestUnknownSizeSaysWhy(t *testing.T) {
 	r := console.Ranking{SizedBy: "gpu-server", SizeError: "the model's size cannot be known before pulling it, so it is refused: the Ollama registry did not answer: dial tcp: no route to host"}
 	assert.Equal(t, "size unknown (sized by gpu-server): "+r.SizeError, Estimate(r))
 	assert.Equal(t, "size unknown: sized by gpu-server, nothing will load blind", Estimate(console.Ranking{SizedBy: "gpu-server"}))
+}
+
+// A click on a ranked host selects it (out of the form); a second click places there.
+func TestClickOnARankedHost(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	typeText(m, "hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf")
+	ranked(m, api.SizeEstimate{Bytes: 3 << 30, Method: api.SizeHeader}, "mac-mini")
+	require.True(t, m.Capturing(), "typing in the form")
+	lines := strings.Split(m.View(), "\n")
+	y := -1
+	for i, l := range lines {
+		if strings.Contains(l, m.hosts[0].Host) && strings.Contains(l, string(m.hosts[0].Verdict)) {
+			y = i
+		}
+	}
+	require.GreaterOrEqual(t, y, 0, "the best host is on screen")
+	click := tea.MouseMsg{X: 4, Y: y, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft}
+	m.Update(click)
+	assert.Equal(t, fieldHosts, m.focus, "out of the form, into the list")
+	assert.Equal(t, 0, m.cursor)
+	assert.False(t, m.Capturing())
+	require.Equal(t, api.VerdictFits, m.hosts[0].Verdict, m.hosts[0].Host)
+	_, cmd := m.Update(click)
+	require.NotNil(t, cmd)
+	assert.True(t, m.placing, "a second click places there")
+	assert.Equal(t, m.hosts[0].Host, m.target)
+	_, cmd = m.Update(tea.MouseMsg{X: 4, Y: 0, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft})
+	assert.Nil(t, cmd, "a click elsewhere does nothing")
 }

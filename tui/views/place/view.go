@@ -26,6 +26,16 @@ func (m *Model) label(name string, field int) string {
 }
 
 func (m *Model) View() string {
+	lines, _ := m.screen()
+	return render.Place(strings.Join(lines, "\n"), m.width, m.height)
+}
+
+// hostRows is where the ranked hosts are on screen: the line of the first one shown, the
+// index of that host, and how many are shown (n 0: none).
+type hostRows struct{ top, first, n int }
+
+// screen draws the view's lines and says where its ranked hosts are, for clicks.
+func (m *Model) screen() ([]string, hostRows) {
 	st := m.ctx.Styles
 	var lines []string
 	add := func(l ...string) { lines = append(lines, l...) }
@@ -61,12 +71,16 @@ func (m *Model) View() string {
 		add(st.Error.Render(render.Cut(strings.Repeat(" ", labelWidth)+err.Error(), m.width)))
 	}
 	add("")
+	var where hostRows
 	if m.placing || m.placement != nil || m.placeErr != nil {
 		add(m.progressLines()...)
 	} else {
-		add(m.rankingLines(m.height - len(lines))...)
+		ranking, w := m.rankingLines(m.height - len(lines))
+		where = w
+		where.top += len(lines)
+		add(ranking...)
 	}
-	return render.Place(strings.Join(lines, "\n"), m.width, m.height)
+	return lines, where
 }
 
 func (m *Model) suggestionLines() []string {
@@ -105,7 +119,7 @@ func (m *Model) suggestionLines() []string {
 	return append(out, st.Muted.Render(render.Cut(indent+"  "+hint, m.width)))
 }
 
-func (m *Model) rankingLines(room int) []string {
+func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	st := m.ctx.Styles
 	var out []string
 	req, reqErr := m.Request()
@@ -117,16 +131,16 @@ func (m *Model) rankingLines(room int) []string {
 				out = append(out, st.Muted.Render("  "+l))
 			}
 		}
-		return out
+		return out, hostRows{}
 	case reqErr != nil:
-		return nil
+		return nil, hostRows{}
 	case m.sizing:
-		return []string{st.Muted.Render(render.Cut("sizing "+req.Source+"…", m.width))}
+		return []string{st.Muted.Render(render.Cut("sizing "+req.Source+"…", m.width))}, hostRows{}
 	case m.rankErr != nil:
 		out = append(out, m.errorLines("cannot size it", m.rankErr)...)
-		return out
+		return out, hostRows{}
 	case m.estimate == nil:
-		return nil
+		return nil, hostRows{}
 	}
 	if m.estimate.SizeError != "" {
 		// The cause is the point: wrapped, never cut.
@@ -138,7 +152,7 @@ func (m *Model) rankingLines(room int) []string {
 		out = append(out, st.Muted.Render(render.Cut("  "+d, m.width)))
 	}
 	if len(m.hosts) == 0 {
-		return append(out, st.Muted.Render("no agent in the mesh to rank"))
+		return append(out, st.Muted.Render("no agent in the mesh to rank")), hostRows{}
 	}
 	cols := render.Fit(hostCols, m.width-2, 12)
 	out = append(out, "  "+render.Head(st, cols))
@@ -156,6 +170,7 @@ func (m *Model) rankingLines(room int) []string {
 		start = m.cursor - rows + 1
 	}
 	best := m.bestIndex()
+	where := hostRows{top: len(out), first: start, n: min(start+rows, len(m.hosts)) - start}
 	for i := start; i < min(start+rows, len(m.hosts)); i++ {
 		h := m.hosts[i]
 		tag := ""
@@ -176,7 +191,7 @@ func (m *Model) rankingLines(room int) []string {
 	if h := m.swapping; h != nil {
 		out = append(out, st.Danger.Render(render.Cut(fmt.Sprintf("place on %s? it %s (y/n)", h.Host, trimVerdict(*h)), m.width)))
 	}
-	return out
+	return out, where
 }
 
 // methods say how an agent learned a size, in words.
