@@ -1,6 +1,7 @@
 package llamaserver
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -600,4 +601,87 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"model": model, "object": "list", "data": data,
 		"usage": map[string]int{"prompt_tokens": tokens, "total_tokens": tokens}})
+}
+
+// handleCompletions is llama-server's OpenAI /v1/completions: the prompt continued as it is
+// (no chat template), whole or as server-sent events of choices[].text, on one of the slots.
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		chatRequest
+		Prompt json.RawMessage `json:"prompt"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusInternalServerError, "server_error", "parse error: "+err.Error(), nil)
+		return
+	}
+	var prompt string
+	if err := json.Unmarshal(req.Prompt, &prompt); err != nil || prompt == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "\"prompt\" must be a string", nil)
+		return
+	}
+	nCtx := s.cfg.ctxSize()
+	promptTokens := simtext.CountTokens(prompt)
+	if promptTokens >= nCtx {
+		writeError(w, http.StatusBadRequest, "exceed_context_size_error",
+			fmt.Sprintf("request (%d tokens) exceeds the available context size (%d tokens), try increasing it", promptTokens, nCtx),
+			map[string]any{"n_prompt_tokens": promptTokens, "n_ctx": nCtx})
+		return
+	}
+	limit := req.limit(s.cfg.NPredict)
+	if room := nCtx - promptTokens; limit < 0 || limit > room {
+		limit = room
+	}
+	seed := s.cfg.Seed
+	if req.Seed != nil {
+		seed = *req.Seed
+	}
+	toks, finish := simserver.Answer(seed, prompt, limit)
+	ctx := r.Context()
+	if !s.acquireSlot(ctx) {
+		s.noteCancelled()
+		return
+	}
+	defer s.releaseSlot()
+	id, created, model := completionID(), time.Now().Unix(), cmp.Or(req.Model, s.modelID())
+	usage := map[string]int{"prompt_tokens": promptTokens, "completion_tokens": len(toks), "total_tokens": promptTokens + len(toks)}
+	doc := func(text string, finish any) map[string]any {
+		return map[string]any{"id": id, "object": "text_completion", "created": created, "model": model,
+			"choices": []any{map[string]any{"text": text, "index": 0, "logprobs": nil, "finish_reason": finish}}}
+	}
+	p := simserver.Pacer{Start: time.Now(), TTFT: s.cfg.TTFT, Rate: s.cfg.TokensPerSec}
+	if !req.Stream {
+		var text strings.Builder
+		for i, tok := range toks {
+			if p.Wait(ctx, i) != nil {
+				return
+			}
+			text.WriteString(tok)
+		}
+		d := doc(text.String(), finish)
+		d["usage"] = usage
+		writeJSON(w, http.StatusOK, d)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	send := func(v any) bool {
+		b, _ := json.Marshal(v)
+		_, err := fmt.Fprintf(w, "data: %s\n\n", b)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		return err == nil
+	}
+	for i, tok := range toks {
+		if p.Wait(ctx, i) != nil || !send(doc(tok, nil)) {
+			return
+		}
+	}
+	last := doc("", finish)
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		last["usage"] = usage
+	}
+	if send(last) {
+		io.WriteString(w, "data: [DONE]\n\n")
+	}
 }

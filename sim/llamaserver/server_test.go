@@ -732,3 +732,33 @@ func TestEmbeddings(t *testing.T) {
 	none := start(t, cfg)
 	assert.Equal(t, http.StatusBadRequest, postJSON(t, none.URL()+"/v1/embeddings", `{"input":"hi"}`).StatusCode)
 }
+
+func TestCompletions(t *testing.T) {
+	s := start(t, quick())
+	var whole struct {
+		Object  string
+		Choices []struct {
+			Text         string
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		}
+	}
+	resp := postJSON(t, s.URL()+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":5,"seed":3}`)
+	require.Equal(t, 200, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&whole))
+	assert.Equal(t, "text_completion", whole.Object)
+	assert.Equal(t, "length", whole.Choices[0].FinishReason)
+	assert.Equal(t, 5, whole.Usage.CompletionTokens)
+
+	resp = postJSON(t, s.URL()+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":5,"seed":3,"stream":true}`)
+	events, done := sseEvents(t, resp.Body)
+	require.True(t, done)
+	var text strings.Builder
+	for _, ev := range events {
+		text.WriteString(ev["choices"].([]any)[0].(map[string]any)["text"].(string))
+	}
+	assert.Equal(t, whole.Choices[0].Text, text.String())
+	assert.Equal(t, http.StatusBadRequest, postJSON(t, s.URL()+"/v1/completions", `{"prompt":""}`).StatusCode)
+}
