@@ -105,6 +105,9 @@ type ChatRequest struct {
 	ToolChoice json.RawMessage
 	// Format asks for a JSON answer; nil = free text.
 	Format *Format
+	// Prompt, when set, is a raw completion: the text is continued as it is, through no chat
+	// template, and Messages is empty (OpenAI's /v1/completions, Ollama's generate with raw).
+	Prompt string
 }
 
 // ChatChunk is one streamed piece of an answer. The last chunk has Done set, the finish

@@ -95,8 +95,11 @@ type encoder interface {
 
 func newEncoder(c *chatCall, w http.ResponseWriter, stall time.Duration, start time.Time) encoder {
 	o := newOut(w, stall)
-	if c.d == dialectResponses {
+	switch c.d {
+	case dialectResponses:
 		return newRespEncoder(c, o, start)
+	case dialectCompletions:
+		return newCmplEncoder(c, o, start)
 	}
 	if c.d == dialectOpenAI {
 		if c.stream {

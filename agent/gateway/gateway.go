@@ -200,6 +200,7 @@ func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Ro
 	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat), oa)
 	mount("POST /v1/responses", http.HandlerFunc(g.openAIResponses), oa)
 	mount("POST /v1/embeddings", http.HandlerFunc(g.openAIEmbeddings), oa)
+	mount("POST /v1/completions", http.HandlerFunc(g.openAICompletions), oa)
 	mount("GET /api/tags", http.HandlerFunc(g.ollamaTags), ol)
 	mount("GET /api/ps", http.HandlerFunc(g.ollamaPS), ol)
 	mount("GET /api/version", http.HandlerFunc(g.ollamaVersion), ol)

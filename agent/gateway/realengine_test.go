@@ -89,6 +89,23 @@ func TestRealLlamaServer(t *testing.T) {
 		assert.True(t, json.Valid([]byte(js.Choices[0].Message.Content)), "%q", js.Choices[0].Message.Content)
 	}
 
+	// A raw completion, whole and streamed, through the engine's /v1/completions.
+	cp := openai.CompletionNewParams{Model: "tiny", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+		MaxTokens: openai.Int(4), StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}}
+	cw, err := client.Completions.New(t.Context(), cp)
+	require.NoError(t, err)
+	assert.NotEmpty(t, cw.Choices[0].Text)
+	assert.Equal(t, int64(4), cw.Usage.CompletionTokens)
+	cs := client.Completions.NewStreaming(t.Context(), cp)
+	var ctext string
+	for cs.Next() {
+		for _, ch := range cs.Current().Choices {
+			ctext += ch.Text
+		}
+	}
+	require.NoError(t, cs.Err())
+	assert.NotEmpty(t, ctext)
+
 	resp, b = call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"tiny","messages":[{"role":"user","content":"Hello"}],"options":{"num_predict":4}}`)
 	require.Equal(t, 200, resp.StatusCode, "%s", b)
 	lines := ndjson(t, b)

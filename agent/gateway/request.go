@@ -21,10 +21,13 @@ const (
 	dialectOllamaChat                    // POST /api/chat
 	dialectOllamaGenerate                // POST /api/generate
 	dialectResponses                     // POST /v1/responses
+	dialectCompletions                   // POST /v1/completions
 )
 
 // openAIShaped reports whether the dialect's errors are OpenAI's {"error":{message,type,code}}.
-func (d dialect) openAIShaped() bool { return d == dialectOpenAI || d == dialectResponses }
+func (d dialect) openAIShaped() bool {
+	return d == dialectOpenAI || d == dialectResponses || d == dialectCompletions
+}
 
 // bytesPerToken is the rule of thumb (about four bytes of English per token) behind the prompt
 // count reported when an engine gives none. It never refuses a prompt: the engine does that.
@@ -514,8 +517,8 @@ func parseOllamaGenerate(body []byte) (*chatCall, *failure) {
 	if req.Model == "" {
 		return nil, badRequest("model is required")
 	}
-	if present(req.Images) || req.Raw || req.Suffix != "" {
-		return nil, badRequest("images, raw and suffix are not supported by these engines")
+	if present(req.Images) || req.Suffix != "" {
+		return nil, badRequest("images and suffix are not supported by these engines")
 	}
 	c := &chatCall{d: dialectOllamaGenerate, model: req.Model, stream: req.Stream == nil || *req.Stream}
 	var err error
@@ -527,14 +530,69 @@ func parseOllamaGenerate(body []byte) (*chatCall, *failure) {
 		c.load = true
 		return c, nil
 	}
-	if req.System != "" {
+	switch {
+	case req.Raw:
+		// The prompt as it is, through no template (and so without the system prompt).
+		c.req.Prompt = *req.Prompt
+		c.promptTokens = estimateTokens([]engines.Message{{Content: c.req.Prompt}})
+	case req.System != "":
 		c.req.Messages = append(c.req.Messages, engines.Message{Role: "system", Content: req.System})
+		fallthrough
+	default:
+		c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: *req.Prompt})
 	}
-	c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: *req.Prompt})
 	if err := req.Options.apply(&c.req); err != nil {
 		return nil, badRequest(err.Error())
 	}
-	c.promptTokens = estimateTokens(c.req.Messages)
+	if !req.Raw {
+		c.promptTokens = estimateTokens(c.req.Messages)
+	}
+	return c, nil
+}
+
+// parseCompletions reads OpenAI's legacy POST /v1/completions: one prompt continued as it is.
+func parseCompletions(body []byte) (*chatCall, *failure) {
+	var req struct {
+		oaRequest
+		Prompt   json.RawMessage `json:"prompt"`
+		Echo     bool            `json:"echo"`
+		Suffix   string          `json:"suffix"`
+		Logprobs *int            `json:"logprobs"`
+		BestOf   *int            `json:"best_of"`
+	}
+	if f := decodeJSON(body, &req); f != nil {
+		return nil, f
+	}
+	if req.Model == "" {
+		return nil, badRequest("model is required")
+	}
+	if req.Echo || req.Suffix != "" || req.Logprobs != nil || (req.BestOf != nil && *req.BestOf != 1) {
+		return nil, badRequest("echo, suffix, logprobs and best_of are not supported by these engines")
+	}
+	if req.N != nil && *req.N != 1 {
+		return nil, badRequest("n must be 1: one choice per request")
+	}
+	prompts, err := textInputs(req.Prompt)
+	if err != nil || len(prompts) != 1 || prompts[0] == "" {
+		return nil, badRequest("prompt must be one non-empty string (token arrays and several prompts are not supported)")
+	}
+	c := &chatCall{d: dialectCompletions, model: req.Model, stream: req.Stream,
+		usageChunk: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
+	c.req.Prompt = prompts[0]
+	if err := errors.Join(checkTemperature(req.Temperature), checkTopP(req.TopP)); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	c.req.Temperature, c.req.TopP, c.req.TopK, c.req.Seed = req.Temperature, req.TopP, req.TopK, req.Seed
+	if mt := req.MaxTokens; mt != nil {
+		if *mt < 1 {
+			return nil, badRequest(fmt.Sprintf("max_tokens %d: want at least 1", *mt))
+		}
+		c.req.MaxTokens = *mt
+	}
+	if c.req.Stop, err = parseStop(req.Stop); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	c.promptTokens = estimateTokens([]engines.Message{{Content: c.req.Prompt}})
 	return c, nil
 }
 
@@ -546,6 +604,8 @@ func parse(d dialect, body []byte) (*chatCall, *failure) {
 		return parseOllamaGenerate(body)
 	case dialectResponses:
 		return parseResponses(body)
+	case dialectCompletions:
+		return parseCompletions(body)
 	}
 	return parseOpenAI(body)
 }

@@ -341,6 +341,9 @@ func unsupported(req engines.ChatRequest) error {
 	if req.Format != nil {
 		what = append(what, "a JSON response format")
 	}
+	if req.Prompt != "" {
+		what = append(what, "raw completions")
+	}
 	for _, m := range req.Messages {
 		if m.Role == "tool" || len(m.ToolCalls) > 0 {
 			what = append(what, "tool calls in the conversation")

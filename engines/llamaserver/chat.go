@@ -19,7 +19,7 @@ import (
 // chatRequest is llama-server's OpenAI chat request, always streamed.
 type chatRequest struct {
 	Model         string        `json:"model"`
-	Messages      []chatMessage `json:"messages"`
+	Messages      []chatMessage `json:"messages,omitempty"`
 	Stream        bool          `json:"stream"`
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
@@ -34,6 +34,13 @@ type chatRequest struct {
 	Tools          []chatTool      `json:"tools,omitempty"`
 	ToolChoice     json.RawMessage `json:"tool_choice,omitempty"`
 	ResponseFormat *responseFormat `json:"response_format,omitempty"`
+}
+
+// completionRequest is llama-server's /v1/completions request: the chat's settings, a prompt
+// instead of messages.
+type completionRequest struct {
+	*chatRequest
+	Prompt string `json:"prompt"`
 }
 
 // chatMessage is an OpenAI message; content is null for an assistant turn made of tool calls.
@@ -117,7 +124,7 @@ func openAITools(req engines.ChatRequest, body *chatRequest) {
 // events), one chunk per event as it arrives. An error from emit, or the end of ctx, closes the
 // connection at once, which stops generation.
 func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequest, emit func(engines.ChatChunk) error) error {
-	if len(req.Messages) == 0 {
+	if len(req.Messages) == 0 && req.Prompt == "" {
 		return &engines.Error{Code: api.CodeBadRequest, Err: errors.New("a chat needs at least one message")}
 	}
 	inst, err := d.instance(m.ID)
@@ -125,19 +132,27 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 		return err
 	}
 	body := chatRequest{
-		Model: inst.alias, Messages: openAIMessages(req.Messages), Stream: true,
+		Model: inst.alias, Stream: true,
 		Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Seed: req.Seed,
 		MaxTokens: req.MaxTokens, Stop: req.Stop,
 	}
-	openAITools(req, &body)
+	route := "/v1/chat/completions"
+	var doc any = &body
+	if req.Prompt != "" {
+		// A raw completion: llama-server's /v1/completions continues the prompt as it is.
+		route, doc = "/v1/completions", completionRequest{chatRequest: &body, Prompt: req.Prompt}
+	} else {
+		body.Messages = openAIMessages(req.Messages)
+		openAITools(req, &body)
+	}
 	body.StreamOptions.IncludeUsage = true
-	b, err := json.Marshal(body)
+	b, err := json.Marshal(doc)
 	if err != nil {
 		return &engines.Error{Code: api.CodeInternal, Err: err}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+"/v1/chat/completions", bytes.NewReader(b))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+route, bytes.NewReader(b))
 	if err != nil {
 		return &engines.Error{Code: api.CodeInternal, Err: err}
 	}
@@ -199,6 +214,7 @@ type streamChunk struct {
 			Content   *string        `json:"content"`
 			ToolCalls []chatToolCall `json:"tool_calls"`
 		} `json:"delta"`
+		Text         *string `json:"text"` // /v1/completions
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
@@ -280,6 +296,9 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 				calls[i].ID += tc.ID
 				calls[i].Name += tc.Function.Name
 				calls[i].Arguments += tc.Function.Arguments
+			}
+			if ch.Delta.Content == nil {
+				ch.Delta.Content = ch.Text
 			}
 			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
 				if err := emit(engines.ChatChunk{Content: *ch.Delta.Content}); err != nil {

@@ -606,14 +606,27 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 	if err != nil {
 		return err
 	}
-	if len(messages) == 0 {
+	path := "/api/chat"
+	var body any = chatRequest{Model: model, Messages: messages, Stream: true, KeepAlive: KeepForever, Options: options,
+		Tools: tools, Format: format}
+	if req.Prompt != "" {
+		// A raw completion: /api/generate with raw continues the prompt through no template.
+		path = "/api/generate"
+		gen := map[string]any{"model": model, "prompt": req.Prompt, "raw": true, "stream": true, "keep_alive": KeepForever}
+		if len(options) > 0 {
+			gen["options"] = options
+		}
+		if format != nil {
+			gen["format"] = format
+		}
+		body = gen
+	} else if len(messages) == 0 {
 		// An absent or empty message list would load or unload instead of answering.
 		return &engines.Error{Code: api.CodeBadRequest, Err: errors.New("a chat needs at least one message")}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodPost, "/api/chat", chatRequest{Model: model, Messages: messages, Stream: true, KeepAlive: KeepForever, Options: options,
-		Tools: tools, Format: format})
+	resp, err := c.do(ctx, http.MethodPost, path, body)
 	if err != nil {
 		return err
 	}
@@ -632,6 +645,7 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 				Content   string         `json:"content"`
 				ToolCalls []chatToolCall `json:"tool_calls"`
 			} `json:"message"`
+			Response        string `json:"response"` // /api/generate
 			Done            bool   `json:"done"`
 			DoneReason      string `json:"done_reason"`
 			PromptEvalCount int    `json:"prompt_eval_count"`
@@ -640,7 +654,7 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 		if err := json.Unmarshal(b, &m); err != nil {
 			return fmt.Errorf("unreadable chat line %q: %w", truncate(b), err)
 		}
-		ch := engines.ChatChunk{Content: m.Message.Content}
+		ch := engines.ChatChunk{Content: m.Message.Content + m.Response}
 		for _, tc := range m.Message.ToolCalls {
 			ch.ToolCalls = append(ch.ToolCalls, engines.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: string(tc.Function.Arguments)})
 		}

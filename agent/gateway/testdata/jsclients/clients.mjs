@@ -104,6 +104,17 @@ if (TOOLS) {
   });
 }
 
+await check('openai: completions, not streaming and streaming', async () => {
+  const r = await oa.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 4 });
+  assert.equal(r.object, 'text_completion');
+  assert.ok(r.choices[0].text.length > 0);
+  let text = '';
+  for await (const c of await oa.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 4, stream: true })) {
+    text += c.choices[0]?.text ?? '';
+  }
+  assert.ok(text.length > 0);
+});
+
 await check('openai: errors carry status, type and code', async () => {
   await assert.rejects(oa.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] }), (err) => {
     assert.ok(err instanceof OpenAI.NotFoundError, `${err}`);
