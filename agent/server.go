@@ -34,6 +34,9 @@ type ServerConfig struct {
 	MeshID string
 	// Mesh returns the mesh view when the agent runs in a mesh; nil serves a view of this host alone.
 	Mesh func() api.MeshView
+	// Doctor is the membership's report (mesh.Mesh.Doctor) when the agent runs in a mesh; GET
+	// /v1/doctor adds the agent's own findings to it.
+	Doctor func(ctx context.Context) api.DoctorReport
 	// OpenMetrics serves /metrics without a token (for a scraper on a trusted network).
 	// By default /metrics needs the admin token: its labels name every namespace's models.
 	OpenMetrics bool
@@ -62,11 +65,14 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s := &Server{cfg: cfg, a: cfg.Agent, log: cfg.Log, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// The name tells a member checking this agent's advertised address who answered.
+		w.Header().Set(api.NodeHeader, s.a.Name())
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.Handle("GET /v1/host", http.HandlerFunc(s.host))
 	s.Handle("GET /v1/mesh", http.HandlerFunc(s.mesh))
+	s.Handle("GET /v1/doctor", http.HandlerFunc(s.doctor))
 	s.Handle("POST /v1/placements", http.HandlerFunc(s.place))
 	s.Handle("GET /v1/placements", http.HandlerFunc(s.list))
 	s.Handle("GET /v1/placements/{id}", http.HandlerFunc(s.get))
@@ -317,6 +323,30 @@ func (s *Server) mesh(w http.ResponseWriter, r *http.Request) {
 	}
 	v = principal(r).ScopeView(v)
 	writeJSON(w, http.StatusOK, v)
+}
+
+// doctorTimeout bounds the fresh checks a doctor's report makes (dialling agents that did not
+// answer), so a console merging every agent's report gets each one in time.
+const doctorTimeout = 5 * time.Second
+
+// doctor serves what this agent finds wrong: what its membership sees of the mesh (checked from
+// this host, not from the caller's) and its own host's engines and placements, as the caller
+// may see them (a namespace token: host- and mesh-wide findings, and its own placements').
+func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), doctorTimeout)
+	defer cancel()
+	var rep api.DoctorReport
+	if s.cfg.Doctor != nil {
+		rep = s.cfg.Doctor(ctx)
+	} else {
+		rep = api.DoctorReport{Mesh: s.cfg.MeshID, Node: s.a.Name(), Members: 1, At: time.Now()}
+	}
+	rep.Findings = principal(r).ScopeFindings(append(rep.Findings, s.a.Findings()...))
+	api.SortFindings(rep.Findings)
+	if rep.Findings == nil {
+		rep.Findings = []api.Finding{}
+	}
+	writeJSON(w, http.StatusOK, rep)
 }
 
 func (s *Server) place(w http.ResponseWriter, r *http.Request) {

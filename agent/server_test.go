@@ -49,6 +49,9 @@ func TestAuthentication(t *testing.T) {
 			t.Errorf("%s without a token: %d, want 200", path, resp.StatusCode)
 		}
 	}
+	if resp, _ := do(t, "GET", s.url+"/healthz", "", ""); resp.Header.Get(api.NodeHeader) != s.a.Name() {
+		t.Errorf("/healthz names %q, want the agent %q: a dial-back must know who answered", resp.Header.Get(api.NodeHeader), s.a.Name())
+	}
 	for _, path := range []string{"/v1/host", "/v1/placements", "/v1/mesh", "/v1/events", "/metrics"} {
 		resp, eb := do(t, "GET", s.url+path, "", "")
 		if resp.StatusCode != http.StatusUnauthorized || eb.Error == nil || eb.Error.Code != api.CodeUnauthorized {

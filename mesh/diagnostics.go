@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -22,8 +23,8 @@ type diagnostics struct {
 
 	mu        sync.Mutex
 	src       discovery.Source
-	decrypt   map[string]*sighting // by sender address
-	label     map[string]*sighting // by sender address
+	decrypt   map[string]*sighting // by sender host (its IP: a stream comes from any port)
+	label     map[string]*sighting // by sender host; detail: "labelled" when it carried a label
 	udp       map[string]*sighting // by node name
 	conflicts map[string]*sighting // by name; detail: the two addresses
 	dropped   map[string]uint64    // by drop reason
@@ -98,7 +99,7 @@ func (d *diagnostics) line(line string) {
 		d.m.log.Log(context.Background(), level, msg, "component", "memberlist")
 	}
 
-	from := fromAddr(msg)
+	from := senderHost(fromAddr(msg))
 	switch {
 	case strings.HasPrefix(msg, "Suspect ") && strings.HasSuffix(msg, " has failed, no acks received"):
 		name := strings.TrimSuffix(strings.TrimPrefix(msg, "Suspect "), " has failed, no acks received")
@@ -106,8 +107,13 @@ func (d *diagnostics) line(line string) {
 	case strings.HasPrefix(msg, "Refuting a suspect message"):
 		d.m.refute()
 	case strings.Contains(lower, "unacceptable label"):
-		// The label is derived from the secret: it tells nothing a person could act on.
-		d.saw(d.label, cmp.Or(from, "an unknown address"), "")
+		// The label is derived from the secret: it tells nothing a person could act on, but
+		// that there is one says another llmkube mesh sent it (detail), not a stray program.
+		labelled := ""
+		if !strings.Contains(msg, `label "":`) {
+			labelled = "labelled"
+		}
+		d.saw(d.label, cmp.Or(from, "an unknown address"), labelled)
 	case strings.Contains(lower, "decrypt"), strings.Contains(lower, "not encrypted"):
 		// Only what arrived from somewhere: our own failed joins say "decrypt" too, and
 		// the joiner reports those per seed.
@@ -192,6 +198,16 @@ func (m *Mesh) Dropped() map[string]uint64 {
 		out[r] = d.dropped[r]
 	}
 	return out
+}
+
+// senderHost is the host part of a sender's address: a foreign member's gossip packets come
+// from its gossip port, its streams from a new port each time, and a person needs to know
+// the host, once.
+func senderHost(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // fromAddr finds memberlist's "from=<addr>" in a log message.

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -28,8 +29,10 @@ type reachState struct {
 }
 
 // defaultDialBack asks GET http://addr/healthz; any HTTP answer, whatever its status, shows the
-// address answers (a 503 is an unhealthy agent, not an unreachable one).
-func defaultDialBack(ctx context.Context, addr string) error {
+// address answers (a 503 is an unhealthy agent, not an unreachable one) — unless it comes from
+// another agent than node (api.NodeHeader): an address that leads elsewhere, such as a loopback
+// advertisement that sends every checker to its own agent, is not node's.
+func defaultDialBack(ctx context.Context, node, addr string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
 	if err != nil {
 		return err
@@ -39,7 +42,18 @@ func defaultDialBack(ctx context.Context, addr string) error {
 		return err
 	}
 	resp.Body.Close()
+	if got := resp.Header.Get(api.NodeHeader); got != "" && got != node {
+		return fmt.Errorf("it is agent %.64q that answers there, not %s: the address leads to another host (a loopback address reaches the checker's own agent)", got, node)
+	}
 	return nil
+}
+
+// dialer is the dial-back in use: Config.DialBack, or GET /healthz with the answerer's name checked.
+func (m *Mesh) dialer() func(ctx context.Context, node, addr string) error {
+	if d := m.cfg.DialBack; d != nil {
+		return func(ctx context.Context, _, addr string) error { return d(ctx, addr) }
+	}
+	return defaultDialBack
 }
 
 // scheduleDialBacksLocked starts the checks that are due: an agent that appeared or changed
@@ -81,12 +95,8 @@ func (m *Mesh) scheduleDialBacksLocked(now time.Time) {
 }
 
 func (m *Mesh) dialBack(name, addr string) {
-	dial := m.cfg.DialBack
-	if dial == nil {
-		dial = defaultDialBack
-	}
 	ctx, cancel := context.WithTimeout(m.ctx, m.t.dialTimeout)
-	err := dial(ctx, addr)
+	err := m.dialer()(ctx, name, addr)
 	cancel()
 	if m.ctx.Err() != nil {
 		return // shutting down: the result means nothing
@@ -117,10 +127,7 @@ func (m *Mesh) dialBack(name, addr string) {
 
 // recheck dials the given agents now, for a fresh doctor's report; bounded by ctx.
 func (m *Mesh) recheck(ctx context.Context, addrs map[string]string) map[string]error {
-	dial := m.cfg.DialBack
-	if dial == nil {
-		dial = defaultDialBack
-	}
+	dial := m.dialer()
 	type result struct {
 		name string
 		err  error
@@ -133,7 +140,7 @@ func (m *Mesh) recheck(ctx context.Context, addrs map[string]string) map[string]
 			defer func() { <-sem }()
 			dctx, cancel := context.WithTimeout(ctx, m.t.dialTimeout)
 			defer cancel()
-			ch <- result{name, dial(dctx, addr)}
+			ch <- result{name, dial(dctx, name, addr)}
 		}()
 	}
 	out := map[string]error{}

@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -15,73 +13,76 @@ import (
 	"github.com/llmkube/mesh/mesh/discovery"
 )
 
-// Severities of a Finding (the same words discovery uses).
-const (
-	SeverityError   = discovery.SeverityError
-	SeverityWarning = discovery.SeverityWarning
-	SeverityInfo    = discovery.SeverityInfo
-)
-
-// Finding is one reason peers may be invisible or unusable, with what to do about it.
-type Finding struct {
-	Severity string `json:"severity"`
-	Problem  string `json:"problem"`
-	Fix      string `json:"fix"`
-}
-
-// DoctorReport explains why peers are not visible: what membership saw go wrong (decrypt
-// failures, another mesh's traffic, duplicate names, API addresses that do not answer, seeds
-// that refuse the gossip port, UDP blocked) and what discovery found (no multicast-capable
-// interface, mDNS answers from another mesh, seeds that do not resolve).
-type DoctorReport struct {
-	Mesh     string    `json:"mesh"`
-	Node     string    `json:"node"`
-	Gossip   string    `json:"gossip_addr"`
-	Members  int       `json:"members"` // alive, this one included
-	At       time.Time `json:"at"`
-	Findings []Finding `json:"findings"` // errors first
-}
-
-// Doctor builds the report. It first dials again every agent API address that did not
-// answer, within ctx, so the report is fresh.
-func (m *Mesh) Doctor(ctx context.Context) DoctorReport {
+// Doctor reports why peers may be invisible or unusable, as this member sees it: what
+// membership saw go wrong (decrypt failures and their source, another mesh's traffic, duplicate
+// names, UDP blocked, seeds that do not answer), agents that are dead, suspect or whose API
+// address does not answer (checked from here), the models those agents' placements leave
+// unroutable (findings with their namespace), an agent's own loopback advertisement, and what
+// discovery found. It first dials again every agent API address that did not answer, within
+// ctx, so the report is fresh.
+func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 	m.recheckUnreachable(ctx)
-	r := DoctorReport{Mesh: m.cfg.MeshID, Node: m.name, Gossip: m.GossipAddr(), Members: m.ml.NumMembers(), At: time.Now()}
+	r := api.DoctorReport{Mesh: m.cfg.MeshID, Node: m.name, Gossip: m.GossipAddr(), Members: m.ml.NumMembers(), At: time.Now()}
 	_, port, _ := net.SplitHostPort(r.Gossip)
-	add := func(sev, problem, fix string) {
-		r.Findings = append(r.Findings, Finding{Severity: sev, Problem: problem, Fix: fix})
+	addNS := func(ns, sev, problem, fix string) {
+		r.Findings = append(r.Findings, api.Finding{Severity: sev, Problem: problem, Fix: fix, Namespace: ns})
 	}
-	ago := func(t time.Time) string { return time.Since(t).Round(time.Second).String() }
+	add := func(sev, problem, fix string) { addNS("", sev, problem, fix) }
+	// detail sets the last finding's changing figures, kept out of its problem so that the
+	// same problem seen by several members merges into one finding.
+	detail := func(format string, args ...any) { r.Findings[len(r.Findings)-1].Detail = fmt.Sprintf(format, args...) }
 	joinFix := fmt.Sprintf("check the join string: every host of mesh %q must use the same one (`llmkube-agent init` made it)", m.cfg.MeshID)
 
 	d := m.diag
 	d.mu.Lock()
 	for from, s := range d.decrypt {
-		add(SeverityError,
-			fmt.Sprintf("%d gossip messages from %s could not be decrypted (last %s ago): that host holds another mesh secret", s.count, from, ago(s.last)),
+		add(api.SeverityError,
+			fmt.Sprintf("gossip from %s could not be decrypted: that host holds another mesh secret", from),
 			joinFix+"; restart the host at "+from+" with it")
+		detail("%d message(s), the last %s ago", s.count, ago(s.last))
 	}
 	for from, s := range d.label {
-		add(SeverityError,
-			fmt.Sprintf("%d gossip messages from %s belong to another mesh: another mesh id or secret (last %s ago)", s.count, from, ago(s.last)),
+		// A label is the mesh id and secret's: another one is another llmkube mesh, at once an
+		// error; no label at all is some other program, or a scanner, unless it keeps coming.
+		sev := api.SeverityError
+		if s.detail == "" && s.count < foreignMinMessages {
+			sev = api.SeverityWarning
+		}
+		add(sev,
+			fmt.Sprintf("gossip from %s belongs to another mesh: another mesh id or secret", from),
 			joinFix+"; if two meshes share this network on purpose, give them different gossip ports")
+		detail("%d message(s), the last %s ago", s.count, ago(s.last))
 	}
 	for name, s := range d.conflicts {
 		file := nodeNameFile + " in its state dir"
 		if m.cfg.StateDir != "" {
 			file = filepath.Join(m.cfg.StateDir, nodeNameFile)
 		}
-		add(SeverityError,
-			fmt.Sprintf("two nodes claim the name %q: %s (last %s ago); the second is refused", name, s.detail, ago(s.last)),
+		add(api.SeverityError,
+			fmt.Sprintf("two nodes claim the name %q: %s; the second is refused", name, s.detail),
 			fmt.Sprintf("give one of them another name: delete %s (a copied state folder or a cloned disk image carries the name along) or start it with another name, then restart it", file))
+		detail("last seen %s ago", ago(s.last))
 	}
+	// One probe answered over TCP and not UDP is a busy host's late ack; UDP blocked fails every
+	// probe of that member. Report it only while it is dense: most probes of it, lately.
+	probed := time.Duration(max(m.nAlive.Load(), 1)) * m.mlc.ProbeInterval // how often one member is probed
 	for name, s := range d.udp {
-		add(SeverityError,
-			fmt.Sprintf("%s answers over TCP but not over UDP (last %s ago): gossip packets are blocked", name, ago(s.last)),
+		if s.count < udpMinSightings || s.last.Sub(s.first) > time.Duration(s.count)*3*probed || time.Since(s.last) > 5*probed {
+			continue
+		}
+		add(api.SeverityError,
+			fmt.Sprintf("%s answers over TCP but not over UDP: gossip packets are blocked", name),
 			fmt.Sprintf("open UDP port %s, not only TCP, in the firewalls of %s and of this host", port, name))
+		detail("%d probe(s), the last %s ago", s.count, ago(s.last))
 	}
 	var src discovery.Source = d.src
 	d.mu.Unlock()
+
+	if m.cfg.Role == api.RoleAgent {
+		if problem, fix := advertProblem(m.cfg.APIAddr, r.Gossip); problem != "" {
+			add(api.SeverityError, problem, fix)
+		}
+	}
 
 	m.mu.Lock()
 	alone := m.nAlive.Load() <= 1
@@ -89,9 +90,9 @@ func (m *Mesh) Doctor(ctx context.Context) DoctorReport {
 		if c.err == nil {
 			continue
 		}
-		sev := SeverityWarning
+		sev := api.SeverityWarning
 		if alone {
-			sev = SeverityError
+			sev = api.SeverityError
 		}
 		problem, fix := seedFinding(c, port, joinFix)
 		add(sev, problem, fix)
@@ -100,20 +101,47 @@ func (m *Mesh) Doctor(ctx context.Context) DoctorReport {
 		if mb.name == m.name {
 			continue
 		}
-		if live, reason := mb.liveness(); live == api.Unreachable {
+		live, reason := mb.liveness()
+		switch {
+		case !mb.isAgent():
+		case live == api.Unreachable:
 			_, apiPort, _ := net.SplitHostPort(mb.meta.APIAddr)
-			add(SeverityError,
+			add(api.SeverityError,
 				fmt.Sprintf("agent %s is unreachable: %s", mb.name, reason),
-				fmt.Sprintf("start that agent with an API address other hosts can reach (not a loopback or container address), and open TCP port %s in its firewall", cmp.Or(apiPort, "of its API")))
+				fmt.Sprintf("start that agent with an API address other hosts can reach (--advertise; not a loopback or container address), and open TCP port %s in its firewall", cmp.Or(apiPort, "of its API")))
+		case live == api.Dead:
+			add(api.SeverityError,
+				fmt.Sprintf("agent %s (%s) is dead: it stopped answering the mesh's probes", mb.name, mb.addr),
+				fmt.Sprintf("check that host: is it on, on the network, and is llmkube-agent running there? A host that is gone for good drops out of this report %s after it died", m.t.retainGone))
+			detail("dead for %s", ago(mb.since))
+		case live == api.Suspect:
+			add(api.SeverityWarning,
+				fmt.Sprintf("agent %s (%s) is suspect: it stopped answering the mesh's probes", mb.name, mb.addr),
+				"if it does not recover within seconds, check its network and whether it is overloaded; requests to it end after a short grace")
+			detail("suspect for %s", ago(mb.since))
+		}
+		// A suspect host may well refute it in a moment (a busy host answers probes late): its
+		// models count as unroutable once it is dead, or alive but its API does not answer.
+		if mb.isAgent() && (live == api.Dead || live == api.Unreachable) {
+			if e, ok := m.docs[mb.name]; ok {
+				for _, p := range e.doc.Placements {
+					if p.State.Terminal() {
+						continue
+					}
+					addNS(p.Namespace, api.SeverityError,
+						fmt.Sprintf("model %q (namespace %s, %s) on %s cannot be served: %s is %s", p.Model, p.Namespace, p.Runtime, mb.name, mb.name, live),
+						fmt.Sprintf("the gateways route to another ready replica where there is one; bring %s back, or place %q on another host", mb.name, p.Model))
+				}
+			}
 		}
 		if mb.metaErr != nil {
-			add(SeverityWarning,
+			add(api.SeverityWarning,
 				fmt.Sprintf("member %s sent node metadata this build cannot read: %v", mb.name, mb.metaErr),
 				"upgrade llmkube on this host: the other member runs a newer version")
 		}
 	}
 	for addr, p := range m.foreign {
-		add(SeverityWarning,
+		add(api.SeverityWarning,
 			fmt.Sprintf("mDNS: %s (%s) announces another mesh", cmp.Or(p.Node, "a host"), addr),
 			joinFix+"; nothing to do if that host belongs to another mesh on purpose")
 	}
@@ -130,14 +158,39 @@ func (m *Mesh) Doctor(ctx context.Context) DoctorReport {
 		if nCandidates == 0 && m.cfg.Discovery == nil && m.discovered == nil {
 			fix = "give --join host:port of a running agent (no seeds, no last-known peers and no discovery are configured)"
 		}
-		add(SeverityWarning, "this member sees no other member", fix)
+		add(api.SeverityWarning, "this member sees no other member", fix)
 	}
-	rank := map[string]int{SeverityError: 0, SeverityWarning: 1, SeverityInfo: 2}
-	slices.SortStableFunc(r.Findings, func(a, b Finding) int {
-		return cmp.Or(cmp.Compare(rank[a.Severity], rank[b.Severity]), cmp.Compare(a.Problem, b.Problem))
-	})
+	api.SortFindings(r.Findings)
 	api.Sanitize(&r) // findings quote what other hosts announced
 	return r
+}
+
+// foreignMinMessages is how many unlabelled messages from one host make an error rather than a
+// warning: a stray packet or two is weak evidence (a scanner, a port another program reused).
+const foreignMinMessages = 3
+
+// udpMinSightings is how many probes must have gone over TCP only before UDP counts as blocked.
+const udpMinSightings = 5
+
+// advertProblem finds an agent's own advertised API address useless to other hosts: a loopback
+// or unspecified address while gossip runs on a real one (a host without a default route picks
+// loopback). Every peer would dial its own loopback and reach its own agent. On a mesh that runs
+// on one machine (gossip on loopback too) loopback is right.
+func advertProblem(apiAddr, gossip string) (problem, fix string) {
+	gh, _, err := net.SplitHostPort(gossip)
+	if gip := net.ParseIP(gh); err != nil || gip == nil || gip.IsLoopback() {
+		return "", ""
+	}
+	host, port, err := net.SplitHostPort(apiAddr)
+	if err != nil {
+		return "", ""
+	}
+	ip := net.ParseIP(host)
+	if host != "localhost" && (ip == nil || !(ip.IsLoopback() || ip.IsUnspecified())) {
+		return "", ""
+	}
+	return fmt.Sprintf("this agent advertises its API at %s, which no other host can reach: each would dial its own %s", apiAddr, host),
+		fmt.Sprintf("restart it with --advertise %s (the address peers gossip with)", net.JoinHostPort(gh, cmp.Or(port, "7777")))
 }
 
 // seedFinding explains why joining a candidate failed.
@@ -195,20 +248,5 @@ func (m *Mesh) recheckUnreachable(ctx context.Context) {
 	}
 }
 
-// WriteText writes the report for a terminal.
-func (r DoctorReport) WriteText(w io.Writer) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "mesh %s, node %s (gossip %s): %d member(s) alive\n", r.Mesh, r.Node, r.Gossip, r.Members)
-	if len(r.Findings) == 0 {
-		b.WriteString("no problems found\n")
-	}
-	for _, f := range r.Findings {
-		mark := map[string]string{SeverityError: "error", SeverityWarning: "warning"}[f.Severity]
-		if mark == "" {
-			mark = "info"
-		}
-		fmt.Fprintf(&b, "%-7s %s\n        fix: %s\n", mark, f.Problem, f.Fix)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
+// ago is how long ago t was, in whole seconds.
+func ago(t time.Time) string { return time.Since(t).Round(time.Second).String() }

@@ -70,7 +70,8 @@ type Config struct {
 	// Transport replaces the UDP/TCP sockets (in-process tests); nil = real sockets.
 	Transport memberlist.Transport
 	// DialBack checks that an agent's API address answers; nil = GET http://<addr>/healthz,
-	// where any HTTP response counts as an answer.
+	// where any HTTP response counts as an answer unless another agent gives its name
+	// (api.NodeHeader).
 	DialBack func(ctx context.Context, apiAddr string) error
 	Log      *slog.Logger
 }

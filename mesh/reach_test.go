@@ -157,7 +157,7 @@ func TestDiscoveredPeersAreJoinedAndForeignMeshesReported(t *testing.T) {
 		return &fakeMDNS{peers: []discovery.Peer{
 			{Node: "x", MeshHash: api.MeshIDHash("elsewhere"), GossipAddr: "10.9.9.9:7946", Via: discovery.ViaMDNS},
 			{Node: "a", MeshHash: api.MeshIDHash("test"), GossipAddr: a.GossipAddr(), Via: discovery.ViaMDNS},
-		}, finding: discovery.Finding{Severity: SeverityWarning, Problem: "no multicast-capable interface", Fix: "use --join"}}, nil
+		}, finding: discovery.Finding{Severity: api.SeverityWarning, Problem: "no multicast-capable interface", Fix: "use --join"}}, nil
 	}
 	b := c.start(cfg)
 	require.Equal(t, "b", gotNode, "discovery announces the member's name")
@@ -193,4 +193,52 @@ func TestJoinErrorKeepsTheCause(t *testing.T) {
 	err = fmt.Errorf("1 error occurred:\n\t* failed to join 10.0.0.5:7946: EOF\n\n")
 	require.Equal(t, "EOF", joinError(err).Error())
 	require.Equal(t, "odd", joinError(fmt.Errorf("odd")).Error())
+}
+
+// An agent that advertises an address where another agent answers (a loopback advertisement
+// sends every checker to its own agent) is unreachable, and the doctor says who answered.
+func TestAdvertisedAddressOfAnotherAgentIsUnreachable(t *testing.T) {
+	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(api.NodeHeader, "good")
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(good.Close)
+	addr := strings.TrimPrefix(good.URL, "http://")
+
+	c := newCluster(t)
+	member := func(name, apiAddr string, role api.Role) *Mesh {
+		cfg, _ := c.config(name, role)
+		cfg.DialBack = nil // the real check: GET /healthz, and who answered
+		if role == api.RoleAgent {
+			cfg.APIAddr = apiAddr
+		}
+		return c.start(cfg)
+	}
+	member("good", addr, api.RoleAgent)
+	member("liar", addr, api.RoleAgent)
+	console := member("console", "", api.RoleConsole)
+	waitFor(t, 10*time.Second, []*Mesh{console}, "the liar is unreachable, the good one verified", func(v View) bool {
+		return liveness(v, "liar") == api.Unreachable && liveness(v, "good") == api.Alive
+	})
+	f, ok := findingWith(console.Doctor(context.Background()), "agent liar is unreachable")
+	require.True(t, ok)
+	require.Contains(t, f.Problem, `it is agent "good" that answers there, not liar`)
+	require.Contains(t, f.Fix, "--advertise")
+}
+
+func TestLoopbackAdvertisementIsAFinding(t *testing.T) {
+	problem, fix := advertProblem("127.0.0.1:7777", "192.168.1.20:7946")
+	require.Contains(t, problem, "advertises its API at 127.0.0.1:7777, which no other host can reach")
+	require.Equal(t, "restart it with --advertise 192.168.1.20:7777 (the address peers gossip with)", fix)
+	problem, _ = advertProblem("0.0.0.0:7777", "10.0.0.5:7946")
+	require.NotEmpty(t, problem)
+	problem, _ = advertProblem("localhost:7777", "10.0.0.5:7946")
+	require.NotEmpty(t, problem)
+	for _, ok := range [][2]string{
+		{"192.168.1.20:7777", "192.168.1.20:7946"}, // a real address
+		{"127.0.0.1:7777", "127.0.0.1:7946"},       // a mesh on one machine
+	} {
+		problem, _ = advertProblem(ok[0], ok[1])
+		require.Empty(t, problem, ok)
+	}
 }

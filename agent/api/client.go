@@ -154,6 +154,12 @@ func (c *Client) Mesh(ctx context.Context) (MeshView, error) {
 	return v, c.call(ctx, http.MethodGet, "/v1/mesh", nil, &v)
 }
 
+// Doctor returns what the agent finds wrong, on its host and in the mesh as it sees it.
+func (c *Client) Doctor(ctx context.Context) (DoctorReport, error) {
+	var r DoctorReport
+	return r, c.call(ctx, http.MethodGet, "/v1/doctor", nil, &r)
+}
+
 // Estimation is the answer to POST /v1/estimate: the size and whether this host would admit it now.
 type Estimation struct {
 	Estimate SizeEstimate `json:"estimate"`

@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,106 +16,24 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/sim/cable"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
-// cable is a TCP proxy in front of an agent's API that a test can pull like a network cable:
-// once cut, it stops passing bytes either way but closes nothing, so both ends sit on a
-// silent, open socket — what a host dropping off the network looks like to its peers.
-type cable struct {
-	ln     net.Listener
-	target string
-	cut    atomic.Bool
-
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newCable(t *testing.T, target string) *cable {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	c := &cable{ln: ln, target: target}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.keep(in)
-			if c.cut.Load() {
-				continue // accepted, never answered
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			c.keep(out)
-			go c.pipe(out, in)
-			go c.pipe(in, out)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, conn := range c.conns {
-			conn.Close()
-		}
-	})
-	return c
-}
-
-func (c *cable) addr() string { return c.ln.Addr().String() }
-
-func (c *cable) keep(conn net.Conn) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.conns = append(c.conns, conn)
-}
-
-// pipe copies src to dst until src ends; once the cable is cut, bytes are dropped and an end
-// is not passed on either.
-func (c *cable) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if c.cut.Load() {
-			if err != nil {
-				return
-			}
-			continue
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if tc, ok := dst.(*net.TCPConn); ok {
-				tc.CloseWrite()
-			}
-			return
-		}
-	}
-}
-
 // pull cuts the cable in front of n's API and stops n's gossip without a leave: to the mesh, n
 // fell silent, as a host whose cable is pulled does.
-func pull(t *testing.T, n *node, c *cable) {
+func pull(t *testing.T, n *node, c *cable.Cable) {
 	t.Helper()
-	c.cut.Store(true)
+	c.Pull()
 	require.NoError(t, n.m.Shutdown())
 }
 
 // behindCable puts a cable in front of n's API: the mesh reaches n through it.
-func behindCable(t *testing.T, n *node) *cable {
-	c := newCable(t, n.addr)
-	n.advertise = c.addr()
+func behindCable(t *testing.T, n *node) *cable.Cable {
+	c, err := cable.New(n.addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	n.advertise = c.Addr()
 	return c
 }
 

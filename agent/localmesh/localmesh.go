@@ -48,6 +48,9 @@ type HostSpec struct {
 	// Budget overrides the memory budget in bytes (0: the agent's default for the host).
 	Budget     int64
 	Namespaces []string
+	// Advertise, when set, is given the API listener's address and returns the address the host
+	// announces to the mesh instead: a proxy in front of it (sim/cable), for tests of faults.
+	Advertise func(apiAddr string) string
 }
 
 // Options shape the mesh.
@@ -366,11 +369,15 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		acfg.HealthInterval = 250 * time.Millisecond
 		acfg.RestartBackoff = 50 * time.Millisecond
 	}
+	apiAddr := ln.Addr().String()
+	if spec.Advertise != nil {
+		apiAddr = spec.Advertise(apiAddr)
+	}
 	n, err := node.Start(ctx, node.Config{
 		Join:     m.Join,
 		Agent:    acfg,
 		Listener: ln,
-		APIAddr:  ln.Addr().String(),
+		APIAddr:  apiAddr,
 		Mesh:     &node.MeshConfig{Bind: "127.0.0.1", Port: 0, Profile: mesh.ProfileLocal},
 		Log:      log,
 	})
@@ -380,7 +387,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	}
 	m.closers = append(m.closers, n.Close)
 	h.Node = n
-	h.URL = "http://" + n.APIAddr()
+	h.URL = "http://" + ln.Addr().String() // the agent itself, not what it announces
 	return h, nil
 }
 

@@ -94,6 +94,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.Mesh = m
 		a.Metrics().CountGossipDrops(m.Dropped)
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
+		sc.Doctor = m.Doctor
 		gc.View = func() gateway.View { return m.View() }
 		gc.Liveness = m.Liveness
 		g.Go(func() error { return publish(gctx, a, m, cfg.Log) })

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"sort"
 	"sync"
+
+	"github.com/llmkube/mesh/agent/api"
 )
 
 // Ways a peer was found, in Peer.Via.
@@ -20,11 +22,11 @@ const (
 	ViaLastKnown = "last-known"
 )
 
-// Severities of a Finding.
+// Severities of a Finding (api's).
 const (
-	SeverityError   = "error"
-	SeverityWarning = "warning"
-	SeverityInfo    = "info"
+	SeverityError   = api.SeverityError
+	SeverityWarning = api.SeverityWarning
+	SeverityInfo    = api.SeverityInfo
 )
 
 // Peer is a candidate to join. Seeds and last-known peers know only GossipAddr; mDNS peers
@@ -40,12 +42,9 @@ type Peer struct {
 	OnLink bool `json:"on_link,omitempty"`
 }
 
-// Finding is a reason discovery may not be working, with what to do about it.
-type Finding struct {
-	Severity string `json:"severity"`
-	Problem  string `json:"problem"`
-	Fix      string `json:"fix"`
-}
+// Finding is a reason discovery may not be working, with what to do about it: the doctor's
+// api.Finding.
+type Finding = api.Finding
 
 // Source finds peers.
 type Source interface {

@@ -357,6 +357,11 @@ func TestE2EDoctor(t *testing.T) {
 			r = runCLI(t, t.Context(), c.env, "", "mesh", "doctor")
 			require.Equal(t, cli.ExitOK, r.code, r.stderr)
 			assert.Contains(t, r.stdout, "mode: "+c.name+", 3 agent(s) visible")
+			if c.name == "member" {
+				assert.ElementsMatch(t, []string{"gpu-server", "mac-mini", "pi5-hailo"}, doc.Doctor.Agents, "every agent's report merged")
+			} else {
+				assert.Len(t, doc.Doctor.Agents, 1, "the agent watched through")
+			}
 		})
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/tui/console"
 )
 
@@ -25,12 +24,12 @@ func (a *app) doctorCmd() *cobra.Command {
 		d := s.conn.Doctor(ctx)
 		agents := len(console.Agents(s.conn.View()))
 		if agents == 0 {
-			d.Findings = append([]console.Finding{{Severity: mesh.SeverityError,
+			d.Findings = append([]api.Finding{{Severity: api.SeverityError,
 				Problem: "no agent of the mesh is visible from this console",
 				Fix:     "start llmkube-agent with the same join string, and check the seeds (--join host:port of an agent's gossip port) or --mdns"}}, d.Findings...)
 		}
 		if d.Findings == nil {
-			d.Findings = []console.Finding{}
+			d.Findings = []api.Finding{}
 		}
 		if a.g.json {
 			if err := a.writeDoc(DoctorDoc{Schema: Schema, Doctor: d}); err != nil {
@@ -41,7 +40,7 @@ func (a *app) doctorCmd() *cobra.Command {
 		}
 		n := 0
 		for _, f := range d.Findings {
-			if f.Severity == mesh.SeverityError {
+			if f.Severity == api.SeverityError {
 				n++
 			}
 		}

@@ -259,17 +259,24 @@ func rankingTable(w io.Writer, r console.Ranking) error {
 }
 
 // doctorText renders `mesh doctor`: one finding per paragraph, errors first as the layer
-// orders them.
+// orders them, each with its fix and the members that saw it.
 func doctorText(w io.Writer, d console.Doctor, agents int) error {
-	fmt.Fprintf(w, "mode: %s, %d agent(s) visible\n", d.Mode, agents)
+	fmt.Fprintf(w, "mode: %s, %d agent(s) visible, %d report(s) merged\n", d.Mode, agents, len(d.Agents))
 	if len(d.Findings) == 0 {
 		_, err := fmt.Fprintln(w, "no problems found")
 		return err
 	}
 	for _, f := range d.Findings {
-		fmt.Fprintf(w, "%-7s  %s\n", f.Severity, cellCleaner.Replace(f.Problem))
+		problem := f.Problem
+		if f.Detail != "" {
+			problem += " (" + f.Detail + ")"
+		}
+		fmt.Fprintf(w, "%-7s  %s\n", f.Severity, cellCleaner.Replace(problem))
 		if f.Fix != "" {
 			fmt.Fprintf(w, "%-7s  fix: %s\n", "", cellCleaner.Replace(f.Fix))
+		}
+		if len(f.SeenBy) > 0 {
+			fmt.Fprintf(w, "%-7s  seen by: %s\n", "", cellCleaner.Replace(strings.Join(f.SeenBy, ", ")))
 		}
 	}
 	return nil

@@ -82,12 +82,12 @@ func TestEventTextAndDoctor(t *testing.T) {
 	assert.Equal(t, "03:04:05  -  mesh  mac joined", eventText(api.Event{Time: at, Type: api.EventMesh, Message: "mac joined"}))
 
 	var b bytes.Buffer
-	require.NoError(t, doctorText(&b, console.Doctor{Mode: "member", Findings: []console.Finding{
-		{Severity: "error", Problem: "UDP blocked", Fix: "open 7946/udp"}, {Severity: "info", Problem: "mDNS off"}}}, 2))
-	assert.Equal(t, "mode: member, 2 agent(s) visible\nerror    UDP blocked\n         fix: open 7946/udp\ninfo     mDNS off\n", b.String())
+	require.NoError(t, doctorText(&b, console.Doctor{Mode: "member", Agents: []string{"mac", "pi5"}, Findings: []api.Finding{
+		{Severity: "error", Problem: "UDP blocked", Detail: "5 probes", Fix: "open 7946/udp", SeenBy: []string{"mac", "pi5"}}, {Severity: "info", Problem: "mDNS off"}}}, 2))
+	assert.Equal(t, "mode: member, 2 agent(s) visible, 2 report(s) merged\nerror    UDP blocked (5 probes)\n         fix: open 7946/udp\n         seen by: mac, pi5\ninfo     mDNS off\n", b.String())
 	b.Reset()
-	require.NoError(t, doctorText(&b, console.Doctor{Mode: "agent"}, 1))
-	assert.Equal(t, "mode: agent, 1 agent(s) visible\nno problems found\n", b.String())
+	require.NoError(t, doctorText(&b, console.Doctor{Mode: "agent", Agents: []string{"mac"}}, 1))
+	assert.Equal(t, "mode: agent, 1 agent(s) visible, 1 report(s) merged\nno problems found\n", b.String())
 }
 
 // The documents' field names are the stable schema the README's Scripting section documents.

@@ -105,19 +105,16 @@ func (s *agentSource) view() api.MeshView {
 	return s.last
 }
 
-func (s *agentSource) doctor(ctx context.Context) Doctor {
+func (s *agentSource) doctor(context.Context) Doctor {
 	d := Doctor{Mode: "agent"}
 	s.mu.Lock()
 	err := s.err
 	s.mu.Unlock()
 	if err != nil {
-		d.Findings = append(d.Findings, Finding{Severity: "error",
+		d.Findings = append(d.Findings, api.Finding{Severity: api.SeverityError,
 			Problem: "the agent at " + s.client.BaseURL + " does not answer: " + err.Error(),
 			Fix:     "check that llmkube-agent runs there and that its API port is open, or join the mesh with a join string instead of --agent"})
 	}
-	d.Findings = append(d.Findings, Finding{Severity: "info",
-		Problem: "watching through one agent's API: discovery runs on the agents, not here",
-		Fix:     "run `llmkube-tui mesh doctor` with a join string, or on the agent host, for the mesh's own report"})
 	return d
 }
 

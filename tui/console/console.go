@@ -405,24 +405,6 @@ func (c *Conn) Chat(ctx context.Context, model string, msgs []api.ChatMessage, o
 	return target.Name, c.clientFor(target.Host.APIAddr).ChatStream(ctx, model, msgs, opt, emit)
 }
 
-// Doctor is the discovery doctor's report as the console sees it.
-type Doctor struct {
-	Mode     string    `json:"mode"`
-	Findings []Finding `json:"findings"`
-}
-
-// Finding is one reason peers may be invisible, with the fix.
-type Finding struct {
-	Severity string `json:"severity"`
-	Problem  string `json:"problem"`
-	Fix      string `json:"fix"`
-}
-
-// Doctor explains why peers may not be visible.
-func (c *Conn) Doctor(ctx context.Context) Doctor {
-	return c.src.doctor(ctx)
-}
-
 // Events merges the events of every alive agent (and, in member mode, the mesh's own) into one
 // stream until ctx ends. Agents that appear later are followed too; a broken stream is retried.
 func (c *Conn) Events(ctx context.Context, emit func(api.Event)) {

@@ -95,12 +95,7 @@ func (s *memberSource) view() api.MeshView {
 }
 
 func (s *memberSource) doctor(ctx context.Context) Doctor {
-	r := s.m.Doctor(ctx)
-	d := Doctor{Mode: "member"}
-	for _, f := range r.Findings {
-		d.Findings = append(d.Findings, Finding(f))
-	}
-	return d
+	return Doctor{Mode: "member", Node: s.m.LocalNode(), Findings: s.m.Doctor(ctx).Findings}
 }
 
 func (s *memberSource) close(ctx context.Context) error {

@@ -22,3 +22,21 @@ func (c *Conn) ScopedView() (api.MeshView, error) {
 	}
 	return who.ScopeView(v), nil
 }
+
+// principal is whom the connection's token speaks for, as far as the console can tell: through
+// an agent (no secret here) the agent scopes what it answers and this is the admin's view of
+// it; with a join string the token is verified, and one the secret refuses sees nothing scoped.
+func (c *Conn) principal() api.Principal {
+	if c.opts.Join == "" {
+		return api.Principal{Admin: true}
+	}
+	j, err := api.ParseJoin(c.opts.Join)
+	if err != nil {
+		return api.Principal{}
+	}
+	who, err := api.Verify(j.Secret, c.token)
+	if err != nil {
+		return api.Principal{}
+	}
+	return who
+}

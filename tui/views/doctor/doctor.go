@@ -1,5 +1,6 @@
-// Package doctor shows the discovery doctor's report: why peers may be invisible or unusable,
-// grouped by severity, each with what to do about it.
+// Package doctor shows the doctor's report: why hosts may be invisible or unusable, as this
+// console and every agent see it, grouped by severity, each with what to do about it and who
+// saw it.
 package doctor
 
 import (
@@ -14,6 +15,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/render"
@@ -23,11 +25,11 @@ import (
 // timeout bounds one run: the doctor may dial seeds and agents that do not answer.
 const timeout = 15 * time.Second
 
-// Severities, as the mesh's doctor spells them.
+// Severities (api's), short.
 const (
-	SevError   = "error"
-	SevWarning = "warning"
-	SevInfo    = "info"
+	SevError   = api.SeverityError
+	SevWarning = api.SeverityWarning
+	SevInfo    = api.SeverityInfo
 )
 
 var keyRun = key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "run again"))
@@ -136,7 +138,7 @@ func rank(sev string) int {
 var marks = map[string]string{SevError: "✗", SevWarning: "!", SevInfo: "i"}
 
 // Counts sums findings by severity, in words: "1 error · 2 warnings · 1 note".
-func Counts(fs []console.Finding) string {
+func Counts(fs []api.Finding) string {
 	var e, w, n int
 	for _, f := range fs {
 		switch f.Severity {
@@ -171,7 +173,7 @@ func (m *Model) lines() []string {
 		return nil
 	}
 	st := m.ctx.Styles
-	fs := append([]console.Finding(nil), m.report.Findings...)
+	fs := append([]api.Finding(nil), m.report.Findings...)
 	sort.SliceStable(fs, func(i, j int) bool { return rank(fs[i].Severity) < rank(fs[j].Severity) })
 	const labelWidth = 11 // "✗ WARNING  "
 	textWidth := max(m.width-labelWidth, 20)
@@ -180,7 +182,7 @@ func (m *Model) lines() []string {
 	if len(fs) > 0 && rank(fs[0].Severity) < 2 {
 		out = append(out, st.Bold.Render(Counts(fs)), "")
 	} else {
-		line := st.OK.Render("✓ no problems found") + ": membership and discovery saw nothing wrong"
+		line := st.OK.Render("✓ no problems found") + ": " + m.checked()
 		if len(fs) > 0 {
 			line += " · " + strings.TrimPrefix(Counts(fs), "no problems found · ")
 		}
@@ -199,7 +201,11 @@ func (m *Model) lines() []string {
 			mark = "?"
 		}
 		label := SeverityStyle(st, sev).Render(render.Pad(mark+" "+strings.ToUpper(sev), labelWidth-1)) + " "
-		for j, l := range strings.Split(ansi.Wrap(f.Problem, textWidth, " "), "\n") {
+		problem := f.Problem
+		if f.Detail != "" {
+			problem += " (" + f.Detail + ")"
+		}
+		for j, l := range strings.Split(ansi.Wrap(problem, textWidth, " "), "\n") {
 			if j == 0 {
 				out = append(out, label+l)
 			} else {
@@ -215,22 +221,39 @@ func (m *Model) lines() []string {
 				}
 			}
 		}
+		if len(f.SeenBy) > 0 {
+			for _, l := range strings.Split(ansi.Wrap("seen by "+strings.Join(f.SeenBy, ", "), textWidth, " "), "\n") {
+				out = append(out, indent+st.Muted.Render(l))
+			}
+		}
 	}
 	return out
+}
+
+// checked says whose reports a clean bill of health covers.
+func (m *Model) checked() string {
+	switch n := len(m.report.Agents); {
+	case n == 0:
+		return "nothing wrong seen here, and no agent's report came back"
+	case n == 1:
+		return "this console and agent " + m.report.Agents[0] + " saw nothing wrong"
+	default:
+		return fmt.Sprintf("this console and %d agents saw nothing wrong", n)
+	}
 }
 
 func (m *Model) View() string {
 	st := m.ctx.Styles
 	var b strings.Builder
-	head := "Discovery doctor"
+	head := "Doctor"
 	switch {
 	case m.ctx.Conn == nil && m.report == nil:
 		b.WriteString(st.Title.Render(head) + "\n\n")
-		b.WriteString(st.Muted.Render(render.Cut("not connected to a mesh: the doctor reads the console's own membership and discovery", m.width)))
+		b.WriteString(st.Muted.Render(render.Cut("not connected to a mesh: the doctor asks this console's membership and every agent", m.width)))
 		return render.Place(b.String(), m.width, m.height)
 	case m.report == nil:
 		b.WriteString(st.Title.Render(head) + st.Header.Render(" · checking…") + "\n\n")
-		b.WriteString(st.Muted.Render("asking memberlist and discovery what they saw…"))
+		b.WriteString(st.Muted.Render("asking this console's membership and every agent what they see…"))
 		return render.Place(b.String(), m.width, m.height)
 	}
 	status := fmt.Sprintf(" · %s mode · checked %s ago", m.report.Mode, ago(m.ctx.Now().Sub(m.at)))

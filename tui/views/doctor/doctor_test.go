@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
@@ -25,11 +26,12 @@ func testCtx() *common.Context {
 	return tuitest.Context()
 }
 
-var sample = console.Doctor{Mode: "member", Findings: []console.Finding{
-	{Severity: SevInfo, Problem: "mDNS browses on en0 (192.168.1.50) and wlan0", Fix: "nothing to do"},
+var sample = console.Doctor{Mode: "member", Node: "laptop", Agents: []string{"mac-mini", "pi5-hailo"}, Findings: []api.Finding{
+	{Severity: SevInfo, Problem: "mDNS browses on en0 (192.168.1.50) and wlan0", Fix: "nothing to do", SeenBy: []string{"laptop"}},
 	{Severity: SevWarning, Problem: "seed 10.0.0.9:7946 does not resolve or refuses the gossip port", Fix: "check the address given with --join, or drop it"},
-	{Severity: SevError, Problem: "14 gossip messages from 192.168.1.9:7946 could not be decrypted (last 3s ago): that host holds another mesh secret",
-		Fix: "check the join string: every host of mesh \"home\" must use the same one (`llmkube-agent init` made it); restart the host at 192.168.1.9:7946 with it"},
+	{Severity: SevError, Problem: "gossip from 192.168.1.9 could not be decrypted: that host holds another mesh secret", Detail: "14 message(s), the last 3s ago",
+		Fix:    "check the join string: every host of mesh \"home\" must use the same one (`llmkube-agent init` made it); restart the host at 192.168.1.9 with it",
+		SeenBy: []string{"mac-mini", "pi5-hailo"}},
 }}
 
 func TestStaleReportDropped(t *testing.T) {
@@ -56,19 +58,23 @@ func TestNotConnected(t *testing.T) {
 func TestCounts(t *testing.T) {
 	assert.Equal(t, "1 error · 1 warning · 1 note", Counts(sample.Findings))
 	assert.Equal(t, "no problems found", Counts(nil))
-	assert.Equal(t, "no problems found · 2 notes", Counts([]console.Finding{{Severity: SevInfo}, {Severity: SevInfo}}))
-	assert.Equal(t, "2 errors", Counts([]console.Finding{{Severity: SevError}, {Severity: SevError}}))
+	assert.Equal(t, "no problems found · 2 notes", Counts([]api.Finding{{Severity: SevInfo}, {Severity: SevInfo}}))
+	assert.Equal(t, "2 errors", Counts([]api.Finding{{Severity: SevError}, {Severity: SevError}}))
 }
 
 // TestRunsAgainstAnAgent runs the doctor for real through a console connected to an agent's API
 // on loopback: Init returns the command, the command does the I/O, Update shows the answer.
 func TestRunsAgainstAnAgent(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/mesh" {
+		switch r.URL.Path {
+		case "/v1/mesh":
+			_ = json.NewEncoder(w).Encode(tuitest.SampleMesh(now))
+		case "/v1/doctor":
+			_ = json.NewEncoder(w).Encode(api.DoctorReport{Node: "mac-mini", Findings: []api.Finding{
+				{Severity: SevInfo, Problem: "mDNS browses on en0", Fix: "nothing to do"}}})
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		_ = json.NewEncoder(w).Encode(tuitest.SampleMesh(now))
 	}))
 	t.Cleanup(srv.Close)
 	conn, err := console.Connect(context.Background(), console.Options{AgentURL: srv.URL, Token: "t", Poll: time.Hour})
@@ -87,8 +93,8 @@ func TestRunsAgainstAnAgent(t *testing.T) {
 	m.Update(cmd())
 	assert.False(t, m.Running())
 	assert.Contains(t, m.View(), "agent mode · checked 0s ago")
-	assert.Contains(t, m.View(), "no problems found: membership and discovery saw nothing wrong · 1 note")
-	assert.Contains(t, m.View(), "watching through one agent's API")
+	assert.Contains(t, m.View(), "no problems found: this console and agent mac-mini saw nothing wrong · 1 note")
+	assert.Contains(t, m.View(), "seen by mac-mini", "the watched agent's report, asked of it alone")
 
 	_, cmd = m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("r")})
 	require.NotNil(t, cmd, "r runs it again")
