@@ -48,7 +48,7 @@ func wrongKey(t *testing.T, good []*Mesh, bad *Mesh) {
 	var f api.Finding
 	require.Eventually(t, func() bool {
 		var ok bool
-		f, ok = findingWith(good[0].Doctor(context.Background()), "belong to another mesh")
+		f, ok = findingWith(good[0].Doctor(context.Background()), "belongs to another mesh")
 		return ok
 	}, 5*time.Second, 20*time.Millisecond)
 	require.Equal(t, api.SeverityError, f.Severity)
@@ -84,7 +84,7 @@ func TestAnotherMeshIDIsReported(t *testing.T) {
 	var f api.Finding
 	require.Eventually(t, func() bool {
 		var ok bool
-		f, ok = findingWith(a.Doctor(context.Background()), "belong to another mesh")
+		f, ok = findingWith(a.Doctor(context.Background()), "belongs to another mesh")
 		return ok
 	}, 5*time.Second, 20*time.Millisecond)
 	require.Contains(t, f.Fix, "check the join string")
