@@ -402,7 +402,15 @@ func (c *Conn) Chat(ctx context.Context, model string, msgs []api.ChatMessage, o
 	if err != nil {
 		return "", err
 	}
-	return target.Name, c.clientFor(target.Host.APIAddr).ChatStream(ctx, model, msgs, opt, emit)
+	started := false
+	err = c.clientFor(target.Host.APIAddr).ChatStream(ctx, model, msgs, opt, func(d api.ChatDelta) error {
+		started = started || d.Content != ""
+		return emit(d)
+	})
+	if err != nil {
+		err = BrokenStream(c.View(), target.Name, err, started)
+	}
+	return target.Name, err
 }
 
 // Events merges the events of every alive agent (and, in member mode, the mesh's own) into one

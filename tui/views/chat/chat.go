@@ -7,10 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/charmbracelet/bubbles/key"
@@ -482,7 +480,7 @@ func (m *Model) finish(e endMsg) {
 			a.Host = e.host
 		}
 		if e.err != nil {
-			a.Err = m.cause(e.err, a.Host, a.Text != "")
+			a.Err = e.err.Error()
 		} else if a.Text == "" {
 			a.Err = "the model answered nothing"
 		} else {
@@ -490,28 +488,6 @@ func (m *Model) finish(e endMsg) {
 		}
 	}
 	m.refresh(m.viewport.AtBottom())
-}
-
-// cause says why an answer failed in the user's terms: a stream that broke off (the host died,
-// its engine crashed) names the host and what the mesh knows of it, rather than a bare
-// "unexpected EOF".
-func (m *Model) cause(err error, host string, started bool) string {
-	msg := err.Error()
-	broke := errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
-		strings.Contains(msg, "unexpected EOF") || strings.Contains(msg, "connection reset")
-	if !broke || host == "" {
-		return msg
-	}
-	what := "the answer broke off"
-	if !started {
-		what = "the answer never started"
-	}
-	for _, mb := range m.ctx.Mesh.Members {
-		if mb.Name == host && mb.Liveness != api.Alive {
-			return fmt.Sprintf("%s: %s is %s (%s)", what, host, mb.Liveness, msg)
-		}
-	}
-	return fmt.Sprintf("%s: the connection to %s closed mid-answer (%s); the host or its engine stopped — Hosts and Events will say which; send again to retry", what, host, msg)
 }
 
 // stop cancels the generation: the context ends the HTTP request, so the gateway and the

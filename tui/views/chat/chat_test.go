@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -382,33 +381,4 @@ func TestWheelAndPagesScrollTheTranscript(t *testing.T) {
 	offset := m.viewport.YOffset
 	m.Update(chunkMsg{seq: m.seq, ch: make(chan tea.Msg), delta: api.ChatDelta{Content: "x"}, at: now})
 	assert.Equal(t, offset, m.viewport.YOffset)
-}
-
-// A chat whose host died says so, not a bare "unexpected EOF".
-func TestBrokenAnswerNamesTheHost(t *testing.T) {
-	for _, tc := range []struct {
-		liveness api.Liveness
-		want     string
-	}{
-		{api.Dead, "the answer broke off: pi5 is dead (unexpected EOF)"},
-		{api.Alive, "the answer broke off: the connection to pi5 closed mid-answer (unexpected EOF); the host or its engine stopped"},
-	} {
-		ctx := testCtx()
-		for i := range ctx.Mesh.Members {
-			if ctx.Mesh.Members[i].Name == "pi5" {
-				ctx.Mesh.Members[i].Liveness = tc.liveness
-			}
-		}
-		m := New(ctx)
-		m.SetSize(80, 24)
-		m.Open("qwen2:1.5b")
-		typeText(m, "hello")
-		press(m, "enter")
-		ch := make(chan tea.Msg)
-		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{Content: "Hel"}, at: now})
-		m.Update(endMsg{seq: m.seq, host: "pi5", err: io.ErrUnexpectedEOF, at: now})
-		a := m.Conversation("qwen2:1.5b")[1]
-		assert.Contains(t, a.Err, tc.want)
-		assert.Equal(t, "Hel", a.Text, "what arrived stays")
-	}
 }
