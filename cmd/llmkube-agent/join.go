@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -193,7 +192,7 @@ func (jo *joinOptions) join(ctx context.Context, cmd *cobra.Command, run *cobra.
 	}
 	if joinErr != nil {
 		fmt.Fprintf(w, "\n%v. What the doctor sees:\n", joinErr)
-		writeDoctor(ctx, w, apiURL, api.AdminToken(j.Secret))
+		writeDoctor(ctx, w, client)
 	}
 	if hint := plan.mgr.lingerHint(ctx); hint != "" {
 		fmt.Fprintf(w, "\n%s\n", hint)
@@ -440,47 +439,21 @@ func waitPeers(ctx context.Context, c *api.Client, timeout time.Duration) ([]str
 }
 
 // writeDoctor prints the agent's own doctor findings (GET /v1/doctor), or why they could not be read.
-func writeDoctor(ctx context.Context, w io.Writer, apiURL, token string) {
+func writeDoctor(ctx context.Context, w io.Writer, c *api.Client) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var doc struct {
-		Findings []struct {
-			Severity string `json:"severity"`
-			Problem  string `json:"problem"`
-			Fix      string `json:"fix"`
-		} `json:"findings"`
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+"/v1/doctor", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err == nil {
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("GET /v1/doctor: %s", resp.Status)
-		} else {
-			err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc)
-		}
-	}
+	rep, err := c.Doctor(ctx)
 	if err != nil {
 		fmt.Fprintf(w, "  (the agent's doctor could not be asked: %v; run `llmkube-tui mesh doctor`)\n", err)
 		return
 	}
-	if len(doc.Findings) == 0 {
+	api.Sanitize(&rep) // remote strings, before the terminal
+	if len(rep.Findings) == 0 {
 		fmt.Fprintln(w, "  no findings: check that the other hosts run and that UDP and TCP 7946 pass between them")
 	}
-	for _, f := range doc.Findings {
-		fmt.Fprintf(w, "  %s: %s\n    fix: %s\n", plain(f.Severity), plain(f.Problem), plain(f.Fix))
+	for _, f := range rep.Findings {
+		fmt.Fprintf(w, "  %s: %s\n    fix: %s\n", f.Severity, f.Problem, f.Fix)
 	}
-}
-
-// plain drops control characters from a remote string before it reaches the terminal.
-func plain(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, s)
 }
 
 // leaveFlags are the flags leave needs to find what this join installed, when not the defaults.

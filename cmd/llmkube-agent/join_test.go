@@ -277,3 +277,23 @@ func TestJoinLiveSystemdUser(t *testing.T) {
 	ca := adminClient(t, alpha.api, filepath.Join(tmp, "a"))
 	assert.Equal(t, api.Left, memberLiveness(t, ca, "live"))
 }
+
+// A host that finds no peer: the agent runs, join exits 1 and says why, with the agent's doctor.
+func TestJoinWithoutPeersShowsTheDoctor(t *testing.T) {
+	tmp := t.TempDir()
+	code, out, errOut := runCmd(t, "init", "--mesh-id", "lonely", "--state-dir", filepath.Join(tmp, "a"), "--allow-temp-store")
+	require.Equal(t, exitOK, code, errOut)
+	join := strings.TrimSpace(strings.SplitN(strings.SplitN(out, "join string: ", 2)[1], "\n", 2)[0])
+	fake := newFakeManager(t, fakeConfig{UnitDir: filepath.Join(tmp, "home", ".config", "systemd", "user"), UserManager: true, Linger: "yes"})
+	vars := userHome(t, tmp, fake)
+	args := append(joinArgs(join, "127.0.0.1:"+freePort(t), freePort(t), freePort(t)), "--peers-timeout", "2s")
+	code, out, errOut = runEnv(t, vars, args...)
+	assert.Equal(t, exitError, code, out)
+	assert.Contains(t, errOut, `found no other member of mesh "lonely"`)
+	assert.Contains(t, out, "What the doctor sees:")
+	assert.Contains(t, out, "fix: ", "the agent's findings, each with its fix")
+	assert.NotContains(t, out, "could not be asked")
+	assert.Contains(t, out, "Undo:  llmkube-agent leave")
+	code, _, errOut = runEnv(t, vars, "leave")
+	assert.Equal(t, exitOK, code, errOut)
+}
