@@ -174,7 +174,8 @@ func (m *Model) ShortHelp() []key.Binding {
 	case m.focus == fieldHosts:
 		return []key.Binding{k.Up, k.Down, keyPlace, k.Spread, keyEdit}
 	}
-	return []key.Binding{k.NextFld, k.PrevFld, keyChoose, keyRuntime, k.Spread, keyForm}
+	// esc first after enter: it is the way out of the form to the global keys.
+	return []key.Binding{keyChoose, keyForm, k.NextFld, k.PrevFld, keyRuntime, k.Spread}
 }
 
 // FullHelp lists every key of the view, for the help view: the form, the ranked hosts, and
