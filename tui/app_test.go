@@ -188,3 +188,28 @@ func TestHostsFilterCapturesKeys(t *testing.T) {
 	assert.Contains(t, view, "Hailo-10H")
 	assert.NotContains(t, view, "darwin")
 }
+
+// Goldens of the states the root draws, at both sizes, without colour (the tests' renderer is
+// what NO_COLOR gives): the chat picker with the global footer, the command line completing,
+// the mouse given to the terminal, and the help of the place form.
+func TestGoldenStates(t *testing.T) {
+	for _, st := range []struct {
+		name string
+		keys []string
+	}{
+		{"chat-picker", []string{"4"}},
+		{"command-completing", []string{":", "chat qw"}},
+		{"place-help", []string{"3", "esc", "?"}},
+	} {
+		for _, size := range [][2]int{{80, 24}, {120, 35}} {
+			t.Run(fmt.Sprintf("%s/%dx%d", st.name, size[0], size[1]), func(t *testing.T) {
+				a := newApp(t, size[0], size[1])
+				keys(a, st.keys...)
+				view := a.View()
+				assert.Equal(t, size[1], lipgloss.Height(view))
+				assert.LessOrEqual(t, lipgloss.Width(view), size[0])
+				golden.RequireEqual(t, []byte(view))
+			})
+		}
+	}
+}

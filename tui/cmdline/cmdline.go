@@ -21,6 +21,7 @@ const MaxHistory = 200
 type Line struct {
 	input    textinput.Model
 	complete func(typed string) []string
+	noColor  bool // a completion drawn after the cursor would look typed: it is not drawn
 
 	hist  []string // oldest first
 	idx   int      // position while recalling; len(hist) is the line being typed
@@ -40,7 +41,7 @@ func New(st *styles.Styles, placeholder string, complete func(typed string) []st
 	in.KeyMap.AcceptSuggestion = key.NewBinding(key.WithDisabled())
 	in.KeyMap.NextSuggestion = key.NewBinding(key.WithKeys("ctrl+n"))
 	in.KeyMap.PrevSuggestion = key.NewBinding(key.WithKeys("ctrl+p"))
-	return &Line{input: in, complete: complete}
+	return &Line{input: in, complete: complete, noColor: st.NoColor}
 }
 
 // SetHistory replaces the recalled lines (loaded from the file), oldest first.
@@ -87,8 +88,16 @@ func (l *Line) Value() string { return l.input.Value() }
 // SetWidth sizes the input.
 func (l *Line) SetWidth(w int) { l.input.Width = max(w-3, 1) } // the prompt and the cursor cell
 
-// View draws the line, with the completion in muted text after the cursor.
-func (l *Line) View() string { return l.input.View() }
+// View draws the line, with the completion in muted text after the cursor; without colour
+// the completion is not drawn (it would look typed), tab still takes it.
+func (l *Line) View() string {
+	if l.noColor {
+		plain := l.input
+		plain.SetSuggestions(nil)
+		return plain.View()
+	}
+	return l.input.View()
+}
 
 // Matches are the completions of what is typed now.
 func (l *Line) Matches() []string { return l.input.MatchedSuggestions() }

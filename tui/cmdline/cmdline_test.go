@@ -74,11 +74,20 @@ func TestTabCompletes(t *testing.T) {
 
 func TestCompletionShowsAfterTheCursor(t *testing.T) {
 	l := newLine()
+	l.noColor = false // as in a terminal with colour
 	l.SetWidth(40)
 	l.Focus()
 	typeKeys(l, "mod")
 	assert.Contains(t, l.View(), "mod"+"els", "the rest of the completion is drawn after what is typed")
 	assert.Equal(t, []string{"models"}, l.Matches())
+
+	plain := newLine() // the tests' renderer has no colour, as under NO_COLOR
+	plain.SetWidth(40)
+	plain.Focus()
+	typeKeys(plain, "mod")
+	assert.NotContains(t, plain.View(), "models", "without colour a completion would look typed")
+	typeKeys(plain, "tab")
+	assert.Equal(t, "models", plain.Value(), "tab takes it all the same")
 }
 
 func TestHistoryRecall(t *testing.T) {
