@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/discovery"
 )
 
 // Models the run places, one per runtime, and the team-a one of the namespace check.
@@ -123,6 +124,8 @@ var checks = []struct {
 	{"interactive console by mDNS", checkInteractiveConsole},
 	{"place one model per runtime", checkPlace},
 	{"chat through another gateway", checkChat},
+	{".local names from the laptop", checkLocalNames},
+	{"doctor on a healthy mesh", checkHealthyDoctor},
 	{"namespace isolation", checkNamespaces},
 	{"admission before pull", checkAdmission},
 	{"CPU load: no false suspicion", checkCPULoad},
@@ -130,6 +133,7 @@ var checks = []struct {
 	{"15s link cut mid-chat", checkLinkCut},
 	{"dead engine", checkDeadEngine},
 	{"stranger's join string", checkStranger},
+	{"wrong advertised addresses", checkWrongAdvertisement},
 }
 
 // converged says whether a's view shows every agent alive with its state and engines.
@@ -305,4 +309,57 @@ func checkChat(ctx context.Context, t *testing.T, e *env, n note) {
 		t.Errorf("mesh chat: %s", r)
 	}
 	n("mesh chat %s: %.2fs", llamaModel, r.took.Seconds())
+}
+
+// checkLocalNames reaches the mesh from the laptop by the agents' mDNS names
+// (<node>.llmkube.local, answered by the agents themselves: no Avahi on this LAN): as a gossip
+// seed, as --agent and as LLMKUBE_AGENT.
+func checkLocalNames(ctx context.Context, t *testing.T, e *env, n note) {
+	name := strings.TrimSuffix(discovery.MDNSHostName(e.box.Name), ".")
+	hostsOK := func(r cliResult) bool {
+		var doc struct {
+			Hosts []api.Member `json:"hosts"`
+		}
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &doc) == nil && len(doc.Hosts) >= len(e.agents())
+	}
+	r := e.console(ctx, "mesh", "hosts", "--json", "--join", name+":7946", "--timeout", "20s")
+	if !hostsOK(r) {
+		t.Errorf("a .local seed: %s", r)
+	}
+	n("--join %s:7946: %.2fs", name, r.took.Seconds())
+	for _, via := range []struct {
+		what string
+		args []string
+		env  []string
+	}{
+		{"--agent", []string{"--agent", "http://" + name + ":7777"}, nil},
+		{"LLMKUBE_AGENT", nil, []string{"LLMKUBE_AGENT=http://" + name + ":7777"}},
+	} {
+		t.Run(via.what, func(t *testing.T) {
+			start := time.Now()
+			args := append([]string{"mesh", "hosts", "--json", "--timeout", "20s"}, via.args...)
+			out, errOut, code, err := e.laptop.run(ctx, append(via.env, "LLMKUBE_TOKEN="+e.admin), e.prog("llmkube-tui"), args...)
+			r := cliResult{args: args, stdout: out, stderr: errOut, code: code, took: time.Since(start)}
+			if err != nil || !hostsOK(r) {
+				if strings.Contains(errOut, "lookup") && strings.Contains(errOut, ".local") {
+					waitsFor(t, n, via.what+" does not resolve .local names: "+firstLine(errOut))
+				}
+				t.Fatalf("%s %s: %v %s", via.what, name, err, r)
+			}
+			n("%s http://%s:7777: %.2fs", via.what, name, r.took.Seconds())
+		})
+	}
+}
+
+// checkHealthyDoctor: on a healthy mesh the doctor reports no error (exit 0), so that its
+// findings in the faults below mean something.
+func checkHealthyDoctor(ctx context.Context, t *testing.T, e *env, n note) {
+	text, r, err := e.doctorFindings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 || strings.Contains(text, "error:") {
+		t.Errorf("the doctor finds errors in a healthy mesh: %s\n%s", text, r)
+	}
+	n("doctor in %.2fs: %d finding(s)%s", r.took.Seconds(), strings.Count(text, "\n"), strings.TrimSuffix("; "+strings.ReplaceAll(text, "\n", "; "), "; "))
 }

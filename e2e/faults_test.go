@@ -17,8 +17,8 @@ import (
 // Detection bounds on an idle LAN (DESIGN.md, README: suspect within about 2 s, dead within
 // about 5 s), with room for a busy CI machine's scheduling.
 const (
-	suspectWithin = 3 * time.Second
-	deadWithin    = 7 * time.Second
+	suspectWithin = 2500 * time.Millisecond
+	deadWithin    = 5 * time.Second
 	rejoinWithin  = 3 * time.Second // after a cut link is back (issue 12: ≤ 2 s)
 )
 
@@ -38,10 +38,11 @@ func checkCPULoad(ctx context.Context, t *testing.T, e *env, n note) {
 	// Chats keep flowing meanwhile, through the loaded host's gateway.
 	deadline := time.Now().Add(20 * time.Second)
 	chats := 0
+	var failed []string // a suspected owner's model is not routed: failures follow suspicions
 	for time.Now().Before(deadline) {
 		c := e.chat(ctx, e.pi, e.admin, llamaModel, false, 4, nil)
 		if !c.ok() {
-			t.Errorf("chat through the loaded pi5: %s", c)
+			failed = append(failed, c.String())
 		}
 		chats++
 		select {
@@ -63,10 +64,14 @@ func checkCPULoad(ctx context.Context, t *testing.T, e *env, n note) {
 	n("%d busy loops for 20s on %d cores (load %s), %d chats through pi5, %d suspect events (watched %.1fs more)",
 		loops, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), chats, len(sus), time.Since(settle).Seconds())
 	for _, s := range sus {
-		t.Errorf("%s suspected %s at +%.1fs: %s", s.from, s.ev.Member, s.at.Sub(since).Seconds(), s.ev.Message)
+		n("%s suspected %s at +%.1fs: %s", s.from, s.ev.Member, s.at.Sub(since).Seconds(), s.ev.Message)
 	}
 	if len(sus) > 0 {
+		n("%d of the chats failed meanwhile: %s", len(failed), strings.Join(failed, "; "))
 		waitsFor(t, n, fmt.Sprintf("lan: %d false suspicions under CPU load", len(sus)))
+	}
+	for _, f := range failed {
+		t.Errorf("chat through the loaded pi5: %s", f)
 	}
 }
 
@@ -276,20 +281,37 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 
 	// The chats in flight end before the link is back, each with an error.
 	var hung []string
+	hungCh := map[string]chan ended{}
 	for _, w := range []struct {
 		name string
 		ch   chan ended
 	}{{"stream", stream}, {"non-stream", plain}} {
+		// A chat that ended is taken first, whatever the time (a timer already due would
+		// otherwise be as likely a pick); one still going is waited for until the link is back.
+		var r ended
+		got := false
 		select {
-		case r := <-w.ch:
-			if r.c.ok() || (r.c.errText == "" && r.c.status == http.StatusOK) {
-				t.Errorf("the %s chat ended without an error %.1fs after the cut: %s", w.name, r.at.Sub(cut).Seconds(), r.c)
+		case r, got = <-w.ch:
+		default:
+			select {
+			case r, got = <-w.ch:
+			case <-time.After(time.Until(back)):
 			}
-			n("%s chat ended %.1fs after the cut: %s", w.name, r.at.Sub(cut).Seconds(), r.c)
-		case <-time.After(time.Until(back)):
-			hung = append(hung, w.name)
-			n("the %s chat is still in flight %.0fs after the cut", w.name, time.Since(cut).Seconds())
 		}
+		if !got || !r.at.Before(back) {
+			hung = append(hung, w.name)
+			hungCh[w.name] = w.ch
+			if got { // it ended only as the link came back
+				hungCh[w.name] = make(chan ended, 1)
+				hungCh[w.name] <- r
+			}
+			n("the %s chat is still in flight %.0fs after the cut", w.name, time.Since(cut).Seconds())
+			continue
+		}
+		if r.c.ok() || (r.c.errText == "" && r.c.status == http.StatusOK) {
+			t.Errorf("the %s chat ended without an error %.1fs after the cut: %s", w.name, r.at.Sub(cut).Seconds(), r.c)
+		}
+		n("%s chat ended %.1fs after the cut: %s", w.name, r.at.Sub(cut).Seconds(), r.c)
 	}
 	<-time.After(time.Until(back))
 	restore()
@@ -322,6 +344,14 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 		return c.ok(), c.String()
 	}); err != nil {
 		t.Errorf("chat with %s after the link came back: %v", ollamaModel, err)
+	}
+	for name, ch := range hungCh {
+		select {
+		case r := <-ch:
+			n("the %s chat that hung ended %.1fs after the cut: %s", name, r.at.Sub(cut).Seconds(), r.c)
+		case <-time.After(10 * time.Second):
+			n("the %s chat that hung is still in flight %.0fs after the cut", name, time.Since(cut).Seconds())
+		}
 	}
 }
 
@@ -410,4 +440,54 @@ func checkStranger(ctx context.Context, t *testing.T, e *env, n note) {
 		}
 	}
 	n("the stranger stayed out of every view")
+}
+
+// checkWrongAdvertisement starts two agents that advertise an API address peers cannot use:
+// loopback (a peer dialling it reaches itself) and an address nobody has. No peer shows them
+// alive and usable, and the doctor names both.
+func checkWrongAdvertisement(ctx context.Context, t *testing.T, e *env, n note) {
+	liars := map[string]string{
+		"liar-lo":  fmt.Sprintf("127.0.0.1:%d", apiPort),
+		"liar-far": fmt.Sprintf("198.18.%d.250:%d", e.lab.subnet, apiPort),
+	}
+	for name, adv := range liars {
+		h := e.lab.addHost(name, true)
+		a := e.newAgent(h, e.join, fixtureRoot(t, "container-2g"), "linux", "amd64", "--advertise", adv)
+		if err := a.start(); err != nil {
+			t.Fatal(err)
+		}
+		defer a.agent.stop(5 * time.Second)
+	}
+	for name, adv := range liars {
+		t.Run(name, func(t *testing.T) {
+			took, err := eventually(ctx, 15*time.Second, func(ctx context.Context) (bool, string) {
+				for _, a := range e.agents() {
+					v, err := e.view(ctx, a)
+					if err != nil {
+						return false, err.Error()
+					}
+					m, ok := member(v, name)
+					if !ok {
+						return false, a.Name + " has not seen " + name + " yet"
+					}
+					if m.Liveness != api.Unreachable {
+						return false, fmt.Sprintf("%s sees %s (advertising %s) %s %q", a.Name, name, adv, m.Liveness, m.Reason)
+					}
+				}
+				return true, ""
+			})
+			if err != nil {
+				if strings.HasPrefix(adv, "127.") && strings.Contains(err.Error(), " alive ") {
+					waitsFor(t, n, "lan: a loopback advertisement passes the dial-back, the checker reaching itself ("+firstLine(err.Error())+")")
+				}
+				t.Fatal(err)
+			}
+			n("%s advertising %s: unreachable in every view after %.2fs", name, adv, took.Seconds())
+			f, took, err := e.waitDoctor(ctx, 10*time.Second, name)
+			if err != nil {
+				waitsFor(t, n, "doctor: the doctor names no agent advertising an unusable address ("+firstLine(err.Error())+")")
+			}
+			n("doctor after %.1fs: %s", took.Seconds(), f)
+		})
+	}
 }

@@ -296,7 +296,8 @@ func eventually(ctx context.Context, timeout time.Duration, cond func(ctx contex
 		if ok {
 			return time.Since(start), nil
 		}
-		if why != "" {
+		// A look cut short by the deadline says nothing of the condition: keep the one before.
+		if why != "" && (ctx.Err() == nil || last == "never checked") {
 			last = why
 		}
 		select {

@@ -12,12 +12,17 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 )
 
-// gateEnv turns the run on.
-const gateEnv = "LLMKUBE_E2E"
+// gateEnv turns the run on; onlyEnv, a regular expression, picks the checks to run (all when
+// empty; the LAN is made and every agent started whatever it says), for working on one.
+const (
+	gateEnv = "LLMKUBE_E2E"
+	onlyEnv = "LLMKUBE_E2E_CHECKS"
+)
 
 func TestLAN(t *testing.T) {
 	if os.Getenv(gateEnv) == "" {
@@ -47,7 +52,15 @@ func TestLAN(t *testing.T) {
 	}) {
 		t.FailNow()
 	}
+	only, err := regexp.Compile(os.Getenv(onlyEnv))
+	if err != nil {
+		t.Fatalf("%s: %v", onlyEnv, err)
+	}
 	for _, c := range checks {
+		if !only.MatchString(c.name) {
+			rep.add("---- %s (not selected by %s)", c.name, onlyEnv)
+			continue
+		}
 		rep.step(t, c.name, func(t *testing.T, note func(string, ...any)) { c.run(ctx, t, e, note) })
 	}
 }
