@@ -57,7 +57,8 @@ func TestLAN(t *testing.T) {
 		t.Fatalf("%s: %v", onlyEnv, err)
 	}
 	for _, c := range checks {
-		if !only.MatchString(c.name) {
+		// Discovery always runs: every other check stands on a mesh that has formed.
+		if !only.MatchString(c.name) && c.name != checks[0].name {
 			rep.add("---- %s (not selected by %s)", c.name, onlyEnv)
 			continue
 		}
