@@ -312,15 +312,31 @@ func (a *App) navigate(p common.Page, arg string) tea.Cmd {
 // which no binding matches: each rune is handled as its own key press, in order, so `jj` moves
 // two rows and `2j` switches to Models and moves there. A paste (bracketed, msg.Paste) stays
 // one message: it is text for a text field, never a burst of commands.
+//
+// Esc followed at once by a key arrives as that key with Alt; outside a text field (where
+// alt+b and alt+f move by words) no binding uses alt, so it is the two presses it was.
 func (a *App) keys(msg tea.KeyMsg) tea.Cmd {
+	var cmds []tea.Cmd
+	if msg.Type == tea.KeyRunes && msg.Alt && !msg.Paste && !a.typing() {
+		cmds = append(cmds, a.key(tea.KeyMsg{Type: tea.KeyEsc}))
+		msg.Alt = false
+		if len(msg.Runes) < 2 {
+			return tea.Batch(append(cmds, a.key(msg))...)
+		}
+	}
 	if msg.Type != tea.KeyRunes || len(msg.Runes) < 2 || msg.Paste {
 		return a.key(msg)
 	}
-	cmds := make([]tea.Cmd, 0, len(msg.Runes))
 	for _, r := range msg.Runes {
 		cmds = append(cmds, a.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: msg.Alt}))
 	}
 	return tea.Batch(cmds...)
+}
+
+// typing reports whether a text field has the keys: the command line or a view's.
+func (a *App) typing() bool {
+	p := a.page()
+	return a.cmdActive || (p != nil && p.Capturing())
 }
 
 // tabTaker is a view whose text fields use tab themselves (the place form's next field), so

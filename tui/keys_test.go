@@ -180,3 +180,21 @@ func TestCommandHistoryKeptBetweenRuns(t *testing.T) {
 	keys(b, "up", "enter")
 	assert.Equal(t, common.PageModels, b.Active())
 }
+
+// Esc and a key in one read arrive as alt+key: outside a text field that is the two presses.
+func TestEscThenAKeyInOneRead(t *testing.T) {
+	a := newApp(t, 120, 35)
+	rows := hostRows(a)
+	keys(a, "enter")
+	require.Equal(t, common.PageHostDetail, a.Active())
+	_, cmd := a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("j"), Alt: true})
+	drain(a, cmd)
+	assert.Equal(t, common.PageHosts, a.Active(), "esc went back")
+	assert.Equal(t, rows[1], selectedHost(t, a), "and j moved down")
+
+	// In a text field alt+b is a word move, not esc then b.
+	keys(a, "/", "pi")
+	_, cmd = a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("b"), Alt: true})
+	drain(a, cmd)
+	assert.True(t, a.page().Capturing(), "still typing the filter")
+}
