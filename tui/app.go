@@ -433,10 +433,16 @@ func (a *App) commandKey(msg tea.KeyMsg) tea.Cmd {
 	return a.cmdline.Key(msg)
 }
 
+// tabStep is the tab d steps from the one in front; from a host's detail or the help, from
+// the tab they were opened over.
 func (a *App) tabStep(d int) common.Page {
+	from := a.active
+	if from == common.PageHostDetail || from == common.PageHelp {
+		from = a.back
+	}
 	i := 0
 	for j, p := range common.Tabs {
-		if p == a.active {
+		if p == from {
 			i = j
 		}
 	}

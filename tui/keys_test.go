@@ -122,6 +122,14 @@ func TestGlobalKeysOverTheChatPicker(t *testing.T) {
 	assert.Equal(t, choices[2].Model, a.pages[common.PageChat].(*chat.Model).Chatting())
 }
 
+func TestTabFromDetailAndHelp(t *testing.T) {
+	a := newApp(t, 120, 35)
+	keys(a, "2", "?", "tab")
+	assert.Equal(t, common.PagePlace, a.Active(), "from the help over Models, the tab after Models")
+	keys(a, "esc", "1", "enter", "shift+tab") // esc: out of the place form first
+	assert.Equal(t, common.PageDoctor, a.Active(), "from a host's detail over Hosts, the tab before Hosts")
+}
+
 // Tab cycles views from every view, also from a chat message being typed; digits are text
 // there. The place form keeps tab for its fields, and esc gives tab back.
 func TestTabAndDigitsInTextFields(t *testing.T) {
