@@ -98,9 +98,13 @@ func newNetTransport(c *memberlist.Config) (*streamGuard, error) {
 
 func (g *streamGuard) StreamCh() <-chan net.Conn { return g.streams }
 
+// Shutdown stops the transport first and only then the guard: the transport's listener
+// blocks handing over a connection it accepted until someone takes it, and its Shutdown waits
+// for the listener, so the guard must keep taking connections until then.
 func (g *streamGuard) Shutdown() error {
+	err := g.NodeAwareTransport.Shutdown()
 	g.once.Do(func() { close(g.stop) })
-	return g.NodeAwareTransport.Shutdown()
+	return err
 }
 
 func (g *streamGuard) accept() {

@@ -75,3 +75,41 @@ func TestGossipStreamsCannotBalloonMemory(t *testing.T) {
 		return ok && len(mb.Placements) == 1 && allAlive("a", "b", "c")(v)
 	})
 }
+
+// TestShutdownUnderAStreamFlood: a member shuts down while connections keep arriving on its
+// gossip port. The transport's listener blocks handing over each connection it accepted, and
+// its shutdown waits for the listener: the guard must keep taking them until the end, or the
+// shutdown never returns.
+func TestShutdownUnderAStreamFlood(t *testing.T) {
+	for range 20 {
+		m := startReal(t, "m", api.RoleConsole)
+		addr := m.GossipAddr()
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if c, err := net.Dial("tcp", addr); err == nil {
+						c.Close()
+					}
+				}
+			}()
+		}
+		done := make(chan error, 1)
+		go func() { done <- m.Shutdown() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("shutdown hangs under a flood of connections")
+		}
+		close(stop)
+		wg.Wait()
+	}
+}
