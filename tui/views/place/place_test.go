@@ -653,3 +653,17 @@ func TestClickOnARankedHost(t *testing.T) {
 	_, cmd = m.Update(tea.MouseMsg{X: 4, Y: 0, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft})
 	assert.Nil(t, cmd, "a click elsewhere does nothing")
 }
+
+// A refusal whose fix is a switch the form lacks says how to do it from a shell.
+func TestMemoryCheckFixIsOneTheUserCanRun(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(120, 35)
+	startPlacing(t, m)
+	m.Update(placedMsg{seq: m.placeSeq, err: &api.Error{Code: api.CodeMemoryCheckFailed,
+		Message: "the model's size cannot be known before pulling it, so it is refused: no answer",
+		Fix:     `fix the cause, or load it anyway with memory_check "warn" (admin) or --memory-check-mode warn`}})
+	view := m.View()
+	assert.Contains(t, view, "from a shell: llmkube-tui mesh place hf://TheBloke/")
+	assert.Contains(t, view, "--host mac-mini --load-anyway")
+	assert.NotContains(t, view, "memory-check-mode")
+}

@@ -331,6 +331,23 @@ func (m *Model) stepNote(s api.PlacementState, p *api.Placement) string {
 }
 
 // errorLines show an error with its code, its message and what would fix it.
+// formFix replaces an agent's fix that names what this form does not have (a name field, a
+// "load anyway" switch) with one the user can follow from here.
+func (m *Model) formFix(code api.Code) string {
+	switch code {
+	case api.CodeConflict:
+		return "it runs there already with other settings: delete it first (2 for Models, x on it), or choose another host (esc)"
+	case api.CodeMemoryCheckFailed:
+		src := strings.TrimSpace(m.inputs[fieldSource].Value())
+		host := m.target
+		if host == "" {
+			host = "HOST"
+		}
+		return "fix the cause above, or load it without a known size from a shell: llmkube-tui mesh place " + src + " --host " + host + " --load-anyway"
+	}
+	return ""
+}
+
 func (m *Model) errorLines(what string, err error) []string {
 	st := m.ctx.Styles
 	var out []string
@@ -347,9 +364,8 @@ func (m *Model) errorLines(what string, err error) []string {
 		out = append(out, st.Error.Render(render.Cut("✗ "+what+": "+string(apiErr.Code), m.width)))
 		wrap("  ", apiErr.Message)
 		fix := apiErr.Fix
-		if apiErr.Code == api.CodeConflict {
-			// The agent's fix names the command line's --name; this form has no name field.
-			fix = "it runs there already with other settings: delete it first (2 for Models, x on it), or choose another host (esc)"
+		if f := m.formFix(apiErr.Code); f != "" {
+			fix = f
 		}
 		if fix == "" {
 			fix = Hint([]api.Ranked{{Verdict: api.VerdictRefused, Code: apiErr.Code}})
