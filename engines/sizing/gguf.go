@@ -17,25 +17,20 @@ import (
 	"github.com/llmkube/mesh/engines/download"
 )
 
-// remoteBufferSize is how much gguf-parser-go asks for per range request. A header is a few
-// kilobytes to a few megabytes (the tokenizer's vocabulary); 1 MiB reads it in a handful of
-// requests while the weights, gigabytes further on, are never touched.
+// remoteBufferSize is the first range request of a remote header. A header is a few kilobytes
+// to a few megabytes (the tokenizer's vocabulary); 1 MiB reads it in a handful of requests
+// while the weights, gigabytes further on, are never touched.
 const remoteBufferSize = 1 << 20
 
 // ggufMagic opens every GGUF file.
 const ggufMagic = "GGUF"
 
-// readOptions keep gguf-parser-go from writing its cache under the user's home
-// (~/.cache/gguf-parser: SkipCache), from holding the tokenizer's strings in memory
-// (SkipLargeMetadata: the estimate needs only the vocabulary's length, which it keeps) and from
-// keeping a process-wide DNS cache (SkipDNSCache).
+// readOptions keep gguf-parser-go from holding the tokenizer's strings in memory
+// (SkipLargeMetadata: the estimate needs only the vocabulary's length, which it keeps). It
+// reads local files only (remote headers are fetched into one first), so none of its cache,
+// DNS or buffer options apply.
 func readOptions() []parser.GGUFReadOption {
-	return []parser.GGUFReadOption{
-		parser.SkipCache(),
-		parser.SkipLargeMetadata(),
-		parser.SkipDNSCache(),
-		parser.UseBufferSize(remoteBufferSize),
-	}
+	return []parser.GGUFReadOption{parser.SkipLargeMetadata()}
 }
 
 // localGGUF sizes a GGUF file on this host from its header.
@@ -170,11 +165,10 @@ func (s *Sizer) rangeGet(ctx context.Context, url string, from int64, n int) (*h
 // readHeader reads the GGUF header of a remote file of total bytes into a sparse temporary
 // file of the same length, one range request at a time (1 MiB, growing by a quarter of what is
 // read once that is larger, so a big header takes tens of requests, not hundreds, and at most
-// a quarter more than it needs), and parses it
-// there. gguf-parser-go reads files only, with its own HTTP client for remote ones — which would
-// bypass the guard — so the agent fetches the bytes itself. A parse is complete when the header
-// it found ends within the bytes fetched so far (what lies beyond them reads as zeros): the
-// parser reads the header front to back.
+// a quarter more than it needs), and parses it there. gguf-parser-go reads remote files with
+// its own HTTP client, which would bypass the guard, so the agent fetches the bytes itself. A
+// parse is complete when the header it found ends within the bytes fetched so far (what lies
+// beyond them reads as zeros): the parser reads the header front to back.
 func (s *Sizer) readHeader(ctx context.Context, url string, total int64) (*parser.GGUFFile, error) {
 	f, err := os.CreateTemp("", "llmkube-gguf-header-*")
 	if err != nil {
