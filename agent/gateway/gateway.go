@@ -115,6 +115,7 @@ type Gateway struct {
 	inflight map[string]*atomic.Int64 // by host + "/" + placement id
 	queues   map[string]*queue        // by runtime + " " + engine address
 	speeds   map[string]*speedBook    // by local placement id
+	items    *itemStore               // answers given through /v1/responses, for item_reference
 }
 
 // New builds a gateway and registers its metrics.
@@ -163,6 +164,7 @@ func New(cfg Config) (*Gateway, error) {
 		inflight: map[string]*atomic.Int64{},
 		queues:   map[string]*queue{},
 		speeds:   map[string]*speedBook{},
+		items:    newItemStore(),
 	}, nil
 }
 

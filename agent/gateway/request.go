@@ -47,6 +47,10 @@ type chatCall struct {
 	// load: an Ollama request without messages (or prompt) asks to load the model; a ready
 	// placement is loaded already, so the gateway answers it without the engine.
 	load bool
+	// refs are /v1/responses item references, resolved by the agent that serves the request;
+	// remember keeps what it answers, for later references.
+	refs     []itemRef
+	remember func(id, text string)
 }
 
 // readBody reads a bounded body: 413 when it is larger than max.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 // OpenAI's Responses API (POST /v1/responses), the AI SDK's default for openai(model), served
 // by translation: the request becomes a chat (input items → messages, flat function tools →
 // tools, text.format → a JSON answer), and the chat's answer becomes a response object, or its
-// stream of typed events. Nothing is stored: an answer's items cannot be referred to later
-// (item_reference, previous_response_id are refused, saying how to send the items instead).
+// stream of typed events. Answered messages are kept a while (itemStore) for item_reference;
+// previous_response_id is refused, saying how to send the items instead.
 
 func (g *Gateway) openAIResponses(w http.ResponseWriter, r *http.Request) {
 	g.chat(w, r, dialectResponses)
@@ -93,7 +94,7 @@ func respText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-const noStore = "this gateway stores no responses: send the earlier items themselves (with the AI SDK, providerOptions: {openai: {store: false}})"
+const noStore = "this gateway keeps earlier answers only for a while, on the agent that gave them: send the earlier items themselves (with the AI SDK, providerOptions: {openai: {store: false}})"
 
 func parseResponses(body []byte) (*chatCall, *failure) {
 	var req respRequest
@@ -139,7 +140,9 @@ func parseResponses(body []byte) (*chatCall, *failure) {
 				}
 				c.req.Messages = append(c.req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: it.CallID, ToolName: names[it.CallID]})
 			case it.Type == "item_reference":
-				return nil, badRequest("item_reference " + it.ID + ": " + noStore)
+				// Resolved by the agent that serves the request (serveLocal): it answered it.
+				c.refs = append(c.refs, itemRef{index: len(c.req.Messages), id: it.ID})
+				c.req.Messages = append(c.req.Messages, engines.Message{Role: "assistant"})
 			case it.Type == "reasoning":
 				// An earlier answer's reasoning: nothing here produces or reads it.
 			case it.Type == "" || it.Type == "message":
@@ -282,10 +285,11 @@ func newRespCall(c engines.ToolCall, status string) respCall {
 
 // respAnswer builds the answer's response object, shared by the whole and streamed forms.
 type respAnswer struct {
-	id      string
-	model   string
-	created int64
-	output  []any
+	id       string
+	model    string
+	created  int64
+	output   []any
+	remember func(id, text string) // keeps an answered message for item_reference
 }
 
 func (a *respAnswer) object(status string, st *stats) respObject {
@@ -323,8 +327,10 @@ func (s *respWhole) toolCalls(calls []engines.ToolCall) error {
 
 func (s *respWhole) finish(st stats) error {
 	if len(s.text) > 0 || len(s.calls) == 0 {
-		s.output = append(s.output, respMessage{Type: "message", ID: respID("msg_"), Status: "completed", Role: "assistant",
-			Content: []respPart{{Type: "output_text", Text: string(s.text), Annotations: []any{}}}})
+		m := respMessage{Type: "message", ID: respID("msg_"), Status: "completed", Role: "assistant",
+			Content: []respPart{{Type: "output_text", Text: string(s.text), Annotations: []any{}}}}
+		s.output = append(s.output, m)
+		s.remember(m.ID, string(s.text))
 	}
 	for _, c := range s.calls {
 		s.output = append(s.output, newRespCall(c, "completed"))
@@ -395,6 +401,7 @@ func (s *respStream) closeMessage() error {
 	part := respPart{Type: "output_text", Text: string(s.text), Annotations: []any{}}
 	m.Status, m.Content = "completed", []respPart{part}
 	s.output = append(s.output, *m)
+	s.remember(m.ID, part.Text)
 	for _, e := range []struct {
 		typ    string
 		fields map[string]any
@@ -462,9 +469,43 @@ func (s *respStream) fail(f *failure) {
 }
 
 func newRespEncoder(c *chatCall, o out, start time.Time) encoder {
-	a := respAnswer{id: respID("resp_"), model: c.model, created: start.Unix()}
+	a := respAnswer{id: respID("resp_"), model: c.model, created: start.Unix(), remember: c.remember}
+	if a.remember == nil {
+		a.remember = func(string, string) {}
+	}
 	if c.stream {
 		return &respStream{out: o, respAnswer: a}
 	}
 	return &respWhole{out: o, respAnswer: a}
+}
+
+// itemRef is an item_reference in a request's input: the message at index stands for it.
+type itemRef struct {
+	index int
+	id    string
+}
+
+// itemScope is the item store's scope for a caller: its namespace, or the admin's own.
+func itemScope(ns string, admin bool) string {
+	if admin {
+		return "\x00admin"
+	}
+	return ns
+}
+
+// withReferences returns call's messages with each item_reference replaced by the answer this
+// agent gave, or a refusal naming the first it does not have.
+func (g *Gateway) withReferences(call *chatCall, scope string) ([]engines.Message, *failure) {
+	if len(call.refs) == 0 {
+		return call.req.Messages, nil
+	}
+	msgs := slices.Clone(call.req.Messages)
+	for _, ref := range call.refs {
+		text, ok := g.items.get(scope, ref.id)
+		if !ok {
+			return nil, badRequest("item_reference " + ref.id + ": " + noStore)
+		}
+		msgs[ref.index].Content = text
+	}
+	return msgs, nil
 }

@@ -66,6 +66,19 @@ func TestResponsesAPI(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, r.OutputText())
 
+	// An earlier answer comes back by reference (the AI SDK's default), from this agent's
+	// store, in the caller's scope only.
+	first, err := client.Responses.New(t.Context(), responses.ResponseNewParams{Model: "llama",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hello")}})
+	require.NoError(t, err)
+	msgID := first.Output[0].ID
+	ref := `{"model":"llama","input":[{"role":"user","content":"Hello"},{"type":"item_reference","id":"` + msgID + `"},{"role":"user","content":"More?"}]}`
+	resp, b := call(t, "POST", n.url+"/v1/responses", adminToken, ref)
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	resp, b = call(t, "POST", n.url+"/v1/responses", nsToken(t, "default"), ref)
+	require.Equal(t, 400, resp.StatusCode, "another scope: %s", b)
+	assert.Contains(t, string(b), "store: false")
+
 	for _, body := range []string{
 		`{"model":"llama","input":[{"type":"item_reference","id":"msg_1"}]}`,
 		`{"model":"llama","input":"hi","previous_response_id":"resp_1"}`,
@@ -78,6 +91,6 @@ func TestResponsesAPI(t *testing.T) {
 		assert.Equal(t, "invalid_request_error", typ)
 		assert.NotEmpty(t, msg)
 	}
-	resp, b := call(t, "POST", n.url+"/v1/responses", adminToken, `{"model":"nothing","input":"hi"}`)
+	resp, b = call(t, "POST", n.url+"/v1/responses", adminToken, `{"model":"nothing","input":"hi"}`)
 	require.Equal(t, 404, resp.StatusCode, "%s", b)
 }

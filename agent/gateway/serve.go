@@ -153,13 +153,26 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		}
 		defer release()
 	}
+	req := call.req
+	if call.d == dialectResponses {
+		who, _ := principal(r)
+		scope := itemScope(who.Namespace, who.Admin)
+		msgs, f := g.withReferences(call, scope)
+		if f != nil {
+			return false, f
+		}
+		req.Messages = msgs
+		withItems := *call
+		withItems.remember = func(id, text string) { g.items.put(scope, id, text) }
+		call = &withItems
+	}
 	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
 
 	engineStart := time.Now()
 	var first, last time.Time
 	var count int
 	var final *engines.ChatChunk
-	err = c.local.Driver.Chat(ctx, c.local.Model, call.req, func(ch engines.ChatChunk) error {
+	err = c.local.Driver.Chat(ctx, c.local.Model, req, func(ch engines.ChatChunk) error {
 		if final != nil {
 			return nil // nothing follows the last chunk
 		}

@@ -222,6 +222,13 @@ if (process.env.RESPONSES === '1') {
     assert.ok(['stop', 'length'].includes(await s.finishReason), `finish ${await s.finishReason}`);
   });
 
+  await check('ai: a conversation goes on (earlier answers come back as item references)', async () => {
+    const first = await generateText({ model: provider(MODEL), prompt: 'Hello, mesh.', maxOutputTokens: 8, maxRetries: 0 });
+    const messages = [{ role: 'user', content: 'Hello, mesh.' }, ...first.response.messages, { role: 'user', content: 'And then?' }];
+    const second = await generateText({ model: provider(MODEL), messages, maxOutputTokens: 8, maxRetries: 0 });
+    assert.ok(second.text.length > 0);
+  });
+
   if (TOOLS) {
     await check('ai: a function tool through /v1/responses, executed and answered', async () => {
       let asked = null;
