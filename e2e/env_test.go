@@ -54,8 +54,6 @@ type env struct {
 	viaMDNS bool
 
 	events *eventLog
-	// loopbackAdvertised names the agents found advertising a loopback API address.
-	loopbackAdvertised map[string]bool
 }
 
 // agentHost is a host running llmkube-agent and its engines.
@@ -542,7 +540,7 @@ func (e *env) waitDoctor(ctx context.Context, timeout time.Duration, want ...str
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("no finding names %q; the doctor said (exit %d after %.1fs):\n%s%s", want, r.code, r.took.Seconds(), text, r.stderr)
+		return false, fmt.Sprintf("no finding names %q; the doctor said (exit %d after %.1fs): %s %s", want, r.code, r.took.Seconds(), strings.TrimSpace(r.stdout), strings.TrimSpace(r.stderr))
 	})
 	return found, took, err
 }

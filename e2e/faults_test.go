@@ -112,15 +112,12 @@ func checkCrash(ctx context.Context, t *testing.T, e *env, n note) {
 				return
 			}
 		}
-		if e.viaMDNS {
-			waitsFor(t, n, "lan: headless `mesh hosts` never shows a dead host")
-		}
 		t.Errorf("mesh hosts does not list the dead x86: %s", r)
 	})
 	t.Run("doctor", func(t *testing.T) {
 		f, took, err := e.waitDoctor(ctx, 10*time.Second, e.x86.Name)
 		if err != nil {
-			waitsFor(t, n, "doctor: the doctor names no dead host ("+firstLine(err.Error())+")")
+			t.Fatal(err)
 		}
 		n("doctor after %.1fs: %s", took.Seconds(), f)
 	})
@@ -262,8 +259,7 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 		return true, ""
 	})
 	if err != nil {
-		n("x86, cut off, still sees others alive: %v", err)
-		defer waitsFor(t, n, "lan: a cut-off host keeps the others' models for up to 19 s")
+		t.Errorf("x86, cut off, still sees others alive: %v", err)
 	} else {
 		n("x86 sees the others gone %.2fs after the cut", time.Since(cut).Seconds())
 	}
@@ -274,7 +270,7 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 		}
 		f, took, err := e.waitDoctor(ctx, time.Until(back)-time.Second, e.x86.Name)
 		if err != nil {
-			waitsFor(t, n, "doctor: the doctor names no cut-off host ("+firstLine(err.Error())+")")
+			t.Fatal(err)
 		}
 		n("doctor after %.1fs: %s", took.Seconds(), f)
 	})
@@ -308,16 +304,20 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 			n("the %s chat is still in flight %.0fs after the cut", w.name, time.Since(cut).Seconds())
 			continue
 		}
-		if r.c.ok() || (r.c.errText == "" && r.c.status == http.StatusOK) {
+		// A clear error: a JSON error for the plain chat, an SSE error event for the stream,
+		// soon after the owner is dead (not a reset, not a silent end).
+		if r.c.ok() || r.c.errText == "" {
 			t.Errorf("the %s chat ended without an error %.1fs after the cut: %s", w.name, r.at.Sub(cut).Seconds(), r.c)
+		}
+		if r.at.Sub(cut) > deadWithin+3*time.Second {
+			t.Errorf("the %s chat ended %.1fs after the cut, want within %s of it", w.name, r.at.Sub(cut).Seconds(), deadWithin+3*time.Second)
 		}
 		n("%s chat ended %.1fs after the cut: %s", w.name, r.at.Sub(cut).Seconds(), r.c)
 	}
 	<-time.After(time.Until(back))
 	restore()
 	if len(hung) > 0 {
-		// Checked last, so that what follows still runs: the rejoin.
-		defer waitsFor(t, n, "doctor: requests in flight to a cut-off host hang for the whole outage ("+strings.Join(hung, ", ")+")")
+		t.Errorf("chats in flight to the cut-off host hung for the whole outage: %s", strings.Join(hung, ", "))
 	}
 
 	took, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
@@ -385,7 +385,7 @@ func checkDeadEngine(ctx context.Context, t *testing.T, e *env, n note) {
 	t.Run("doctor", func(t *testing.T) {
 		f, took, err := e.waitDoctor(ctx, 10*time.Second, "ollama", e.x86.Name)
 		if err != nil {
-			waitsFor(t, n, "doctor: the doctor names no dead engine ("+firstLine(err.Error())+")")
+			t.Fatal(err)
 		}
 		n("doctor after %.1fs: %s", took.Seconds(), f)
 	})
@@ -426,7 +426,7 @@ func checkStranger(ctx context.Context, t *testing.T, e *env, n note) {
 	t.Run("doctor", func(t *testing.T) {
 		f, took, err := e.waitDoctor(ctx, 15*time.Second, h.Addr)
 		if err != nil {
-			waitsFor(t, n, "doctor: the doctor names no agent holding another join string ("+firstLine(err.Error())+")")
+			t.Fatal(err)
 		}
 		n("doctor after %.1fs: %s", took.Seconds(), f)
 	})
@@ -477,15 +477,12 @@ func checkWrongAdvertisement(ctx context.Context, t *testing.T, e *env, n note) 
 				return true, ""
 			})
 			if err != nil {
-				if strings.HasPrefix(adv, "127.") && strings.Contains(err.Error(), " alive ") {
-					waitsFor(t, n, "lan: a loopback advertisement passes the dial-back, the checker reaching itself ("+firstLine(err.Error())+")")
-				}
 				t.Fatal(err)
 			}
 			n("%s advertising %s: unreachable in every view after %.2fs", name, adv, took.Seconds())
 			f, took, err := e.waitDoctor(ctx, 10*time.Second, name)
 			if err != nil {
-				waitsFor(t, n, "doctor: the doctor names no agent advertising an unusable address ("+firstLine(err.Error())+")")
+				t.Fatal(err)
 			}
 			n("doctor after %.1fs: %s", took.Seconds(), f)
 		})

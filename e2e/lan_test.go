@@ -33,7 +33,7 @@ func TestLAN(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	e := &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}, loopbackAdvertised: map[string]bool{}}
+	e := &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}}
 
 	if r := skipReason(); r != "" {
 		rep.add("SKIP %s", r)
