@@ -142,12 +142,21 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 // listHeight is the rows under the status line and the column titles.
 func (m *Model) listHeight() int { return max(m.height-2, 1) }
 
-var cols = []render.Column{{Title: "TIME", Width: 8}, {Title: "TYPE", Width: 9}, {Title: "HOST", Width: 10}, {Title: "MESSAGE"}}
+// columns are the list's: HOST as wide as the longest member named (between 10 and 24), so
+// names are not cut while there is room; the message takes the rest.
+func (m *Model) columns() []render.Column {
+	host := 10
+	for _, e := range m.ctx.Events {
+		host = max(host, min(ansi.StringWidth(e.Subject()), 24))
+	}
+	cols := []render.Column{{Title: "TIME", Width: 8}, {Title: "TYPE", Width: 9}, {Title: "HOST", Width: host}, {Title: "MESSAGE"}}
+	return render.Fit(cols, m.width, 20)
+}
 
 // lines renders every shown event, a long message wrapped under itself.
 func (m *Model) lines() []string {
 	st := m.ctx.Styles
-	cs := render.Fit(cols, m.width, 20)
+	cs := m.columns()
 	msgWidth := cs[3].Width
 	indent := strings.Repeat(" ", m.width-msgWidth)
 	now := m.ctx.Now()
@@ -216,7 +225,7 @@ func (m *Model) View() string {
 		b.WriteString(st.Header.Render(render.Cut(status, m.width)))
 	}
 	b.WriteString("\n")
-	b.WriteString(render.Head(st, render.Fit(cols, m.width, 20)))
+	b.WriteString(render.Head(st, m.columns()))
 	switch {
 	case len(m.ctx.Events) == 0:
 		b.WriteString("\n" + st.Muted.Render(render.Cut("no events yet: placements, refusals, engines and members joining or failing show here", m.width)))

@@ -160,3 +160,11 @@ func TestViewScrolled(t *testing.T) {
 	press(m, "t", "up", "up")
 	golden.RequireEqual(t, []byte(m.View()))
 }
+
+func TestLongHostNamesAreNotCut(t *testing.T) {
+	ctx := testCtx()
+	ctx.AddEvent(api.Event{Seq: 99, Time: ctx.Now(), Type: api.EventMesh, Host: "pi5", Member: "rack2-gpu-node-0042", Message: "dead"})
+	m := New(ctx)
+	m.SetSize(80, 24)
+	assert.Contains(t, m.View(), "rack2-gpu-node-0042 dead")
+}
