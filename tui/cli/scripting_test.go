@@ -168,6 +168,10 @@ func TestScriptingExamples(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, sh, "-eu", "-c", script)
 			cmd.Dir, cmd.Env = work, env
+			// A child left running (an example's `mesh watch &` after a failed line) keeps the
+			// output pipe open: without a wait delay the test would hang past its deadline
+			// instead of failing with the output.
+			cmd.WaitDelay = 5 * time.Second
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "the example at %s:%d failed\n--- script\n%s--- output\n%s", scriptingDoc, ex.line, script, out)
 		})
