@@ -196,6 +196,16 @@ func FuzzDecodeDoc(f *testing.F) {
 			return
 		}
 		require.NotEmpty(t, d.Node)
+		if h := d.Host; h != nil {
+			for _, v := range []int64{h.Memory.Total, h.Memory.Budget, h.Memory.Committed, h.Memory.Reserved, h.Memory.Available} {
+				require.True(t, v >= 0 && v <= maxBytes, v)
+			}
+			require.Equal(t, api.Printable(h.Chip), h.Chip)
+		}
+		for _, p := range d.Placements {
+			require.Equal(t, api.Printable(p.Model), p.Model)
+			require.True(t, p.Progress >= 0 && p.Progress <= 1)
+		}
 		w, err := encodeDoc(d)
 		require.NoError(t, err)
 		d2, err := decodeDoc(w)

@@ -155,6 +155,14 @@ func FuzzDecodeMeta(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// Whatever a member sends, what reaches a console is printable and summable.
+		for _, str := range []string{m.APIAddr, m.OS, m.Arch, m.Chip, m.AgentVersion} {
+			require.Equal(t, api.Printable(str), str)
+		}
+		for _, v := range []int64{m.Memory.Total, m.Memory.Budget, m.Memory.Committed, m.Memory.Reserved, m.Memory.Available} {
+			require.True(t, v >= 0 && v <= maxBytes, v)
+		}
+		require.True(t, m.CPUs <= maxCount && m.Placements <= maxCount && m.Ready <= maxCount)
 		again, err := encodeMeta(m)
 		if err != nil {
 			return // e.g. an API address longer than this build sends
