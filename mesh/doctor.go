@@ -96,6 +96,7 @@ func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 		}
 		problem, fix := seedFinding(c, port, joinFix)
 		add(sev, problem, fix)
+		detail("%d tries", c.tries)
 	}
 	for _, mb := range m.members {
 		if mb.name == m.name {
@@ -207,17 +208,17 @@ func seedFinding(c *candidate, port, joinFix string) (problem, fix string) {
 	e := strings.ToLower(c.err.Error())
 	switch {
 	case strings.Contains(e, "refused"):
-		return fmt.Sprintf("%s %s refused the gossip port (%d tries): %v", what, c.addr, c.tries, c.err),
+		return fmt.Sprintf("%s %s refused the gossip port: %v", what, c.addr, c.err),
 			fmt.Sprintf("check that an agent runs there and listens on port %s; if it does, open TCP and UDP %s in its firewall", port, port)
 	case strings.Contains(e, "timeout"), strings.Contains(e, "no route"), strings.Contains(e, "unreachable"):
-		return fmt.Sprintf("%s %s does not answer on the gossip port (%d tries): %v", what, c.addr, c.tries, c.err),
+		return fmt.Sprintf("%s %s does not answer on the gossip port: %v", what, c.addr, c.err),
 			fmt.Sprintf("a firewall may drop it: open TCP and UDP port %s on that host, and check the address", port)
 	case strings.Contains(e, "decrypt"), strings.Contains(e, "encrypt"), strings.Contains(e, "remote error"):
 		return fmt.Sprintf("%s %s rejected us: it holds another mesh secret (%v)", what, c.addr, c.err), joinFix
 	case strings.Contains(e, "eof"), strings.Contains(e, "reset"), strings.Contains(e, "closed"):
 		return fmt.Sprintf("%s %s hung up on us (%v): it may belong to another mesh", what, c.addr, c.err), joinFix
 	}
-	return fmt.Sprintf("could not join %s %s (%d tries): %v", what, c.addr, c.tries, c.err),
+	return fmt.Sprintf("could not join %s %s: %v", what, c.addr, c.err),
 		"check the address, and that an llmkube agent runs there"
 }
 
