@@ -60,7 +60,12 @@ func (m *Mesh) housekeep(now time.Time) {
 				continue
 			}
 		}
+		// A suspicion whose grace just ended is news to the view, not only an event.
+		was := mb.emitted
 		m.emitLocked(mb)
+		if mb.emitted != was {
+			changed = true
+		}
 
 		// The metadata names a document we do not hold: wait a moment for gossip if it travels
 		// that way, then ask its owner over TCP, again every fetchRetry until it arrives.

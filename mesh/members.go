@@ -23,6 +23,9 @@ type member struct {
 
 	state   api.Liveness // Alive, Suspect, Dead or Left: memberlist's view, completed by notices
 	since   time.Time    // of the last state change
+	// quietUntil: a fresh suspicion is shown, and the member's models leave routing, only if
+	// it stands unrefuted until then (see timings.suspectGrace).
+	quietUntil time.Time
 	updated time.Time    // of the last change of anything shown
 	liveSeq uint64       // highest liveness notice seen for this node
 	leaving bool         // it announced a graceful leave
@@ -56,8 +59,19 @@ func (mb *member) consoleLeft() bool { return mb.isConsole() && mb.state == api.
 // liveness is what a View shows: memberlist's state, or Unreachable for an alive agent whose
 // API address did not answer.
 func (mb *member) liveness() (api.Liveness, string) {
+	if mb.state == api.Suspect && time.Now().Before(mb.quietUntil) {
+		return mb.aliveLiveness()
+	}
 	if mb.state != api.Alive || !mb.isAgent() {
 		return mb.state, ""
+	}
+	return mb.aliveLiveness()
+}
+
+// aliveLiveness is the liveness of a member memberlist holds alive.
+func (mb *member) aliveLiveness() (api.Liveness, string) {
+	if !mb.isAgent() {
+		return api.Alive, ""
 	}
 	if mb.meta.APIAddr == "" {
 		return api.Unreachable, "advertises no API address"
@@ -262,6 +276,7 @@ func (m *Mesh) acceptLive(n liveNotice) {
 		if n.Seq == mb.liveSeq && mb.state == api.Alive {
 			news = true
 			mb.state, mb.since = api.Suspect, now
+			mb.quietUntil = now.Add(m.t.suspectGrace)
 		}
 	case liveLeave:
 		if n.Seq > mb.liveSeq {
@@ -302,8 +317,16 @@ func (m *Mesh) suspected(name string) {
 		return
 	}
 	n := liveNotice{Kind: liveSuspect, Seq: mb.liveSeq, Node: name, From: m.name}
+	addr := mb.addr
 	m.mu.Unlock()
 	m.acceptLive(n)
+	// Straight to the suspect too, so a member that is only slow refutes within the grace:
+	// gossip would take a round or two to reach it.
+	if node, err := memberlistNode(name, addr); err == nil {
+		if err := m.ml.SendBestEffort(node, encodeLive(n)); err != nil {
+			m.log.Debug("sending a suspect notice", "member", name, "err", err)
+		}
+	}
 }
 
 // refute answers a suspicion of ourselves with a newer alive notice — unless we are leaving:
@@ -315,8 +338,33 @@ func (m *Mesh) refute() {
 	m.mu.Lock()
 	m.liveSeq = max(m.liveSeq+1, uint64(time.Now().UnixMicro()))
 	n := liveNotice{Kind: liveAlive, Seq: m.liveSeq, Node: m.name, From: m.name}
+	peers := m.peersLocked()
 	m.mu.Unlock()
 	m.queueLive(n)
+	m.sendEach(peers, encodeLive(n)) // and at once, within the suspicion's grace
+}
+
+// peersLocked are the other members our memberlist holds alive or suspect, to send to.
+func (m *Mesh) peersLocked() []*memberlist.Node {
+	var out []*memberlist.Node
+	for name, mb := range m.members {
+		if name != m.name && !mb.hearsay && (mb.state == api.Alive || mb.state == api.Suspect) {
+			if node, err := memberlistNode(name, mb.addr); err == nil {
+				out = append(out, node)
+			}
+		}
+	}
+	return out
+}
+
+// sendEach sends msg to each node in one UDP packet, best effort: the notices it carries also
+// travel by gossip.
+func (m *Mesh) sendEach(nodes []*memberlist.Node, msg []byte) {
+	for _, n := range nodes {
+		if err := m.ml.SendBestEffort(n, msg); err != nil {
+			m.log.Debug("sending a notice", "member", n.Name, "err", err)
+		}
+	}
 }
 
 func (m *Mesh) queueLive(n liveNotice) {

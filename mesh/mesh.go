@@ -329,26 +329,14 @@ func (m *Mesh) Leave(timeout time.Duration) error {
 	m.liveSeq = max(m.liveSeq+1, uint64(time.Now().UnixMicro()))
 	n := liveNotice{Kind: liveLeave, Seq: m.liveSeq, Node: m.name, From: m.name}
 	others := m.nAlive.Load() > 1
-	var peers []*memberlist.Node
-	for name, mb := range m.members {
-		if name != m.name && !mb.hearsay && (mb.state == api.Alive || mb.state == api.Suspect) {
-			if node, err := memberlistNode(name, mb.addr); err == nil {
-				peers = append(peers, node)
-			}
-		}
-	}
+	peers := m.peersLocked()
 	m.mu.Unlock()
 	m.queueLive(n)
 	// And one packet straight to every member: gossip alone gives the notice only a few
 	// transmissions (4·log10(n+1) on the LAN profile), and each probe of a member that just
 	// crashed carries it there too, so right after a crash some members would never hear it and
 	// show this graceful leave as a death.
-	msg := encodeLive(n)
-	for _, p := range peers {
-		if err := m.ml.SendBestEffort(p, msg); err != nil {
-			m.log.Debug("sending the leave notice", "member", p.Name, "err", err)
-		}
-	}
+	m.sendEach(peers, encodeLive(n))
 	if others {
 		// Give the notice a head start on memberlist's leave message, which would otherwise
 		// overtake it in the same packet.

@@ -27,6 +27,7 @@ type timings struct {
 	fetchRetry   time.Duration // between TCP fetches of one document
 	retainGone   time.Duration // a dead or left member stays in the view this long
 	deadGrace    time.Duration // a death is announced after this, in case a leave notice follows
+	suspectGrace time.Duration // a suspicion is shown only if not refuted within this
 	leaveWait    time.Duration // time for the leave notice to go out before memberlist's
 	publishWait  time.Duration // UpdateNode's wait for the metadata broadcast
 	conflictKeep time.Duration // a name conflict stays in the doctor's report
@@ -41,7 +42,11 @@ func profile(name string) (*memberlist.Config, timings, error) {
 		// Faster failure detection than memberlist's defaults (probe every 1 s, suspicion
 		// ×4): a crashed host must stop being routed to within seconds, suspect within 2 s
 		// and dead within 5 s at 10 hosts. It doubles probe traffic, still a few hundred
-		// bytes a second per member (BENCHMARKS.md).
+		// bytes a second per member (BENCHMARKS.md). A suspicion is shown only after a 0.5 s
+		// grace: a host slow to ack one probe (a Pi busy with inference, a loaded machine)
+		// refutes within it — the suspect notice goes straight to it, its refutation straight
+		// back — so a healthy host's models never leave routing; a crashed host is still shown
+		// suspect within 2 s.
 		c.ProbeInterval = 500 * time.Millisecond
 		c.ProbeTimeout = 400 * time.Millisecond
 		c.SuspicionMult = 3
@@ -49,7 +54,7 @@ func profile(name string) (*memberlist.Config, timings, error) {
 			tick: 100 * time.Millisecond, dialTimeout: 2 * time.Second, dialRetry: 5 * time.Second,
 			dialRecheck: time.Minute, joinFirst: time.Second, joinMax: 30 * time.Second,
 			saveEvery: 30 * time.Second, fetchGrace: time.Second, fetchRetry: 3 * time.Second,
-			retainGone: 30 * time.Minute, deadGrace: 400 * time.Millisecond, leaveWait: 600 * time.Millisecond,
+			retainGone: 30 * time.Minute, deadGrace: 400 * time.Millisecond, suspectGrace: 500 * time.Millisecond, leaveWait: 600 * time.Millisecond,
 			publishWait: 5 * time.Second, conflictKeep: 10 * time.Minute,
 		}, nil
 	case ProfileWAN:
@@ -59,15 +64,17 @@ func profile(name string) (*memberlist.Config, timings, error) {
 			tick: 250 * time.Millisecond, dialTimeout: 5 * time.Second, dialRetry: 15 * time.Second,
 			dialRecheck: 2 * time.Minute, joinFirst: 2 * time.Second, joinMax: time.Minute,
 			saveEvery: time.Minute, fetchGrace: 2 * time.Second, fetchRetry: 10 * time.Second,
-			retainGone: time.Hour, deadGrace: time.Second, leaveWait: 1500 * time.Millisecond,
+			retainGone: time.Hour, deadGrace: time.Second, suspectGrace: 2 * time.Second, leaveWait: 1500 * time.Millisecond,
 			publishWait: 10 * time.Second, conflictKeep: 30 * time.Minute,
 		}, nil
 	case ProfileLocal:
-		// Short intervals, but not so short that a busy test machine (-race, 2 cores) makes
-		// members suspect each other for being slow.
+		// Short gossip intervals, so state travels fast; but failure detection as on the LAN:
+		// a busy test machine (-race, 2 cores, everyone testing at once) delays acks by
+		// hundreds of milliseconds, and probing every 200 ms with a 100 ms timeout made healthy
+		// members suspect, even dead, under load (BENCHMARKS.md).
 		c := memberlist.DefaultLocalConfig()
-		c.ProbeInterval = 200 * time.Millisecond
-		c.ProbeTimeout = 100 * time.Millisecond
+		c.ProbeInterval = 500 * time.Millisecond
+		c.ProbeTimeout = 400 * time.Millisecond
 		c.GossipInterval = 20 * time.Millisecond
 		c.PushPullInterval = time.Second
 		c.GossipToTheDeadTime = time.Second
@@ -79,7 +86,7 @@ func profile(name string) (*memberlist.Config, timings, error) {
 			tick: 20 * time.Millisecond, dialTimeout: 500 * time.Millisecond, dialRetry: 100 * time.Millisecond,
 			dialRecheck: 2 * time.Second, joinFirst: 50 * time.Millisecond, joinMax: 500 * time.Millisecond,
 			saveEvery: 200 * time.Millisecond, fetchGrace: 100 * time.Millisecond, fetchRetry: 300 * time.Millisecond,
-			retainGone: 10 * time.Second, deadGrace: 60 * time.Millisecond, leaveWait: 80 * time.Millisecond,
+			retainGone: 10 * time.Second, deadGrace: 60 * time.Millisecond, suspectGrace: 500 * time.Millisecond, leaveWait: 80 * time.Millisecond,
 			publishWait: time.Second, conflictKeep: time.Minute,
 		}, nil
 	}
