@@ -16,6 +16,8 @@ import (
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/enginetest"
 	"github.com/llmkube/mesh/engines/llamaserver"
+	"github.com/llmkube/mesh/engines/ollama"
+	"github.com/llmkube/mesh/engines/sizing"
 )
 
 // TestRealLlamaServer runs the gateway against the real llama-server (enginetest finds it, and
@@ -116,5 +118,63 @@ func TestRealLlamaServer(t *testing.T) {
 	assert.Contains(t, string(b), `"quantization_level":"F16"`)
 
 	// The official JS clients; this model calls no tools.
+	t.Run("js clients", func(t *testing.T) { runJSClients(t, n.url, adminToken, "tiny", jsChecks{responses: true}) })
+}
+
+// TestRealOllama runs the gateway against the real Ollama (enginetest starts it offline, or
+// skips saying why) with a model made by `ollama create`: the listings carry what the daemon
+// itself lists, "tiny" and "tiny:latest" are one model, and the official JS clients work.
+func TestRealOllama(t *testing.T) {
+	gguf := enginetest.TinyGGUF(t)
+	daemon := enginetest.StartOllama(t)
+	daemon.Create(t, "tiny", gguf)
+	d, err := ollama.New(ollama.Config{URL: daemon.URL}, nil)
+	require.NoError(t, err)
+	n := newNode(t, nodeOpts{name: "box", drivers: []engines.Driver{d}, sizer: &sizing.Sizer{OllamaDaemon: daemon.URL}})
+	place(t, n, api.PlacementRequest{Source: "ollama://tiny", Name: "tiny", Context: 512})
+
+	type details struct {
+		Format, Family    string
+		ParameterSize     string `json:"parameter_size"`
+		QuantizationLevel string `json:"quantization_level"`
+	}
+	var engine, gw struct {
+		Models []struct {
+			Name    string
+			Size    int64
+			Details details
+		}
+	}
+	resp, b := call(t, "GET", daemon.URL+"/api/tags", "", "")
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	require.NoError(t, json.Unmarshal(b, &engine))
+	require.Len(t, engine.Models, 1)
+	resp, b = call(t, "GET", n.url+"/api/tags", adminToken, "")
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	require.NoError(t, json.Unmarshal(b, &gw))
+	require.Len(t, gw.Models, 1)
+	assert.Equal(t, engine.Models[0].Details, gw.Models[0].Details, "what the daemon lists")
+	assert.Equal(t, engine.Models[0].Size, gw.Models[0].Size)
+	assert.Equal(t, "llama", gw.Models[0].Details.Family)
+
+	for _, name := range []string{"tiny", "tiny:latest"} {
+		resp, b = call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"`+name+`","stream":false,"messages":[{"role":"user","content":"Hello"}],"options":{"num_predict":4}}`)
+		require.Equal(t, 200, resp.StatusCode, "%s: %s", name, b)
+	}
+	// What this model cannot do, Ollama refuses, and the client is told in Ollama's words
+	// (400, not 502): tools (its template has none), embeddings (its runner does not embed).
+	resp, b = call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"tiny","stream":false,"messages":[{"role":"user","content":"Weather?"}],"tools":`+weatherTool+`}`)
+	assert.Equal(t, 400, resp.StatusCode, "%s", b)
+	assert.Contains(t, string(b), "does not support tools")
+	resp, b = call(t, "POST", n.url+"/v1/embeddings", adminToken, `{"model":"tiny","input":"hello"}`)
+	if resp.StatusCode != 200 {
+		assert.Equal(t, 400, resp.StatusCode, "%s", b)
+		_, typ, msg := oaErr(t, b)
+		assert.Equal(t, "invalid_request_error", typ)
+		assert.Contains(t, msg, "Ollama")
+	} else {
+		assert.Contains(t, string(b), `"embedding":[`, "a runner that embeds")
+	}
+
 	t.Run("js clients", func(t *testing.T) { runJSClients(t, n.url, adminToken, "tiny", jsChecks{responses: true}) })
 }

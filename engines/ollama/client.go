@@ -159,6 +159,11 @@ func (c *Client) statusError(code api.Code, resp *http.Response) error {
 			msg = resp.Status
 		}
 	}
+	if code == api.CodeEngineError && (resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotImplemented) {
+		// The request asked for what this model cannot do ("does not support tools", an
+		// embedding from a model whose runner does not embed): the client's to change.
+		code = api.CodeBadRequest
+	}
 	return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: resp.StatusCode, Message: msg}}
 }
 
