@@ -21,14 +21,14 @@ type member struct {
 	// left (see gone.go).
 	hearsay bool
 
-	state   api.Liveness // Alive, Suspect, Dead or Left: memberlist's view, completed by notices
-	since   time.Time    // of the last state change
+	state api.Liveness // Alive, Suspect, Dead or Left: memberlist's view, completed by notices
+	since time.Time    // of the last state change
 	// quietUntil: a fresh suspicion is shown, and the member's models leave routing, only if
 	// it stands unrefuted until then (see timings.suspectGrace).
 	quietUntil time.Time
-	updated time.Time    // of the last change of anything shown
-	liveSeq uint64       // highest liveness notice seen for this node
-	leaving bool         // it announced a graceful leave
+	updated    time.Time // of the last change of anything shown
+	liveSeq    uint64    // highest liveness notice seen for this node
+	leaving    bool      // it announced a graceful leave
 
 	reach reachState
 
