@@ -994,16 +994,21 @@ func TestEngineArgs(t *testing.T) {
 	}
 
 	// Slots each hold the whole context, and the estimate counts them all.
-	one, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: model, Context: 4096})
+	one, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: model, Context: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
-	four, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: model, Context: 4096, Args: []string{"-np", "4"}})
+	four, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: model, Context: 1024, Args: []string{"-np", "4"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if four.Estimate.KV != 4*one.Estimate.KV || !strings.Contains(four.Estimate.Detail, "4 slots of 4096 tokens each") {
+	if four.Estimate.KV != 4*one.Estimate.KV || !strings.Contains(four.Estimate.Detail, "4 slots of 1024 tokens each") {
 		t.Fatalf("4 slots: KV %d (one slot %d), detail %q", four.Estimate.KV, one.Estimate.KV, four.Estimate.Detail)
+	}
+	// Past the model's training context (2048 for sim-tiny) llama-server would cap each request.
+	over, err := s.admin.Estimate(ctx, api.PlacementRequest{Source: model, Context: 4096})
+	if err != nil || over.Verdict != api.VerdictRefused || over.Code != api.CodeContextLimit || !strings.Contains(over.Reason, "trained for a 2048-token context") {
+		t.Fatalf("a context past the training context: %+v %v", over, err)
 	}
 
 	// llama-server splits --alias on commas: such a name is refused before anything is sized.

@@ -404,10 +404,20 @@ func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
 	defer cancel()
 	est, err := a.cfg.Sizer.Estimate(sctx, c.src, c.req.Context*contexts)
-	if err == nil && contexts > 1 {
+	if err != nil {
+		return est, err
+	}
+	if est.TrainContext > 0 && c.req.Context > est.TrainContext {
+		// The engine would cap every request at the training context (llama-server says
+		// "capping") while holding the memory of the whole one asked.
+		e := api.Errorf(api.CodeContextLimit, "the model was trained for a %d-token context and %d was asked: the engine would cap every request at %d", est.TrainContext, c.req.Context, est.TrainContext)
+		e.Fix = fmt.Sprintf("ask for a context of %d tokens or less", est.TrainContext)
+		return est, e
+	}
+	if contexts > 1 {
 		est.Detail = fmt.Sprintf("%d slots of %d tokens each: %s", contexts, c.req.Context, est.Detail)
 	}
-	return est, err
+	return est, nil
 }
 
 // scopeOf is the scope of a placement who makes in namespace ns: a namespace token's reach

@@ -184,10 +184,13 @@ type SizeEstimate struct {
 	Compute  int64 `json:"compute,omitempty"`
 	Overhead int64 `json:"overhead,omitempty"`
 	// Cache bounds the engine's host prompt cache (llama-server's --cache-ram), counted in Bytes.
-	Cache  int64  `json:"cache,omitempty"`
-	Method string `json:"method"`           // one of the Size* constants
-	Device string `json:"device,omitempty"` // DeviceHost or DeviceHailo
-	Detail string `json:"detail,omitempty"` // the arithmetic, in words
+	Cache int64 `json:"cache,omitempty"`
+	// TrainContext is the context the model was trained for (its header's context_length), past
+	// which llama-server caps every request; 0 when unknown.
+	TrainContext int    `json:"train_context,omitempty"`
+	Method       string `json:"method"`           // one of the Size* constants
+	Device       string `json:"device,omitempty"` // DeviceHost or DeviceHailo
+	Detail       string `json:"detail,omitempty"` // the arithmetic, in words
 	// FileBytes is the length of the file that was sized, for a GGUF that is downloaded: the
 	// download stops there and the finished file is sized again before it counts.
 	FileBytes int64 `json:"file_bytes,omitempty"`

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/enginetest"
+	"github.com/llmkube/mesh/sim/gguf"
 	simls "github.com/llmkube/mesh/sim/llamaserver"
 	"github.com/llmkube/mesh/sim/simtest"
 )
@@ -104,24 +106,32 @@ func TestConformanceFlags(t *testing.T) {
 }
 
 // llama-server's own defaults, which the driver overrides: without -np it runs 4 slots sharing
-// one context; with -np N it gives each slot -c / N.
+// one context; with -np N it gives each slot -c / N; no slot gets more than the model's training
+// context (it caps, and says so).
 func TestConformanceSlotDefaults(t *testing.T) {
 	slotsLine := regexp.MustCompile(`n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'`)
 	conform(t, func(t *testing.T, e engine) {
+		trained, err := gguf.TrainedContext(e.model)
+		require.NoError(t, err)
+		require.Positive(t, trained)
 		for _, c := range []struct {
 			args []string
 			want []string // n_slots, n_ctx_slot, kv_unified
 		}{
-			{nil, []string{"4", "1024", "true"}},
-			{[]string{"-np", "2"}, []string{"2", "512", "false"}},
+			{[]string{"-c", "1024"}, []string{"4", "1024", "true"}},
+			{[]string{"-c", "1024", "-np", "2"}, []string{"2", "512", "false"}},
+			{[]string{"-c", strconv.Itoa(4 * trained), "-np", "1"}, []string{"1", strconv.Itoa(trained), "false"}},
 		} {
 			var out simtest.Buffer
-			cmd := exec.Command(e.bin, append([]string{"-m", e.model, "--host", "127.0.0.1", "--port", "0", "-c", "1024"}, c.args...)...)
+			cmd := exec.Command(e.bin, append([]string{"-m", e.model, "--host", "127.0.0.1", "--port", "0"}, c.args...)...)
 			cmd.Stdout, cmd.Stderr = &out, &out
 			require.NoError(t, cmd.Start())
 			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 			require.Eventually(t, func() bool { return slotsLine.MatchString(out.String()) }, 30*time.Second, 10*time.Millisecond, "no slots line in %s", &out)
 			assert.Equal(t, c.want, slotsLine.FindStringSubmatch(out.String())[1:], "%q", c.args)
+			if c.want[1] == strconv.Itoa(trained) {
+				assert.Contains(t, out.String(), "exceeds the training context of the model", "%q", c.args)
+			}
 			cmd.Process.Kill()
 		}
 	})

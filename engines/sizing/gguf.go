@@ -245,14 +245,15 @@ func fromHeader(gf *parser.GGUFFile, contextSize int, how string) (api.SizeEstim
 	}
 	cache := promptCache(p.kv)
 	return api.SizeEstimate{
-		Bytes:    p.weights + p.kv + p.compute + cache + Overhead,
-		Weights:  p.weights,
-		KV:       p.kv,
-		Compute:  p.compute,
-		Cache:    cache,
-		Overhead: Overhead,
-		Method:   api.SizeHeader,
-		Device:   api.DeviceHost,
+		Bytes:        p.weights + p.kv + p.compute + cache + Overhead,
+		Weights:      p.weights,
+		KV:           p.kv,
+		Compute:      p.compute,
+		Cache:        cache,
+		Overhead:     Overhead,
+		Method:       api.SizeHeader,
+		Device:       api.DeviceHost,
+		TrainContext: p.trainContext,
 		Detail: fmt.Sprintf("weights %s + %s + compute %s + prompt cache %s + overhead %s; %s",
 			Bytes(p.weights), p.kvWords, Bytes(p.compute), Bytes(cache), Bytes(Overhead), how),
 	}, nil
@@ -270,6 +271,7 @@ func promptCache(kv int64) int64 {
 type parts struct {
 	weights, kv, compute int64
 	kvWords              string // "KV 224 MiB (28 layers × 2048 ctx, f16)"
+	trainContext         int    // the header's context_length; 0 when absent
 }
 
 // headerParts runs the estimate fromHeader describes. A GGUF that is not a model is an
@@ -292,9 +294,10 @@ func headerParts(gf *parser.GGUFFile, contextSize int) (parts, error) {
 	d := e.Devices[0]
 	kv := int64(d.KVCache.Sum())
 	return parts{
-		weights: int64(d.Weight.Sum()),
-		kv:      kv,
-		compute: int64(d.Computation.Sum()) + int64(d.Footprint),
+		trainContext: int(min(a.MaximumContextLength, math.MaxInt32)),
+		weights:      int64(d.Weight.Sum()),
+		kv:           kv,
+		compute:      int64(d.Computation.Sum()) + int64(d.Footprint),
 		// f16: llama.cpp's default cache type, which the estimate assumes.
 		kvWords: fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", Bytes(kv), a.BlockCount, e.ContextSize),
 	}, nil

@@ -76,6 +76,7 @@ func TestLocalGGUFFromHeader(t *testing.T) {
 	assert.Positive(t, est.Compute)
 	assert.Equal(t, Overhead, est.Overhead)
 	assert.Equal(t, est.KV, est.Cache, "the prompt cache is bounded by one KV cache's worth (24 MiB here)")
+	assert.Equal(t, spec.ContextLength, est.TrainContext, "the header's context_length")
 	assert.Equal(t, est.Weights+est.KV+est.Compute+est.Cache+est.Overhead, est.Bytes)
 	assert.Contains(t, est.Detail, "24 layers × 2048 ctx, f16")
 	assert.Contains(t, est.Detail, "prompt cache 24 MiB")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 
@@ -81,12 +82,13 @@ func (s *Sizer) ollamaShow(ctx context.Context, src source.Source, contextSize i
 	}
 	kv, kvWords := ollamaKV(show.ModelInfo, contextSize)
 	return api.SizeEstimate{
-		Bytes:    size + kv + Overhead,
-		Weights:  size,
-		KV:       kv,
-		Overhead: Overhead,
-		Method:   api.SizeShow,
-		Device:   api.DeviceHost,
+		TrainContext: ollamaTrainContext(show.ModelInfo),
+		Bytes:        size + kv + Overhead,
+		Weights:      size,
+		KV:           kv,
+		Overhead:     Overhead,
+		Method:       api.SizeShow,
+		Device:       api.DeviceHost,
 		Detail: fmt.Sprintf("weights %s + %s + overhead %s; from the local Ollama daemon (/api/show, /api/tags)",
 			Bytes(size), kvWords, Bytes(Overhead)),
 	}, true, nil
@@ -120,6 +122,16 @@ func ollamaKV(info map[string]any, contextSize int) (int64, string) {
 	}
 	kv := kvBytes(layers, int64(contextSize), embd, heads, kvHeads)
 	return kv, fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", Bytes(kv), layers, contextSize)
+}
+
+// ollamaTrainContext is model_info's <arch>.context_length, the context the model was trained
+// for; 0 when absent or absurd.
+func ollamaTrainContext(info map[string]any) int {
+	arch, _ := info["general.architecture"].(string)
+	if f, ok := info[arch+".context_length"].(float64); ok && f > 0 && f <= math.MaxInt32 {
+		return int(f)
+	}
+	return 0
 }
 
 // ollamaManifest is a registry manifest (Docker distribution v2).
@@ -193,7 +205,7 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 		s.log().Info("ollama model blob header not estimated; KV unknown", "blob", blob, "err", err)
 		return est, nil
 	}
-	est.KV, est.Compute = p.kv, p.compute
+	est.KV, est.Compute, est.TrainContext = p.kv, p.compute, p.trainContext
 	est.Bytes = weights + p.kv + p.compute + Overhead
 	est.Detail = fmt.Sprintf("weights %s + %s + compute %s + overhead %s; weights from the registry manifest %s, the rest from the model blob's GGUF header (range requests)",
 		Bytes(weights), p.kvWords, Bytes(p.compute), Bytes(Overhead), url)

@@ -151,6 +151,7 @@ func TestOllamaFromLocalDaemon(t *testing.T) {
 	// K and V × 28 layers × 4096 × 256 (2 KV heads of 128) × 2 bytes.
 	assert.Equal(t, int64(2*28*4096*256*2), est.KV)
 	assert.Equal(t, est.Weights+est.KV+Overhead, est.Bytes)
+	assert.Equal(t, 32768, est.TrainContext, "model_info's context_length")
 	assert.Contains(t, est.Detail, "KV 112 MiB (28 layers × 4096 ctx, f16)")
 	assert.Contains(t, est.Detail, "from the local Ollama daemon")
 

@@ -29,14 +29,17 @@ type Config struct {
 	// UnifiedKV: the slots share one context of CtxSize tokens (llama-server's default with
 	// -np auto); otherwise each slot gets CtxSize / Parallel (its default with -np N).
 	UnifiedKV bool
-	CacheRAM  int    // --cache-ram in MiB (-1 = no limit, 0 = off): reported, changes nothing else
-	NPredict  int    // -n: default token limit per answer; -1 = until the answer ends
-	Metrics   bool   // --metrics: without it /metrics answers 501 like the real server
-	MLock     bool   // --mlock
-	FlashAttn string // -fa: on, off or auto
-	Jinja     bool   // --jinja
-	Embedding bool   // --embeddings: /v1/embeddings answers
-	Pooling   string // --pooling; "" = the model's
+	CacheRAM  int // --cache-ram in MiB (-1 = no limit, 0 = off): reported, changes nothing else
+	// TrainContext is the model's training context, read from its GGUF header by Start (0 =
+	// unknown). Like llama-server, -c 0 means it, and no slot gets more.
+	TrainContext int
+	NPredict     int    // -n: default token limit per answer; -1 = until the answer ends
+	Metrics      bool   // --metrics: without it /metrics answers 501 like the real server
+	MLock        bool   // --mlock
+	FlashAttn    string // -fa: on, off or auto
+	Jinja        bool   // --jinja
+	Embedding    bool   // --embeddings: /v1/embeddings answers
+	Pooling      string // --pooling; "" = the model's
 
 	LoadDelay    time.Duration // how long /health answers 503 "Loading model"
 	TokensPerSec float64       // generation speed; 0 = as fast as possible
@@ -182,19 +185,36 @@ func (c Config) validate() error {
 }
 
 // slotCtx is the context one request gets: the whole context when the slots share it (and
-// compete for it), an even share of it otherwise.
+// compete for it), an even share of it otherwise, and never more than the model was trained for
+// (llama-server caps it, saying so).
 func (c Config) slotCtx() int {
-	if c.UnifiedKV {
-		return c.ctxSize()
+	n := c.ctxSize()
+	if !c.UnifiedKV {
+		n /= c.Parallel
 	}
-	return c.ctxSize() / c.Parallel
+	if c.TrainContext > 0 {
+		n = min(n, c.TrainContext)
+	}
+	return n
 }
 
-// ctxSize is the context in effect: -c 0 means the model's training context, which the
-// simulator takes to be DefaultCtxSize.
-func (c Config) ctxSize() int {
-	if c.CtxSize == 0 {
-		return DefaultCtxSize
+// capped reports whether slotCtx is less than the slots were given.
+func (c Config) capped() bool {
+	n := c.ctxSize()
+	if !c.UnifiedKV {
+		n /= c.Parallel
 	}
-	return c.CtxSize
+	return n > c.slotCtx()
+}
+
+// ctxSize is the context in effect: -c 0 means the model's training context (DefaultCtxSize
+// when the header does not say).
+func (c Config) ctxSize() int {
+	switch {
+	case c.CtxSize > 0:
+		return c.CtxSize
+	case c.TrainContext > 0:
+		return c.TrainContext
+	}
+	return DefaultCtxSize
 }

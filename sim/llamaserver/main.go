@@ -60,7 +60,11 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	fmt.Fprintf(stderr, "main: HTTP server is listening, hostname: %s, port: %s, http threads: %d\n", host, port, cfg.Parallel+4)
 	fmt.Fprintln(stderr, "main: loading model")
 	fmt.Fprintf(stderr, "srv    load_model: loading model '%s'\n", cfg.ModelPath)
-	fmt.Fprintf(stderr, "srv    load_model: initializing, n_slots = %d, n_ctx_slot = %d, kv_unified = '%t'\n", cfg.Parallel, cfg.slotCtx(), cfg.UnifiedKV)
+	slotCtx, capped := s.SlotContext()
+	if capped {
+		fmt.Fprintf(stderr, "srv    load_model: the slot context exceeds the training context of the model (%d) - capping\n", slotCtx)
+	}
+	fmt.Fprintf(stderr, "srv    load_model: initializing, n_slots = %d, n_ctx_slot = %d, kv_unified = '%t'\n", cfg.Parallel, slotCtx, cfg.UnifiedKV)
 
 	select {
 	case <-s.Ready():

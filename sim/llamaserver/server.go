@@ -1,6 +1,7 @@
 package llamaserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmkube/mesh/sim/gguf"
 	"github.com/llmkube/mesh/sim/internal/simserver"
 )
 
@@ -106,6 +108,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	log = simserver.Logger(log)
 	if magic != "GGUF" {
 		log.Warn("model file does not start with the GGUF magic; the simulator serves it anyway", "path", cfg.ModelPath)
+	} else if cfg.TrainContext, err = gguf.TrainedContext(cfg.ModelPath); err != nil {
+		log.Warn("the GGUF header could not be read; the training context is unknown", "err", err)
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -198,6 +202,10 @@ func (s *Server) load() {
 	close(s.ready)
 	s.log.Info("model loaded", "url", s.url)
 }
+
+// SlotContext is the context each request gets, and whether it was capped at the model's
+// training context.
+func (s *Server) SlotContext() (int, bool) { return s.cfg.slotCtx(), s.cfg.capped() }
 
 // URL is the server's base URL, e.g. "http://127.0.0.1:41234".
 func (s *Server) URL() string { return s.url }
@@ -340,7 +348,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		"object": "list",
 		"data": []any{map[string]any{
 			"id": id, "object": "model", "created": s.created, "owned_by": "llamacpp",
-			"meta": map[string]any{"n_ctx_train": s.cfg.ctxSize(), "size": s.modelSize},
+			"meta": map[string]any{"n_ctx_train": cmp.Or(s.cfg.TrainContext, s.cfg.ctxSize()), "size": s.modelSize},
 		}},
 	})
 }
