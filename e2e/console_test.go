@@ -1,10 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -46,7 +46,7 @@ func checkInteractiveConsole(ctx context.Context, t *testing.T, e *env, n note) 
 		}
 	}()
 	var screen screenLog
-	go func() { _, _ = io.Copy(&screen, master) }()
+	go screen.follow(master)
 
 	_, err = eventually(ctx, 20*time.Second, func(context.Context) (bool, string) {
 		text := screen.text()
@@ -61,6 +61,7 @@ func checkInteractiveConsole(ctx context.Context, t *testing.T, e *env, n note) 
 		t.Fatal(err)
 	}
 	n("the console drew every agent alive %.2fs after its start", time.Since(start).Seconds())
+	quit := time.Now()
 	if _, err := master.Write([]byte("q")); err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +70,7 @@ func checkInteractiveConsole(ctx context.Context, t *testing.T, e *env, n note) 
 		if err != nil {
 			t.Errorf("the console exited with %v after q", err)
 		}
+		n("q: the console left the mesh and exited in %.2fs", time.Since(quit).Seconds())
 	case <-time.After(10 * time.Second):
 		t.Error("the console did not quit within 10s of q")
 	}
@@ -120,6 +122,29 @@ func (s *screenLog) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	s.raw = append(s.raw, p...)
 	return len(p), nil
+}
+
+// follow reads what the program draws until the terminal closes, answering the two questions
+// a terminal is asked at start (its background colour, the cursor's position) as a terminal
+// would: unanswered, the console would wait seconds for them.
+func (s *screenLog) follow(master *os.File) {
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := master.Read(buf)
+		if k > 0 {
+			chunk := buf[:k]
+			_, _ = s.Write(chunk)
+			if bytes.Contains(chunk, []byte("\x1b]11;?")) {
+				_, _ = master.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
+			}
+			if bytes.Contains(chunk, []byte("\x1b[6n")) {
+				_, _ = master.Write([]byte("\x1b[1;1R"))
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // ansi matches terminal control sequences: CSI, OSC and two-byte escapes.

@@ -73,6 +73,15 @@ func checkCPULoad(ctx context.Context, t *testing.T, e *env, n note) {
 	for _, f := range failed {
 		t.Errorf("chat through the loaded pi5: %s", f)
 	}
+	// Nor does the doctor report a host under load as a problem.
+	text, r, err := e.doctorFindings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 || strings.Contains(text, "error:") {
+		t.Errorf("after the load, the doctor reports errors: %s\n%s", text, r)
+	}
+	n("doctor after the load: exit %d, %d finding(s)", r.code, strings.Count(text, "\n"))
 }
 
 // checkCrash kills x86's agent with SIGKILL, sees it suspect and dead from the others, its
