@@ -138,8 +138,7 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 	if !forwarded {
 		v = g.view()
 	}
-	name := g.resolve(who, call.model, forwarded, v)
-	cands := g.candidates(who, name, forwarded, v)
+	name, cands := g.lookup(who, call.model, forwarded, v)
 	if len(cands) == 0 {
 		g.fail(w, d, g.notServed(who, name, forwarded, v))
 		return

@@ -363,6 +363,19 @@ func (g *Gateway) notServed(who api.Principal, model string, forwarded bool, v V
 		msg: fmt.Sprintf("model %q is not served %s for this token's namespace", model, where)}
 }
 
+// lookup finds the replicas of a requested model: by its name, else (only then, as looking
+// costs a walk over every placement) by its Ollama twin. It returns the name they serve.
+func (g *Gateway) lookup(who api.Principal, model string, forwarded bool, v View) (string, []candidate) {
+	if cands := g.candidates(who, model, forwarded, v); len(cands) > 0 {
+		return model, cands
+	}
+	name := g.resolve(who, model, forwarded, v)
+	if name == model {
+		return model, nil
+	}
+	return name, g.candidates(who, name, forwarded, v)
+}
+
 // resolve is the name a requested model is served under for who: the name itself when a
 // placement the caller may see has it, else its Ollama twin when one has that ("x" and
 // "x:latest" are one model to Ollama clients, which add or drop the tag as they please).

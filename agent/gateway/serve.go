@@ -60,8 +60,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		v = g.view()
 	}
 	who, model := g.scope(who, call.model, forwarded, v)
-	name := g.resolve(who, model, forwarded, v)
-	cands := g.candidates(who, name, forwarded, v)
+	name, cands := g.lookup(who, model, forwarded, v)
 	if len(cands) == 0 {
 		g.fail(w, d, g.notServed(who, name, forwarded, v))
 		return
