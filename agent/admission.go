@@ -77,7 +77,7 @@ func (a *Agent) admitHailoLocked(pl *placement, v verdict) (verdict, *api.Error)
 		return verdict{}, api.Errorf(api.CodeAcceleratorMissing, "this model runs on a Hailo-10H and host %s has none", a.identity.NodeName)
 	}
 	if need > a.hailoMem {
-		return verdict{}, api.Errorf(api.CodeInsufficientMemory, "the model needs %s and the Hailo-10H has %s of its own", FormatBytes(need), FormatBytes(a.hailoMem))
+		return verdict{}, api.Errorf(api.CodeInsufficientMemory, "the model needs %s and the Hailo-10H has %s of its own", api.FormatBytes(need), api.FormatBytes(a.hailoMem))
 	}
 	var cur *placement
 	for _, o := range a.placements {
@@ -87,7 +87,7 @@ func (a *Agent) admitHailoLocked(pl *placement, v verdict) (verdict, *api.Error)
 		}
 	}
 	if cur == nil {
-		v.reason = fmt.Sprintf("fits: the Hailo-10H is free (needs %s of %s)", FormatBytes(need), FormatBytes(a.hailoMem))
+		v.reason = fmt.Sprintf("fits: the Hailo-10H is free (needs %s of %s)", api.FormatBytes(need), api.FormatBytes(a.hailoMem))
 		return v, nil
 	}
 	if pl.scope != "" && cur.p.Namespace != pl.scope {
@@ -122,28 +122,28 @@ func (a *Agent) admitHostLocked(pl *placement, v verdict, warn, mayEvict bool) (
 			Fix:     "start the agent with --memory-budget (e.g. --memory-budget 12GiB)"}
 	}
 	if need <= free {
-		v.reason = fmt.Sprintf("fits: needs %s, %s free of %s", FormatBytes(need), FormatBytes(free), FormatBytes(mem.Budget))
+		v.reason = fmt.Sprintf("fits: needs %s, %s free of %s", api.FormatBytes(need), api.FormatBytes(free), api.FormatBytes(mem.Budget))
 		return v, nil
 	}
 	short := need - free
 	if mayEvict && a.cfg.Evict {
 		if victims, freed := pick(a.candidatesLocked(pl, true), short); freed >= short {
 			v.victims = victims
-			v.reason = fmt.Sprintf("fits after evicting %s: needs %s, %s free of %s", names(victims), FormatBytes(need), FormatBytes(free+freed), FormatBytes(mem.Budget))
+			v.reason = fmt.Sprintf("fits after evicting %s: needs %s, %s free of %s", names(victims), api.FormatBytes(need), api.FormatBytes(free+freed), api.FormatBytes(mem.Budget))
 			return v, nil
 		}
 	}
 	if warn {
 		v.warned = true
-		v.reason = fmt.Sprintf("over budget by %s (memory check warn): needs %s, %s free of %s", FormatBytes(short), FormatBytes(need), FormatBytes(free), FormatBytes(mem.Budget))
+		v.reason = fmt.Sprintf("over budget by %s (memory check warn): needs %s, %s free of %s", api.FormatBytes(short), api.FormatBytes(need), api.FormatBytes(free), api.FormatBytes(mem.Budget))
 		v.note = v.reason
 		return v, nil
 	}
 	e := &api.Error{Code: api.CodeInsufficientMemory,
 		Message: fmt.Sprintf("needs %s, %s free of a %s budget on host %s (committed %s, reserved %s)",
-			FormatBytes(need), FormatBytes(free), FormatBytes(mem.Budget), a.identity.NodeName, FormatBytes(mem.Committed), FormatBytes(mem.Reserved))}
+			api.FormatBytes(need), api.FormatBytes(free), api.FormatBytes(mem.Budget), a.identity.NodeName, api.FormatBytes(mem.Committed), api.FormatBytes(mem.Reserved))}
 	if need > mem.Budget {
-		e.Fix = fmt.Sprintf("the model is larger than this host's whole budget (%s); place it on a larger host", FormatBytes(mem.Budget))
+		e.Fix = fmt.Sprintf("the model is larger than this host's whole budget (%s); place it on a larger host", api.FormatBytes(mem.Budget))
 		return verdict{}, e
 	}
 	victims, freed := pick(a.candidatesLocked(pl, false), short)
@@ -153,9 +153,9 @@ func (a *Agent) admitHostLocked(pl *placement, v verdict, warn, mayEvict bool) (
 	case freed < short:
 		e.Fix = "protected placements hold the rest of the budget; place it on another host"
 	case a.cfg.Evict:
-		e.Fix = fmt.Sprintf("free %s: delete %s (eviction found no idle placement of lower priority to unload)", FormatBytes(short), describe(victims))
+		e.Fix = fmt.Sprintf("free %s: delete %s (eviction found no idle placement of lower priority to unload)", api.FormatBytes(short), describe(victims))
 	default:
-		e.Fix = fmt.Sprintf("free %s: delete %s, or run the agent with --evict", FormatBytes(short), describe(victims))
+		e.Fix = fmt.Sprintf("free %s: delete %s, or run the agent with --evict", api.FormatBytes(short), describe(victims))
 	}
 	return verdict{}, e
 }
@@ -240,7 +240,7 @@ func names(ps []*placement) string {
 func describe(ps []*placement) string {
 	var s []string
 	for _, p := range ps {
-		s = append(s, fmt.Sprintf("%s (%s, %s, %s)", p.p.Model, p.p.ID, p.p.Priority, FormatBytes(heldOf(p.p))))
+		s = append(s, fmt.Sprintf("%s (%s, %s, %s)", p.p.Model, p.p.ID, p.p.Priority, api.FormatBytes(heldOf(p.p))))
 	}
 	return strings.Join(s, ", ")
 }

@@ -287,21 +287,3 @@ func TestDefaultNodeName(t *testing.T) {
 		}
 	}
 }
-
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{
-		"12GiB": 12 << 30, "1.5 GB": 1_500_000_000, "512MiB": 512 << 20, "800M": 800 << 20, "1073741824": 1 << 30, "2g": 2 << 30,
-	} {
-		if got, err := ParseBytes(in); err != nil || got != want {
-			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "GiB", "12 parsecs", "-1GiB", "1e400"} {
-		if _, err := ParseBytes(bad); err == nil {
-			t.Errorf("ParseBytes(%q) accepted", bad)
-		}
-	}
-	if got := FormatBytes(3 << 29); got != "1.5 GiB" {
-		t.Errorf("FormatBytes = %q", got)
-	}
-}

@@ -411,7 +411,7 @@ func (a *Agent) logStartup() {
 		}
 	}
 	if hailo != "" {
-		a.log.Info("Hailo device node present", "device", hailo, "device_memory", FormatBytes(a.hailoMem))
+		a.log.Info("Hailo device node present", "device", hailo, "device_memory", api.FormatBytes(a.hailoMem))
 	} else {
 		a.log.Info("no Hailo device node: hailo:// placements will be refused")
 	}
@@ -424,12 +424,12 @@ func (a *Agent) logStartup() {
 	}
 	if h.Memory.Total > 0 && a.budget > h.Memory.Total {
 		a.log.Warn("the memory budget is larger than the host's memory: placements may be admitted that the host cannot hold",
-			"budget", FormatBytes(a.budget), "total", FormatBytes(h.Memory.Total))
+			"budget", api.FormatBytes(a.budget), "total", api.FormatBytes(h.Memory.Total))
 	}
 	if a.budget == 0 {
 		a.log.Warn("host memory total unknown and no --memory-budget: every placement will be refused (MemoryCheckFailed)")
 	}
-	a.log.Info("agent ready to admit", "node", a.Name(), "budget", FormatBytes(a.budget), "total", FormatBytes(h.Memory.Total),
+	a.log.Info("agent ready to admit", "node", a.Name(), "budget", api.FormatBytes(a.budget), "total", api.FormatBytes(h.Memory.Total),
 		"memory_check", a.cfg.MemoryCheckMode, "evict", a.cfg.Evict, "store", a.store.Path())
 	for _, n := range h.Notes {
 		a.log.Info("host probe", "note", n)

@@ -11,18 +11,6 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 )
 
-func FuzzParseBytes(f *testing.F) {
-	for _, s := range []string{"12GiB", "1.5 GB", "0", "", "9e99", "1..2G", "-3", "7 tib", "\x00"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		n, err := ParseBytes(s)
-		if err == nil && n < 0 {
-			t.Fatalf("ParseBytes(%q) = %d", s, n)
-		}
-	})
-}
-
 // FuzzPlacementRequest posts arbitrary bodies to POST /v1/placements: every answer must be a
 // well-formed JSON error with a known code (or a placement), never a crash or a 500.
 func FuzzPlacementRequest(f *testing.F) {

@@ -116,7 +116,7 @@ func (a *Agent) pull(ctx context.Context, pl *placement) bool {
 		if now := time.Now(); now.Sub(lastPub) >= progressEvery || (pr.Total > 0 && pr.Completed >= pr.Total) {
 			msg := pr.Status
 			if pr.Total > 0 {
-				msg = fmt.Sprintf("pulling %.0f%% (%s of %s)", 100*pl.p.Progress, FormatBytes(pr.Completed), FormatBytes(pr.Total))
+				msg = fmt.Sprintf("pulling %.0f%% (%s of %s)", 100*pl.p.Progress, api.FormatBytes(pr.Completed), api.FormatBytes(pr.Total))
 			}
 			// Engines repeat the last figure through their closing phases (verifying,
 			// writing the manifest): one event says it.
@@ -185,7 +185,7 @@ func (a *Agent) resized(ctx context.Context, pl *placement) string {
 		return "the downloaded file cannot be sized again: " + err.Error()
 	case est.Bytes > admitted.Bytes:
 		return fmt.Sprintf("the downloaded file is not the file that was sized: it needs %s, %s was admitted (the server answered the header reads and the download differently)",
-			FormatBytes(est.Bytes), FormatBytes(admitted.Bytes))
+			api.FormatBytes(est.Bytes), api.FormatBytes(admitted.Bytes))
 	}
 	return ""
 }

@@ -340,7 +340,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		a.log.Warn("admitted despite the memory check (warn)", "placement", v.ID, "model", v.Model, "reason", verdict.reason)
 	}
 	a.log.Info("placement admitted", "placement", v.ID, "model", v.Model, "runtime", v.Runtime, "namespace", v.Namespace,
-		"need", FormatBytes(v.Memory.Bytes), "device", v.Memory.Device, "method", v.Memory.Method)
+		"need", api.FormatBytes(v.Memory.Bytes), "device", v.Memory.Device, "method", v.Memory.Method)
 	a.saveOrLog()
 	return v, nil
 }

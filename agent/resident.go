@@ -70,8 +70,8 @@ func (a *Agent) measure(pl *placement, inst engines.Instance, atLoad bool) {
 	h := held(pl.p.Memory, pl.atLoad, r)
 	if h != pl.p.Held {
 		if pl.p.Held == 0 {
-			a.log.Info("engine memory measured", "placement", pl.p.ID, "model", pl.p.Model, "estimate", FormatBytes(pl.p.Memory.Bytes),
-				"resident", FormatBytes(r.RSS), "holds", FormatBytes(h))
+			a.log.Info("engine memory measured", "placement", pl.p.ID, "model", pl.p.Model, "estimate", api.FormatBytes(pl.p.Memory.Bytes),
+				"resident", api.FormatBytes(r.RSS), "holds", api.FormatBytes(h))
 		}
 		pl.p.Held = h
 		a.changedLocked()

@@ -268,7 +268,7 @@ func (o *runOptions) budget() (int64, error) {
 	if o.memoryBudget == "" {
 		return 0, nil
 	}
-	n, err := agent.ParseBytes(o.memoryBudget)
+	n, err := api.ParseBytes(o.memoryBudget)
 	if err != nil || n <= 0 {
 		return 0, usageError{fmt.Errorf("--memory-budget %q: want a size such as 12GiB", o.memoryBudget)}
 	}

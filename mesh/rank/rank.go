@@ -56,7 +56,7 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 	}
 	// Text shared by many hosts is built once: Rank runs on every gossip update.
 	nsRefusal := "refused: namespace " + ns + " not allowed"
-	needStr := FormatBytes(req.Estimate.Bytes)
+	needStr := api.FormatBytes(req.Estimate.Bytes)
 
 	out := make([]api.Ranked, 0, len(members))
 	speeds := make([]float64, 0, len(members))
@@ -240,7 +240,7 @@ func judge(r *api.Ranked, h *api.Host, kind sourceKind, rt api.Runtime, model, n
 		// One model at a time in the device's own memory: the host's free memory is irrelevant.
 		r.Free = hailo.Memory
 		if hailo.Memory > 0 && need > hailo.Memory {
-			refuse(r, api.CodeInsufficientMemory, "refused: needs "+needStr+", the Hailo-10H has "+FormatBytes(hailo.Memory))
+			refuse(r, api.CodeInsufficientMemory, "refused: needs "+needStr+", the Hailo-10H has "+api.FormatBytes(hailo.Memory))
 			return
 		}
 		switch hailo.Loaded {
@@ -265,7 +265,7 @@ func judge(r *api.Ranked, h *api.Host, kind sourceKind, rt api.Runtime, model, n
 		b = append(b, ": needs "...)
 		b = append(b, needStr...)
 		b = append(b, ", "...)
-		b = appendBytes(b, free)
+		b = api.AppendBytes(b, free)
 		return string(append(b, " free"...))
 	}
 	if need > free {
@@ -341,37 +341,4 @@ func modelName(src string) string {
 func hasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
 func hasSuffixFold(s, p string) bool {
 	return len(s) >= len(p) && strings.EqualFold(s[len(s)-len(p):], p)
-}
-
-// FormatBytes is a size for people: GiB with one decimal from 1 GiB up, whole MiB below, and
-// KiB or bytes for small values ("5.2 GiB", "512 MiB").
-func FormatBytes(b int64) string {
-	var buf [32]byte
-	return string(appendBytes(buf[:0], b))
-}
-
-func appendBytes(dst []byte, b int64) []byte {
-	if b < 0 {
-		// +1: -math.MinInt64 overflows; one byte never shows.
-		return appendBytes(append(dst, '-'), -(b + 1))
-	}
-	const kib, mib, gib = 1 << 10, 1 << 20, 1 << 30
-	switch {
-	case b < kib:
-		return append(strconv.AppendInt(dst, b, 10), " B"...)
-	case roundDiv(b, kib) < 1024:
-		return append(strconv.AppendInt(dst, roundDiv(b, kib), 10), " KiB"...)
-	case roundDiv(b, mib) < 1024:
-		return append(strconv.AppendInt(dst, roundDiv(b, mib), 10), " MiB"...)
-	}
-	return append(strconv.AppendFloat(dst, float64(b)/gib, 'f', 1, 64), " GiB"...)
-}
-
-// roundDiv is b/d rounded half up, without the overflow of (b+d/2)/d near math.MaxInt64.
-func roundDiv(b, d int64) int64 {
-	q := b / d
-	if b%d >= d/2 {
-		q++
-	}
-	return q
 }

@@ -297,32 +297,6 @@ mac-mini   refused: namespace default not allowed [NamespaceNotAllowed]
 nas        refused: host is suspect [Unreachable]`)
 }
 
-func TestFormatBytes(t *testing.T) {
-	cases := map[int64]string{
-		0:                          "0 B",
-		1023:                       "1023 B",
-		1024:                       "1 KiB",
-		1024*1024 - 1:              "1 MiB",
-		512 * mib:                  "512 MiB",
-		1023 * mib:                 "1023 MiB",
-		gib - 1:                    "1.0 GiB",
-		gib:                        "1.0 GiB",
-		gibs(1.9):                  "1.9 GiB",
-		gibs(5.25) + 1:             "5.3 GiB",
-		8 * gib:                    "8.0 GiB",
-		123 * gib:                  "123.0 GiB",
-		-2 * gib:                   "-2.0 GiB",
-		-1 << 63:                   "-8589934592.0 GiB",
-		1<<63 - 1:                  "8589934592.0 GiB",
-		1024*1024 - 1024/2 - 1:     "1023 KiB",
-		1024*1024*1024 - mib/2:     "1.0 GiB",
-		1024*1024*1024 - mib/2 - 1: "1023 MiB",
-	}
-	for b, want := range cases {
-		assert.Equal(t, want, FormatBytes(b), "%d", b)
-	}
-}
-
 func TestModelName(t *testing.T) {
 	for src, want := range map[string]string{
 		"hailo://qwen2:1.5b":             "qwen2:1.5b",

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/mesh/rank"
 	"github.com/llmkube/mesh/tui/console"
 )
 
@@ -152,7 +151,7 @@ func size(b int64) string {
 	if b <= 0 {
 		return "-"
 	}
-	return rank.FormatBytes(b)
+	return api.FormatBytes(b)
 }
 
 // stateText is a placement's state with what a reader needs next to it.

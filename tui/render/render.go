@@ -13,7 +13,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 
-	"github.com/llmkube/mesh/mesh/rank"
+	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/styles"
 )
 
@@ -22,7 +22,7 @@ func Bytes(b int64) string {
 	if b <= 0 {
 		return "—"
 	}
-	return rank.FormatBytes(b)
+	return api.FormatBytes(b)
 }
 
 // Cut shortens s to width display cells, ending with "…" when cut.

@@ -11,7 +11,6 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/mesh/rank"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/render"
 	"github.com/llmkube/mesh/tui/styles"
@@ -226,7 +225,7 @@ func Summary(v api.MeshView) string {
 		}
 	}
 	// Nothing held is "0 B", not the "—" of an unknown figure.
-	s += fmt.Sprintf(" · %s of %s budget used (%s RAM) · %d ready", rank.FormatBytes(committed), render.Bytes(budget), render.Bytes(total), ready)
+	s += fmt.Sprintf(" · %s of %s budget used (%s RAM) · %d ready", api.FormatBytes(committed), render.Bytes(budget), render.Bytes(total), ready)
 	switch alerts {
 	case 0:
 		s += " · no alerts"
