@@ -133,18 +133,23 @@ func TestNamespaceTokenSeesOnlyItsNamespace(t *testing.T) {
 	require.NoError(t, err)
 	secrets := []string{"b-hailo", "b-ollama", "b-file", "qwen2.5:0.5b", "sim-1b", "team-b"}
 
-	// The admin sees everything, through any host, once gossip carried it.
+	// The admin sees everything, through every host, once gossip carried it there.
 	require.Eventually(t, func() bool {
-		v, err := m.Client("gpu-server").Mesh(ctx)
-		if err != nil {
-			return false
+		for _, h := range m.Hosts {
+			v, err := m.Client(h.Spec.Name).Mesh(ctx)
+			if err != nil {
+				return false
+			}
+			n := 0
+			for _, mb := range v.Members {
+				n += len(mb.Placements)
+			}
+			if n != 4 {
+				return false
+			}
 		}
-		n := 0
-		for _, mb := range v.Members {
-			n += len(mb.Placements)
-		}
-		return n == 4
-	}, 10*time.Second, 20*time.Millisecond, "the admin sees the four placements")
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "the admin sees the four placements through every host")
 
 	for _, h := range m.Hosts {
 		c := api.NewClient(h.URL, tokA)
