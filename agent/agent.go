@@ -18,12 +18,12 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/agent/events"
 	"github.com/llmkube/mesh/agent/metrics"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/agent/store"
 	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/source"
 	"github.com/llmkube/mesh/hwprobe"
 )
 

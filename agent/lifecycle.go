@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/source"
 )
 
 // progressEvery spaces pull progress events: a live bar, not an event per chunk.

@@ -15,9 +15,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
-	"github.com/llmkube/mesh/engines/source"
 )
 
 // placement is the agent's record of one placement. p and the fields below it are guarded by

@@ -26,9 +26,9 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
-	"github.com/llmkube/mesh/engines/source"
 )
 
 // BinaryName is the program looked up on PATH when Config.Binary is empty.

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/source"
 )
 
 // DefaultURL is where Ollama listens unless told otherwise.

@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines/download"
-	"github.com/llmkube/mesh/engines/source"
 	"github.com/llmkube/mesh/sim/gguf"
 )
 

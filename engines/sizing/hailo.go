@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/engines/source"
+	"github.com/llmkube/mesh/agent/api/source"
 )
 
 // maxManifest bounds a hailo-ollama manifest read: real ones are about 2 KB (a chat template).

@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines/download"
-	"github.com/llmkube/mesh/engines/source"
 )
 
 // Media types in an Ollama registry manifest.

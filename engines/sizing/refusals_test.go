@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/engines/source"
+	"github.com/llmkube/mesh/agent/api/source"
 )
 
 // The refusals not covered beside their happy paths, each with its code and message.

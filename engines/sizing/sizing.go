@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines/download"
-	"github.com/llmkube/mesh/engines/source"
 )
 
 // Defaults for the Sizer's endpoints.
