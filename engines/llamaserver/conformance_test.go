@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -134,6 +136,21 @@ func TestConformanceSlotDefaults(t *testing.T) {
 			}
 			cmd.Process.Kill()
 		}
+	})
+}
+
+// A file that is not a model ends the engine at once, and the driver says why in its words.
+func TestConformanceNotAModel(t *testing.T) {
+	conform(t, func(t *testing.T, e engine) {
+		d := newDriver(t, func(c *Config) { c.Binary = e.bin; c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"} })
+		bad := filepath.Join(t.TempDir(), "bad.gguf")
+		require.NoError(t, os.WriteFile(bad, bytes.Repeat([]byte("not a model "), 100), 0o644))
+		_, err := d.Load(t.Context(), engines.Model{ID: "bad", Source: bad})
+		var xe *ExitError
+		require.ErrorAs(t, err, &xe)
+		assert.Equal(t, 1, xe.Code)
+		assert.Contains(t, xe.Reason, "invalid magic characters")
+		assert.Contains(t, err.Error(), "llama-server exited with status 1: gguf_init_from_reader: invalid magic characters")
 	})
 }
 

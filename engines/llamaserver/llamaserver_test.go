@@ -270,8 +270,8 @@ func TestStartFailureReported(t *testing.T) {
 	var xe *ExitError
 	require.ErrorAs(t, err, &xe)
 	assert.Equal(t, 1, xe.Code)
-	assert.Contains(t, err.Error(), "EngineError: while starting, llama-server exited with status 1; last log lines:")
-	assert.Contains(t, err.Error(), "LLAMA_SIM_HOLD_MEMORY")
+	assert.Contains(t, err.Error(), `EngineError: while starting, llama-server exited with status 1: error: LLAMA_SIM_HOLD_MEMORY="lots": want a fraction`)
+	assert.Contains(t, xe.Tail, "LLAMA_SIM_HOLD_MEMORY")
 }
 
 func TestHealthTimeout(t *testing.T) {
@@ -710,4 +710,18 @@ func TestOwnServerUnderAnotherNameReported(t *testing.T) {
 	assert.ErrorContains(t, err, `llama-server serves the model as ["someone-else"], not as "mine"; last log lines:`)
 	assert.ErrorContains(t, err, "listening on")
 	assert.Equal(t, 1, calls, "not retried as a port collision")
+}
+
+// The reason an engine gives is its first error line near the end of its log: the cause, not
+// the cascade llama-server prints after it.
+func TestExitReason(t *testing.T) {
+	tail := `0.00.012.223 I srv    load_model: loading model 'bad.gguf'
+0.00.012.317 E gguf_init_from_reader: invalid magic characters: '???7', expected 'GGUF'
+0.00.012.461 E llama_model_load: error loading model: llama_model_loader: failed to load model from bad.gguf
+0.00.013.028 E srv  llama_server: exiting due to model loading error`
+	assert.Equal(t, "gguf_init_from_reader: invalid magic characters: '???7', expected 'GGUF'", exitReason(tail))
+	assert.Equal(t, "error: invalid argument: --bogus", exitReason("error: invalid argument: --bogus\n\nto show complete usage, run with -h"))
+	assert.Equal(t, `error while handling argument "-c": stoi`, exitReason("error while handling argument \"-c\": stoi\n\nusage:"))
+	assert.Empty(t, exitReason("0.00.1 I all is well\nmain: model loaded"))
+	assert.Equal(t, "x", exitReason("0.1 E x\x1b"), "control characters are dropped")
 }

@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
@@ -23,6 +25,7 @@ import (
 type ExitError struct {
 	Code   int    // exit status; -1 when a signal killed it
 	Signal string // the signal's name when one killed it
+	Reason string // the engine's own words for it: the first error line of its log's end
 	Tail   string // the last lines of its log
 }
 
@@ -33,6 +36,9 @@ func (e *ExitError) Error() string {
 	} else {
 		fmt.Fprintf(&b, "llama-server exited with status %d", e.Code)
 	}
+	if e.Reason != "" {
+		b.WriteString(": " + e.Reason)
+	}
 	if e.Tail != "" {
 		b.WriteString("; last log lines:\n")
 		b.WriteString(e.Tail)
@@ -42,6 +48,39 @@ func (e *ExitError) Error() string {
 
 // tailLinesInErrors is how many log lines an error carries.
 const tailLinesInErrors = 8
+
+// reasonLines is how far back from its end a log is searched for the engine's own reason: past
+// the cascade of follow-up errors llama-server prints after the first.
+const reasonLines = 40
+
+// errorLine is a line llama-server logs as an error: "0.00.012.317 E gguf_init_from_reader: …"
+// (its level after the timestamp), or "error: …" / "error while handling argument …" (its
+// command line parser, before logging starts).
+var errorLine = regexp.MustCompile(`^(?:[0-9.]+ E +|error)`)
+
+// exitReason is the first error line in a log's tail, its timestamp and level dropped, bounded
+// and printable; "" when the tail has none.
+func exitReason(tail string) string {
+	for line := range strings.SplitSeq(tail, "\n") {
+		line = strings.TrimSpace(line)
+		if loc := errorLine.FindStringIndex(line); loc != nil {
+			if !strings.HasPrefix(line, "error") {
+				line = line[loc[1]:]
+			}
+			line = strings.Map(func(r rune) rune {
+				if unicode.IsControl(r) {
+					return -1
+				}
+				return r
+			}, line)
+			if len(line) > 300 {
+				line = strings.ToValidUTF8(line[:300], "") + "…"
+			}
+			return line
+		}
+	}
+	return ""
+}
 
 // Instance is one llama-server process serving one placement.
 type Instance struct {
@@ -123,7 +162,7 @@ func (i *Instance) wait() {
 	err := i.cmd.Wait()
 	i.log.Close()
 	if !i.stopping.Load() {
-		ee := &ExitError{Code: -1, Tail: tailLines(i.logPath, tailLinesInErrors)}
+		ee := &ExitError{Code: -1, Tail: tailLines(i.logPath, tailLinesInErrors), Reason: exitReason(tailLines(i.logPath, reasonLines))}
 		var xe *exec.ExitError
 		if errors.As(err, &xe) {
 			ee.Code = xe.ExitCode()

@@ -9,12 +9,14 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"time"
 )
 
 // Main is the whole llama-server stand-in as a program (cmd/llama-server-sim, and any binary
 // that links it and is started under the name llama-server); it returns the exit status: 0 after SIGTERM/SIGINT, 1 on a bad
 // command line, a model that cannot be opened, or a simulated crash.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	started := time.Now()
 	cfg, err := ParseArgs(args, DefaultConfig())
 	switch {
 	case errors.Is(err, ErrHelp):
@@ -41,19 +43,24 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	fmt.Fprintf(stderr, "system info: n_threads = %d, n_threads_batch = %d, total_threads = %d\n", threads, threads, runtime.NumCPU())
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := Start(ctx, cfg, log)
+	// logE writes an error line as llama-server logs one: its time since start, level E.
+	logE := func(format string, a ...any) {
+		d := time.Since(started)
+		fmt.Fprintf(stderr, "%d.%02d.%03d.%03d E %s\n", int(d.Minutes()), int(d.Seconds())%60,
+			d.Milliseconds()%1000, d.Microseconds()%1000, fmt.Sprintf(format, a...))
+	}
 	if errors.Is(err, ErrBind) {
-		// llama-server's own words, then the reason.
-		fmt.Fprintf(stderr, "main: couldn't bind HTTP server socket, address: %s\n", cfg.Addr)
-		fmt.Fprintln(stderr, err)
-		fmt.Fprintln(stderr, "main: exiting due to HTTP server error")
+		// llama-server's own words, the reason first.
+		logE("srv  llama_server: couldn't bind HTTP server socket, address: %s: %v", cfg.Addr, err)
+		logE("srv  llama_server: exiting due to HTTP server error")
 		return 1
 	}
 	if err != nil {
-		// llama-server's own words when the model cannot be loaded, then the reason.
+		// llama-server's own words when the model cannot be loaded, the reason first.
 		fmt.Fprintf(stderr, "srv    load_model: loading model '%s'\n", cfg.ModelPath)
-		fmt.Fprintf(stderr, "srv    load_model: failed to load model, '%s'\n", cfg.ModelPath)
-		fmt.Fprintln(stderr, err)
-		fmt.Fprintln(stderr, "main: exiting due to model loading error")
+		logE("%v", err)
+		logE("srv    load_model: failed to load model, '%s'", cfg.ModelPath)
+		logE("srv  llama_server: exiting due to model loading error")
 		return 1
 	}
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(s.URL(), "http://"))

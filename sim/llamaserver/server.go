@@ -107,8 +107,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	log = simserver.Logger(log)
 	if magic != "GGUF" {
-		log.Warn("model file does not start with the GGUF magic; the simulator serves it anyway", "path", cfg.ModelPath)
-	} else if cfg.TrainContext, err = gguf.TrainedContext(cfg.ModelPath); err != nil {
+		// llama-server's words (gguf_init_from_reader), and it exits.
+		return nil, fmt.Errorf("gguf_init_from_reader: invalid magic characters: %q, expected 'GGUF'", magic)
+	}
+	if cfg.TrainContext, err = gguf.TrainedContext(cfg.ModelPath); err != nil {
 		log.Warn("the GGUF header could not be read; the training context is unknown", "err", err)
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
