@@ -64,7 +64,11 @@ func (c *Conn) Existing(req api.PlacementRequest, host string) (api.Placement, b
 // placements, in case the view was a gossip round behind.
 func (c *Conn) PlaceOnce(ctx context.Context, host string, req api.PlacementRequest) (p api.Placement, existed bool, err error) {
 	if p, ok := c.Existing(req, host); ok {
-		return p, true, nil
+		// The view lags the owner by a gossip round: a placement deleted a moment ago may still
+		// be in it. The owner has the last word.
+		if cur, ok := c.confirm(ctx, p); ok {
+			return cur, true, nil
+		}
 	}
 	p, err = c.Place(ctx, host, req)
 	var ae *api.Error
@@ -85,4 +89,26 @@ func (c *Conn) PlaceOnce(ctx context.Context, host string, req api.PlacementRequ
 		return found, true, nil
 	}
 	return p, false, err
+}
+
+// confirm asks p's owner whether p still exists as the view has it. Only a definite answer that
+// it is gone (NotFound, or ended) says no; an owner that cannot be asked leaves the view's word.
+func (c *Conn) confirm(ctx context.Context, p api.Placement) (api.Placement, bool) {
+	cl, err := c.Client(p.Host)
+	if err != nil {
+		return p, true
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	cur, err := cl.Placement(cctx, p.ID)
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code == api.CodeNotFound:
+		return p, false
+	case err != nil:
+		return p, true
+	case cur.State.Terminal():
+		return cur, false
+	}
+	return cur, true
 }
