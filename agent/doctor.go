@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -8,9 +9,11 @@ import (
 
 // Findings is what this agent finds wrong on its own host, for the doctor (GET /v1/doctor):
 // engines that are unhealthy, or absent while placements need them, and placements that are
-// restarting or failed (those findings carry the placement's namespace). What it sees of the
-// rest of the mesh comes from its membership (mesh.Mesh.Doctor).
-func (a *Agent) Findings() []api.Finding {
+// restarting or failed (those findings carry the placement's namespace). The engines are looked
+// for again first (within ctx), so an engine that died since the last periodic look is named
+// now. What the agent sees of the rest of the mesh comes from its membership (mesh.Mesh.Doctor).
+func (a *Agent) Findings(ctx context.Context) []api.Finding {
+	a.detectAll(ctx)
 	h := a.Host()
 	ps := a.Placements()
 	var out []api.Finding

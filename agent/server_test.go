@@ -282,6 +282,24 @@ func TestMeshViewWithoutMesh(t *testing.T) {
 	}
 }
 
+// Without a mesh, GET /v1/doctor is the host's own report, to any valid token, never to none.
+func TestDoctorWithoutMesh(t *testing.T) {
+	s := serve(t, newBareAgent(t, "pi5-hailo", nil), nil)
+	r, err := s.admin.Doctor(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Node != s.a.Name() || r.Mesh != "test" || r.Findings == nil {
+		t.Fatalf("report = %+v", r)
+	}
+	if _, err := s.nsClient(t, "team-a").Doctor(context.Background()); err != nil {
+		t.Fatalf("namespace token: %v", err)
+	}
+	if resp, _ := do(t, "GET", s.url+"/v1/doctor", "", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("without a token: %d", resp.StatusCode)
+	}
+}
+
 func TestStalledAgentFailsLoudly(t *testing.T) {
 	a := newBareAgent(t, "pi5-hailo", func(c *Config) { c.StallTimeout = 60 * time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())

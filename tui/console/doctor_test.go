@@ -137,8 +137,9 @@ func TestDoctorFindsEachFault(t *testing.T) {
 
 	t.Run("dead engine", func(t *testing.T) {
 		require.NoError(t, m.Host("gpu-server").Ollama.Close())
-		f := waitFinding(t, admin, "engine down", `"gpu-model"`, "on gpu-server is not serving", "Ollama at", "does not answer")
-		assert.Equal(t, []string{"gpu-server"}, f.SeenBy)
+		f := waitFinding(t, admin, "engine down", "engine ollama on gpu-server is down", "1 placement(s) wait for it")
+		assert.Equal(t, []string{"gpu-server"}, f.SeenBy, "only its host knows")
+		f = waitFinding(t, admin, "engine down", `"gpu-model"`, "on gpu-server is not serving", "Ollama at", "does not answer")
 		assert.Equal(t, api.DefaultNamespace, f.Namespace)
 		_, seen := finding(nsConsole.Doctor(ctx), `"gpu-model"`)
 		assert.False(t, seen, "team-a does not see the default namespace's model")
