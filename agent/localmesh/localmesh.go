@@ -439,9 +439,52 @@ func (m *Mesh) Place(ctx context.Context, ps ...Placed) ([]api.Placement, error)
 		if err != nil {
 			return out, fmt.Errorf("waiting for %s on %s: %w", p.Request.Source, p.Host, err)
 		}
+		if pl.State == api.StateReady {
+			// Ready on its host is not yet ready in the others' views: gossip carries it within a
+			// round or two. Until then another host's gateway answers "not ready".
+			if err := m.waitSeenReady(ctx, pl); err != nil {
+				return out, err
+			}
+		}
 		out = append(out, pl)
 	}
 	return out, nil
+}
+
+// waitSeenReady waits until every host's view shows placement pl ready.
+func (m *Mesh) waitSeenReady(ctx context.Context, pl api.Placement) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if m.seenReady(pl) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is ready on %s, but not every host's view shows it: %w", pl.Model, pl.Host, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Mesh) seenReady(pl api.Placement) bool {
+	for _, h := range m.Hosts {
+		if h.Node.Mesh == nil {
+			continue
+		}
+		mb, ok := h.Node.Mesh.View().Member(pl.Host)
+		if !ok {
+			return false
+		}
+		seen := false
+		for _, p := range mb.Placements {
+			seen = seen || p.ID == pl.ID && p.State == api.StateReady
+		}
+		if !seen {
+			return false
+		}
+	}
+	return true
 }
 
 // FileSource is a file:// source for a path.
