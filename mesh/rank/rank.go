@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 )
 
 // Request is a placement request plus what the console learned while preparing it.
@@ -45,7 +46,7 @@ const (
 // Rank gives every agent member exactly one entry, best first; consoles are skipped. Ties are
 // broken by host name, so the order is deterministic.
 func Rank(members []api.Member, req Request) []api.Ranked {
-	kind, runtime, mismatch := classify(req)
+	native, runtime, mismatch := classify(req)
 	model := req.Name
 	if model == "" {
 		model = modelName(req.Source)
@@ -84,7 +85,7 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 		case !nsAllowed(m.Host.Namespaces, ns):
 			refuse(&r, api.CodeNamespaceNotAllow, nsRefusal)
 		default:
-			judge(&r, m.Host, kind, runtime, model, needStr, req)
+			judge(&r, m.Host, native, runtime, model, needStr, req)
 		}
 		speed := 0.0
 		if r.Verdict != api.VerdictRefused {
@@ -152,51 +153,37 @@ func permute(rs []api.Ranked, order []int32) {
 	}
 }
 
-// sourceKind is what a source is, as far as placement cares.
-type sourceKind int
-
-const (
-	kindGGUF sourceKind = iota
-	kindOllama
-	kindHailo
-)
-
-// classify infers the source kind and runtime and checks the request's runtime against it,
-// with the engines/source rules: hailo:// only on hailo-ollama, ollama:// only on Ollama, GGUF
-// only on llama-server. The problem, if any, is the same for every host.
-func classify(req Request) (sourceKind, api.Runtime, api.Ranked) {
-	var bad api.Ranked
+// classify infers the runtime the source runs on (source.RuntimeOf) and checks the request's
+// runtime against it, with the agent/api/source rules: hailo:// only on hailo-ollama, ollama://
+// only on Ollama, GGUF only on llama-server. It returns the source's own runtime, the runtime
+// asked for (the source's when none is) and the problem, if any, which is the same for every host.
+func classify(req Request) (native, rt api.Runtime, bad api.Ranked) {
 	src := strings.TrimSpace(req.Source)
-	kind, want := kindGGUF, api.RuntimeLlamaServer
-	switch {
-	case src == "":
-		return kind, req.Runtime, api.Ranked{Code: api.CodeInvalidSource, Reason: "refused: no model source"}
-	case hasPrefixFold(src, "hailo://"):
-		kind, want = kindHailo, api.RuntimeHailoOllama
-	case hasPrefixFold(src, "ollama://"):
-		kind, want = kindOllama, api.RuntimeOllama
+	if src == "" {
+		return api.RuntimeLlamaServer, req.Runtime, api.Ranked{Code: api.CodeInvalidSource, Reason: "refused: no model source"}
 	}
-	rt := req.Runtime
+	native = source.RuntimeOf(src)
+	rt = req.Runtime
 	if rt == "" {
-		return kind, want, bad
+		return native, native, bad
 	}
 	if !rt.Valid() {
 		bad = api.Ranked{Code: api.CodeRuntimeMismatch, Reason: "refused: unknown runtime " + strconv.Quote(string(rt))}
-	} else if rt != want {
+	} else if rt != native {
 		what := "GGUF models run"
-		switch kind {
-		case kindHailo:
+		switch native {
+		case api.RuntimeHailoOllama:
 			what = "hailo:// runs"
-		case kindOllama:
+		case api.RuntimeOllama:
 			what = "ollama:// runs"
 		}
-		bad = api.Ranked{Code: api.CodeRuntimeMismatch, Reason: "refused: " + what + " only on " + string(want) + ", not " + string(rt)}
+		bad = api.Ranked{Code: api.CodeRuntimeMismatch, Reason: "refused: " + what + " only on " + string(native) + ", not " + string(rt)}
 	}
-	return kind, rt, bad
+	return native, rt, bad
 }
 
 // judge decides a live host that allows the namespace: hardware, engine, then memory.
-func judge(r *api.Ranked, h *api.Host, kind sourceKind, rt api.Runtime, model, needStr string, req Request) {
+func judge(r *api.Ranked, h *api.Host, native, rt api.Runtime, model, needStr string, req Request) {
 	var hailo *api.Accelerator
 	for i := range h.Accelerators {
 		if a := &h.Accelerators[i]; a.Kind == hailoKind && a.Name == hailoName {
@@ -204,7 +191,7 @@ func judge(r *api.Ranked, h *api.Host, kind sourceKind, rt api.Runtime, model, n
 			break
 		}
 	}
-	if kind == kindHailo && hailo == nil {
+	if native == api.RuntimeHailoOllama && hailo == nil {
 		refuse(r, api.CodeAcceleratorMissing, "refused: hailo:// needs a Hailo-10H")
 		return
 	}
@@ -320,25 +307,13 @@ func measuredSpeed(ps []api.Placement, source, model string) float64 {
 	return best
 }
 
-// modelName is the name a source is served under when the request names none: the part after
-// the scheme for registry sources, the file name without .gguf for files and URLs.
-func modelName(src string) string {
-	src = strings.TrimSpace(src)
-	for _, p := range []string{"hailo://", "ollama://"} {
-		if hasPrefixFold(src, p) {
-			return src[len(p):]
-		}
+// modelName is the name a source is served under when the request names none, as the agent
+// names it (source.ModelName: ollama://qwen2 is qwen2:latest). A source the parser refuses has
+// no such name; its placements are matched by source alone.
+func modelName(raw string) string {
+	src, err := source.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return ""
 	}
-	if i := strings.LastIndexByte(src, '/'); i >= 0 {
-		src = src[i+1:]
-	}
-	if hasSuffixFold(src, ".gguf") {
-		src = src[:len(src)-len(".gguf")]
-	}
-	return src
-}
-
-func hasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
-func hasSuffixFold(s, p string) bool {
-	return len(s) >= len(p) && strings.EqualFold(s[len(s)-len(p):], p)
+	return src.ModelName()
 }

@@ -304,6 +304,10 @@ func TestModelName(t *testing.T) {
 		"/models/Qwen2-1.5B.Q4_K_M.gguf": "Qwen2-1.5B.Q4_K_M",
 		"hf://o/r/file.GGUF":             "file",
 		"https://mirror.lan/a/b/m.gguf":  "m",
+		// As the agent names it: the registry's default tag, the official namespace's short form.
+		"ollama://qwen2":              "qwen2:latest",
+		"OLLAMA://library/qwen2:0.5b": "qwen2:0.5b",
+		"qwen2:1.5b":                  "", // no scheme: refused by the parser, matched by source alone
 	} {
 		assert.Equal(t, want, modelName(src), src)
 	}

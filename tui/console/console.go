@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/mesh/discovery"
 	"github.com/llmkube/mesh/mesh/rank"
 )
@@ -56,8 +57,8 @@ type Options struct {
 // ErrNoAgents means the view holds no agent that could serve the action.
 var ErrNoAgents = errors.New("no reachable agent in the mesh")
 
-// source is where a console's picture of the mesh comes from.
-type source interface {
+// feed is where a console's picture of the mesh comes from.
+type feed interface {
 	view() api.MeshView
 	doctor(ctx context.Context) Doctor
 	close(ctx context.Context) error
@@ -67,7 +68,7 @@ type source interface {
 type Conn struct {
 	opts  Options
 	token string
-	src   source
+	src   feed
 	log   *slog.Logger
 	mode  string
 	bell  *notifier
@@ -296,14 +297,7 @@ func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) 
 func canRun(m api.Member, req api.PlacementRequest) bool {
 	want := req.Runtime
 	if want == "" {
-		switch {
-		case strings.HasPrefix(req.Source, "hailo://"):
-			want = api.RuntimeHailoOllama
-		case strings.HasPrefix(req.Source, "ollama://"):
-			want = api.RuntimeOllama
-		default:
-			want = api.RuntimeLlamaServer
-		}
+		want = source.RuntimeOf(req.Source)
 	}
 	for _, e := range m.Host.Engines {
 		if e.Runtime == want && e.Present {

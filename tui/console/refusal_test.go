@@ -33,3 +33,19 @@ func TestRankingRefusal(t *testing.T) {
 		t.Errorf("no hosts: %v, want ErrNoAgents", err)
 	}
 }
+
+// TestCanRunReadsTheSchemeAsTheParserDoes: the console's own copy of the scheme rule was
+// case-sensitive, so it asked an agent without Ollama first to size OLLAMA://x.
+func TestCanRunReadsTheSchemeAsTheParserDoes(t *testing.T) {
+	ollama := api.Member{Host: &api.Host{Engines: []api.Engine{{Runtime: api.RuntimeOllama, Present: true}}}}
+	llama := api.Member{Host: &api.Host{Engines: []api.Engine{{Runtime: api.RuntimeLlamaServer, Present: true}}}}
+	for _, src := range []string{"ollama://qwen2:1.5b", "OLLAMA://qwen2:1.5b", " Ollama://qwen2"} {
+		req := api.PlacementRequest{Source: src}
+		if !canRun(ollama, req) || canRun(llama, req) {
+			t.Errorf("%q: want only the Ollama agent", src)
+		}
+	}
+	if !canRun(llama, api.PlacementRequest{Source: "/m/x.gguf"}) {
+		t.Error("a GGUF runs on llama-server")
+	}
+}

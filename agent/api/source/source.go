@@ -343,14 +343,30 @@ func checkGGUFName(kind, raw, base string) error {
 }
 
 // Runtime is the runtime a source runs on when the request names none.
-func (s Source) Runtime() api.Runtime {
-	switch s.Kind {
+func (s Source) Runtime() api.Runtime { return s.Kind.Runtime() }
+
+// Runtime is the runtime sources of kind k run on: hailo:// on hailo-ollama, ollama:// on
+// Ollama, every GGUF (a path, file://, https://, hf://) on llama-server.
+func (k Kind) Runtime() api.Runtime {
+	switch k {
 	case KindOllama:
 		return api.RuntimeOllama
 	case KindHailo:
 		return api.RuntimeHailoOllama
 	}
 	return api.RuntimeLlamaServer
+}
+
+// RuntimeOf is the runtime a source string runs on when the request names none, read from its
+// scheme alone, case-insensitive as Parse reads it and ignoring surrounding spaces: for a source
+// still being typed in the console, or one a ranking routes before an agent validates it. For
+// every source Parse accepts it equals Source.Runtime.
+func RuntimeOf(raw string) api.Runtime {
+	scheme, _, ok := strings.Cut(strings.TrimSpace(raw), "://")
+	if !ok {
+		return api.RuntimeLlamaServer
+	}
+	return Kind(strings.ToLower(scheme)).Runtime()
 }
 
 // CheckRuntime refuses a runtime that cannot run the source (api.CodeRuntimeMismatch). The

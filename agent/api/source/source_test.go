@@ -145,13 +145,32 @@ func TestRuntime(t *testing.T) {
 		{"hf://o/r/a.gguf", api.RuntimeLlamaServer},
 		{"ollama://qwen2:1.5b", api.RuntimeOllama},
 		{"hailo://qwen2:1.5b", api.RuntimeHailoOllama},
+		// The scheme is case-insensitive: the console's own copy of this rule was not.
+		{"OLLAMA://qwen2:1.5b", api.RuntimeOllama},
+		{"Hailo://qwen2:1.5b", api.RuntimeHailoOllama},
+		{"FILE:///m/a.gguf", api.RuntimeLlamaServer},
 	}
 	for _, c := range cases {
 		s, err := Parse(c.in)
 		require.NoError(t, err)
 		assert.Equal(t, c.want, s.Runtime(), c.in)
+		assert.Equal(t, c.want, RuntimeOf(c.in), c.in)
 		assert.NoError(t, s.CheckRuntime(c.want))
 		assert.NoError(t, s.CheckRuntime(""), "the empty runtime is the default")
+	}
+}
+
+// TestRuntimeOfUnparsed: a source still being typed, or one no agent has validated, is routed
+// by its scheme alone.
+func TestRuntimeOfUnparsed(t *testing.T) {
+	for in, want := range map[string]api.Runtime{
+		"":               api.RuntimeLlamaServer,
+		"  ollama://":    api.RuntimeOllama,
+		"hailo://Qwen 2": api.RuntimeHailoOllama,
+		"qwen2:1.5b":     api.RuntimeLlamaServer,
+		"ftp://x":        api.RuntimeLlamaServer,
+	} {
+		assert.Equal(t, want, RuntimeOf(in), "%q", in)
 	}
 }
 

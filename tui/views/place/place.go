@@ -18,6 +18,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/mesh/rank"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
@@ -224,20 +225,7 @@ func (m *Model) Runtime() (rt api.Runtime, inferred bool) {
 	if m.runtime != "" {
 		return m.runtime, false
 	}
-	return InferRuntime(m.inputs[fieldSource].Value()), true
-}
-
-// InferRuntime is the runtime a source implies: hailo:// on hailo-ollama, ollama:// on Ollama,
-// every GGUF on llama-server.
-func InferRuntime(source string) api.Runtime {
-	s := strings.ToLower(strings.TrimSpace(source))
-	switch {
-	case strings.HasPrefix(s, "hailo://"):
-		return api.RuntimeHailoOllama
-	case strings.HasPrefix(s, "ollama://"):
-		return api.RuntimeOllama
-	}
-	return api.RuntimeLlamaServer
+	return source.RuntimeOf(m.inputs[fieldSource].Value()), true
 }
 
 func estimateKey(req api.PlacementRequest) string {

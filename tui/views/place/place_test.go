@@ -215,8 +215,6 @@ func TestRuntimeInferredAndCycled(t *testing.T) {
 	press(m, "ctrl+r", "ctrl+r", "ctrl+r")
 	_, inferred = m.Runtime()
 	assert.True(t, inferred, "the cycle comes back to inferred")
-	assert.Equal(t, api.RuntimeOllama, InferRuntime("OLLAMA://x"))
-	assert.Equal(t, api.RuntimeLlamaServer, InferRuntime("/srv/x.gguf"))
 }
 
 func TestBadOptionsAreSaid(t *testing.T) {

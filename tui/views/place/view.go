@@ -8,6 +8,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/render"
 )
@@ -254,7 +255,7 @@ func (m *Model) progressLines() []string {
 	}
 	rt := req.Runtime
 	if rt == "" {
-		rt = InferRuntime(req.Source)
+		rt = source.RuntimeOf(req.Source)
 	}
 	out := []string{render.Cut(st.Bold.Render("Placing "+req.Source+" on "+m.target)+st.Muted.Render(fmt.Sprintf(" · %s · namespace %s", rt, ns)), m.width)}
 	p := m.placement
