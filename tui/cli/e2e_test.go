@@ -299,8 +299,10 @@ func TestE2EWatch(t *testing.T) {
 				done <- cli.Run(ctx, []string{"mesh", "watch", "--json", "--type", "placement,deleted"}, strings.NewReader(""), &out, &errb,
 					cli.Options{Getenv: func(k string) string { return c.env[k] }})
 			}()
-			require.Eventually(t, func() bool { return strings.Contains(errb.String(), "watching mesh local: 3 agent(s)") },
-				10*time.Second, 10*time.Millisecond, errb.String())
+			if !assert.Eventually(t, func() bool { return strings.Contains(errb.String(), "watching mesh local: 3 agent(s)") },
+				10*time.Second, 10*time.Millisecond) {
+				t.Fatalf("the watch did not start as expected; its stderr: %s", errb.String())
+			}
 
 			// The watch subscribes to each agent right after it says it watches: place until it
 			// has seen a placement become ready (almost always the first time).
