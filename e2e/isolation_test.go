@@ -93,7 +93,7 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 	n("%s ready in %s; gemma3:1b placed and deleted in default", teamModel, teamNS)
 
 	for _, a := range e.agents() {
-		for _, path := range []string{"/v1/host", "/v1/mesh", "/v1/placements", "/v1/models", "/api/tags", "/api/ps", "/metrics"} {
+		for _, path := range []string{"/v1/host", "/v1/mesh", "/v1/doctor", "/v1/placements", "/v1/models", "/api/tags", "/api/ps", "/api/version", "/metrics"} {
 			code, body, err := e.laptop.get(ctx, a.apiURL()+path, team)
 			if err != nil {
 				t.Errorf("%s %s: %v", a.Name, path, err)
@@ -134,10 +134,24 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 			if c.status != http.StatusNotFound {
 				t.Errorf("chat with default's %s on %s with the %s token: %s", m, a.Name, teamNS, c)
 			}
-			code, body, err := e.laptop.do(ctx, http.MethodPost, a.apiURL()+"/api/chat", team,
-				map[string]any{"model": m, "stream": false, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
-			if err != nil || code != http.StatusNotFound {
-				t.Errorf("/api/chat with default's %s on %s with the %s token: %d %v %s", m, a.Name, teamNS, code, err, body)
+			// Every gateway route that names a model: not found, and the answer names no more
+			// than the model asked for. Pulling through the data plane is refused outright.
+			req := map[string]any{"model": m, "stream": false, "prompt": "hi", "input": "hi", "name": m,
+				"messages": []map[string]string{{"role": "user", "content": "hi"}}}
+			for _, path := range []string{"/api/chat", "/api/generate", "/api/show", "/api/embed", "/api/embeddings",
+				"/v1/completions", "/v1/embeddings", "/v1/responses", "GET /v1/models/" + m, "/api/pull"} {
+				method, url := http.MethodPost, path
+				if u, ok := strings.CutPrefix(path, "GET "); ok {
+					method, url = http.MethodGet, u
+				}
+				code, body, err := e.laptop.do(ctx, method, a.apiURL()+url, team, req)
+				want := code == http.StatusNotFound
+				if path == "/api/pull" {
+					want = code >= 400
+				}
+				if err != nil || !want || len(leaks([]byte(strings.ReplaceAll(string(body), `"`+m+`"`, "")))) > 0 {
+					t.Errorf("%s %s for default's %s on %s with the %s token: %d %v %s", method, url, m, a.Name, teamNS, code, err, body)
+				}
 			}
 		}
 		code, body, err := e.laptop.do(ctx, http.MethodPost, a.apiURL()+"/v1/placements", team, api.PlacementRequest{Source: "ollama://gemma3:1b", Namespace: api.DefaultNamespace})
