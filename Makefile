@@ -18,7 +18,7 @@ VPKG    := github.com/llmkube/mesh/version
 STAMP   := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).Date=$(DATE)
 LDFLAGS ?= -s -w
 
-.PHONY: all build test e2e demo bench lint release release-check clean fuzz
+.PHONY: all build test e2e demo bench bench-compare lint release release-check clean fuzz
 
 all: build
 
@@ -46,6 +46,12 @@ demo:
 # Benchmarks; figures are recorded by hand in BENCHMARKS.md with the date, machine and method.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+
+# The gateway beside its baselines in one run (direct, a bare Go reverse proxy, one and two agents,
+# the dialect adaptations), then the idle agent beside a bare memberlist node (BENCHMARKS.md).
+bench-compare:
+	$(GO) test -run '^$$' -bench '^BenchmarkCompare$$' -benchtime 1x -count 1 ./agent/gateway/
+	$(GO) run ./cmd/llmkube-agent/internal/footprint -idle 30s
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

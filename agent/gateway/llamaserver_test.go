@@ -29,7 +29,7 @@ var (
 
 // llamaServerSim builds cmd/llama-server-sim once per test binary, as "llama-server", so the
 // driver launches it exactly as it launches the real one.
-func llamaServerSim(t *testing.T) string {
+func llamaServerSim(t testing.TB) string {
 	t.Helper()
 	simBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "gateway-llama-server-")
