@@ -359,7 +359,8 @@ func TestPortTakenRetried(t *testing.T) {
 	d.freePort = func() (int, error) { return taken, nil }
 	_, err = d.Load(t.Context(), engines.Model{ID: "q", Name: "other", Source: modelFile(t)})
 	assert.Equal(t, api.CodeEngineError, codeOf(err))
-	assert.EqualError(t, err, "EngineError: llama-server could not get a free port in 3 attempts: another process took each one first")
+	// Its log's last lines follow when it wrote any before it was stopped (timing decides).
+	assert.True(t, strings.HasPrefix(err.Error(), "EngineError: llama-server could not get a free port in 3 attempts: another process took each one first"), err.Error())
 }
 
 func TestMissingBinary(t *testing.T) {
