@@ -20,6 +20,13 @@ func (a *Agent) Findings(ctx context.Context) []api.Finding {
 	add := func(ns, sev, problem, fix string) {
 		out = append(out, api.Finding{Severity: sev, Problem: problem, Fix: fix, Namespace: ns})
 	}
+	if ns := h.Anonymous; ns != "" {
+		// Opt-in, and plainly shown: whoever reaches this host's API may list and use the
+		// namespace's models without a token. Only the admin and that namespace see the finding.
+		add(ns, api.SeverityWarning,
+			fmt.Sprintf("anonymous access is on on %s: its listing and inference routes answer requests without a token, as namespace %s", h.Name, ns),
+			fmt.Sprintf("meant for clients that cannot send a token (Home Assistant's hailo-ollama integration); to turn it off, run the agent on %s without --anonymous-namespace", h.Name))
+	}
 	waiting := map[api.Runtime]int{} // placements that need the runtime
 	for _, p := range ps {
 		if !p.State.Terminal() {

@@ -319,3 +319,30 @@ func TestStalledAgentFailsLoudly(t *testing.T) {
 		t.Fatal("a stalled agent kept running")
 	}
 }
+
+// Anonymous access is opt-in and plainly shown: the doctor names it to the admin and to the
+// namespace it serves, and to no other namespace (which would learn that namespace's name).
+func TestDoctorShowsAnonymousAccess(t *testing.T) {
+	s := serve(t, newBareAgent(t, "pi5-hailo", func(c *Config) { c.AnonymousNamespace = "home" }), nil)
+	has := func(r api.DoctorReport) bool {
+		for _, f := range r.Findings {
+			if strings.Contains(f.Problem, "anonymous access is on") && strings.Contains(f.Problem, "namespace home") {
+				return true
+			}
+		}
+		return false
+	}
+	for name, c := range map[string]*api.Client{"admin": s.admin, "home": s.nsClient(t, "home"), "team-a": s.nsClient(t, "team-a")} {
+		r, err := c.Doctor(context.Background())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if want := name != "team-a"; has(r) != want {
+			t.Errorf("%s token: anonymous-access finding shown = %v, want %v (%+v)", name, has(r), want, r.Findings)
+		}
+	}
+	off := serve(t, newBareAgent(t, "pi5-hailo", nil), nil)
+	if r, err := off.admin.Doctor(context.Background()); err != nil || has(r) {
+		t.Fatalf("anonymous access off: %v %+v", err, r.Findings)
+	}
+}

@@ -439,6 +439,10 @@ func (m *Model) hardware(h *api.Host) []string {
 		ns = strings.Join(h.Namespaces, ", ")
 	}
 	kv("namespaces", ns)
+	if h.Anonymous != "" {
+		// Opt-in on the agent, so shown only when on, and loudly.
+		kv("anonymous", st.Warn.Render("on: listing and chat without a token, as namespace "+h.Anonymous))
+	}
 	if len(h.Unknown) > 0 {
 		kv("not read", st.Warn.Render(strings.Join(h.Unknown, ", ")))
 	}

@@ -158,3 +158,22 @@ func TestLogTails(t *testing.T) {
 	m.Update(logsMsg{seq: 3, err: errors.New("agent pi5 unreachable")})
 	assert.Contains(t, m.View(), "could not read the logs: agent pi5 unreachable")
 }
+
+// Anonymous access on a host is shown in its detail, and only where it is on.
+func TestAnonymousAccessShown(t *testing.T) {
+	ctx := testCtx()
+	for i := range ctx.Mesh.Members {
+		if ctx.Mesh.Members[i].Name == "pi5" {
+			h := *ctx.Mesh.Members[i].Host
+			h.Anonymous = "home"
+			ctx.Mesh.Members[i].Host = &h
+		}
+	}
+	m := New(ctx)
+	m.SetSize(120, 200)
+	m.Open("pi5")
+	assert.Contains(t, m.View(), "anonymous")
+	assert.Contains(t, m.View(), "on: listing and chat without a token, as namespace home")
+	m.Open("mac-mini")
+	assert.NotContains(t, m.View(), "without a token")
+}
