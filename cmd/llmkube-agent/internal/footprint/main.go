@@ -1,14 +1,16 @@
 // Command footprint measures llmkube-agent's idle footprint on Linux, for BENCHMARKS.md:
-// resident memory (VmRSS of /proc/<pid>/status) and CPU time (utime + stime of
-// /proc/<pid>/stat) over an idle window.
+// resident memory (VmRSS of /proc/<pid>/status) and CPU time (the threads' run time in
+// /proc/<pid>/task/*/schedstat) over an idle window.
 //
 //	go run ./cmd/llmkube-agent/internal/footprint [-idle 30s]
 //
-// It builds llmkube-agent and the llama-server simulator, then measures two runs: the agent
-// alone (a mesh member with default LAN timings, gossip on loopback, no mDNS so nothing is
-// multicast on this machine's interfaces, llama-server detected), and the agent with one ready
-// placement on the simulator (health-checked every 5 s; the engine's own process is not
-// counted). Each run settles for 5 s before the window. Everything lives in a temporary folder.
+// It builds llmkube-agent, the llama-server simulator and barenode (a bare memberlist node with
+// the same LAN timings: the baseline), then measures two runs: the agent alone (a mesh member
+// with default LAN timings, gossip on loopback, no mDNS so nothing is multicast on this
+// machine's interfaces, llama-server detected) beside barenode in the same window, and the
+// agent with one ready placement on the simulator (health-checked every 5 s; the engine's own
+// process is not counted). Each run settles for 5 s before the window. Everything lives in a
+// temporary folder.
 package main
 
 import (
@@ -32,9 +34,6 @@ import (
 	"github.com/llmkube/mesh/sim/gguf"
 )
 
-// clkTck is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux the agent runs on.
-const clkTck = 100
-
 func main() {
 	idle := flag.Duration("idle", 30*time.Second, "idle window measured")
 	flag.Parse()
@@ -54,8 +53,9 @@ func measureAll(idle time.Duration) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	agentBin, simBin := filepath.Join(tmp, "llmkube-agent"), filepath.Join(tmp, "llama-server")
-	for out, pkg := range map[string]string{agentBin: "./cmd/llmkube-agent", simBin: "./cmd/llama-server-sim"} {
+	agentBin, simBin, bareBin := filepath.Join(tmp, "llmkube-agent"), filepath.Join(tmp, "llama-server"), filepath.Join(tmp, "barenode")
+	for out, pkg := range map[string]string{agentBin: "./cmd/llmkube-agent", simBin: "./cmd/llama-server-sim",
+		bareBin: "./cmd/llmkube-agent/internal/footprint/barenode"} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -63,31 +63,59 @@ func measureAll(idle time.Duration) error {
 		}
 	}
 	fmt.Printf("llmkube-agent idle footprint: %s/%s, %d CPUs, %s window after 5 s settling\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), idle)
+	mb := func(n int64) float64 { return float64(n) / (1 << 20) }
+	line := func(label string, u usage) {
+		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f)   CPU %.3f%% of a core\n",
+			label, mb(u.mem["VmRSS"]), mb(u.mem["RssAnon"]), mb(u.mem["RssFile"]), u.cpu)
+	}
 	for _, withPlacement := range []bool{false, true} {
 		label := "idle, no placements"
 		if withPlacement {
 			label = "idle, one ready placement"
 		}
-		mem, cpu, err := measure(tmp, agentBin, simBin, withPlacement, idle)
+		var bare *exec.Cmd
+		if !withPlacement {
+			bare = exec.Command(bareBin)
+			if err := bare.Start(); err != nil {
+				return err
+			}
+		}
+		agent, base, err := measure(tmp, agentBin, simBin, withPlacement, idle, bare)
+		if bare != nil {
+			bare.Process.Signal(syscall.SIGTERM)
+			bare.Wait()
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", label, err)
 		}
-		mb := func(n int64) float64 { return float64(n) / (1 << 20) }
-		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f)   CPU %.2f%% of a core\n",
-			label, mb(mem["VmRSS"]), mb(mem["RssAnon"]), mb(mem["RssFile"]), cpu)
+		line(label, agent)
+		if bare != nil {
+			line("bare memberlist node", base)
+			fmt.Printf("%-28s RSS %.2f×   CPU %.2f× (target ≤ 1.5×)\n", "agent ÷ bare node",
+				float64(agent.mem["VmRSS"])/float64(base.mem["VmRSS"]), agent.cpu/base.cpu)
+		}
 	}
 	return nil
 }
 
-func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duration) (mem map[string]int64, cpuPct float64, err error) {
+// usage is a process's resident memory (bytes, by /proc/<pid>/status key) at the end of a
+// window, and its CPU over the window (percent of one core).
+type usage struct {
+	mem map[string]int64
+	cpu float64
+}
+
+// measure runs the agent and reads its usage over the idle window; alongside, when not nil, is
+// measured over the same window.
+func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duration, alongside *exec.Cmd) (agent, other usage, err error) {
 	dir, err := os.MkdirTemp(tmp, "run-")
 	if err != nil {
-		return nil, 0, err
+		return agent, other, err
 	}
 	logPath := filepath.Join(dir, "agent.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return nil, 0, err
+		return agent, other, err
 	}
 	defer logf.Close()
 	stateDir := filepath.Join(dir, "state")
@@ -98,7 +126,7 @@ func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duratio
 	cmd.Stderr = logf
 	cmd.Env = append(os.Environ(), "LLAMA_SIM_LOAD_DELAY=0")
 	if err := cmd.Start(); err != nil {
-		return nil, 0, err
+		return agent, other, err
 	}
 	defer func() {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -106,45 +134,69 @@ func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duratio
 	}()
 	addr, err := waitListening(logPath, 10*time.Second)
 	if err != nil {
-		return nil, 0, err
+		return agent, other, err
 	}
 	j, _, err := state.LoadJoinFile(filepath.Join(stateDir, state.JoinFile))
 	if err != nil {
-		return nil, 0, err
+		return agent, other, err
 	}
 	c := api.NewClient(addr, api.AdminToken(j.Secret))
 	if withPlacement {
 		spec, _ := gguf.Preset("sim-tiny")
 		model := filepath.Join(dir, "tiny.gguf")
 		if err := gguf.Write(model, spec); err != nil {
-			return nil, 0, err
+			return agent, other, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		p, err := c.Place(ctx, api.PlacementRequest{Source: model})
 		if err != nil {
-			return nil, 0, err
+			return agent, other, err
 		}
 		if _, err := c.WaitPlacement(ctx, p.ID, 50*time.Millisecond, nil); err != nil {
-			return nil, 0, err
+			return agent, other, err
 		}
 	}
 	time.Sleep(5 * time.Second)
-	pid := cmd.Process.Pid
-	t0, err := cpuTicks(pid)
+	pids := []int{cmd.Process.Pid}
+	if alongside != nil {
+		pids = append(pids, alongside.Process.Pid)
+	}
+	got, err := window(pids, idle)
 	if err != nil {
-		return nil, 0, err
+		return agent, other, err
+	}
+	agent = got[0]
+	if alongside != nil {
+		other = got[1]
+	}
+	return agent, other, nil
+}
+
+// window reads the processes' CPU time over idle, and their resident memory at its end.
+func window(pids []int, idle time.Duration) ([]usage, error) {
+	t0 := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		t, err := cpuTime(pid)
+		if err != nil {
+			return nil, err
+		}
+		t0[i] = t
 	}
 	time.Sleep(idle)
-	t1, err := cpuTicks(pid)
-	if err != nil {
-		return nil, 0, err
+	out := make([]usage, len(pids))
+	for i, pid := range pids {
+		t1, err := cpuTime(pid)
+		if err != nil {
+			return nil, err
+		}
+		mem, err := memStatus(pid)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = usage{mem: mem, cpu: 100 * (t1 - t0[i]).Seconds() / idle.Seconds()}
 	}
-	mem, err = memStatus(pid)
-	if err != nil {
-		return nil, 0, err
-	}
-	return mem, 100 * float64(t1-t0) / clkTck / idle.Seconds(), nil
+	return out, nil
 }
 
 // waitListening reads the agent's JSON log until it says where the API listens.
@@ -168,27 +220,32 @@ func waitListening(path string, timeout time.Duration) (string, error) {
 	return "", fmt.Errorf("the agent did not start:\n%s", b)
 }
 
-// cpuTicks is utime + stime of a process, in clock ticks (proc(5): fields 14 and 15).
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
+// cpuTime is the CPU time a process's threads have run, from /proc/<pid>/task/*/schedstat
+// (its first field, nanoseconds on the CPU): exact where /proc/<pid>/stat counts 10 ms ticks,
+// too coarse for a process that runs a few milliseconds a second. A Go program's threads live
+// as long as it does, so none is lost between two readings.
+func cpuTime(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("no threads of process %d in /proc", pid)
 	}
-	// The command name (field 2) may hold spaces; the fields after it follow its ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc/<pid>/stat")
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 1 {
+			return 0, fmt.Errorf("malformed %s", t)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", t, err)
+		}
+		total += time.Duration(ns)
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("short /proc/<pid>/stat")
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return u + s, nil
+	return total, nil
 }
 
 // memStatus reads the resident set of a process in bytes: VmRSS and its parts RssAnon (heap,
