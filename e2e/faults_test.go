@@ -38,7 +38,7 @@ func checkCPULoad(ctx context.Context, t *testing.T, e *env, n note) {
 	// Chats keep flowing meanwhile, through the loaded host's gateway.
 	deadline := time.Now().Add(20 * time.Second)
 	chats := 0
-	var failed []string // a suspected owner's model is not routed: failures follow suspicions
+	var failed []string
 	for time.Now().Before(deadline) {
 		c := e.chat(ctx, e.pi, e.admin, llamaModel, false, 4, nil)
 		if !c.ok() {
@@ -64,11 +64,7 @@ func checkCPULoad(ctx context.Context, t *testing.T, e *env, n note) {
 	n("%d busy loops for 20s on %d cores (load %s), %d chats through pi5, %d suspect events (watched %.1fs more)",
 		loops, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), chats, len(sus), time.Since(settle).Seconds())
 	for _, s := range sus {
-		n("%s suspected %s at +%.1fs: %s", s.from, s.ev.Member, s.at.Sub(since).Seconds(), s.ev.Message)
-	}
-	if len(sus) > 0 {
-		n("%d of the chats failed meanwhile: %s", len(failed), strings.Join(failed, "; "))
-		waitsFor(t, n, fmt.Sprintf("lan: %d false suspicions under CPU load", len(sus)))
+		t.Errorf("%s suspected %s at +%.1fs: %s", s.from, s.ev.Member, s.at.Sub(since).Seconds(), s.ev.Message)
 	}
 	for _, f := range failed {
 		t.Errorf("chat through the loaded pi5: %s", f)
