@@ -23,6 +23,7 @@ import (
 func checkInteractiveConsole(ctx context.Context, t *testing.T, e *env, n note) {
 	master, slave, err := openPTY(40, 160)
 	if err != nil {
+		n("no pseudo-terminal here: %v", err)
 		t.Skipf("no pseudo-terminal here: %v", err)
 	}
 	defer master.Close()
