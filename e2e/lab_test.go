@@ -63,12 +63,13 @@ func newLab(t *testing.T, dir string) *lab {
 	if r := skipReason(); r != "" {
 		t.Skip(r)
 	}
+	sweepLabs()
 	l := &lab{t: t, prefix: fmt.Sprintf("lke%d", os.Getpid()), subnet: os.Getpid()%250 + 1, dir: dir}
 	l.hub = l.prefix + "-hub"
 	if err := ipCmd("netns", "add", l.hub); err != nil {
 		t.Skipf("this machine does not allow network namespaces: %v", err)
 	}
-	t.Cleanup(func() { l.delNS(l.hub) }) // takes the bridge and the hub's veth ends with it
+	t.Cleanup(func() { delNS(l.hub) }) // takes the bridge and the hub's veth ends with it
 	l.must("-n", l.hub, "link", "add", "br0", "type", "bridge")
 	l.must("-n", l.hub, "link", "set", "br0", "up")
 	return l
@@ -81,9 +82,27 @@ func (l *lab) must(args ...string) {
 	}
 }
 
+// sweepLabs deletes the namespaces of earlier runs whose process is gone (killed before its
+// cleanup ran): they are named lke<pid>-<host>, and no other program names namespaces so.
+func sweepLabs() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		rest, ok := strings.CutPrefix(name, "lke")
+		pidText, _, dash := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || !dash || err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
+			delNS(name)
+		}
+	}
+}
+
 // delNS ends every process still in a namespace (engines an agent started, a killed agent's
 // children) and deletes it.
-func (l *lab) delNS(ns string) {
+func delNS(ns string) {
 	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
 	for _, f := range strings.Fields(string(out)) {
 		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
@@ -114,7 +133,7 @@ func (l *lab) addHost(name string, defaultRoute bool) *netHost {
 		l.t.Fatal(err)
 	}
 	l.must("netns", "add", h.NS)
-	l.t.Cleanup(func() { l.delNS(h.NS) })
+	l.t.Cleanup(func() { delNS(h.NS) })
 	l.must("-n", l.hub, "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", h.NS)
 	l.must("-n", l.hub, "link", "set", name, "master", "br0", "up")
 	l.must("-n", h.NS, "addr", "add", h.Addr+"/24", "dev", "eth0")
