@@ -250,9 +250,11 @@ func TestRunInProcessSingleHost(t *testing.T) {
 	s := startInProcess(t, "--no-mesh", "--allow-temp-store", "--state-dir", stateDir, "--models-dir", filepath.Join(tmp, "models"),
 		"--runtimes", "llama-server", "--llama-server", bins.llamaSim, "--health-interval", "100ms",
 		"--hwprobe-root", filepath.Join("..", "..", "hwprobe", "testdata", "x86-nvidia"), "--hwprobe-os", "linux", "--hwprobe-arch", "amd64")
+	// The agent logs what it found as it starts running, beside the API that just said it listens.
+	require.Eventually(t, func() bool { return strings.Contains(s.stderr.String(), "no Hailo device node") },
+		20*time.Second, 5*time.Millisecond, "the start-up findings were not logged")
 	log := s.stderr.String()
 	assert.Contains(t, log, "made a new single-host mesh")
-	assert.Contains(t, log, "no Hailo device node")
 	c := adminClient(t, s.api, stateDir)
 	assert.NotContains(t, log, c.Token, "a token was logged")
 	ctx := context.Background()

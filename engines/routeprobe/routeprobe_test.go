@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/sim/gguf"
 	"github.com/llmkube/mesh/sim/hailo"
 	"github.com/llmkube/mesh/sim/llamaserver"
 	"github.com/llmkube/mesh/sim/ollama"
@@ -155,7 +155,8 @@ func TestChangedHailoShowsDiffers(t *testing.T) {
 func startLlama(t *testing.T, metrics bool) *llamaserver.Server {
 	t.Helper()
 	model := filepath.Join(t.TempDir(), "tiny.gguf")
-	require.NoError(t, os.WriteFile(model, []byte("not really a gguf"), 0o644))
+	spec, _ := gguf.Preset("sim-tiny")
+	require.NoError(t, gguf.Write(model, spec)) // the simulator reads the header, as llama-server does
 	cfg := llamaserver.DefaultConfig()
 	cfg.ModelPath = model
 	cfg.Alias = "tiny"
