@@ -3,7 +3,7 @@ GO       ?= go
 BIN      ?= bin
 PKGS     ?= ./...
 GOFLAGS_TEST ?= -race -timeout 20m
-PROGRAMS := llmkube-agent llmkube-tui hailo-sim llama-server-sim ollama-sim
+PROGRAMS := llmkube-agent llmkube-tui llmkube-demo hailo-sim llama-server-sim ollama-sim
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 darwin/amd64
 
 # The build's version: the nearest v* tag without its v (v1.2.3 -> 1.2.3, 1.2.3-4-gabc… after it),
@@ -41,7 +41,7 @@ e2e:
 
 # A local mesh of simulated hosts (a Pi 5 with a Hailo-10H, a Mac-like host, a Linux box) and the console.
 demo:
-	$(GO) run ./cmd/llmkube-tui --demo
+	$(GO) run ./cmd/llmkube-demo
 
 # Benchmarks; figures are recorded by hand in BENCHMARKS.md with the date, machine and method.
 bench:

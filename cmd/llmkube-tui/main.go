@@ -1,14 +1,13 @@
 // Command llmkube-tui is the llmkube mesh console: interactive at the root, headless under
-// `llmkube-tui mesh …`. Everything is in package tui/cli; main only wires the process to it:
-// the interactive console (tui.Run) and the demo mesh (demo.go).
+// `llmkube-tui mesh …`. Everything is in package tui/cli; main only wires the process to it and
+// to the interactive console (tui.Run). The demo mesh is another program, llmkube-demo, so this
+// one links no agent, engine driver or simulator.
 package main
 
 import (
 	"context"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/llmkube/mesh/tui"
 	"github.com/llmkube/mesh/tui/cli"
@@ -16,23 +15,9 @@ import (
 )
 
 func main() {
-	// SIGHUP too: closing the terminal must stop the demo and remove its folders like Ctrl-C.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	// After the first signal, the next one kills the process the usual way, should shutting
-	// down hang.
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
-	code, ok := runAsLlamaServer(ctx)
-	if !ok {
-		code = cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, cli.Options{
-			RunConsole: runConsole,
-			Demo:       startDemo,
-		})
-	}
-	stop()
-	os.Exit(code)
+	os.Exit(cli.WithSignals(func(ctx context.Context) int {
+		return cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, cli.Options{RunConsole: runConsole})
+	}))
 }
 
 // runConsole runs the interactive console. Its log already goes to --log-file or nowhere.

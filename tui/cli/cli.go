@@ -336,7 +336,7 @@ func (a *app) connect(ctx context.Context, mode settleMode, interactive bool) (*
 	if a.g.demo {
 		if a.opts.Demo == nil {
 			cleanup()
-			return nil, errors.New("--demo is not available in this build of llmkube-tui")
+			return nil, errors.New("--demo is not available in this build of llmkube-tui: the demo mesh is the program llmkube-demo (make demo)")
 		}
 		join, stop, err := a.opts.Demo(ctx)
 		if err != nil {

@@ -391,7 +391,7 @@ func emptyState(ctx *common.Context) string {
 		"  • Start an agent on a host:   llmkube-agent run --join-string \"$LLMKUBE_JOIN\"",
 		"  • Or join one by address:     llmkube-tui --join-string … --join 10.0.0.5:7946",
 		"  • Ask why peers are invisible: press 6 for the doctor",
-		"  • Or try it all locally:      llmkube-tui --demo",
+		"  • Or try it all locally:      make demo (llmkube-demo)",
 	}
 	if ctx.Conn != nil && ctx.Conn.Mode() == "agent" {
 		lines = append(lines, "", st.Muted.Render("Watching through one agent's API: its view has no agents yet."))

@@ -1,0 +1,30 @@
+// Command llmkube-demo is the llmkube mesh console on a demo mesh it starts itself: real agents
+// on loopback with simulated engines (a Pi 5 with a Hailo-10H, a Mac-like host, a GPU server).
+// `make demo` runs it. It is its own program so that the console users install, llmkube-tui,
+// links no agent, engine driver or simulator. Arguments are llmkube-tui's: `llmkube-demo` opens
+// the console, `llmkube-demo mesh hosts` runs a headless command against the demo mesh.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/llmkube/mesh/tui"
+	"github.com/llmkube/mesh/tui/cli"
+	"github.com/llmkube/mesh/tui/console"
+)
+
+func main() {
+	os.Exit(cli.WithSignals(func(ctx context.Context) int {
+		if code, ok := runAsLlamaServer(ctx); ok {
+			return code
+		}
+		return cli.Run(ctx, append([]string{"--demo"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr, cli.Options{
+			RunConsole: func(ctx context.Context, conn *console.Conn, _ *slog.Logger) error {
+				return tui.Run(ctx, conn, tui.Options{})
+			},
+			Demo: startDemo,
+		})
+	}))
+}
