@@ -15,9 +15,9 @@ import (
 )
 
 // Detection bounds on an idle LAN (DESIGN.md, README: suspect within about 2 s, dead within
-// about 5 s), with room for a busy CI machine's scheduling.
+// about 5 s); a suspicion is shown after a 0.5 s grace, and a busy CI machine schedules late.
 const (
-	suspectWithin = 2500 * time.Millisecond
+	suspectWithin = 3 * time.Second
 	deadWithin    = 5 * time.Second
 	rejoinWithin  = 3 * time.Second // after a cut link is back (issue 12: ≤ 2 s)
 )
