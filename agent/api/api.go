@@ -86,6 +86,24 @@ func (s PlacementState) Terminal() bool {
 	return s == StateFailed || s == StateEvicted
 }
 
+// Outcome is what a placement's state means to one waiting for it: done with a nil error once
+// it is ready; done with its refusal (an *Error, EngineError when the agent named no code) once
+// it failed or was evicted; not done while it is pulling, loading or starting. `place --wait`
+// (Client.WaitPlacement) and the console's Place view both decide by it.
+func (p Placement) Outcome() (done bool, err error) {
+	switch {
+	case p.State == StateReady:
+		return true, nil
+	case p.State.Terminal():
+		code := p.Code
+		if code == "" {
+			code = CodeEngineError
+		}
+		return true, &Error{Code: code, Message: p.Reason}
+	}
+	return false, nil
+}
+
 // Code is a stable refusal or error code.
 type Code string
 

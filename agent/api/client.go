@@ -373,8 +373,9 @@ func (c *Client) ChatStream(ctx context.Context, model string, msgs []ChatMessag
 	})
 }
 
-// waitCallTimeout bounds one look at a placement while waiting for it.
-const waitCallTimeout = 10 * time.Second
+// WaitLookTimeout bounds one look at a placement while waiting for it: an agent that stops
+// answering is asked again (the Place view) or ends the wait (WaitPlacement), never waited on.
+const WaitLookTimeout = 10 * time.Second
 
 // WaitPlacement polls a placement until it is ready or terminal, calling progress on each change.
 // It returns the final placement; a failed one comes back with an *Error carrying its code.
@@ -385,7 +386,7 @@ func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Durati
 	for {
 		// Each look is bounded: an agent that stops answering ends the wait with an error
 		// instead of holding it forever.
-		pctx, cancel := context.WithTimeout(ctx, waitCallTimeout)
+		pctx, cancel := context.WithTimeout(ctx, WaitLookTimeout)
 		p, err := c.Placement(pctx, id)
 		cancel()
 		if err != nil {
@@ -397,15 +398,8 @@ func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Durati
 			}
 		}
 		last = p
-		switch {
-		case p.State == StateReady:
-			return p, nil
-		case p.State.Terminal():
-			code := p.Code
-			if code == "" {
-				code = CodeEngineError
-			}
-			return p, &Error{Code: code, Message: p.Reason}
+		if done, err := p.Outcome(); done {
+			return p, err
 		}
 		select {
 		case <-ctx.Done():

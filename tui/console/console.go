@@ -335,7 +335,23 @@ func (c *Conn) Wait(ctx context.Context, p api.Placement, progress func(api.Plac
 	if err != nil {
 		return p, err
 	}
-	return cl.WaitPlacement(ctx, p.ID, 200*time.Millisecond, progress)
+	return cl.WaitPlacement(ctx, p.ID, LookEvery, progress)
+}
+
+// LookEvery is how often a placement being followed is looked at, by Wait and the Place view.
+const LookEvery = 200 * time.Millisecond
+
+// Look is one look at a placement being followed, bounded as each of Wait's looks is
+// (api.WaitLookTimeout): the Place view takes one a tick and decides by api.Placement.Outcome,
+// as Wait does, but asks again when a look fails where Wait ends.
+func (c *Conn) Look(ctx context.Context, host, id string) (api.Placement, error) {
+	cl, err := c.Client(host)
+	if err != nil {
+		return api.Placement{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, api.WaitLookTimeout)
+	defer cancel()
+	return cl.Placement(ctx, id)
 }
 
 // Delete stops and removes a placement, found by id, id prefix or unique model name.

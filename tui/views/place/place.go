@@ -28,10 +28,8 @@ import (
 // dead host never holds the form up.
 const (
 	Debounce     = 300 * time.Millisecond
-	PollEvery    = 250 * time.Millisecond
 	rankTimeout  = 20 * time.Second
 	placeTimeout = 30 * time.Second
-	pollTimeout  = 5 * time.Second
 	maxRecent    = 20
 )
 
@@ -380,26 +378,22 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 // settle decides what follows a placement's new state: done, failed, or another look.
 func (m *Model) settle() tea.Cmd {
 	p := m.placement
+	done, err := p.Outcome() // as `place --wait` decides
 	switch {
-	case p.State == api.StateReady:
-		m.placing = false
-		m.remember(m.req.Source)
-		return common.Status(fmt.Sprintf("%s is ready on %s", p.Model, p.Host), false)
-	case p.State.Terminal():
-		m.placing = false
-		code := p.Code
-		if code == "" {
-			code = api.CodeEngineError
-		}
-		m.placeErr = &api.Error{Code: code, Message: p.Reason}
+	case !done:
+		return m.nextPoll()
+	case err != nil:
+		m.placing, m.placeErr = false, err
 		return nil
 	}
-	return m.nextPoll()
+	m.placing = false
+	m.remember(m.req.Source)
+	return common.Status(fmt.Sprintf("%s is ready on %s", p.Model, p.Host), false)
 }
 
 func (m *Model) nextPoll() tea.Cmd {
 	seq := m.placeSeq
-	return tea.Tick(PollEvery, func(time.Time) tea.Msg { return pollMsg{seq: seq} })
+	return tea.Tick(console.LookEvery, func(time.Time) tea.Msg { return pollMsg{seq: seq} })
 }
 
 // pollCmd reads the placement once, bounded: a host that stops answering is retried, never
@@ -410,13 +404,7 @@ func (m *Model) pollCmd(seq int) tea.Cmd {
 		if conn == nil {
 			return progressMsg{seq: seq, err: errNotConnected}
 		}
-		cl, err := conn.Client(host)
-		if err != nil {
-			return progressMsg{seq: seq, err: err}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
-		defer cancel()
-		p, err := cl.Placement(ctx, id)
+		p, err := conn.Look(context.Background(), host, id)
 		return progressMsg{seq: seq, p: p, err: err}
 	}
 }
