@@ -274,7 +274,12 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: unreadable event %q: %w", truncate(value), err)}
 		}
 		if c.Error != nil {
-			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: %s", c.Error.Message)}
+			code := api.CodeEngineError
+			if strings.Contains(c.Error.Message, "Context size has been exceeded") {
+				// The slots' shared context ran out mid-answer (llama-server's words).
+				code = api.CodeContextLimit
+			}
+			return &engines.Error{Code: code, Err: fmt.Errorf("llama-server: %s", c.Error.Message)}
 		}
 		if c.Usage != nil {
 			final.PromptTokens, final.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens

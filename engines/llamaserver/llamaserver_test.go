@@ -726,3 +726,35 @@ func TestExitReason(t *testing.T) {
 	assert.Empty(t, exitReason("0.00.1 I all is well\nmain: model loaded"))
 	assert.Equal(t, "x", exitReason("0.1 E x\x1b"), "control characters are dropped")
 }
+
+// A stream that ends with an error line after some content (llama-server does when a slot
+// fails mid-answer) is an error after the content came, never a complete answer.
+func TestChatErrorAfterContent(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s", "LLAMA_SIM_STREAM_ERROR_AFTER=2"} })
+	m := engines.Model{ID: "e", Source: modelFile(t)}
+	_, err := d.Load(t.Context(), m)
+	require.NoError(t, err)
+	var got []engines.ChatChunk
+	long := hello()
+	long.MaxTokens = 20
+	err = d.Chat(t.Context(), m, long, func(c engines.ChatChunk) error { got = append(got, c); return nil })
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.EqualError(t, err, "EngineError: llama-server: simulated failure after 2 tokens (LLAMA_SIM_STREAM_ERROR_AFTER)")
+	require.Len(t, got, 2)
+	for _, c := range got {
+		assert.False(t, c.Done)
+		assert.NotEmpty(t, c.Content)
+	}
+}
+
+// A stream cut by llama-server's "Context size has been exceeded" (slots sharing one context,
+// when -np is auto) is a context error, which clients are told as such.
+func TestStreamContextExceededIsContextLimit(t *testing.T) {
+	body := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n" +
+		"data: {\"error\":{\"code\":500,\"message\":\"Context size has been exceeded.\",\"type\":\"server_error\"}}\n\n"
+	n := 0
+	err := readEvents(t.Context(), strings.NewReader(body), func(engines.ChatChunk) error { n++; return nil })
+	assert.Equal(t, api.CodeContextLimit, codeOf(err))
+	assert.EqualError(t, err, "ContextTooLong: llama-server: Context size has been exceeded.")
+	assert.Equal(t, 1, n, "the content before it was passed on")
+}
