@@ -9,6 +9,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/internal/backoff"
 )
 
 // progressEvery spaces pull progress events: a live bar, not an event per chunk.
@@ -208,7 +209,7 @@ func codeOf(err error, def api.Code) api.Code {
 // usually the model itself); once a placement has run — or when it is being restored after
 // a restart, when a daemon may simply not be up yet — failures are retried.
 func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
-	backoff := a.cfg.RestartBackoff
+	restart := backoff.New(a.cfg.RestartBackoff, a.cfg.RestartBackoffMax)
 	restarting := false
 	for {
 		if !restarting {
@@ -269,7 +270,7 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 				return
 			}
 			if time.Since(readyAt) > a.cfg.RestartBackoffMax {
-				backoff = a.cfg.RestartBackoff // it ran well for a while: start the backoff over
+				restart.Reset() // it ran well for a while: start the backoff over
 			}
 		}
 		// Withdraw first, then restart: the gateway stops routing before the engine goes.
@@ -285,10 +286,11 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 		pl.inst = nil
 		a.mu.Unlock()
 		a.metrics.EngineRestarted(pl.p.Runtime)
-		a.log.Warn("engine failed; restarting", "placement", pl.p.ID, "model", pl.p.Model, "reason", failure, "backoff", backoff)
+		wait := restart.Next()
+		a.log.Warn("engine failed; restarting", "placement", pl.p.ID, "model", pl.p.Model, "reason", failure, "backoff", wait)
 		// The engine event carries the placement, so only its namespace (and the admin) sees it.
 		a.mu.Lock()
-		a.publishLocked(api.EventEngine, pl, fmt.Sprintf("%s for %s: %s; restarting in %s", pl.p.Runtime, pl.p.Model, failure, backoff), api.CodeEngineError)
+		a.publishLocked(api.EventEngine, pl, fmt.Sprintf("%s for %s: %s; restarting in %s", pl.p.Runtime, pl.p.Model, failure, wait), api.CodeEngineError)
 		a.publishLocked(api.EventPlacement, pl, "restarting: "+failure, "")
 		a.mu.Unlock()
 		a.saveOrLog()
@@ -296,9 +298,8 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, a.cfg.RestartBackoffMax)
 	}
 }
 

@@ -2,12 +2,12 @@ package mesh
 
 import (
 	"cmp"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/backoff"
 	"github.com/llmkube/mesh/mesh/discovery"
 )
 
@@ -17,7 +17,7 @@ type candidate struct {
 	via      string
 	onLink   bool      // mDNS: the address is on one of our subnets
 	next     time.Time // next attempt
-	backoff  time.Duration
+	backoff  backoff.Backoff
 	err      error // of the last attempt; nil after a success
 	tries    int
 	joined   bool   // a join through it succeeded once
@@ -105,7 +105,7 @@ func (m *Mesh) found(p discovery.Peer) {
 
 func (m *Mesh) addCandidateLocked(q queued, now time.Time) {
 	p := q.p
-	m.candidates[p.GossipAddr] = &candidate{addr: p.GossipAddr, via: p.Via, onLink: p.OnLink, next: now, backoff: m.t.joinFirst, seq: q.seq}
+	m.candidates[p.GossipAddr] = &candidate{addr: p.GossipAddr, via: p.Via, onLink: p.OnLink, next: now, backoff: backoff.New(m.t.joinFirst, m.t.joinMax), seq: q.seq}
 }
 
 // roomForMDNSLocked says whether an mDNS peer may become a candidate now.
@@ -207,7 +207,8 @@ func (m *Mesh) joiner() {
 				continue
 			}
 			if member[c.addr] {
-				c.err, c.backoff, c.joined = nil, m.t.joinFirst, true
+				c.err, c.joined = nil, true
+				c.backoff.Reset()
 				continue
 			}
 			if c.next.After(now) {
@@ -250,7 +251,8 @@ func (m *Mesh) tryJoin(addr string) {
 	c.inflight = false
 	c.tries++
 	if err == nil {
-		c.err, c.backoff = nil, m.t.joinFirst
+		c.err = nil
+		c.backoff.Reset()
 		c.next = time.Now().Add(m.t.joinMax)
 		m.log.Info("joined the mesh through a peer", "peer", addr, "via", c.via)
 		return
@@ -262,11 +264,9 @@ func (m *Mesh) tryJoin(addr string) {
 		signal(m.joinCh)
 		return
 	}
-	jitter := time.Duration(rand.Int64N(int64(c.backoff)/4 + 1))
-	c.next = time.Now().Add(c.backoff + jitter)
-	c.backoff = min(c.backoff*2, m.t.joinMax)
-	if c.tries == 1 || c.backoff == m.t.joinMax {
-		m.log.Warn("could not join peer; retrying", "peer", addr, "via", c.via, "err", c.err, "retry_in", c.backoff)
+	c.next = time.Now().Add(backoff.Jitter(c.backoff.Next()))
+	if c.tries == 1 || c.backoff.AtMax() {
+		m.log.Warn("could not join peer; retrying", "peer", addr, "via", c.via, "err", c.err, "retry_in", c.backoff.Current())
 	}
 	signal(m.joinCh)
 }

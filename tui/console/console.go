@@ -21,6 +21,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
+	"github.com/llmkube/mesh/internal/backoff"
 	"github.com/llmkube/mesh/mesh/discovery"
 	"github.com/llmkube/mesh/mesh/rank"
 )
@@ -466,7 +467,7 @@ func (c *Conn) Events(ctx context.Context, emit func(api.Event)) {
 
 func (c *Conn) followEvents(ctx context.Context, addr string, emit func(api.Event)) {
 	var last uint64
-	backoff := 200 * time.Millisecond
+	retry := backoff.New(200*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
 		err := c.clientFor(addr).Events(ctx, last, func(ev api.Event) error {
 			last = ev.Seq
@@ -480,8 +481,7 @@ func (c *Conn) followEvents(ctx context.Context, addr string, emit func(api.Even
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(retry.Next()):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
