@@ -95,6 +95,14 @@ func (m *Mesh) housekeep(now time.Time) {
 			delete(m.pending, name) // no such member came: nothing will ever name it
 		}
 	}
+	if alone := m.aloneLocked(now); alone != m.wasAlone {
+		m.wasAlone, changed = alone, true
+		if alone {
+			m.log.Warn("no member answers: this host is cut off; showing every other member unreachable")
+		} else {
+			m.log.Info("members answer again")
+		}
+	}
 	if changed {
 		m.countAliveLocked()
 	}

@@ -310,6 +310,7 @@ func plausibleSeq(seq uint64) bool {
 
 // suspected is called when our own memberlist's failure detector suspects a node.
 func (m *Mesh) suspected(name string) {
+	m.lastFailed.Store(time.Now().UnixNano())
 	m.mu.Lock()
 	mb := m.members[name]
 	if mb == nil || name == m.name {

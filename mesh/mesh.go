@@ -101,6 +101,10 @@ type Mesh struct {
 	meta    atomic.Pointer[[]byte] // encoded local metadata, what memberlist gossips
 	nAlive  atomic.Int32           // members alive or suspect, for the broadcast queue
 	leaving atomic.Bool            // Leave was called: refute no suspicion
+	// lastAck and lastFailed time (Unix ns) the last probe memberlist saw acked and the last
+	// one our failure detector failed: together they tell a member cut off (reconnect.go).
+	lastAck, lastFailed atomic.Int64
+	wasAlone            bool // guarded by mu; for the housekeeper to notice a change
 
 	mu         sync.Mutex // guards everything below; never held while calling memberlist
 	members    map[string]*member
@@ -172,6 +176,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		liveSeq:    uint64(time.Now().UnixMicro()),
 	}
 	m.diag = newDiagnostics(m)
+	m.lastAck.Store(time.Now().UnixNano())
 	m.local.gen = uint64(time.Now().UnixMicro())
 	m.startSeq = m.liveSeq
 	initial, err := encodeMeta(nodeMeta{Role: cfg.Role, APIAddr: cfg.APIAddr, Seq: m.startSeq})
@@ -203,6 +208,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 	mlc.Delegate = (*delegate)(m)
 	mlc.Events = (*events)(m)
+	mlc.Ping = (*pings)(m)
 	mlc.Alive = (*aliveCheck)(m)
 	mlc.Conflict = (*events)(m)
 	mlc.LogOutput = nil
@@ -245,6 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	m.goRun(m.notifier)
 	m.goRun(m.housekeeper)
 	m.goRun(m.joiner)
+	m.goRun(m.rejoiner)
 	m.goRun(m.discover)
 	go func() {
 		select {

@@ -28,6 +28,8 @@ type timings struct {
 	retainGone   time.Duration // a dead or left member stays in the view this long
 	deadGrace    time.Duration // a death is announced after this, in case a leave notice follows
 	suspectGrace time.Duration // a suspicion is shown only if not refuted within this
+	rejoinEvery  time.Duration // between pings of a dead member, to rejoin it once it answers
+	aloneAfter   time.Duration // no acked probe for this long, after a failed one: cut off
 	leaveWait    time.Duration // time for the leave notice to go out before memberlist's
 	publishWait  time.Duration // UpdateNode's wait for the metadata broadcast
 	conflictKeep time.Duration // a name conflict stays in the doctor's report
@@ -55,6 +57,7 @@ func profile(name string) (*memberlist.Config, timings, error) {
 			dialRecheck: time.Minute, joinFirst: time.Second, joinMax: 30 * time.Second,
 			saveEvery: 30 * time.Second, fetchGrace: time.Second, fetchRetry: 3 * time.Second,
 			retainGone: 30 * time.Minute, deadGrace: 400 * time.Millisecond, suspectGrace: 500 * time.Millisecond, leaveWait: 600 * time.Millisecond,
+			rejoinEvery: time.Second, aloneAfter: 2 * time.Second,
 			publishWait: 5 * time.Second, conflictKeep: 10 * time.Minute,
 		}, nil
 	case ProfileWAN:
@@ -65,6 +68,7 @@ func profile(name string) (*memberlist.Config, timings, error) {
 			dialRecheck: 2 * time.Minute, joinFirst: 2 * time.Second, joinMax: time.Minute,
 			saveEvery: time.Minute, fetchGrace: 2 * time.Second, fetchRetry: 10 * time.Second,
 			retainGone: time.Hour, deadGrace: time.Second, suspectGrace: 2 * time.Second, leaveWait: 1500 * time.Millisecond,
+			rejoinEvery: 5 * time.Second, aloneAfter: 10 * time.Second,
 			publishWait: 10 * time.Second, conflictKeep: 30 * time.Minute,
 		}, nil
 	case ProfileLocal:
@@ -87,6 +91,7 @@ func profile(name string) (*memberlist.Config, timings, error) {
 			dialRecheck: 2 * time.Second, joinFirst: 50 * time.Millisecond, joinMax: 500 * time.Millisecond,
 			saveEvery: 200 * time.Millisecond, fetchGrace: 100 * time.Millisecond, fetchRetry: 300 * time.Millisecond,
 			retainGone: 10 * time.Second, deadGrace: 60 * time.Millisecond, suspectGrace: 500 * time.Millisecond, leaveWait: 80 * time.Millisecond,
+			rejoinEvery: 250 * time.Millisecond, aloneAfter: 2 * time.Second,
 			publishWait: time.Second, conflictKeep: time.Minute,
 		}, nil
 	}

@@ -100,6 +100,7 @@ func (m *Mesh) viewLocked() View {
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	alone := m.aloneLocked(v.At)
 	for _, name := range names {
 		mb := m.members[name]
 		if mb.consoleLeft() {
@@ -107,6 +108,10 @@ func (m *Mesh) viewLocked() View {
 		}
 		live, reason := mb.liveness()
 		verified := mb.verified(m.name)
+		if alone && name != m.name && !mb.hearsay && (live == api.Alive || live == api.Suspect || live == api.Unreachable) {
+			live, verified = api.Unreachable, false
+			reason = "this host has had no answer from any member for " + m.t.aloneAfter.String() + ": its own network is down or cut off"
+		}
 		var reasons []string
 		if mb.metaErr != nil {
 			reasons = append(reasons, mb.metaErr.Error())

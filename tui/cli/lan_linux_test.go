@@ -59,19 +59,22 @@ var lanAgents = []string{"alpha", "beta"}
 
 // newLAN starts the agents (mDNS on, the LAN profile's timings) and waits until each has
 // joined the others.
-func newLAN(t *testing.T) *lan {
-	lab := netnslab.New(t, len(lanAgents)+1)
+func newLAN(t *testing.T, names ...string) *lan {
+	if len(names) == 0 {
+		names = lanAgents
+	}
+	lab := netnslab.New(t, len(names)+1)
 	bin := llmkubeAgent(t)
 	_, join := newJoin(t, "lab")
-	l := &lan{lab: lab, join: join, agents: map[string]*netnslab.Proc{}, laptop: len(lanAgents) + 1}
-	for i, name := range lanAgents {
+	l := &lan{lab: lab, join: join, agents: map[string]*netnslab.Proc{}, laptop: len(names) + 1}
+	for i, name := range names {
 		dir := t.TempDir()
 		l.agents[name] = lab.Start(i+1, nil, bin, "run", "--allow-temp-store", "--log-format", "json",
 			"--state-dir", filepath.Join(dir, "state"), "--models-dir", filepath.Join(dir, "models"),
 			"--node-name", name, "--join-string", join, "--runtimes", "ollama", "--ollama-url", "http://127.0.0.1:1")
 	}
-	for _, name := range lanAgents {
-		for _, other := range lanAgents {
+	for _, name := range names {
+		for _, other := range names {
 			if other != name {
 				l.waitLog(t, name, `"msg":"mesh member joined"`, `"member":"`+other+`"`)
 			}
@@ -80,12 +83,18 @@ func newLAN(t *testing.T) *lan {
 	return l
 }
 
-// waitLog waits until agent name logs a line holding every one of parts.
-func (l *lan) waitLog(t *testing.T, name string, parts ...string) {
+// waitLog waits until agent name logs a line holding every one of parts, and returns when it
+// logged it.
+func (l *lan) waitLog(t *testing.T, name string, parts ...string) time.Time {
 	t.Helper()
 	p := l.agents[name]
 	deadline := time.Now().Add(30 * time.Second)
-	for !logged(p.Out.String(), parts...) {
+	for {
+		if line, ok := logged(p.Out.String(), parts...); ok {
+			var rec struct{ Time time.Time }
+			require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+			return rec.Time
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never logged %v; its log:\n%s", name, parts, p.Out.String())
 		}
@@ -97,17 +106,17 @@ func (l *lan) waitLog(t *testing.T, name string, parts ...string) {
 	}
 }
 
-func logged(out string, parts ...string) bool {
+func logged(out string, parts ...string) (string, bool) {
 	for _, line := range strings.Split(out, "\n") {
 		ok := true
 		for _, p := range parts {
 			ok = ok && strings.Contains(line, p)
 		}
 		if ok {
-			return true
+			return line, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // console runs llmkube-tui on the laptop with env and args, and returns its result.
@@ -218,4 +227,53 @@ func TestLANHeadlessHostsShowsACrashedHost(t *testing.T) {
 	assert.Equal(t, api.Dead, m.Liveness)
 	a, _ := member(doc, "alpha")
 	assert.Equal(t, api.Alive, a.Liveness)
+}
+
+// TestLANLinkCut: a host whose cable is pulled knows at once that it is alone (every other
+// member unreachable, their models unavailable), and once the cable is back both sides, which
+// by then hold each other dead, rejoin by themselves.
+func TestLANLinkCut(t *testing.T) {
+	l := newLAN(t, "alpha", "beta", "gamma")
+	token := "LLMKUBE_TOKEN=" + api.AdminToken(mustJoin(t, l.join).Secret)
+	l.lab.Cut(3)
+	cut := time.Now()
+	// gamma's own view, through its API on loopback: both others unreachable as cut off, before
+	// its failure detector (slowed down by Lifeguard, as it cannot tell who is at fault) has
+	// declared them dead one by one.
+	for {
+		require.Less(t, time.Since(cut), 30*time.Second, "gamma never saw itself cut off")
+		p := l.lab.Start(3, []string{childEnv + "=1", token}, os.Args[0], "mesh", "hosts", "--json", "--agent", "http://127.0.0.1:7777")
+		require.Equal(t, cli.ExitOK, p.Wait(), p.Out.String())
+		var doc cli.HostsDoc
+		require.NoError(t, json.Unmarshal([]byte(p.Out.String()), &doc), p.Out.String())
+		alone := 0
+		for _, name := range []string{"alpha", "beta"} {
+			if m, ok := member(doc, name); ok && m.Liveness == api.Unreachable && strings.Contains(m.Reason, "cut off") {
+				alone++
+			}
+		}
+		if alone == 2 {
+			break
+		}
+	}
+	t.Logf("gamma knew it was cut off %.1f s after the cut", time.Since(cut).Seconds())
+	l.waitLog(t, "alpha", `"msg":"mesh member dead"`, `"member":"gamma"`)
+	l.waitLog(t, "gamma", `"msg":"mesh member dead"`, `"member":"alpha"`)
+	l.waitLog(t, "gamma", `"msg":"mesh member dead"`, `"member":"beta"`)
+
+	l.lab.Plug(3)
+	plugged := time.Now()
+	back := []time.Time{
+		l.waitLog(t, "alpha", `"msg":"mesh member recovered"`, `"member":"gamma"`),
+		l.waitLog(t, "beta", `"msg":"mesh member recovered"`, `"member":"gamma"`),
+		l.waitLog(t, "gamma", `"msg":"mesh member recovered"`, `"member":"alpha"`),
+		l.waitLog(t, "gamma", `"msg":"mesh member recovered"`, `"member":"beta"`),
+	}
+	var last time.Time
+	for _, b := range back {
+		if b.After(last) {
+			last = b
+		}
+	}
+	t.Logf("every member saw every other alive again %.2f s after the cable was back", last.Sub(plugged).Seconds())
 }
