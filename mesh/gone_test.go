@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/discovery"
 )
 
 // A member that joins after a host crashed and another left sees them as the others do —
@@ -30,8 +31,12 @@ func TestNewcomerSeesMembersAlreadyGone(t *testing.T) {
 		return liveness(v, "victim") == api.Dead && liveness(v, "leaver") == api.Left
 	})
 
-	fresh := c.add("fresh", api.RoleConsole)
+	// Joined only once its events are watched, so none is missed.
+	cfg, _ := c.config("fresh", api.RoleConsole)
+	cfg.Seeds = nil
+	fresh := c.start(cfg)
 	events := eventsOf(t, fresh)
+	fresh.found(discovery.Peer{GossipAddr: c.seed, Via: discovery.ViaSeed})
 	waitFor(t, 10*time.Second, []*Mesh{fresh}, "the newcomer sees the victim dead and the leaver left", func(v View) bool {
 		return liveness(v, "a") == api.Alive && liveness(v, "victim") == api.Dead && liveness(v, "leaver") == api.Left
 	})
