@@ -358,7 +358,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleProps(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"default_generation_settings": map[string]any{
-			"id": 0, "id_task": -1, "n_ctx": s.cfg.slotCtx(), "speculative": false, "is_processing": false,
+			"n_ctx": s.cfg.slotCtx(),
 			"params": map[string]any{
 				"n_predict": s.cfg.NPredict, "seed": s.cfg.Seed, "temperature": 0.8, "top_k": 40,
 				"top_p": 0.95, "min_p": 0.05, "stream": true,
@@ -387,7 +387,7 @@ func (s *Server) handleSlots(w http.ResponseWriter, r *http.Request) {
 	slots := make([]map[string]any, s.cfg.Parallel)
 	for i := range slots {
 		slots[i] = map[string]any{
-			"id": i, "id_task": -1, "n_ctx": s.cfg.slotCtx(), "speculative": false, "is_processing": i < busy,
+			"id": i, "n_ctx": s.cfg.slotCtx(), "speculative": false, "is_processing": i < busy,
 		}
 	}
 	writeJSON(w, http.StatusOK, slots)
