@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strings"
 
 	"github.com/llmkube/mesh/engines"
 )
@@ -278,31 +277,7 @@ type oaMessage struct {
 
 // text is a message's content: a string, or the text of an array of content parts.
 func (m oaMessage) text() (string, error) {
-	if len(m.Content) == 0 || string(m.Content) == "null" {
-		return "", nil
-	}
-	if m.Content[0] == '"' {
-		var s string
-		if err := json.Unmarshal(m.Content, &s); err != nil {
-			return "", err
-		}
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(m.Content, &parts); err != nil {
-		return "", errors.New("message content must be a string or an array of content parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type != "text" {
-			return "", fmt.Errorf("content part of type %q is not supported: the engines take text only", p.Type)
-		}
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
+	return contentText(m.Content, "message content must be a string or an array of content parts", "text")
 }
 
 func parseStop(raw json.RawMessage) ([]string, error) {

@@ -66,32 +66,9 @@ type respItem struct {
 }
 
 // respText is the text of a message's or an output's content: a string, or input_text /
-// output_text parts.
+// output_text (or plain text) parts.
 func respText(raw json.RawMessage) (string, error) {
-	if !present(raw) {
-		return "", nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("content must be a string or an array of input_text parts")
-	}
-	var b bytes.Buffer
-	for _, p := range parts {
-		switch p.Type {
-		case "input_text", "output_text", "text":
-			b.WriteString(p.Text)
-		default:
-			return "", fmt.Errorf("content part of type %q is not supported: the engines take text only", p.Type)
-		}
-	}
-	return b.String(), nil
+	return contentText(raw, "content must be a string or an array of input_text parts", "input_text", "output_text", "text")
 }
 
 const noStore = "this gateway keeps earlier answers only for a while, on the agent that gave them: send the earlier items themselves (with the AI SDK, providerOptions: {openai: {store: false}})"

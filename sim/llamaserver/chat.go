@@ -98,27 +98,7 @@ func (s *Server) shaped(req chatRequest) (shape, bool) {
 
 // text returns a message's content: a string, or the text parts of an array of parts.
 func (m chatMessage) text() (string, error) {
-	if len(m.Content) == 0 || string(m.Content) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(m.Content, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(m.Content, &parts); err != nil {
-		return "", errors.New("message content must be a string or an array of content parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type == "text" {
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String(), nil
+	return simserver.ContentText(m.Content, "message content must be a string or an array of content parts")
 }
 
 // stops decodes "stop": a string or an array of strings.

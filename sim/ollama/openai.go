@@ -2,13 +2,14 @@ package ollama
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/llmkube/mesh/sim/internal/simserver"
 )
 
 // writeOpenAIError writes the error shape of Ollama's OpenAI layer. Like Ollama it keeps the
@@ -25,27 +26,7 @@ type openAIMessage struct {
 
 // text returns a message's content: a string or the text of an array of content parts.
 func (m openAIMessage) text() (string, error) {
-	if len(m.Content) == 0 || string(m.Content) == "null" {
-		return "", nil
-	}
-	var s string
-	if json.Unmarshal(m.Content, &s) == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(m.Content, &parts); err != nil {
-		return "", errors.New("invalid message content type")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type == "text" {
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String(), nil
+	return simserver.ContentText(m.Content, "invalid message content type")
 }
 
 func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
