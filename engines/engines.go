@@ -121,6 +121,11 @@ type ChatChunk struct {
 	FinishReason     string // "stop", "length"
 	PromptTokens     int
 	CompletionTokens int
+	// More says the driver has the answer's next chunk at hand already, so the receiver may
+	// hold this one in its write buffer to go out with the next. A driver that sets it sends a
+	// chunk without More (an empty one if need be) before it waits on the engine again, so no
+	// piece of the answer is ever held while the next is not there.
+	More bool
 }
 
 // Driver runs models on one runtime.

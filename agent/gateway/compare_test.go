@@ -135,7 +135,7 @@ func newCmpEnv(b *testing.B) *cmpEnv {
 	a := newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld, od},
 		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: osim.URL(), OllamaRegistry: osim.RegistryURL()}})
 	nb := newNode(b, nodeOpts{name: "node-b"})
-	lp := place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 32768, Args: []string{"--parallel", "64"}})
+	lp := place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 2048, Args: []string{"--parallel", "16"}})
 	place(b, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
 	joinWith(b, mesh.ProfileLAN, a, nb)
 

@@ -14,16 +14,19 @@ import (
 	"github.com/llmkube/mesh/engines"
 )
 
-// out writes a response chunk by chunk, flushing each one (nothing waits in a buffer), with a
-// write deadline so that a client that stops reading is cut instead of holding the engine.
-// (net/http clears the deadline when the handler returns, before the connection's next request.)
+// out writes a response chunk by chunk, flushing each one unless the next is already at hand
+// (see hold), with a write deadline so that a client that stops reading is cut instead of
+// holding the engine. (net/http clears the deadline when the handler returns, before the
+// connection's next request.)
 type out struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	stall time.Duration
-	armed time.Time // when the write deadline was last pushed forward
-	begun bool
-	err   error // the first write error: the client is gone or stalled
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	stall   time.Duration
+	armed   time.Time // when the write deadline was last pushed forward
+	begun   bool
+	holding bool  // the driver has the next chunk at hand: writes wait in the buffer for it
+	held    bool  // written and not flushed
+	err     error // the first write error: the client is gone or stalled
 }
 
 func newOut(w http.ResponseWriter, stall time.Duration) out {
@@ -56,11 +59,34 @@ func (o *out) send(b []byte) error {
 		o.err = err
 		return err
 	}
+	if o.holding {
+		o.held = true
+		return nil
+	}
+	return o.flush()
+}
+
+func (o *out) flush() error {
+	o.held = false
 	if err := o.rc.Flush(); err != nil {
 		o.err = err
 		return err
 	}
 	return nil
+}
+
+// hold tells whether the driver has the next chunk at hand (engines.ChatChunk.More): while it
+// does, chunks are written into the buffer and go out together, one system call for several
+// tokens when the engine is ahead of the client; a chunk that is not followed goes out at once.
+func (o *out) hold(more bool) { o.holding = more }
+
+// release sends what is held: the driver is about to wait on the engine.
+func (o *out) release() error {
+	o.holding = false
+	if !o.held || o.err != nil {
+		return o.err
+	}
+	return o.flush()
 }
 
 func (o *out) writeFailed() bool { return o.err != nil }
@@ -91,6 +117,9 @@ type encoder interface {
 	fail(f *failure)
 	// writeFailed reports whether a write failed: the client left or stopped reading.
 	writeFailed() bool
+	// hold and release coalesce writes while the driver has more at hand (see out.hold).
+	hold(more bool)
+	release() error
 }
 
 func newEncoder(c *chatCall, w http.ResponseWriter, stall time.Duration, start time.Time) encoder {

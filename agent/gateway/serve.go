@@ -175,6 +175,12 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		if final != nil {
 			return nil // nothing follows the last chunk
 		}
+		if !ch.More {
+			if err := enc.release(); err != nil {
+				return err
+			}
+		}
+		enc.hold(ch.More && !ch.Done)
 		if ch.Content != "" {
 			now := time.Now()
 			if first.IsZero() {
@@ -200,6 +206,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		}
 		return nil
 	})
+	enc.hold(false) // what follows is the end or an error: it goes out at once, with anything held
 	if err == nil && final == nil {
 		err = &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s ended the answer without its last chunk", p.Runtime)}
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
@@ -238,10 +239,11 @@ const maxToolCalls = 64
 
 // readEvents reads server-sent events until "data: [DONE]": each piece of content is emitted
 // as it comes, then one last chunk with Done, the finish reason and the token counts (from
-// usage, or llama-server's timings when usage is absent).
+// usage, or llama-server's timings when usage is absent). Pieces that arrived together are
+// emitted with More (see engines.ChatChunk), and an empty chunk goes out before each wait on
+// the engine after them.
 func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk) error) error {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 64<<10), maxEvent)
+	r := eventReader{br: bufio.NewReaderSize(body, 16<<10)}
 	final := engines.ChatChunk{Done: true}
 	finished := false
 	// Tool calls stream in pieces (id and name, then arguments) by index: they are assembled
@@ -255,76 +257,228 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 		}
 		return emit(final)
 	}
-	for sc.Scan() {
-		line := sc.Text()
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
+	held := false // a chunk went out with More, and no chunk without it since
+	for {
+		if held && !r.lineBuffered() {
+			if err := emit(engines.ChatChunk{}); err != nil {
+				return err
+			}
+			held = false
+		}
+		line, rerr := r.line()
+		if rerr != nil && rerr != io.EOF {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: the answer broke off: %w", rerr)}
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
 		case "data":
 		case "error": // some llama-server builds send "error: {…}" before closing
 			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: %s", value)}
 		default:
+			if rerr == io.EOF {
+				if finished {
+					return end() // the answer ended without "[DONE]", but it did end
+				}
+				return &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: the answer ended before its last chunk")}
+			}
 			continue // blank separators, comments, event names
 		}
-		if value == "[DONE]" {
+		if string(value) == "[DONE]" {
 			return end()
 		}
-		var c streamChunk
-		if err := json.Unmarshal([]byte(value), &c); err != nil {
-			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: unreadable event %q: %w", truncate(value), err)}
+		if content, ok := contentOnly(value); ok {
+			if err := emit(engines.ChatChunk{Content: content, More: true}); err != nil {
+				return err
+			}
+			held = true
+		} else {
+			var c streamChunk
+			if err := json.Unmarshal(value, &c); err != nil {
+				return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: unreadable event %q: %w", truncate(string(value)), err)}
+			}
+			if c.Error != nil {
+				code := api.CodeEngineError
+				if strings.Contains(c.Error.Message, "Context size has been exceeded") {
+					// The slots' shared context ran out mid-answer (llama-server's words).
+					code = api.CodeContextLimit
+				}
+				return &engines.Error{Code: code, Err: fmt.Errorf("llama-server: %s", c.Error.Message)}
+			}
+			if c.Usage != nil {
+				final.PromptTokens, final.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
+			} else if c.Timings != nil && final.CompletionTokens == 0 {
+				final.PromptTokens, final.CompletionTokens = c.Timings.PromptN, c.Timings.PredictedN
+			}
+			for _, ch := range c.Choices {
+				for _, tc := range ch.Delta.ToolCalls {
+					i := len(calls) - 1
+					if tc.Index != nil {
+						i = *tc.Index
+					}
+					if i < 0 || i > len(calls) || i >= maxToolCalls {
+						return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: tool call index %d out of order", i)}
+					}
+					if i == len(calls) {
+						calls = append(calls, engines.ToolCall{})
+					}
+					calls[i].ID += tc.ID
+					calls[i].Name += tc.Function.Name
+					calls[i].Arguments += tc.Function.Arguments
+				}
+				if ch.Delta.Content == nil {
+					ch.Delta.Content = ch.Text
+				}
+				if ch.Delta.Content != nil && *ch.Delta.Content != "" {
+					if err := emit(engines.ChatChunk{Content: *ch.Delta.Content, More: true}); err != nil {
+						return err
+					}
+					held = true
+				}
+				if ch.FinishReason != nil && *ch.FinishReason != "" {
+					final.FinishReason, finished = *ch.FinishReason, true
+				}
+			}
 		}
-		if c.Error != nil {
-			code := api.CodeEngineError
-			if strings.Contains(c.Error.Message, "Context size has been exceeded") {
-				// The slots' shared context ran out mid-answer (llama-server's words).
-				code = api.CodeContextLimit
+		if rerr == io.EOF {
+			if finished {
+				return end()
 			}
-			return &engines.Error{Code: code, Err: fmt.Errorf("llama-server: %s", c.Error.Message)}
+			return &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: the answer ended before its last chunk")}
 		}
-		if c.Usage != nil {
-			final.PromptTokens, final.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
-		} else if c.Timings != nil && final.CompletionTokens == 0 {
-			final.PromptTokens, final.CompletionTokens = c.Timings.PromptN, c.Timings.PredictedN
+	}
+}
+
+// eventReader reads an event stream line by line without copying: a line is valid until the
+// next call.
+type eventReader struct {
+	br   *bufio.Reader
+	long []byte // a line longer than br's buffer, assembled
+}
+
+var errEventTooLong = fmt.Errorf("an event over %d bytes", maxEvent)
+
+// line is the next line without its end ("\n" or "\r\n"); at the end of the stream, what is
+// left with io.EOF.
+func (r *eventReader) line() ([]byte, error) {
+	line, err := r.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		r.long = append(r.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = r.br.ReadSlice('\n')
+			if len(r.long)+len(line) > maxEvent {
+				return nil, errEventTooLong
+			}
+			r.long = append(r.long, line...)
 		}
-		for _, ch := range c.Choices {
-			for _, tc := range ch.Delta.ToolCalls {
-				i := len(calls) - 1
-				if tc.Index != nil {
-					i = *tc.Index
-				}
-				if i < 0 || i > len(calls) || i >= maxToolCalls {
-					return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: tool call index %d out of order", i)}
-				}
-				if i == len(calls) {
-					calls = append(calls, engines.ToolCall{})
-				}
-				calls[i].ID += tc.ID
-				calls[i].Name += tc.Function.Name
-				calls[i].Arguments += tc.Function.Arguments
-			}
-			if ch.Delta.Content == nil {
-				ch.Delta.Content = ch.Text
-			}
-			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
-				if err := emit(engines.ChatChunk{Content: *ch.Delta.Content}); err != nil {
-					return err
-				}
-			}
-			if ch.FinishReason != nil && *ch.FinishReason != "" {
-				final.FinishReason, finished = *ch.FinishReason, true
+		line = r.long
+	}
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	return bytes.TrimSuffix(line, []byte("\r")), err
+}
+
+// lineBuffered reports whether a whole line is in the buffer: the next read does not wait.
+func (r *eventReader) lineBuffered() bool {
+	b, _ := r.br.Peek(r.br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
+// contentOnly reads the event nearly every token is, by looking at its bytes instead of
+// decoding it, for what a token costs the agent: one choice whose delta is a piece of content
+// and nothing else, in llama-server's compact form with its keys in order,
+//
+//	{"choices":[{"delta":{"content":"…"},"finish_reason":null,"index":0}],"created":…}
+//
+// with no usage, timings or error after the choices. Anything else, or content that is not
+// plain (invalid UTF-8, U+2028 or U+2029), is not ok: the caller decodes it whole.
+func contentOnly(data []byte) (string, bool) {
+	const head, tail = `{"choices":[{"delta":{"content":"`, `},"finish_reason":null`
+	if !bytes.HasPrefix(data, []byte(head)) || data[len(data)-1] != '}' {
+		return "", false
+	}
+	start := len(head) - 1 // the opening quote
+	end, escaped := endOfString(data, start)
+	if end < 0 {
+		return "", false
+	}
+	rest, ok := bytes.CutPrefix(data[end:], []byte(tail))
+	if !ok {
+		return "", false
+	}
+	if r, ok := bytes.CutPrefix(rest, []byte(`,"index":`)); ok {
+		rest = bytes.TrimLeft(r, "0123456789")
+	}
+	rest, ok = bytes.CutPrefix(rest, []byte("}]"))
+	if !ok || (rest[0] != ',' && rest[0] != '}') {
+		return "", false
+	}
+	if otherMembers(rest) {
+		return "", false
+	}
+	raw := data[start:end]
+	if !escaped {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// otherMembers reports whether the rest of an event may hold a member that decoding would read:
+// usage, timings, an error, or choices again (the last of two wins), matched as encoding/json
+// matches keys, without regard to case. Compact ASCII JSON without escapes only, so that no key
+// hides behind a space, an escape or a Unicode case fold (a model name with a space in it
+// takes the decoding path).
+func otherMembers(rest []byte) bool {
+	for i, c := range rest {
+		if c == ' ' || c == '\t' || c == '\\' || c >= utf8.RuneSelf {
+			return true
+		}
+		if c != '"' {
+			continue
+		}
+		for _, k := range [...]string{`usage"`, `timings"`, `error"`, `choices"`} {
+			if len(rest)-i-1 >= len(k) && bytes.EqualFold(rest[i+1:i+1+len(k)], []byte(k)) {
+				return true
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	return false
+}
+
+// endOfString returns the index just past the JSON string starting at data[start] (a quote),
+// and whether it has escapes; -1 when it is not a valid string or not plain text (a control
+// character, invalid UTF-8, U+2028 or U+2029, which a decode would change).
+func endOfString(data []byte, start int) (int, bool) {
+	escaped, wide := false, false
+	for i := start + 1; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			if wide {
+				s := data[start+1 : i]
+				if !utf8.Valid(s) || bytes.Contains(s, []byte("\u2028")) || bytes.Contains(s, []byte("\u2029")) {
+					return -1, false
+				}
+			}
+			return i + 1, escaped
+		case c == '\\':
+			escaped = true
+			i++
+			if i >= len(data) || strings.IndexByte(`"\/bfnrtu`, data[i]) < 0 {
+				return -1, false
+			}
+		case c < 0x20:
+			return -1, false
+		case c >= utf8.RuneSelf:
+			wide = true
 		}
-		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: the answer broke off: %w", err)}
 	}
-	if finished {
-		return end() // the answer ended without "[DONE]", but it did end
-	}
-	return &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: the answer ended before its last chunk")}
+	return -1, false
 }
 
 func truncate(s string) string {

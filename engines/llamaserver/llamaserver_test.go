@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -737,7 +738,12 @@ func TestChatErrorAfterContent(t *testing.T) {
 	var got []engines.ChatChunk
 	long := hello()
 	long.MaxTokens = 20
-	err = d.Chat(t.Context(), m, long, func(c engines.ChatChunk) error { got = append(got, c); return nil })
+	err = d.Chat(t.Context(), m, long, func(c engines.ChatChunk) error {
+		if c.Content != "" || c.Done {
+			got = append(got, c) // not the empty chunks that let held pieces go
+		}
+		return nil
+	})
 	assert.Equal(t, api.CodeEngineError, codeOf(err))
 	assert.EqualError(t, err, "EngineError: llama-server: simulated failure after 2 tokens (LLAMA_SIM_STREAM_ERROR_AFTER)")
 	require.Len(t, got, 2)
@@ -757,4 +763,75 @@ func TestStreamContextExceededIsContextLimit(t *testing.T) {
 	assert.Equal(t, api.CodeContextLimit, codeOf(err))
 	assert.EqualError(t, err, "ContextTooLong: llama-server: Context size has been exceeded.")
 	assert.Equal(t, 1, n, "the content before it was passed on")
+}
+
+// contentOnly, the way most events are read, reads what decoding the event reads: for every
+// well-formed event it takes, the decoded event is one piece of content and nothing else.
+func FuzzContentOnly(f *testing.F) {
+	f.Add(`{"choices":[{"delta":{"content":"hi"},"finish_reason":null,"index":0}],"created":1,"id":"x","model":"m","object":"chat.completion.chunk"}`)
+	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"a \"quoted\"\nline é"}}],"id":"x"}`)
+	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":3}}`)
+	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}`)
+	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":null},{"delta":{"content":"y"},"finish_reason":null}]}`)
+	f.Add(`{"choices":[{"delta":{"content":"\u2028"},"finish_reason":null}]}`)
+	f.Add("{\"choices\":[{\"delta\":{\"content\":\"\xff\"},\"finish_reason\":null}]}")
+	f.Fuzz(func(t *testing.T, data string) {
+		content, ok := contentOnly([]byte(data))
+		if !ok || !json.Valid([]byte(data)) {
+			return
+		}
+		var c streamChunk
+		require.NoError(t, json.Unmarshal([]byte(data), &c))
+		assert.Nil(t, c.Usage)
+		assert.Nil(t, c.Timings)
+		assert.Nil(t, c.Error)
+		got := ""
+		for _, ch := range c.Choices {
+			assert.Empty(t, ch.Delta.ToolCalls)
+			assert.Nil(t, ch.Text)
+			if ch.FinishReason != nil {
+				assert.Empty(t, *ch.FinishReason)
+			}
+			if ch.Delta.Content != nil {
+				got += *ch.Delta.Content
+			}
+		}
+		assert.Equal(t, got, content)
+	})
+}
+
+// Pieces that arrive together go out with More, and an empty chunk follows them before the
+// reader waits on the engine again; a piece that arrives alone is never left held.
+func TestReadEventsHoldsOnlyWhatIsFollowed(t *testing.T) {
+	event := func(s string) string {
+		return `data: {"choices":[{"delta":{"content":"` + s + `"},"finish_reason":null,"index":0}],"id":"x"}` + "\n\n"
+	}
+	pr, pw := io.Pipe()
+	got := make(chan engines.ChatChunk)
+	next := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- readEvents(context.Background(), pr, func(c engines.ChatChunk) error {
+			got <- c
+			<-next
+			return nil
+		})
+	}()
+	recv := func() engines.ChatChunk {
+		c := <-got
+		next <- struct{}{}
+		return c
+	}
+	go pw.Write([]byte(event("a") + event("b")))
+	assert.Equal(t, engines.ChatChunk{Content: "a", More: true}, recv())
+	assert.Equal(t, engines.ChatChunk{Content: "b", More: true}, recv())
+	assert.Equal(t, engines.ChatChunk{}, recv(), "nothing more at hand: the held pieces are let go before waiting")
+	go pw.Write([]byte(event("c")))
+	assert.Equal(t, engines.ChatChunk{Content: "c", More: true}, recv())
+	assert.Equal(t, engines.ChatChunk{}, recv())
+	go func() {
+		pw.Write([]byte(`data: {"choices":[{"delta":{},"finish_reason":"stop","index":0}],"id":"x"}` + "\n\ndata: [DONE]\n\n"))
+	}()
+	assert.Equal(t, engines.ChatChunk{Done: true, FinishReason: "stop"}, recv())
+	require.NoError(t, <-errc)
 }
