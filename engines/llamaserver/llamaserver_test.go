@@ -87,6 +87,10 @@ func collect(t *testing.T, d *Driver, m engines.Model, req engines.ChatRequest) 
 	t.Helper()
 	var chunks []engines.ChatChunk
 	require.NoError(t, d.Chat(t.Context(), m, req, func(c engines.ChatChunk) error {
+		if c.Content == "" && len(c.ToolCalls) == 0 && !c.Done {
+			assert.False(t, c.More, "an empty chunk only lets held pieces go")
+			return nil // not a piece of the answer
+		}
 		chunks = append(chunks, c)
 		return nil
 	}))
