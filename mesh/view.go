@@ -110,7 +110,7 @@ func (m *Mesh) viewLocked() View {
 		verified := mb.verified(m.name)
 		if alone && name != m.name && !mb.hearsay && (live == api.Alive || live == api.Suspect || live == api.Unreachable) {
 			live, verified = api.Unreachable, false
-			reason = "this host has had no answer from any member for " + m.t.aloneAfter.String() + ": its own network is down or cut off"
+			reason = "no member has answered this host for " + m.t.aloneAfter.String() + ": its own network may be down (cut off)"
 		}
 		var reasons []string
 		if mb.metaErr != nil {
