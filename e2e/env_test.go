@@ -373,7 +373,7 @@ func (l *eventLog) mesh(kind, member string, since time.Time) []seenEvent {
 	defer l.mu.Unlock()
 	var out []seenEvent
 	for _, s := range l.all {
-		if s.ev.Type != api.EventMesh || s.at.Before(since) || mesh.EventKind(s.ev) != kind {
+		if s.ev.Type != api.EventMesh || s.at.Before(since) || string(mesh.EventKind(s.ev)) != kind {
 			continue
 		}
 		if member == "" || s.ev.Member == member {

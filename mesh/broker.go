@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -51,8 +52,8 @@ func (m *Mesh) Subscribe() (<-chan View, func()) {
 
 // SubscribeEvents returns a channel of mesh events (api.Event of type api.EventMesh): a member
 // joined, left, turned suspect, dead or unreachable, recovered, or two nodes claim one name.
-// Message starts with the kind — "joined", "left", "suspect", "dead", "unreachable",
-// "recovered", "name conflict" — then ": " and the detail, if any (see EventKind).
+// Kind says which (api.MeshEventKind); Message starts with the same word for people, then ": "
+// and the detail, if any.
 func (m *Mesh) SubscribeEvents() (<-chan api.Event, func()) {
 	ch := make(chan api.Event, eventBuffer)
 	b := &m.subs
@@ -76,14 +77,14 @@ func (m *Mesh) SubscribeEvents() (<-chan api.Event, func()) {
 	}
 }
 
-// EventKind returns the kind of a mesh event: the start of its Message, up to ": ".
-func EventKind(e api.Event) string {
-	for i := 0; i+1 < len(e.Message); i++ {
-		if e.Message[i] == ':' && e.Message[i+1] == ' ' {
-			return e.Message[:i]
-		}
+// EventKind returns the kind of a mesh event: its Kind, or for an event from a member older
+// than the Kind field, the start of its Message up to ": ".
+func EventKind(e api.Event) api.MeshEventKind {
+	if e.Kind != "" {
+		return e.Kind
 	}
-	return e.Message
+	kind, _, _ := strings.Cut(e.Message, ": ")
+	return api.MeshEventKind(kind)
 }
 
 func (b *broker) event(e api.Event) {

@@ -199,7 +199,7 @@ func eventsOf(t testing.TB, m *Mesh) func() []api.Event {
 
 func hasEvent(events []api.Event, member, kind string) bool {
 	for _, e := range events {
-		if e.Member == member && EventKind(e) == kind {
+		if e.Member == member && string(EventKind(e)) == kind {
 			return true
 		}
 	}

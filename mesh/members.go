@@ -112,35 +112,35 @@ func (m *Mesh) emitLocked(mb *member) {
 	if live == api.Dead && time.Since(mb.since) < m.t.deadGrace {
 		return // the housekeeper looks again
 	}
-	var kind string
+	var kind api.MeshEventKind
 	switch live {
 	case api.Alive:
-		kind = "joined"
+		kind = api.MeshJoined
 		if mb.emitted == api.Suspect || mb.emitted == api.Dead || mb.emitted == api.Unreachable {
-			kind = "recovered"
+			kind = api.MeshRecovered
 		}
 	case api.Suspect:
-		kind = "suspect"
+		kind = api.MeshSuspect
 	case api.Dead:
-		kind = "dead"
+		kind = api.MeshDead
 	case api.Left:
-		kind = "left"
+		kind = api.MeshLeft
 	case api.Unreachable:
-		kind = "unreachable"
+		kind = api.MeshUnreachable
 	}
 	mb.emitted = live
 	if mb.isConsole() && (live == api.Alive || live == api.Left) {
 		// Consoles come and go all day (each headless command is one): their arrival and
 		// graceful leave are logged, not events. A console that dies is still an event.
-		m.log.Debug("mesh console "+kind, "member", mb.name, "addr", mb.addr)
+		m.log.Debug("mesh console "+string(kind), "member", mb.name, "addr", mb.addr)
 		return
 	}
-	msg := kind
+	msg := string(kind)
 	if reason != "" {
 		msg += ": " + reason
 	}
-	m.log.Info("mesh member "+kind, "member", mb.name, "addr", mb.addr, "reason", reason)
-	m.subs.event(api.Event{Type: api.EventMesh, Host: m.name, Member: mb.name, Message: msg, Code: eventCode(live)})
+	m.log.Info("mesh member "+string(kind), "member", mb.name, "addr", mb.addr, "reason", reason)
+	m.subs.event(api.Event{Type: api.EventMesh, Host: m.name, Member: mb.name, Kind: kind, Message: msg, Code: eventCode(live)})
 }
 
 func eventCode(l api.Liveness) api.Code {
@@ -218,9 +218,9 @@ func (e *events) NotifyUpdate(n *memberlist.Node) {
 func (e *events) NotifyConflict(existing, other *memberlist.Node) {
 	m := e.mesh()
 	if m.diag.conflict(existing.Name, existing.Address(), other.Address()) {
-		msg := fmt.Sprintf("name conflict: %s is claimed by %s and %s", existing.Name, existing.Address(), other.Address())
+		msg := fmt.Sprintf("%s: %s is claimed by %s and %s", api.MeshNameConflict, existing.Name, existing.Address(), other.Address())
 		m.log.Error("mesh "+msg, "member", existing.Name)
-		m.subs.event(api.Event{Type: api.EventMesh, Host: m.name, Member: existing.Name, Message: msg, Code: api.CodeConflict})
+		m.subs.event(api.Event{Type: api.EventMesh, Host: m.name, Member: existing.Name, Kind: api.MeshNameConflict, Message: msg, Code: api.CodeConflict})
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 // Treat everything reachable from it as read-only: snapshots share memory.
 //
 // Placements of a member that is not alive and reachable (suspect, dead, left, unreachable)
-// have State api.StateUnavailable, Code api.CodeUnreachable, and a Reason that starts with the
-// state they had — "was ready: host dead" — which WasState reads back.
+// have State api.StateUnavailable, Code api.CodeUnreachable, the state they had in Was (see
+// WasState), and a Reason that says so for people: "was ready: host dead".
 type View struct {
 	api.MeshView
 	index    map[string]int
@@ -72,15 +72,10 @@ func (v View) Ready(namespace, model string) []api.Placement {
 
 // WasState returns the state an unavailable placement had before its host stopped answering.
 func WasState(p api.Placement) (api.PlacementState, bool) {
-	if p.State != api.StateUnavailable {
+	if p.State != api.StateUnavailable || p.Was == "" {
 		return "", false
 	}
-	rest, ok := strings.CutPrefix(p.Reason, "was ")
-	if !ok {
-		return "", false
-	}
-	s, _, ok := strings.Cut(rest, ":")
-	return api.PlacementState(s), ok
+	return p.Was, true
 }
 
 // View returns a fresh snapshot.
@@ -162,11 +157,11 @@ func (m *Mesh) hostLocked(mb *member, live api.Liveness) (*api.Host, []api.Place
 		switch {
 		case live != api.Alive:
 			ps[i].Reason = fmt.Sprintf("was %s: host %s", ps[i].State, live)
-			ps[i].State = api.StateUnavailable
+			ps[i].Was, ps[i].State = ps[i].State, api.StateUnavailable
 			ps[i].Code = api.CodeUnreachable
 		case behind && ps[i].State == api.StateReady:
 			ps[i].Reason = "was ready: host " + mb.name + " counts fewer ready placements; its newer state is on its way"
-			ps[i].State = api.StateUnavailable
+			ps[i].Was, ps[i].State = ps[i].State, api.StateUnavailable
 			ps[i].Code = api.CodeUnreachable
 		}
 	}

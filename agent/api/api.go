@@ -232,7 +232,11 @@ type Placement struct {
 	Progress    float64        `json:"progress,omitempty"` // 0..1 while pulling
 	Code        Code           `json:"code,omitempty"`     // why it failed or was evicted
 	Reason      string         `json:"reason,omitempty"`
-	Memory      SizeEstimate   `json:"memory"`
+	// Was is the state an unavailable placement (State StateUnavailable, set by a member's view,
+	// never by its agent) had before its host stopped answering: "ready" is a model that will
+	// serve again when the host comes back.
+	Was    PlacementState `json:"was,omitempty"`
+	Memory SizeEstimate   `json:"memory"`
 	// Resident is the engine process's measured resident memory (VmRSS) in bytes, updated at
 	// each health check; 0 when not measured (a daemon's model, or not Linux).
 	Resident int64 `json:"resident,omitempty"`
@@ -391,6 +395,19 @@ const (
 	EventLog       = "log"
 )
 
+// MeshEventKind is what a mesh event (type EventMesh) says happened to its Member.
+type MeshEventKind string
+
+const (
+	MeshJoined       MeshEventKind = "joined"
+	MeshRecovered    MeshEventKind = "recovered" // alive again after suspect, dead or unreachable
+	MeshSuspect      MeshEventKind = "suspect"
+	MeshDead         MeshEventKind = "dead"
+	MeshLeft         MeshEventKind = "left"
+	MeshUnreachable  MeshEventKind = "unreachable"
+	MeshNameConflict MeshEventKind = "name conflict"
+)
+
 // Event is one server-sent event (`event: <type>`, `data: <Event JSON>`).
 type Event struct {
 	Seq       uint64     `json:"seq"`
@@ -401,6 +418,8 @@ type Event struct {
 	Code      Code       `json:"code,omitempty"`
 	Placement *Placement `json:"placement,omitempty"`
 	Member    string     `json:"member,omitempty"`
+	// Kind is a mesh event's kind; its Message starts with the same word, for people.
+	Kind MeshEventKind `json:"kind,omitempty"`
 }
 
 // Subject is the member an event is about: Member for a mesh event (Host is then the member

@@ -91,7 +91,7 @@ func markStale(v *api.MeshView, err error) bool {
 		for j := range m.Placements {
 			if m.Placements[j].State != api.StateUnavailable {
 				m.Placements[j].Reason = "was " + string(m.Placements[j].State)
-				m.Placements[j].State = api.StateUnavailable
+				m.Placements[j].Was, m.Placements[j].State = m.Placements[j].State, api.StateUnavailable
 				changed = true
 			}
 		}
