@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -212,6 +213,13 @@ func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Ro
 	mount("POST /api/embed", http.HandlerFunc(g.ollamaEmbed), ol)
 	mount("POST /api/embeddings", http.HandlerFunc(g.ollamaEmbeddings), ol)
 	mount("GET /hailo/v1/list", http.HandlerFunc(g.hailoList), ol)
+	// Ollama's clients (Open WebUI, ollama-python's health checks, hailo-ollama CLIs) ask GET /
+	// whether a server is there, without a token, and look for these words. It tells nothing
+	// else: every other route needs a token.
+	mount("GET /{$}", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "Ollama is running")
+	}), agent.Route{Public: true})
 	mount("/v1/", noRoute(dialectOpenAI), agent.Route{Public: true})
 	mount("/api/", noRoute(dialectOllamaChat), agent.Route{Public: true})
 }

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,16 @@ func TestOllamaDialect(t *testing.T) {
 	sim := ollamaSim(t, nil, "llama3.2:1b")
 	n := ollamaNode(t, "node-a", sim, nil)
 	p := place(t, n, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+
+	t.Run("GET / says a server is there, to anyone, and nothing more", func(t *testing.T) {
+		resp, b := call(t, "GET", n.url+"/", "", "")
+		require.Equal(t, 200, resp.StatusCode)
+		assert.Equal(t, "Ollama is running", string(b))
+		resp, _ = call(t, "GET", n.url+"/v1/host", "", "")
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the rest still needs a token")
+		resp, _ = call(t, "GET", n.url+"/nothing-here", "", "")
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, "only / itself")
+	})
 
 	t.Run("chat streams NDJSON by default", func(t *testing.T) {
 		resp, b := call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"llama","messages":[{"role":"user","content":"Hello, mesh."}]}`)
