@@ -71,6 +71,14 @@ func New(t testing.TB, n int) *Lab {
 	return l
 }
 
+// Bare adds host i (beyond the n of New) with loopback only: a host with no LAN at all.
+func (l *Lab) Bare(i int) {
+	ns := l.NS(i)
+	l.must("netns", "add", ns)
+	l.t.Cleanup(func() { _ = ip("netns", "del", ns) })
+	l.must("-n", ns, "link", "set", "lo", "up")
+}
+
 // NS is the name of host i's namespace (0 is the hub).
 func (l *Lab) NS(i int) string {
 	if i == 0 {

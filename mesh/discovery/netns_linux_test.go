@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,11 +18,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/netnslab"
 )
 
-// Real multicast runs only here, between network namespaces this test creates: a hub namespace
-// holding a bridge, and one namespace per member wired to it by a veth pair. Nothing is added
-// to, or sent on, the machine's own interfaces. Go code runs inside a namespace by re-executing
+// Real multicast runs only here, between network namespaces this test creates
+// (internal/netnslab: a hub namespace holding a bridge, and one namespace per member wired to it
+// by a veth pair). Nothing is added to, or sent on, the machine's own interfaces. Go code runs inside a namespace by re-executing
 // this test binary through `ip netns exec` (setns on one thread would not cover the goroutines
 // zeroconf starts on others).
 
@@ -35,73 +35,13 @@ const (
 	targetEnv = "LLMKUBE_NETNS_TARGET"
 )
 
-// netnsLab is the namespaces of one test run, named after the test process's PID so parallel
-// runs never collide.
-type netnsLab struct {
-	t      *testing.T
-	prefix string
-	subnet int // third octet in 198.18.0.0/15, the benchmarking range: never a real LAN
+// lab is the namespaces of one test (internal/netnslab), and t, for starting children in them.
+type lab struct {
+	*netnslab.Lab
+	t *testing.T
 }
 
-func ipCmd(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// newNetnsLab builds the hub and n member namespaces, or skips the test saying why it cannot.
-func newNetnsLab(t *testing.T, n int) *netnsLab {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("network-namespace test skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("real mDNS needs network namespaces, which need root (run `make test` as root, as CI does)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("real mDNS needs network namespaces: iproute2's `ip` is not installed")
-	}
-	lab := &netnsLab{t: t, prefix: fmt.Sprintf("lkm%d", os.Getpid()), subnet: os.Getpid() % 250}
-	hub := lab.ns("hub")
-	if err := ipCmd("netns", "add", hub); err != nil {
-		t.Skipf("this machine does not allow network namespaces: %v", err)
-	}
-	t.Cleanup(func() { _ = ipCmd("netns", "del", hub) }) // takes the bridge and the hub ends with it
-	lab.must("-n", hub, "link", "add", "br0", "type", "bridge")
-	lab.must("-n", hub, "link", "set", "br0", "up")
-	for i := 1; i <= n; i++ {
-		ns := lab.ns(strconv.Itoa(i))
-		lab.must("netns", "add", ns)
-		t.Cleanup(func() { _ = ipCmd("netns", "del", ns) })
-		h := "h" + strconv.Itoa(i)
-		lab.must("-n", hub, "link", "add", h, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		lab.must("-n", hub, "link", "set", h, "master", "br0", "up")
-		lab.must("-n", ns, "addr", "add", lab.addr(i)+"/24", "dev", "eth0")
-		lab.must("-n", ns, "link", "set", "eth0", "up")
-		lab.must("-n", ns, "link", "set", "lo", "up")
-		// No default route in a fresh namespace: without this, multicast has nowhere to go.
-		lab.must("-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0")
-	}
-	return lab
-}
-
-// bare adds a namespace with loopback only, numbered i: a host with no LAN at all.
-func (l *netnsLab) bare(i int) {
-	ns := l.ns(strconv.Itoa(i))
-	l.must("netns", "add", ns)
-	l.t.Cleanup(func() { _ = ipCmd("netns", "del", ns) })
-	l.must("-n", ns, "link", "set", "lo", "up")
-}
-
-func (l *netnsLab) ns(name string) string { return l.prefix + "-" + name }
-func (l *netnsLab) addr(i int) string     { return fmt.Sprintf("198.18.%d.%d", l.subnet, i) }
-
-func (l *netnsLab) must(args ...string) {
-	l.t.Helper()
-	require.NoError(l.t, ipCmd(args...))
-}
+func newNetnsLab(t *testing.T, n int) lab { return lab{netnslab.New(t, n), t} }
 
 // child is this test binary running one role inside a member namespace; its stdout lines are
 // "PEER <json>", "FINDINGS <json>", "RESOLVED <json>" or "ERROR <text>".
@@ -112,11 +52,10 @@ type child struct {
 	more   chan struct{} // signalled on every new line and at exit
 }
 
-func (l *netnsLab) start(i int, env ...string) *child {
+func (l lab) start(i int, env ...string) *child {
 	t := l.t
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", l.ns(strconv.Itoa(i)),
-		os.Args[0], "-test.run=^TestNetnsHelper$", "-test.count=1", "-test.timeout=2m")
+	cmd := l.Command(i, os.Args[0], "-test.run=^TestNetnsHelper$", "-test.count=1", "-test.timeout=2m")
 	// The race detector sleeps a second at exit unless told not to.
 	cmd.Env = append(os.Environ(), append(env, strings.TrimSpace("GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0"))...)
 	cmd.Stderr = os.Stderr
@@ -148,7 +87,7 @@ func (l *netnsLab) start(i int, env ...string) *child {
 		select {
 		case err := <-exited:
 			// A data race or a panic in the child fails the test here.
-			assert.NoError(t, err, "child %d in %s: see its stderr above", i, l.ns(strconv.Itoa(i)))
+			assert.NoError(t, err, "child %d in %s: see its stderr above", i, l.NS(i))
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
 			<-exited
@@ -213,9 +152,9 @@ func TestMDNSBetweenNamespaces(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(beta.wait(t, "PEER", func(s string) bool { return strings.Contains(s, `"alpha"`) })), &p))
 	assert.Equal(t, Peer{
 		Node: "alpha", MeshHash: api.MeshIDHash("home"), Via: ViaMDNS,
-		GossipAddr: lab.addr(1) + ":7946", APIAddr: lab.addr(1) + ":7947", OnLink: true,
+		GossipAddr: lab.Addr(1) + ":7946", APIAddr: lab.Addr(1) + ":7947", OnLink: true,
 	}, p)
-	alpha.wait(t, "PEER", func(s string) bool { return strings.Contains(s, `"gossip_addr":"`+lab.addr(2)+`:8946"`) })
+	alpha.wait(t, "PEER", func(s string) bool { return strings.Contains(s, `"gossip_addr":"`+lab.Addr(2)+`:8946"`) })
 
 	// gamma, of another mesh, is never reported, but beta's doctor counts it.
 	beta.wait(t, "FINDINGS", func(s string) bool {
@@ -237,7 +176,7 @@ func TestMDNSBetweenNamespaces(t *testing.T) {
 	// A .local seed resolves across namespaces through our own mDNS query, answered by alpha's
 	// host-name responder; no Avahi anywhere.
 	got := lab.start(4, roleEnv+"=resolve", targetEnv+"="+MDNSHostName("alpha")).wait(t, "RESOLVED", func(string) bool { return true })
-	assert.JSONEq(t, `{"addrs":["`+lab.addr(1)+`"],"peer":{"gossip_addr":"`+lab.addr(1)+`:7946","via":"seed"}}`, got)
+	assert.JSONEq(t, `{"addrs":["`+lab.Addr(1)+`"],"peer":{"gossip_addr":"`+lab.Addr(1)+`:7946","via":"seed"}}`, got)
 
 	// A name nobody answers fails with a reason, within the lookup timeout.
 	got = lab.start(4, roleEnv+"=resolve", targetEnv+"=nobody.llmkube.local").wait(t, "ERROR", func(string) bool { return true })
@@ -246,7 +185,7 @@ func TestMDNSBetweenNamespaces(t *testing.T) {
 
 func TestMDNSWithoutMulticastInterface(t *testing.T) {
 	lab := newNetnsLab(t, 0)
-	lab.bare(1)
+	lab.Bare(1)
 	lonely := lab.start(1, mdnsEnv("home", "lonely", 7946, 7947)...)
 	got := lonely.wait(t, "FINDINGS", func(s string) bool { return s != "[]" })
 	var fs []Finding
