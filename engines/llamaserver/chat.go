@@ -1,7 +1,6 @@
 package llamaserver
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,11 +9,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/sizing"
+	"github.com/llmkube/mesh/engines/stream"
 )
 
 // chatRequest is llama-server's OpenAI chat request, always streamed.
@@ -243,7 +242,7 @@ const maxToolCalls = 64
 // emitted with More (see engines.ChatChunk), and an empty chunk goes out before each wait on
 // the engine after them.
 func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk) error) error {
-	r := eventReader{br: bufio.NewReaderSize(body, 16<<10)}
+	r := stream.NewReader(body, maxEvent)
 	final := engines.ChatChunk{Done: true}
 	finished := false
 	// Tool calls stream in pieces (id and name, then arguments) by index: they are assembled
@@ -259,13 +258,13 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 	}
 	held := false // a chunk went out with More, and no chunk without it since
 	for {
-		if held && !r.lineBuffered() {
+		if held && !r.Ready() {
 			if err := emit(engines.ChatChunk{}); err != nil {
 				return err
 			}
 			held = false
 		}
-		line, rerr := r.line()
+		line, rerr := r.Line()
 		if rerr != nil && rerr != io.EOF {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -352,40 +351,6 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 	}
 }
 
-// eventReader reads an event stream line by line without copying: a line is valid until the
-// next call.
-type eventReader struct {
-	br   *bufio.Reader
-	long []byte // a line longer than br's buffer, assembled
-}
-
-var errEventTooLong = fmt.Errorf("an event over %d bytes", maxEvent)
-
-// line is the next line without its end ("\n" or "\r\n"); at the end of the stream, what is
-// left with io.EOF.
-func (r *eventReader) line() ([]byte, error) {
-	line, err := r.br.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		r.long = append(r.long[:0], line...)
-		for err == bufio.ErrBufferFull {
-			line, err = r.br.ReadSlice('\n')
-			if len(r.long)+len(line) > maxEvent {
-				return nil, errEventTooLong
-			}
-			r.long = append(r.long, line...)
-		}
-		line = r.long
-	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	return bytes.TrimSuffix(line, []byte("\r")), err
-}
-
-// lineBuffered reports whether a whole line is in the buffer: the next read does not wait.
-func (r *eventReader) lineBuffered() bool {
-	b, _ := r.br.Peek(r.br.Buffered())
-	return bytes.IndexByte(b, '\n') >= 0
-}
-
 // contentOnly reads the event nearly every token is, by looking at its bytes instead of
 // decoding it, for what a token costs the agent: one choice whose delta is a piece of content
 // and nothing else, in llama-server's compact form with its keys in order,
@@ -399,9 +364,8 @@ func contentOnly(data []byte) (string, bool) {
 	if !bytes.HasPrefix(data, []byte(head)) || data[len(data)-1] != '}' {
 		return "", false
 	}
-	start := len(head) - 1 // the opening quote
-	end, escaped := endOfString(data, start)
-	if end < 0 {
+	content, end, ok := stream.String(data, len(head)-1)
+	if !ok {
 		return "", false
 	}
 	rest, ok := bytes.CutPrefix(data[end:], []byte(tail))
@@ -415,70 +379,12 @@ func contentOnly(data []byte) (string, bool) {
 	if !ok || (rest[0] != ',' && rest[0] != '}') {
 		return "", false
 	}
-	if otherMembers(rest) {
+	// The rest is the top level's other members: usage, timings, an error, or choices again
+	// (the last of two wins) would be read by a decode.
+	if stream.HasMember(rest, "usage", "timings", "error", "choices") {
 		return "", false
 	}
-	raw := data[start:end]
-	if !escaped {
-		return string(raw[1 : len(raw)-1]), true
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// otherMembers reports whether the rest of an event may hold a member that decoding would read:
-// usage, timings, an error, or choices again (the last of two wins), matched as encoding/json
-// matches keys, without regard to case. Compact ASCII JSON without escapes only, so that no key
-// hides behind a space, an escape or a Unicode case fold (a model name with a space in it
-// takes the decoding path).
-func otherMembers(rest []byte) bool {
-	for i, c := range rest {
-		if c == ' ' || c == '\t' || c == '\\' || c >= utf8.RuneSelf {
-			return true
-		}
-		if c != '"' {
-			continue
-		}
-		for _, k := range [...]string{`usage"`, `timings"`, `error"`, `choices"`} {
-			if len(rest)-i-1 >= len(k) && bytes.EqualFold(rest[i+1:i+1+len(k)], []byte(k)) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// endOfString returns the index just past the JSON string starting at data[start] (a quote),
-// and whether it has escapes; -1 when it is not a valid string or not plain text (a control
-// character, invalid UTF-8, U+2028 or U+2029, which a decode would change).
-func endOfString(data []byte, start int) (int, bool) {
-	escaped, wide := false, false
-	for i := start + 1; i < len(data); i++ {
-		switch c := data[i]; {
-		case c == '"':
-			if wide {
-				s := data[start+1 : i]
-				if !utf8.Valid(s) || bytes.Contains(s, []byte("\u2028")) || bytes.Contains(s, []byte("\u2029")) {
-					return -1, false
-				}
-			}
-			return i + 1, escaped
-		case c == '\\':
-			escaped = true
-			i++
-			if i >= len(data) || strings.IndexByte(`"\/bfnrtu`, data[i]) < 0 {
-				return -1, false
-			}
-		case c < 0x20:
-			return -1, false
-		case c >= utf8.RuneSelf:
-			wide = true
-		}
-	}
-	return -1, false
+	return content, true
 }
 
 func truncate(s string) string {

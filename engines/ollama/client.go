@@ -1,7 +1,6 @@
 package ollama
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/stream"
 )
 
 // Client speaks the HTTP API that Ollama and hailo-ollama share. It is written to the stricter
@@ -444,7 +444,7 @@ func (c *Client) Pull(ctx context.Context, model string, progress func(engines.P
 			success = true
 		}
 		return nil
-	})
+	}, nil)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return asPull(err)
 	}
@@ -640,10 +640,31 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 		return c.statusError(api.CodeEngineError, resp)
 	}
 	done := false
+	held := false // a chunk went out with More, and none without it since
 	var emitErr error
+	send := func(ch engines.ChatChunk) error {
+		if err := emit(ch); err != nil {
+			emitErr = err
+			return err
+		}
+		held = ch.More
+		return nil
+	}
+	idle := func() error {
+		if !held {
+			return nil
+		}
+		return send(engines.ChatChunk{}) // let the held pieces go before waiting
+	}
 	err = c.lines(ctx, resp.Body, api.CodeEngineError, func(b []byte) error {
 		if done {
 			return nil // nothing follows the last chunk; ignore stray lines
+		}
+		if content, ok := chatContent(b); ok {
+			if content == "" {
+				return nil
+			}
+			return send(engines.ChatChunk{Content: content, More: true})
 		}
 		var m struct {
 			Message struct {
@@ -665,8 +686,7 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 		}
 		if len(ch.ToolCalls) > 0 && m.Done {
 			// A call in the last chunk goes in a chunk of its own first, as the contract says.
-			if err := emit(engines.ChatChunk{ToolCalls: ch.ToolCalls}); err != nil {
-				emitErr = err
+			if err := send(engines.ChatChunk{ToolCalls: ch.ToolCalls}); err != nil {
 				return err
 			}
 			ch.ToolCalls = nil
@@ -679,12 +699,9 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 		if ch.Content == "" && !ch.Done && len(ch.ToolCalls) == 0 {
 			return nil
 		}
-		if err := emit(ch); err != nil {
-			emitErr = err
-			return err
-		}
-		return nil
-	})
+		ch.More = !ch.Done
+		return send(ch)
+	}, idle)
 	if emitErr != nil {
 		return emitErr
 	}
@@ -706,36 +723,69 @@ var ErrNoLastChunk = errors.New("ended before its last chunk")
 const maxLine = 4 << 20
 
 // lines calls fn for each NDJSON line of body (blank lines and "\r" endings tolerated). A line
-// with an "error" member ends the stream with that error, under code.
-func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn func([]byte) error) error {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	for sc.Scan() {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		var f errorField
-		if json.Unmarshal(b, &f) == nil {
-			if msg := f.message(); msg != "" {
-				return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: http.StatusOK, Message: msg}}
-			}
-		}
-		if err := fn(b); err != nil {
-			var ee *engines.Error
-			if errors.As(err, &ee) || ctx.Err() != nil {
+// with an "error" member ends the stream with that error, under code. idle, when not nil, is
+// called before each read that would wait on the daemon (see engines.ChatChunk.More).
+func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn func([]byte) error, idle func() error) error {
+	r := stream.NewReader(body, maxLine)
+	for {
+		if idle != nil && !r.Ready() {
+			if err := idle(); err != nil {
 				return err
 			}
-			return &engines.Error{Code: code, Err: fmt.Errorf("%s: %w", c.daemon, err)}
+		}
+		line, rerr := r.Line()
+		if rerr != nil && rerr != io.EOF {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &engines.Error{Code: code, Err: fmt.Errorf("%s: stream broke off: %w", c.daemon, rerr)}
+		}
+		if b := bytes.TrimSpace(line); len(b) > 0 {
+			var f errorField
+			// Most lines are plain compact JSON without an "error" member, which stream.HasMember
+			// tells without decoding them.
+			if stream.HasMember(b, "error") && json.Unmarshal(b, &f) == nil {
+				if msg := f.message(); msg != "" {
+					return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: http.StatusOK, Message: msg}}
+				}
+			}
+			if err := fn(b); err != nil {
+				var ee *engines.Error
+				if errors.As(err, &ee) || ctx.Err() != nil {
+					return err
+				}
+				return &engines.Error{Code: code, Err: fmt.Errorf("%s: %w", c.daemon, err)}
+			}
+		}
+		if rerr == io.EOF {
+			return nil
 		}
 	}
-	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &engines.Error{Code: code, Err: fmt.Errorf("%s: stream broke off: %w", c.daemon, err)}
+}
+
+// chatContent reads the line nearly every token is, by looking at its bytes instead of
+// decoding it, for what a token costs the agent: a piece of content and nothing else, in
+// Ollama's compact form with its members in order,
+//
+//	{"model":…,"created_at":…,"message":{"role":"assistant","content":"…"},"done":false}
+//
+// Anything else, or content that is not plain (see stream.String), is not ok: the caller
+// decodes the line.
+func chatContent(b []byte) (string, bool) {
+	const mid, tail = `"message":{"role":"assistant","content":"`, `},"done":false}`
+	i := bytes.Index(b, []byte(mid))
+	if i < 1 || b[0] != '{' || b[i-1] != ',' || !bytes.HasSuffix(b, []byte(tail)) {
+		return "", false
 	}
-	return nil
+	content, end, ok := stream.String(b, i+len(mid)-1)
+	if !ok || end != len(b)-len(tail) {
+		return "", false
+	}
+	// Before the message: a member that a decode would read (or that is not compact ASCII).
+	if stream.HasMember(b[:i], "message", "response", "done", "error") {
+		return "", false
+	}
+	return content, true
 }
 
 func truncate(b []byte) string {

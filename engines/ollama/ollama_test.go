@@ -274,3 +274,33 @@ func FuzzChatStream(f *testing.F) {
 		}
 	})
 }
+
+// chatContent, the way most chat lines are read, reads what decoding the line reads: for every
+// well-formed line it takes, the decoded line is one piece of content and nothing else.
+func FuzzChatContent(f *testing.F) {
+	f.Add(`{"model":"m","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"hi"},"done":false}`)
+	f.Add(`{"model":"m","message":{"role":"assistant","content":"a \"b\"\n"},"done":false}`)
+	f.Add(`{"model":"m","done":true,"message":{"role":"assistant","content":"x"},"done":false}`)
+	f.Add(`{"error":"boom","message":{"role":"assistant","content":"x"},"done":false}`)
+	f.Add(`{"response":"r","message":{"role":"assistant","content":"x"},"done":false}`)
+	f.Fuzz(func(t *testing.T, line string) {
+		content, ok := chatContent([]byte(line))
+		if !ok || !json.Valid([]byte(line)) {
+			return
+		}
+		var m struct {
+			Message struct {
+				Content   string            `json:"content"`
+				ToolCalls []json.RawMessage `json:"tool_calls"`
+			} `json:"message"`
+			Response string          `json:"response"`
+			Done     bool            `json:"done"`
+			Error    json.RawMessage `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		assert.Equal(t, m.Message.Content+m.Response, content)
+		assert.False(t, m.Done)
+		assert.Empty(t, m.Message.ToolCalls)
+		assert.Empty(t, m.Error)
+	})
+}

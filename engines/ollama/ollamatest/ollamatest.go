@@ -59,11 +59,16 @@ func Hello() engines.ChatRequest {
 	return engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "Say hello to the mesh."}}}
 }
 
-// Collect chats with m through d and returns every chunk it emitted.
+// Collect chats with m through d and returns every piece of the answer it emitted: not the
+// empty chunks that only let held pieces go (engines.ChatChunk.More).
 func Collect(t testing.TB, d engines.Driver, m engines.Model, req engines.ChatRequest) []engines.ChatChunk {
 	t.Helper()
 	var chunks []engines.ChatChunk
 	require.NoError(t, d.Chat(t.Context(), m, req, func(c engines.ChatChunk) error {
+		if c.Content == "" && len(c.ToolCalls) == 0 && !c.Done {
+			assert.False(t, c.More, "an empty chunk only lets held pieces go")
+			return nil
+		}
 		chunks = append(chunks, c)
 		return nil
 	}))

@@ -1,0 +1,113 @@
+// Package stream reads engines' streamed answers (NDJSON, server-sent events) for the hot path
+// of a chat: line by line without copying, telling whether the next line is already at hand
+// (so a driver can set engines.ChatChunk.More), and reading the JSON string of a token from its
+// bytes where a whole decode would cost more than everything else the agent does per token.
+package stream
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+// Reader reads lines. A line is valid until the next call.
+type Reader struct {
+	br   *bufio.Reader
+	long []byte // a line longer than br's buffer, assembled
+	max  int
+}
+
+// NewReader reads body's lines of at most max bytes.
+func NewReader(body io.Reader, max int) *Reader {
+	return &Reader{br: bufio.NewReaderSize(body, 16<<10), max: max}
+}
+
+// Line is the next line without its end ("\n" or "\r\n"); at the end of the stream, what is
+// left, with io.EOF. A line over the bound is an error.
+func (r *Reader) Line() ([]byte, error) {
+	line, err := r.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		r.long = append(r.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = r.br.ReadSlice('\n')
+			if len(r.long)+len(line) > r.max {
+				return nil, fmt.Errorf("a line over %d bytes", r.max)
+			}
+			r.long = append(r.long, line...)
+		}
+		line = r.long
+	}
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	return bytes.TrimSuffix(line, []byte("\r")), err
+}
+
+// Ready reports whether a whole line is in the buffer: the next Line does not wait.
+func (r *Reader) Ready() bool {
+	b, _ := r.br.Peek(r.br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
+// String reads the JSON string starting at data[start] (a quote) as encoding/json would, and
+// returns it with the index just past it. ok is false when it is not a valid string, or not
+// plain text (a control character, invalid UTF-8, U+2028 or U+2029): the caller decodes the
+// whole document instead.
+func String(data []byte, start int) (s string, end int, ok bool) {
+	if start >= len(data) || data[start] != '"' {
+		return "", -1, false
+	}
+	escaped, wide := false, false
+	for i := start + 1; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			raw := data[start : i+1]
+			if wide {
+				if in := raw[1 : len(raw)-1]; !utf8.Valid(in) || bytes.Contains(in, []byte("\u2028")) || bytes.Contains(in, []byte("\u2029")) {
+					return "", -1, false
+				}
+			}
+			if !escaped {
+				return string(raw[1 : len(raw)-1]), i + 1, true
+			}
+			if json.Unmarshal(raw, &s) != nil {
+				return "", -1, false
+			}
+			return s, i + 1, true
+		case c == '\\':
+			escaped = true
+			i++
+			if i >= len(data) || strings.IndexByte(`"\/bfnrtu`, data[i]) < 0 {
+				return "", -1, false
+			}
+		case c < 0x20:
+			return "", -1, false
+		case c >= utf8.RuneSelf:
+			wide = true
+		}
+	}
+	return "", -1, false
+}
+
+// HasMember reports whether compact JSON may hold a member named by one of keys, matched as
+// encoding/json matches names, without regard to case. Only compact ASCII without escapes is
+// judged: a space, a tab, an escape or a non-ASCII byte anywhere answers true, so that no name
+// hides behind one (a document with a space in a value takes the decoding path).
+func HasMember(data []byte, keys ...string) bool {
+	for i, c := range data {
+		if c == ' ' || c == '\t' || c == '\\' || c >= utf8.RuneSelf {
+			return true
+		}
+		if c != '"' {
+			continue
+		}
+		for _, k := range keys {
+			if n := i + 1 + len(k); n < len(data) && data[n] == '"' && bytes.EqualFold(data[i+1:n], []byte(k)) {
+				return true
+			}
+		}
+	}
+	return false
+}

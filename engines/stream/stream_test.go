@@ -1,0 +1,55 @@
+package stream
+
+import (
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReader(t *testing.T) {
+	long := strings.Repeat("x", 40<<10) // longer than the buffer
+	r := NewReader(strings.NewReader("one\r\n\n"+long+"\nlast"), 64<<10)
+	for _, want := range []string{"one", "", long} {
+		line, err := r.Line()
+		require.NoError(t, err)
+		assert.Equal(t, want, string(line))
+	}
+	assert.False(t, r.Ready(), "an unterminated line is not whole")
+	line, err := r.Line()
+	assert.Equal(t, io.EOF, err)
+	assert.Equal(t, "last", string(line))
+
+	r = NewReader(strings.NewReader(long+"\n"), 1<<10)
+	_, err = r.Line()
+	assert.ErrorContains(t, err, "a line over 1024 bytes")
+}
+
+// String reads what encoding/json reads, or declines.
+func FuzzString(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"esc\"aped\n\u00e9"`, `"é"`, "\"\xff\"", `"` + "\u2028" + `"`, `"ctl` + "\x01" + `"`, `"open`, `"bad\q"`, `"\ud800"`} {
+		f.Add(s + `,"x":1}`)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		s, end, ok := String([]byte(data), 0)
+		if !ok {
+			return
+		}
+		var want string
+		require.NoError(t, json.Unmarshal([]byte(data[:end]), &want), "accepted %q", data[:end])
+		assert.Equal(t, want, s)
+	})
+}
+
+func TestHasMember(t *testing.T) {
+	assert.True(t, HasMember([]byte(`{"a":1,"usage":{}}`), "usage"))
+	assert.True(t, HasMember([]byte(`{"UsAgE":{}}`), "usage"), "encoding/json matches names without regard to case")
+	assert.True(t, HasMember([]byte(`{"a":"x y"}`), "usage"), "not compact: judged as possibly there")
+	assert.True(t, HasMember([]byte(`{"u\u0073age":1}`), "usage"), "an escape could spell it")
+	assert.True(t, HasMember([]byte(`{"uſage":1}`), "usage"), "a Unicode fold could spell it")
+	assert.False(t, HasMember([]byte(`{"usages":1,"model":"m"}`), "usage"))
+	assert.False(t, HasMember([]byte(`{"id":"x","created":1}`), "usage", "error"))
+}
