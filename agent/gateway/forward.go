@@ -96,6 +96,17 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	defer copyBufs.Put(bp)
 	buf := *bp
 	var first time.Time
+	served := func() {
+		if resp.StatusCode >= 400 {
+			return
+		}
+		var ttft time.Duration
+		if !first.IsZero() {
+			ttft = first.Sub(start)
+		}
+		g.m.served(c.p.Model, routeForward, ttft, time.Since(start), 0, 0)
+	}
+	var sent tail
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
@@ -106,13 +117,18 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 				g.m.clientGone()
 				return true, nil // returning closes the owner's answer: its engine stops
 			}
+			sent.add(buf[:n])
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
 			if r.Context().Err() != nil {
-				g.m.clientGone()
+				if sent.ended() {
+					served() // the client had the whole answer and closed it at its last event
+				} else {
+					g.m.clientGone()
+				}
 				return true, nil
 			}
 			f := lost(ctx)
@@ -126,15 +142,34 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			return true, nil
 		}
 	}
-	if resp.StatusCode < 400 {
-		var ttft time.Duration
-		if !first.IsZero() {
-			ttft = first.Sub(start)
-		}
-		g.m.served(c.p.Model, routeForward, ttft, time.Since(start), 0, 0)
-	}
+	served()
 	return true, nil
 }
+
+// sseEnd is the last event of an OpenAI stream (chat and completions). The OpenAI SDKs close
+// the answer on reading it, before the body's own end (the last, empty chunk) arrives: the
+// client's leaving then cancels the forwarder's read of the owner's end, and the answer, though
+// complete, would be counted as one the client left.
+var sseEnd = []byte("data: [DONE]\n\n")
+
+// tail is the end of what a forward passed on, as long as sseEnd.
+type tail struct {
+	b [len("data: [DONE]\n\n")]byte
+	n int
+}
+
+func (t *tail) add(p []byte) {
+	if len(p) >= len(t.b) {
+		t.n = copy(t.b[:], p[len(p)-len(t.b):])
+		return
+	}
+	keep := min(t.n, len(t.b)-len(p))
+	copy(t.b[:], t.b[t.n-keep:t.n])
+	t.n = keep + copy(t.b[keep:], p)
+}
+
+// ended reports whether what was passed on ends with an OpenAI stream's last event.
+func (t *tail) ended() bool { return bytes.Equal(t.b[:t.n], sseEnd) }
 
 // ownerPoll is how often a forwarded request's owner is looked up in the mesh view: a map
 // look-up, so a tenth of a second costs nothing and ends a request within that of its owner's
