@@ -243,6 +243,7 @@ const maxToolCalls = 64
 // the engine after them.
 func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk) error) error {
 	r := stream.NewReader(body, maxEvent)
+	defer r.Close()
 	final := engines.ChatChunk{Done: true}
 	finished := false
 	// Tool calls stream in pieces (id and name, then arguments) by index: they are assembled

@@ -727,6 +727,7 @@ const maxLine = 4 << 20
 // called before each read that would wait on the daemon (see engines.ChatChunk.More).
 func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn func([]byte) error, idle func() error) error {
 	r := stream.NewReader(body, maxLine)
+	defer r.Close()
 	for {
 		if idle != nil && !r.Ready() {
 			if err := idle(); err != nil {

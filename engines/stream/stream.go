@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -21,9 +22,24 @@ type Reader struct {
 	max  int
 }
 
-// NewReader reads body's lines of at most max bytes.
+// buffers are the readers' buffers, reused: one per streamed answer would be most of what an
+// answer allocates.
+var buffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
+// NewReader reads body's lines of at most max bytes. Close gives its buffer back.
 func NewReader(body io.Reader, max int) *Reader {
-	return &Reader{br: bufio.NewReaderSize(body, 16<<10), max: max}
+	br := buffers.Get().(*bufio.Reader)
+	br.Reset(body)
+	return &Reader{br: br, max: max}
+}
+
+// Close gives the buffer back; the reader and its last line are not to be used after.
+func (r *Reader) Close() {
+	if r.br != nil {
+		r.br.Reset(nil)
+		buffers.Put(r.br)
+		r.br = nil
+	}
 }
 
 // Line is the next line without its end ("\n" or "\r\n"); at the end of the stream, what is
