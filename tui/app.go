@@ -463,8 +463,7 @@ func (a *App) View() string {
 	var top strings.Builder
 	mode := "not connected"
 	if a.conn != nil {
-		mode = a.conn.Mode()
-		if mode == "agent" {
+		if a.conn.Mode() == console.ModeAgent {
 			mode = "via one agent's API"
 		} else {
 			mode = "joined as a console"

@@ -365,7 +365,7 @@ func (a *app) connect(ctx context.Context, mode settleMode, interactive bool) (*
 		}
 		cleanup()
 	}}
-	if conn.Mode() == "member" && mode != noSettle {
+	if conn.Mode() == console.ModeMember && mode != noSettle {
 		wait := a.callTimeout()
 		if mode == bestEffort {
 			// Leave the doctor half of what remains to examine what it saw.

@@ -25,7 +25,7 @@ func TestE2EInteractiveEntry(t *testing.T) {
 	for _, c := range connections(m) {
 		t.Run(c.name, func(t *testing.T) {
 			logFile := filepath.Join(t.TempDir(), "console.log")
-			var mode string
+			var mode console.Mode
 			var agents int
 			run := func(ctx context.Context, conn *console.Conn, log *slog.Logger) error {
 				mode = conn.Mode()
@@ -38,7 +38,7 @@ func TestE2EInteractiveEntry(t *testing.T) {
 			code := cli.Run(t.Context(), []string{"--log-file", logFile, "--verbose"}, strings.NewReader(""), &out, &errb,
 				cli.Options{Getenv: func(k string) string { return c.env[k] }, RunConsole: run})
 			require.Equal(t, cli.ExitOK, code, errb.String())
-			assert.Equal(t, c.name, mode)
+			assert.Equal(t, console.Mode(c.name), mode)
 			assert.Equal(t, 3, agents)
 			assert.Empty(t, out.String())
 			assert.Empty(t, errb.String(), "the terminal belongs to the console")

@@ -18,6 +18,7 @@ import (
 	"github.com/llmkube/mesh/sim/gguf"
 	"github.com/llmkube/mesh/sim/simtest"
 	"github.com/llmkube/mesh/tui/cli"
+	"github.com/llmkube/mesh/tui/console"
 )
 
 // decode unmarshals a command's one JSON document and checks its schema.
@@ -71,7 +72,7 @@ func TestE2EHosts(t *testing.T) {
 
 			doc := decode[cli.HostsDoc](t, runCLI(t, t.Context(), c.env, "", "mesh", "hosts", "--json"))
 			assert.Equal(t, "local", doc.Mesh)
-			assert.Equal(t, c.name, doc.Mode)
+			assert.Equal(t, console.Mode(c.name), doc.Mode)
 			require.Len(t, doc.Hosts, 3)
 			for i, h := range doc.Hosts {
 				assert.Equal(t, hostNames[i], h.Name)

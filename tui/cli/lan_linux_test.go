@@ -16,6 +16,7 @@ import (
 	"github.com/llmkube/mesh/internal/netnslab"
 	"github.com/llmkube/mesh/sim/simtest"
 	"github.com/llmkube/mesh/tui/cli"
+	"github.com/llmkube/mesh/tui/console"
 )
 
 // The LAN tests run real llmkube-agent processes as hosts of a LAN made of network namespaces
@@ -164,7 +165,7 @@ func member(doc cli.HostsDoc, name string) (api.Member, bool) {
 func TestLANConsoleJoinsByMDNS(t *testing.T) {
 	l := newLAN(t)
 	doc := l.hosts(t, []string{"LLMKUBE_JOIN=" + l.join}, "--mdns")
-	assert.Equal(t, "member", doc.Mode)
+	assert.Equal(t, console.ModeMember, doc.Mode)
 	for _, name := range lanAgents {
 		m, ok := member(doc, name)
 		require.True(t, ok, "%s missing from %+v", name, doc.Hosts)
@@ -197,10 +198,10 @@ func TestLANAgentByLocalName(t *testing.T) {
 	l := newLAN(t)
 	token := "LLMKUBE_TOKEN=" + api.AdminToken(mustJoin(t, l.join).Secret)
 	doc := l.hosts(t, []string{token, "LLMKUBE_AGENT=http://alpha.llmkube.local:7777"})
-	assert.Equal(t, "agent", doc.Mode)
+	assert.Equal(t, console.ModeAgent, doc.Mode)
 	assert.Len(t, doc.Hosts, len(lanAgents))
 	doc = l.hosts(t, []string{token}, "--agent", "beta.llmkube.local:7777")
-	assert.Equal(t, "agent", doc.Mode)
+	assert.Equal(t, console.ModeAgent, doc.Mode)
 	assert.Len(t, doc.Hosts, len(lanAgents))
 
 	r := l.console(t, []string{token}, "mesh", "hosts", "--agent", "http://nobody.llmkube.local:7777")

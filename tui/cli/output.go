@@ -22,7 +22,7 @@ type (
 	HostsDoc struct {
 		Schema string       `json:"schema"`
 		Mesh   string       `json:"mesh"`
-		Mode   string       `json:"mode"` // "member" (joined) or "agent" (through --agent)
+		Mode   console.Mode `json:"mode"` // "member" (joined) or "agent" (through --agent)
 		Hosts  []api.Member `json:"hosts"`
 	}
 	// PlacementsDoc is `mesh models --json`.

@@ -55,6 +55,31 @@ type Options struct {
 	Log     *slog.Logger
 }
 
+// Mode is how a console reaches the mesh. The demo is not a mode of its own: llmkube-demo starts
+// a mesh and joins it as a member, as a console joins any mesh.
+type Mode string
+
+const (
+	// ModeMember joins the mesh by gossip (a join string): the console sees every member's
+	// state itself and calls the agents' APIs.
+	ModeMember Mode = "member"
+	// ModeAgent watches and acts through one agent's API (--agent) without joining: that agent
+	// is the console's whole picture, polled.
+	ModeAgent Mode = "agent"
+)
+
+// Mode is how these options reach the mesh: through an agent when AgentURL is set, else as a
+// member when a join string is given.
+func (o Options) Mode() (Mode, error) {
+	switch {
+	case o.AgentURL != "":
+		return ModeAgent, nil
+	case o.Join != "":
+		return ModeMember, nil
+	}
+	return "", errors.New("nothing to connect to: give a join string (--join-string, LLMKUBE_JOIN or --join-file) or --agent URL")
+}
+
 // ErrNoAgents means the view holds no agent that could serve the action.
 var ErrNoAgents = errors.New("no reachable agent in the mesh")
 
@@ -71,7 +96,7 @@ type Conn struct {
 	token string
 	src   feed
 	log   *slog.Logger
-	mode  string
+	mode  Mode
 	bell  *notifier
 
 	transport *http.Transport // shared by every client, so connections are reused
@@ -106,27 +131,30 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 			c.token = api.AdminToken(j.Secret)
 		}
 	}
-	switch {
-	case opts.AgentURL != "":
+	mode, err := opts.Mode()
+	if err != nil {
+		return nil, err
+	}
+	switch mode {
+	case ModeAgent:
 		src, err := newAgentSource(ctx, c.newClient(opts.AgentURL), opts.Poll, opts.Timeout, c.bell, opts.Log)
 		if err != nil {
 			return nil, err
 		}
-		c.src, c.mode = src, "agent"
-	case opts.Join != "":
+		c.src = src
+	case ModeMember:
 		src, err := newMemberSource(ctx, join, opts, c.bell)
 		if err != nil {
 			return nil, err
 		}
-		c.src, c.mode = src, "member"
-	default:
-		return nil, errors.New("nothing to connect to: give a join string (--join-string, LLMKUBE_JOIN or --join-file) or --agent URL")
+		c.src = src
 	}
+	c.mode = mode
 	return c, nil
 }
 
-// Mode is "member" (joined the mesh) or "agent" (through one agent's API).
-func (c *Conn) Mode() string { return c.mode }
+// Mode is how the connection reaches the mesh.
+func (c *Conn) Mode() Mode { return c.mode }
 
 // Token is the API token actions use.
 func (c *Conn) Token() string { return c.token }

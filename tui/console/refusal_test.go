@@ -49,3 +49,22 @@ func TestCanRunReadsTheSchemeAsTheParserDoes(t *testing.T) {
 		t.Error("a GGUF runs on llama-server")
 	}
 }
+
+func TestOptionsMode(t *testing.T) {
+	for _, c := range []struct {
+		opts Options
+		want Mode
+	}{
+		{Options{Join: "j"}, ModeMember},
+		{Options{AgentURL: "http://127.0.0.1:7777"}, ModeAgent},
+		{Options{Join: "j", AgentURL: "http://127.0.0.1:7777"}, ModeAgent}, // the agent is asked, the join string gives the token
+	} {
+		got, err := c.opts.Mode()
+		if err != nil || got != c.want {
+			t.Errorf("%+v: %q, %v; want %q", c.opts, got, err, c.want)
+		}
+	}
+	if _, err := (Options{}).Mode(); err == nil {
+		t.Error("no join string and no agent: want an error saying what to give")
+	}
+}

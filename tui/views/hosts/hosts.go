@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/render"
 	"github.com/llmkube/mesh/tui/styles"
 )
@@ -393,7 +394,7 @@ func emptyState(ctx *common.Context) string {
 		"  • Ask why peers are invisible: press 6 for the doctor",
 		"  • Or try it all locally:      make demo (llmkube-demo)",
 	}
-	if ctx.Conn != nil && ctx.Conn.Mode() == "agent" {
+	if ctx.Conn != nil && ctx.Conn.Mode() == console.ModeAgent {
 		lines = append(lines, "", st.Muted.Render("Watching through one agent's API: its view has no agents yet."))
 	}
 	return strings.Join(lines, "\n")
