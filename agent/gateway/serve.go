@@ -180,7 +180,8 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 				return err
 			}
 		}
-		enc.hold(ch.More && !ch.Done)
+		// The first piece always goes out at once: the time to it is what a client waits.
+		enc.hold(ch.More && !ch.Done && !first.IsZero())
 		if ch.Content != "" {
 			now := time.Now()
 			if first.IsZero() {
