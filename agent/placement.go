@@ -106,8 +106,32 @@ type checked struct {
 }
 
 // validate applies every check that needs no sizing, in the order the codes document:
-// a request that fails here costs nothing.
+// a request that fails here costs nothing. Each step may fill in a default the next relies on.
 func (a *Agent) validate(ctx context.Context, who api.Principal, req api.PlacementRequest) (checked, error) {
+	if err := a.checkNamespace(who, &req); err != nil {
+		return checked{}, err
+	}
+	src, rt, err := a.checkSource(who, req)
+	if err != nil {
+		return checked{}, err
+	}
+	if err := checkOptions(who, &req, src); err != nil {
+		return checked{}, err
+	}
+	warn, err := a.memoryCheck(who, req)
+	if err != nil {
+		return checked{}, err
+	}
+	d, err := a.checkEngine(ctx, rt, req)
+	if err != nil {
+		return checked{}, err
+	}
+	return checked{req: req, src: src, runtime: rt, warn: warn, driver: d}, nil
+}
+
+// checkNamespace fills in the namespace (the token's, else the default) and refuses one the
+// token may not place into or this host does not serve.
+func (a *Agent) checkNamespace(who api.Principal, req *api.PlacementRequest) error {
 	if req.Namespace == "" {
 		req.Namespace = who.Namespace
 		if req.Namespace == "" {
@@ -115,63 +139,76 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 		}
 	}
 	if err := api.ValidNamespace(req.Namespace); err != nil {
-		return checked{}, api.Errorf(api.CodeBadRequest, "%v", err)
+		return api.Errorf(api.CodeBadRequest, "%v", err)
 	}
 	if !who.Allows(req.Namespace) {
-		return checked{}, api.Errorf(api.CodeUnauthorized, "this token is for namespace %q and cannot place into %q", who.Namespace, req.Namespace)
+		return api.Errorf(api.CodeUnauthorized, "this token is for namespace %q and cannot place into %q", who.Namespace, req.Namespace)
 	}
 	if len(a.cfg.Namespaces) > 0 && !slices.Contains(a.cfg.Namespaces, req.Namespace) {
 		e := api.Errorf(api.CodeNamespaceNotAllow, "namespace %q is not allowed on host %s", req.Namespace, a.Name())
 		e.Fix = "this host accepts namespaces " + strings.Join(a.cfg.Namespaces, ", ") + " (--namespaces)"
-		return checked{}, e
+		return e
 	}
+	return nil
+}
+
+// checkSource parses the source and checks that this host may and can run it: a local file
+// in its folders (unless the admin asks), TLS unless plain HTTP is allowed, a runtime that runs
+// the source, a Hailo-10H for hailo://. It returns the source and the runtime to use.
+func (a *Agent) checkSource(who api.Principal, req api.PlacementRequest) (source.Source, api.Runtime, error) {
 	src, err := source.Parse(req.Source)
 	if err != nil {
-		return checked{}, asAPIError(err, api.CodeInvalidSource)
+		return src, "", asAPIError(err, api.CodeInvalidSource)
 	}
 	if src.Kind == source.KindFile && !who.Admin {
 		if err := a.checkFileSource(src.Path); err != nil {
-			return checked{}, err
+			return src, "", err
 		}
 	}
 	if src.Insecure && !a.cfg.AllowHTTP {
 		if err := src.RequireTLS(); err != nil {
-			return checked{}, asAPIError(err, api.CodeInvalidSource)
+			return src, "", asAPIError(err, api.CodeInvalidSource)
 		}
 	}
 	if err := src.CheckRuntime(req.Runtime); err != nil {
-		return checked{}, asAPIError(err, api.CodeRuntimeMismatch)
+		return src, "", asAPIError(err, api.CodeRuntimeMismatch)
 	}
 	rt := req.Runtime
 	if rt == "" {
 		rt = src.Runtime()
 	}
 	if src.Kind == source.KindHailo && a.hailoMem == 0 {
-		return checked{}, &api.Error{Code: api.CodeAcceleratorMissing,
+		return src, "", &api.Error{Code: api.CodeAcceleratorMissing,
 			Message: fmt.Sprintf("%s needs a Hailo-10H, and host %s has no Hailo device node (/dev/hailo0)", src.String(), a.Name()),
 			Fix:     "place it on a Raspberry Pi 5 with the AI HAT+ 2, or use a GGUF or ollama:// source here"}
 	}
+	return src, rt, nil
+}
+
+// checkOptions fills in and checks what the request asks of the placement: priority, context,
+// digest, name, protection.
+func checkOptions(who api.Principal, req *api.PlacementRequest, src source.Source) error {
 	if req.Priority == "" {
 		req.Priority = api.PriorityNormal
 	}
 	if req.Priority.Level() < 0 {
-		return checked{}, api.Errorf(api.CodeBadRequest, "unknown priority %q; use batch, low, normal, high or critical", req.Priority)
+		return api.Errorf(api.CodeBadRequest, "unknown priority %q; use batch, low, normal, high or critical", req.Priority)
 	}
 	switch {
 	case req.Context < 0 || req.Context > 1<<20:
-		return checked{}, api.Errorf(api.CodeBadRequest, "context %d: want 0 (the default, %d) up to %d tokens", req.Context, api.DefaultContext, 1<<20)
+		return api.Errorf(api.CodeBadRequest, "context %d: want 0 (the default, %d) up to %d tokens", req.Context, api.DefaultContext, 1<<20)
 	case req.Context == 0:
 		req.Context = api.DefaultContext
 	}
 	if src.Kind == source.KindHailo && req.Context > api.DefaultContext {
-		return checked{}, api.Errorf(api.CodeContextLimit, "every Hailo zoo model is compiled for a %d-token context; %d was asked", api.DefaultContext, req.Context)
+		return api.Errorf(api.CodeContextLimit, "every Hailo zoo model is compiled for a %d-token context; %d was asked", api.DefaultContext, req.Context)
 	}
 	if req.SHA256 != "" {
 		if !src.IsGGUF() || src.Kind == source.KindFile {
-			return checked{}, api.Errorf(api.CodeBadRequest, "sha256 checks a downloaded GGUF file; %s is not downloaded", src.String())
+			return api.Errorf(api.CodeBadRequest, "sha256 checks a downloaded GGUF file; %s is not downloaded", src.String())
 		}
 		if !validSHA256(req.SHA256) {
-			return checked{}, api.Errorf(api.CodeBadRequest, "sha256 %q: want 64 hexadecimal digits", req.SHA256)
+			return api.Errorf(api.CodeBadRequest, "sha256 %q: want 64 hexadecimal digits", req.SHA256)
 		}
 		req.SHA256 = strings.ToLower(req.SHA256)
 	}
@@ -179,45 +216,53 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 		req.Name = src.ModelName()
 	}
 	if err := validName(req.Name); err != nil {
-		return checked{}, api.Errorf(api.CodeBadRequest, "name %q: %v", req.Name, err)
+		return api.Errorf(api.CodeBadRequest, "name %q: %v", req.Name, err)
 	}
 	if req.Protected && !who.Admin {
 		// Protection keeps a model from eviction and swaps mesh-wide policy: the operator's call.
-		return checked{}, api.Errorf(api.CodeUnauthorized, "protected placements need the admin token")
+		return api.Errorf(api.CodeUnauthorized, "protected placements need the admin token")
 	}
-	var warn bool
+	return nil
+}
+
+// memoryCheck is whether the placement loads with a warning when the memory check fails
+// (the host's --memory-check, or "warn" asked by the admin).
+func (a *Agent) memoryCheck(who api.Principal, req api.PlacementRequest) (warn bool, err error) {
 	switch req.MemoryCheck {
 	case "":
-		warn = a.cfg.MemoryCheckMode == MemoryCheckWarn
+		return a.cfg.MemoryCheckMode == MemoryCheckWarn, nil
 	case api.MemoryCheckWarn:
 		// Loading anyway can take the host down for everyone: an operator's decision.
 		if !who.Admin {
-			return checked{}, api.Errorf(api.CodeUnauthorized, "memory_check \"warn\" needs the admin token")
+			return false, api.Errorf(api.CodeUnauthorized, "memory_check \"warn\" needs the admin token")
 		}
-		warn = true
-	default:
-		return checked{}, api.Errorf(api.CodeBadRequest, "memory_check %q: want \"warn\" or nothing", req.MemoryCheck)
+		return true, nil
 	}
+	return false, api.Errorf(api.CodeBadRequest, "memory_check %q: want \"warn\" or nothing", req.MemoryCheck)
+}
+
+// checkEngine finds the runtime's driver and lets it check the name and the engine arguments.
+func (a *Agent) checkEngine(ctx context.Context, rt api.Runtime, req api.PlacementRequest) (engines.Driver, error) {
 	d, err := a.engineFor(ctx, rt)
 	if err != nil {
-		return checked{}, err
+		return nil, err
 	}
 	if nc, ok := d.(engines.NameChecker); ok {
 		if err := nc.CheckName(req.Name); err != nil {
-			return checked{}, api.Errorf(api.CodeBadRequest, "name: %v", err)
+			return nil, api.Errorf(api.CodeBadRequest, "name: %v", err)
 		}
 	}
 	if len(req.Args) > 0 {
 		// Engine arguments are an attack surface: only a driver's allowlist lets them through.
 		ac, ok := d.(engines.ArgChecker)
 		if !ok {
-			return checked{}, api.Errorf(api.CodeBadRequest, "%s takes no engine arguments from a placement", rt)
+			return nil, api.Errorf(api.CodeBadRequest, "%s takes no engine arguments from a placement", rt)
 		}
 		if err := ac.CheckArgs(req.Args); err != nil {
-			return checked{}, api.Errorf(api.CodeBadRequest, "args: %v", err)
+			return nil, api.Errorf(api.CodeBadRequest, "args: %v", err)
 		}
 	}
-	return checked{req: req, src: src, runtime: rt, warn: warn, driver: d}, nil
+	return d, nil
 }
 
 // checkFileSource refuses a file outside the GGUF folders and the store. Links are resolved
