@@ -104,6 +104,7 @@ type Driver struct {
 	mu        sync.Mutex
 	instances map[string]*Instance // by placement id
 	starting  map[string]*start
+	version   knownVersion
 }
 
 var _ engines.Driver = (*Driver)(nil)
@@ -176,6 +177,15 @@ func (d *Driver) Detect(ctx context.Context) api.Engine {
 		return e
 	}
 	e.Present, e.Address = true, bin
+	key, keyErr := binaryKey(bin)
+	d.mu.Lock()
+	known := d.version
+	d.mu.Unlock()
+	if keyErr == nil && known.key == key && time.Since(known.at) < versionRecheck {
+		e.Version, e.Healthy = known.version, true
+		e.Models = d.localGGUF()
+		return e
+	}
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--version")
@@ -192,9 +202,41 @@ func (d *Driver) Detect(ctx context.Context) api.Engine {
 	if m := versionRE.FindStringSubmatch(string(out)); m != nil {
 		e.Version = m[1]
 	}
+	if keyErr == nil {
+		d.mu.Lock()
+		d.version = knownVersion{key: key, version: e.Version, at: time.Now()}
+		d.mu.Unlock()
+	}
 	e.Healthy = true
 	e.Models = d.localGGUF()
 	return e
+}
+
+// versionRecheck is how long a binary's answer to --version is trusted while the file stays
+// the same: Detect runs every 30 s, and each --version is a process start (a real
+// llama-server's also loads its GPU backends) that an idle agent need not pay.
+const versionRecheck = 10 * time.Minute
+
+// binKey tells one binary file from another: a reinstall or upgrade changes it.
+type binKey struct {
+	path  string
+	size  int64
+	mtime time.Time
+}
+
+// knownVersion is the last successful --version, of the binary key names.
+type knownVersion struct {
+	key     binKey
+	version string
+	at      time.Time
+}
+
+func binaryKey(bin string) (binKey, error) {
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return binKey{}, err
+	}
+	return binKey{path: bin, size: fi.Size(), mtime: fi.ModTime()}, nil
 }
 
 // localGGUF lists the GGUF files in the offered folders and one level below (the store keeps

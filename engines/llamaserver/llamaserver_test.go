@@ -839,3 +839,29 @@ func TestReadEventsHoldsOnlyWhatIsFollowed(t *testing.T) {
 	assert.Equal(t, engines.ChatChunk{Done: true, FinishReason: "stop"}, recv())
 	require.NoError(t, <-errc)
 }
+
+// Detect asks the binary for its version once while the file stays the same (it is a process
+// start every 30 s otherwise), and again once the file changes.
+func TestDetectAsksTheVersionOncePerBinary(t *testing.T) {
+	dir := t.TempDir()
+	bin, runs := filepath.Join(dir, "llama-server"), filepath.Join(dir, "runs")
+	script := func(v string) {
+		require.NoError(t, os.WriteFile(bin, []byte("#!/bin/sh\necho run >> "+runs+"\necho 'version: "+v+"'\n"), 0o755))
+	}
+	count := func() int {
+		b, _ := os.ReadFile(runs)
+		return strings.Count(string(b), "run")
+	}
+	script("1 (aaa)")
+	d := newDriver(t, func(c *Config) { c.Binary = bin })
+	for range 3 {
+		e := d.Detect(t.Context())
+		require.True(t, e.Healthy, e.Detail)
+		assert.Equal(t, "1 (aaa)", e.Version)
+	}
+	assert.Equal(t, 1, count())
+	script("22 (bbbb)") // an upgrade: another size
+	e := d.Detect(t.Context())
+	assert.Equal(t, "22 (bbbb)", e.Version)
+	assert.Equal(t, 2, count())
+}
