@@ -129,21 +129,8 @@ type Mesh struct {
 // memberlist listens; it does not wait for peers. When ctx ends the member leaves gracefully
 // and shuts down (as Close does); call Close yourself to leave earlier.
 func Start(ctx context.Context, cfg Config) (*Mesh, error) {
-	if err := api.ValidMeshID(cfg.MeshID); err != nil {
+	if err := checkConfig(&cfg); err != nil {
 		return nil, err
-	}
-	if len(cfg.Secret) != api.SecretSize {
-		return nil, fmt.Errorf("mesh secret has %d bytes, want %d", len(cfg.Secret), api.SecretSize)
-	}
-	switch cfg.Role {
-	case "":
-		cfg.Role = api.RoleAgent
-	case api.RoleAgent, api.RoleConsole:
-	default:
-		return nil, fmt.Errorf("mesh role %q: use %q or %q", cfg.Role, api.RoleAgent, api.RoleConsole)
-	}
-	if cfg.Role == api.RoleConsole {
-		cfg.APIAddr = ""
 	}
 	mlc, t, err := profile(cfg.Profile)
 	if err != nil {
@@ -158,8 +145,48 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger = logger.With("node", name)
+	m, err := newMesh(cfg, mlc, t, name, logger.With("node", name))
+	if err != nil {
+		return nil, err
+	}
+	guard, err := m.configure(mlc)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.listen(mlc, guard); err != nil {
+		return nil, err
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.run(ctx)
+	m.log.Info("mesh member started", "mesh", cfg.MeshID, "role", cfg.Role, "gossip", m.GossipAddr(), "profile", cfg.Profile)
+	return m, nil
+}
 
+// checkConfig refuses a mesh id, secret or role that cannot work and fills in the role's
+// defaults.
+func checkConfig(cfg *Config) error {
+	if err := api.ValidMeshID(cfg.MeshID); err != nil {
+		return err
+	}
+	if len(cfg.Secret) != api.SecretSize {
+		return fmt.Errorf("mesh secret has %d bytes, want %d", len(cfg.Secret), api.SecretSize)
+	}
+	switch cfg.Role {
+	case "":
+		cfg.Role = api.RoleAgent
+	case api.RoleAgent, api.RoleConsole:
+	default:
+		return fmt.Errorf("mesh role %q: use %q or %q", cfg.Role, api.RoleAgent, api.RoleConsole)
+	}
+	if cfg.Role == api.RoleConsole {
+		cfg.APIAddr = ""
+	}
+	return nil
+}
+
+// newMesh is the member before memberlist starts: its tables, its first metadata and itself
+// as the first member.
+func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger *slog.Logger) (*Mesh, error) {
 	m := &Mesh{
 		cfg: cfg, t: t, name: name, log: logger, mlc: mlc,
 		jobs:       make(chan func(), 256),
@@ -190,8 +217,14 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		NumNodes:       func() int { return int(m.nAlive.Load()) },
 		RetransmitMult: mlc.RetransmitMult,
 	}
+	return m, nil
+}
 
-	mlc.Name = name
+// configure sets memberlist up for this mesh: name, label and key from the secret, addresses,
+// the delegates that are the mesh, logs through the diagnostics, and a guarded transport.
+func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
+	cfg := m.cfg
+	mlc.Name = m.name
 	mlc.Label = api.GossipLabel(cfg.MeshID, cfg.Secret)
 	mlc.SecretKey = api.GossipKey(cfg.Secret)
 	mlc.GossipVerifyIncoming = true
@@ -217,6 +250,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	var guard *streamGuard
 	switch t := cfg.Transport.(type) {
 	case nil:
+		var err error
 		if guard, err = newNetTransport(mlc); err != nil {
 			return nil, err
 		}
@@ -226,24 +260,31 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: transport %T is not a memberlist.NodeAwareTransport", t)
 	}
 	mlc.Transport = guard
+	return guard, nil
+}
 
+// listen starts memberlist on the guarded transport, and discovery once the gossip port is known.
+func (m *Mesh) listen(mlc *memberlist.Config, guard *streamGuard) error {
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
 		guard.Shutdown()
-		return nil, startError(err)
+		return startError(err)
 	}
 	m.ml = ml
 	m.gossipAddr = ml.LocalNode().Address() // read once: the node memberlist returns is not ours to read later
-	if cfg.NewDiscovery != nil {
+	if m.cfg.NewDiscovery != nil {
 		_, port, _ := net.SplitHostPort(m.gossipAddr)
 		p, _ := strconv.Atoi(port)
-		if m.discovered, err = cfg.NewDiscovery(name, p); err != nil {
+		if m.discovered, err = m.cfg.NewDiscovery(m.name, p); err != nil {
 			ml.Shutdown()
-			return nil, fmt.Errorf("starting discovery: %w", err)
+			return fmt.Errorf("starting discovery: %w", err)
 		}
 	}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return nil
+}
 
+// run starts the member's loops, and leaves the mesh gracefully when ctx ends.
+func (m *Mesh) run(ctx context.Context) {
 	for range 4 {
 		m.goRun(m.worker)
 	}
@@ -264,8 +305,6 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		case <-m.done:
 		}
 	}()
-	m.log.Info("mesh member started", "mesh", cfg.MeshID, "role", cfg.Role, "gossip", m.GossipAddr(), "profile", cfg.Profile)
-	return m, nil
 }
 
 func (m *Mesh) goRun(f func()) {
