@@ -1,10 +1,9 @@
 // Package simserver is the HTTP scaffolding the engine simulators (sim/llamaserver, sim/ollama,
 // sim/hailo) share: serving listeners until the simulator stops, counting requests for
 // GET /_sim/stats, writing JSON bodies, reading OpenAI message content, and choosing and spacing
-// generated tokens. Only mechanism
-// that is the same in every simulator lives here; routes, error shapes and each engine's quirks
-// stay in the simulator that imitates them. Like the simulators, it imports nothing of the
-// product.
+// generated tokens. Only mechanism that is the same in every simulator lives here; routes, error
+// shapes and each engine's quirks stay in the simulator that imitates them. Like the simulators,
+// it imports nothing of the product.
 package simserver
 
 import (
