@@ -116,7 +116,8 @@ func HasMember(data []byte, keys ...string) bool {
 		if c == ' ' || c == '\t' || c == '\\' || c >= utf8.RuneSelf {
 			return true
 		}
-		if c != '"' {
+		// In compact JSON a name starts right after '{' or ','.
+		if c != '"' || i == 0 || (data[i-1] != '{' && data[i-1] != ',') {
 			continue
 		}
 		for _, k := range keys {

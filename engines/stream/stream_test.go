@@ -53,3 +53,10 @@ func TestHasMember(t *testing.T) {
 	assert.False(t, HasMember([]byte(`{"usages":1,"model":"m"}`), "usage"))
 	assert.False(t, HasMember([]byte(`{"id":"x","created":1}`), "usage", "error"))
 }
+
+func BenchmarkHasMember(b *testing.B) {
+	line := []byte(`{"model":"llama3.2:1b","created_at":"2026-12-01T12:00:00.123456789Z","message":{"role":"assistant","content":" word"},"done":false}`)
+	for b.Loop() {
+		HasMember(line, "error")
+	}
+}
