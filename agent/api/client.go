@@ -1,11 +1,9 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -238,7 +236,7 @@ func (c *Client) Events(ctx context.Context, after uint64, emit func(Event) erro
 		return err
 	}
 	defer resp.Body.Close()
-	return readSSE(resp.Body, func(data []byte) error {
+	return ReadSSE(resp.Body, func(data []byte) error {
 		var ev Event
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fmt.Errorf("malformed event: %w", err)
@@ -246,49 +244,6 @@ func (c *Client) Events(ctx context.Context, after uint64, emit func(Event) erro
 		Sanitize(&ev)
 		return emit(ev)
 	})
-}
-
-// ErrStreamDone ends readSSE cleanly (an OpenAI "data: [DONE]").
-var errStreamDone = errors.New("stream done")
-
-// readSSE calls onData for each event's data (multi-line data joined with "\n"). Comments and
-// other fields are skipped.
-func readSSE(r io.Reader, onData func([]byte) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var data []byte
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if data != nil {
-				err := onData(data)
-				data = nil
-				if err == errStreamDone {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			v = bytes.TrimPrefix(v, []byte(" "))
-			if data != nil {
-				data = append(data, '\n')
-			}
-			data = append(data, v...)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	if data != nil {
-		if err := onData(data); err != nil && err != errStreamDone {
-			return err
-		}
-	}
-	return nil
 }
 
 // ChatMessage is an OpenAI chat message.
@@ -338,9 +293,9 @@ func (c *Client) ChatStream(ctx context.Context, model string, msgs []ChatMessag
 		return err
 	}
 	defer resp.Body.Close()
-	return readSSE(resp.Body, func(data []byte) error {
+	return ReadSSE(resp.Body, func(data []byte) error {
 		if bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
-			return errStreamDone
+			return ErrSSEDone
 		}
 		var chunk struct {
 			Choices []struct {

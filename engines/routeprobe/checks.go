@@ -1,7 +1,6 @@
 package routeprobe
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/llmkube/mesh/agent/api"
 )
 
 // maxBody bounds what the probe reads of an answer.
@@ -341,16 +342,17 @@ func sse(a answer, _ *prober, _ *Report) (string, bool) {
 		return fmt.Sprintf("%s; %s", a.header.Get("Content-Type"), a.summary()), false
 	}
 	chunks, done := 0, false
-	sc := bufio.NewScanner(bytes.NewReader(a.body))
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+	err := api.ReadSSE(bytes.NewReader(a.body), func(data []byte) error {
 		switch {
-		case !ok:
-		case data == "[DONE]":
+		case string(data) == "[DONE]":
 			done = true
-		case json.Valid([]byte(data)):
+		case json.Valid(data):
 			chunks++
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Sprintf("%d chunks, then %v", chunks, err), false
 	}
 	return fmt.Sprintf("%d chunks, [DONE] %v", chunks, done), chunks > 0 && done
 }
