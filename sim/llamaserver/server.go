@@ -138,7 +138,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.srv = simserver.NewHTTPServer(s.routes(), log)
 	s.srv.BaseContext = s.run.BaseContext
 	s.srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
-	s.srv.ConnState = s.connState
+	track := s.srv.ConnState // simserver's own, which a stop needs
+	s.srv.ConnState = func(c net.Conn, state http.ConnState) {
+		track(c, state)
+		s.connState(c, state)
+	}
 	s.run.Serve(s.srv, ln)
 	go s.load()
 	s.run.CloseWhen(ctx, s.Close)

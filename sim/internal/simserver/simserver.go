@@ -23,11 +23,50 @@ const shutdownGrace = 2 * time.Second
 // stuck client cannot hold a connection forever, and net/http's own complaints sent to log at
 // debug level rather than to stderr.
 func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
+	f := &freshConns{conns: map[net.Conn]struct{}{}}
+	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ConnState:         f.track,
 	}
+	srv.RegisterOnShutdown(f.close)
+	return srv
+}
+
+// freshConns are a server's connections that have not begun a request. net/http's Shutdown
+// closes idle connections at once but waits five seconds for fresh ones, longer than
+// shutdownGrace: a client's spare connection (Go's transport dials one for a request that an
+// idle connection then took) made a simulator's stop fail with the deadline. Nothing is lost
+// by closing them when the server shuts down: they carry no request.
+type freshConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	down  bool
+}
+
+func (f *freshConns) track(c net.Conn, s http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case s == http.StateNew && f.down:
+		c.Close() // accepted as the listener closed
+	case s == http.StateNew:
+		f.conns[c] = struct{}{}
+	default:
+		delete(f.conns, c)
+	}
+}
+
+// close runs when Shutdown has closed the listeners.
+func (f *freshConns) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = true
+	for c := range f.conns {
+		c.Close()
+	}
+	clear(f.conns)
 }
 
 // Logger is log, or a logger that drops everything when log is nil.

@@ -112,3 +112,28 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 	assert.Error(t, err, "the listener is closed")
 	assert.NoError(t, stop(), "a second stop does nothing")
 }
+
+// TestShutdownDoesNotWaitForFreshConnections: a connection that never sent a request (a
+// client's spare) does not hold a stop up: net/http alone would wait five seconds for it, past
+// the grace, and the stop would fail.
+func TestShutdownDoesNotWaitForFreshConnections(t *testing.T) {
+	srv := NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), Logger(nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	// The server has the connection once a request on another one is answered: Serve accepts
+	// in order.
+	resp, err := http.Get("http://" + ln.Addr().String())
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	require.NoError(t, Shutdown(srv))
+	<-served
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the fresh connection was closed")
+}
