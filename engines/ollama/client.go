@@ -415,6 +415,9 @@ func (c *Client) Pull(ctx context.Context, model string, progress func(engines.P
 	var order []string
 	success := false
 	err = c.lines(ctx, resp.Body, api.CodePullFailed, func(b []byte) error {
+		if err := c.lineError(b, api.CodePullFailed); err != nil {
+			return err
+		}
 		var p struct {
 			Status    string `json:"status"`
 			Digest    string `json:"digest"`
@@ -657,14 +660,17 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 		return send(engines.ChatChunk{}) // let the held pieces go before waiting
 	}
 	err = c.lines(ctx, resp.Body, api.CodeEngineError, func(b []byte) error {
-		if done {
-			return nil // nothing follows the last chunk; ignore stray lines
-		}
-		if content, ok := chatContent(b); ok {
-			if content == "" {
+		if content, ok := chatContent(b); ok { // a line without an error member
+			if done || content == "" {
 				return nil
 			}
 			return send(engines.ChatChunk{Content: content, More: true})
+		}
+		if err := c.lineError(b, api.CodeEngineError); err != nil {
+			return err
+		}
+		if done {
+			return nil // nothing follows the last chunk; ignore stray lines
 		}
 		var m struct {
 			Message struct {
@@ -722,9 +728,9 @@ var ErrNoLastChunk = errors.New("ended before its last chunk")
 // maxLine bounds one NDJSON line.
 const maxLine = 4 << 20
 
-// lines calls fn for each NDJSON line of body (blank lines and "\r" endings tolerated). A line
-// with an "error" member ends the stream with that error, under code. idle, when not nil, is
-// called before each read that would wait on the daemon (see engines.ChatChunk.More).
+// lines calls fn for each NDJSON line of body (blank lines and "\r" endings tolerated); fn
+// checks it with lineError. idle, when not nil, is called before each read that would wait on
+// the daemon (see engines.ChatChunk.More).
 func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn func([]byte) error, idle func() error) error {
 	r := stream.NewReader(body, maxLine)
 	defer r.Close()
@@ -742,14 +748,6 @@ func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn fu
 			return &engines.Error{Code: code, Err: fmt.Errorf("%s: stream broke off: %w", c.daemon, rerr)}
 		}
 		if b := bytes.TrimSpace(line); len(b) > 0 {
-			var f errorField
-			// Most lines are plain compact JSON without an "error" member, which stream.HasMember
-			// tells without decoding them.
-			if stream.HasMember(b, "error") && json.Unmarshal(b, &f) == nil {
-				if msg := f.message(); msg != "" {
-					return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: http.StatusOK, Message: msg}}
-				}
-			}
 			if err := fn(b); err != nil {
 				var ee *engines.Error
 				if errors.As(err, &ee) || ctx.Err() != nil {
@@ -762,6 +760,18 @@ func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn fu
 			return nil
 		}
 	}
+}
+
+// lineError is the error a streamed line carries in an "error" member (which ends the stream,
+// under code), or nil.
+func (c *Client) lineError(b []byte, code api.Code) error {
+	var f errorField
+	if json.Unmarshal(b, &f) == nil {
+		if msg := f.message(); msg != "" {
+			return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: http.StatusOK, Message: msg}}
+		}
+	}
+	return nil
 }
 
 // chatContent reads the line nearly every token is, by looking at its bytes instead of
