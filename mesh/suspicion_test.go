@@ -50,14 +50,17 @@ func TestAloneMemberShowsEveryOtherUnreachable(t *testing.T) {
 
 	// As if every probe since aloneAfter ago had failed (memberlist's acks keep coming on
 	// memnet, so the clock is set back rather than the network cut: the LAN test cuts it).
-	longAgo := time.Now().Add(-a.t.aloneAfter - time.Second).UnixNano()
-	a.lastAck.Store(longAgo)
-	a.lastFailed.Store(longAgo + 1)
-	a.mu.Lock()
-	alone := a.aloneLocked(time.Now())
-	v := a.viewLocked()
-	a.mu.Unlock()
-	require.True(t, alone)
+	// A real ack may land between setting the clock and reading the view: then look again.
+	var v View
+	require.Eventually(t, func() bool {
+		longAgo := time.Now().Add(-a.t.aloneAfter - time.Second).UnixNano()
+		a.lastAck.Store(longAgo)
+		a.lastFailed.Store(longAgo + 1)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		v = a.viewLocked()
+		return a.aloneLocked(v.At)
+	}, 5*time.Second, time.Millisecond)
 	mb, _ := v.Member("b")
 	assert.Equal(t, api.Unreachable, mb.Liveness)
 	assert.Contains(t, mb.Reason, "cut off")
