@@ -46,7 +46,10 @@ func TestNewcomerSeesMembersAlreadyGone(t *testing.T) {
 	assert.Equal(t, api.StateUnavailable, mb.Placements[0].State)
 	assert.Equal(t, "victim.test:7777", mb.Host.APIAddr, "what the victim advertised, for the doctor and the user")
 	assert.Empty(t, v.Ready("default", "llama3"))
-	require.Eventually(t, func() bool { return hasEvent(events(), "victim", "dead") }, 2*time.Second, 10*time.Millisecond)
+	if !assert.Eventually(t, func() bool { return hasEvent(events(), "victim", "dead") }, 2*time.Second, 10*time.Millisecond,
+		"the newcomer announces the death it was told of") {
+		t.Fatalf("its events: %+v", events())
+	}
 
 	// The victim comes back under its name: the newcomer's own memberlist hears it, and that
 	// overrides what it was told.
