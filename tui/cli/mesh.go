@@ -43,18 +43,27 @@ Exit codes: 0 done, 1 failed, 2 usage, 3 refused by admission, 4 not found,
 // oneShot runs a command body that needs the mesh, bounded by --timeout.
 func (a *app) oneShot(stream bool, mode settleMode, body func(ctx context.Context, s *session, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 	return a.run(func(cmd *cobra.Command, args []string) error {
-		ctx, cancel := a.commandContext(cmd, stream)
-		defer cancel()
-		s, err := a.connect(ctx, mode, false)
-		if err != nil {
-			return err
-		}
-		defer s.close()
-		if _, err := s.conn.ScopedView(); err != nil {
-			return err // a token the mesh refuses, found before anything is done with it
-		}
-		return body(ctx, s, cmd, args)
+		return a.withSession(cmd, stream, mode, func(ctx context.Context, s *session) error {
+			return body(ctx, s, cmd, args)
+		})
 	})
+}
+
+// withSession connects for one command, bounded by --timeout (a stream has no bound unless
+// --timeout is given), checks the token against the mesh, and runs body; it leaves the mesh
+// after. Every command that acts on the mesh goes through it.
+func (a *app) withSession(cmd *cobra.Command, stream bool, mode settleMode, body func(ctx context.Context, s *session) error) error {
+	ctx, cancel := a.commandContext(cmd, stream)
+	defer cancel()
+	s, err := a.connect(ctx, mode, false)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if _, err := s.conn.ScopedView(); err != nil {
+		return err // a token the mesh refuses, found before anything is done with it
+	}
+	return body(ctx, s)
 }
 
 func (a *app) hostsCmd() *cobra.Command {

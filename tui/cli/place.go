@@ -48,55 +48,48 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 		return err
 	}
 	c.RunE = a.run(func(cmd *cobra.Command, _ []string) error {
-		ctx, cancel := a.commandContext(cmd, wait)
-		defer cancel()
-		s, err := a.connect(ctx, needAgents, false)
-		if err != nil {
-			return err
-		}
-		defer s.close()
-		if _, err := s.conn.ScopedView(); err != nil {
-			return err
-		}
-		// Placing what already runs is placing once: a script may run this twice.
-		p, existed := s.conn.Existing(req, host)
-		if !existed {
-			if host == "" {
-				if host, err = a.chooseHost(ctx, s.conn, req, rf.spread, auto); err != nil {
+		return a.withSession(cmd, wait, needAgents, func(ctx context.Context, s *session) error {
+			// Placing what already runs is placing once: a script may run this twice.
+			var err error
+			p, existed := s.conn.Existing(req, host)
+			if !existed {
+				if host == "" {
+					if host, err = a.chooseHost(ctx, s.conn, req, rf.spread, auto); err != nil {
+						return err
+					}
+				}
+				if req.MemoryCheck == api.MemoryCheckWarn {
+					fmt.Fprintf(a.stderr, "warning: --load-anyway: %s admits it even if its size cannot be known or it does not fit\n", host)
+				}
+				if p, existed, err = s.conn.PlaceOnce(ctx, host, req); err != nil {
 					return err
 				}
 			}
-			if req.MemoryCheck == api.MemoryCheckWarn {
-				fmt.Fprintf(a.stderr, "warning: --load-anyway: %s admits it even if its size cannot be known or it does not fit\n", host)
+			if existed {
+				fmt.Fprintf(a.stderr, "already placed: %s on %s as %s (%s), nothing new placed\n", p.Model, p.Host, p.ID, p.State)
+			} else {
+				fmt.Fprintf(a.stderr, "placed %s on %s as %s (%s)\n", p.Model, p.Host, p.ID, p.State)
 			}
-			if p, existed, err = s.conn.PlaceOnce(ctx, host, req); err != nil {
-				return err
+			if wait {
+				pr := progress{w: a, state: p.State, started: true} // the line above said the first state
+				final, werr := s.conn.Wait(ctx, p, pr.show)
+				if final.ID != "" {
+					p = final
+				}
+				if werr != nil && ctx.Err() != nil {
+					fmt.Fprintf(a.stderr, "stopped waiting: %s continues on %s; `llmkube-tui mesh delete %s` stops it\n", p.ID, p.Host, p.ID)
+				}
+				err = werr
 			}
-		}
-		if existed {
-			fmt.Fprintf(a.stderr, "already placed: %s on %s as %s (%s), nothing new placed\n", p.Model, p.Host, p.ID, p.State)
-		} else {
-			fmt.Fprintf(a.stderr, "placed %s on %s as %s (%s)\n", p.Model, p.Host, p.ID, p.State)
-		}
-		if wait {
-			pr := progress{w: a, state: p.State, started: true} // the line above said the first state
-			final, werr := s.conn.Wait(ctx, p, pr.show)
-			if final.ID != "" {
-				p = final
-			}
-			if werr != nil && ctx.Err() != nil {
-				fmt.Fprintf(a.stderr, "stopped waiting: %s continues on %s; `llmkube-tui mesh delete %s` stops it\n", p.ID, p.Host, p.ID)
-			}
-			err = werr
-		}
-		if a.g.json {
-			if werr := a.writeDoc(PlacementDoc{Schema: Schema, Placement: &p, Error: a.errorOf(err)}); werr != nil {
+			if a.g.json {
+				if werr := a.writeDoc(PlacementDoc{Schema: Schema, Placement: &p, Error: a.errorOf(err)}); werr != nil {
+					return werr
+				}
+			} else if werr := placementsTable(a.stdout, []api.Placement{p}); werr != nil {
 				return werr
 			}
-		} else if werr := placementsTable(a.stdout, []api.Placement{p}); werr != nil {
-			return werr
-		}
-		return err
+			return err
+		})
 	})
 	return c
 }

@@ -68,23 +68,15 @@ terminal). Ctrl-C stops the generation on the host that runs it.`,
 		}
 		msgs = append(msgs, api.ChatMessage{Role: "user", Content: prompt})
 
-		ctx, cancel := a.commandContext(cmd, true)
-		defer cancel()
-		s, err := a.connect(ctx, needAgents, false)
-		if err != nil {
-			return err
-		}
-		defer s.close()
-		if _, err := s.conn.ScopedView(); err != nil {
-			return err
-		}
-		out := chatOut{a: a}
-		host, err := s.conn.Chat(ctx, model, msgs, opt, out.delta)
-		if err != nil {
-			out.breakLine()
-			return err
-		}
-		return out.end(model, host)
+		return a.withSession(cmd, true, needAgents, func(ctx context.Context, s *session) error {
+			out := chatOut{a: a}
+			host, err := s.conn.Chat(ctx, model, msgs, opt, out.delta)
+			if err != nil {
+				out.breakLine()
+				return err
+			}
+			return out.end(model, host)
+		})
 	})
 	return c
 }
@@ -194,47 +186,42 @@ Ctrl-C or --timeout; both end it with exit 0. Agents that join later are followe
 		return nil
 	}
 	c.RunE = a.run(func(cmd *cobra.Command, _ []string) error {
-		ctx, cancel := a.commandContext(cmd, true)
-		defer cancel()
-		s, err := a.connect(ctx, needAgents, false)
-		if err != nil {
-			return err
-		}
-		defer s.close()
-		v, err := s.conn.ScopedView()
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(a.stderr, "watching mesh %s: %d agent(s); Ctrl-C to stop\n", v.Mesh, len(console.Agents(v)))
-		wctx, stop := context.WithCancel(ctx)
-		defer stop()
-		// Events may call emit for a moment after it returns (its followers stop on their own):
-		// closed keeps those late events off stdout once the command is done.
-		var (
-			mu     sync.Mutex
-			closed bool
-			werr   error
-		)
-		s.conn.Events(wctx, func(ev api.Event) {
+		return a.withSession(cmd, true, needAgents, func(ctx context.Context, s *session) error {
+			v, err := s.conn.ScopedView()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stderr, "watching mesh %s: %d agent(s); Ctrl-C to stop\n", v.Mesh, len(console.Agents(v)))
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			// Events may call emit for a moment after it returns (its followers stop on their own):
+			// closed keeps those late events off stdout once the command is done.
+			var (
+				mu     sync.Mutex
+				closed bool
+				werr   error
+			)
+			s.conn.Events(wctx, func(ev api.Event) {
+				mu.Lock()
+				defer mu.Unlock()
+				if closed || werr != nil || (len(types) > 0 && !slices.Contains(types, ev.Type)) {
+					return
+				}
+				if a.g.json {
+					werr = a.writeCompact(EventLine{Schema: Schema, Event: ev})
+				} else {
+					_, werr = fmt.Fprintln(a.stdout, eventText(ev))
+				}
+				if werr != nil {
+					stop()
+				}
+			})
 			mu.Lock()
 			defer mu.Unlock()
-			if closed || werr != nil || (len(types) > 0 && !slices.Contains(types, ev.Type)) {
-				return
-			}
-			if a.g.json {
-				werr = a.writeCompact(EventLine{Schema: Schema, Event: ev})
-			} else {
-				_, werr = fmt.Fprintln(a.stdout, eventText(ev))
-			}
-			if werr != nil {
-				stop()
-			}
+			closed = true
+			// Ctrl-C and --timeout are how a watch ends: that is success, exit 0.
+			return werr
 		})
-		mu.Lock()
-		defer mu.Unlock()
-		closed = true
-		// Ctrl-C and --timeout are how a watch ends: that is success, exit 0.
-		return werr
 	})
 	return c
 }
