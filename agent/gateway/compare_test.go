@@ -51,11 +51,11 @@ import (
 )
 
 // Sizes of the run: sequential requests per path (in rounds, alternating paths), and rounds
-// of concurrent streams per path. About three minutes on a busy 2-vCPU machine.
+// of concurrent streams per path. About a minute and a half on a busy 2-vCPU machine.
 const (
 	cmpRounds      = 20
 	cmpPerRound    = 100 // sequential requests per path per round
-	cmpConcRounds  = 12  // rounds of concurrent streams per path and width
+	cmpConcRounds  = 30  // rounds of concurrent streams per path and width
 	cmpWarmRequest = 100
 )
 

@@ -290,11 +290,16 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 		if string(value) == "[DONE]" {
 			return end()
 		}
-		if content, ok := contentOnly(value); ok {
-			if err := emit(engines.ChatChunk{Content: content, More: true}); err != nil {
-				return err
+		if content, finish, ok := quickEvent(value); ok {
+			if content != "" {
+				if err := emit(engines.ChatChunk{Content: content, More: true}); err != nil {
+					return err
+				}
+				held = true
 			}
-			held = true
+			if finish != "" {
+				final.FinishReason, finished = finish, true
+			}
 		} else {
 			var c streamChunk
 			if err := json.Unmarshal(value, &c); err != nil {
@@ -352,40 +357,61 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 	}
 }
 
-// contentOnly reads the event nearly every token is, by looking at its bytes instead of
-// decoding it, for what a token costs the agent: one choice whose delta is a piece of content
-// and nothing else, in llama-server's compact form with its keys in order,
+// quickEvent reads the events nearly every answer is made of, by looking at their bytes
+// instead of decoding them, for what a token costs the agent: one choice whose delta is a piece
+// of content, the role alone (the first event), or nothing (with the finish reason, the last),
+// in llama-server's compact form with its keys in order,
 //
 //	{"choices":[{"delta":{"content":"…"},"finish_reason":null,"index":0}],"created":…}
 //
 // with no usage, timings or error after the choices. Anything else, or content that is not
 // plain (invalid UTF-8, U+2028 or U+2029), is not ok: the caller decodes it whole.
-func contentOnly(data []byte) (string, bool) {
-	const head, tail = `{"choices":[{"delta":{"content":"`, `},"finish_reason":null`
-	if !bytes.HasPrefix(data, []byte(head)) || data[len(data)-1] != '}' {
-		return "", false
+func quickEvent(data []byte) (content, finish string, ok bool) {
+	const head = `{"choices":[{"delta":`
+	rest, ok := bytes.CutPrefix(data, []byte(head))
+	if !ok || data[len(data)-1] != '}' {
+		return "", "", false
 	}
-	content, end, ok := stream.String(data, len(head)-1)
-	if !ok {
-		return "", false
+	switch {
+	case bytes.HasPrefix(rest, []byte(`{"content":"`)):
+		var end int
+		start := len(data) - len(rest) + len(`{"content":`)
+		if content, end, ok = stream.String(data, start); !ok || end >= len(data) || data[end] != '}' {
+			return "", "", false
+		}
+		rest = data[end+1:]
+	case bytes.HasPrefix(rest, []byte(`{"role":"assistant","content":null}`)):
+		rest = rest[len(`{"role":"assistant","content":null}`):]
+	case bytes.HasPrefix(rest, []byte(`{}`)):
+		rest = rest[len(`{}`):]
+	default:
+		return "", "", false
 	}
-	rest, ok := bytes.CutPrefix(data[end:], []byte(tail))
-	if !ok {
-		return "", false
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"finish_reason":`)); !ok {
+		return "", "", false
+	}
+	if r, isNull := bytes.CutPrefix(rest, []byte("null")); isNull {
+		rest = r
+	} else {
+		var end int
+		if finish, end, ok = stream.String(rest, 0); !ok {
+			return "", "", false
+		}
+		rest = rest[end:]
 	}
 	if r, ok := bytes.CutPrefix(rest, []byte(`,"index":`)); ok {
 		rest = bytes.TrimLeft(r, "0123456789")
 	}
 	rest, ok = bytes.CutPrefix(rest, []byte("}]"))
 	if !ok || (rest[0] != ',' && rest[0] != '}') {
-		return "", false
+		return "", "", false
 	}
 	// The rest is the top level's other members: usage, timings, an error, or choices again
 	// (the last of two wins) would be read by a decode.
 	if stream.HasMember(rest, "usage", "timings", "error", "choices") {
-		return "", false
+		return "", "", false
 	}
-	return content, true
+	return content, finish, true
 }
 
 func truncate(s string) string {

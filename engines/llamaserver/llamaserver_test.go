@@ -769,10 +769,13 @@ func TestStreamContextExceededIsContextLimit(t *testing.T) {
 	assert.Equal(t, 1, n, "the content before it was passed on")
 }
 
-// contentOnly, the way most events are read, reads what decoding the event reads: for every
-// well-formed event it takes, the decoded event is one piece of content and nothing else.
-func FuzzContentOnly(f *testing.F) {
+// quickEvent, the way most events are read, reads what decoding the event reads: for every
+// well-formed event it takes, the decoded event is at most one piece of content and a finish
+// reason, and nothing else.
+func FuzzQuickEvent(f *testing.F) {
 	f.Add(`{"choices":[{"delta":{"content":"hi"},"finish_reason":null,"index":0}],"created":1,"id":"x","model":"m","object":"chat.completion.chunk"}`)
+	f.Add(`{"choices":[{"delta":{"role":"assistant","content":null},"finish_reason":null,"index":0}],"id":"x"}`)
+	f.Add(`{"choices":[{"delta":{},"finish_reason":"stop","index":0}],"id":"x"}`)
 	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"a \"quoted\"\nline é"}}],"id":"x"}`)
 	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":3}}`)
 	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}`)
@@ -780,7 +783,7 @@ func FuzzContentOnly(f *testing.F) {
 	f.Add(`{"choices":[{"delta":{"content":"\u2028"},"finish_reason":null}]}`)
 	f.Add("{\"choices\":[{\"delta\":{\"content\":\"\xff\"},\"finish_reason\":null}]}")
 	f.Fuzz(func(t *testing.T, data string) {
-		content, ok := contentOnly([]byte(data))
+		content, finish, ok := quickEvent([]byte(data))
 		if !ok || !json.Valid([]byte(data)) {
 			return
 		}
@@ -789,18 +792,19 @@ func FuzzContentOnly(f *testing.F) {
 		assert.Nil(t, c.Usage)
 		assert.Nil(t, c.Timings)
 		assert.Nil(t, c.Error)
-		got := ""
+		gotContent, gotFinish := "", ""
 		for _, ch := range c.Choices {
 			assert.Empty(t, ch.Delta.ToolCalls)
 			assert.Nil(t, ch.Text)
 			if ch.FinishReason != nil {
-				assert.Empty(t, *ch.FinishReason)
+				gotFinish += *ch.FinishReason
 			}
 			if ch.Delta.Content != nil {
-				got += *ch.Delta.Content
+				gotContent += *ch.Delta.Content
 			}
 		}
-		assert.Equal(t, got, content)
+		assert.Equal(t, gotContent, content)
+		assert.Equal(t, gotFinish, finish)
 	})
 }
 
