@@ -26,13 +26,6 @@ const (
 
 type note = func(format string, args ...any)
 
-// waitsFor skips a check that another change of issue 12 has to make pass, saying which.
-func waitsFor(t *testing.T, n note, what string) {
-	t.Helper()
-	n("SKIPPED: waits for issue 12: %s", what)
-	t.Skip("waits for issue 12: " + what)
-}
-
 // startLAN makes the hosts, their engines and agents: a Pi 5 with a Hailo-10H (hailo-sim) and
 // no default route, an x86 server with llama-server and Ollama, a third agent with no engine,
 // and the laptop. Every agent finds the others by mDNS alone. The simulated Hailo library and

@@ -30,7 +30,7 @@ func (r *report) add(format string, args ...any) {
 }
 
 // step runs one check as a subtest, timing it. f notes figures with note (a step that skips
-// notes why first: see waitsFor); a failed one is marked FAIL.
+// notes why first); a failed one is marked FAIL.
 func (r *report) step(t *testing.T, name string, f func(t *testing.T, note func(format string, args ...any))) bool {
 	t.Helper()
 	var notes []string
