@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
+	"strings"
 
 	"github.com/llmkube/mesh/engines"
 )
@@ -81,12 +81,14 @@ func decodeJSON(body []byte, v any) *failure {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("empty request body: send a JSON document")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
+	// Unmarshal, not a Decoder: the body is in memory already, and Unmarshal refuses trailing
+	// data itself.
+	if err := json.Unmarshal(body, v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) && strings.Contains(se.Error(), "after top-level value") {
+			return badRequest("malformed JSON body: trailing data after the JSON document")
+		}
 		return badRequest("malformed JSON body: " + err.Error())
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("malformed JSON body: trailing data after the JSON document")
 	}
 	return nil
 }
