@@ -118,29 +118,18 @@ func (g *Gateway) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) {
 	start := time.Now()
 	d := form.dialect()
-	who, ok := principal(r)
+	in, ok := g.receive(w, r, d)
 	if !ok {
-		g.fail(w, d, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
 		return
 	}
-	body, f := readBody(w, r, g.cfg.MaxBody)
-	if f != nil {
-		g.fail(w, d, f)
-		return
-	}
+	body := in.body
 	call, f := parseEmbed(form, body)
 	if f != nil {
 		g.fail(w, d, f)
 		return
 	}
-	forwarded := r.Header.Get(HopHeader) != ""
-	var v View
-	if !forwarded {
-		v = g.view()
-	}
-	name, cands := g.lookup(who, call.model, forwarded, v)
-	if len(cands) == 0 {
-		g.fail(w, d, g.notServed(who, name, forwarded, v))
+	cands, v, ok := g.route(w, d, in, call.model)
+	if !ok {
 		return
 	}
 	var last *failure

@@ -40,3 +40,21 @@ func TestAdminNamesDoNotCrossNamespaces(t *testing.T) {
 	assert.Equal(t, 3, simB.Stats().Generations, "team-b's model, by its qualified name or team-b's own token")
 	assert.Equal(t, 6, simA.Stats().Generations)
 }
+
+// Embeddings resolve names as chats do: the admin's bare name never reaches another namespace's
+// model, "team-b/tiny" does.
+func TestEmbeddingNamesDoNotCrossNamespaces(t *testing.T) {
+	sim := ollamaSim(t, nil, "qwen2.5:0.5b")
+	b := ollamaNode(t, "node-b", sim, nil)
+	place(t, b, api.PlacementRequest{Source: "ollama://qwen2.5:0.5b", Name: "tiny", Namespace: "team-b"})
+	resp, body := call(t, "POST", b.url+"/v1/embeddings", adminToken, `{"model":"tiny","input":"hello"}`)
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the admin's bare name is the default namespace's: %s", body)
+	resp, body = call(t, "POST", b.url+"/api/embed", adminToken, `{"model":"tiny","input":"hello"}`)
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", body)
+	resp, body = call(t, "POST", b.url+"/v1/embeddings", adminToken, `{"model":"team-b/tiny","input":"hello"}`)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	resp, body = call(t, "POST", b.url+"/v1/embeddings", nsToken(t, "team-b"), `{"model":"tiny","input":"hello"}`)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	resp, body = call(t, "POST", b.url+"/v1/embeddings", adminToken, `{"model":"tiny","input":"hello"}`, "Upgrade", "websocket")
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "no protocol upgrades, as on every model route: %s", body)
+}

@@ -35,34 +35,18 @@ func (g *Gateway) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 // replica with a larger context.
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	start := time.Now()
-	who, ok := principal(r)
+	in, ok := g.receive(w, r, d)
 	if !ok {
-		g.fail(w, d, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
 		return
 	}
-	if r.Header.Get("Upgrade") != "" {
-		g.fail(w, d, badRequest("protocol upgrades are not served"))
-		return
-	}
-	body, f := readBody(w, r, g.cfg.MaxBody)
-	if f != nil {
-		g.fail(w, d, f)
-		return
-	}
+	body := in.body
 	call, f := parse(d, body)
 	if f != nil {
 		g.fail(w, d, f)
 		return
 	}
-	forwarded := r.Header.Get(HopHeader) != ""
-	var v View
-	if !forwarded {
-		v = g.view()
-	}
-	who, model := g.scope(who, call.model, forwarded, v)
-	name, cands := g.lookup(who, model, forwarded, v)
-	if len(cands) == 0 {
-		g.fail(w, d, g.notServed(who, name, forwarded, v))
+	cands, v, ok := g.route(w, d, in, call.model)
+	if !ok {
 		return
 	}
 	if call.load {
@@ -104,6 +88,50 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		}
 	}
 	g.fail(w, d, last)
+}
+
+// inbound is a model route's request as far as every such route reads it alike.
+type inbound struct {
+	who       api.Principal
+	body      []byte
+	forwarded bool // it made its hop already: served here or not at all
+}
+
+// receive reads what every model route reads first, refusing in the fixed order: no caller
+// (401), a protocol upgrade (400), a body too large or unreadable (413, 400).
+func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect) (inbound, bool) {
+	who, ok := principal(r)
+	if !ok {
+		g.fail(w, d, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		return inbound{}, false
+	}
+	if r.Header.Get("Upgrade") != "" {
+		g.fail(w, d, badRequest("protocol upgrades are not served"))
+		return inbound{}, false
+	}
+	body, f := readBody(w, r, g.cfg.MaxBody)
+	if f != nil {
+		g.fail(w, d, f)
+		return inbound{}, false
+	}
+	return inbound{who: who, body: body, forwarded: r.Header.Get(HopHeader) != ""}, true
+}
+
+// route finds the replicas of model as the caller may name it — scoped first, so a name never
+// resolves across namespaces — and answers 404 (or why it is not served) when there are none.
+// The view is the mesh's (empty for a forwarded request, which is served locally or not at all).
+func (g *Gateway) route(w http.ResponseWriter, d dialect, in inbound, model string) ([]candidate, View, bool) {
+	var v View
+	if !in.forwarded {
+		v = g.view()
+	}
+	who, model := g.scope(in.who, model, in.forwarded, v)
+	name, cands := g.lookup(who, model, in.forwarded, v)
+	if len(cands) == 0 {
+		g.fail(w, d, g.notServed(who, name, in.forwarded, v))
+		return nil, v, false
+	}
+	return cands, v, true
 }
 
 // fail answers an error and counts it.
