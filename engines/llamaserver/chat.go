@@ -158,6 +158,7 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
+	engines.Replayable(hreq)
 	resp, err := d.http.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -449,6 +450,7 @@ func (d *Driver) Embed(ctx context.Context, m engines.Model, inputs []string) (e
 		return engines.Embeddings{}, &engines.Error{Code: api.CodeInternal, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	engines.Replayable(hreq)
 	resp, err := d.http.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -127,6 +127,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, application/x-ndjson")
+	// Every call to a daemon (chat, generate, show, pull, delete) may be sent again when a reused
+	// connection was closed before any answer: none has an effect that repeating would double.
+	engines.Replayable(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
