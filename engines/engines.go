@@ -214,9 +214,10 @@ func (e *Error) Error() string { return string(e.Code) + ": " + e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Replayable marks an engine request as safe to send again on a fresh connection when a reused
-// keep-alive connection turns out closed before any answer came: llama-server (cpp-httplib)
-// closes a connection after a few requests without saying so, and Go's transport retries a POST
-// only when the request says it may (an idempotency key). A chat or embedding that no engine
+// keep-alive connection turns out closed before any answer came: an engine closes a kept
+// connection once it has been idle a while (cpp-httplib in llama-server: 5 s), which races a
+// request sent on it at that moment, and Go's transport retries a POST only when the request
+// says it may (an idempotency key). A chat or embedding that no engine
 // answered has no effect to repeat. The request needs a body Go can rewind (bytes.Reader).
 func Replayable(req *http.Request) {
 	req.Header.Set("X-Idempotency-Key", "llmkube")

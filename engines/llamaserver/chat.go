@@ -158,6 +158,11 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
+	// llama-server closes the connection after every streamed answer without saying so (no
+	// "Connection: close"; tried on build 10470): put back in the pool, the connection fails the
+	// next request on it with EOF or a broken pipe. Closing it ourselves costs one connect on
+	// loopback per chat.
+	hreq.Close = true
 	engines.Replayable(hreq)
 	resp, err := d.http.Do(hreq)
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/sizing"
 )
 
 // BinaryName is the program looked up on PATH when Config.Binary is empty.
@@ -83,13 +84,14 @@ type Config struct {
 // maxOffered bounds the GGUF files Detect lists: they travel in the host's state document.
 const maxOffered = 32
 
-// chatTransport is the connections to the engines: kept open for as many requests as a
-// busy gateway sends one engine at once (requests beyond its slots wait in the engine, each on
-// its own connection), since a connection opened and closed per request cost more than the
-// rest of the agent's work on it (8 kept: a third of the bare proxy's throughput at 256
-// streams); a kept connection is a few kilobytes, and closes after 30 s unused.
+// chatTransport is the connections to the engines. A chat's connection closes after its answer
+// (see Chat); the others — embeddings, which do not stream — are kept open for as many requests
+// as a busy gateway sends one engine at once, since a connection opened and closed per request
+// cost more than the rest of the agent's work on it; a kept connection is a few kilobytes, and
+// closes after 4 s unused, before llama-server's own 5 s keep-alive would close it under a
+// request.
 func chatTransport() *http.Transport {
-	return &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
+	return &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 4 * time.Second}
 }
 
 // Driver runs llama-server processes. It is safe for concurrent use.
@@ -369,7 +371,7 @@ func (d *Driver) DiscardPartial(m engines.Model) error {
 	return download.Discard(dest)
 }
 
-// readable checks that path is a regular file this process can read, and returns its size.
+// readable checks that path is a regular GGUF file this process can read, and returns its size.
 func readable(path string) (int64, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -385,6 +387,11 @@ func readable(path string) (int64, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return 0, fmt.Errorf("model file %s is not a regular file", path)
+	}
+	// Checked here, not left to llama-server: it exits 1 on a file that is not a GGUF, and its
+	// log thread loses the line saying why about one start in 40 on a busy machine.
+	if err := sizing.CheckMagic(f, "model file "+path); err != nil {
+		return 0, err
 	}
 	return fi.Size(), nil
 }

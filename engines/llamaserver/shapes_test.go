@@ -82,6 +82,9 @@ func do(t *testing.T, method, url, body string) exchange {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	// A connection of its own for each: llama-server closes one after a streamed answer without
+	// saying so, and a reused one would fail the next case.
+	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -50,9 +50,8 @@ func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (ap
 	if !fi.Mode().IsRegular() {
 		return api.SizeEstimate{}, api.Errorf(api.CodeInvalidSource, "%s is not a regular file", path)
 	}
-	magic := make([]byte, len(ggufMagic))
-	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != ggufMagic {
-		return api.SizeEstimate{}, notGGUF(path, err)
+	if err := CheckMagic(f, path); err != nil {
+		return api.SizeEstimate{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return api.SizeEstimate{}, failed("sizing %s: %v", path, err)
@@ -301,6 +300,16 @@ func headerParts(gf *parser.GGUFFile, contextSize int) (parts, error) {
 		// f16: llama.cpp's default cache type, which the estimate assumes.
 		kvWords: fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", Bytes(kv), a.BlockCount, e.ContextSize),
 	}, nil
+}
+
+// CheckMagic reads the start of r, a model file at where, and refuses it (InvalidSource) when it
+// is not a GGUF: an engine handed one exits, and does not always manage to say why first.
+func CheckMagic(r io.Reader, where string) error {
+	magic := make([]byte, len(ggufMagic))
+	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != ggufMagic {
+		return notGGUF(where, err)
+	}
+	return nil
 }
 
 // notGGUF refuses what does not start with the GGUF magic. The bytes it does start with are not
