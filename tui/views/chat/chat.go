@@ -13,7 +13,6 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/bubbles/textarea"
-	"github.com/charmbracelet/bubbles/viewport"
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -64,8 +63,11 @@ type Model struct {
 	pickOpen bool
 	pick     int
 
-	input    textarea.Model
-	viewport viewport.Model
+	input textarea.Model
+	// The transcript, rendered on each change, and where it is scrolled to: following the
+	// newest line until the reader scrolls up.
+	lines  []string
+	scroll common.Scroll
 
 	// The generation in flight; seq drops what a stopped one still sends.
 	seq       int
@@ -107,9 +109,7 @@ func New(ctx *common.Context) *Model {
 	in.CharLimit = 0
 	in.MaxHeight = 0
 	in.SetHeight(inputHeight)
-	vp := viewport.New(0, 0)
-	vp.KeyMap = viewport.KeyMap{} // keys go to the input; the view scrolls on its own keys
-	m := &Model{ctx: ctx, convs: map[string][]Turn{}, input: in, viewport: vp}
+	m := &Model{ctx: ctx, convs: map[string][]Turn{}, input: in, scroll: common.Scroll{Follow: true}}
 	m.input.Focus()
 	return m
 }
@@ -141,9 +141,7 @@ func (m *Model) Streaming() bool { return m.streaming }
 func (m *Model) SetSize(w, h int) {
 	m.width, m.height = w, h
 	m.input.SetWidth(max(w, 10))
-	m.viewport.Width = max(w, 1)
-	m.viewport.Height = m.transcriptHeight()
-	m.refresh(m.viewport.AtBottom())
+	m.refresh(false) // the transcript wraps at the new width
 }
 
 // transcriptHeight is what is left under the status line and above the rule and input.
@@ -220,9 +218,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if m.picking() {
 			return m, m.pickClick(msg)
 		}
-		var cmd tea.Cmd
-		m.viewport, cmd = m.viewport.Update(msg)
-		return m, cmd
+		m.scroll.Update(m.ctx.Keys, msg, len(m.lines), m.transcriptHeight())
+		return m, nil
 	case chunkMsg:
 		next := read(msg.ch)
 		if msg.seq != m.seq || !m.streaming {
@@ -243,12 +240,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 
 func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	k := m.ctx.Keys
-	switch msg.String() {
-	case "pgup":
-		m.viewport.PageUp()
-		return nil
-	case "pgdown":
-		m.viewport.PageDown()
+	// Only pgup and pgdown page while typing: ctrl+u and ctrl+d edit the input.
+	if s := msg.String(); s == "pgup" || s == "pgdown" {
+		m.scroll.Update(k, msg, len(m.lines), m.transcriptHeight())
 		return nil
 	}
 	if m.picking() {
@@ -274,18 +268,10 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		return common.Status("cleared the conversation with "+m.model, false)
 	}
 	if !m.input.Focused() {
-		switch {
-		case key.Matches(msg, keyFocus):
+		if key.Matches(msg, keyFocus) {
 			return m.input.Focus()
-		case key.Matches(msg, k.Up):
-			m.viewport.ScrollUp(1)
-		case key.Matches(msg, k.Down):
-			m.viewport.ScrollDown(1)
-		case key.Matches(msg, k.Top):
-			m.viewport.GotoTop()
-		case key.Matches(msg, k.Bottom):
-			m.viewport.GotoBottom()
 		}
+		m.scroll.Update(k, msg, len(m.lines), m.transcriptHeight())
 		return nil
 	}
 	switch {
@@ -452,7 +438,7 @@ func (m *Model) addChunk(c chunkMsg) {
 		a.Text += c.delta.Content
 	}
 	a.TokPS = speed(m.deltas, m.first, m.last, c.delta.Usage)
-	m.refresh(m.viewport.AtBottom())
+	m.refresh(false)
 }
 
 // speed is tokens per second after the first token: the gateway's count when it gives one,
@@ -487,7 +473,7 @@ func (m *Model) finish(e endMsg) {
 			a.Took = m.ctx.Now().Sub(m.started)
 		}
 	}
-	m.refresh(m.viewport.AtBottom())
+	m.refresh(false)
 }
 
 // stop cancels the generation: the context ends the HTTP request, so the gateway and the
@@ -502,13 +488,15 @@ func (m *Model) stop() {
 	if a := m.answer(); a != nil {
 		a.Stopped = true
 	}
-	m.refresh(m.viewport.AtBottom())
+	m.refresh(false)
 }
 
-// refresh re-renders the transcript into the viewport, keeping the bottom in view if asked.
+// refresh re-renders the transcript; follow brings its newest line into view (and keeps it
+// there). Without it the scroll stays where the reader left it: a reader at the bottom follows
+// already.
 func (m *Model) refresh(follow bool) {
-	m.viewport.SetContent(m.transcript())
+	m.lines = strings.Split(m.transcript(), "\n")
 	if follow {
-		m.viewport.GotoBottom()
+		m.scroll.Follow = true
 	}
 }

@@ -368,17 +368,28 @@ func TestWheelAndPagesScrollTheTranscript(t *testing.T) {
 	}
 	m.refresh(true)
 	assert.Contains(t, m.View(), "answer 19", "the newest is in view")
-	bottom := m.viewport.YOffset
+	bottom := m.scroll.Offset
 	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelUp, Action: tea.MouseActionPress})
-	assert.Less(t, m.viewport.YOffset, bottom, "the wheel scrolls")
+	assert.Equal(t, bottom-common.WheelLines, m.scroll.Offset, "the wheel scrolls")
 	press(m, "pgup")
+	assert.Equal(t, bottom-common.WheelLines-(m.transcriptHeight()-1), m.scroll.Offset, "a page keeps one line of the last in view")
 	assert.NotContains(t, m.View(), "answer 19")
+	press(m, "pgdown", "pgdown")
+	assert.Contains(t, m.View(), "answer 19", "back at the bottom")
 
 	// A new piece of an answer does not pull a reader who scrolled up back down.
 	typeText(m, "more")
 	press(m, "enter")
-	m.viewport.ScrollUp(5)
-	offset := m.viewport.YOffset
+	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelUp, Action: tea.MouseActionPress})
+	view, offset := m.View(), m.scroll.Offset
 	m.Update(chunkMsg{seq: m.seq, ch: make(chan tea.Msg), delta: api.ChatDelta{Content: "x"}, at: now})
-	assert.Equal(t, offset, m.viewport.YOffset)
+	assert.Equal(t, offset, m.scroll.Offset)
+	assert.Equal(t, view, m.View())
+
+	// With the input left, the list keys scroll too.
+	press(m, "esc", "esc", "g") // stop the answer, leave the input, go to the top
+	assert.Equal(t, 0, m.scroll.Offset)
+	assert.Contains(t, m.View(), "question 0")
+	press(m, "G")
+	assert.True(t, m.scroll.Follow, "at the bottom it follows again")
 }

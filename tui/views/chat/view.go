@@ -17,7 +17,7 @@ func (m *Model) View() string {
 	if m.picking() {
 		body = render.Place(m.pickerView(), m.width, m.transcriptHeight())
 	} else {
-		body = render.Place(m.viewport.View(), m.width, m.transcriptHeight())
+		body = render.Place(strings.Join(m.scroll.Window(m.lines, m.transcriptHeight()), "\n"), m.width, m.transcriptHeight())
 	}
 	return render.Place(strings.Join([]string{m.statusLine(), rule, body, rule, m.input.View()}, "\n"), m.width, m.height)
 }
@@ -96,7 +96,7 @@ func (m *Model) pickerView() string {
 	return strings.Join(lines, "\n")
 }
 
-// transcript renders the conversation for the viewport.
+// transcript renders the conversation, for the scroll.
 func (m *Model) transcript() string {
 	st := m.ctx.Styles
 	if m.model == "" {
