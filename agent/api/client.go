@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -329,32 +330,55 @@ func (c *Client) ChatStream(ctx context.Context, model string, msgs []ChatMessag
 }
 
 // WaitLookTimeout bounds one look at a placement while waiting for it: an agent that stops
-// answering is asked again (the Place view) or ends the wait (WaitPlacement), never waited on.
+// answering is asked again (the Place view) or ends the wait (place --wait), never waited on.
 const WaitLookTimeout = 10 * time.Second
 
 // WaitPlacement polls a placement until it is ready or terminal, calling progress on each change.
-// It returns the final placement; a failed one comes back with an *Error carrying its code.
+// It returns the final placement; a failed one comes back with an *Error carrying its code. A
+// look that fails ends the wait with its error.
 func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Duration, progress func(Placement)) (Placement, error) {
+	return c.FollowPlacement(ctx, id, every, func(p Placement, err error) error {
+		if err == nil && progress != nil {
+			progress(p)
+		}
+		return err
+	})
+}
+
+// FollowPlacement is the one loop that waits for a placement: it looks every interval, each look
+// bounded by WaitLookTimeout, until Placement.Outcome says it is done, and returns the last
+// placement seen with the outcome's error. look hears each change of state or progress, the
+// first look after one that failed, and each failed look's error: it decides whether a look
+// that failed ends the wait (its error returned) or is asked again (nil). A placement its host
+// no longer knows (CodeNotFound: deleted) ends the wait after look heard it, whatever look says:
+// it cannot come back.
+func (c *Client) FollowPlacement(ctx context.Context, id string, every time.Duration, look func(Placement, error) error) (Placement, error) {
 	var last Placement
+	failed := false
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		// Each look is bounded: an agent that stops answering ends the wait with an error
-		// instead of holding it forever.
 		pctx, cancel := context.WithTimeout(ctx, WaitLookTimeout)
 		p, err := c.Placement(pctx, id)
 		cancel()
 		if err != nil {
-			return last, err
-		}
-		if p.State != last.State || p.Progress != last.Progress {
-			if progress != nil {
-				progress(p)
+			failed = true
+			if lerr := look(last, err); lerr != nil {
+				return last, lerr
 			}
-		}
-		last = p
-		if done, err := p.Outcome(); done {
-			return p, err
+			if ae := (*Error)(nil); errors.As(err, &ae) && ae.Code == CodeNotFound {
+				return last, err
+			}
+		} else {
+			if failed || p.State != last.State || p.Progress != last.Progress {
+				if lerr := look(p, nil); lerr != nil {
+					return p, lerr
+				}
+			}
+			failed, last = false, p
+			if done, err := p.Outcome(); done {
+				return p, err
+			}
 		}
 		select {
 		case <-ctx.Done():

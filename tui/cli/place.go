@@ -72,7 +72,12 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 			}
 			if wait {
 				pr := progress{w: a, state: p.State, started: true} // the line above said the first state
-				final, werr := s.conn.Wait(ctx, p, pr.show)
+				final, werr := s.conn.Wait(ctx, p, func(pl api.Placement, err error) error {
+					if err == nil {
+						pr.show(pl)
+					}
+					return err // a look that fails ends a script's wait: nobody is there to give up
+				})
 				if final.ID != "" {
 					p = final
 				}

@@ -358,30 +358,22 @@ func (c *Conn) Place(ctx context.Context, host string, req api.PlacementRequest)
 	return cl.Place(cctx, req)
 }
 
-// Wait follows a placement until it is ready or has failed, calling progress on each change.
-func (c *Conn) Wait(ctx context.Context, p api.Placement, progress func(api.Placement)) (api.Placement, error) {
+// Wait follows a placement until it is ready or has failed (api.Placement.Outcome): the one
+// wait of `place --wait` and the Place view, looking every lookEvery, each look bounded by
+// api.WaitLookTimeout (api.Client.FollowPlacement). look hears each change and each failed
+// look, and decides whether a failed look ends the wait: a script's does (nobody is there to
+// give up on a host that stopped answering); the Place view's asks again and shows why. A
+// placement gone from its host (deleted) ends the wait with its CodeNotFound error.
+func (c *Conn) Wait(ctx context.Context, p api.Placement, look func(api.Placement, error) error) (api.Placement, error) {
 	cl, err := c.Client(p.Host)
 	if err != nil {
 		return p, err
 	}
-	return cl.WaitPlacement(ctx, p.ID, LookEvery, progress)
+	return cl.FollowPlacement(ctx, p.ID, lookEvery, look)
 }
 
-// LookEvery is how often a placement being followed is looked at, by Wait and the Place view.
-const LookEvery = 200 * time.Millisecond
-
-// Look is one look at a placement being followed, bounded as each of Wait's looks is
-// (api.WaitLookTimeout): the Place view takes one a tick and decides by api.Placement.Outcome,
-// as Wait does, but asks again when a look fails where Wait ends.
-func (c *Conn) Look(ctx context.Context, host, id string) (api.Placement, error) {
-	cl, err := c.Client(host)
-	if err != nil {
-		return api.Placement{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, api.WaitLookTimeout)
-	defer cancel()
-	return cl.Placement(ctx, id)
-}
+// lookEvery is how often Wait looks at a placement.
+const lookEvery = 200 * time.Millisecond
 
 // Delete stops and removes a placement, found by id, id prefix or unique model name.
 func (c *Conn) Delete(ctx context.Context, ref string) (api.Placement, error) {

@@ -76,14 +76,16 @@ type Model struct {
 	cursor   int
 	swapping *api.Ranked // a swap waits for a yes: it evicts the model on the device
 
-	// A placement being followed; placeSeq drops answers for one the user stopped watching.
+	// A placement being followed; placeSeq drops answers for one the user stopped watching,
+	// and stopWatch ends the wait behind it.
 	placeSeq  int
 	placing   bool
+	stopWatch context.CancelFunc
 	req       api.PlacementRequest
 	target    string
 	placement *api.Placement
 	placeErr  error
-	pollErr   error
+	pollErr   error // the last look failed: the host is asked again
 }
 
 type (
@@ -99,8 +101,15 @@ type (
 		existed bool // the mesh ran exactly this placement already
 		err     error
 	}
-	pollMsg     struct{ seq int }
+	// progressMsg is what one look of the wait found (a change, or why the look failed); it
+	// carries its channel, so the reader is re-armed. waitedMsg ends the wait.
 	progressMsg struct {
+		seq int
+		ch  <-chan tea.Msg
+		p   api.Placement
+		err error
+	}
+	waitedMsg struct {
 		seq int
 		p   api.Placement
 		err error
@@ -348,65 +357,92 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		p := msg.p
 		m.placement = &p
 		if msg.existed {
-			return m, tea.Batch(m.settle(), common.Status(fmt.Sprintf("already placed: %s on %s (%s), nothing new placed", p.Model, p.Host, p.ID), false))
+			return m, tea.Batch(m.watch(), common.Status(fmt.Sprintf("already placed: %s on %s (%s), nothing new placed", p.Model, p.Host, p.ID), false))
 		}
-		return m, m.settle()
-	case pollMsg:
-		if msg.seq == m.placeSeq && m.placing {
-			return m, m.pollCmd(msg.seq)
-		}
+		return m, m.watch()
 	case progressMsg:
+		if msg.seq != m.placeSeq || !m.placing {
+			return m, nil // a wait given up: stopWatch has ended it
+		}
+		if msg.err != nil {
+			m.pollErr = msg.err // the agent may be busy: the wait asks again
+		} else {
+			p := msg.p
+			m.placement, m.pollErr = &p, nil
+		}
+		return m, read(msg.ch)
+	case waitedMsg:
 		if msg.seq != m.placeSeq || !m.placing {
 			return m, nil
 		}
-		if msg.err != nil {
-			var apiErr *api.Error
-			if errors.As(msg.err, &apiErr) && apiErr.Code == api.CodeNotFound {
-				m.placing, m.placeErr = false, fmt.Errorf("the placement is gone from %s: it was deleted", m.target)
-				return m, nil
-			}
-			m.pollErr = msg.err // the agent may be busy: keep asking
-			return m, m.nextPoll()
-		}
-		p := msg.p
-		m.placement, m.pollErr = &p, nil
-		return m, m.settle()
+		return m, m.waited(msg)
 	}
 	return m, nil
 }
 
-// settle decides what follows a placement's new state: done, failed, or another look.
-func (m *Model) settle() tea.Cmd {
-	p := m.placement
-	done, err := p.Outcome() // as `place --wait` decides
-	switch {
-	case !done:
-		return m.nextPoll()
-	case err != nil:
-		m.placing, m.placeErr = false, err
-		return nil
-	}
-	m.placing = false
-	m.remember(m.req.Source)
-	return common.Status(fmt.Sprintf("%s is ready on %s", p.Model, p.Host), false)
-}
-
-func (m *Model) nextPoll() tea.Cmd {
-	seq := m.placeSeq
-	return tea.Tick(console.LookEvery, func(time.Time) tea.Msg { return pollMsg{seq: seq} })
-}
-
-// pollCmd reads the placement once, bounded: a host that stops answering is retried, never
-// waited on forever.
-func (m *Model) pollCmd(seq int) tea.Cmd {
-	conn, host, id := m.ctx.Conn, m.placement.Host, m.placement.ID
+// watch follows the admitted placement with the call `place --wait` makes (console.Conn.Wait),
+// in a goroutine the command starts (Update does no I/O); the view hears each change through
+// a re-armed read. Unlike a script, the view asks again when a look fails: the person sees why
+// and may stop watching (esc), which ends the wait.
+func (m *Model) watch() tea.Cmd {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stopWatch = cancel
+	conn, p, seq := m.ctx.Conn, *m.placement, m.placeSeq
 	return func() tea.Msg {
 		if conn == nil {
-			return progressMsg{seq: seq, err: errNotConnected}
+			cancel()
+			return waitedMsg{seq: seq, p: p, err: errNotConnected}
 		}
-		p, err := conn.Look(context.Background(), host, id)
-		return progressMsg{seq: seq, p: p, err: err}
+		ch := make(chan tea.Msg, 1)
+		send := func(msg tea.Msg) error {
+			select {
+			case ch <- msg:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		go func() {
+			defer close(ch)
+			defer cancel()
+			final, err := conn.Wait(ctx, p, func(p api.Placement, err error) error {
+				return send(progressMsg{seq: seq, ch: ch, p: p, err: err})
+			})
+			_ = send(waitedMsg{seq: seq, p: final, err: err})
+		}()
+		return <-ch
 	}
+}
+
+// read waits for the wait's next message; a closed channel (a wait given up) ends the loop.
+func read(ch <-chan tea.Msg) tea.Cmd {
+	return func() tea.Msg {
+		msg, ok := <-ch
+		if !ok {
+			return nil
+		}
+		return msg
+	}
+}
+
+// waited shows how the wait ended: ready, failed with its code, or gone.
+func (m *Model) waited(msg waitedMsg) tea.Cmd {
+	m.placing, m.stopWatch, m.pollErr = false, nil, nil
+	if msg.p.ID != "" {
+		p := msg.p
+		m.placement = &p
+	}
+	var apiErr *api.Error
+	switch {
+	case errors.As(msg.err, &apiErr) && apiErr.Code == api.CodeNotFound:
+		m.placeErr = fmt.Errorf("the placement is gone from %s: it was deleted", m.target)
+		return nil
+	case msg.err != nil:
+		m.placeErr = msg.err
+		return nil
+	}
+	m.remember(m.req.Source)
+	return common.Status(fmt.Sprintf("%s is ready on %s", m.placement.Model, m.placement.Host), false)
 }
 
 func (m *Model) remember(source string) {
@@ -483,6 +519,10 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		if key.Matches(msg, keyLeave) {
 			m.placeSeq++
 			m.placing = false
+			if m.stopWatch != nil {
+				m.stopWatch()
+				m.stopWatch = nil
+			}
 			m.clearDone()
 			return common.Status(fmt.Sprintf("still placing on %s: follow it in Models", m.target), false)
 		}

@@ -330,26 +330,26 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 
 	_, cmd := m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.1)})
 	require.NotNil(t, cmd, "admitted: follow it")
-	_, cmd = m.Update(pollMsg{seq: m.placeSeq})
-	require.NotNil(t, cmd)
-	assert.IsType(t, progressMsg{}, cmd(), "each look is one bounded call")
+	assert.Equal(t, waitedMsg{seq: m.placeSeq, p: pullingPlacement(0.1), err: errNotConnected}, cmd(), "the wait is a command")
 
-	m.Update(progressMsg{seq: m.placeSeq, err: &api.UnreachableError{URL: "http://192.168.1.30:7777", Err: fmt.Errorf("i/o timeout")}})
+	ch := make(chan tea.Msg)
+	_, cmd = m.Update(progressMsg{seq: m.placeSeq, ch: ch, err: &api.UnreachableError{URL: "http://192.168.1.30:7777", Err: fmt.Errorf("i/o timeout")}})
+	assert.NotNil(t, cmd, "the wait goes on: its next message is read")
 	assert.True(t, m.placing, "a host that does not answer once is asked again")
 	assert.Contains(t, m.View(), "does not answer, asking again")
 
-	m.Update(progressMsg{seq: m.placeSeq, p: pullingPlacement(0.42)})
+	m.Update(progressMsg{seq: m.placeSeq, ch: ch, p: pullingPlacement(0.42)})
 	assert.Contains(t, m.View(), "42%")
 	assert.NotContains(t, m.View(), "does not answer")
 
 	loading := pullingPlacement(1)
 	loading.State = api.StateLoading
-	m.Update(progressMsg{seq: m.placeSeq, p: loading})
+	m.Update(progressMsg{seq: m.placeSeq, ch: ch, p: loading})
 	assert.Contains(t, m.View(), "› loading")
 
 	ready := loading
 	ready.State = api.StateReady
-	_, cmd = m.Update(progressMsg{seq: m.placeSeq, p: ready})
+	_, cmd = m.Update(waitedMsg{seq: m.placeSeq, p: ready})
 	assert.Equal(t, common.StatusMsg{Text: "mistral-7b-instruct-v0.2 is ready on mac-mini"}, cmd())
 	assert.False(t, m.placing)
 	assert.Equal(t, []string{"hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf"}, ctx.Recent, "a placed source is remembered")
@@ -413,7 +413,8 @@ func TestFailedPlacementShowsItsCode(t *testing.T) {
 	m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.5)})
 	failed := pullingPlacement(0.5)
 	failed.State, failed.Code, failed.Reason = api.StateFailed, api.CodePullFailed, "huggingface.co answered 503"
-	m.Update(progressMsg{seq: m.placeSeq, p: failed})
+	_, err := failed.Outcome()
+	m.Update(waitedMsg{seq: m.placeSeq, p: failed, err: err})
 	assert.False(t, m.placing)
 	assert.Contains(t, m.View(), "✗ refused: PullFailed")
 	assert.Contains(t, m.View(), "huggingface.co answered 503")
@@ -430,8 +431,11 @@ func TestStopWatchingDropsLateAnswers(t *testing.T) {
 	_, cmd = m.Update(placedMsg{seq: seq, p: pullingPlacement(0.1)})
 	assert.Nil(t, cmd)
 	assert.Nil(t, m.placement, "the answer for a placement no longer watched is dropped")
-	_, cmd = m.Update(pollMsg{seq: seq})
+	_, cmd = m.Update(progressMsg{seq: seq, ch: make(chan tea.Msg), p: pullingPlacement(0.2)})
+	assert.Nil(t, cmd, "a wait given up is not read on")
+	_, cmd = m.Update(waitedMsg{seq: seq, p: pullingPlacement(0.2)})
 	assert.Nil(t, cmd)
+	assert.Nil(t, m.placement)
 }
 
 func TestDeletedWhileWatching(t *testing.T) {
@@ -439,7 +443,7 @@ func TestDeletedWhileWatching(t *testing.T) {
 	m.SetSize(80, 24)
 	startPlacing(t, m)
 	m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.1)})
-	m.Update(progressMsg{seq: m.placeSeq, err: &api.Error{Code: api.CodeNotFound, Message: "no placement p-55aa"}})
+	m.Update(waitedMsg{seq: m.placeSeq, p: pullingPlacement(0.1), err: &api.Error{Code: api.CodeNotFound, Message: "no placement p-55aa"}})
 	assert.False(t, m.placing)
 	assert.Contains(t, m.View(), "it was deleted")
 }
@@ -508,7 +512,7 @@ func TestViewRankedGGUF(t *testing.T) {
 
 // fakeAgent answers the agent API calls the place view makes, on loopback: the mesh (every
 // agent's API is this server), an estimate, an admission, and a placement that goes pulling →
-// loading → ready one read at a time.
+// loading → ready one read at a time, the agent too busy to answer one read in between.
 func fakeAgent(t *testing.T) *console.Conn {
 	t.Helper()
 	var mu sync.Mutex
@@ -544,6 +548,10 @@ func fakeAgent(t *testing.T) *console.Conn {
 		case 1:
 			p.State, p.Progress = api.StatePulling, 0.5
 		case 2:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.Error{Code: api.CodeTooBusy, Message: "busy"}})
+			return
+		case 3:
 			p.State = api.StateLoading
 		default:
 			p.State = api.StateReady
@@ -559,10 +567,10 @@ func fakeAgent(t *testing.T) *console.Conn {
 	return conn
 }
 
-// TestPlacesThroughAnAgent runs the view's commands for real against an agent API on loopback;
-// only the timers between them are skipped (their messages are sent directly).
-func TestPlacesThroughAnAgent(t *testing.T) {
-	ctx := testCtx()
+// placeThroughAgent places the Hailo model through fakeAgent, ranking it for real on the way,
+// and returns the view, admitted, with the command that starts its wait.
+func placeThroughAgent(t *testing.T, ctx *common.Context) (*Model, tea.Cmd) {
+	t.Helper()
 	ctx.Conn = fakeAgent(t)
 	m := New(ctx)
 	m.SetSize(80, 24)
@@ -579,18 +587,51 @@ func TestPlacesThroughAnAgent(t *testing.T) {
 	cmd = press(m, "y")
 	_, cmd = m.Update(cmd())
 	require.NotNil(t, m.placement, "admitted")
+	require.True(t, m.placing)
 	require.NotNil(t, cmd)
+	return m, cmd
+}
+
+// TestPlacesThroughAnAgent runs the view's commands for real against an agent API on loopback;
+// only the debounce timer is skipped (its message is sent directly).
+func TestPlacesThroughAnAgent(t *testing.T) {
+	ctx := testCtx()
+	m, cmd := placeThroughAgent(t, ctx)
+	// The wait's messages, each read by the command the last one re-armed, until it ends.
 	var states []api.PlacementState
+	askedAgain := false
 	for m.placing {
-		_, cmd = m.Update(pollMsg{seq: m.placeSeq})
 		require.NotNil(t, cmd)
-		m.Update(cmd())
-		states = append(states, m.placement.State)
-		require.Less(t, len(states), 10)
+		_, cmd = m.Update(cmd())
+		if s := m.placement.State; states == nil || states[len(states)-1] != s {
+			states = append(states, s)
+		}
+		if m.pollErr != nil {
+			askedAgain = true
+			assert.Contains(t, m.View(), "pi5 does not answer, asking again: TooBusy: busy")
+		}
 	}
 	assert.Equal(t, []api.PlacementState{api.StatePulling, api.StateLoading, api.StateReady}, states)
+	assert.True(t, askedAgain, "the busy answer was shown, and the wait went on")
+	assert.Nil(t, m.placeErr)
 	assert.Equal(t, []string{"hailo://qwen2.5-instruct:1.5b"}, ctx.Recent)
 	assert.Contains(t, m.View(), "ready: qwen2.5-instruct:1.5b on pi5")
+}
+
+// Stopping watching ends the wait behind the view: its channel closes, so neither the goroutine
+// nor the command reading it is left behind.
+func TestStopWatchingEndsTheWait(t *testing.T) {
+	m, cmd := placeThroughAgent(t, testCtx())
+	_, cmd = m.Update(cmd())
+	require.Equal(t, api.StatePulling, m.placement.State, "the first look")
+	require.NotNil(t, cmd)
+
+	press(m, "esc")
+	assert.False(t, m.placing)
+	for msg := cmd(); msg != nil; msg = cmd() {
+		_, next := m.Update(msg)
+		assert.Nil(t, next, "what the wait still sent is dropped")
+	}
 }
 
 // GGUF files a llama-server host offers are suggested as file:// sources on that host.
