@@ -89,7 +89,7 @@ func (s PlacementState) Terminal() bool {
 // Outcome is what a placement's state means to one waiting for it: done with a nil error once
 // it is ready; done with its refusal (an *Error, EngineError when the agent named no code) once
 // it failed or was evicted; not done while it is pulling, loading or starting. `place --wait`
-// (Client.WaitPlacement) and the console's Place view both decide by it.
+// and the console's Place view (both through Client.FollowPlacement) decide by it.
 func (p Placement) Outcome() (done bool, err error) {
 	switch {
 	case p.State == StateReady:
