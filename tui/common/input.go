@@ -19,7 +19,7 @@ func NewInput(st *styles.Styles, prompt, placeholder string) textinput.Model {
 	ti.TextStyle = st.Row
 	ti.PlaceholderStyle = st.Muted
 	ti.CompletionStyle = st.Muted
-	ti.Cursor.Style = st.Selected
+	ti.Cursor.Style = st.Cursor
 	ti.Cursor.TextStyle = st.Row
 	ti.Cursor.SetMode(cursor.CursorStatic)
 	return ti
@@ -45,7 +45,7 @@ func NewTextArea(st *styles.Styles, placeholder string) textarea.Model {
 	blurred.Prompt = st.Muted
 	blurred.Text = st.Muted
 	ta.FocusedStyle, ta.BlurredStyle = focused, blurred
-	ta.Cursor.Style = st.Selected
+	ta.Cursor.Style = st.Cursor
 	ta.Cursor.TextStyle = st.Row
 	ta.Cursor.SetMode(cursor.CursorStatic)
 	// The textarea draws through a pointer to its current style set; Blur points it at the

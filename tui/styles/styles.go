@@ -3,6 +3,7 @@
 package styles
 
 import (
+	"io"
 	"strings"
 
 	"github.com/charmbracelet/lipgloss"
@@ -40,6 +41,7 @@ type Styles struct {
 	HelpKey    lipgloss.Style
 	HelpDesc   lipgloss.Style
 	Prompt     lipgloss.Style
+	Cursor     lipgloss.Style // a text field's cursor
 	User       lipgloss.Style // chat: the person's turns
 	Assistant  lipgloss.Style // chat: the model's turns
 	BarUsed    lipgloss.Style // memory bar: committed
@@ -78,6 +80,15 @@ func New(r *lipgloss.Renderer) *Styles {
 	s.HelpKey = ns().Bold(true).Foreground(accent)
 	s.HelpDesc = ns().Foreground(muted)
 	s.Prompt = ns().Bold(true).Foreground(accent)
+	s.Cursor = s.Selected
+	if s.NoColor && r.Output().ColorProfile() != termenv.Ascii {
+		// NO_COLOR asks for no colour, not for no attributes, and a text field drawn without
+		// them has no cursor at all: on a terminal that draws attributes the cursor keeps its
+		// reverse video. (A dumb terminal, or output that is no terminal, gets none.)
+		attrs := lipgloss.NewRenderer(io.Discard)
+		attrs.SetColorProfile(termenv.ANSI)
+		s.Cursor = attrs.NewStyle().Reverse(true)
+	}
 	s.User = ns().Bold(true)
 	s.Assistant = ns()
 	s.BarUsed = ns().Foreground(accent)

@@ -33,3 +33,18 @@ func TestPlaceholderWithoutColour(t *testing.T) {
 	assert.Equal(t, "«hailo://qwen2:1.5b»", New(r).Placeholder("hailo://qwen2:1.5b"))
 	assert.Equal(t, "hailo://qwen2:1.5b", colour().Placeholder("hailo://qwen2:1.5b"), "muted colour says it")
 }
+
+// With NO_COLOR on a terminal that draws attributes, a text field's cursor is still drawn, in
+// reverse video and without colour; the rest stays plain. Output that is no terminal (the
+// tests' goldens, a pipe) gets no escape codes at all.
+func TestCursorWithoutColour(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	t.Setenv("TERM", "xterm-256color")
+	st := New(lipgloss.NewRenderer(io.Discard, termenv.WithTTY(true)))
+	assert.True(t, st.NoColor)
+	assert.Equal(t, "\x1b[7m \x1b[0m", st.Cursor.Render(" "))
+	assert.Equal(t, "ok", st.OK.Render("ok"), "no colour")
+
+	assert.Equal(t, " ", New(lipgloss.NewRenderer(io.Discard)).Cursor.Render(" "))
+	assert.Contains(t, colour().Cursor.Render(" "), "\x1b[7m", "with colour the cursor is the selection's reverse video")
+}
