@@ -73,9 +73,20 @@ type cmpPath struct {
 	url   string // the chat route
 	model string
 	wire  wire
+	// oneToken asks for answers of one token (max_tokens 1), for the first-token path alone.
+	oneToken bool
+	// closes sends each request on a connection of its own: llama-server closes its
+	// connection after a streamed answer (see bareProxy).
+	closes bool
 }
 
-func bareProxy(b *testing.B, engine string) string {
+// bareProxy is a bare Go reverse proxy in front of engine. A proxy in front of llama-server
+// must know what the agent's driver knows: llama-server closes the connection after every
+// streamed answer without saying so, so one put back in the pool fails the next request on it
+// with EOF (every request here streams). closes opens a connection per request, as the driver
+// does; without it the bare proxy answered 502 (EOF from the engine) within its first hundred
+// requests to the simulator, which closes as llama-server does.
+func bareProxy(b *testing.B, engine string, closes bool) string {
 	b.Helper()
 	u, err := url.Parse(engine)
 	if err != nil {
@@ -94,7 +105,9 @@ func bareProxy(b *testing.B, engine string) string {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 	}
-	rp.Transport = manyConns().Transport
+	tr := manyConns().Transport.(*http.Transport)
+	tr.DisableKeepAlives = closes
+	rp.Transport = tr
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -150,9 +163,9 @@ func newCmpEnv(b *testing.B) *cmpEnv {
 	if !strings.HasPrefix(engine, "http://127.0.0.1:") {
 		b.Fatalf("the llama-server placement's engine address %q is not on loopback", engine)
 	}
-	bare, obare, hbare := bareProxy(b, engine), bareProxy(b, osim.URL()), bareProxy(b, hsim.URL())
+	bare, obare, hbare := bareProxy(b, engine, true), bareProxy(b, osim.URL(), false), bareProxy(b, hsim.URL(), false)
 	ps := []cmpPath{
-		{name: "direct", url: engine + "/v1/chat/completions", model: "tiny"},
+		{name: "direct", url: engine + "/v1/chat/completions", model: "tiny", closes: true},
 		{name: "bare proxy", url: bare + "/v1/chat/completions", model: "tiny"},
 		{name: "one hop", url: a.url + "/v1/chat/completions", model: "tiny"},
 		{name: "two hops", url: nb.url + "/v1/chat/completions", model: "tiny"},
@@ -176,13 +189,18 @@ var cmpOrder = []string{"direct", "bare proxy", "one hop", "two hops", "NDJSON c
 // chat sends one streaming chat and reads it to its end: the time to the first piece of
 // content, the whole answer's time and its pieces.
 func (e *cmpEnv) chat(ctx context.Context, p cmpPath, prompt string) (sample, error) {
-	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"stream":true}`, p.model, prompt)
+	limit := ""
+	if p.oneToken {
+		limit = `,"max_tokens":1`
+	}
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"stream":true%s}`, p.model, prompt, limit)
 	req, err := http.NewRequestWithContext(ctx, "POST", p.url, strings.NewReader(body))
 	if err != nil {
 		return sample{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Close = p.closes
 	start := time.Now()
 	resp, err := e.client.Do(req)
 	if err != nil {

@@ -218,8 +218,7 @@ func TestServesLikeLlamaServer(t *testing.T) {
 	assert.Equal(t, model, props.ModelPath)
 
 	// Streaming: role chunk, content chunks, a final chunk with finish_reason and timings, [DONE].
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"tiny:1b","messages":[{"role":"user","content":"hello"}],"stream":true}`))
+	resp, err := post(url+"/v1/chat/completions", `{"model":"tiny:1b","messages":[{"role":"user","content":"hello"}],"stream":true}`)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -422,6 +421,18 @@ func BenchmarkStartToReady(b *testing.B) {
 	}
 }
 
+// post posts a JSON body; a streamed answer's on a connection of its own, as llama-server closes
+// the connection after one without saying so, which a client reusing it would fail on.
+func post(url, body string) (*http.Response, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Close = strings.Contains(body, `"stream":true`)
+	return http.DefaultClient.Do(req)
+}
+
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -433,7 +444,7 @@ func getJSON(t *testing.T, url string, v any) {
 
 func postJSON(t *testing.T, url, body string, v any) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	resp, err := post(url, body)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, url)

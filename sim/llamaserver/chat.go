@@ -344,6 +344,7 @@ func (s *Server) generate(ctx context.Context, toks, stops []string, c *completi
 // token, one chunk per piece of text, a final chunk with finish_reason and timings (or, with
 // include_usage, one more chunk carrying usage and timings), then "data: [DONE]".
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string, includeUsage bool, toks, stops []string, sh shape, c *completion) error {
+	s.closeAfter(ctx)
 	flusher, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -642,6 +643,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d)
 		return
 	}
+	s.closeAfter(ctx)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	send := func(v any) bool {

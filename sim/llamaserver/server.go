@@ -54,7 +54,10 @@ type Server struct {
 	stats     Stats // Requests is filled in from requests by Stats
 	totals    metricTotals
 	crashConn net.Conn // the connection whose answer, once written, triggers the crash
-	held      []byte   // memory held to simulate the loaded model
+	// streamed are the connections serving a streamed answer: closed once it is written (see
+	// closeAfter).
+	streamed map[net.Conn]bool
+	held     []byte // memory held to simulate the loaded model
 }
 
 // Stats is what the simulator saw. GET /_sim/stats serves it as JSON.
@@ -279,17 +282,42 @@ func (s *Server) Stats() Stats {
 type connKey struct{}
 
 // connState crashes the server once the connection that served the last allowed completion has
-// finished writing it (idle again, or closed), so the client gets its whole answer first.
+// finished writing it (idle again, or closed), so the client gets its whole answer first; and
+// closes a connection that served a streamed answer once it is written (see closeAfter).
 func (s *Server) connState(c net.Conn, state http.ConnState) {
 	if state != http.StateIdle && state != http.StateClosed {
 		return
 	}
 	s.mu.Lock()
 	hit := s.crashConn != nil && s.crashConn == c
+	streamed := s.streamed[c]
+	delete(s.streamed, c)
 	s.mu.Unlock()
+	if streamed && state == http.StateIdle {
+		c.Close()
+	}
 	if hit {
 		go s.crash()
 	}
+}
+
+// closeAfter marks the request's connection to be closed once its answer is written, without
+// saying so (no "Connection: close"; the headers still offer keep-alive), as llama-server does
+// after every streamed answer: cpp-httplib ends the connection when the stream's content
+// provider finishes (seen on build 10470, chats and completions; answers that do not stream
+// keep their connection). A client that reuses such a connection fails with EOF or a broken
+// pipe, as it would on the real server.
+func (s *Server) closeAfter(ctx context.Context) {
+	c, ok := ctx.Value(connKey{}).(net.Conn)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if s.streamed == nil {
+		s.streamed = map[net.Conn]bool{}
+	}
+	s.streamed[c] = true
+	s.mu.Unlock()
 }
 
 func (s *Server) routes() http.Handler {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,9 +70,16 @@ func getJSON(t *testing.T, url string, v any) int {
 	return resp.StatusCode
 }
 
+// postJSON posts a body; one asking for a streamed answer on a connection of its own, as the
+// server closes the connection after one (see TestStreamedAnswerClosesItsConnection), which a
+// reused one would fail on.
 func postJSON(t *testing.T, url, body string) *http.Response {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Close = strings.Contains(body, `"stream":true`)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
@@ -761,4 +769,42 @@ func TestCompletions(t *testing.T) {
 	}
 	assert.Equal(t, whole.Choices[0].Text, text.String())
 	assert.Equal(t, http.StatusBadRequest, postJSON(t, s.URL()+"/v1/completions", `{"prompt":""}`).StatusCode)
+}
+
+// The connection of a streamed answer is closed once the answer is written, though its headers
+// offer keep-alive, as llama-server's is (chats and completions alike); one that did not stream
+// is kept. Read on one raw connection, as a client reusing it would.
+func TestStreamedAnswerClosesItsConnection(t *testing.T) {
+	s := start(t, quick())
+	addr := strings.TrimPrefix(s.URL(), "http://")
+	ask := func(br *bufio.Reader, conn net.Conn, path, body string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest("POST", s.URL()+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		require.NoError(t, req.Write(conn))
+		resp, err := http.ReadResponse(br, req)
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream":true,"max_tokens":3}`},
+		{"/v1/completions", `{"prompt":"x","stream":true,"max_tokens":3}`},
+	} {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		br := bufio.NewReader(conn)
+		// An answer that does not stream keeps the connection for the next request.
+		resp := ask(br, conn, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":3}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp = ask(br, conn, tc.path, tc.body)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.False(t, resp.Close, "%s: the answer does not say the connection closes", tc.path)
+		_, err = br.ReadByte()
+		assert.ErrorIs(t, err, io.EOF, "%s: the connection is closed after the streamed answer", tc.path)
+	}
 }

@@ -1,0 +1,79 @@
+package gateway_test
+
+// BenchmarkFirstToken is the first-token path alone, on the llama-server simulator: one-token
+// streamed answers, so nothing behind the first token is measured. For profiling what a hop
+// does before the first byte, and for counting its allocations beside a bare proxy's:
+//
+//	go test -run '^$' -bench '^BenchmarkFirstToken$' -benchmem -cpuprofile cpu.out ./agent/gateway/
+//
+// allocs/op counts the whole process (client, bare proxy or agents); the engine is its own
+// process. It asserts no time.
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/llamaserver"
+	"github.com/llmkube/mesh/mesh"
+	"github.com/llmkube/mesh/sim/gguf"
+)
+
+func BenchmarkFirstToken(b *testing.B) {
+	bin := llamaServerSim(b)
+	spec, ok := gguf.Preset("sim-tiny")
+	if !ok {
+		b.Fatal("no sim-tiny preset")
+	}
+	model := filepath.Join(b.TempDir(), "tiny.gguf")
+	if err := gguf.Write(model, spec); err != nil {
+		b.Fatal(err)
+	}
+	ld, err := llamaserver.New(llamaserver.Config{Binary: bin, LogDir: b.TempDir(), ModelsDir: b.TempDir(),
+		StopGrace: 5 * time.Second, HealthTimeout: 30 * time.Second, Env: []string{"LLAMA_SIM_LOAD_DELAY=0s"}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ld.StopAll(context.Background()) })
+	a := newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld}})
+	nb := newNode(b, nodeOpts{name: "node-b"})
+	lp := place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 2048, Args: []string{"--parallel", "16"}})
+	joinWith(b, mesh.ProfileLAN, a, nb)
+	engine := lp.Engine
+	if !strings.HasPrefix(engine, "http://127.0.0.1:") {
+		b.Fatalf("engine address %q is not on loopback", engine)
+	}
+	e := &cmpEnv{client: manyConns()}
+	paths := []cmpPath{
+		{name: "direct", url: engine + "/v1/chat/completions", model: "tiny", closes: true},
+		{name: "bare proxy", url: bareProxy(b, engine, true) + "/v1/chat/completions", model: "tiny"},
+		{name: "one hop", url: a.url + "/v1/chat/completions", model: "tiny"},
+		{name: "two hops", url: nb.url + "/v1/chat/completions", model: "tiny"},
+	}
+	for _, p := range paths {
+		p.oneToken = true
+		for i := range cmpWarmRequest {
+			if _, err := e.chat(b.Context(), p, fmt.Sprint("warm up ", i%64)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(strings.ReplaceAll(p.name, " ", "-"), func(b *testing.B) {
+			var ttft []time.Duration
+			i := 0
+			for b.Loop() {
+				s, err := e.chat(b.Context(), p, fmt.Sprint("prompt number ", i%64))
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+				ttft = append(ttft, s.ttft)
+			}
+			b.ReportMetric(micros(percentile(ttft, 0.5)), "µs-ttft-p50")
+		})
+	}
+}
