@@ -164,7 +164,7 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	// loopback per chat.
 	hreq.Close = true
 	engines.Replayable(hreq)
-	resp, err := d.http.Do(hreq)
+	resp, err := inst.http.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -456,7 +456,7 @@ func (d *Driver) Embed(ctx context.Context, m engines.Model, inputs []string) (e
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	engines.Replayable(hreq)
-	resp, err := d.http.Do(hreq)
+	resp, err := inst.http.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return engines.Embeddings{}, ctx.Err()

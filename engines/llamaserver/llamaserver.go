@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -84,21 +85,20 @@ type Config struct {
 // maxOffered bounds the GGUF files Detect lists: they travel in the host's state document.
 const maxOffered = 32
 
-// chatTransport is the connections to the engines. A chat's connection closes after its answer
-// (see Chat); the others — embeddings, which do not stream — are kept open for as many requests
-// as a busy gateway sends one engine at once, since a connection opened and closed per request
-// cost more than the rest of the agent's work on it; a kept connection is a few kilobytes, and
-// closes after 4 s unused, before llama-server's own 5 s keep-alive would close it under a
-// request.
-func chatTransport() *http.Transport {
-	return &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 4 * time.Second}
+// engineTransport is the connections to one engine. A chat's connection closes after its
+// answer (see Chat) and is dialed ahead (dialAhead); the others — embeddings, which do not
+// stream — are kept open for as many requests as a busy gateway sends one engine at once, since
+// a connection opened and closed per request cost more than the rest of the agent's work on it;
+// a kept connection is a few kilobytes, and closes after 4 s unused, before llama-server's own
+// 5 s keep-alive would close it under a request.
+func engineTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	return &http.Transport{Proxy: nil, DialContext: dial, MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 4 * time.Second}
 }
 
 // Driver runs llama-server processes. It is safe for concurrent use.
 type Driver struct {
-	cfg  Config
-	log  *slog.Logger
-	http *http.Client // chats: no proxy, no overall timeout (answers stream)
+	cfg Config
+	log *slog.Logger
 
 	// freePort picks a port; tests replace it to hand out a port that is already taken.
 	freePort func() (int, error)
@@ -138,7 +138,6 @@ func New(cfg Config, log *slog.Logger) (*Driver, error) {
 	return &Driver{
 		cfg:       cfg,
 		log:       log.With("runtime", string(api.RuntimeLlamaServer)),
-		http:      &http.Client{Transport: chatTransport()},
 		freePort:  freePort,
 		instances: map[string]*Instance{},
 		starting:  map[string]*start{},

@@ -1,0 +1,144 @@
+package llamaserver
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// engineEnd is the engine's side of a loopback listener: every accepted connection, in order.
+type engineEnd struct {
+	ln       net.Listener
+	accepted chan net.Conn
+}
+
+func listenEngine(t *testing.T) *engineEnd {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	e := &engineEnd{ln: ln, accepted: make(chan net.Conn, 16)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			e.accepted <- c
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return e
+}
+
+func (e *engineEnd) next(t *testing.T) net.Conn {
+	t.Helper()
+	select {
+	case c := <-e.accepted:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connection arrived")
+		return nil
+	}
+}
+
+// same reports whether client and server are the two ends of one connection.
+func same(client, server net.Conn) bool {
+	return client.LocalAddr().String() == server.RemoteAddr().String()
+}
+
+// split takes the next two connections, which arrive in either order: client's own and the
+// spare dialed ahead.
+func (e *engineEnd) split(t *testing.T, client net.Conn) (own, spare net.Conn) {
+	t.Helper()
+	for range 2 {
+		if c := e.next(t); same(client, c) {
+			own = c
+		} else {
+			spare = c
+		}
+	}
+	require.NotNil(t, own, "the connection reached the engine")
+	require.NotNil(t, spare, "a spare was dialed")
+	return own, spare
+}
+
+// A chat's connection is the one dialed ahead after the previous chat took its own; a spare
+// the engine closed is never handed out (a fresh connection is), and an exited engine's spare
+// is closed.
+func TestDialAhead(t *testing.T) {
+	e := listenEngine(t)
+	a := newDialAhead(e.ln.Addr().String())
+	a.life = time.Hour // expiry is TestDialAheadSpareExpires's
+	ctx := context.Background()
+
+	first, err := a.DialContext(ctx, "tcp", a.addr)
+	require.NoError(t, err)
+	defer first.Close()
+	_, spare := e.split(t, first) // no spare yet: the first is dialed at once, the next ahead
+
+	second, err := a.DialContext(ctx, "tcp", a.addr)
+	require.NoError(t, err)
+	defer second.Close()
+	assert.True(t, same(second, spare), "the second chat gets the connection dialed ahead")
+
+	// The engine closes the next spare (it stopped, or its keep-alive ran out): a new
+	// connection is dialed instead, and it works.
+	closed := e.next(t)
+	closed.Close()
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.spare != nil && !open(a.spare)
+	}, 10*time.Second, time.Millisecond, "the spare is seen closed")
+	third, err := a.DialContext(ctx, "tcp", a.addr)
+	require.NoError(t, err)
+	defer third.Close()
+	assert.False(t, same(third, closed), "a spare the engine closed is not handed out")
+	fresh, next := e.split(t, third)
+	_, err = third.Write([]byte("x"))
+	require.NoError(t, err)
+	b := make([]byte, 1)
+	_, err = io.ReadFull(fresh, b)
+	require.NoError(t, err)
+
+	// The engine exits: its spare is closed.
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.spare != nil
+	}, 10*time.Second, time.Millisecond, "the next spare is kept")
+	a.close()
+	next.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = next.Read(b)
+	assert.ErrorIs(t, err, io.EOF, "the spare is closed with its engine")
+}
+
+// An unused spare is closed after its life, before llama-server's keep-alive would close it,
+// and no other connection is dialed while nothing asks.
+func TestDialAheadSpareExpires(t *testing.T) {
+	e := listenEngine(t)
+	a := newDialAhead(e.ln.Addr().String())
+	a.life = 50 * time.Millisecond
+	c, err := a.DialContext(context.Background(), "tcp", a.addr)
+	require.NoError(t, err)
+	defer c.Close()
+	_, spare := e.split(t, c)
+	spare.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = spare.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the unused spare is closed")
+	select {
+	case <-e.accepted:
+		t.Fatal("a connection was dialed while no chat asked for one")
+	default:
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	assert.Nil(t, a.spare)
+	assert.False(t, a.dialing)
+}
