@@ -157,7 +157,7 @@ func TestPlaceReadyChatDelete(t *testing.T) {
 	defer stopEvents()
 	var mu sync.Mutex
 	var states []api.PlacementState
-	go s.admin.Events(evCtx, 0, func(ev api.Event) error {
+	go s.admin.Events(evCtx, 0, nil, func(ev api.Event) error {
 		if ev.Type == api.EventPlacement && ev.Placement != nil {
 			mu.Lock()
 			if n := len(states); n == 0 || states[n-1] != ev.Placement.State {

@@ -212,7 +212,7 @@ func TestEventsStreamReplayAndNamespaces(t *testing.T) {
 	stream := func(c *api.Client, after uint64) <-chan api.Event {
 		ch := make(chan api.Event, 16)
 		go func() {
-			_ = c.Events(ctx, after, func(ev api.Event) error {
+			_ = c.Events(ctx, after, nil, func(ev api.Event) error {
 				ch <- ev
 				return nil
 			})

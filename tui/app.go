@@ -140,7 +140,7 @@ func (a *App) Init() tea.Cmd {
 		ectx, cancel := context.WithCancel(context.Background())
 		a.stopEvents = cancel
 		go func() {
-			a.conn.Events(ectx, func(ev api.Event) {
+			a.conn.Events(ectx, nil, func(ev api.Event) {
 				select {
 				case a.events <- ev:
 				case <-ectx.Done():

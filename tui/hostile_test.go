@@ -92,7 +92,7 @@ func TestRemoteEscapesNeverReachTheScreen(t *testing.T) {
 	var got []api.Event
 	ectx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_ = api.NewClient(srv.URL, "t").Events(ectx, 0, func(e api.Event) error {
+	_ = api.NewClient(srv.URL, "t").Events(ectx, 0, nil, func(e api.Event) error {
 		got = append(got, e)
 		cancel()
 		return nil

@@ -221,9 +221,11 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/placements/"+url.PathEscape(id), nil, nil)
 }
 
-// Events streams the agent's events from sequence number after (0 = from now, as far as the
-// agent's ring reaches) until ctx ends or the stream breaks; emit returning an error stops it.
-func (c *Client) Events(ctx context.Context, after uint64, emit func(Event) error) error {
+// Events streams the agent's events after sequence number after (0: those from now on; above 0,
+// what the agent's ring still holds after it) until ctx ends or the stream breaks; emit
+// returning an error stops it. opened, when not nil, is called once the agent has subscribed
+// the stream: no later event is missed.
+func (c *Client) Events(ctx context.Context, after uint64, opened func(), emit func(Event) error) error {
 	req, err := c.newRequest(ctx, http.MethodGet, "/v1/events", nil)
 	if err != nil {
 		return err
@@ -237,6 +239,9 @@ func (c *Client) Events(ctx context.Context, after uint64, emit func(Event) erro
 		return err
 	}
 	defer resp.Body.Close()
+	if opened != nil {
+		opened()
+	}
 	return ReadSSE(resp.Body, func(data []byte) error {
 		var ev Event
 		if err := json.Unmarshal(data, &ev); err != nil {

@@ -191,7 +191,6 @@ Ctrl-C or --timeout; both end it with exit 0. Agents that join later are followe
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stderr, "watching mesh %s: %d agent(s); Ctrl-C to stop\n", v.Mesh, len(console.Agents(v)))
 			wctx, stop := context.WithCancel(ctx)
 			defer stop()
 			// Events may call emit for a moment after it returns (its followers stop on their own):
@@ -201,7 +200,11 @@ Ctrl-C or --timeout; both end it with exit 0. Agents that join later are followe
 				closed bool
 				werr   error
 			)
-			s.conn.Events(wctx, func(ev api.Event) {
+			// Said once every agent's stream is open, so a script that waits for it misses nothing.
+			watching := func() {
+				fmt.Fprintf(a.stderr, "watching mesh %s: %d agent(s); Ctrl-C to stop\n", v.Mesh, len(console.Agents(v)))
+			}
+			s.conn.Events(wctx, watching, func(ev api.Event) {
 				mu.Lock()
 				defer mu.Unlock()
 				if closed || werr != nil || (len(types) > 0 && !slices.Contains(types, ev.Type)) {

@@ -446,7 +446,9 @@ func (c *Conn) Chat(ctx context.Context, model string, msgs []api.ChatMessage, o
 
 // Events merges the events of every alive agent (and, in member mode, the mesh's own) into one
 // stream until ctx ends. Agents that appear later are followed too; a broken stream is retried.
-func (c *Conn) Events(ctx context.Context, emit func(api.Event)) {
+// ready, when not nil, is called once every agent there at the start has subscribed (or failed
+// its first try): from then on no event of theirs is missed.
+func (c *Conn) Events(ctx context.Context, ready func(), emit func(api.Event)) {
 	var mu sync.Mutex
 	out := func(ev api.Event) {
 		mu.Lock()
@@ -454,10 +456,10 @@ func (c *Conn) Events(ctx context.Context, emit func(api.Event)) {
 		emit(ev)
 	}
 	following := map[string]context.CancelFunc{}
-	var wg sync.WaitGroup
-	// Nothing is emitted after Events returns.
+	var wg, first sync.WaitGroup
+	// Nothing is emitted, and ready is not called, after Events returns.
 	defer wg.Wait()
-	follow := func() {
+	follow := func(initial bool) {
 		for _, a := range Agents(c.View()) {
 			addr := a.Host.APIAddr
 			if _, ok := following[addr]; ok {
@@ -465,35 +467,52 @@ func (c *Conn) Events(ctx context.Context, emit func(api.Event)) {
 			}
 			fctx, cancel := context.WithCancel(ctx)
 			following[addr] = cancel
+			settled := func() {}
+			if initial {
+				first.Add(1)
+				settled = sync.OnceFunc(first.Done)
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c.followEvents(fctx, addr, out)
+				defer settled()
+				c.followEvents(fctx, addr, settled, out)
 			}()
 		}
 	}
 	changed, stop := c.Subscribe()
 	defer stop()
-	follow()
+	follow(true)
+	if ready != nil {
+		wg.Go(func() {
+			first.Wait()
+			if ctx.Err() == nil {
+				ready()
+			}
+		})
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
-			follow()
+			follow(false)
 		}
 	}
 }
 
-func (c *Conn) followEvents(ctx context.Context, addr string, emit func(api.Event)) {
+// followEvents streams one agent's events until ctx ends, resuming after the last one seen when
+// the stream breaks. settled is called when the first stream opens or the first try fails.
+func (c *Conn) followEvents(ctx context.Context, addr string, settled func(), emit func(api.Event)) {
 	var last uint64
 	retry := backoff.New(200*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
-		err := c.clientFor(addr).Events(ctx, last, func(ev api.Event) error {
+		err := c.clientFor(addr).Events(ctx, last, settled, func(ev api.Event) error {
 			last = ev.Seq
 			emit(ev)
 			return nil
 		})
+		settled()
 		if ctx.Err() != nil {
 			return
 		}
