@@ -204,17 +204,12 @@ func (a *App) recordMemory() {
 	a.ctx.Memory.Record(a.ctx.Now(), mm)
 }
 
-// chrome is the height of the tab bar (top) and the footer (bottom).
-const (
-	topLines    = 2
-	bottomLines = 1
-)
-
 func (a *App) setSize(w, h int) {
 	a.width, a.height = w, h
 	a.cmdline.SetWidth(w)
+	body := a.bodyHeight(a.header(), a.footer())
 	for _, p := range a.pages {
-		p.SetSize(w, max(h-topLines-bottomLines, 1))
+		p.SetSize(w, body)
 	}
 }
 
@@ -459,8 +454,26 @@ func (a *App) View() string {
 	if a.width == 0 {
 		return "starting…"
 	}
+	body := ""
+	if p := a.page(); p != nil {
+		body = p.View()
+	}
+	top, bottom := a.header(), a.footer()
+	body = render.Place(body, a.width, a.bodyHeight(top, bottom))
+	return top + "\n" + body + "\n" + bottom
+}
+
+// The chrome around a view is measured from what its styles draw, never counted as lines: a
+// border or padding given to one of them moves the view, and what the mouse hits, with it.
+
+// bodyHeight is the rows left to the view between the header and the footer as drawn.
+func (a *App) bodyHeight(top, bottom string) int {
+	return max(a.height-common.RowsOf(top, bottom), 1)
+}
+
+// titleLine is the header's first line: the console, the mesh, and how it is reached.
+func (a *App) titleLine() string {
 	st := a.ctx.Styles
-	var top strings.Builder
 	mode := "not connected"
 	if a.conn != nil {
 		if a.conn.Mode() == console.ModeAgent {
@@ -473,27 +486,31 @@ func (a *App) View() string {
 	if mesh == "" {
 		mesh = "—"
 	}
-	top.WriteString(st.Title.Render("llmkube mesh") + st.Muted.Render(" · "+mesh+" · "+mode))
+	line := st.Title.Render("llmkube mesh") + st.Muted.Render(" · "+mesh+" · "+mode)
 	if a.mouseOff {
-		top.WriteString(st.Warn.Render(" · mouse off (ctrl+y)"))
+		line += st.Warn.Render(" · mouse off (ctrl+y)")
 	}
-	top.WriteString("\n")
-	var tabs []string
-	for _, t := range a.tabs() {
-		if t.page == a.active {
-			tabs = append(tabs, st.TabActive.Render(t.label))
-		} else {
-			tabs = append(tabs, st.TabIdle.Render(t.label))
-		}
-	}
-	top.WriteString(render.Cut(strings.Join(tabs, tabGap), a.width))
+	return render.CutLines(line, a.width)
+}
 
-	body := ""
-	if p := a.page(); p != nil {
-		body = p.View()
+// tabLabel is a tab's label as the tab bar draws it.
+func (a *App) tabLabel(t tab) string {
+	if t.page == a.active {
+		return a.ctx.Styles.TabActive.Render(t.label)
 	}
-	body = render.Place(body, a.width, max(a.height-topLines-bottomLines, 1))
-	return top.String() + "\n" + body + "\n" + a.footer()
+	return a.ctx.Styles.TabIdle.Render(t.label)
+}
+
+// header is the title line over the tab bar.
+func (a *App) header() string {
+	var labels []string
+	for i, t := range a.tabs() {
+		if i > 0 {
+			labels = append(labels, tabGap)
+		}
+		labels = append(labels, a.tabLabel(t))
+	}
+	return a.titleLine() + "\n" + render.CutLines(lipgloss.JoinHorizontal(lipgloss.Top, labels...), a.width)
 }
 
 func (a *App) footer() string {

@@ -47,11 +47,11 @@ func (a *App) tabs() []tab {
 func (a *App) tabAt(x int) (common.Page, bool) {
 	pos := 0
 	for _, t := range a.tabs() {
-		w := lipgloss.Width(t.label)
+		w := lipgloss.Width(a.tabLabel(t))
 		if x >= pos && x < pos+w {
 			return t.page, true
 		}
-		pos += w + len(tabGap)
+		pos += w + lipgloss.Width(tabGap)
 	}
 	return 0, false
 }
@@ -59,13 +59,13 @@ func (a *App) tabAt(x int) (common.Page, bool) {
 // footerAt is the key of the footer under column x: the footer's keys are buttons.
 func (a *App) footerAt(x int) (key.Binding, bool) {
 	pos := 0
+	sep := lipgloss.Width(a.ctx.Styles.Muted.Render(helpSep))
 	for _, b := range a.footerKeys() {
-		h := b.Help()
-		w := lipgloss.Width(h.Key + " " + h.Desc)
+		w := lipgloss.Width(a.drawHelp([]key.Binding{b}))
 		if x >= pos && x < pos+w {
 			return b, true
 		}
-		pos += w + lipgloss.Width(helpSep)
+		pos += w + sep
 	}
 	return key.Binding{}, false
 }
@@ -74,14 +74,16 @@ func (a *App) footerAt(x int) (key.Binding, bool) {
 // footer presses it, and the rest goes to the view with its line counted from the view's top.
 func (a *App) mouse(msg tea.MouseMsg) tea.Cmd {
 	click := msg.Action == tea.MouseActionPress && msg.Button == tea.MouseButtonLeft
-	body := max(a.height-topLines-bottomLines, 1)
+	top, bottom := a.header(), a.footer()
+	tabsAt, bodyAt := lipgloss.Height(a.titleLine()), lipgloss.Height(top)
+	footerAt := bodyAt + a.bodyHeight(top, bottom)
 	switch {
-	case msg.Y == topLines-1:
+	case msg.Y >= tabsAt && msg.Y < bodyAt:
 		if p, ok := a.tabAt(msg.X); ok && click && p != a.active {
 			return a.navigate(p, "")
 		}
 		return nil
-	case msg.Y == a.height-1:
+	case msg.Y >= footerAt:
 		if !click || a.cmdActive || a.status != "" {
 			return nil
 		}
@@ -91,8 +93,8 @@ func (a *App) mouse(msg tea.MouseMsg) tea.Cmd {
 			}
 		}
 		return nil
-	case msg.Y >= topLines && msg.Y < topLines+body:
-		msg.Y -= topLines
+	case msg.Y >= bodyAt:
+		msg.Y -= bodyAt
 		return a.forward(msg)
 	}
 	return nil

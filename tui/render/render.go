@@ -36,6 +36,15 @@ func Cut(s string, width int) string {
 	return ansi.Truncate(s, width, "…")
 }
 
+// CutLines cuts each line of s to width cells, as Cut does.
+func CutLines(s string, width int) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = Cut(l, width)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Pad cuts or pads s to exactly width cells.
 func Pad(s string, width int) string {
 	s = Cut(s, width)

@@ -35,7 +35,6 @@ type Styles struct {
 	Warn       lipgloss.Style
 	Error      lipgloss.Style
 	Danger     lipgloss.Style // dangerous actions and their confirmations
-	Box        lipgloss.Style // bordered panels
 	BoxTitle   lipgloss.Style
 	StatusBar  lipgloss.Style
 	HelpKey    lipgloss.Style
@@ -74,7 +73,6 @@ func New(r *lipgloss.Renderer) *Styles {
 	s.Warn = ns().Foreground(yellow)
 	s.Error = ns().Foreground(red)
 	s.Danger = ns().Bold(true).Foreground(red)
-	s.Box = ns().Border(lipgloss.NormalBorder()).BorderForeground(muted).Padding(0, 1)
 	s.BoxTitle = ns().Bold(true)
 	s.StatusBar = ns().Foreground(muted)
 	s.HelpKey = ns().Bold(true).Foreground(accent)

@@ -144,8 +144,12 @@ func (m *Model) SetSize(w, h int) {
 	m.refresh(false) // the transcript wraps at the new width
 }
 
-// transcriptHeight is what is left under the status line and above the rule and input.
-func (m *Model) transcriptHeight() int { return max(m.height-inputHeight-3, 1) }
+// transcriptHeight is what is left between the status line and its rule above and the rule and
+// the input below, as they are drawn.
+func (m *Model) transcriptHeight() int {
+	rule := m.rule()
+	return max(m.height-common.RowsOf(m.statusLine(), rule, rule, m.input.View()), 1)
+}
 
 func (m *Model) picking() bool { return m.pickOpen || m.model == "" }
 
@@ -304,9 +308,9 @@ func (m *Model) pickKey(msg tea.KeyMsg) tea.Cmd {
 	return nil
 }
 
-// pickerTop is the line of the first model in the picker: under the status line, the rule,
-// the question and a blank line.
-const pickerTop = 4
+// pickerTop is the line of the first model in the picker: under the status line and the rule
+// as drawn, and the question and a blank line.
+func (m *Model) pickerTop() int { return common.RowsOf(m.statusLine(), m.rule()) + 2 }
 
 // pickClick chooses with the mouse: a click selects a model, a second click on it opens it.
 func (m *Model) pickClick(msg tea.MouseMsg) tea.Cmd {
@@ -317,7 +321,7 @@ func (m *Model) pickClick(msg tea.MouseMsg) tea.Cmd {
 	case tea.MouseButtonWheelDown:
 		m.pick = max(0, min(m.pick+1, len(choices)-1))
 	case tea.MouseButtonLeft:
-		i := msg.Y - pickerTop
+		i := msg.Y - m.pickerTop()
 		if msg.Action != tea.MouseActionPress || i < 0 || i >= len(choices) {
 			return nil
 		}

@@ -10,9 +10,13 @@ import (
 	"github.com/llmkube/mesh/tui/render"
 )
 
+// rule separates the transcript from the status line and the input.
+func (m *Model) rule() string {
+	return m.ctx.Styles.Muted.Render(strings.Repeat("─", max(m.width, 0)))
+}
+
 func (m *Model) View() string {
-	st := m.ctx.Styles
-	rule := st.Muted.Render(strings.Repeat("─", max(m.width, 0)))
+	rule := m.rule()
 	var body string
 	if m.picking() {
 		body = render.Place(m.pickerView(), m.width, m.transcriptHeight())

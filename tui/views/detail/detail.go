@@ -162,7 +162,11 @@ func (m *Model) member() (api.Member, bool) {
 	return api.Member{}, false
 }
 
-func (m *Model) bodyHeight() int { return max(m.height-2, 1) }
+// bodyHeight is the rows under the header, as drawn, and the blank line after it.
+func (m *Model) bodyHeight() int {
+	mb, _ := m.member()
+	return max(m.height-common.RowsOf(m.header(mb))-1, 1)
+}
 
 // chartHeight grows with the terminal: the chart is the first thing to read.
 func (m *Model) chartHeight() int {

@@ -110,7 +110,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
-func (m *Model) bodyHeight() int { return max(m.height-2, 1) }
+// bodyHeight is the rows under the title line, as drawn, and the blank line after it.
+func (m *Model) bodyHeight() int { return max(m.height-common.RowsOf(m.titleLine())-1, 1) }
 
 // SeverityStyle colours a severity; its name is always written too.
 func SeverityStyle(st *styles.Styles, sev string) lipgloss.Style {
@@ -242,19 +243,15 @@ func (m *Model) checked() string {
 	}
 }
 
-func (m *Model) View() string {
+// titleLine is the view's first line: its title, and how far the check is.
+func (m *Model) titleLine() string {
 	st := m.ctx.Styles
-	var b strings.Builder
 	head := "Doctor"
 	switch {
 	case m.ctx.Conn == nil && m.report == nil:
-		b.WriteString(st.Title.Render(head) + "\n\n")
-		b.WriteString(st.Muted.Render(render.Cut("not connected to a mesh: the doctor asks this console's membership and every agent", m.width)))
-		return render.Place(b.String(), m.width, m.height)
+		return st.Title.Render(head)
 	case m.report == nil:
-		b.WriteString(st.Title.Render(head) + st.Header.Render(" · checking…") + "\n\n")
-		b.WriteString(st.Muted.Render("asking this console's membership and every agent what they see…"))
-		return render.Place(b.String(), m.width, m.height)
+		return st.Title.Render(head) + st.Header.Render(" · checking…")
 	}
 	status := fmt.Sprintf(" · %s mode · checked %s ago", m.report.Mode, ago(m.ctx.Now().Sub(m.at)))
 	if m.running {
@@ -262,9 +259,20 @@ func (m *Model) View() string {
 	} else {
 		status += " · r runs it again"
 	}
-	b.WriteString(render.Cut(st.Title.Render(head)+st.Header.Render(status), m.width) + "\n")
-	for _, l := range m.scroll.Window(m.lines(), m.bodyHeight()) {
-		b.WriteString("\n" + l)
+	return render.Cut(st.Title.Render(head)+st.Header.Render(status), m.width)
+}
+
+func (m *Model) View() string {
+	st := m.ctx.Styles
+	var b strings.Builder
+	b.WriteString(m.titleLine() + "\n\n")
+	switch {
+	case m.ctx.Conn == nil && m.report == nil:
+		b.WriteString(st.Muted.Render(render.Cut("not connected to a mesh: the doctor asks this console's membership and every agent", m.width)))
+	case m.report == nil:
+		b.WriteString(st.Muted.Render("asking this console's membership and every agent what they see…"))
+	default:
+		b.WriteString(strings.Join(m.scroll.Window(m.lines(), m.bodyHeight()), "\n"))
 	}
 	return render.Place(b.String(), m.width, m.height)
 }

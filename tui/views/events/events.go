@@ -139,8 +139,16 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
-// listHeight is the rows under the status line and the column titles.
-func (m *Model) listHeight() int { return max(m.height-2, 1) }
+// listHeight is the rows under the status line (or the filter) and the column titles, as
+// drawn. The status line's height and the titles' are their styles', whatever they say.
+func (m *Model) listHeight() int {
+	st := m.ctx.Styles
+	top := st.Header.Render("")
+	if m.filter.Shown() {
+		top = m.filter.View()
+	}
+	return max(m.height-common.RowsOf(top, render.Head(st, nil)), 1)
+}
 
 // columns are the list's: HOST as wide as the longest member named (between 10 and 24), so
 // names are not cut while there is room; the message takes the rest.

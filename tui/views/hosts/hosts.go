@@ -166,7 +166,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.cur.Clamp(n, m.tableHeight())
 	case tea.MouseMsg:
 		n := len(m.Rows())
-		if hit, again := m.cur.Click(msg, firstRow, n, m.tableHeight()); hit {
+		if hit, again := m.cur.Click(msg, m.firstRow(), n, m.tableHeight()); hit {
 			if sel, ok := m.Selected(); ok && again {
 				return m, common.Navigate(common.PageHostDetail, sel.Name)
 			}
@@ -179,13 +179,22 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
-// firstRow is the line of the first host: under the summary, the legend and the titles.
-const firstRow = 3
-
-// tableHeight is the number of rows that fit under the summary and the column titles.
-func (m *Model) tableHeight() int {
-	return max(m.height-firstRow, 1)
+// intro is what the view draws first: the summary, and the legend or the filter.
+func (m *Model) intro() string {
+	st := m.ctx.Styles
+	second := st.Muted.Render(render.Cut("sorted by "+sortNames[m.sortBy]+" · █ committed ▓ reserved ░ free budget · outside budget", m.width))
+	if m.filter.Shown() {
+		second = render.Cut(m.filter.View(), m.width)
+	}
+	return st.Header.Render(render.Cut(Summary(m.ctx.Mesh), m.width)) + "\n" + second
 }
+
+// firstRow is the line of the first host: under the intro and the column titles, as drawn (the
+// titles' height is their style's, whatever the columns).
+func (m *Model) firstRow() int { return common.RowsOf(m.intro(), render.Head(m.ctx.Styles, nil)) }
+
+// tableHeight is the number of rows that fit under the intro and the column titles.
+func (m *Model) tableHeight() int { return max(m.height-m.firstRow(), 1) }
 
 // Summary is the header line that sums the mesh.
 func Summary(v api.MeshView) string {
@@ -337,13 +346,7 @@ func tokS(mb api.Member) string {
 func (m *Model) View() string {
 	st := m.ctx.Styles
 	var b strings.Builder
-	b.WriteString(st.Header.Render(render.Cut(Summary(m.ctx.Mesh), m.width)))
-	b.WriteString("\n")
-	if m.filter.Shown() {
-		b.WriteString(render.Cut(m.filter.View(), m.width))
-	} else {
-		b.WriteString(st.Muted.Render(render.Cut("sorted by "+sortNames[m.sortBy]+" · █ committed ▓ reserved ░ free budget · outside budget", m.width)))
-	}
+	b.WriteString(m.intro())
 	b.WriteString("\n")
 	rows := m.Rows()
 	if len(m.ctx.Mesh.Members) == 0 || countAgents(m.ctx.Mesh) == 0 {

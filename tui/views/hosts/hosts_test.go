@@ -36,7 +36,8 @@ func TestNarrowKeepsNames(t *testing.T) {
 func TestClickSelectsAndOpens(t *testing.T) {
 	m := New(tuitest.Context())
 	m.SetSize(120, 20)
-	press := tea.MouseMsg{X: 3, Y: firstRow + 1, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft}
+	press := tea.MouseMsg{X: 3, Y: 3 + 1, // under the summary, the legend and the titles
+		Action: tea.MouseActionPress, Button: tea.MouseButtonLeft}
 	_, cmd := m.Update(press)
 	assert.Nil(t, cmd)
 	sel, ok := m.Selected()

@@ -122,9 +122,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyMsg:
 		return m, m.key(msg)
 	case tea.MouseMsg:
-		// The rows start under the summary and the column titles.
 		n := len(m.Rows())
-		if hit, again := m.cur.Click(msg, 2, n, m.tableHeight()); hit {
+		if hit, again := m.cur.Click(msg, m.firstRow(), n, m.tableHeight()); hit {
 			if again {
 				return m, m.key(tea.KeyMsg{Type: tea.KeyEnter})
 			}
@@ -238,8 +237,32 @@ var errNotConnected = fmt.Errorf("not connected to a mesh")
 
 func (m *Model) clamp(n int) { m.cur.Clamp(n, m.tableHeight()) }
 
-// tableHeight is the rows left under the summary, the column titles and the detail line.
-func (m *Model) tableHeight() int { return max(m.height-4, 1) }
+// firstRow is the line of the first placement: under the intro and the column titles, as drawn
+// (the titles' height is their style's, whatever the columns).
+func (m *Model) firstRow() int { return common.RowsOf(m.intro(), render.Head(m.ctx.Styles, nil)) }
+
+// tableHeight is the rows left between the column titles and the foot, a blank row above it.
+func (m *Model) tableHeight() int { return max(m.height-m.firstRow()-1-common.RowsOf(m.foot()), 1) }
+
+// intro is the line over the table: the summary, or the filter.
+func (m *Model) intro() string {
+	if m.filter.Shown() {
+		return render.Cut(m.filter.View(), m.width)
+	}
+	return m.ctx.Styles.Header.Render(render.Cut(Summary(m.Rows()), m.width))
+}
+
+// foot is the line under the table: the selected placement's detail, or a delete's question.
+func (m *Model) foot() string {
+	st := m.ctx.Styles
+	switch sel, ok := m.Selected(); {
+	case m.confirm != nil:
+		return st.Danger.Render(render.Cut(fmt.Sprintf("delete %s on %s? (y/n)", m.confirm.Model, m.confirm.Host), m.width))
+	case ok:
+		return st.Muted.Render(render.Cut(Detail(sel), m.width))
+	}
+	return ""
+}
 
 // Summary counts placements by state.
 func Summary(ps []api.Placement) string {
@@ -356,11 +379,7 @@ func (m *Model) View() string {
 	st := m.ctx.Styles
 	rows := m.Rows()
 	var b strings.Builder
-	if m.filter.Shown() {
-		b.WriteString(render.Cut(m.filter.View(), m.width))
-	} else {
-		b.WriteString(st.Header.Render(render.Cut(Summary(rows), m.width)))
-	}
+	b.WriteString(m.intro())
 	b.WriteString("\n")
 	all := console.Placements(m.ctx.Mesh)
 	if len(all) == 0 {
@@ -387,13 +406,7 @@ func (m *Model) View() string {
 	if len(rows) == 0 {
 		b.WriteString("\n" + st.Muted.Render("no model matches the filter (esc clears it)"))
 	}
-	body := render.Place(b.String(), m.width, max(m.height-1, 0))
-	var foot string
-	switch sel, ok := m.Selected(); {
-	case m.confirm != nil:
-		foot = st.Danger.Render(render.Cut(fmt.Sprintf("delete %s on %s? (y/n)", m.confirm.Model, m.confirm.Host), m.width))
-	case ok:
-		foot = st.Muted.Render(render.Cut(Detail(sel), m.width))
-	}
-	return body + "\n" + render.Pad(foot, m.width)
+	foot := m.foot()
+	body := render.Place(b.String(), m.width, max(m.height-common.RowsOf(foot), 0))
+	return body + "\n" + render.Place(foot, m.width, common.RowsOf(foot))
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
+	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/render"
 )
@@ -76,9 +77,10 @@ func (m *Model) screen() ([]string, hostRows) {
 	if m.placing || m.placement != nil || m.placeErr != nil {
 		add(m.progressLines()...)
 	} else {
-		ranking, w := m.rankingLines(m.height - len(lines))
+		above := common.RowsOf(strings.Join(lines, "\n")) // as drawn: a line may take more than one row
+		ranking, w := m.rankingLines(m.height - above)
 		where = w
-		where.top += len(lines)
+		where.top += above
 		add(ranking...)
 	}
 	return lines, where
@@ -157,13 +159,18 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	}
 	cols := render.Fit(hostCols, m.width-2, 12)
 	out = append(out, "  "+render.Head(st, cols))
-	hint := Hint(m.hosts)
-	rows := room - len(out)
-	if m.swapping != nil {
-		rows--
+	// The lines under the hosts: why none can take it, and a swap's question.
+	var under []string
+	if hint := Hint(m.hosts); hint != "" {
+		under = append(under, st.Warn.Render(render.Cut("no host can take it: "+hint, m.width)))
 	}
-	if hint != "" {
-		rows--
+	if h := m.swapping; h != nil {
+		under = append(under, st.Danger.Render(render.Cut(fmt.Sprintf("place on %s? it %s (y/n)", h.Host, trimVerdict(*h)), m.width)))
+	}
+	head := common.RowsOf(strings.Join(out, "\n"))
+	rows := room - head
+	if len(under) > 0 {
+		rows -= common.RowsOf(strings.Join(under, "\n"))
 	}
 	rows = max(rows, 1)
 	start := 0
@@ -171,7 +178,7 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 		start = m.cursor - rows + 1
 	}
 	best := m.bestIndex()
-	where := hostRows{top: len(out), first: start, n: min(start+rows, len(m.hosts)) - start}
+	where := hostRows{top: head, first: start, n: min(start+rows, len(m.hosts)) - start}
 	for i := start; i < min(start+rows, len(m.hosts)); i++ {
 		h := m.hosts[i]
 		tag := ""
@@ -186,13 +193,7 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 		}
 		out = append(out, mark+line)
 	}
-	if hint != "" {
-		out = append(out, st.Warn.Render(render.Cut("no host can take it: "+hint, m.width)))
-	}
-	if h := m.swapping; h != nil {
-		out = append(out, st.Danger.Render(render.Cut(fmt.Sprintf("place on %s? it %s (y/n)", h.Host, trimVerdict(*h)), m.width)))
-	}
-	return out, where
+	return append(out, under...), where
 }
 
 // methods say how an agent learned a size, in words.
