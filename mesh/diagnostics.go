@@ -13,11 +13,19 @@ import (
 )
 
 // diagnostics is memberlist's logger (log.Logger writes each line here) and the memory of
-// what went wrong that the doctor reports. Each line goes on to slog at its level; some also
-// say something only the logs say: a packet that failed to decrypt (another mesh secret), a
-// label mismatch (another mesh id or secret), UDP blocked where TCP works, and the failure detector's
-// suspicions and refutations (see liveNotice). The strings matched are memberlist v0.7.0's;
-// the tests fail if an upgrade changes them.
+// what went wrong that the doctor reports. Each line goes on to slog at its level. A few lines
+// also say something memberlist v0.7.0 says nowhere else — no delegate, metric or error carries
+// it — and readLine turns those into a typed mlLine, the one place that knows memberlist's
+// wording (the tests fail if an upgrade changes it):
+//
+//   - what arrived and was dropped before it could be read, with the sender's address: another
+//     mesh's label or none, a packet that failed to decrypt, malformed messages (junkReason);
+//   - that our own failure detector's probe of a named member went unanswered, and that one was
+//     answered over TCP only (UDP blocked);
+//   - that we refuted a suspicion of ourselves.
+//
+// Everything else memberlist tells (probes, suspicions, bytes, acks and their round trip, name
+// conflicts) comes from its metrics and delegates: see metrics.go.
 type diagnostics struct {
 	m *Mesh
 
@@ -63,68 +71,109 @@ func (d *diagnostics) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (d *diagnostics) line(line string) {
-	level := slog.LevelInfo
-	msg := line
+// mlLine is what one memberlist log line says that memberlist says nowhere else (see
+// diagnostics); the zero value is a line that says nothing of the kind.
+type mlLine struct {
+	level slog.Level
+	msg   string // without the level tag and the "memberlist: " prefix
+
+	drop string // a reason of dropReasons: something that arrived was dropped
+	from string // the sender's host, when the line names one
+	// foreign: the drop was for another label than ours; labelled says the sender sent one
+	// (another llmkube mesh) rather than none (some other program).
+	foreign, labelled bool
+
+	probeFailed string // the member our failure detector's probe got no ack from
+	tcpOnly     string // the member that answered our probe over TCP only
+	refuted     bool   // we refuted a peer's suspicion of ourselves
+}
+
+// readLine parses one of memberlist v0.7.0's log lines.
+func readLine(line string) mlLine {
+	l := mlLine{level: slog.LevelInfo, msg: line}
 	if strings.HasPrefix(line, "[") {
 		if tag, rest, ok := strings.Cut(line[1:], "] "); ok {
-			msg = rest
+			l.msg = rest
 			switch tag {
 			case "DEBUG":
-				level = slog.LevelDebug
+				l.level = slog.LevelDebug
 			case "WARN":
-				level = slog.LevelWarn
+				l.level = slog.LevelWarn
 			case "ERR", "ERROR":
-				level = slog.LevelError
+				l.level = slog.LevelError
 			}
 		}
 	} else if strings.HasPrefix(line, "Err:") {
-		level = slog.LevelError
+		l.level = slog.LevelError
 	}
-	msg = strings.TrimPrefix(msg, "memberlist: ")
-	lower := strings.ToLower(msg)
-	reason := junkReason(lower)
-	if reason == dropDecrypt && fromAddr(msg) == "" {
-		reason = "" // our own failed join says "decrypt" too; the joiner reports it
+	l.msg = strings.TrimPrefix(l.msg, "memberlist: ")
+	msg, lower := l.msg, strings.ToLower(l.msg)
+	addr := fromAddr(msg)
+	l.from = senderHost(addr)
+	l.drop = junkReason(lower)
+	if l.drop == dropDecrypt && addr == "" {
+		l.drop = "" // our own failed join says "decrypt" too; the joiner reports it, per seed
 	}
-	if reason != "" {
-		if n, ok := d.junk(reason); ok {
-			args := []any{"component", "memberlist", "reason", reason}
-			if n > 0 {
-				args = append(args, "suppressed", n)
-			}
-			d.m.log.Log(context.Background(), level, msg, args...)
-		}
-	} else {
-		d.m.log.Log(context.Background(), level, msg, "component", "memberlist")
+	if strings.Contains(lower, "unacceptable label") {
+		// The label is derived from the secret: it tells nothing a person could act on, but
+		// that there is one says another llmkube mesh sent it, not a stray program.
+		l.foreign, l.labelled = true, !strings.Contains(msg, `label "":`)
 	}
-
-	from := senderHost(fromAddr(msg))
 	switch {
 	case strings.HasPrefix(msg, "Suspect ") && strings.HasSuffix(msg, " has failed, no acks received"):
-		name := strings.TrimSuffix(strings.TrimPrefix(msg, "Suspect "), " has failed, no acks received")
-		d.m.suspected(name)
+		l.probeFailed = strings.TrimSuffix(strings.TrimPrefix(msg, "Suspect "), " has failed, no acks received")
 	case strings.HasPrefix(msg, "Refuting a suspect message"):
-		d.m.refute()
-	case strings.Contains(lower, "unacceptable label"):
-		// The label is derived from the secret: it tells nothing a person could act on, but
-		// that there is one says another llmkube mesh sent it (detail), not a stray program.
-		labelled := ""
-		if !strings.Contains(msg, `label "":`) {
-			labelled = "labelled"
-		}
-		d.saw(d.label, cmp.Or(from, "an unknown address"), labelled)
-	case strings.Contains(lower, "decrypt"), strings.Contains(lower, "not encrypted"):
-		// Only what arrived from somewhere: our own failed joins say "decrypt" too, and
-		// the joiner reports those per seed.
-		if from != "" {
-			d.saw(d.decrypt, from, "")
-		}
+		l.refuted = true
 	case strings.Contains(msg, "over TCP but UDP probes failed"):
 		if _, rest, ok := strings.Cut(msg, "Was able to connect to "); ok {
-			name, _, _ := strings.Cut(rest, " over TCP")
-			d.saw(d.udp, name, "")
+			l.tcpOnly, _, _ = strings.Cut(rest, " over TCP")
 		}
+	}
+	return l
+}
+
+func (d *diagnostics) line(line string) {
+	l := readLine(line)
+	if l.drop != "" {
+		d.countDrop(l.level, l.drop, l.msg)
+	} else {
+		d.m.log.Log(context.Background(), l.level, l.msg, "component", "memberlist")
+	}
+	c := d.m.stats
+	switch {
+	case l.probeFailed != "":
+		c.probesFailed.Add(1)
+		d.m.suspected(l.probeFailed)
+	case l.refuted:
+		c.refutations.Add(1)
+		d.m.refute()
+	case l.tcpOnly != "":
+		c.probesTCPOnly.Add(1)
+		d.saw(d.udp, l.tcpOnly, "")
+	case l.foreign:
+		labelled := ""
+		if l.labelled {
+			labelled = "labelled"
+		}
+		d.saw(d.label, cmp.Or(l.from, "an unknown address"), labelled)
+	case l.drop == dropDecrypt:
+		d.saw(d.decrypt, l.from, "")
+	}
+}
+
+// streamDropped is the stream guard's report of a stream it refused (streamguard.go).
+func (d *diagnostics) streamDropped(from net.Addr, why string) {
+	d.countDrop(slog.LevelWarn, dropStream, "dropping a gossip stream: "+why+" from="+from.String())
+}
+
+// countDrop counts one drop, and logs it unless this reason was logged within junkLogEvery.
+func (d *diagnostics) countDrop(level slog.Level, reason, msg string) {
+	if n, ok := d.junk(reason); ok {
+		args := []any{"component", "memberlist", "reason", reason}
+		if n > 0 {
+			args = append(args, "suppressed", n)
+		}
+		d.m.log.Log(context.Background(), level, msg, args...)
 	}
 }
 
@@ -144,15 +193,14 @@ var dropReasons = []string{dropLabel, dropDecrypt, dropStream, dropMalformed}
 const junkLogEvery = 10 * time.Second
 
 // junkReason classifies a memberlist log line about something that arrived, or "" for the
-// others. The strings are memberlist v0.7.0's.
+// others. The strings are memberlist v0.7.0's. (dropStream is the stream guard's: it reports
+// its drops itself, see streamDropped.)
 func junkReason(lower string) string {
 	switch {
 	case strings.Contains(lower, "unacceptable label"), strings.Contains(lower, "label header"):
 		return dropLabel
 	case strings.Contains(lower, "decrypt"), strings.Contains(lower, "not encrypted"), strings.Contains(lower, "encryption is configured"):
 		return dropDecrypt
-	case strings.HasPrefix(lower, "dropping a gossip stream"):
-		return dropStream
 	case strings.HasPrefix(lower, "failed to receive"), strings.HasPrefix(lower, "missing message type"),
 		strings.Contains(lower, "not supported"), strings.HasPrefix(lower, "failed to decode"),
 		strings.HasPrefix(lower, "received invalid msgtype"), strings.Contains(lower, "invalid checksum"),
@@ -187,10 +235,9 @@ type junkLog struct {
 	suppressed int
 }
 
-// Dropped counts, by reason, what arrived on the gossip port and was dropped before it could
-// be read: every reason is present, zeros included.
-func (m *Mesh) Dropped() map[string]uint64 {
-	d := m.diag
+// droppedCounts counts, by reason, what arrived on the gossip port and was dropped before it
+// could be read: every reason is present, zeros included.
+func (d *diagnostics) droppedCounts() map[string]uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[string]uint64, len(dropReasons))

@@ -68,8 +68,8 @@ func TestJunkOnTheGossipPortIsCountedNotLogged(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {
-		d := m.Dropped()
+		d := m.GossipStats().Dropped
 		return d[dropLabel] == 2*each && d[dropDecrypt] == each
-	}, 5*time.Second, 10*time.Millisecond, "drops counted: %v", m.Dropped())
+	}, 5*time.Second, 10*time.Millisecond, "drops counted: %v", m.GossipStats().Dropped)
 	require.Less(t, logs.Len()-base, 1024, "300 junk datagrams wrote %d bytes of log", logs.Len()-base)
 }

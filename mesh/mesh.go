@@ -87,6 +87,8 @@ type Mesh struct {
 	mlc        *memberlist.Config
 	queue      *memberlist.TransmitLimitedQueue
 	diag       *diagnostics
+	stats      *gossipCounters
+	unroute    func()           // stops routing memberlist's metrics to stats
 	discovered discovery.Source // from Config.NewDiscovery
 	subs       broker
 
@@ -151,9 +153,11 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 	guard, err := m.configure(mlc)
 	if err != nil {
+		m.unroute()
 		return nil, err
 	}
 	if err := m.listen(mlc, guard); err != nil {
+		m.unroute()
 		return nil, err
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -203,6 +207,7 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 		liveSeq:    uint64(time.Now().UnixMicro()),
 	}
 	m.diag = newDiagnostics(m)
+	m.stats = &gossipCounters{}
 	m.lastAck.Store(time.Now().UnixNano())
 	m.local.gen = uint64(time.Now().UnixMicro())
 	m.startSeq = m.liveSeq
@@ -221,7 +226,8 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 }
 
 // configure sets memberlist up for this mesh: name, label and key from the secret, addresses,
-// the delegates that are the mesh, logs through the diagnostics, and a guarded transport.
+// the delegates that are the mesh, metrics routed to this member's counters, logs through the
+// diagnostics, and a guarded transport. Whatever it returns, the route is set (see unroute).
 func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
 	cfg := m.cfg
 	mlc.Name = m.name
@@ -239,6 +245,7 @@ func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
 	if mlc.AdvertisePort == 0 {
 		mlc.AdvertisePort = cfg.BindPort
 	}
+	mlc.MetricLabels, m.unroute = routeMetrics(m.stats)
 	mlc.Delegate = (*delegate)(m)
 	mlc.Events = (*events)(m)
 	mlc.Ping = (*pings)(m)
@@ -251,11 +258,11 @@ func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
 	switch t := cfg.Transport.(type) {
 	case nil:
 		var err error
-		if guard, err = newNetTransport(mlc); err != nil {
+		if guard, err = newNetTransport(mlc, m.diag.streamDropped, &m.stats.tcpReceived); err != nil {
 			return nil, err
 		}
 	case memberlist.NodeAwareTransport:
-		guard = newStreamGuard(t, mlc.Logger)
+		guard = newStreamGuard(t, m.diag.streamDropped, &m.stats.tcpReceived)
 	default:
 		return nil, fmt.Errorf("mesh: transport %T is not a memberlist.NodeAwareTransport", t)
 	}
@@ -406,6 +413,7 @@ func (m *Mesh) Shutdown() error {
 	m.saveLastKnown()
 	m.cancel()
 	err := m.ml.Shutdown()
+	m.unroute()
 	m.wg.Wait()
 	m.subs.close()
 	close(m.done)

@@ -360,7 +360,7 @@ func TestAntiEntropyRepairsLostGossip(t *testing.T) {
 	require.Eventually(t, func() bool {
 		for _, m := range []*Mesh{a, b} {
 			if _, ok := findingWith(m.Doctor(context.Background()), "deaf answers over TCP but not over UDP"); ok {
-				return true
+				return m.GossipStats().ProbesTCPOnly >= udpMinSightings
 			}
 		}
 		return false

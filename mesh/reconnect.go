@@ -89,13 +89,16 @@ func (m *Mesh) tryRejoin(name, addr string) {
 	m.log.Info("rejoined a member that was dead", "member", name, "addr", addr)
 }
 
-// pings is memberlist's PingDelegate: it hears every acked probe.
+// pings is memberlist's PingDelegate: it hears every probe acked directly, with its round trip.
 type pings Mesh
 
 func (p *pings) AckPayload() []byte { return nil }
 
-func (p *pings) NotifyPingComplete(*memberlist.Node, time.Duration, []byte) {
-	(*Mesh)(p).lastAck.Store(time.Now().UnixNano())
+func (p *pings) NotifyPingComplete(_ *memberlist.Node, rtt time.Duration, _ []byte) {
+	m := (*Mesh)(p)
+	m.lastAck.Store(time.Now().UnixNano())
+	m.stats.probesAcked.Add(1)
+	m.stats.rtt.observe(rtt)
 }
 
 // aloneLocked reports whether this member is cut off: it has other members, our own failure

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"strings"
 	"sync"
@@ -55,14 +54,14 @@ type streamGuard struct {
 	open    atomic.Int32
 	stop    chan struct{}
 	once    sync.Once
-	dropped atomic.Uint64
-	log     *log.Logger // memberlist's logger, so drops reach the diagnostics like its own lines
+	onDrop  func(from net.Addr, why string) // counts and logs a refused stream (diagnostics.streamDropped)
+	read    *atomic.Uint64                  // bytes received on gossip streams, both ways opened
 }
 
-func newStreamGuard(t memberlist.NodeAwareTransport, logger *log.Logger) *streamGuard {
+func newStreamGuard(t memberlist.NodeAwareTransport, onDrop func(net.Addr, string), read *atomic.Uint64) *streamGuard {
 	g := &streamGuard{
 		NodeAwareTransport: t, streams: make(chan net.Conn), budget: semaphore.NewWeighted(streamBudget),
-		stop: make(chan struct{}), log: logger,
+		stop: make(chan struct{}), onDrop: onDrop, read: read,
 	}
 	go g.accept()
 	return g
@@ -70,9 +69,9 @@ func newStreamGuard(t memberlist.NodeAwareTransport, logger *log.Logger) *stream
 
 // newNetTransport makes the UDP and TCP sockets as memberlist.Create would (including its
 // retries while a dynamic port is taken on one protocol), guarded. It sets the bound port in
-// c when c asked for any free one.
-func newNetTransport(c *memberlist.Config) (*streamGuard, error) {
-	nc := &memberlist.NetTransportConfig{BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger}
+// c when c asked for any free one. The sockets report their metrics with c's labels.
+func newNetTransport(c *memberlist.Config, onDrop func(net.Addr, string), read *atomic.Uint64) (*streamGuard, error) {
+	nc := &memberlist.NetTransportConfig{BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger, MetricLabels: c.MetricLabels}
 	tries := 1
 	if c.BindPort == 0 {
 		tries = 10
@@ -93,10 +92,20 @@ func newNetTransport(c *memberlist.Config) (*streamGuard, error) {
 			c.AdvertisePort = c.BindPort
 		}
 	}
-	return newStreamGuard(nt, c.Logger), nil
+	return newStreamGuard(nt, onDrop, read), nil
 }
 
 func (g *streamGuard) StreamCh() <-chan net.Conn { return g.streams }
+
+// DialAddressTimeout opens a stream as the transport does, counting what memberlist reads back
+// on it (the other side of a push/pull, an ack over TCP).
+func (g *streamGuard) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	c, err := g.NodeAwareTransport.DialAddressTimeout(a, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, in: countingReader{r: c, n: g.read}}, nil
+}
 
 // Shutdown stops the transport first and only then the guard: the transport's listener
 // blocks handing over a connection it accepted until someone takes it, and its Shutdown waits
@@ -128,7 +137,8 @@ func (g *streamGuard) accept() {
 func (g *streamGuard) vet(c net.Conn) {
 	release := func() { g.open.Add(-1) }
 	_ = c.SetReadDeadline(time.Now().Add(streamPrefixWait))
-	br := bufio.NewReaderSize(c, 2+255+5) // label header, type, length: never more
+	in := &countingReader{r: c, n: g.read}
+	br := bufio.NewReaderSize(in, 2+255+5) // label header, type, length: never more
 	claim, err := claimedSize(br)
 	if err != nil {
 		release()
@@ -149,7 +159,7 @@ func (g *streamGuard) vet(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{}) // memberlist sets its own
-	gc := &guardedConn{Conn: c, r: io.MultiReader(bytesOf(br), c)}
+	gc := &guardedConn{Conn: c, r: io.MultiReader(bytesOf(br), in)}
 	gc.release = func() {
 		g.budget.Release(claim)
 		release()
@@ -201,11 +211,9 @@ func bytesOf(br *bufio.Reader) io.Reader {
 	return strings.NewReader(string(b))
 }
 
-// drop closes a stream the guard refused, and says so the way memberlist's own lines do, so
-// the diagnostics count it with the other junk (see diagnostics.line).
+// drop closes a stream the guard refused, and reports it to be counted with the other junk.
 func (g *streamGuard) drop(c net.Conn, why string) {
-	g.dropped.Add(1)
-	g.log.Printf("[WARN] memberlist: dropping a gossip stream: %s from=%s", why, c.RemoteAddr())
+	g.onDrop(c.RemoteAddr(), why)
 	c.Close()
 }
 
@@ -223,3 +231,23 @@ func (c *guardedConn) Close() error {
 	c.once.Do(c.release)
 	return c.Conn.Close()
 }
+
+// countingReader counts the bytes read through it: what a stream received, junk included.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(uint64(n))
+	return n, err
+}
+
+// countedConn is a stream we opened, its reads counted.
+type countedConn struct {
+	net.Conn
+	in countingReader
+}
+
+func (c *countedConn) Read(p []byte) (int, error) { return c.in.Read(p) }

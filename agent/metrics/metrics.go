@@ -74,23 +74,68 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// CountGossipDrops exports, as llmkube_gossip_dropped_total, what the mesh member dropped on
-// the gossip port before it could be read (mesh.Mesh.Dropped), read at scrape time.
-func (m *Metrics) CountGossipDrops(read func() map[string]uint64) {
-	m.reg.MustRegister(&gossipDrops{read: read})
+// CountGossip exports, as the llmkube_gossip_* series, what the mesh member's gossip layer did
+// and saw (mesh.Mesh.GossipStats), read at scrape time.
+func (m *Metrics) CountGossip(read func() api.GossipStats) {
+	m.reg.MustRegister(&gossip{read: read})
 }
 
-var descGossipDropped = prometheus.NewDesc("llmkube_gossip_dropped_total",
-	"Packets and streams dropped on the gossip port before they could be read, by reason: label (another mesh, or none), decrypt (not sealed with this mesh's key), stream (too many, too large), malformed. Each reason is logged at most once every 10 s.",
-	[]string{"reason"}, nil)
+var (
+	descGossipProbes = prometheus.NewDesc("llmkube_gossip_probes_total",
+		"Failure-detector probes this member sent to other members.", nil, nil)
+	descGossipProbesAcked = prometheus.NewDesc("llmkube_gossip_probes_acked_total",
+		"Probes answered directly over UDP (their round trips are llmkube_gossip_probe_rtt_seconds).", nil, nil)
+	descGossipProbesTCPOnly = prometheus.NewDesc("llmkube_gossip_probes_tcp_only_total",
+		"Probes answered over TCP only: UDP between this member and the one probed is lost or blocked.", nil, nil)
+	descGossipProbeFailures = prometheus.NewDesc("llmkube_gossip_probe_failures_total",
+		"Probes not answered at all, neither directly, nor through other members, nor over TCP: the member probed became suspect.", nil, nil)
+	descGossipProbesDegraded = prometheus.NewDesc("llmkube_gossip_probes_degraded_total",
+		"Probes run at a stretched interval because this member's own health score was above 0.", nil, nil)
+	descGossipSuspicions = prometheus.NewDesc("llmkube_gossip_suspicions_total",
+		"Times another member became suspect in this member's view, by this member's probe or a peer's word.", nil, nil)
+	descGossipRefutations = prometheus.NewDesc("llmkube_gossip_refutations_total",
+		"Suspicions of this member, raised by a peer, that it refuted: it was slow to answer, or its packets were lost.", nil, nil)
+	descGossipBytes = prometheus.NewDesc("llmkube_gossip_bytes_total",
+		"Gossip bytes as they travel, encrypted, by protocol (udp: probes, acks and broadcasts; tcp: push/pull exchanges, large messages, TCP probes) and direction (sent, received; UDP received counts the junk later dropped too).",
+		[]string{"proto", "direction"}, nil)
+	descGossipHealth = prometheus.NewDesc("llmkube_gossip_health_score",
+		"memberlist's awareness of this member's own health: 0 is healthy; higher while its probes go unanswered or it must refute suspicions, which stretches its probe interval and timeouts.", nil, nil)
+	descGossipRTT = prometheus.NewDesc("llmkube_gossip_probe_rtt_seconds",
+		"Round trip of each probe answered directly.", nil, nil)
+	descGossipDropped = prometheus.NewDesc("llmkube_gossip_dropped_total",
+		"Packets and streams dropped on the gossip port before they could be read, by reason: label (another mesh, or none), decrypt (not sealed with this mesh's key), stream (too many, too large), malformed. Each reason is logged at most once every 10 s.",
+		[]string{"reason"}, nil)
+)
 
-type gossipDrops struct{ read func() map[string]uint64 }
+type gossip struct{ read func() api.GossipStats }
 
-func (g *gossipDrops) Describe(ch chan<- *prometheus.Desc) { ch <- descGossipDropped }
+func (g *gossip) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descGossipProbes, descGossipProbesAcked, descGossipProbesTCPOnly, descGossipProbeFailures,
+		descGossipProbesDegraded, descGossipSuspicions, descGossipRefutations, descGossipBytes, descGossipHealth, descGossipRTT, descGossipDropped} {
+		ch <- d
+	}
+}
 
-func (g *gossipDrops) Collect(ch chan<- prometheus.Metric) {
-	for reason, n := range g.read() {
-		ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(n), reason)
+func (g *gossip) Collect(ch chan<- prometheus.Metric) {
+	s := g.read()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descGossipProbes, s.Probes)
+	counter(descGossipProbesAcked, s.ProbesAcked)
+	counter(descGossipProbesTCPOnly, s.ProbesTCPOnly)
+	counter(descGossipProbeFailures, s.ProbesFailed)
+	counter(descGossipProbesDegraded, s.ProbesDegraded)
+	counter(descGossipSuspicions, s.Suspicions)
+	counter(descGossipRefutations, s.Refutations)
+	counter(descGossipBytes, s.UDPSentBytes, "udp", "sent")
+	counter(descGossipBytes, s.UDPReceivedBytes, "udp", "received")
+	counter(descGossipBytes, s.TCPSentBytes, "tcp", "sent")
+	counter(descGossipBytes, s.TCPReceivedBytes, "tcp", "received")
+	ch <- prometheus.MustNewConstMetric(descGossipHealth, prometheus.GaugeValue, float64(s.HealthScore))
+	ch <- prometheus.MustNewConstHistogram(descGossipRTT, s.RTT.Count, s.RTT.Sum, s.RTT.Buckets)
+	for reason, n := range s.Dropped {
+		counter(descGossipDropped, n, reason)
 	}
 }
 

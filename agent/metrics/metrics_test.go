@@ -27,7 +27,14 @@ func TestExpositionParses(t *testing.T) {
 	m.Pulled(api.RuntimeOllama, 1234)
 	m.HealthChecked(api.RuntimeHailoOllama, 3*time.Millisecond, nil)
 	m.HealthChecked(api.RuntimeHailoOllama, time.Second, errors.New("down"))
-	m.CountGossipDrops(func() map[string]uint64 { return map[string]uint64{"label": 300, "decrypt": 0} })
+	m.CountGossip(func() api.GossipStats {
+		return api.GossipStats{
+			Probes: 40, ProbesAcked: 37, ProbesTCPOnly: 1, ProbesFailed: 2, Suspicions: 3, Refutations: 1,
+			UDPSentBytes: 5000, UDPReceivedBytes: 4000, TCPSentBytes: 700, TCPReceivedBytes: 600, HealthScore: 2,
+			RTT:     api.Histogram{Count: 37, Sum: 0.05, Buckets: map[float64]uint64{.001: 30, .01: 36, 1: 37}},
+			Dropped: map[string]uint64{"label": 300, "decrypt": 0},
+		}
+	})
 
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
@@ -83,6 +90,19 @@ func TestExpositionParses(t *testing.T) {
 		{"llmkube_health_check_seconds", map[string]string{"runtime": "hailo-ollama", "result": "fail"}, 1},
 		{"llmkube_gossip_dropped_total", map[string]string{"reason": "label"}, 300},
 		{"llmkube_gossip_dropped_total", map[string]string{"reason": "decrypt"}, 0},
+		{"llmkube_gossip_probes_total", nil, 40},
+		{"llmkube_gossip_probes_acked_total", nil, 37},
+		{"llmkube_gossip_probes_tcp_only_total", nil, 1},
+		{"llmkube_gossip_probe_failures_total", nil, 2},
+		{"llmkube_gossip_probes_degraded_total", nil, 0},
+		{"llmkube_gossip_suspicions_total", nil, 3},
+		{"llmkube_gossip_refutations_total", nil, 1},
+		{"llmkube_gossip_bytes_total", map[string]string{"proto": "udp", "direction": "sent"}, 5000},
+		{"llmkube_gossip_bytes_total", map[string]string{"proto": "udp", "direction": "received"}, 4000},
+		{"llmkube_gossip_bytes_total", map[string]string{"proto": "tcp", "direction": "sent"}, 700},
+		{"llmkube_gossip_bytes_total", map[string]string{"proto": "tcp", "direction": "received"}, 600},
+		{"llmkube_gossip_health_score", nil, 2},
+		{"llmkube_gossip_probe_rtt_seconds", nil, 37},
 	}
 	for _, c := range checks {
 		if got := val(c.name, c.labels); got != c.want {

@@ -92,7 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		n.Mesh = m
-		a.Metrics().CountGossipDrops(m.Dropped)
+		a.Metrics().CountGossip(m.GossipStats)
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
 		sc.Doctor = m.Doctor
 		gc.View = func() gateway.View { return m.View() }

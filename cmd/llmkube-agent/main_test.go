@@ -11,11 +11,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -315,6 +319,48 @@ func TestRunInProcessTwoAgentsFormAMesh(t *testing.T) {
 			return true
 		}, 20*time.Second, 20*time.Millisecond, "both agents see each other alive")
 	}
+	// Each agent's /metrics shows its own member's gossip: probes answered, with their round
+	// trips, and bytes both ways.
+	for _, s := range []*started{a, b} {
+		require.Eventually(t, func() bool {
+			fams := scrapeMetrics(t, s.api, ca.Token)
+			// value is a counter's value, or a histogram's count, of the series with these labels.
+			value := func(name string, labels ...string) float64 {
+				for _, m := range fams[name].GetMetric() {
+					var got []string
+					for _, l := range m.GetLabel() {
+						got = append(got, l.GetName(), l.GetValue())
+					}
+					if slices.Equal(got, labels) {
+						return m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+					}
+				}
+				return 0
+			}
+			for _, name := range []string{"llmkube_gossip_probes_total", "llmkube_gossip_probe_rtt_seconds", "llmkube_gossip_health_score", "llmkube_gossip_dropped_total"} {
+				require.NotEmpty(t, fams[name].GetHelp(), name)
+			}
+			return value("llmkube_gossip_probes_acked_total") > 0 && value("llmkube_gossip_probe_rtt_seconds") > 0 &&
+				value("llmkube_gossip_bytes_total", "direction", "received", "proto", "udp") > 0 &&
+				value("llmkube_gossip_bytes_total", "direction", "sent", "proto", "tcp") > 0
+		}, 20*time.Second, 50*time.Millisecond, "the gossip metrics of %s", s.api)
+	}
+}
+
+// scrapeMetrics reads an agent's /metrics as the Prometheus text format.
+func scrapeMetrics(t *testing.T, url, token string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, err := http.NewRequest("GET", url+"/metrics", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return fams
 }
 
 // TestBinary runs the built llmkube-agent as a process: start, place a model on the
