@@ -20,6 +20,9 @@ const (
 	suspectWithin = 3 * time.Second
 	deadWithin    = 5 * time.Second
 	rejoinWithin  = 2 * time.Second // after a cut link is back
+	// A host cut off shows every other unreachable once nothing has acked its probes for the
+	// mesh's aloneAfter (2 s on the LAN), counted from its last ack before the cut.
+	aloneWithin = 3 * time.Second
 )
 
 // checkCPULoad runs busy loops on pi5, two per core, while the mesh is otherwise idle: a Pi busy
@@ -237,6 +240,28 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 	if err := e.x86.setLink(false); err != nil {
 		t.Fatal(err)
 	}
+	// x86's own API, which only x86 itself reaches while its link is down.
+	own := &api.Client{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Token: e.admin, HTTP: e.x86.HTTP}
+	type aloneResult struct {
+		took time.Duration
+		err  error
+	}
+	alone := make(chan aloneResult, 1)
+	go func() {
+		_, err := eventually(ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
+			v, err := own.Mesh(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, o := range []*agentHost{e.pi, e.box} {
+				if m, _ := member(v, o.Name); m.Liveness == api.Alive {
+					return false, "x86 still sees " + o.Name + " alive"
+				}
+			}
+			return true, ""
+		})
+		alone <- aloneResult{time.Since(cut), err}
+	}()
 	restored := false
 	restore := func() {
 		if !restored {
@@ -256,25 +281,43 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 		t.Errorf("x86 suspect after %s, want within %s", since(sus, cut, ok1), suspectWithin)
 	}
 
-	// x86, alone, knows it.
-	_, err := eventually(ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
-		c := &api.Client{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Token: e.admin, HTTP: e.x86.HTTP}
-		v, err := c.Mesh(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, o := range []*agentHost{e.pi, e.box} {
-			if m, _ := member(v, o.Name); m.Liveness == api.Alive {
-				return false, "x86 still sees " + o.Name + " alive"
+	// x86, alone, knows it: its own view routes to nobody else (watched from the cut, beside the
+	// waits above), and its own doctor says it is cut off.
+	select {
+	case r := <-alone:
+		if r.err != nil {
+			t.Errorf("x86, cut off, still sees others alive: %v", r.err)
+		} else {
+			n("x86 sees the others gone %.2fs after the cut", r.took.Seconds())
+			if r.took > aloneWithin {
+				t.Errorf("x86 saw the others gone %.2fs after the cut, want within %s", r.took.Seconds(), aloneWithin)
 			}
 		}
-		return true, ""
-	})
-	if err != nil {
-		t.Errorf("x86, cut off, still sees others alive: %v", err)
-	} else {
-		n("x86 sees the others gone %.2fs after the cut", time.Since(cut).Seconds())
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
 	}
+	t.Run("x86's own doctor", func(t *testing.T) {
+		var found string
+		took, err := eventually(ctx, time.Until(back)-time.Second, func(ctx context.Context) (bool, string) {
+			rep, err := own.Doctor(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			var problems []string
+			for _, f := range rep.Findings {
+				if strings.Contains(f.Problem, "cut off") {
+					found = f.Severity + ": " + f.Problem + " (" + f.Detail + ")"
+					return true, ""
+				}
+				problems = append(problems, f.Problem)
+			}
+			return false, "x86's doctor: " + strings.Join(problems, "; ")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n("x86's own doctor %.2fs after the cut (%.1fs to answer): %s", time.Since(cut).Seconds(), took.Seconds(), found)
+	})
 
 	t.Run("doctor", func(t *testing.T) {
 		if time.Until(back) < 4*time.Second {

@@ -13,13 +13,14 @@ import (
 	"github.com/llmkube/mesh/mesh/discovery"
 )
 
-// Doctor reports why peers may be invisible or unusable, as this member sees it: what
-// membership saw go wrong (decrypt failures and their source, another mesh's traffic, duplicate
-// names, UDP blocked, seeds that do not answer), agents that are dead, suspect or whose API
-// address does not answer (checked from here), the models those agents' placements leave
-// unroutable (findings with their namespace), an agent's own loopback advertisement, and what
-// discovery found. It first dials again every agent API address that did not answer, within
-// ctx, so the report is fresh.
+// Doctor reports why peers may be invisible or unusable, as this member sees it: whether this
+// member is cut off (none of the peers it had answers it: then that is the finding, rather than
+// one about each of them), what membership saw go wrong (decrypt failures and their source,
+// another mesh's traffic, duplicate names, UDP blocked, seeds that do not answer), agents that
+// are dead, suspect or whose API address does not answer (checked from here), the models those
+// agents' placements leave unroutable (findings with their namespace), an agent's own loopback
+// advertisement, and what discovery found. It first dials again every agent API address that
+// did not answer, within ctx, so the report is fresh.
 func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 	m.recheckUnreachable(ctx)
 	r := api.DoctorReport{Mesh: m.cfg.MeshID, Node: m.name, Gossip: m.GossipAddr(), Members: m.ml.NumMembers(), At: time.Now()}
@@ -86,6 +87,13 @@ func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 
 	m.mu.Lock()
 	alone := m.nAlive.Load() <= 1
+	cut := m.aloneLocked(time.Now())
+	if cut {
+		add(api.SeverityError,
+			"this host is cut off: no other member answers it, though it had peers; it routes to none of their models meanwhile",
+			fmt.Sprintf("check this host's network: its cable or Wi-Fi, its address, a firewall dropping UDP or TCP port %s; if it is fine, every other host is down. It rejoins them within seconds of their answering again", cmp.Or(port, "of the gossip")))
+		detail("%d peer(s), the last answer %s ago", m.peersHadLocked(), ago(time.Unix(0, m.lastAck.Load())))
+	}
 	for _, c := range m.candidates {
 		if c.err == nil {
 			continue
@@ -105,6 +113,9 @@ func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 		live, reason := mb.liveness()
 		switch {
 		case !mb.isAgent():
+		case cut:
+			// Every other member fails from here: a finding about each would send a person to
+			// check hosts that are fine. The cut-off finding says where to look.
 		case live == api.Unreachable:
 			_, apiPort, _ := net.SplitHostPort(mb.meta.APIAddr)
 			add(api.SeverityError,
@@ -123,7 +134,7 @@ func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 		}
 		// A suspect host may well refute it in a moment (a busy host answers probes late): its
 		// models count as unroutable once it is dead, or alive but its API does not answer.
-		if mb.isAgent() && (live == api.Dead || live == api.Unreachable) {
+		if mb.isAgent() && !cut && (live == api.Dead || live == api.Unreachable) {
 			if e, ok := m.docs[mb.name]; ok {
 				for _, p := range e.doc.Placements {
 					if p.State.Terminal() {
@@ -154,7 +165,7 @@ func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 			add(f.Severity, f.Problem, f.Fix)
 		}
 	}
-	if alone {
+	if alone && !cut {
 		fix := "give --join host:port of a running agent, or see the findings above for why none was found"
 		if nCandidates == 0 && m.cfg.Discovery == nil && m.discovered == nil {
 			fix = "give --join host:port of a running agent (no seeds, no last-known peers and no discovery are configured)"

@@ -23,6 +23,7 @@ type candidate struct {
 	joined   bool   // a join through it succeeded once
 	seq      uint64 // order of arrival
 	inflight bool
+	pinging  bool // the rejoiner is pinging it (reconnect.go)
 }
 
 // Anyone on the LAN can send mDNS answers carrying the mesh's hash (it is in every agent's
@@ -251,6 +252,7 @@ func (m *Mesh) tryJoin(addr string) {
 	c.inflight = false
 	c.tries++
 	if err == nil {
+		m.answered()
 		c.err = nil
 		c.backoff.Reset()
 		c.next = time.Now().Add(m.t.joinMax)

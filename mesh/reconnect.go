@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/discovery"
 )
 
 // After a link cut each side holds the other dead, and memberlist never probes the dead again:
@@ -15,6 +16,11 @@ import (
 // left) at its last address — one UDP packet, answered within the probe timeout when it is
 // reachable — and joins it as soon as it answers: both halves merge within about a second of
 // the link coming back. A member dead for longer than rejoinFast is pinged only every joinMax.
+// Members we only heard of are pinged too: a peer's gone record of a dead host (hearsay), and,
+// while no other member is alive here, the seeds and last-known peers whose join failed — a
+// host that restarted while its link was down knows its peers only so, and its join backoff
+// (up to joinMax) would otherwise keep it out for up to half a minute after the link is back.
+// Peers found by mDNS are not pinged: anyone on the LAN can forge those answers.
 //
 // And a host whose own link is cut knows it: when its failure detector has failed a probe and
 // no member has acked one for aloneAfter, it is alone — every other member is shown unreachable
@@ -40,12 +46,12 @@ func (m *Mesh) rejoiner() {
 		case now := <-tick.C:
 			m.mu.Lock()
 			for name := range state {
-				if mb := m.members[name]; mb == nil || mb.state != api.Dead || mb.hearsay {
+				if mb := m.members[name]; mb == nil || mb.state != api.Dead {
 					delete(state, name)
 				}
 			}
 			for name, mb := range m.members {
-				if name == m.name || mb.state != api.Dead || mb.hearsay || mb.addr == "" {
+				if name == m.name || mb.state != api.Dead || mb.addr == "" {
 					continue
 				}
 				st := state[name]
@@ -69,8 +75,44 @@ func (m *Mesh) rejoiner() {
 					m.mu.Unlock()
 				})
 			}
+			m.pingCandidatesLocked()
 			m.mu.Unlock()
 		}
+	}
+}
+
+// pingCandidatesLocked pings, while no other member is alive here, each seed and last-known
+// peer whose join failed, and makes one that answers due for a join at once.
+func (m *Mesh) pingCandidatesLocked() {
+	if m.nAlive.Load() > 1 {
+		return
+	}
+	known := map[string]bool{}
+	for _, mb := range m.members {
+		known[mb.addr] = true // the rejoiner pings a dead member by name
+	}
+	for _, c := range m.candidates {
+		if c.via == discovery.ViaMDNS || c.err == nil || c.inflight || c.pinging || known[c.addr] || c.addr == m.gossipAddr {
+			continue
+		}
+		ua, err := net.ResolveUDPAddr("udp", c.addr)
+		if err != nil {
+			continue
+		}
+		c.pinging = true
+		m.goRun(func() {
+			// No name: a seed or a last-known address does not say whose it is, and memberlist
+			// answers a ping without one.
+			_, err := m.ml.Ping("", ua)
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			c.pinging = false
+			if err == nil && m.candidates[c.addr] == c && !c.inflight {
+				c.next = time.Now()
+				c.backoff.Reset()
+				signal(m.joinCh)
+			}
+		})
 	}
 }
 
@@ -82,6 +124,7 @@ func (m *Mesh) tryRejoin(name, addr string) {
 	if _, err := m.ml.Ping(name, ua); err != nil {
 		return // still unreachable
 	}
+	m.answered()
 	if _, err := m.ml.Join([]string{addr}); err != nil {
 		m.log.Debug("rejoining a member that answers again", "member", name, "err", joinError(err))
 		return
@@ -101,17 +144,35 @@ func (p *pings) NotifyPingComplete(_ *memberlist.Node, rtt time.Duration, _ []by
 	m.stats.rtt.observe(rtt)
 }
 
-// aloneLocked reports whether this member is cut off: it has other members, our own failure
-// detector failed a probe since the last acked one, and none was acked for aloneAfter.
+// aloneLocked reports whether this member is cut off: it has had peers, our own failure
+// detector failed a probe since the last acked one, and nothing was acked for aloneAfter. Peers
+// our memberlist declared dead meanwhile still count (an agent, not a console that came and
+// went): a host cut off for longer than memberlist's suspicion timeout stays cut off, in its
+// view and its doctor, until one answers again. From here that cannot be told apart from every
+// other host failing at once, and the doctor's finding says both.
 func (m *Mesh) aloneLocked(now time.Time) bool {
 	ack, failed := m.lastAck.Load(), m.lastFailed.Load()
 	if failed <= ack || now.Sub(time.Unix(0, ack)) < m.t.aloneAfter {
 		return false
 	}
+	return m.peersHadLocked() > 0
+}
+
+// peersHadLocked counts the members that make a silence mean this member is cut off: those our
+// memberlist holds alive or suspect, and the agents it declared dead.
+func (m *Mesh) peersHadLocked() int {
+	n := 0
 	for name, mb := range m.members {
-		if name != m.name && !mb.hearsay && (mb.state == api.Alive || mb.state == api.Suspect) {
-			return true
+		if name == m.name || mb.hearsay {
+			continue
+		}
+		if mb.state == api.Alive || mb.state == api.Suspect || (mb.state == api.Dead && mb.isAgent()) {
+			n++
 		}
 	}
-	return false
+	return n
 }
+
+// answered records a sign of life from another member outside memberlist's probes: a rejoin
+// ping answered, a join that went through. A member cut off is not alone any more from then.
+func (m *Mesh) answered() { m.lastAck.Store(time.Now().UnixNano()) }

@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,4 +72,78 @@ func TestAloneMemberShowsEveryOtherUnreachable(t *testing.T) {
 
 	// The next acked probe ends it.
 	require.Eventually(t, func() bool { return len(a.View().Ready("default", "llama3")) == 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// A member whose cable is pulled knows it: its view routes to none of the others' models, its
+// doctor says it is cut off — and stays so once its memberlist has declared the others dead —
+// rather than naming each healthy host as the problem. The others do not think themselves cut
+// off. With the cable back it rejoins them, and the finding goes.
+func TestCutOffMemberKnowsIt(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	b := c.add("b", api.RoleAgent)
+	cfg, link := c.config("x", api.RoleAgent)
+	x := c.start(cfg)
+	require.NoError(t, a.SetLocal(hostOf(1<<30), []api.Placement{placement("p1", "llama3", api.StateReady)}))
+	waitFor(t, 10*time.Second, []*Mesh{x}, "a's model ready at x", func(v View) bool {
+		return allAlive("a", "b")(v) && len(v.Ready("default", "llama3")) == 1
+	})
+	cutOff := func(m *Mesh) []api.Finding {
+		var out []api.Finding
+		for _, f := range m.Doctor(context.Background()).Findings {
+			if strings.Contains(f.Problem, "cut off") {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	require.Empty(t, cutOff(x), "before the cut")
+
+	link.Cut(true)
+	waitFor(t, 20*time.Second, []*Mesh{x}, "x routes to nobody", func(v View) bool {
+		return len(v.Ready("default", "llama3")) == 0 && liveness(v, "a") != api.Alive && liveness(v, "b") != api.Alive
+	})
+	require.Eventually(t, func() bool { return len(cutOff(x)) == 1 }, 20*time.Second, 20*time.Millisecond, "x's doctor says it is cut off")
+	waitFor(t, 30*time.Second, []*Mesh{x}, "x's memberlist declares the others dead", func(v View) bool {
+		return liveness(v, "a") == api.Dead && liveness(v, "b") == api.Dead
+	})
+	rep := x.Doctor(context.Background())
+	var problems []string
+	for _, f := range rep.Findings {
+		problems = append(problems, f.Problem)
+	}
+	assert.Len(t, cutOff(x), 1, "still cut off with the others dead: %q", problems)
+	for _, p := range problems {
+		assert.NotContains(t, p, "agent a", "a cut-off host blames no other host")
+	}
+	assert.Empty(t, cutOff(a), "a hears from b: not cut off")
+
+	link.Cut(false)
+	waitFor(t, 20*time.Second, []*Mesh{x, a, b}, "x rejoined", allAlive("a", "b", "x"))
+	require.Eventually(t, func() bool { return len(cutOff(x)) == 0 }, 10*time.Second, 20*time.Millisecond, "the finding goes")
+}
+
+// A member that starts while its link is down knows its peers only by address (its seeds, its
+// last-known peers): its joins fail and back off, up to joinMax (30 s on the LAN) apart. Once the
+// link is back it joins as soon as a peer answers a ping, not when its backoff comes round —
+// here never: the next attempt is put off by an hour.
+func TestMemberStartedCutOffJoinsWhenAPeerAnswers(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	cfg, link := c.config("x", api.RoleAgent)
+	link.Cut(true)
+	x := c.start(cfg)
+	require.Eventually(t, func() bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		cand := x.candidates[a.GossipAddr()]
+		if cand == nil || cand.err == nil || cand.inflight {
+			return false
+		}
+		cand.next = time.Now().Add(time.Hour)
+		return true
+	}, 20*time.Second, 5*time.Millisecond, "x's join of its seed failed")
+
+	link.Cut(false)
+	waitFor(t, 20*time.Second, []*Mesh{x, a}, "x joined a", allAlive("a", "x"))
 }

@@ -8,7 +8,8 @@
 //   - packets are routed by address, never by node name, so two members may claim one name
 //     (the duplicate-name case);
 //   - packets to chosen members can be dropped while streams still work (a firewall that
-//     blocks the UDP gossip port), and every byte sent is counted.
+//     blocks the UDP gossip port), and every byte sent is counted;
+//   - a member's link can be cut and restored, as a cable is pulled and plugged back.
 package memnet
 
 import (
@@ -81,6 +82,7 @@ type Transport struct {
 	stopOnce sync.Once
 	sent     atomic.Uint64
 	dropIn   atomic.Bool
+	cut      atomic.Bool
 }
 
 var _ memberlist.NodeAwareTransport = (*Transport)(nil)
@@ -94,6 +96,11 @@ func (t *Transport) BytesSent() uint64 { return t.sent.Load() }
 // DropPackets makes the member deaf to packets (streams still connect): a firewall that
 // blocks the UDP gossip port but not TCP.
 func (t *Transport) DropPackets(drop bool) { t.dropIn.Store(drop) }
+
+// Cut pulls the member's cable (true) or plugs it back (false): meanwhile nothing it sends
+// arrives, nothing sent to it arrives, its new streams fail at once (no route) and new streams
+// to it time out. Unlike Shutdown the member keeps running, and carries on once the link is back.
+func (t *Transport) Cut(cut bool) { t.cut.Store(cut) }
 
 func (t *Transport) down() bool {
 	select {
@@ -127,7 +134,7 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 	}
 	t.count(len(b))
 	dest := t.net.lookup(a.Addr)
-	if dest == nil || dest.down() || dest.dropIn.Load() {
+	if dest == nil || dest.down() || dest.dropIn.Load() || t.cut.Load() || dest.cut.Load() {
 		return now, nil
 	}
 	// The sender may reuse its buffer once we return; the receiver reads later.
@@ -153,6 +160,18 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		return nil, errors.New("memnet: transport is shut down")
 	}
 	dest := t.net.lookup(a.Addr)
+	if t.cut.Load() {
+		// Our own cable is out: the kernel has no way to reach the peer.
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: addr(a.Addr), Err: errors.New("connect: no route to host")}
+	}
+	if dest != nil && dest.cut.Load() {
+		// Nothing answers a SYN across the peer's pulled cable: the dial waits out its timeout.
+		select {
+		case <-time.After(timeout):
+		case <-t.stopped:
+		}
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: addr(a.Addr), Err: fmt.Errorf("i/o timeout")}
+	}
 	if dest == nil || dest.down() {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: addr(a.Addr), Err: errors.New("connect: connection refused")}
 	}
