@@ -366,47 +366,43 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 // quickEvent reads the events nearly every answer is made of, by looking at their bytes
 // instead of decoding them, for what a token costs the agent: one choice whose delta is a piece
 // of content, the role alone (the first event), or nothing (with the finish reason, the last),
-// in llama-server's compact form with its keys in order,
+// in compact form with the choice's keys in llama-server's order (build 9749),
 //
-//	{"choices":[{"delta":{"content":"…"},"finish_reason":null,"index":0}],"created":…}
+//	{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"…"}}],"created":…}
 //
-// with no usage, timings or error after the choices. Anything else, or content that is not
-// plain (invalid UTF-8, U+2028 or U+2029), is not ok: the caller decodes it whole.
+// or with the delta first ({"delta":…,"finish_reason":…,"index":…}, as encoding/json orders
+// them), and no usage, timings or error after the choices. Anything else, or content that is
+// not plain (invalid UTF-8, U+2028 or U+2029), is not ok: the caller decodes it whole.
 func quickEvent(data []byte) (content, finish string, ok bool) {
-	const head = `{"choices":[{"delta":`
-	rest, ok := bytes.CutPrefix(data, []byte(head))
+	rest, ok := bytes.CutPrefix(data, []byte(`{"choices":[{`))
 	if !ok || data[len(data)-1] != '}' {
 		return "", "", false
 	}
-	switch {
-	case bytes.HasPrefix(rest, []byte(`{"content":"`)):
-		var end int
-		start := len(data) - len(rest) + len(`{"content":`)
-		if content, end, ok = stream.String(data, start); !ok || end >= len(data) || data[end] != '}' {
+	if r, deltaFirst := bytes.CutPrefix(rest, []byte(`"delta":`)); deltaFirst {
+		if content, rest, ok = quickDelta(r); !ok {
 			return "", "", false
 		}
-		rest = data[end+1:]
-	case bytes.HasPrefix(rest, []byte(`{"role":"assistant","content":null}`)):
-		rest = rest[len(`{"role":"assistant","content":null}`):]
-	case bytes.HasPrefix(rest, []byte(`{}`)):
-		rest = rest[len(`{}`):]
-	default:
-		return "", "", false
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,"finish_reason":`)); !ok {
-		return "", "", false
-	}
-	if r, isNull := bytes.CutPrefix(rest, []byte("null")); isNull {
-		rest = r
+		if rest, ok = bytes.CutPrefix(rest, []byte(`,"finish_reason":`)); !ok {
+			return "", "", false
+		}
+		if finish, rest, ok = quickFinish(rest); !ok {
+			return "", "", false
+		}
+		rest = skipIndex(rest)
 	} else {
-		var end int
-		if finish, end, ok = stream.String(rest, 0); !ok {
+		if rest, ok = bytes.CutPrefix(rest, []byte(`"finish_reason":`)); !ok {
 			return "", "", false
 		}
-		rest = rest[end:]
-	}
-	if r, ok := bytes.CutPrefix(rest, []byte(`,"index":`)); ok {
-		rest = bytes.TrimLeft(r, "0123456789")
+		if finish, rest, ok = quickFinish(rest); !ok {
+			return "", "", false
+		}
+		rest = skipIndex(rest)
+		if rest, ok = bytes.CutPrefix(rest, []byte(`,"delta":`)); !ok {
+			return "", "", false
+		}
+		if content, rest, ok = quickDelta(rest); !ok {
+			return "", "", false
+		}
 	}
 	rest, ok = bytes.CutPrefix(rest, []byte("}]"))
 	if !ok || (rest[0] != ',' && rest[0] != '}') {
@@ -418,6 +414,44 @@ func quickEvent(data []byte) (content, finish string, ok bool) {
 		return "", "", false
 	}
 	return content, finish, true
+}
+
+// quickDelta reads a delta at the start of data: a piece of content, the role alone, or
+// nothing; and returns what follows it.
+func quickDelta(data []byte) (content string, rest []byte, ok bool) {
+	switch {
+	case bytes.HasPrefix(data, []byte(`{"content":"`)):
+		var end int
+		if content, end, ok = stream.String(data, len(`{"content":`)); !ok || end >= len(data) || data[end] != '}' {
+			return "", nil, false
+		}
+		return content, data[end+1:], true
+	case bytes.HasPrefix(data, []byte(`{"role":"assistant","content":null}`)):
+		return "", data[len(`{"role":"assistant","content":null}`):], true
+	case bytes.HasPrefix(data, []byte(`{}`)):
+		return "", data[len(`{}`):], true
+	}
+	return "", nil, false
+}
+
+// quickFinish reads a finish reason at the start of data: null or a plain string.
+func quickFinish(data []byte) (finish string, rest []byte, ok bool) {
+	if r, isNull := bytes.CutPrefix(data, []byte("null")); isNull {
+		return "", r, true
+	}
+	finish, end, ok := stream.String(data, 0)
+	if !ok {
+		return "", nil, false
+	}
+	return finish, data[end:], true
+}
+
+// skipIndex skips a choice's `,"index":N`, if there is one.
+func skipIndex(data []byte) []byte {
+	if r, ok := bytes.CutPrefix(data, []byte(`,"index":`)); ok {
+		return bytes.TrimLeft(r, "0123456789")
+	}
+	return data
 }
 
 func truncate(s string) string {

@@ -769,6 +769,28 @@ func TestStreamContextExceededIsContextLimit(t *testing.T) {
 	assert.Equal(t, 1, n, "the content before it was passed on")
 }
 
+// quickEvent takes the events of llama-server's answers as build 9749 writes them (copied from
+// its output), and leaves those with usage or timings to a decode.
+func TestQuickEventReadsLlamaServersEvents(t *testing.T) {
+	const tail = `],"created":1796133633,"id":"chatcmpl-PoJuPs4ythHSDNfzcanQRkqMOh7bOiim","model":"/work/shared/engines/models/tiny.gguf","system_fingerprint":"b9749-d32676d77","object":"chat.completion.chunk"`
+	for _, tc := range []struct {
+		data, content, finish string
+		ok                    bool
+	}{
+		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}` + tail + `}`, "", "", true},
+		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" tele"}}` + tail + `}`, " tele", "", true},
+		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" два"}}` + tail + `}`, " два", "", true},
+		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `}`, "", "length", true},
+		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `,"timings":{"cache_n":0,"prompt_n":29}}`, "", "", false},
+		{`{"choices":[` + tail + `,"usage":{"completion_tokens":3,"prompt_tokens":29,"total_tokens":32}}`, "", "", false},
+	} {
+		content, finish, ok := quickEvent([]byte(tc.data))
+		assert.Equal(t, tc.ok, ok, tc.data)
+		assert.Equal(t, tc.content, content, tc.data)
+		assert.Equal(t, tc.finish, finish, tc.data)
+	}
+}
+
 // quickEvent, the way most events are read, reads what decoding the event reads: for every
 // well-formed event it takes, the decoded event is at most one piece of content and a finish
 // reason, and nothing else.
@@ -777,6 +799,10 @@ func FuzzQuickEvent(f *testing.F) {
 	f.Add(`{"choices":[{"delta":{"role":"assistant","content":null},"finish_reason":null,"index":0}],"id":"x"}`)
 	f.Add(`{"choices":[{"delta":{},"finish_reason":"stop","index":0}],"id":"x"}`)
 	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"a \"quoted\"\nline é"}}],"id":"x"}`)
+	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"id":"x"}`)
+	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"id":"x","timings":{"prompt_n":1}}`)
+	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"x"},"delta":{"content":"y"}}]}`)
+	f.Add(`{"choices":[{"finish_reason":null,"index":7,"delta":{"content":"x"}}],"Choices":[]}`)
 	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":3}}`)
 	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}`)
 	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":null},{"delta":{"content":"y"},"finish_reason":null}]}`)
@@ -868,4 +894,27 @@ func TestDetectAsksTheVersionOncePerBinary(t *testing.T) {
 	e := d.Detect(t.Context())
 	assert.Equal(t, "22 (bbbb)", e.Version)
 	assert.Equal(t, 2, count())
+}
+
+// BenchmarkReadEvents reads an answer of 32 pieces as llama-server (build 9749) writes it, for
+// what reading the engine costs the agent per token.
+//
+//	go test -run '^$' -bench ReadEvents -benchmem ./engines/llamaserver/
+func BenchmarkReadEvents(b *testing.B) {
+	const tail = `],"created":1796133633,"id":"chatcmpl-PoJuPs4ythHSDNfzcanQRkqMOh7bOiim","model":"/models/tiny.gguf","system_fingerprint":"b9749-d32676d77","object":"chat.completion.chunk"`
+	var body strings.Builder
+	body.WriteString(`data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}` + tail + "}\n\n")
+	for i := range 32 {
+		fmt.Fprintf(&body, "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":\" word%d\"}}%s}\n\n", i, tail)
+	}
+	body.WriteString(`data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + "}\n\n")
+	body.WriteString(`data: {"choices":[` + tail + `,"usage":{"completion_tokens":32,"prompt_tokens":29,"total_tokens":61},"timings":{"prompt_n":29,"predicted_n":32}}` + "\n\ndata: [DONE]\n\n")
+	answer := body.String()
+	emit := func(engines.ChatChunk) error { return nil }
+	for b.Loop() {
+		if err := readEvents(b.Context(), strings.NewReader(answer), emit); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/32, "ns/token")
 }

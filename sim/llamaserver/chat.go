@@ -355,15 +355,9 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 		flusher.Flush()
 	}
 	id, created := completionID(), time.Now().Unix()
-	chunk := func(delta map[string]any, finish any) map[string]any {
-		return map[string]any{
-			"choices":            []any{map[string]any{"finish_reason": finish, "index": 0, "delta": delta}},
-			"created":            created,
-			"id":                 id,
-			"model":              model,
-			"system_fingerprint": "b5000-llmsim00",
-			"object":             "chat.completion.chunk",
-		}
+	chunk := func(delta any, finish any) *streamEvent {
+		return &streamEvent{Choices: []streamChoice{{FinishReason: finish, Delta: delta}},
+			Created: created, ID: id, Model: model, SystemFingerprint: "b5000-llmsim00", Object: "chat.completion.chunk"}
 	}
 	send := func(v any) error {
 		b, err := json.Marshal(v)
@@ -402,11 +396,11 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 		if i == 0 {
 			first = time.Now()
 			c.promptTime = first.Sub(p.Start)
-			first := map[string]any{"role": "assistant", "content": nil}
+			first := roleDelta{Role: "assistant"}
 			if sh.tool != "" {
 				// A tool call streams as llama-server's: the call's id and name first, then its
 				// arguments piece by piece, all at index 0.
-				first["tool_calls"] = []any{map[string]any{"index": 0, "id": sh.callID, "type": "function",
+				first.ToolCalls = []any{map[string]any{"index": 0, "id": sh.callID, "type": "function",
 					"function": map[string]any{"name": sh.tool, "arguments": ""}}}
 			}
 			if err := send(chunk(first, nil)); err != nil {
@@ -440,17 +434,15 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 	if !first.IsZero() {
 		c.predictTime = time.Since(first)
 	}
-	final := chunk(map[string]any{}, c.finish)
+	final := chunk(struct{}{}, c.finish)
 	if includeUsage {
 		if err := send(final); err != nil {
 			return err
 		}
-		final = map[string]any{
-			"choices": []any{}, "created": created, "id": id, "model": model,
-			"system_fingerprint": "b5000-llmsim00", "object": "chat.completion.chunk", "usage": c.usage(),
-		}
+		final = chunk(nil, nil)
+		final.Choices, final.Usage = []streamChoice{}, c.usage()
 	}
-	final["timings"] = c.timings()
+	final.Timings = c.timings()
 	if err := send(final); err != nil {
 		return err
 	}
@@ -461,6 +453,34 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 		flusher.Flush()
 	}
 	return nil
+}
+
+// streamEvent is one event of a streamed chat, its keys in llama-server's order (build 9749:
+// the choice's finish reason and index before its delta), which a client reading the bytes
+// rather than decoding them meets on the real server.
+type streamEvent struct {
+	Choices           []streamChoice `json:"choices"`
+	Created           int64          `json:"created"`
+	ID                string         `json:"id"`
+	Model             string         `json:"model"`
+	SystemFingerprint string         `json:"system_fingerprint"`
+	Object            string         `json:"object"`
+	Usage             any            `json:"usage,omitempty"`
+	Timings           any            `json:"timings,omitempty"`
+}
+
+type streamChoice struct {
+	FinishReason any `json:"finish_reason"`
+	Index        int `json:"index"`
+	Delta        any `json:"delta"`
+}
+
+// roleDelta is the first event's delta: {"role":"assistant","content":null}, with a tool
+// call's id and name when the answer is one.
+type roleDelta struct {
+	Role      string  `json:"role"`
+	Content   *string `json:"content"`
+	ToolCalls any     `json:"tool_calls,omitempty"`
 }
 
 func completionID() string {

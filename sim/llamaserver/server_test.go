@@ -808,3 +808,25 @@ func TestStreamedAnswerClosesItsConnection(t *testing.T) {
 		assert.ErrorIs(t, err, io.EOF, "%s: the connection is closed after the streamed answer", tc.path)
 	}
 }
+
+// Streamed events have their keys in llama-server's order (build 9749's output), which a
+// client reading the bytes instead of decoding them depends on.
+func TestStreamKeysInLlamaServersOrder(t *testing.T) {
+	s := start(t, quick())
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream":true,"max_tokens":2,"stream_options":{"include_usage":true}}`)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var data []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			data = append(data, d)
+		}
+	}
+	require.Len(t, data, 6, "role, two pieces, finish, usage, [DONE]")
+	assert.True(t, strings.HasPrefix(data[0], `{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":`), data[0])
+	assert.True(t, strings.HasPrefix(data[1], `{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"`), data[1])
+	assert.Regexp(t, `^\{"choices":\[\{"finish_reason":"length","index":0,"delta":\{\}\}\],"created":\d+,"id":"chatcmpl-\w{32}","model":"[^"]*","system_fingerprint":"[^"]*","object":"chat.completion.chunk"\}$`, data[3])
+	assert.True(t, strings.HasPrefix(data[4], `{"choices":[],"created":`), data[4])
+	assert.Contains(t, data[4], `"object":"chat.completion.chunk","usage":{`)
+	assert.Equal(t, "[DONE]", data[5])
+}
