@@ -61,7 +61,7 @@ type Model struct {
 	convs map[string][]Turn // every model's conversation, kept while the console runs
 
 	pickOpen bool
-	pick     int
+	pick     common.Cursor // the model chosen in the picker, and its scroll
 
 	input textarea.Model
 	// The transcript, rendered on each change, and where it is scrolled to: following the
@@ -237,20 +237,20 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		m.finish(msg)
 	case common.MeshMsg:
-		m.pick = max(0, min(m.pick, len(Choices(m.ctx.Mesh))-1))
+		m.pick.Clamp(len(Choices(m.ctx.Mesh)), m.pickRows())
 	}
 	return m, nil
 }
 
 func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	k := m.ctx.Keys
+	if m.picking() {
+		return m.pickKey(msg)
+	}
 	// Only pgup and pgdown page while typing: ctrl+u and ctrl+d edit the input.
 	if s := msg.String(); s == "pgup" || s == "pgdown" {
 		m.scroll.Update(k, msg, len(m.lines), m.transcriptHeight())
 		return nil
-	}
-	if m.picking() {
-		return m.pickKey(msg)
 	}
 	if m.streaming && key.Matches(msg, k.Stop) {
 		m.stop()
@@ -258,12 +258,14 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	}
 	if key.Matches(msg, keyModels) {
 		m.pickOpen = true
-		m.pick = 0
-		for i, c := range Choices(m.ctx.Mesh) {
+		choices := Choices(m.ctx.Mesh)
+		m.pick = common.Cursor{}
+		for i, c := range choices {
 			if c.Model == m.model {
-				m.pick = i
+				m.pick.Pos = i
 			}
 		}
+		m.pick.Clamp(len(choices), m.pickRows())
 		return nil
 	}
 	if key.Matches(msg, keyClear) && !m.streaming {
@@ -291,45 +293,42 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 }
 
 func (m *Model) pickKey(msg tea.KeyMsg) tea.Cmd {
-	k := m.ctx.Keys
 	choices := Choices(m.ctx.Mesh)
+	if m.pick.Move(m.ctx.Keys, msg, len(choices), m.pickRows()) {
+		return nil
+	}
 	switch {
-	case key.Matches(msg, k.Up):
-		m.pick = max(m.pick-1, 0)
-	case key.Matches(msg, k.Down):
-		m.pick = max(0, min(m.pick+1, len(choices)-1))
 	case key.Matches(msg, keyClose):
 		m.pickOpen = false
 	case key.Matches(msg, keyChoose):
-		if m.pick < len(choices) {
-			return m.Open(choices[m.pick].Model)
+		if m.pick.Pos < len(choices) {
+			return m.Open(choices[m.pick.Pos].Model)
 		}
 	}
 	return nil
 }
 
-// pickerTop is the line of the first model in the picker: under the status line and the rule
-// as drawn, and the question and a blank line.
-func (m *Model) pickerTop() int { return common.RowsOf(m.statusLine(), m.rule()) + 2 }
+// pickerHead is the picker's question, over a blank line.
+func (m *Model) pickerHead() string { return m.ctx.Styles.Bold.Render("Chat with which model?") + "\n" }
 
-// pickClick chooses with the mouse: a click selects a model, a second click on it opens it.
+// pickerTop is the line of the first model in the picker: under the status line, the rule and
+// the question, as drawn.
+func (m *Model) pickerTop() int { return common.RowsOf(m.statusLine(), m.rule(), m.pickerHead()) }
+
+// pickRows is how many models the picker shows at a time.
+func (m *Model) pickRows() int { return max(m.transcriptHeight()-common.RowsOf(m.pickerHead()), 1) }
+
+// pickClick chooses with the mouse: a click selects a model, a second click on it opens it;
+// the wheel moves the choice.
 func (m *Model) pickClick(msg tea.MouseMsg) tea.Cmd {
 	choices := Choices(m.ctx.Mesh)
-	switch msg.Button {
-	case tea.MouseButtonWheelUp:
-		m.pick = max(m.pick-1, 0)
-	case tea.MouseButtonWheelDown:
-		m.pick = max(0, min(m.pick+1, len(choices)-1))
-	case tea.MouseButtonLeft:
-		i := msg.Y - m.pickerTop()
-		if msg.Action != tea.MouseActionPress || i < 0 || i >= len(choices) {
-			return nil
+	if hit, again := m.pick.Click(msg, m.pickerTop(), len(choices), m.pickRows()); hit {
+		if again {
+			return m.Open(choices[m.pick.Pos].Model)
 		}
-		if i == m.pick {
-			return m.Open(choices[i].Model)
-		}
-		m.pick = i
+		return nil
 	}
+	m.pick.Move(m.ctx.Keys, msg, len(choices), m.pickRows())
 	return nil
 }
 

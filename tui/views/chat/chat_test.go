@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,6 +64,43 @@ func typeText(m *Model, s string) {
 	for _, r := range s {
 		m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
 	}
+}
+
+// More ready models than rows: the picker scrolls to keep the choice in view, and a click
+// chooses the model drawn where it lands.
+func TestPickerScrolls(t *testing.T) {
+	ctx := testCtx()
+	for i := range ctx.Mesh.Members {
+		if mb := &ctx.Mesh.Members[i]; mb.Name == "tower" {
+			for n := range 30 {
+				mb.Placements = append(mb.Placements, api.Placement{ID: fmt.Sprint("p-x", n), Host: "tower", Model: fmt.Sprintf("model-%02d", n),
+					Namespace: api.DefaultNamespace, Runtime: api.RuntimeOllama, State: api.StateReady})
+			}
+		}
+	}
+	m := New(ctx)
+	m.SetSize(80, 24)
+	choices := Choices(ctx.Mesh)
+	require.Greater(t, len(choices), 30)
+	for range 25 {
+		press(m, "down")
+	}
+	view := m.View()
+	assert.Contains(t, view, "> "+choices[25].Model, "the choice is in view")
+	assert.NotContains(t, view, choices[0].Model+" ", "the first ones scrolled away")
+	assert.Equal(t, 24, strings.Count(view, "\n")+1, "the picker stays within the view")
+
+	press(m, "G")
+	assert.Contains(t, m.View(), "> "+choices[len(choices)-1].Model)
+
+	// The first row shown is under the status line, the rule and the question.
+	y := m.pickerTop()
+	first := m.pick.Offset
+	m.Update(tea.MouseMsg{X: 4, Y: y, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft})
+	assert.Equal(t, first, m.pick.Pos)
+	assert.Contains(t, m.View(), "> "+choices[first].Model)
+	m.Update(tea.MouseMsg{X: 4, Y: y, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft})
+	assert.Equal(t, choices[first].Model, m.Chatting(), "a second click opens it")
 }
 
 func TestPickerOffersReadyModels(t *testing.T) {

@@ -80,7 +80,7 @@ func (m *Model) statusLine() string {
 func (m *Model) pickerView() string {
 	st := m.ctx.Styles
 	choices := Choices(m.ctx.Mesh)
-	lines := []string{st.Bold.Render("Chat with which model?"), ""}
+	lines := []string{m.pickerHead()}
 	if len(choices) == 0 {
 		lines = append(lines, "No model is ready in the mesh yet: press p to place one.")
 		if m.ctx.Conn == nil {
@@ -88,10 +88,12 @@ func (m *Model) pickerView() string {
 		}
 		return strings.Join(lines, "\n")
 	}
-	for i, c := range choices {
+	m.pick.Clamp(len(choices), m.pickRows()) // the mesh may have changed since the last key
+	for i := m.pick.Offset; i < min(m.pick.Offset+m.pickRows(), len(choices)); i++ {
+		c := choices[i]
 		mark := "  "
 		name := c.Model
-		if i == m.pick {
+		if i == m.pick.Pos {
 			mark = "> "
 			name = st.Selected.Render(name)
 		}

@@ -73,8 +73,8 @@ type Model struct {
 	estimate *console.Ranking
 	hosts    []api.Ranked
 	rankErr  error
-	cursor   int
-	swapping *api.Ranked // a swap waits for a yes: it evicts the model on the device
+	hostCur  common.Cursor // the ranked host chosen, and the list's scroll
+	swapping *api.Ranked   // a swap waits for a yes: it evicts the model on the device
 
 	// A placement being followed; placeSeq drops answers for one the user stopped watching,
 	// and stopWatch ends the wait behind it.
@@ -269,7 +269,7 @@ func (m *Model) rerank() {
 		return
 	}
 	m.hosts = rank.Rank(m.ctx.Mesh.Members, rank.Request{PlacementRequest: req, Estimate: m.estimate.Estimate, Spread: m.spread})
-	m.cursor = max(0, min(m.cursor, len(m.hosts)-1))
+	m.hostCur.Pos = max(0, min(m.hostCur.Pos, len(m.hosts)-1))
 }
 
 func (m *Model) rankCmd(seq int) tea.Cmd {
@@ -320,12 +320,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			return m, cmd
 		}
 		if m.focus == fieldHosts && !m.placing {
-			switch msg.Button {
-			case tea.MouseButtonWheelUp:
-				m.cursor = max(m.cursor-1, 0)
-			case tea.MouseButtonWheelDown:
-				m.cursor = max(0, min(m.cursor+1, len(m.hosts)-1))
-			}
+			_, where := m.screen()
+			m.hostCur.Move(m.ctx.Keys, msg, len(m.hosts), where.rows)
 		}
 	case common.MeshMsg:
 		m.rerank()
@@ -345,7 +341,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		r := msg.ranking
 		m.estimate, m.rankErr = &r, nil
 		m.rerank()
-		m.cursor = m.bestIndex()
+		m.hostCur.Pos = m.bestIndex()
 	case placedMsg:
 		if msg.seq != m.placeSeq {
 			return m, nil
@@ -547,7 +543,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	if key.Matches(msg, k.Spread) {
 		m.spread = !m.spread
 		m.rerank()
-		m.cursor = m.bestIndex()
+		m.hostCur.Pos = m.bestIndex()
 		mode := "best fit: the tightest host first"
 		if m.spread {
 			mode = "spread: the host with the most room first"
@@ -576,10 +572,10 @@ func (m *Model) click(msg tea.MouseMsg) (tea.Cmd, bool) {
 		return nil, false
 	}
 	i := where.first + line
-	if m.focus == fieldHosts && i == m.cursor {
+	if m.focus == fieldHosts && i == m.hostCur.Pos {
 		return m.hostsKey(tea.KeyMsg{Type: tea.KeyEnter}), true
 	}
-	m.cursor = i
+	m.hostCur.Pos = i
 	return m.setFocus(fieldHosts), true
 }
 
@@ -598,25 +594,20 @@ func nextRuntime(rt api.Runtime) api.Runtime {
 
 func (m *Model) hostsKey(msg tea.KeyMsg) tea.Cmd {
 	k := m.ctx.Keys
+	if key.Matches(msg, k.Up) && m.hostCur.Pos == 0 {
+		return m.setFocus(fieldPriority) // above the first host is the form
+	}
+	if _, where := m.screen(); m.hostCur.Move(k, msg, len(m.hosts), where.rows) {
+		return nil
+	}
 	switch {
-	case key.Matches(msg, k.Up):
-		if m.cursor == 0 {
-			return m.setFocus(fieldPriority)
-		}
-		m.cursor--
-	case key.Matches(msg, k.Down):
-		m.cursor = max(0, min(m.cursor+1, len(m.hosts)-1))
-	case key.Matches(msg, k.Top):
-		m.cursor = 0
-	case key.Matches(msg, k.Bottom):
-		m.cursor = max(len(m.hosts)-1, 0)
 	case key.Matches(msg, k.Back):
 		return m.setFocus(fieldSource)
 	case key.Matches(msg, k.Open):
-		if m.cursor >= len(m.hosts) {
+		if m.hostCur.Pos >= len(m.hosts) {
 			return nil
 		}
-		h := m.hosts[m.cursor]
+		h := m.hosts[m.hostCur.Pos]
 		switch h.Verdict {
 		case api.VerdictRefused:
 			return common.Status(h.Host+" cannot take it: "+trimVerdict(h), true)
@@ -661,7 +652,7 @@ func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
 			m.sugg = -1
 			return m.changed()
 		}
-		m.cursor = m.bestIndex()
+		m.hostCur.Pos = m.bestIndex()
 		return m.setFocus(fieldHosts)
 	case "esc":
 		// Leaving the form gives the global keys back (tab to other views, q).

@@ -20,6 +20,7 @@ import (
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
+	"github.com/llmkube/mesh/tui/render"
 )
 
 var now = tuitest.Now
@@ -73,6 +74,44 @@ var hailoEstimate = api.SizeEstimate{Bytes: 1946 * mib, Method: api.SizeHead, De
 // ranked answers the pending estimate the way an agent would.
 func ranked(m *Model, est api.SizeEstimate, by string) {
 	m.Update(rankedMsg{seq: m.seq, ranking: console.Ranking{Estimate: est, SizedBy: by}})
+}
+
+// More hosts than rows: the list scrolls with the choice, pages, and above its first host is
+// the form again.
+func TestHostListScrolls(t *testing.T) {
+	ctx := testCtx()
+	var tower api.Member
+	for _, mb := range ctx.Mesh.Members {
+		if mb.Name == "tower" {
+			tower = mb
+		}
+	}
+	for i := range 20 {
+		mb := tower
+		mb.Name = fmt.Sprintf("node-%02d", i)
+		ctx.Mesh.Members = append(ctx.Mesh.Members, mb)
+	}
+	m := New(ctx)
+	m.SetSize(80, 20)
+	typeText(m, "ollama://llama3.2:3b")
+	ranked(m, api.SizeEstimate{Bytes: 3 << 30, Method: api.SizeRegistry}, "tower")
+	press(m, "enter")
+	require.Equal(t, fieldHosts, m.focus)
+	require.Greater(t, len(m.hosts), 20)
+	_, where := m.screen()
+	require.Less(t, where.rows, len(m.hosts), "the list is longer than its rows")
+
+	press(m, "g")
+	for range 15 {
+		press(m, "down")
+	}
+	assert.Equal(t, 15, m.hostCur.Pos)
+	assert.Contains(t, m.View(), "> "+render.Pad(string(m.hosts[15].Verdict), 7)+" "+m.hosts[15].Host)
+	assert.Equal(t, 20, strings.Count(m.View(), "\n")+1, "the view stays within its rows")
+	press(m, "pgup")
+	assert.Equal(t, 15-(where.rows-1), m.hostCur.Pos, "a page keeps one row of the last in view")
+	press(m, "g", "up")
+	assert.Equal(t, fieldPriority, m.focus, "above the first host is the form")
 }
 
 func TestTypingDebouncesTheEstimate(t *testing.T) {
@@ -267,8 +306,8 @@ func TestChoosingHosts(t *testing.T) {
 	press(m, "enter")
 	assert.Equal(t, fieldHosts, m.focus)
 	assert.False(t, m.Capturing(), "the host list leaves the global keys free")
-	require.Equal(t, "pi5", m.hosts[m.cursor].Host)
-	assert.Equal(t, api.VerdictSwap, m.hosts[m.cursor].Verdict)
+	require.Equal(t, "pi5", m.hosts[m.hostCur.Pos].Host)
+	assert.Equal(t, api.VerdictSwap, m.hosts[m.hostCur.Pos].Verdict)
 
 	assert.Nil(t, press(m, "enter"), "a swap asks first")
 	assert.True(t, m.Capturing())
@@ -317,7 +356,7 @@ func startPlacing(t *testing.T, m *Model) {
 	typeText(m, "hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf")
 	ranked(m, api.SizeEstimate{Bytes: 3 << 30, Method: api.SizeHeader, Weights: 2 << 30, KV: 768 * mib, Compute: 200 * mib, Overhead: 56 * mib}, "mac-mini")
 	press(m, "enter")
-	require.Equal(t, "mac-mini", m.hosts[m.cursor].Host)
+	require.Equal(t, "mac-mini", m.hosts[m.hostCur.Pos].Host)
 	require.NotNil(t, press(m, "enter"))
 	require.True(t, m.placing)
 }
@@ -682,7 +721,7 @@ func TestClickOnARankedHost(t *testing.T) {
 	click := tea.MouseMsg{X: 4, Y: y, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft}
 	m.Update(click)
 	assert.Equal(t, fieldHosts, m.focus, "out of the form, into the list")
-	assert.Equal(t, 0, m.cursor)
+	assert.Equal(t, 0, m.hostCur.Pos)
 	assert.False(t, m.Capturing())
 	require.Equal(t, api.VerdictFits, m.hosts[0].Verdict, m.hosts[0].Host)
 	_, cmd := m.Update(click)

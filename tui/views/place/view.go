@@ -33,8 +33,8 @@ func (m *Model) View() string {
 }
 
 // hostRows is where the ranked hosts are on screen: the line of the first one shown, the
-// index of that host, and how many are shown (n 0: none).
-type hostRows struct{ top, first, n int }
+// index of that host, how many are shown (n 0: none), and how many rows the list has.
+type hostRows struct{ top, first, n, rows int }
 
 // screen draws the view's lines and says where its ranked hosts are, for clicks.
 func (m *Model) screen() ([]string, hostRows) {
@@ -173,12 +173,10 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 		rows -= common.RowsOf(strings.Join(under, "\n"))
 	}
 	rows = max(rows, 1)
-	start := 0
-	if m.cursor >= rows {
-		start = m.cursor - rows + 1
-	}
+	m.hostCur.Clamp(len(m.hosts), rows) // the ranking may have changed since the last key
+	start := m.hostCur.Offset
 	best := m.bestIndex()
-	where := hostRows{top: head, first: start, n: min(start+rows, len(m.hosts)) - start}
+	where := hostRows{top: head, first: start, n: min(start+rows, len(m.hosts)) - start, rows: rows}
 	for i := start; i < min(start+rows, len(m.hosts)); i++ {
 		h := m.hosts[i]
 		tag := ""
@@ -187,7 +185,7 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 		}
 		line := render.Row(cols, []string{st.Verdict(h.Verdict).Render(string(h.Verdict)), h.Host, tag, trimVerdict(h)})
 		mark := "  "
-		if m.focus == fieldHosts && i == m.cursor {
+		if m.focus == fieldHosts && i == m.hostCur.Pos {
 			mark = "> "
 			line = st.SelectedRow(line, m.width-2)
 		}
