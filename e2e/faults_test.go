@@ -14,8 +14,11 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 )
 
-// Detection bounds on an idle LAN (DESIGN.md, README: suspect within about 2 s, dead within
-// about 5 s); a suspicion is shown after a 0.5 s grace, and a busy CI machine schedules late.
+// Detection bounds: on an idle LAN suspect within about 2 s, dead within about 5 s (DESIGN.md,
+// README). This LAN is not idle: every host shares this machine's cores, and the CPU-load check
+// runs just before the crash. A suspicion is shown once it stood unrefuted for a grace of 0.5 s,
+// up to 1.0 s for a host whose acks came slowly lately (mesh/members.go), and a busy CI machine
+// schedules late: a second more for the suspicion.
 const (
 	suspectWithin = 3 * time.Second
 	deadWithin    = 5 * time.Second
@@ -68,13 +71,7 @@ func checkCPULoad(ctx context.Context, t *testing.T, e *env, n note) {
 		loops, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), chats, len(sus), time.Since(settle).Seconds())
 	for _, s := range sus {
 		n("%s suspected %s at +%.1fs: %s", s.from, s.ev.Member, s.at.Sub(since).Seconds(), s.ev.Message)
-	}
-	if len(sus) > 0 {
-		// Rarer since the mesh's suspicion grace, not gone: one in about five runs on a busy
-		// 2-core machine (a healthy host other than the loaded one, suspected once).
-		n("%d of the chats failed meanwhile: %s", len(failed), strings.Join(failed, "; "))
-		n("SKIPPED: waits for issue 12: lan: %d false suspicion(s) under CPU load", len(sus))
-		t.Skipf("waits for issue 12: lan: %d false suspicion(s) under CPU load", len(sus))
+		t.Errorf("false suspicion under CPU load: %s suspected %s at +%.1fs", s.from, s.ev.Member, s.at.Sub(since).Seconds())
 	}
 	for _, f := range failed {
 		t.Errorf("chat through the loaded pi5: %s", f)

@@ -24,8 +24,9 @@ type member struct {
 	state api.Liveness // Alive, Suspect, Dead or Left: memberlist's view, completed by notices
 	since time.Time    // of the last state change
 	// quietUntil: a fresh suspicion is shown, and the member's models leave routing, only if
-	// it stands unrefuted until then (see timings.suspectGrace).
+	// it stands unrefuted until then (see suspicionGraceLocked).
 	quietUntil time.Time
+	rtt        rttPeak   // its acks' round trips lately, for the grace
 	updated    time.Time // of the last change of anything shown
 	liveSeq    uint64    // highest liveness notice seen for this node
 	leaving    bool      // it announced a graceful leave
@@ -245,6 +246,10 @@ func (m *Mesh) updateMetaLocked(mb *member, b []byte) {
 
 // acceptLive applies a liveness notice (see liveNotice) and gossips it on if it was news.
 func (m *Mesh) acceptLive(n liveNotice) {
+	health := 0
+	if n.Kind == liveSuspect && n.Node != m.name {
+		health = m.ml.GetHealthScore() // read before taking mu: never held calling memberlist
+	}
 	m.mu.Lock()
 	if n.Node == m.name {
 		refute := n.Kind == liveSuspect && n.Seq >= m.liveSeq
@@ -276,7 +281,9 @@ func (m *Mesh) acceptLive(n liveNotice) {
 		if n.Seq == mb.liveSeq && mb.state == api.Alive {
 			news = true
 			mb.state, mb.since = api.Suspect, now
-			mb.quietUntil = now.Add(m.t.suspectGrace)
+			grace := m.suspicionGraceLocked(mb, now, health)
+			mb.quietUntil = now.Add(grace)
+			m.log.Debug("member suspected; shown unless refuted within the grace", "member", n.Node, "by", n.From, "grace", grace)
 		}
 	case liveLeave:
 		if n.Seq > mb.liveSeq {
@@ -296,6 +303,58 @@ func (m *Mesh) acceptLive(n liveNotice) {
 	if news {
 		m.queueLive(n)
 		signal(m.changed)
+	}
+}
+
+// How long a suspicion must stand unrefuted before it is shown. A healthy host refutes as soon
+// as it hears of it, so the grace is about how long a host may be unable to answer and never be
+// shown suspect — less the probe that failed (memberlist waits out its whole interval, 0.5 s on
+// the LAN). Measured on the LAN profile in the e2e LAN with the 0.5 s grace: a host frozen
+// (SIGSTOP) for up to 1.0 s was never shown suspect; frozen 1.2 s, it was once in three, its
+// refutation arriving 19 ms after the grace. A host under CPU load answers slower before it
+// misses a probe (acks on 2 busy cores took up to 330 ms, against about 1 ms idle), so the
+// grace grows with the slowest ack from that member lately (rttGraceMult times it), and with
+// this member's own ill health as memberlist's awareness counts it (Lifeguard: missed nacks say
+// the fault may be ours, our own timers running late). It never outlasts memberlist's shortest
+// suspicion timeout less suspectGrace: a crashed host must still be shown suspect before it is
+// declared dead. On the LAN that is 0.5 s on an idle network, as before, and up to 1.0 s for a
+// member slow to answer lately (and for its crash).
+const (
+	rttGraceMult = 3
+	maxGraceMult = 3
+	rttWindow    = 5 * time.Second // the peak is the highest of this window's and the last one's
+)
+
+func (m *Mesh) suspicionGraceLocked(mb *member, now time.Time, health int) time.Duration {
+	g := m.t.suspectGrace + rttGraceMult*mb.rtt.peak(now)
+	g *= time.Duration(1 + max(health, 0))
+	limit := min(maxGraceMult*m.t.suspectGrace, m.minSuspicion()-m.t.suspectGrace)
+	return max(min(g, limit), m.t.suspectGrace)
+}
+
+// rttPeak is the highest probe round trip to a member lately: over the current window and the
+// one before, so a spike counts for rttWindow to twice that.
+type rttPeak struct {
+	cur, prev time.Duration
+	start     time.Time // of the current window
+}
+
+func (p *rttPeak) add(rtt time.Duration, now time.Time) {
+	p.roll(now)
+	p.cur = max(p.cur, rtt)
+}
+
+func (p *rttPeak) peak(now time.Time) time.Duration {
+	p.roll(now)
+	return max(p.cur, p.prev)
+}
+
+func (p *rttPeak) roll(now time.Time) {
+	switch d := now.Sub(p.start); {
+	case d >= 2*rttWindow:
+		p.cur, p.prev, p.start = 0, 0, now
+	case d >= rttWindow:
+		p.prev, p.cur, p.start = p.cur, 0, p.start.Add(rttWindow)
 	}
 }
 
@@ -373,13 +432,18 @@ func (m *Mesh) queueLive(n liveNotice) {
 }
 
 // maxSuspicion bounds how long memberlist keeps a node suspect before declaring it dead
-// (SuspicionMaxTimeoutMult × the suspicion timeout, see memberlist's suspicionTimeout), plus a
-// probe round. A node still suspect in our table after that was refuted in a way we missed.
+// (SuspicionMaxTimeoutMult × the suspicion timeout), plus a probe round. A node still suspect in
+// our table after that was refuted in a way we missed.
 func (m *Mesh) maxSuspicion() time.Duration {
+	return time.Duration(m.mlc.SuspicionMaxTimeoutMult)*m.minSuspicion() + 2*m.mlc.ProbeInterval
+}
+
+// minSuspicion is memberlist's suspicion timeout once enough members confirm a suspicion: the
+// soonest it declares a suspect dead (see memberlist's suspicionTimeout).
+func (m *Mesh) minSuspicion() time.Duration {
 	n := float64(max(m.nAlive.Load(), 1))
 	scale := math.Max(1, math.Log10(n))
-	base := time.Duration(float64(m.mlc.SuspicionMult) * scale * float64(m.mlc.ProbeInterval))
-	return time.Duration(m.mlc.SuspicionMaxTimeoutMult)*base + 2*m.mlc.ProbeInterval
+	return time.Duration(float64(m.mlc.SuspicionMult) * scale * float64(m.mlc.ProbeInterval))
 }
 
 // broadcast is a named memberlist broadcast: queuing one replaces any queued broadcast of the

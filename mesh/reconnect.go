@@ -137,11 +137,17 @@ type pings Mesh
 
 func (p *pings) AckPayload() []byte { return nil }
 
-func (p *pings) NotifyPingComplete(_ *memberlist.Node, rtt time.Duration, _ []byte) {
+func (p *pings) NotifyPingComplete(n *memberlist.Node, rtt time.Duration, _ []byte) {
 	m := (*Mesh)(p)
-	m.lastAck.Store(time.Now().UnixNano())
+	now := time.Now()
+	m.lastAck.Store(now.UnixNano())
 	m.stats.probesAcked.Add(1)
 	m.stats.rtt.observe(rtt)
+	m.mu.Lock()
+	if mb := m.members[n.Name]; mb != nil {
+		mb.rtt.add(rtt, now) // for the suspicion grace (members.go)
+	}
+	m.mu.Unlock()
 }
 
 // aloneLocked reports whether this member is cut off: it has had peers, our own failure

@@ -147,3 +147,36 @@ func TestMemberStartedCutOffJoinsWhenAPeerAnswers(t *testing.T) {
 	link.Cut(false)
 	waitFor(t, 20*time.Second, []*Mesh{x, a}, "x joined a", allAlive("a", "x"))
 }
+
+// The grace a suspicion gets before it is shown: suspectGrace for a member that answers fast;
+// longer for one whose acks came slowly lately, or when this member's own health is poor; never
+// so long that memberlist could declare a crashed host dead before it is shown suspect; back to
+// suspectGrace once the slow acks are two windows old.
+func TestSuspicionGraceFollowsRoundTrips(t *testing.T) {
+	mlc, tm, err := profile(ProfileLAN)
+	require.NoError(t, err)
+	m := &Mesh{t: tm, mlc: mlc}
+	m.nAlive.Store(5)
+	base := tm.suspectGrace
+	limit := m.minSuspicion() - base
+	require.Greater(t, limit, base+rttGraceMult*100*time.Millisecond, "room to grow on the LAN profile")
+	now := time.Now()
+	mb := &member{}
+	mb.rtt.add(time.Millisecond, now)
+	assert.Equal(t, base+3*time.Millisecond, m.suspicionGraceLocked(mb, now, 0), "an idle LAN")
+
+	mb.rtt.add(100*time.Millisecond, now.Add(time.Second))
+	mb.rtt.add(20*time.Millisecond, now.Add(2*time.Second))
+	at := now.Add(3 * time.Second)
+	assert.Equal(t, base+rttGraceMult*100*time.Millisecond, m.suspicionGraceLocked(mb, at, 0), "the slowest ack lately counts")
+	assert.Equal(t, limit, m.suspicionGraceLocked(mb, at, 2), "poor health of our own; never past memberlist's shortest suspicion")
+	mb.rtt.add(time.Hour, at)
+	assert.Equal(t, limit, m.suspicionGraceLocked(mb, at, 0), "an ack an hour late")
+
+	slow := &member{}
+	slow.rtt.add(100*time.Millisecond, now)
+	at = now.Add(rttWindow + time.Second)
+	assert.Equal(t, base+rttGraceMult*100*time.Millisecond, m.suspicionGraceLocked(slow, at, 0), "still within the last window")
+	at = now.Add(2*rttWindow + time.Second)
+	assert.Equal(t, base, m.suspicionGraceLocked(slow, at, 0), "slow acks two windows old are forgotten")
+}
