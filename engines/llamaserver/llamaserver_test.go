@@ -834,6 +834,42 @@ func FuzzQuickEvent(f *testing.F) {
 	})
 }
 
+// quickCounts reads what decoding the event reads, for every well-formed event it takes: no
+// choices, no error, and the same counts.
+func FuzzQuickCounts(f *testing.F) {
+	const head = `{"choices":[],"created":1796133633,"id":"chatcmpl-PoJuPs4ythHSDNfzcanQRkqMOh7bOiim","model":"/m/tiny.gguf","system_fingerprint":"b9749-d32676d77","object":"chat.completion.chunk"`
+	f.Add(head + `,"usage":{"completion_tokens":3,"prompt_tokens":29,"total_tokens":32,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"cache_n":0,"prompt_n":29,"prompt_ms":122.061,"predicted_n":3,"predicted_per_second":896.3250672243801}}`)
+	f.Add(head + `,"timings":{"prompt_n":29,"predicted_n":3}}`)
+	f.Add(head + `,"usage":{"completion_tokens":3,"Prompt_Tokens":29}}`)
+	f.Add(head + `,"usage":{"completion_tokens":3},"usage":{"completion_tokens":4}}`)
+	f.Add(head + `,"usage":{"completion_tokens":3.0}}`)
+	f.Add(head + `,"usage":null}`)
+	f.Add(head + `,"error":{"message":"x"}}`)
+	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":{"prompt_n":2}}`)
+	f.Add(`{"usage":{"prompt_tokens":01}}`)
+	f.Add(`{"a":[1,{"b":"}"}],"usage":{"prompt_tokens":7}}`)
+	f.Fuzz(func(t *testing.T, data string) {
+		n, ok := quickCounts([]byte(data))
+		if !ok || !json.Valid([]byte(data)) {
+			return
+		}
+		var c streamChunk
+		require.NoError(t, json.Unmarshal([]byte(data), &c), "quickCounts took %s", data)
+		assert.Empty(t, c.Choices)
+		assert.Nil(t, c.Error)
+		require.Equal(t, c.Usage != nil, n.usage)
+		if c.Usage != nil {
+			assert.Equal(t, c.Usage.PromptTokens, n.prompt)
+			assert.Equal(t, c.Usage.CompletionTokens, n.completion)
+		}
+		require.Equal(t, c.Timings != nil, n.timings)
+		if c.Timings != nil {
+			assert.Equal(t, c.Timings.PromptN, n.promptN)
+			assert.Equal(t, c.Timings.PredictedN, n.predictedN)
+		}
+	})
+}
+
 // Pieces that arrive together go out with More, and an empty chunk follows them before the
 // reader waits on the engine again; a piece that arrives alone is never left held.
 func TestReadEventsHoldsOnlyWhatIsFollowed(t *testing.T) {

@@ -128,3 +128,89 @@ func HasMember(data []byte, keys ...string) bool {
 	}
 	return false
 }
+
+// Members calls fn with the name and raw value of each member of the JSON object data, in
+// order, until fn returns false. Only compact ASCII without escapes is walked (a space, a tab,
+// an escape or a non-ASCII byte anywhere answers false, as HasMember judges), so that every
+// string ends at its next quote; a document that is not an object of that kind answers false
+// too. It does not check that values are valid JSON: the caller reads the values it uses.
+func Members(data []byte, fn func(name string, value []byte) bool) bool {
+	for _, c := range data {
+		if c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
+		return false
+	}
+	if len(data) == 2 {
+		return true
+	}
+	for i := 1; i < len(data); {
+		if data[i] != '"' {
+			return false
+		}
+		n := bytes.IndexByte(data[i+1:], '"')
+		if n < 0 || i+n+2 >= len(data) || data[i+n+2] != ':' {
+			return false
+		}
+		name := string(data[i+1 : i+1+n])
+		start := i + n + 3
+		end := skipValue(data, start)
+		if end < 0 || end >= len(data) || (data[end] != ',' && data[end] != '}') {
+			return false
+		}
+		if !fn(name, data[start:end]) {
+			return true
+		}
+		if data[end] == '}' {
+			return end == len(data)-1
+		}
+		i = end + 1
+	}
+	return false
+}
+
+// skipValue returns the index just past the value starting at data[i], in the compact,
+// escape-free form Members walks, or -1.
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return -1
+	}
+	switch data[i] {
+	case '"':
+		n := bytes.IndexByte(data[i+1:], '"')
+		if n < 0 {
+			return -1
+		}
+		return i + n + 2
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				n := bytes.IndexByte(data[j+1:], '"')
+				if n < 0 {
+					return -1
+				}
+				j += n + 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(data) && data[j] != ',' && data[j] != '}' && data[j] != ']' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
