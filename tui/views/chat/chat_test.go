@@ -20,6 +20,7 @@ import (
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
+	"github.com/llmkube/mesh/tui/render"
 )
 
 var now = tuitest.Now
@@ -190,6 +191,25 @@ func TestStreamingMeasuresTTFTAndSpeed(t *testing.T) {
 	m.Update(endMsg{seq: m.seq, host: "pi5", at: at(800)})
 	assert.False(t, m.Streaming())
 	assert.NotContains(t, m.View(), "generating")
+
+	// An answer whose pieces all came at once measures no speed: their spacing is the network's.
+	typeText(m, "Again?")
+	press(m, "enter")
+	for i, piece := range []string{"Rayleigh", " scattering", " again"} {
+		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{Content: piece}, at: at(1400).Add(time.Duration(i) * 30 * time.Microsecond)})
+	}
+	m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{FinishReason: "stop", Usage: &api.ChatUsage{CompletionTokens: 24}}, at: at(1401)})
+	m.Update(endMsg{seq: m.seq, host: "pi5", at: at(1401)})
+	burst := m.Conversation("qwen2:1.5b")[3]
+	assert.Zero(t, burst.TokPS)
+	var head string
+	for _, l := range strings.Split(m.View(), "\n") {
+		if strings.Contains(l, "TTFT "+render.Millis(1400)) {
+			head = l
+		}
+	}
+	require.NotEmpty(t, head, "the answer's line")
+	assert.NotContains(t, head, "tok/s", head)
 }
 
 func TestStaleChunksAreDrained(t *testing.T) {
@@ -385,7 +405,7 @@ func TestViewStreaming(t *testing.T) {
 	press(m, "enter")
 	ch := make(chan tea.Msg)
 	for i, p := range []string{"func Reverse(s string) string {\n", "\tr := []rune(s)\n", "\tfor i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {"} {
-		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{Content: p}, at: now.Add(145*time.Millisecond + time.Duration(i)*50*time.Millisecond)})
+		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{Content: p}, at: now.Add(145*time.Millisecond + time.Duration(i)*150*time.Millisecond)})
 	}
 	golden.RequireEqual(t, []byte(m.View()))
 }
