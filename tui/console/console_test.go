@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ type agents struct {
 	estimate  func(host string) *api.Estimation
 	placement func(host, id string, n int) (api.Placement, *api.Error)
 	listed    map[string][]api.Placement // what GET /v1/placements answers, by host
+	chat      http.HandlerFunc           // the gateway's POST /v1/chat/completions
 }
 
 func member(name string, runtimes ...api.Runtime) api.Member {
@@ -88,6 +90,10 @@ func startAgents(t *testing.T, v api.MeshView) *agents {
 				return
 			}
 			_ = json.NewEncoder(w).Encode(p)
+		})
+		mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+			record(r)
+			a.chat(w, r)
 		})
 		mux.HandleFunc("DELETE /v1/placements/{id}", func(w http.ResponseWriter, r *http.Request) {
 			record(r)
@@ -341,4 +347,42 @@ func TestScopedView(t *testing.T) {
 	require.True(t, errors.As(err, &ae))
 	assert.Equal(t, api.CodeUnauthorized, ae.Code)
 	assert.True(t, strings.HasPrefix(ae.Message, "token refused"))
+}
+
+// Chat goes to the host that runs the model ready (no forwarding hop) and streams its pieces; an
+// answer that breaks off says so in the user's terms, naming the host.
+func TestChat(t *testing.T) {
+	gateway, tower := member("gateway"), member("tower", api.RuntimeOllama)
+	tower.Placements = []api.Placement{placed("p-1", "tower", "qwen2:1.5b", "default", api.StateReady)}
+	a := startAgents(t, api.MeshView{Members: []api.Member{gateway, tower}})
+	var breakOff atomic.Bool
+	a.chat = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, piece := range []string{"Hello", " world"} {
+			_, _ = w.Write([]byte(`data: {"choices":[{"delta":{"content":"` + piece + `"}}]}` + "\n\n"))
+			w.(http.Flusher).Flush()
+			if breakOff.Load() {
+				panic(http.ErrAbortHandler) // the host died mid-answer
+			}
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	}
+	c := a.connect(t, console.Options{Token: "t"})
+	msgs := []api.ChatMessage{{Role: "user", Content: "hi"}}
+
+	var text strings.Builder
+	host, err := c.Chat(t.Context(), "qwen2:1.5b", msgs, api.ChatOptions{}, func(d api.ChatDelta) error {
+		text.WriteString(d.Content)
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "tower", host)
+	assert.Equal(t, "Hello world", text.String())
+	assert.Empty(t, a.asked("gateway"))
+
+	breakOff.Store(true)
+	host, err = c.Chat(t.Context(), "qwen2:1.5b", msgs, api.ChatOptions{}, func(api.ChatDelta) error { return nil })
+	require.Error(t, err)
+	assert.Equal(t, "tower", host)
+	assert.Contains(t, err.Error(), "the answer broke off: the connection to tower closed mid-answer")
 }
