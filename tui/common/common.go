@@ -144,3 +144,16 @@ type FullHelper interface {
 func As(b key.Binding, desc string) key.Binding {
 	return key.NewBinding(key.WithKeys(b.Keys()...), key.WithHelp(b.Help().Key, desc))
 }
+
+// Next is a command that waits for the next message of work a view's command started in a
+// goroutine (a chat's stream, a placement's wait): each message carries the channel so the view
+// re-arms Next, and a closed channel ends the loop.
+func Next(ch <-chan tea.Msg) tea.Cmd {
+	return func() tea.Msg {
+		msg, ok := <-ch
+		if !ok {
+			return nil
+		}
+		return msg
+	}
+}

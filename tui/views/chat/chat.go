@@ -225,7 +225,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.scroll.Update(m.ctx.Keys, msg, len(m.lines), m.transcriptHeight())
 		return m, nil
 	case chunkMsg:
-		next := read(msg.ch)
+		next := common.Next(msg.ch)
 		if msg.seq != m.seq || !m.streaming {
 			return m, next // a stopped answer: drain it, show nothing
 		}
@@ -404,17 +404,6 @@ func stream(ctx context.Context, cancel context.CancelFunc, conn *console.Conn, 
 			ch <- endMsg{seq: seq, host: host, err: err, at: now()}
 		}()
 		return <-ch
-	}
-}
-
-// read waits for a stream's next message; a closed stream ends the loop.
-func read(ch <-chan tea.Msg) tea.Cmd {
-	return func() tea.Msg {
-		msg, ok := <-ch
-		if !ok {
-			return nil
-		}
-		return msg
 	}
 }
 

@@ -366,7 +366,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			p := msg.p
 			m.placement, m.pollErr = &p, nil
 		}
-		return m, read(msg.ch)
+		return m, common.Next(msg.ch)
 	case waitedMsg:
 		if msg.seq != m.placeSeq || !m.placing {
 			return m, nil
@@ -407,17 +407,6 @@ func (m *Model) watch() tea.Cmd {
 			_ = send(waitedMsg{seq: seq, p: final, err: err})
 		}()
 		return <-ch
-	}
-}
-
-// read waits for the wait's next message; a closed channel (a wait given up) ends the loop.
-func read(ch <-chan tea.Msg) tea.Cmd {
-	return func() tea.Msg {
-		msg, ok := <-ch
-		if !ok {
-			return nil
-		}
-		return msg
 	}
 }
 
