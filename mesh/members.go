@@ -271,6 +271,10 @@ func (m *Mesh) acceptLive(n liveNotice) {
 		if n.Seq > mb.liveSeq {
 			mb.liveSeq, news = n.Seq, true
 			if mb.state == api.Suspect {
+				// A refutation: the member was unable to answer for about a probe interval and
+				// this long. It counts as an ack that slow, for the grace of its next suspicion:
+				// memberlist reports no ack later than its probe timeout.
+				mb.rtt.add(m.mlc.ProbeInterval+now.Sub(mb.since), now)
 				mb.state, mb.since = api.Alive, now
 			}
 		}
@@ -307,18 +311,19 @@ func (m *Mesh) acceptLive(n liveNotice) {
 }
 
 // How long a suspicion must stand unrefuted before it is shown. A healthy host refutes as soon
-// as it hears of it, so the grace is about how long a host may be unable to answer and never be
-// shown suspect — less the probe that failed (memberlist waits out its whole interval, 0.5 s on
-// the LAN). Measured on the LAN profile in the e2e LAN with the 0.5 s grace: a host frozen
-// (SIGSTOP) for up to 1.0 s was never shown suspect; frozen 1.2 s, it was once in three, its
-// refutation arriving 19 ms after the grace. A host under CPU load answers slower before it
-// misses a probe (acks on 2 busy cores took up to 330 ms, against about 1 ms idle), so the
-// grace grows with the slowest ack from that member lately (rttGraceMult times it), and with
-// this member's own ill health as memberlist's awareness counts it (Lifeguard: missed nacks say
-// the fault may be ours, our own timers running late). It never outlasts memberlist's shortest
-// suspicion timeout less suspectGrace: a crashed host must still be shown suspect before it is
-// declared dead. On the LAN that is 0.5 s on an idle network, as before, and up to 1.0 s for a
-// member slow to answer lately (and for its crash).
+// as it hears of it, so the grace is how long a host may be unable to answer, beyond the probe
+// that failed (memberlist waits out its whole interval, 0.5 s on the LAN), and never be shown
+// suspect. Measured in the e2e LAN with a fixed 0.5 s grace: a host frozen (SIGSTOP) up to
+// 1.0 s was never shown suspect; frozen 1.2 s it was, once in three, its refutation 19 ms late.
+// A host under CPU load first answers slower (acks on 2 busy cores took up to 330 ms, against
+// ~1 ms idle), and one that stalled once stalls again. So the grace is suspectGrace plus
+// rttGraceMult times the slowest ack from that member lately — a refuted suspicion counting as
+// an ack as late as it was, since memberlist reports none past its probe timeout — times one
+// plus this member's own ill health as memberlist's awareness counts it (Lifeguard: missed
+// nacks say the fault may be ours). It never outlasts memberlist's shortest suspicion timeout
+// less suspectGrace, so a crashed host is still shown suspect before it is declared dead: on
+// the LAN 0.5 s on an idle network, as before, up to 1.0 s for a member slow lately (and for
+// its crash).
 const (
 	rttGraceMult = 3
 	maxGraceMult = 3

@@ -38,6 +38,12 @@ func TestRefutedSuspicionIsNeverShown(t *testing.T) {
 	assert.NotContains(t, seen(), api.Suspect)
 	assert.False(t, hasEvent(events(), "b", "suspect"))
 	assert.Len(t, a.View().Ready("default", "llama3"), 1)
+
+	// b was slow once: its next suspicion, for a while, gets a longer grace.
+	a.mu.Lock()
+	grace := a.suspicionGraceLocked(a.members["b"], time.Now(), 0)
+	a.mu.Unlock()
+	assert.Greater(t, grace, a.t.suspectGrace)
 }
 
 // A member whose probes fail and that has had no ack for aloneAfter is cut off: it shows every
