@@ -178,7 +178,7 @@ func (m *Model) FullHelp() []common.HelpSection {
 			k.Send, k.Newline, k.Stop, keyModels, keyClear, keyScroll, keyBlur,
 			common.As(keyFocus, "type (when the input is left)"), common.As(k.Up, "scroll (input left)"), common.As(k.Down, "scroll (input left)"),
 		}},
-		{Title: "Chat: choosing a model", Keys: []key.Binding{k.Up, k.Down, keyChoose, keyClose}},
+		{Title: "Chat: choosing a model", Keys: []key.Binding{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, keyChoose, keyClose}},
 	}
 }
 

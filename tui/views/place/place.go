@@ -196,7 +196,7 @@ func (m *Model) FullHelp() []common.HelpSection {
 			common.As(keyChoose, "to the ranked hosts (or take a suggestion)"), keyRuntime, k.Spread, keyForm,
 		}},
 		{Title: "Place: ranked hosts", Keys: []key.Binding{
-			k.Up, k.Down, k.Top, k.Bottom, keyPlace, k.Spread, keyEdit,
+			k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, keyPlace, k.Spread, keyEdit,
 			common.As(k.Confirm, "yes, swap"), common.As(k.Cancel, "no swap"),
 		}},
 		{Title: "Place: the placement", Keys: []key.Binding{keyChat, keyLeave, keyDone}},
