@@ -1,13 +1,15 @@
 package gateway_test
 
 // BenchmarkFirstToken is the first-token path alone, on the llama-server simulator: one-token
-// streamed answers, so nothing behind the first token is measured. For profiling what a hop
-// does before the first byte, and for counting its allocations beside a bare proxy's:
+// streamed answers, so nothing behind the first token is measured; BenchmarkWholeAnswer is the
+// same paths with whole answers (8 to 39 tokens), for what a token costs. For profiling what a
+// hop does beside a bare proxy, and counting its allocations:
 //
 //	go test -run '^$' -bench '^BenchmarkFirstToken$' -benchmem -cpuprofile cpu.out ./agent/gateway/
 //
 // allocs/op counts the whole process (client, bare proxy or agents); the engine is its own
-// process. It asserts no time.
+// process. Each path runs on its own, not alternating as in BenchmarkCompare: their times are
+// comparable only on a quiet machine. It asserts no time.
 
 import (
 	"context"
@@ -24,7 +26,10 @@ import (
 	"github.com/llmkube/mesh/sim/gguf"
 )
 
-func BenchmarkFirstToken(b *testing.B) {
+func BenchmarkFirstToken(b *testing.B)  { benchLlamaPaths(b, true) }
+func BenchmarkWholeAnswer(b *testing.B) { benchLlamaPaths(b, false) }
+
+func benchLlamaPaths(b *testing.B, oneToken bool) {
 	bin := llamaServerSim(b)
 	spec, ok := gguf.Preset("sim-tiny")
 	if !ok {
@@ -56,7 +61,7 @@ func BenchmarkFirstToken(b *testing.B) {
 		{name: "two hops", url: nb.url + "/v1/chat/completions", model: "tiny"},
 	}
 	for _, p := range paths {
-		p.oneToken = true
+		p.oneToken = oneToken
 		for i := range cmpWarmRequest {
 			if _, err := e.chat(b.Context(), p, fmt.Sprint("warm up ", i%64)); err != nil {
 				b.Fatal(err)
@@ -64,6 +69,7 @@ func BenchmarkFirstToken(b *testing.B) {
 		}
 		b.Run(strings.ReplaceAll(p.name, " ", "-"), func(b *testing.B) {
 			var ttft []time.Duration
+			tokens := 0
 			i := 0
 			for b.Loop() {
 				s, err := e.chat(b.Context(), p, fmt.Sprint("prompt number ", i%64))
@@ -72,8 +78,10 @@ func BenchmarkFirstToken(b *testing.B) {
 				}
 				i++
 				ttft = append(ttft, s.ttft)
+				tokens += s.tokens
 			}
 			b.ReportMetric(micros(percentile(ttft, 0.5)), "µs-ttft-p50")
+			b.ReportMetric(float64(tokens)/float64(b.N), "tokens/op")
 		})
 	}
 }

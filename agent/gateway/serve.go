@@ -231,7 +231,8 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 			}
 		}
 		if ch.Done {
-			final = &ch
+			last := ch // a copy: taking ch's own address would move every chunk to the heap
+			final = &last
 		}
 		return nil
 	})

@@ -442,8 +442,8 @@ type counts struct {
 func quickCounts(data []byte) (n counts, ok bool) {
 	var choices bool
 	ok = true
-	walked := stream.Members(data, func(name string, v []byte) bool {
-		switch name {
+	walked := stream.Members(data, func(name, v []byte) bool {
+		switch string(name) {
 		case "choices":
 			ok = !choices && string(v) == "[]"
 			choices = true
@@ -471,9 +471,9 @@ func readCounts(v []byte, a, b string, ok bool) (x, y int, _ bool) {
 		return 0, 0, false
 	}
 	var seenA, seenB bool
-	walked := stream.Members(v, func(name string, num []byte) bool {
+	walked := stream.Members(v, func(name, num []byte) bool {
 		var dst *int
-		switch name {
+		switch string(name) {
 		case a:
 			dst, ok, seenA = &x, !seenA, true
 		case b:
@@ -500,9 +500,9 @@ func readCounts(v []byte, a, b string, ok bool) (x, y int, _ bool) {
 
 // foldsTo reports whether name is one of names as encoding/json matches them (without regard
 // to ASCII case; Members has ruled out anything but ASCII).
-func foldsTo(name string, names ...string) bool {
+func foldsTo(name []byte, names ...string) bool {
 	for _, n := range names {
-		if strings.EqualFold(name, n) {
+		if bytes.EqualFold(name, []byte(n)) {
 			return true
 		}
 	}

@@ -129,12 +129,12 @@ func HasMember(data []byte, keys ...string) bool {
 	return false
 }
 
-// Members calls fn with the name and raw value of each member of the JSON object data, in
+// Members calls fn with the name (unquoted) and raw value of each member of the JSON object data, in
 // order, until fn returns false. Only compact ASCII without escapes is walked (a space, a tab,
 // an escape or a non-ASCII byte anywhere answers false, as HasMember judges), so that every
 // string ends at its next quote; a document that is not an object of that kind answers false
 // too. It does not check that values are valid JSON: the caller reads the values it uses.
-func Members(data []byte, fn func(name string, value []byte) bool) bool {
+func Members(data []byte, fn func(name, value []byte) bool) bool {
 	for _, c := range data {
 		if c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\\' || c >= utf8.RuneSelf {
 			return false
@@ -154,7 +154,7 @@ func Members(data []byte, fn func(name string, value []byte) bool) bool {
 		if n < 0 || i+n+2 >= len(data) || data[i+n+2] != ':' {
 			return false
 		}
-		name := string(data[i+1 : i+1+n])
+		name := data[i+1 : i+1+n]
 		start := i + n + 3
 		end := skipValue(data, start)
 		if end < 0 || end >= len(data) || (data[end] != ',' && data[end] != '}') {

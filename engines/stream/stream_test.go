@@ -63,15 +63,15 @@ func BenchmarkHasMember(b *testing.B) {
 
 func TestMembers(t *testing.T) {
 	var names, values []string
-	ok := Members([]byte(`{"a":[1,{"b":"}"}],"s":"x,y","n":-1.5e3,"o":{"c":{}},"t":true}`), func(name string, v []byte) bool {
-		names, values = append(names, name), append(values, string(v))
+	ok := Members([]byte(`{"a":[1,{"b":"}"}],"s":"x,y","n":-1.5e3,"o":{"c":{}},"t":true}`), func(name, v []byte) bool {
+		names, values = append(names, string(name)), append(values, string(v))
 		return true
 	})
 	assert.True(t, ok)
 	assert.Equal(t, []string{"a", "s", "n", "o", "t"}, names)
 	assert.Equal(t, []string{`[1,{"b":"}"}]`, `"x,y"`, `-1.5e3`, `{"c":{}}`, `true`}, values)
-	assert.True(t, Members([]byte(`{}`), func(string, []byte) bool { t.Fatal("no members"); return false }))
+	assert.True(t, Members([]byte(`{}`), func(_, _ []byte) bool { t.Fatal("no members"); return false }))
 	for _, doc := range []string{`{"a": 1}`, `{"a":"\u0041"}`, `{"é":1}`, `[1]`, `{"a":1`, `{"a"}`, `{"a":}`, `{"a":"x}`} {
-		assert.False(t, Members([]byte(doc), func(string, []byte) bool { return true }), doc)
+		assert.False(t, Members([]byte(doc), func(_, _ []byte) bool { return true }), doc)
 	}
 }
