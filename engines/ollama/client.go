@@ -768,6 +768,9 @@ func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn fu
 // lineError is the error a streamed line carries in an "error" member (which ends the stream,
 // under code), or nil.
 func (c *Client) lineError(b []byte, code api.Code) error {
+	if !stream.HasMember(b, "error") {
+		return nil // no decode for a line that cannot hold one: a chat's last line is long
+	}
 	var f errorField
 	if json.Unmarshal(b, &f) == nil {
 		if msg := f.message(); msg != "" {
