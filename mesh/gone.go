@@ -104,6 +104,7 @@ func (m *Mesh) acceptGone(g goneRecord) {
 		return // nothing new
 	}
 	mb.addr, mb.state, mb.since, mb.updated = g.Addr, g.State, since, now
+	mb.quiet = false // a peer's suspicion is shown as the peer gives it
 	mb.leaving = g.State == api.Left
 	m.updateMetaLocked(mb, g.Meta)
 	mb.liveSeq = max(mb.liveSeq, g.Seq)

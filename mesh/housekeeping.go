@@ -20,7 +20,8 @@ func (m *Mesh) housekeeper() {
 		select {
 		case <-m.ctx.Done():
 			return
-		case now := <-tick.C:
+		case <-tick.C:
+			now := time.Now() // not the tick's: it may have waited in the channel
 			m.housekeep(now)
 			if now.Sub(lastSave) >= m.t.saveEvery {
 				lastSave = now
@@ -37,12 +38,25 @@ func (m *Mesh) housekeep(now time.Time) {
 	maxSusp := m.maxSuspicion()
 
 	m.mu.Lock()
+	// A tick this late means this process did not run meanwhile (a busy machine): refutations
+	// may wait unread in its socket. A suspicion's grace counts only time we could hear one, so
+	// every grace still running is lengthened by the stall. Seen in the e2e LAN: an agent
+	// stalled 2.4 s showed a healthy peer suspect on waking, its refutation read 3 ms later.
+	stalled := now.Sub(m.lastKeep) - m.t.tick
+	if stalled <= m.t.tick {
+		stalled = 0 // the ticker's usual lateness
+	}
+	m.lastKeep = now
 	for name, mb := range m.members {
 		if name == m.name {
 			continue
 		}
 		switch mb.state {
 		case api.Suspect:
+			if mb.quiet {
+				mb.quietUntil = mb.quietUntil.Add(stalled)
+				mb.quiet = now.Before(mb.quietUntil) // else shown: emitLocked below says so
+			}
 			// A suspicion our memberlist does not share was refuted in a way we missed; one
 			// only heard of (hearsay) was not, or our memberlist would have heard the node's
 			// refutation: it timed out into a death.

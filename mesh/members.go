@@ -24,8 +24,10 @@ type member struct {
 	state api.Liveness // Alive, Suspect, Dead or Left: memberlist's view, completed by notices
 	since time.Time    // of the last state change
 	// quietUntil: a fresh suspicion is shown, and the member's models leave routing, only if
-	// it stands unrefuted until then (see suspicionGraceLocked).
+	// it stands unrefuted until then (see suspicionGraceLocked); quiet while it is not shown
+	// yet. The housekeeper ends the quiet, having made up for any time this process stalled.
 	quietUntil time.Time
+	quiet      bool
 	rtt        rttPeak   // its acks' round trips lately, for the grace
 	updated    time.Time // of the last change of anything shown
 	liveSeq    uint64    // highest liveness notice seen for this node
@@ -60,7 +62,7 @@ func (mb *member) consoleLeft() bool { return mb.isConsole() && mb.state == api.
 // liveness is what a View shows: memberlist's state, or Unreachable for an alive agent whose
 // API address did not answer.
 func (mb *member) liveness() (api.Liveness, string) {
-	if mb.state == api.Suspect && time.Now().Before(mb.quietUntil) {
+	if mb.state == api.Suspect && mb.quiet {
 		return mb.aliveLiveness()
 	}
 	if mb.state != api.Alive || !mb.isAgent() {
@@ -286,7 +288,7 @@ func (m *Mesh) acceptLive(n liveNotice) {
 			news = true
 			mb.state, mb.since = api.Suspect, now
 			grace := m.suspicionGraceLocked(mb, now, health)
-			mb.quietUntil = now.Add(grace)
+			mb.quietUntil, mb.quiet = now.Add(grace), true
 			m.log.Debug("member suspected; shown unless refuted within the grace", "member", n.Node, "by", n.From, "grace", grace)
 		}
 	case liveLeave:

@@ -106,7 +106,8 @@ type Mesh struct {
 	// lastAck and lastFailed time (Unix ns) the last probe memberlist saw acked and the last
 	// one our failure detector failed: together they tell a member cut off (reconnect.go).
 	lastAck, lastFailed atomic.Int64
-	wasAlone            bool // guarded by mu; for the housekeeper to notice a change
+	wasAlone            bool      // guarded by mu; for the housekeeper to notice a change
+	lastKeep            time.Time // guarded by mu: the housekeeper's last round
 
 	mu         sync.Mutex // guards everything below; never held while calling memberlist
 	members    map[string]*member
@@ -209,6 +210,7 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 	m.diag = newDiagnostics(m)
 	m.stats = &gossipCounters{}
 	m.lastAck.Store(time.Now().UnixNano())
+	m.lastKeep = time.Now()
 	m.local.gen = uint64(time.Now().UnixMicro())
 	m.startSeq = m.liveSeq
 	initial, err := encodeMeta(nodeMeta{Role: cfg.Role, APIAddr: cfg.APIAddr, Seq: m.startSeq})

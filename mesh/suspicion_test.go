@@ -46,6 +46,39 @@ func TestRefutedSuspicionIsNeverShown(t *testing.T) {
 	assert.Greater(t, grace, a.t.suspectGrace)
 }
 
+// A suspicion's grace counts only time this member could hear a refutation: after a stall of
+// its own (its housekeeper's round due long ago, as when a busy machine does not run it), every
+// grace still running is lengthened by the stall rather than ending with refutations unread.
+func TestSuspicionGraceSurvivesOwnStall(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	c.add("b", api.RoleAgent)
+	waitFor(t, 10*time.Second, []*Mesh{a}, "b alive", allAlive("b"))
+
+	// As after a's own failed probe of b (nothing is sent to b, so nothing refutes), with a's
+	// last housekeeping round 3 s ago.
+	a.mu.Lock()
+	mb := a.members["b"]
+	now := time.Now()
+	mb.state, mb.since = api.Suspect, now
+	mb.quietUntil, mb.quiet = now.Add(a.t.suspectGrace), true
+	until := mb.quietUntil
+	a.lastKeep = now.Add(-3 * time.Second)
+	a.mu.Unlock()
+
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.lastKeep.After(now)
+	}, 5*time.Second, time.Millisecond, "a housekeeping round")
+	a.mu.Lock()
+	quiet, extended := mb.quiet, mb.quietUntil
+	a.mu.Unlock()
+	assert.True(t, quiet, "not shown on waking")
+	assert.GreaterOrEqual(t, extended.Sub(until), 2*time.Second, "the grace lengthened by the stall")
+	assert.Equal(t, api.Alive, liveness(a.View(), "b"))
+}
+
 // A member whose probes fail and that has had no ack for aloneAfter is cut off: it shows every
 // other member unreachable and their models unavailable at once, and recovers with the next ack.
 func TestAloneMemberShowsEveryOtherUnreachable(t *testing.T) {
