@@ -63,7 +63,8 @@ type Model struct {
 	focus   int
 	runtime api.Runtime // "" = inferred from the source
 	spread  bool
-	sugg    int // highlighted suggestion, -1 for none
+	sugg    int           // highlighted suggestion, -1 for none
+	suggCur common.Cursor // the suggestions' scroll, which follows sugg
 
 	// The estimate is asked of an agent when the source, runtime or context change (debounced,
 	// by sequence number); the ranking is recomputed locally from it on every mesh change.

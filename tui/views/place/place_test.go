@@ -233,6 +233,31 @@ func TestSuggestionsComplete(t *testing.T) {
 	assert.Equal(t, fieldNamespace, m.focus, "tab without a suggestion moves on")
 }
 
+// The suggestions show three at a time: the highlighted one stays in sight, and moving back up
+// does not jump the window.
+func TestSuggestionsScroll(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	all := m.Suggestions()
+	require.Greater(t, len(all), 5)
+	shown := func() (out []string) {
+		for _, s := range all {
+			if strings.Contains(m.View(), s.Source+"  ") {
+				out = append(out, s.Source)
+			}
+		}
+		return out
+	}
+	assert.Equal(t, []string{all[0].Source, all[1].Source, all[2].Source}, shown())
+	press(m, "down", "down", "down", "down", "down")
+	assert.Equal(t, 4, m.sugg)
+	assert.Equal(t, []string{all[2].Source, all[3].Source, all[4].Source}, shown())
+	press(m, "up")
+	assert.Equal(t, []string{all[2].Source, all[3].Source, all[4].Source}, shown(), "the window stays while the highlight is in it")
+	press(m, "up", "up")
+	assert.Equal(t, []string{all[1].Source, all[2].Source, all[3].Source}, shown())
+}
+
 func TestRuntimeInferredAndCycled(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(80, 24)

@@ -96,11 +96,10 @@ func (m *Model) suggestionLines() []string {
 	if m.height >= 30 {
 		n = 5
 	}
-	// Keep the highlighted one in sight.
-	start := 0
-	if m.sugg >= n {
-		start = m.sugg - n + 1
-	}
+	// The highlighted one stays in sight; none highlighted shows the first ones.
+	m.suggCur.Pos = max(m.sugg, 0)
+	m.suggCur.Clamp(len(sugg), n)
+	start := m.suggCur.Offset
 	end := min(start+n, len(sugg))
 	var out []string
 	indent := strings.Repeat(" ", labelWidth)
