@@ -128,18 +128,19 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 		g.fail(w, d, f)
 		return
 	}
-	cands, v, ok := g.route(w, d, in, call.model)
+	rt, ok := g.route(w, d, in, call.model)
 	if !ok {
 		return
 	}
 	var last *failure
-	for i, c := range cands {
+	for i := 0; i < len(rt.cands); i++ {
+		c := rt.cands[i]
 		var committed bool
 		var err error
 		if c.local != nil {
 			committed, err = g.embedLocal(w, r, call, c, start)
 		} else {
-			committed, err = g.forward(w, r, d, body, c, v, i == len(cands)-1, start)
+			committed, err = g.forward(w, r, d, body, c, rt.v, i == len(rt.cands)-1, start)
 		}
 		if committed || err == nil {
 			return
@@ -148,6 +149,7 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 			g.m.clientGone()
 			return
 		}
+		g.widen(&rt, i+1)
 		if last = failureOf(err); !last.retryable() && last.code != api.CodeBadRequest {
 			break // a replica that cannot embed may sit beside one that can
 		}

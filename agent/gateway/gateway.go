@@ -293,25 +293,30 @@ type candidate struct {
 // this gateway knows: requests it is serving on a local placement (queued ones included), or
 // forwards in flight to a remote one. Other agents' traffic to a remote replica is invisible
 // here; measured speed breaks ties.
-func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v View) []candidate {
-	var out []candidate
+//
+// Unless all, the remote replicas are not looked up when a local one is idle (narrow): it would
+// lead whatever they are (no load is below none, and local wins a tie), and looking means taking
+// the mesh view, which copies every member's state.
+func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v View, all bool) (out []candidate, narrow bool) {
 	for _, l := range g.a.ServingAll(who) {
 		if l.Placement.Model != model {
 			continue
 		}
-		out = append(out, candidate{p: l.Placement, local: &l})
+		c := candidate{p: l.Placement, local: &l, busy: g.counter(l.Placement.Host, l.Placement.ID)}
+		c.load = c.busy.Load()
+		narrow = narrow || c.load == 0
+		out = append(out, c)
 	}
-	if !forwarded && v != nil {
+	narrow = narrow && !all && !forwarded && v != nil
+	if !forwarded && v != nil && !narrow {
 		for _, p := range v.Ready(nsFilter(who), model) {
 			if p.Host == g.self || !who.Allows(p.Namespace) {
 				continue
 			}
-			out = append(out, candidate{p: p})
+			c := candidate{p: p, busy: g.counter(p.Host, p.ID)}
+			c.load = c.busy.Load()
+			out = append(out, c)
 		}
-	}
-	for i := range out {
-		out[i].busy = g.counter(out[i].p.Host, out[i].p.ID)
-		out[i].load = out[i].busy.Load()
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int {
 		return cmp.Or(
@@ -321,7 +326,7 @@ func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v 
 			cmp.Compare(a.p.TTFTMillis, b.p.TTFTMillis),
 		)
 	})
-	return out
+	return out, narrow
 }
 
 func boolOrder(a, b bool) int {
@@ -339,6 +344,7 @@ func boolOrder(a, b bool) int {
 // when there is none — the same answer whether the model exists in a namespace the caller may
 // not see or nowhere, so a token learns nothing of other namespaces.
 func (g *Gateway) notServed(who api.Principal, model string, forwarded bool, v View) *failure {
+	v = taken(v)
 	var seen []api.Placement
 	for _, p := range g.a.List(who) {
 		if p.Model == model {
@@ -373,15 +379,16 @@ func (g *Gateway) notServed(who api.Principal, model string, forwarded bool, v V
 
 // lookup finds the replicas of a requested model: by its name, else (only then, as looking
 // costs a walk over every placement) by its Ollama twin. It returns the name they serve.
-func (g *Gateway) lookup(who api.Principal, model string, forwarded bool, v View) (string, []candidate) {
-	if cands := g.candidates(who, model, forwarded, v); len(cands) > 0 {
-		return model, cands
+func (g *Gateway) lookup(who api.Principal, model string, forwarded bool, v View) (string, []candidate, bool) {
+	if cands, narrow := g.candidates(who, model, forwarded, v, false); len(cands) > 0 {
+		return model, cands, narrow
 	}
 	name := g.resolve(who, model, forwarded, v)
 	if name == model {
-		return model, nil
+		return model, nil, false
 	}
-	return name, g.candidates(who, name, forwarded, v)
+	cands, narrow := g.candidates(who, name, forwarded, v, false)
+	return name, cands, narrow
 }
 
 // resolve is the name a requested model is served under for who: the name itself when a
@@ -426,6 +433,51 @@ func ollamaTwin(model string) (string, bool) {
 		return model + ":latest", true
 	}
 	return "", false
+}
+
+// lazyView is the mesh view, taken on first use: taking it copies every member's state
+// (mesh.Mesh.View), per request and more with every member, and a chat that an idle local
+// replica serves never needs it. One request's, not safe for concurrent use.
+type lazyView struct {
+	get  func() View
+	v    View
+	done bool
+}
+
+func (l *lazyView) load() View {
+	if !l.done {
+		l.v, l.done = l.get(), true
+	}
+	return l.v
+}
+
+func (l *lazyView) Ready(namespace, model string) []api.Placement {
+	if v := l.load(); v != nil {
+		return v.Ready(namespace, model)
+	}
+	return nil
+}
+
+func (l *lazyView) Member(name string) (api.Member, bool) {
+	if v := l.load(); v != nil {
+		return v.Member(name)
+	}
+	return api.Member{}, false
+}
+
+func (l *lazyView) Placements() []api.Placement {
+	if v := l.load(); v != nil {
+		return v.Placements()
+	}
+	return nil
+}
+
+// taken is the view, taken now: nil when there is no mesh view at all.
+func taken(v View) View {
+	if l, ok := v.(*lazyView); ok {
+		return l.load()
+	}
+	return v
 }
 
 // view is the current mesh view, or nil when the gateway runs without a mesh.

@@ -2,10 +2,13 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,4 +196,47 @@ func TestFailoverBeforeTheFirstByte(t *testing.T) {
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(body, &m))
 	assert.Equal(t, true, m["done"])
+}
+
+// TestLocalReplicaFailsOverToARemoteOne: an idle local replica is chosen without looking at
+// the mesh's (see candidates); when its engine fails before answering, the remote replicas are
+// looked up then, and the request goes to one.
+func TestLocalReplicaFailsOverToARemoteOne(t *testing.T) {
+	slowHealth := func(c *agent.Config) { c.HealthInterval = time.Minute }
+	simA, simC := ollamaSim(t, nil, "llama3.2:1b"), ollamaSim(t, nil, "llama3.2:1b")
+	var logged syncBuffer
+	a := ollamaNode(t, "node-a", simA, func(c *gateway.Config) {
+		c.Log = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}, slowHealth)
+	c := ollamaNode(t, "node-c", simC, nil, slowHealth)
+	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	place(t, c, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	join(t, a, c)
+	require.NoError(t, simA.Close()) // node-a's engine dies; its placement still shows ready
+
+	for _, route := range []string{"/v1/chat/completions", "/api/chat"} {
+		resp, body := call(t, "POST", a.url+route, adminToken, chatBody("llama", "still there?", false, ""))
+		require.Equal(t, 200, resp.StatusCode, "%s: %s", route, body)
+	}
+	assert.Equal(t, 2, strings.Count(logged.String(), "replica failed before answering; trying the next"),
+		"node-a's own replica was tried first each time, and failed:\n%s", logged.String())
+	assert.Equal(t, 2, simC.Stats().Generations, "node-c answered both")
+}
+
+// syncBuffer is a buffer a logger may write from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

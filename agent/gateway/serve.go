@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,7 +46,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		g.fail(w, d, f)
 		return
 	}
-	cands, v, ok := g.route(w, d, in, call.model)
+	rt, ok := g.route(w, d, in, call.model)
 	if !ok {
 		return
 	}
@@ -55,7 +56,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	}
 	var last *failure
 	refusedContext := 0 // the largest context an engine found the prompt too long for
-	for i, c := range cands {
+	for i := 0; i < len(rt.cands); i++ {
+		c := rt.cands[i]
 		if refusedContext > 0 && c.p.Context <= refusedContext {
 			continue
 		}
@@ -64,7 +66,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		if c.local != nil {
 			committed, err = g.serveLocal(w, r, call, c, start)
 		} else {
-			committed, err = g.forward(w, r, d, body, c, v, i == len(cands)-1, start)
+			committed, err = g.forward(w, r, d, body, c, rt.v, i == len(rt.cands)-1, start)
 		}
 		if committed || err == nil {
 			return
@@ -73,6 +75,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 			g.m.clientGone()
 			return
 		}
+		g.widen(&rt, i+1)
 		last = explain(failureOf(err), c.p, call)
 		if last.code == api.CodeContextLimit && c.p.Context > 0 {
 			// Only a replica with a larger context can take this prompt.
@@ -82,7 +85,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		if !last.retryable() {
 			break
 		}
-		if i < len(cands)-1 {
+		if i < len(rt.cands)-1 {
 			g.log.Info("replica failed before answering; trying the next", "model", call.model,
 				"host", c.p.Host, "placement", c.p.ID, "err", err)
 		}
@@ -117,21 +120,50 @@ func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect) (in
 	return inbound{who: who, body: body, forwarded: r.Header.Get(HopHeader) != ""}, true
 }
 
+// routing is where a request may go: its replicas, best first, and the view they came from.
+type routing struct {
+	cands []candidate
+	v     View // nil for a forwarded request, or without a mesh
+	who   api.Principal
+	model string // the name the replicas serve
+	// narrow: the remote replicas were not looked up, as a local one that is idle leads (see
+	// candidates); widen adds them once a replica has failed.
+	narrow bool
+}
+
 // route finds the replicas of model as the caller may name it — scoped first, so a name never
 // resolves across namespaces — and answers 404 (or why it is not served) when there are none.
-// The view is the mesh's (empty for a forwarded request, which is served locally or not at all).
-func (g *Gateway) route(w http.ResponseWriter, d dialect, in inbound, model string) ([]candidate, View, bool) {
+// The view is the mesh's, taken only if needed (empty for a forwarded request, which is served
+// locally or not at all).
+func (g *Gateway) route(w http.ResponseWriter, d dialect, in inbound, model string) (routing, bool) {
 	var v View
-	if !in.forwarded {
-		v = g.view()
+	if !in.forwarded && g.cfg.View != nil {
+		v = &lazyView{get: g.cfg.View}
 	}
 	who, model := g.scope(in.who, model, in.forwarded, v)
-	name, cands := g.lookup(who, model, in.forwarded, v)
+	name, cands, narrow := g.lookup(who, model, in.forwarded, v)
 	if len(cands) == 0 {
 		g.fail(w, d, g.notServed(who, name, in.forwarded, v))
-		return nil, v, false
+		return routing{}, false
 	}
-	return cands, v, true
+	return routing{cands: cands, v: v, who: who, model: name, narrow: narrow}, true
+}
+
+// widen adds the remote replicas to a narrow routing once the first tried ones failed: the
+// replicas after them are then in the order candidates gives them all.
+func (g *Gateway) widen(rt *routing, tried int) {
+	if !rt.narrow {
+		return
+	}
+	rt.narrow = false
+	all, _ := g.candidates(rt.who, rt.model, false, rt.v, true)
+	done := rt.cands[:tried:tried]
+	for _, c := range all {
+		if !slices.ContainsFunc(done, func(t candidate) bool { return t.p.Host == c.p.Host && t.p.ID == c.p.ID }) {
+			done = append(done, c)
+		}
+	}
+	rt.cands = done
 }
 
 // fail answers an error and counts it.
