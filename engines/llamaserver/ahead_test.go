@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/engines"
 )
 
 // engineEnd is the engine's side of a loopback listener: every accepted connection, in order.
@@ -141,4 +144,57 @@ func TestDialAheadSpareExpires(t *testing.T) {
 	defer a.mu.Unlock()
 	assert.Nil(t, a.spare)
 	assert.False(t, a.dialing)
+}
+
+// BenchmarkChatFirstPiece is the time from a chat's start to its first piece through the
+// driver on the simulator (which closes a connection after a streamed answer, as llama-server
+// does), with the connection dialed ahead and with one dialed for each chat (spares never
+// kept), alternating chat by chat between two engines of one driver so that a busy machine
+// hits both alike.
+//
+//	go test -run '^$' -bench ChatFirstPiece ./engines/llamaserver/
+func BenchmarkChatFirstPiece(b *testing.B) {
+	d := newDriver(b, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"} })
+	model := modelFile(b)
+	ahead := engines.Model{ID: "ahead", Name: "tiny", Source: model, Context: 512}
+	dial := engines.Model{ID: "dial", Name: "tiny", Source: model, Context: 512}
+	for _, m := range []engines.Model{ahead, dial} {
+		if _, err := d.Load(b.Context(), m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	inst, err := d.instance(dial.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inst.ahead.life = 0 // a spare is never young enough: every chat dials its own
+	req := engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "hi"}}, MaxTokens: 1}
+	first := func(m engines.Model) time.Duration {
+		start := time.Now()
+		var took time.Duration
+		if err := d.Chat(b.Context(), m, req, func(c engines.ChatChunk) error {
+			if took == 0 && c.Content != "" {
+				took = time.Since(start)
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		return took
+	}
+	for range 50 {
+		first(ahead)
+		first(dial)
+	}
+	var withAhead, withDial []time.Duration
+	for b.Loop() {
+		withAhead = append(withAhead, first(ahead))
+		withDial = append(withDial, first(dial))
+	}
+	median := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(median(withAhead), "µs-first-ahead")
+	b.ReportMetric(median(withDial), "µs-first-dialed")
 }

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 }
 
 // modelFile writes a small valid GGUF file.
-func modelFile(t *testing.T) string {
+func modelFile(t testing.TB) string {
 	t.Helper()
 	spec, ok := gguf.Preset("sim-tiny")
 	require.True(t, ok)
@@ -59,7 +59,7 @@ func modelFile(t *testing.T) string {
 	return p
 }
 
-func newDriver(t *testing.T, tune func(*Config)) *Driver {
+func newDriver(t testing.TB, tune func(*Config)) *Driver {
 	t.Helper()
 	cfg := Config{Binary: simBin, LogDir: t.TempDir(), ModelsDir: t.TempDir(), StopGrace: 5 * time.Second, HealthTimeout: 30 * time.Second}
 	if tune != nil {
