@@ -84,6 +84,12 @@ func TestDialAhead(t *testing.T) {
 	require.NoError(t, err)
 	defer first.Close()
 	_, spare := e.split(t, first) // no spare yet: the first is dialed at once, the next ahead
+	kept := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.spare != nil
+	}
+	require.Eventually(t, kept, 10*time.Second, time.Millisecond, "the spare is kept") // its dial returned
 
 	second, err := a.DialContext(ctx, "tcp", a.addr)
 	require.NoError(t, err)
@@ -111,11 +117,7 @@ func TestDialAhead(t *testing.T) {
 	require.NoError(t, err)
 
 	// The engine exits: its spare is closed.
-	require.Eventually(t, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.spare != nil
-	}, 10*time.Second, time.Millisecond, "the next spare is kept")
+	require.Eventually(t, kept, 10*time.Second, time.Millisecond, "the next spare is kept")
 	a.close()
 	next.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err = next.Read(b)
