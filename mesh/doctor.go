@@ -92,7 +92,7 @@ func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 		add(api.SeverityError,
 			"this host is cut off: no other member answers it, though it had peers; it routes to none of their models meanwhile",
 			fmt.Sprintf("check this host's network: its cable or Wi-Fi, its address, a firewall dropping UDP or TCP port %s; if it is fine, every other host is down. It rejoins them within seconds of their answering again", cmp.Or(port, "of the gossip")))
-		detail("%d peer(s), the last answer %s ago", m.peersHadLocked(), ago(time.Unix(0, m.lastAck.Load())))
+		detail("%d peer(s), the last heard from %s ago", m.peersHadLocked(), ago(time.Unix(0, max(m.lastAck.Load(), m.lastPinged.Load()))))
 	}
 	for _, c := range m.candidates {
 		if c.err == nil {

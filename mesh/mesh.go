@@ -103,11 +103,12 @@ type Mesh struct {
 	meta    atomic.Pointer[[]byte] // encoded local metadata, what memberlist gossips
 	nAlive  atomic.Int32           // members alive or suspect, for the broadcast queue
 	leaving atomic.Bool            // Leave was called: refute no suspicion
-	// lastAck and lastFailed time (Unix ns) the last probe memberlist saw acked and the last
-	// one our failure detector failed: together they tell a member cut off (reconnect.go).
-	lastAck, lastFailed atomic.Int64
-	wasAlone            bool      // guarded by mu; for the housekeeper to notice a change
-	lastKeep            time.Time // guarded by mu: the housekeeper's last round
+	// lastAck, lastFailed and lastPinged time (Unix ns) the last probe memberlist saw acked,
+	// the last one our failure detector failed, and the last probe of us by another member:
+	// together they tell a member cut off (reconnect.go).
+	lastAck, lastFailed, lastPinged atomic.Int64
+	wasAlone                        bool      // guarded by mu; for the housekeeper to notice a change
+	lastKeep                        time.Time // guarded by mu: the housekeeper's last round
 
 	mu         sync.Mutex // guards everything below; never held while calling memberlist
 	members    map[string]*member

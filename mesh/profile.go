@@ -44,11 +44,11 @@ func profile(name string) (*memberlist.Config, timings, error) {
 		// Faster failure detection than memberlist's defaults (probe every 1 s, suspicion
 		// ×4): a crashed host must stop being routed to within seconds, suspect within 2 s
 		// and dead within 5 s at 10 hosts. It doubles probe traffic, still a few hundred
-		// bytes a second per member (BENCHMARKS.md). A suspicion is shown only after a 0.5 s
-		// grace: a host slow to ack one probe (a Pi busy with inference, a loaded machine)
-		// refutes within it — the suspect notice goes straight to it, its refutation straight
-		// back — so a healthy host's models never leave routing; a crashed host is still shown
-		// suspect within 2 s.
+		// bytes a second per member (BENCHMARKS.md). A suspicion is shown only after a grace,
+		// 0.5 s, up to 1.0 s for a host slow to answer lately (suspicionGraceLocked): a host
+		// slow to ack one probe (a Pi busy with inference, a loaded machine) refutes within it —
+		// the suspect notice goes straight to it, its refutation straight back — so a healthy
+		// host's models never leave routing; a crashed host is still shown suspect within 2 s.
 		c.ProbeInterval = 500 * time.Millisecond
 		c.ProbeTimeout = 400 * time.Millisecond
 		c.SuspicionMult = 3

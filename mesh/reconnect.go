@@ -135,7 +135,11 @@ func (m *Mesh) tryRejoin(name, addr string) {
 // pings is memberlist's PingDelegate: it hears every probe acked directly, with its round trip.
 type pings Mesh
 
-func (p *pings) AckPayload() []byte { return nil }
+// AckPayload is called as we answer another member's probe: it can reach us.
+func (p *pings) AckPayload() []byte {
+	(*Mesh)(p).lastPinged.Store(time.Now().UnixNano())
+	return nil
+}
 
 func (p *pings) NotifyPingComplete(n *memberlist.Node, rtt time.Duration, _ []byte) {
 	m := (*Mesh)(p)
@@ -151,14 +155,22 @@ func (p *pings) NotifyPingComplete(n *memberlist.Node, rtt time.Duration, _ []by
 }
 
 // aloneLocked reports whether this member is cut off: it has had peers, our own failure
-// detector failed a probe since the last acked one, and nothing was acked for aloneAfter. Peers
+// detector failed a probe since the last acked one, and for aloneAfter no probe of ours was
+// acked and no member probed us. Peers
 // our memberlist declared dead meanwhile still count (an agent, not a console that came and
 // went): a host cut off for longer than memberlist's suspicion timeout stays cut off, in its
 // view and its doctor, until one answers again. From here that cannot be told apart from every
 // other host failing at once, and the doctor's finding says both.
+//
+// Nor is a member probed by others meanwhile cut off: probes of a peer that just crashed can
+// take every probe slot for aloneAfter (memberlist probes a suspect too, and may probe one
+// member twice running across its shuffle), and in the e2e LAN a healthy host with two peers
+// called itself cut off for 0.1 s in most crash checks, its view showing every other member
+// unreachable meanwhile.
 func (m *Mesh) aloneLocked(now time.Time) bool {
 	ack, failed := m.lastAck.Load(), m.lastFailed.Load()
-	if failed <= ack || now.Sub(time.Unix(0, ack)) < m.t.aloneAfter {
+	heard := max(ack, m.lastPinged.Load())
+	if failed <= ack || now.Sub(time.Unix(0, heard)) < m.t.aloneAfter {
 		return false
 	}
 	return m.peersHadLocked() > 0

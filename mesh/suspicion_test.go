@@ -79,6 +79,27 @@ func TestSuspicionGraceSurvivesOwnStall(t *testing.T) {
 	assert.Equal(t, api.Alive, liveness(a.View(), "b"))
 }
 
+// A member whose own probes have all failed for aloneAfter is not cut off while another still
+// probes it (as when a peer just crashed and happened to take every probe slot).
+func TestMemberProbedByOthersIsNotAlone(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	c.add("b", api.RoleAgent)
+	waitFor(t, 10*time.Second, []*Mesh{a}, "b alive", allAlive("b"))
+	require.Eventually(t, func() bool {
+		longAgo := time.Now().Add(-a.t.aloneAfter - time.Second).UnixNano()
+		a.lastAck.Store(longAgo)
+		a.lastFailed.Store(longAgo + 1)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		now := time.Now()
+		if now.Sub(time.Unix(0, a.lastPinged.Load())) >= a.t.aloneAfter {
+			return false // b's probes have not reached a lately: nothing to tell
+		}
+		return !a.aloneLocked(now)
+	}, 10*time.Second, time.Millisecond, "a, probed by b, is not cut off")
+}
+
 // A member whose probes fail and that has had no ack for aloneAfter is cut off: it shows every
 // other member unreachable and their models unavailable at once, and recovers with the next ack.
 func TestAloneMemberShowsEveryOtherUnreachable(t *testing.T) {
@@ -96,6 +117,7 @@ func TestAloneMemberShowsEveryOtherUnreachable(t *testing.T) {
 	require.Eventually(t, func() bool {
 		longAgo := time.Now().Add(-a.t.aloneAfter - time.Second).UnixNano()
 		a.lastAck.Store(longAgo)
+		a.lastPinged.Store(longAgo)
 		a.lastFailed.Store(longAgo + 1)
 		a.mu.Lock()
 		defer a.mu.Unlock()
