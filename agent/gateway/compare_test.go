@@ -5,7 +5,8 @@ package gateway_test
 // no pacing, so the paths' own cost dominates). Paths, all OpenAI server-sent events:
 //
 //	direct    client → engine
-//	bare      client → a bare Go httputil.ReverseProxy (FlushInterval -1) → engine
+//	bare      client → a bare Go httputil.ReverseProxy (FlushInterval -1) → engine, on a
+//	          connection per request as llama-server needs (see bareProxy)
 //	one hop   client → agent A → engine
 //	two hops  client → agent B → agent A → engine
 //
