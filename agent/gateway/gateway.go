@@ -113,10 +113,10 @@ type Gateway struct {
 	m    *metrics
 
 	mu       sync.Mutex
-	inflight map[string]*atomic.Int64 // by host + "/" + placement id
-	queues   map[string]*queue        // by runtime + " " + engine address
-	speeds   map[string]*speedBook    // by local placement id
-	items    *itemStore               // answers given through /v1/responses, for item_reference
+	inflight map[replica]*atomic.Int64
+	queues   map[string]*queue     // by runtime + " " + engine address
+	speeds   map[string]*speedBook // by local placement id
+	items    *itemStore            // answers given through /v1/responses, for item_reference
 }
 
 // New builds a gateway and registers its metrics.
@@ -162,7 +162,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	return &Gateway{
 		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hc: hc, m: m,
-		inflight: map[string]*atomic.Int64{},
+		inflight: map[replica]*atomic.Int64{},
 		queues:   map[string]*queue{},
 		speeds:   map[string]*speedBook{},
 		items:    newItemStore(),
@@ -267,9 +267,12 @@ func nsFilter(who api.Principal) string {
 	return who.Namespace
 }
 
+// replica names one placement on one host.
+type replica struct{ host, id string }
+
 // counter returns the in-flight counter of one placement.
 func (g *Gateway) counter(host, id string) *atomic.Int64 {
-	key := host + "/" + id
+	key := replica{host, id} // not a joined string: no allocation per look-up
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	c, ok := g.inflight[key]
