@@ -51,7 +51,7 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 		return a.withSession(cmd, wait, needAgents, func(ctx context.Context, s *session) error {
 			// Placing what already runs is placing once: a script may run this twice.
 			var err error
-			p, existed := s.conn.Existing(req, host)
+			p, existed := s.conn.Existing(ctx, req, host)
 			if !existed {
 				if host == "" {
 					if host, err = a.chooseHost(ctx, s.conn, req, rf.spread, auto); err != nil {

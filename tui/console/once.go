@@ -48,8 +48,17 @@ func existing(ps []api.Placement, req api.PlacementRequest, host string) (api.Pl
 }
 
 // Existing is a placement of the mesh (as this token sees it) that req describes, on host
-// ("" any host).
-func (c *Conn) Existing(req api.PlacementRequest, host string) (api.Placement, bool) {
+// ("" any host), as its owner has it now. The view lags the owner by a gossip round: a
+// placement deleted a moment ago may still be in it, and the owner has the last word.
+func (c *Conn) Existing(ctx context.Context, req api.PlacementRequest, host string) (api.Placement, bool) {
+	if p, ok := c.seen(req, host); ok {
+		return c.confirm(ctx, p)
+	}
+	return api.Placement{}, false
+}
+
+// seen is the view's placement that req describes, on host ("" any host).
+func (c *Conn) seen(req api.PlacementRequest, host string) (api.Placement, bool) {
 	v, err := c.ScopedView()
 	if err != nil {
 		return api.Placement{}, false
@@ -63,12 +72,8 @@ func (c *Conn) Existing(req api.PlacementRequest, host string) (api.Placement, b
 // `place --auto --wait` again). An agent that refuses with Conflict is asked for its
 // placements, in case the view was a gossip round behind.
 func (c *Conn) PlaceOnce(ctx context.Context, host string, req api.PlacementRequest) (p api.Placement, existed bool, err error) {
-	if p, ok := c.Existing(req, host); ok {
-		// The view lags the owner by a gossip round: a placement deleted a moment ago may still
-		// be in it. The owner has the last word.
-		if cur, ok := c.confirm(ctx, p); ok {
-			return cur, true, nil
-		}
+	if p, ok := c.Existing(ctx, req, host); ok {
+		return p, true, nil
 	}
 	p, err = c.Place(ctx, host, req)
 	var ae *api.Error

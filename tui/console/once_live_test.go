@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -32,8 +33,8 @@ func TestPlaceOnceAsksTheOwner(t *testing.T) {
 	c, err := console.Connect(ctx, console.Options{AgentURL: m.Host("gpu-server").URL, Token: m.AdminToken(), Poll: time.Hour})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	_, ok := c.Existing(req, "gpu-server")
-	require.True(t, ok, "the view holds the placement")
+	_, ok := c.Existing(ctx, req, "gpu-server")
+	require.True(t, ok, "the view holds the placement, and so does its owner")
 
 	p, existed, err := c.PlaceOnce(ctx, "gpu-server", req)
 	require.NoError(t, err)
@@ -41,8 +42,10 @@ func TestPlaceOnceAsksTheOwner(t *testing.T) {
 	assert.Equal(t, first.ID, p.ID)
 
 	require.NoError(t, m.Client("gpu-server").Delete(ctx, first.ID))
-	_, ok = c.Existing(req, "gpu-server")
-	require.True(t, ok, "the stale view still holds it")
+	require.True(t, slices.ContainsFunc(console.Placements(c.View()), func(p api.Placement) bool { return p.ID == first.ID }),
+		"the stale view still holds it")
+	_, ok = c.Existing(ctx, req, "gpu-server")
+	assert.False(t, ok, "but it does not exist: its owner has the last word (place --wait trusted the view, and waited for a placement that was gone)")
 	p, existed, err = c.PlaceOnce(ctx, "gpu-server", req)
 	require.NoError(t, err)
 	assert.False(t, existed, "a placement its owner no longer has is placed again")
