@@ -264,6 +264,7 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 		return emit(final)
 	}
 	held := false // a chunk went out with More, and no chunk without it since
+	var tail []byte // the members after the choices of the last event read quickly
 	for {
 		if held && !r.Ready() {
 			if err := emit(engines.ChatChunk{}); err != nil {
@@ -296,7 +297,7 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 		if string(value) == "[DONE]" {
 			return end()
 		}
-		if content, finish, ok := quickEvent(value); ok {
+		if content, finish, ok := quickEvent(value, &tail); ok {
 			if content != "" {
 				if err := emit(engines.ChatChunk{Content: content, More: true}); err != nil {
 					return err
@@ -379,7 +380,11 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 // or with the delta first ({"delta":…,"finish_reason":…,"index":…}, as encoding/json orders
 // them), and no usage, timings or error after the choices. Anything else, or content that is
 // not plain (invalid UTF-8, U+2028 or U+2029), is not ok: the caller decodes it whole.
-func quickEvent(data []byte) (content, finish string, ok bool) {
+//
+// tail holds the members after the choices of the last event it took, judged free of those a
+// decode would read: llama-server repeats them unchanged in every event of an answer (id,
+// created, model, …), so an event whose members are the same bytes is not judged again.
+func quickEvent(data []byte, tail *[]byte) (content, finish string, ok bool) {
 	rest, ok := bytes.CutPrefix(data, []byte(`{"choices":[{`))
 	if !ok || data[len(data)-1] != '}' {
 		return "", "", false
@@ -416,8 +421,11 @@ func quickEvent(data []byte) (content, finish string, ok bool) {
 	}
 	// The rest is the top level's other members: usage, timings, an error, or choices again
 	// (the last of two wins) would be read by a decode.
-	if stream.HasMember(rest, "usage", "timings", "error", "choices") {
-		return "", "", false
+	if !bytes.Equal(rest, *tail) {
+		if stream.HasMember(rest, "usage", "timings", "error", "choices") {
+			return "", "", false
+		}
+		*tail = append((*tail)[:0], rest...)
 	}
 	return content, finish, true
 }

@@ -770,8 +770,11 @@ func TestStreamContextExceededIsContextLimit(t *testing.T) {
 }
 
 // quickEvent takes the events of llama-server's answers as build 9749 writes them (copied from
-// its output), and leaves those with usage or timings to a decode.
+// its output), and leaves those with usage or timings to a decode, whatever the events before
+// them (one answer's, in order: the members after the choices are judged once while they stay
+// the same bytes).
 func TestQuickEventReadsLlamaServersEvents(t *testing.T) {
+	var seen []byte
 	const tail = `],"created":1796133633,"id":"chatcmpl-PoJuPs4ythHSDNfzcanQRkqMOh7bOiim","model":"/work/shared/engines/models/tiny.gguf","system_fingerprint":"b9749-d32676d77","object":"chat.completion.chunk"`
 	for _, tc := range []struct {
 		data, content, finish string
@@ -784,7 +787,7 @@ func TestQuickEventReadsLlamaServersEvents(t *testing.T) {
 		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `,"timings":{"cache_n":0,"prompt_n":29}}`, "", "", false},
 		{`{"choices":[` + tail + `,"usage":{"completion_tokens":3,"prompt_tokens":29,"total_tokens":32}}`, "", "", false},
 	} {
-		content, finish, ok := quickEvent([]byte(tc.data))
+		content, finish, ok := quickEvent([]byte(tc.data), &seen)
 		assert.Equal(t, tc.ok, ok, tc.data)
 		assert.Equal(t, tc.content, content, tc.data)
 		assert.Equal(t, tc.finish, finish, tc.data)
@@ -809,7 +812,8 @@ func FuzzQuickEvent(f *testing.F) {
 	f.Add(`{"choices":[{"delta":{"content":"\u2028"},"finish_reason":null}]}`)
 	f.Add("{\"choices\":[{\"delta\":{\"content\":\"\xff\"},\"finish_reason\":null}]}")
 	f.Fuzz(func(t *testing.T, data string) {
-		content, finish, ok := quickEvent([]byte(data))
+		var tail []byte
+		content, finish, ok := quickEvent([]byte(data), &tail)
 		if !ok || !json.Valid([]byte(data)) {
 			return
 		}
