@@ -263,7 +263,7 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 		}
 		return emit(final)
 	}
-	held := false // a chunk went out with More, and no chunk without it since
+	held := false   // a chunk went out with More, and no chunk without it since
 	var tail []byte // the members after the choices of the last event read quickly
 	for {
 		if held && !r.Ready() {
