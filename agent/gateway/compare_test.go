@@ -119,13 +119,8 @@ func bareProxy(b *testing.B, engine string, closes bool) string {
 	return "http://" + ln.Addr().String()
 }
 
-// cmpEnv is the engines, agents and proxies of one comparison.
-type cmpEnv struct {
-	client *http.Client
-	paths  map[string]cmpPath
-}
-
-func newCmpEnv(b *testing.B) *cmpEnv {
+// benchLlamaDriver is a llama-server driver running the simulator, and a small model for it.
+func benchLlamaDriver(b *testing.B) (*llamaserver.Driver, string) {
 	bin := llamaServerSim(b)
 	spec, ok := gguf.Preset("sim-tiny")
 	if !ok {
@@ -141,6 +136,17 @@ func newCmpEnv(b *testing.B) *cmpEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ld.StopAll(context.Background()) })
+	return ld, model
+}
+
+// cmpEnv is the engines, agents and proxies of one comparison.
+type cmpEnv struct {
+	client *http.Client
+	paths  map[string]cmpPath
+}
+
+func newCmpEnv(b *testing.B) *cmpEnv {
+	ld, model := benchLlamaDriver(b)
 	osim := ollamaSim(b, nil, "llama3.2:1b")
 	od, err := ollama.New(ollama.Config{URL: osim.URL()}, nil)
 	if err != nil {

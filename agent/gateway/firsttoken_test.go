@@ -12,39 +12,21 @@ package gateway_test
 // comparable only on a quiet machine. It asserts no time.
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/llamaserver"
 	"github.com/llmkube/mesh/mesh"
-	"github.com/llmkube/mesh/sim/gguf"
 )
 
 func BenchmarkFirstToken(b *testing.B)  { benchLlamaPaths(b, true) }
 func BenchmarkWholeAnswer(b *testing.B) { benchLlamaPaths(b, false) }
 
 func benchLlamaPaths(b *testing.B, oneToken bool) {
-	bin := llamaServerSim(b)
-	spec, ok := gguf.Preset("sim-tiny")
-	if !ok {
-		b.Fatal("no sim-tiny preset")
-	}
-	model := filepath.Join(b.TempDir(), "tiny.gguf")
-	if err := gguf.Write(model, spec); err != nil {
-		b.Fatal(err)
-	}
-	ld, err := llamaserver.New(llamaserver.Config{Binary: bin, LogDir: b.TempDir(), ModelsDir: b.TempDir(),
-		StopGrace: 5 * time.Second, HealthTimeout: 30 * time.Second, Env: []string{"LLAMA_SIM_LOAD_DELAY=0s"}}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ld.StopAll(context.Background()) })
+	ld, model := benchLlamaDriver(b)
 	a := newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld}})
 	nb := newNode(b, nodeOpts{name: "node-b"})
 	lp := place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 2048, Args: []string{"--parallel", "16"}})
