@@ -112,17 +112,32 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	for _, n := range s.leaves {
 		m.acceptLive(n)
 	}
-	for _, g := range s.gone {
-		m.acceptGone(g)
-	}
-	// Documents last: a gone member's metadata, which names its document, came just above.
-	for _, w := range s.docs {
+	docs := make([]*stateDoc, len(s.docs))
+	for i, w := range s.docs {
 		doc, err := decodeDoc(w)
 		if err != nil {
 			m.log.Warn("dropping a state document from push/pull", "err", err)
 			continue
 		}
-		m.acceptDoc(doc, w)
+		docs[i] = doc
+	}
+	// The gone members and the documents in one step, so no view shows a member gone without
+	// its placements (a newcomer's first view did, between the two). Documents last: a gone
+	// member's metadata, which names its document, comes with its record.
+	m.mu.Lock()
+	changed := false
+	now := time.Now()
+	for _, g := range s.gone {
+		changed = m.acceptGoneLocked(g, now) || changed
+	}
+	for i, doc := range docs {
+		if doc != nil {
+			m.acceptDocLocked(doc, s.docs[i])
+		}
+	}
+	m.mu.Unlock()
+	if changed {
+		signal(m.changed)
 	}
 }
 
@@ -131,12 +146,17 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 // aside until metadata names it, and a document about ourselves is ignored: what we publish is
 // ours alone to say.
 func (m *Mesh) acceptDoc(doc *stateDoc, wire []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.acceptDocLocked(doc, wire)
+}
+
+// acceptDocLocked is acceptDoc under m.mu.
+func (m *Mesh) acceptDocLocked(doc *stateDoc, wire []byte) {
 	if doc.Node == m.name {
 		return
 	}
 	e := docEntry{doc: doc, wire: wire, hash: docHash(wire), at: time.Now()}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	mb := m.members[doc.Node]
 	if mb == nil || mb.metaErr != nil || e.hash != mb.meta.DocHash {
 		// Most likely the node, or the metadata naming this document, is a packet behind.

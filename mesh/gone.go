@@ -86,22 +86,19 @@ func (m *Mesh) goneLocked(now time.Time) []goneRecord {
 	return out
 }
 
-// acceptGone takes a peer's record of a member that is not alive.
-func (m *Mesh) acceptGone(g goneRecord) {
-	now := time.Now()
-	m.mu.Lock()
+// acceptGoneLocked takes a peer's record of a member that is not alive, under m.mu; it reports
+// whether the view changed.
+func (m *Mesh) acceptGoneLocked(g goneRecord, now time.Time) bool {
 	mb := m.members[g.Node]
 	if g.Node == m.name || g.Age >= m.t.retainGone || (mb != nil && !mb.hearsay) || !plausibleSeq(g.Seq) {
-		m.mu.Unlock()
-		return
+		return false
 	}
 	since := now.Add(-g.Age)
 	if mb == nil {
 		mb = &member{name: g.Node, hearsay: true}
 		m.members[g.Node] = mb
 	} else if mb.state == g.State && g.Seq <= mb.liveSeq {
-		m.mu.Unlock()
-		return // nothing new
+		return false // nothing new
 	}
 	mb.addr, mb.state, mb.since, mb.updated = g.Addr, g.State, since, now
 	mb.quiet = false // a peer's suspicion is shown as the peer gives it
@@ -109,6 +106,5 @@ func (m *Mesh) acceptGone(g goneRecord) {
 	m.updateMetaLocked(mb, g.Meta)
 	mb.liveSeq = max(mb.liveSeq, g.Seq)
 	m.emitLocked(mb)
-	m.mu.Unlock()
-	signal(m.changed)
+	return true
 }

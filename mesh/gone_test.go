@@ -57,6 +57,16 @@ func TestNewcomerSeesMembersAlreadyGone(t *testing.T) {
 	waitFor(t, 10*time.Second, []*Mesh{fresh, a}, "the victim is back", func(v View) bool { return liveness(v, "victim") == api.Alive })
 }
 
+// acceptGone takes one record, as a push/pull does.
+func (m *Mesh) acceptGone(g goneRecord) {
+	m.mu.Lock()
+	changed := m.acceptGoneLocked(g, time.Now())
+	m.mu.Unlock()
+	if changed {
+		signal(m.changed)
+	}
+}
+
 // A suspicion heard from a peer, with no refutation our memberlist hears, ends in a death; it
 // never quietly turns back into "alive".
 func TestHearsaySuspicionTimesOutDead(t *testing.T) {
