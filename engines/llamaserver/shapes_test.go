@@ -42,31 +42,12 @@ func startRaw(t *testing.T, bin string, args ...string) string {
 	return url
 }
 
-// keyPaths lists the paths of every member of a JSON document ("choices[].delta.content").
-func keyPaths(v any, prefix string, out map[string]bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			p := k
-			if prefix != "" {
-				p = prefix + "." + k
-			}
-			out[p] = true
-			keyPaths(e, p, out)
-		}
-	case []any:
-		for _, e := range x {
-			keyPaths(e, prefix+"[]", out)
-		}
-	}
-}
-
 func paths(t *testing.T, b []byte) map[string]bool {
 	t.Helper()
 	var v any
 	require.NoError(t, json.Unmarshal(b, &v), "%s", b)
 	out := map[string]bool{}
-	keyPaths(v, "", out)
+	enginetest.KeyPaths(v, "", out)
 	return out
 }
 

@@ -17,25 +17,6 @@ import (
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
-// keyPaths lists the paths of every member of a JSON document ("message.content").
-func keyPaths(v any, prefix string, out map[string]bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			p := k
-			if prefix != "" {
-				p = prefix + "." + k
-			}
-			out[p] = true
-			keyPaths(e, p, out)
-		}
-	case []any:
-		for _, e := range x {
-			keyPaths(e, prefix+"[]", out)
-		}
-	}
-}
-
 // answer is a request's status and the key paths of its answer (of every NDJSON line, merged).
 func answer(t *testing.T, method, url, body string) (int, map[string]bool) {
 	t.Helper()
@@ -55,7 +36,7 @@ func answer(t *testing.T, method, url, body string) (int, map[string]bool) {
 		}
 		var v any
 		if json.Unmarshal([]byte(line), &v) == nil {
-			keyPaths(v, "", keys)
+			enginetest.KeyPaths(v, "", keys)
 		}
 	}
 	io.Copy(io.Discard, resp.Body)
