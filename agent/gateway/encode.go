@@ -66,6 +66,16 @@ func (o *out) send(b []byte) error {
 	return o.flush()
 }
 
+// end writes the answer's last bytes without flushing them: the handler returns right after,
+// and net/http then flushes them with the chunked body's terminator in one write, where a flush
+// here would cost a write (and the client a read) of its own for the five bytes of "0\r\n\r\n".
+func (o *out) end(b []byte) error {
+	o.holding = true
+	err := o.send(b)
+	o.holding = false
+	return err
+}
+
 func (o *out) flush() error {
 	o.held = false
 	if err := o.rc.Flush(); err != nil {
@@ -108,7 +118,8 @@ type encoder interface {
 	// toolCalls writes (or keeps) the tool calls the model made; the answer's finish reason
 	// is then "tool_calls" in OpenAI's dialect.
 	toolCalls(calls []engines.ToolCall) error
-	// finish writes the end of the answer (all of it, not streaming).
+	// finish writes the end of the answer (all of it, not streaming). The handler returns
+	// right after: a stream's last bytes are left for net/http to flush (see out.end).
 	finish(st stats) error
 	// started reports whether anything was written: before, the request can still fail over
 	// or be answered with an error status.
@@ -235,7 +246,7 @@ func (s *oaStream) finish(st stats) error {
 	}
 	b = append(b, "data: [DONE]\n\n"...)
 	s.buf = b
-	return s.send(b)
+	return s.end(b)
 }
 
 func (s *oaStream) started() bool { return s.begun }
@@ -455,7 +466,7 @@ func (s *ollamaStream) finish(st stats) error {
 	b = appendOllamaContent(b, s.generate, "")
 	b = appendOllamaDone(b, st)
 	s.buf = b
-	return s.send(b)
+	return s.end(b)
 }
 
 func (s *ollamaStream) started() bool { return s.begun }
