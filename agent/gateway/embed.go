@@ -128,8 +128,9 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 		g.fail(w, d, f)
 		return
 	}
-	rt, ok := g.route(w, d, in, call.model)
-	if !ok {
+	rt, f := g.route(in, call.model)
+	if f != nil {
+		g.fail(w, d, f)
 		return
 	}
 	var last *failure

@@ -240,3 +240,50 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestForwarderLeavesTheRequestToItsOwner: a gateway that forwards a chat reads its model
+// alone, and the owner, which parses it whole, refuses a malformed one with the same 400 as to
+// a client of its own. A malformed request for a model served nowhere is still 400, not 404,
+// and one the forwarder cannot read a model from is refused by the forwarder.
+func TestForwarderLeavesTheRequestToItsOwner(t *testing.T) {
+	sim := ollamaSim(t, nil, "llama3.2:1b")
+	a := ollamaNode(t, "node-a", sim, nil)
+	b := newNode(t, nodeOpts{name: "node-b"})
+	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	join(t, a, b)
+	refusedBy := func(n *node) float64 { return metricSum(t, n, "llmkube_gateway_errors_total", "BadRequest") }
+
+	for i, body := range []string{
+		`{"model":"llama","messages":[]}`,
+		`{"model":"llama","messages":"hi"}`,
+		`{"model":"llama","messages":[{"role":"robot","content":"hi"}]}`,
+		`{"model":"llama","messages":[{"role":"user","content":"hi"}],"temperature":7}`,
+	} {
+		want, wantBody := call(t, "POST", a.url+"/v1/chat/completions", adminToken, body)
+		require.Equal(t, http.StatusBadRequest, want.StatusCode, "%s", wantBody)
+		got, gotBody := call(t, "POST", b.url+"/v1/chat/completions", adminToken, body)
+		assert.Equal(t, http.StatusBadRequest, got.StatusCode, "%s", gotBody)
+		assert.JSONEq(t, string(wantBody), string(gotBody), "%s", body)
+		assert.Equal(t, float64(2*(i+1)), refusedBy(a), "node-a refused it, to its own client and through node-b")
+		assert.Equal(t, float64(i+1), metricSum(t, b, "llmkube_gateway_errors_total", "Forwarded"))
+	}
+	assert.Zero(t, refusedBy(b))
+
+	// Refused by the forwarder: nothing to route by, or no replica to forward to.
+	for _, body := range []string{`{"model":`, `{"messages":[]}`, `{"model":"nobody","messages":[]}`, `{"model":5}`} {
+		resp, b2 := call(t, "POST", b.url+"/v1/chat/completions", adminToken, body)
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", body, b2)
+	}
+	assert.Equal(t, 4.0, refusedBy(b))
+
+	// The model both read is encoding/json's: the last of duplicate members, a key of any case.
+	resp, body := call(t, "POST", b.url+"/v1/chat/completions", adminToken,
+		`{"model":"nobody","MODEL":"llama","messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+
+	// An Ollama load request (no messages) is answered by the owner's ready placement.
+	resp, body = call(t, "POST", b.url+"/api/chat", adminToken, `{"model":"llama"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	assert.Contains(t, string(body), `"done_reason":"load"`)
+	assert.Equal(t, 1, sim.Stats().Requests["POST /api/chat"], "one chat reached the engine: the one with a message")
+}

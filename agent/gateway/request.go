@@ -577,6 +577,21 @@ func parseCompletions(body []byte) (*chatCall, *failure) {
 	return c, nil
 }
 
+// modelName is the model a chat request names, read alone: a gateway that forwards the
+// request needs nothing else of it, and the owner parses it whole (a malformed request is the
+// owner's to refuse, with the same 400). The member is decoded by the same rules as in parse
+// (encoding/json's, the last of duplicate members, keys matched without case), so both read
+// the same name. False for a body that has no model or is malformed: parse says why.
+func modelName(body []byte) (string, bool) {
+	var m struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.Model == "" {
+		return "", false
+	}
+	return m.Model, true
+}
+
 func parse(d dialect, body []byte) (*chatCall, *failure) {
 	switch d {
 	case dialectOllamaChat:

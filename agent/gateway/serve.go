@@ -41,17 +41,32 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		return
 	}
 	body := in.body
-	call, f := parse(d, body)
+	// Routing needs the model alone. The whole request is parsed where it is answered: served
+	// here, or refused here (a malformed request is answered 400 before an unknown model's
+	// 404); one forwarded is parsed by its owner, which answers a malformed one the same 400.
+	var call *chatCall
+	parsed := func() bool {
+		if call == nil {
+			var f *failure
+			if call, f = parse(d, body); f != nil {
+				g.fail(w, d, f)
+				return false
+			}
+		}
+		return true
+	}
+	model, ok := modelName(body)
+	if !ok || in.forwarded {
+		if !parsed() {
+			return
+		}
+		model = call.model
+	}
+	rt, f := g.route(in, model)
 	if f != nil {
-		g.fail(w, d, f)
-		return
-	}
-	rt, ok := g.route(w, d, in, call.model)
-	if !ok {
-		return
-	}
-	if call.load {
-		g.answerLoad(w, call)
+		if parsed() {
+			g.fail(w, d, f)
+		}
 		return
 	}
 	var last *failure
@@ -64,6 +79,13 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		var committed bool
 		var err error
 		if c.local != nil {
+			if !parsed() {
+				return
+			}
+			if call.load {
+				g.answerLoad(w, call)
+				return
+			}
 			committed, err = g.serveLocal(w, r, call, c, start)
 		} else {
 			committed, err = g.forward(w, r, d, body, c, rt.v, i == len(rt.cands)-1, start)
@@ -76,7 +98,10 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 			return
 		}
 		g.widen(&rt, i+1)
-		last = explain(failureOf(err), c.p, call)
+		last = failureOf(err)
+		if c.local != nil {
+			last = explain(last, c.p, call)
+		}
 		if last.code == api.CodeContextLimit && c.p.Context > 0 {
 			// Only a replica with a larger context can take this prompt.
 			refusedContext = c.p.Context
@@ -86,7 +111,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 			break
 		}
 		if i < len(rt.cands)-1 {
-			g.log.Info("replica failed before answering; trying the next", "model", call.model,
+			g.log.Info("replica failed before answering; trying the next", "model", model,
 				"host", c.p.Host, "placement", c.p.ID, "err", err)
 		}
 	}
@@ -132,10 +157,10 @@ type routing struct {
 }
 
 // route finds the replicas of model as the caller may name it — scoped first, so a name never
-// resolves across namespaces — and answers 404 (or why it is not served) when there are none.
-// The view is the mesh's, taken only if needed (empty for a forwarded request, which is served
-// locally or not at all).
-func (g *Gateway) route(w http.ResponseWriter, d dialect, in inbound, model string) (routing, bool) {
+// resolves across namespaces — and says why it is not served (404, or why not ready) when there
+// are none. The view is the mesh's, taken only if needed (empty for a forwarded request, which
+// is served locally or not at all).
+func (g *Gateway) route(in inbound, model string) (routing, *failure) {
 	var v View
 	if !in.forwarded && g.cfg.View != nil {
 		v = &lazyView{get: g.cfg.View}
@@ -143,10 +168,9 @@ func (g *Gateway) route(w http.ResponseWriter, d dialect, in inbound, model stri
 	who, model := g.scope(in.who, model, in.forwarded, v)
 	name, cands, narrow := g.lookup(who, model, in.forwarded, v)
 	if len(cands) == 0 {
-		g.fail(w, d, g.notServed(who, name, in.forwarded, v))
-		return routing{}, false
+		return routing{}, g.notServed(who, name, in.forwarded, v)
 	}
-	return routing{cands: cands, v: v, who: who, model: name, narrow: narrow}, true
+	return routing{cands: cands, v: v, who: who, model: name, narrow: narrow}, nil
 }
 
 // widen adds the remote replicas to a narrow routing once the first tried ones failed: the
