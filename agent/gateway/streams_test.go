@@ -103,10 +103,15 @@ func BenchmarkStreams(b *testing.B) {
 	}
 	b.Run("ollama", func(b *testing.B) {
 		samples := make([][]cpuSample, len(dialect))
+		m := make([]meter, len(dialect))
+		var ms runtime.MemStats
 		r := 0
 		for b.Loop() {
 			for k := range dialect {
 				i := (k + r) % len(dialect)
+				runtime.ReadMemStats(&ms)
+				m0 := ms.Mallocs
+				r0, w0 := processIO()
 				for j := range 32 {
 					c0 := processCPU(b)
 					s, err := e.chat(b.Context(), dialect[i], fmt.Sprint("prompt number ", (r*32+j)%64))
@@ -114,7 +119,12 @@ func BenchmarkStreams(b *testing.B) {
 						b.Fatal(err)
 					}
 					samples[i] = append(samples[i], cpuSample{s, processCPU(b) - c0})
+					m[i].tokens += int64(s.tokens)
 				}
+				runtime.ReadMemStats(&ms)
+				r1, w1 := processIO()
+				m[i].mallocs += ms.Mallocs - m0
+				m[i].reads, m[i].writes = m[i].reads+r1-r0, m[i].writes+w1-w0
 			}
 			r++
 		}
@@ -122,8 +132,12 @@ func BenchmarkStreams(b *testing.B) {
 		for i, p := range dialect {
 			wall, cpu := cpuSlope(samples[i])
 			cpus = append(cpus, cpu)
-			b.ReportMetric(micros(wall), short(p.name)+"-µs/token")
-			b.ReportMetric(micros(cpu), short(p.name)+"-cpu-µs/token")
+			name, t := short(p.name), float64(m[i].tokens)
+			b.ReportMetric(micros(wall), name+"-µs/token")
+			b.ReportMetric(micros(cpu), name+"-cpu-µs/token")
+			b.ReportMetric(float64(m[i].mallocs)/t, name+"-allocs/token")
+			b.ReportMetric(float64(m[i].reads)/t, name+"-reads/token")
+			b.ReportMetric(float64(m[i].writes)/t, name+"-writes/token")
 		}
 		if len(cpus) == 2 {
 			b.ReportMetric(float64(cpus[1])/float64(cpus[0]), "cpu/token-ratio")

@@ -88,10 +88,13 @@ func String(data []byte, start int) (s string, end int, ok bool) {
 			if !escaped {
 				return string(raw[1 : len(raw)-1]), i + 1, true
 			}
-			if json.Unmarshal(raw, &s) != nil {
+			// A variable of its own: decoding into s would move s to the heap on every call,
+			// an allocation per token on the plain path too.
+			var unq string
+			if json.Unmarshal(raw, &unq) != nil {
 				return "", -1, false
 			}
-			return s, i + 1, true
+			return unq, i + 1, true
 		case c == '\\':
 			escaped = true
 			i++
