@@ -51,3 +51,13 @@ func benchChatLines(b *testing.B, n int) {
 	}
 	b.ReportMetric(float64(pieces)/float64(b.N), "pieces/op")
 }
+
+// BenchmarkChatContent is the quick read of the line nearly every token is.
+func BenchmarkChatContent(b *testing.B) {
+	line := []byte(`{"model":"llama3.2:1b","created_at":"2026-12-01T12:00:00.123456789Z","message":{"role":"assistant","content":" word"},"done":false}`)
+	for b.Loop() {
+		if _, ok := chatContent(line); !ok {
+			b.Fatal("not read")
+		}
+	}
+}

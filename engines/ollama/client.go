@@ -780,6 +780,9 @@ func (c *Client) lineError(b []byte, code api.Code) error {
 	return nil
 }
 
+// chatMid and chatTail are what a line of content holds around the content's string.
+const chatMid, chatTail = `"message":{"role":"assistant","content":`, `},"done":false}`
+
 // chatContent reads the line nearly every token is, by looking at its bytes instead of
 // decoding it, for what a token costs the agent: a piece of content and nothing else, in
 // Ollama's compact form with its members in order,
@@ -787,9 +790,13 @@ func (c *Client) lineError(b []byte, code api.Code) error {
 //	{"model":…,"created_at":…,"message":{"role":"assistant","content":"…"},"done":false}
 //
 // Anything else, or content that is not plain (see stream.String), is not ok: the caller
-// decodes the line.
+// decodes the line. Ollama's own lines are read without a search (ollamaLine); others, with
+// members of other kinds before the message, are searched.
 func chatContent(b []byte) (string, bool) {
-	const mid, tail = `"message":{"role":"assistant","content":"`, `},"done":false}`
+	if content, ok := ollamaLine(b); ok {
+		return content, true
+	}
+	const mid, tail = chatMid + `"`, chatTail
 	i := bytes.Index(b, []byte(mid))
 	if i < 1 || b[0] != '{' || b[i-1] != ',' || !bytes.HasSuffix(b, []byte(tail)) {
 		return "", false
@@ -803,6 +810,44 @@ func chatContent(b []byte) (string, bool) {
 		return "", false
 	}
 	return content, true
+}
+
+// ollamaLine is chatContent for the members Ollama writes before the message, model and
+// created_at in that order, as plain strings (no escape, so each ends at its next quote):
+// nothing else can be in such a line, so it needs no search for other members (220 → 55 ns a
+// line in BenchmarkChatContent). Not ok for any other line.
+func ollamaLine(b []byte) (string, bool) {
+	rest, ok := bytes.CutPrefix(b, []byte(`{"model":"`))
+	if !ok {
+		return "", false
+	}
+	if rest, ok = plainValue(rest); !ok {
+		return "", false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"created_at":"`)); !ok {
+		return "", false
+	}
+	if rest, ok = plainValue(rest); !ok {
+		return "", false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(","+chatMid)); !ok || !bytes.HasSuffix(rest, []byte(chatTail)) {
+		return "", false
+	}
+	content, end, ok := stream.String(rest, 0)
+	if !ok || end != len(rest)-len(chatTail) {
+		return "", false
+	}
+	return content, true
+}
+
+// plainValue skips the rest of a string value without escapes (its opening quote read) and
+// the closing quote; not ok when the value has a backslash or does not end.
+func plainValue(b []byte) ([]byte, bool) {
+	n := bytes.IndexByte(b, '"')
+	if n < 0 || bytes.IndexByte(b[:n], '\\') >= 0 {
+		return nil, false
+	}
+	return b[n+1:], true
 }
 
 func truncate(b []byte) string {

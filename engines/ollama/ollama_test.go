@@ -283,6 +283,9 @@ func FuzzChatContent(f *testing.F) {
 	f.Add(`{"model":"m","done":true,"message":{"role":"assistant","content":"x"},"done":false}`)
 	f.Add(`{"error":"boom","message":{"role":"assistant","content":"x"},"done":false}`)
 	f.Add(`{"response":"r","message":{"role":"assistant","content":"x"},"done":false}`)
+	f.Add(`{"model":"m\"","created_at":"t","message":{"role":"assistant","content":"x"},"done":false}`)
+	f.Add(`{"model":"m","created_at":"t","message":{"role":"assistant","content":"x\"},\"done\":false}"},"done":false}`)
+	f.Add(`{"model":"m","created_at":"t","error":"e","message":{"role":"assistant","content":"x"},"done":false}`)
 	f.Fuzz(func(t *testing.T, line string) {
 		content, ok := chatContent([]byte(line))
 		if !ok || !json.Valid([]byte(line)) {
