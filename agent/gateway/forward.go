@@ -56,13 +56,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	}
 	copyHeaders(req.Header, r.Header)
 	req.Header.Del("Content-Length")
+	// The body is here already: the owner is not asked to say it will take one first.
+	req.Header.Del("Expect")
 	req.Header.Set(HopHeader, "1")
 	forwardedFor(req.Header, r)
 	headers := time.AfterFunc(g.cfg.ResponseHeaderTimeout, func() {
 		cancel(&failure{status: http.StatusGatewayTimeout, code: api.CodeUnreachable, retryAfter: 1,
 			msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.p.Host, mb.Host.APIAddr, c.p.Model, g.cfg.ResponseHeaderTimeout)})
 	})
-	resp, err := g.hc.Do(req)
+	resp, err := g.hop.do(ctx, req)
 	headers.Stop()
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -75,9 +77,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.p.Host, mb.Host.APIAddr, c.p.Model, err)}
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusSwitchingProtocols {
+	if resp.StatusCode < 200 {
+		// A protocol switch, or an interim answer nothing here asked for.
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("agent %s answered with a protocol switch, which the gateway does not pass on", c.p.Host)}
+			msg: fmt.Sprintf("agent %s answered with status %d, which the gateway does not pass on", c.p.Host, resp.StatusCode)}
 	}
 	if !final && retryableStatus(resp.StatusCode) {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // bounded by the owner's watch too

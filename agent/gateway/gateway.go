@@ -85,9 +85,6 @@ type Config struct {
 	// StallTimeout cuts a client that has not taken a written chunk for this long, so a reader
 	// that stopped reading cannot hold an engine.
 	StallTimeout time.Duration
-	// HTTP forwards requests to other agents; nil = a client made for streaming (no overall
-	// timeout, no compression, many idle connections per agent).
-	HTTP *http.Client
 	// Version is what GET /api/version reports; the product's version when empty.
 	Version string
 	// Liveness reports a member's liveness now, as the mesh view shows it (mesh.Mesh.Liveness),
@@ -109,7 +106,7 @@ type Gateway struct {
 	a    *agent.Agent
 	self string
 	log  *slog.Logger
-	hc   *http.Client
+	hop  *hopClient
 	m    *metrics
 
 	mu       sync.Mutex
@@ -156,34 +153,13 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := cfg.HTTP
-	if hc == nil {
-		hc = &http.Client{Transport: forwardTransport()}
-	}
 	return &Gateway{
-		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hc: hc, m: m,
+		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hop: newHopClient(), m: m,
 		inflight: map[replica]*atomic.Int64{},
 		queues:   map[string]*queue{},
 		speeds:   map[string]*speedBook{},
 		items:    newItemStore(),
 	}, nil
-}
-
-// forwardTransport is a transport for long streams between agents: no response compression
-// (it would buffer), enough idle connections per agent for hundreds of concurrent streams, and a
-// short dial timeout so a dead owner fails over quickly.
-func forwardTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		DisableCompression:    true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   512,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: 0,
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
-	}
 }
 
 // Register mounts the gateway's routes. Pass the agent server's Mount, which puts them behind

@@ -4,8 +4,9 @@ import (
 	"context"
 	"net"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/llmkube/mesh/internal/netconn"
 )
 
 // spareLife is how long a connection dialed ahead waits for a chat before it is closed: well
@@ -60,7 +61,7 @@ func (a *dialAhead) DialContext(ctx context.Context, network, addr string) (net.
 		// Checked, as the transport cannot send a request again on a connection it did not
 		// reuse: a spare the engine closed (it stopped, or restarted on the same port) is
 		// replaced by a new connection here instead of failing the chat.
-		if time.Since(at) < a.life && open(c) {
+		if time.Since(at) < a.life && netconn.Quiet(c) {
 			return c, nil
 		}
 		c.Close()
@@ -102,27 +103,4 @@ func (a *dialAhead) close() {
 		a.spare.Close()
 		a.spare = nil
 	}
-}
-
-// open reports whether the engine has neither closed c nor written on it: a look at the socket
-// that never waits (one system call).
-func open(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	idle := false
-	var b [1]byte
-	err = rc.Read(func(fd uintptr) bool {
-		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		// Nothing to read: open and quiet. Anything else (an end, a reset, bytes before any
-		// request) is a connection not to send a chat on.
-		idle = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
-		return true
-	})
-	return err == nil && idle
 }

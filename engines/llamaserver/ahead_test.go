@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/internal/netconn"
 )
 
 // engineEnd is the engine's side of a loopback listener: every accepted connection, in order.
@@ -103,7 +104,7 @@ func TestDialAhead(t *testing.T) {
 	require.Eventually(t, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return a.spare != nil && !open(a.spare)
+		return a.spare != nil && !netconn.Quiet(a.spare)
 	}, 10*time.Second, time.Millisecond, "the spare is seen closed")
 	third, err := a.DialContext(ctx, "tcp", a.addr)
 	require.NoError(t, err)
