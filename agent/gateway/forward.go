@@ -49,7 +49,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	defer c.busy.Add(-1)
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	defer g.watchOwner(cancel, c.p.Host, c.p.Model)()
+	defer g.owners.watch(cancel, c.p.Host, c.p.Model)()
 	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+mb.Host.APIAddr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, msg: "forwarding: " + err.Error()}
@@ -174,56 +174,111 @@ func (t *tail) add(p []byte) {
 // ended reports whether what was passed on ends with an OpenAI stream's last event.
 func (t *tail) ended() bool { return bytes.Equal(t.b[:t.n], sseEnd) }
 
-// ownerPoll is how often a forwarded request's owner is looked up in the mesh view: a map
-// look-up, so a tenth of a second costs nothing and ends a request within that of its owner's
-// death (or grace).
+// ownerPoll is how often the owners of forwarded requests are looked up in the mesh view: a
+// map look-up per owner, so a tenth of a second costs nothing and ends a request within that of
+// its owner's death (or grace).
 const ownerPoll = 100 * time.Millisecond
 
-// watchOwner watches host's liveness until the returned function is called, and cancels the
+// owners watches the owners of the forwarded requests in flight (see Config.Liveness), with
+// one goroutine for them all that ticks while any is in flight. A goroutine and a ticker per
+// request, as before, cost every relayed chat a goroutine's start and end, and at 256 relayed
+// streams woke 2,560 times a second to look up the same few owners.
+type owners struct {
+	g       *Gateway
+	mu      sync.Mutex
+	hosts   map[string]*owner
+	running bool
+}
+
+// owner is one owner's forwarded requests in flight.
+type owner struct {
+	since time.Time // first seen suspect or unreachable
+	reqs  map[*watched]struct{}
+}
+
+type watched struct {
+	cancel context.CancelCauseFunc
+	model  string
+}
+
+// watch watches host's liveness until the returned function is called, and cancels the
 // forwarded request with the reason once its owner is dead, left, forgotten by the view, or
-// suspect or unreachable for longer than the grace (see Config.Liveness).
-func (g *Gateway) watchOwner(cancel context.CancelCauseFunc, host, model string) (stop func()) {
-	if g.cfg.Liveness == nil {
+// suspect or unreachable for longer than the grace.
+func (o *owners) watch(cancel context.CancelCauseFunc, host, model string) (stop func()) {
+	if o.g.cfg.Liveness == nil {
 		return func() {}
 	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(ownerPoll)
-		defer t.Stop()
-		var since time.Time // first seen suspect or unreachable
-		for {
-			select {
-			case <-done:
-				return
-			case now := <-t.C:
-				live, known := g.cfg.Liveness(host)
-				var why string
-				switch {
-				case !known:
-					why = "is no longer in the mesh view"
-				case live == api.Dead || live == api.Left:
-					why = "is " + string(live)
-				case live == api.Suspect || live == api.Unreachable:
-					if since.IsZero() {
-						since = now
-					}
-					if held := now.Sub(since); held >= g.cfg.OwnerGrace {
-						why = fmt.Sprintf("has been %s for %s", live, held.Round(100*time.Millisecond))
-					}
-				default:
-					since = time.Time{}
-				}
-				if why == "" {
-					continue
-				}
-				g.log.Warn("owner of a forwarded request lost; ending the request", "host", host, "model", model, "liveness", live)
-				cancel(&failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
-					msg: fmt.Sprintf("agent %s serving %q %s in the mesh: the request to it was ended", host, model, why)})
-				return
-			}
+	w := &watched{cancel: cancel, model: model}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := o.hosts[host]
+	if h == nil {
+		h = &owner{reqs: map[*watched]struct{}{}}
+		o.hosts[host] = h
+	}
+	h.reqs[w] = struct{}{}
+	if !o.running {
+		o.running = true
+		go o.run()
+	}
+	return func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		delete(h.reqs, w)
+		if len(h.reqs) == 0 && o.hosts[host] == h {
+			delete(o.hosts, host)
 		}
-	}()
-	return func() { close(done) }
+	}
+}
+
+// run looks the owners up every ownerPoll until none has a request in flight.
+func (o *owners) run() {
+	t := time.NewTicker(ownerPoll)
+	defer t.Stop()
+	for now := range t.C {
+		if !o.check(now) {
+			return
+		}
+	}
+}
+
+// check ends the requests of the owners lost by now; false when none is left to watch.
+func (o *owners) check(now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.hosts) == 0 {
+		o.running = false
+		return false
+	}
+	for host, h := range o.hosts {
+		live, known := o.g.cfg.Liveness(host)
+		var why string
+		switch {
+		case !known:
+			why = "is no longer in the mesh view"
+		case live == api.Dead || live == api.Left:
+			why = "is " + string(live)
+		case live == api.Suspect || live == api.Unreachable:
+			if h.since.IsZero() {
+				h.since = now
+			}
+			if held := now.Sub(h.since); held >= o.g.cfg.OwnerGrace {
+				why = fmt.Sprintf("has been %s for %s", live, held.Round(100*time.Millisecond))
+			}
+		default:
+			h.since = time.Time{}
+		}
+		if why == "" {
+			continue
+		}
+		for w := range h.reqs {
+			o.g.log.Warn("owner of a forwarded request lost; ending the request", "host", host, "model", w.model, "liveness", live)
+			w.cancel(&failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
+				msg: fmt.Sprintf("agent %s serving %q %s in the mesh: the request to it was ended", host, w.model, why)})
+		}
+		delete(o.hosts, host)
+	}
+	return true
 }
 
 // lost is why a forwarded request's context was cancelled by the gateway (its owner lost, or

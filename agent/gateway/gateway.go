@@ -102,12 +102,13 @@ type Config struct {
 
 // Gateway serves the chat and model-listing routes.
 type Gateway struct {
-	cfg  Config
-	a    *agent.Agent
-	self string
-	log  *slog.Logger
-	hop  *hopClient
-	m    *metrics
+	cfg    Config
+	a      *agent.Agent
+	self   string
+	log    *slog.Logger
+	hop    *hopClient
+	owners *owners
+	m      *metrics
 
 	mu       sync.Mutex
 	inflight map[replica]*atomic.Int64
@@ -153,13 +154,15 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gateway{
+	g := &Gateway{
 		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hop: newHopClient(), m: m,
 		inflight: map[replica]*atomic.Int64{},
 		queues:   map[string]*queue{},
 		speeds:   map[string]*speedBook{},
 		items:    newItemStore(),
-	}, nil
+	}
+	g.owners = &owners{g: g, hosts: map[string]*owner{}}
+	return g, nil
 }
 
 // Register mounts the gateway's routes. Pass the agent server's Mount, which puts them behind
