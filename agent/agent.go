@@ -152,7 +152,10 @@ type Agent struct {
 
 	saveMu sync.Mutex // orders state saves, so an older snapshot never overwrites a newer one
 
-	mu         sync.Mutex
+	// mu guards what follows. Readers that change nothing (List, Get, ServingAll: every
+	// request the gateway routes reads the placements twice) share it, so concurrent requests
+	// do not queue behind one another for a copy of the same few placements.
+	mu         sync.RWMutex
 	identity   state.Identity
 	host       hwprobe.Info
 	placements map[string]*placement

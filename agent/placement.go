@@ -505,8 +505,8 @@ func (a *Agent) modelFor(pl *placement) engines.Model {
 
 // List returns the placements who may see, oldest first.
 func (a *Agent) List(who api.Principal) []api.Placement {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	out := []api.Placement{}
 	for _, pl := range a.sortedLocked() {
 		if who.Allows(pl.p.Namespace) {
@@ -522,8 +522,8 @@ func (a *Agent) Placements() []api.Placement { return a.List(api.Principal{Admin
 // Get returns one placement. Another namespace's placement is NotFound, exactly like a
 // missing one, so a token cannot learn what other namespaces run.
 func (a *Agent) Get(who api.Principal, id string) (api.Placement, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	pl, ok := a.placements[id]
 	if !ok || !who.Allows(pl.p.Namespace) {
 		return api.Placement{}, api.Errorf(api.CodeNotFound, "no placement %q on host %s", id, a.identity.NodeName)

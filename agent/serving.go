@@ -16,8 +16,8 @@ type Local struct {
 
 // ServingAll lists the ready placements who may use, oldest first.
 func (a *Agent) ServingAll(who api.Principal) []Local {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	var out []Local
 	for _, pl := range a.sortedLocked() {
 		if !who.Allows(pl.p.Namespace) {
