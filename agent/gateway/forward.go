@@ -116,7 +116,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			if first.IsZero() {
 				first = time.Now()
 			}
-			if o.send(buf[:n]) != nil {
+			send := o.send
+			if rerr == io.EOF {
+				// The owner's last bytes, read with its answer's end: they go out with the
+				// chunked body's terminator as the handler returns, in one write (see out.end).
+				send = o.end
+			}
+			if send(buf[:n]) != nil {
 				g.m.clientGone()
 				return true, nil // returning closes the owner's answer: its engine stops
 			}
