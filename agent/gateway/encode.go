@@ -33,12 +33,32 @@ func newOut(w http.ResponseWriter, stall time.Duration) out {
 	return out{w: w, rc: http.NewResponseController(w), stall: stall}
 }
 
+// Header values every answer shares, set as they are rather than through Header.Set, which
+// makes a slice for each on every answer. Each has length and capacity 1, so an Add appends to
+// a new slice, never into these; net/http copies them when it writes the header.
+var (
+	noCache     = []string{"no-cache"}
+	noBuffering = []string{"no"}
+	eventStream = []string{"text/event-stream"}
+	ndjsonType  = []string{"application/x-ndjson"}
+	jsonType    = []string{"application/json"}
+)
+
 // begin sends the status line and headers with the first chunk.
 func (o *out) begin(contentType string) {
 	h := o.w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // tell a reverse proxy in front not to buffer either
+	switch contentType {
+	case eventStream[0]:
+		h["Content-Type"] = eventStream
+	case ndjsonType[0]:
+		h["Content-Type"] = ndjsonType
+	case jsonType[0]:
+		h["Content-Type"] = jsonType
+	default:
+		h.Set("Content-Type", contentType)
+	}
+	h["Cache-Control"] = noCache
+	h["X-Accel-Buffering"] = noBuffering // tell a reverse proxy in front not to buffer either
 	o.w.WriteHeader(http.StatusOK)
 	o.begun = true
 }
@@ -154,10 +174,13 @@ func newEncoder(c *chatCall, w http.ResponseWriter, stall time.Duration, start t
 }
 
 // completionID is an OpenAI-style id.
-func completionID() string {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return "chatcmpl-" + hex.EncodeToString(b)
+func completionID() string { return string(appendCompletionID(nil)) }
+
+// appendCompletionID appends an OpenAI-style id: "chatcmpl-" and 24 random hex digits.
+func appendCompletionID(b []byte) []byte {
+	var r [12]byte
+	rand.Read(r[:])
+	return hex.AppendEncode(append(b, "chatcmpl-"...), r[:])
 }
 
 // oaStream writes OpenAI server-sent events. Chunks are assembled from a prefix made once per
@@ -174,16 +197,22 @@ type oaStream struct {
 }
 
 func newOAStream(o out, c *chatCall, start time.Time) *oaStream {
-	s := &oaStream{out: o, usage: c.usageChunk, created: start.Unix(), buf: make([]byte, 0, 512)}
-	h := append([]byte(nil), `data: {"id":"`...)
-	h = append(h, completionID()...)
-	h = append(h, `","object":"chat.completion.chunk","created":`...)
-	h = strconv.AppendInt(h, s.created, 10)
-	h = append(h, `,"model":`...)
-	h = appendJSONString(h, c.model)
-	h = append(h, `,"system_fingerprint":null`...)
-	s.head = h
-	s.prefix = append(append([]byte(nil), h...), `,"choices":[{"index":0,"delta":{`...)
+	s := &oaStream{out: o, usage: c.usageChunk, created: start.Unix()}
+	// One allocation for the head, the prefix after it and the chunks' buffer: the prefix is
+	// the head and the choices' start, so it is written once and the head is its beginning.
+	const choices = `,"choices":[{"index":0,"delta":{`
+	b := make([]byte, 0, 640+2*len(c.model))
+	b = append(b, `data: {"id":"`...)
+	b = appendCompletionID(b)
+	b = append(b, `","object":"chat.completion.chunk","created":`...)
+	b = strconv.AppendInt(b, s.created, 10)
+	b = append(b, `,"model":`...)
+	b = appendJSONString(b, c.model)
+	b = append(b, `,"system_fingerprint":null`...)
+	n := len(b)
+	b = append(b, choices...)
+	s.head, s.prefix = b[:n:n], b[:len(b):len(b)]
+	s.buf = b[len(b):len(b)]
 	return s
 }
 

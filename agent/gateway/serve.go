@@ -252,11 +252,16 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
 
 	engineStart := time.Now()
-	var first, last time.Time
-	var count int
-	var final *engines.ChatChunk
+	// What the chunks tell, in one value: the function below captures it, one allocation a
+	// chat where a variable each, and a copy of the last chunk, were five.
+	var run struct {
+		first, last time.Time
+		count       int
+		final       engines.ChatChunk
+		done        bool // final is the last chunk
+	}
 	err = c.local.Driver.Chat(ctx, c.local.Model, req, func(ch engines.ChatChunk) error {
-		if final != nil {
+		if run.done {
 			return nil // nothing follows the last chunk
 		}
 		if !ch.More {
@@ -265,35 +270,34 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 			}
 		}
 		// The first piece always goes out at once: the time to it is what a client waits.
-		enc.hold(ch.More && !ch.Done && !first.IsZero())
+		enc.hold(ch.More && !ch.Done && !run.first.IsZero())
 		if ch.Content != "" {
 			now := time.Now()
-			if first.IsZero() {
-				first = now
+			if run.first.IsZero() {
+				run.first = now
 			}
-			last = now
-			count++
+			run.last = now
+			run.count++
 			if err := enc.chunk(ch.Content); err != nil {
 				return err
 			}
 		}
 		if len(ch.ToolCalls) > 0 {
-			if first.IsZero() {
-				first = time.Now()
+			if run.first.IsZero() {
+				run.first = time.Now()
 			}
-			last = time.Now()
+			run.last = time.Now()
 			if err := enc.toolCalls(ch.ToolCalls); err != nil {
 				return err
 			}
 		}
 		if ch.Done {
-			last := ch // a copy: taking ch's own address would move every chunk to the heap
-			final = &last
+			run.final, run.done = ch, true
 		}
 		return nil
 	})
 	enc.hold(false) // what follows is the end or an error: it goes out at once, with anything held
-	if err == nil && final == nil {
+	if err == nil && !run.done {
 		err = &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s ended the answer without its last chunk", p.Runtime)}
 	}
 	if err != nil {
@@ -313,9 +317,9 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	}
 
 	st := stats{
-		finish:           final.FinishReason,
-		promptTokens:     final.PromptTokens,
-		completionTokens: final.CompletionTokens,
+		finish:           run.final.FinishReason,
+		promptTokens:     run.final.PromptTokens,
+		completionTokens: run.final.CompletionTokens,
 		total:            time.Since(start),
 	}
 	if st.finish == "" {
@@ -325,13 +329,13 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		st.promptTokens = call.promptTokens // the engine gave no count: the estimate
 	}
 	if st.completionTokens == 0 {
-		st.completionTokens = count
+		st.completionTokens = run.count
 	}
 	var ttft time.Duration
 	var tps float64
-	if !first.IsZero() {
-		ttft = first.Sub(engineStart)
-		st.promptEval, st.eval = ttft, last.Sub(first)
+	if !run.first.IsZero() {
+		ttft = run.first.Sub(engineStart)
+		st.promptEval, st.eval = ttft, run.last.Sub(run.first)
 		// Speed over the tokens after the first: the first one's wait is the TTFT.
 		if st.completionTokens > 1 && st.eval > 0 {
 			tps = float64(st.completionTokens-1) / st.eval.Seconds()
@@ -340,8 +344,8 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	// Measured before the last write, so that whoever sees the answer end sees its figures too.
 	g.speedOf(p.ID).add(ttft, tps)
 	var clientTTFT time.Duration
-	if !first.IsZero() {
-		clientTTFT = first.Sub(start)
+	if !run.first.IsZero() {
+		clientTTFT = run.first.Sub(start)
 	}
 	g.m.served(p.Model, routeLocal, clientTTFT, time.Since(start), st.promptTokens, st.completionTokens)
 	if err := enc.finish(st); err != nil {
