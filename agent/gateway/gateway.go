@@ -109,6 +109,8 @@ type Gateway struct {
 	hop    *hopClient
 	owners *owners
 	m      *metrics
+	// localLast: the last chat's first replica was a local one (see chat).
+	localLast atomic.Bool
 
 	mu       sync.Mutex
 	inflight map[replica]*atomic.Int64

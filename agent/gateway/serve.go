@@ -44,6 +44,9 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	// Routing needs the model alone. The whole request is parsed where it is answered: served
 	// here, or refused here (a malformed request is answered 400 before an unknown model's
 	// 404); one forwarded is parsed by its owner, which answers a malformed one the same 400.
+	// It is parsed whole at once when it was forwarded here, or when the last chat went to a
+	// local replica (localLast): this one most likely will too, and reading its model alone
+	// first would decode that twice.
 	var call *chatCall
 	parsed := func() bool {
 		if call == nil {
@@ -55,8 +58,12 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		}
 		return true
 	}
-	model, ok := modelName(body)
-	if !ok || in.forwarded {
+	var model string
+	ok = false
+	if !in.forwarded && !g.localLast.Load() {
+		model, ok = modelName(body)
+	}
+	if !ok {
 		if !parsed() {
 			return
 		}
@@ -68,6 +75,9 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 			g.fail(w, d, f)
 		}
 		return
+	}
+	if local := rt.cands[0].local != nil; g.localLast.Load() != local {
+		g.localLast.Store(local)
 	}
 	var last *failure
 	refusedContext := 0 // the largest context an engine found the prompt too long for
