@@ -488,7 +488,9 @@ var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-A
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // copyHeaders copies end-to-end headers: not hop-by-hop ones, not those the Connection header
-// names, not the gateway's internal ones.
+// names, not the gateway's internal ones. The values are shared, not copied (src is a request or
+// answer that is passed on whole), each capped at its length so that an Add on either side
+// copies instead of writing into the other's.
 func copyHeaders(dst, src http.Header) {
 	var named []string
 	for _, v := range src.Values("Connection") {
@@ -502,6 +504,6 @@ func copyHeaders(dst, src http.Header) {
 		if slices.Contains(hopByHop, k) || slices.Contains(named, k) || strings.HasPrefix(k, internalPrefix) {
 			continue
 		}
-		dst[k] = append(dst[k][:0:0], vs...)
+		dst[k] = vs[:len(vs):len(vs)]
 	}
 }
