@@ -3,7 +3,9 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -21,6 +23,10 @@ const (
 	// idle timeout (agent.Server's, 2 min), so an agent never closes one a request is sent on.
 	hopIdleFor = 90 * time.Second
 	hopBuffer  = 32 << 10
+	// hopMaxHead bounds an answer's status line and headers, as http.Transport's
+	// MaxResponseHeaderBytes does (http.ReadResponse has no bound of its own): an owner's
+	// answer has a handful of headers, and one that sends headers without end is cut.
+	hopMaxHead = 1 << 20
 )
 
 // hopClient sends forwarded requests to other agents on HTTP/1.1 connections it keeps alive
@@ -45,9 +51,23 @@ type hopClient struct {
 
 type hopConn struct {
 	c     net.Conn
-	br    *bufio.Reader
+	br    *bufio.Reader // reads through the hopConn, so that left bounds the head
 	bw    *bufio.Writer
+	left  int64     // bytes the reader may still take from c
 	since time.Time // idle since
+}
+
+// Read reads from the connection, at most left bytes.
+func (hc *hopConn) Read(p []byte) (int, error) {
+	if hc.left <= 0 {
+		return 0, fmt.Errorf("the answer's head is larger than %d bytes", hopMaxHead)
+	}
+	if int64(len(p)) > hc.left {
+		p = p[:hc.left]
+	}
+	n, err := hc.c.Read(p)
+	hc.left -= int64(n)
+	return n, err
 }
 
 func newHopClient() *hopClient {
@@ -88,7 +108,10 @@ func (hc *hopConn) roundTrip(req *http.Request) (*http.Response, error) {
 	if err := hc.bw.Flush(); err != nil {
 		return nil, err
 	}
-	return http.ReadResponse(hc.br, req)
+	hc.left = hopMaxHead
+	resp, err := http.ReadResponse(hc.br, req)
+	hc.left = math.MaxInt64 // the body: a stream as long as the answer
+	return resp, err
 }
 
 // conn is a kept connection to addr that the owner has not closed, or a new one.
@@ -113,7 +136,9 @@ func (h *hopClient) conn(ctx context.Context, addr string) (*hopConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hopConn{c: c, br: bufio.NewReaderSize(c, hopBuffer), bw: bufio.NewWriterSize(c, hopBuffer)}, nil
+	hc := &hopConn{c: c, bw: bufio.NewWriterSize(c, hopBuffer)}
+	hc.br = bufio.NewReaderSize(hc, hopBuffer)
+	return hc, nil
 }
 
 // put keeps a connection whose answer was read to its end.

@@ -229,3 +229,39 @@ func median(ds []time.Duration) time.Duration {
 }
 
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// TestHopClientBoundsTheHead: an owner that sends headers without end is cut at hopMaxHead,
+// instead of growing the forwarder's memory with them.
+func TestHopClientBoundsTheHead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	sent := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			sent <- 0
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4096)
+		c.Read(buf) // the request
+		line := []byte("X-Filler: " + strings.Repeat("a", 1000) + "\r\n")
+		n, _ := c.Write([]byte("HTTP/1.1 200 OK\r\n"))
+		total := int64(n)
+		for {
+			n, err := c.Write(line)
+			total += int64(n)
+			if err != nil {
+				sent <- total
+				return
+			}
+		}
+	}()
+	h := newHopClient()
+	_, err = h.do(context.Background(), hopRequest(t, context.Background(), "http://"+ln.Addr().String()))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the answer's head is larger than")
+	assert.Zero(t, h.idleCount())
+	assert.Less(t, <-sent, int64(hopMaxHead)+16<<20, "the owner's writes stopped once the forwarder closed the connection")
+}
