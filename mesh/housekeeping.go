@@ -12,6 +12,13 @@ import (
 // housekeeper does everything that is due rather than triggered, every tick: announcing deaths
 // after their grace, expiring suspicions memberlist must have cleared, forgetting long-gone
 // members, fetching documents we are missing, checking API addresses, saving last-known peers.
+//
+// All of that is about other members. A member alone (nothing about anyone else held:
+// aloneWithNothingLocked) has nothing due, so it stops ticking — ten rounds a second were most of
+// what an idle agent did beyond a bare memberlist node (BENCHMARKS.md) — until something about
+// another member arrives (m.keepWake) or saveEvery passes (diagnostics still expire). Its wait is not a stall: the next round does
+// not lengthen suspicion graces by it (none was running, and none starts during the wait
+// without waking it first).
 func (m *Mesh) housekeeper() {
 	tick := time.NewTicker(m.t.tick)
 	defer tick.Stop()
@@ -21,14 +28,57 @@ func (m *Mesh) housekeeper() {
 		case <-m.ctx.Done():
 			return
 		case <-tick.C:
-			now := time.Now() // not the tick's: it may have waited in the channel
-			m.housekeep(now)
-			if now.Sub(lastSave) >= m.t.saveEvery {
-				lastSave = now
-				m.saveLastKnown()
-			}
+		}
+		now := time.Now() // not the tick's: it may have waited in the channel
+		m.housekeep(now)
+		if now.Sub(lastSave) >= m.t.saveEvery {
+			lastSave = now
+			m.saveLastKnown()
+		}
+		m.mu.Lock()
+		idle := m.aloneWithNothingLocked()
+		m.mu.Unlock()
+		if !idle {
+			continue
+		}
+		tick.Stop()
+		wait := time.NewTimer(m.t.saveEvery)
+		select {
+		case <-m.ctx.Done():
+			wait.Stop()
+			return
+		case <-m.keepWake:
+		case <-wait.C:
+		}
+		wait.Stop()
+		m.mu.Lock()
+		m.lastKeep = time.Now()
+		m.mu.Unlock()
+		tick.Reset(m.t.tick)
+	}
+}
+
+// aloneWithNothingLocked reports whether this member holds nothing about any other: no member
+// but itself (alive, suspect or gone), no document but its own, none set aside. Whatever adds
+// one calls wakeKeepersLocked.
+func (m *Mesh) aloneWithNothingLocked() bool {
+	if len(m.members) != 1 || m.members[m.name] == nil || len(m.pending) != 0 {
+		return false
+	}
+	for name := range m.docs {
+		if name != m.name {
+			return false
 		}
 	}
+	return true
+}
+
+// wakeKeepersLocked tells the housekeeper and the rejoiner, which wait while this member is
+// alone with nothing (aloneWithNothingLocked, and for the rejoiner no join candidate), that
+// something about another member arrived.
+func (m *Mesh) wakeKeepersLocked() {
+	signal(m.keepWake)
+	signal(m.rejoinWake)
 }
 
 func (m *Mesh) housekeep(now time.Time) {

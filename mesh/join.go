@@ -107,6 +107,7 @@ func (m *Mesh) found(p discovery.Peer) {
 func (m *Mesh) addCandidateLocked(q queued, now time.Time) {
 	p := q.p
 	m.candidates[p.GossipAddr] = &candidate{addr: p.GossipAddr, via: p.Via, onLink: p.OnLink, next: now, backoff: backoff.New(m.t.joinFirst, m.t.joinMax), seq: q.seq}
+	m.wakeKeepersLocked()
 }
 
 // roomForMDNSLocked says whether an mDNS peer may become a candidate now.

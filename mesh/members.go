@@ -168,6 +168,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	if mb == nil {
 		mb = &member{name: n.Name}
 		m.members[n.Name] = mb
+		m.wakeKeepersLocked()
 	}
 	mb.addr = n.Address()
 	mb.hearsay = false

@@ -99,6 +99,8 @@ type Mesh struct {
 	publish chan struct{} // the local metadata changed: tell memberlist, push to consoles
 	changed chan struct{} // something a View shows changed
 	joinCh  chan struct{} // a new join candidate
+	// keepWake and rejoinWake: something about another member arrived (wakeKeepersLocked)
+	keepWake, rejoinWake chan struct{}
 
 	meta    atomic.Pointer[[]byte] // encoded local metadata, what memberlist gossips
 	nAlive  atomic.Int32           // members alive or suspect, for the broadcast queue
@@ -199,6 +201,8 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 		publish:    make(chan struct{}, 1),
 		changed:    make(chan struct{}, 1),
 		joinCh:     make(chan struct{}, 1),
+		keepWake:   make(chan struct{}, 1),
+		rejoinWake: make(chan struct{}, 1),
 		members:    map[string]*member{},
 		docs:       map[string]docEntry{},
 		pending:    map[string]docEntry{},

@@ -242,3 +242,35 @@ func TestLoopbackAdvertisementIsAFinding(t *testing.T) {
 		require.Empty(t, problem, ok)
 	}
 }
+
+// A member alone stops its housekeeping rounds (nothing is due), and the first other member
+// to join wakes them: its API address is dialed back within a round, not after the wait
+// (saveEvery, 30 s on the LAN profile, where a lone member's rounds would otherwise stop).
+func TestLoneMemberWakesForTheFirstPeer(t *testing.T) {
+	c := newCluster(t)
+	c.profile = ProfileLAN
+	cfg, _ := c.config("a", api.RoleAgent)
+	dialed := make(chan string, 16)
+	cfg.DialBack = func(_ context.Context, addr string) error {
+		select {
+		case dialed <- addr:
+		default:
+		}
+		return nil
+	}
+	a := c.start(cfg)
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return time.Since(a.lastKeep) > 10*a.t.tick
+	}, 10*time.Second, 10*time.Millisecond, "a's rounds stop while it is alone")
+
+	c.add("b", api.RoleAgent)
+	select {
+	case addr := <-dialed:
+		require.Equal(t, "b.test:7777", addr)
+	case <-time.After(a.t.saveEvery / 2):
+		t.Fatal("a did not dial b back: its rounds did not wake")
+	}
+	waitFor(t, 10*time.Second, []*Mesh{a}, "b alive", allAlive("b"))
+}

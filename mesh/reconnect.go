@@ -76,7 +76,18 @@ func (m *Mesh) rejoiner() {
 				})
 			}
 			m.pingCandidatesLocked()
+			idle := len(m.candidates) == 0 && m.aloneWithNothingLocked()
 			m.mu.Unlock()
+			if idle {
+				// Nothing to ping until a member or a candidate arrives (wakeKeepersLocked).
+				tick.Stop()
+				select {
+				case <-m.ctx.Done():
+					return
+				case <-m.rejoinWake:
+				}
+				tick.Reset(m.t.rejoinEvery)
+			}
 		}
 	}
 }
