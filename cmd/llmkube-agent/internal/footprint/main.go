@@ -4,13 +4,15 @@
 //
 //	go run ./cmd/llmkube-agent/internal/footprint [-idle 30s]
 //
-// It builds llmkube-agent, the llama-server simulator and barenode (a bare memberlist node with
-// the same LAN timings: the baseline), then measures two runs: the agent alone (a mesh member
+// It builds llmkube-agent and barenode (a bare memberlist node with the same LAN timings: the
+// baseline) as make release builds what ships (static, no cgo: the C library's pages are not
+// counted; -trimpath, -s -w), and the llama-server simulator, then measures two runs: the agent alone (a mesh member
 // with default LAN timings, gossip on loopback, no mDNS so nothing is multicast on this
 // machine's interfaces, llama-server detected) beside barenode in the same window, and the
 // agent with one ready placement on the simulator (health-checked every 5 s; the engine's own
-// process is not counted). Each run settles for 5 s before the window. Everything lives in a
-// temporary folder.
+// process is not counted). Each run settles for 5 s before the window. Besides CPU time it
+// counts how often the threads were put on a CPU (schedstat's third field): the wakeups, a
+// count the machine's other load hardly moves. Everything lives in a temporary folder.
 package main
 
 import (
@@ -56,7 +58,8 @@ func measureAll(idle time.Duration) error {
 	agentBin, simBin, bareBin := filepath.Join(tmp, "llmkube-agent"), filepath.Join(tmp, "llama-server"), filepath.Join(tmp, "barenode")
 	for out, pkg := range map[string]string{agentBin: "./cmd/llmkube-agent", simBin: "./cmd/llama-server-sim",
 		bareBin: "./cmd/llmkube-agent/internal/footprint/barenode"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("building %s (run from the module root): %w", pkg, err)
@@ -65,8 +68,8 @@ func measureAll(idle time.Duration) error {
 	fmt.Printf("llmkube-agent idle footprint: %s/%s, %d CPUs, %s window after 5 s settling\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), idle)
 	mb := func(n int64) float64 { return float64(n) / (1 << 20) }
 	line := func(label string, u usage) {
-		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f)   CPU %.3f%% of a core\n",
-			label, mb(u.mem["VmRSS"]), mb(u.mem["RssAnon"]), mb(u.mem["RssFile"]), u.cpu)
+		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f)   CPU %.3f%% of a core, %.1f wakeups/s\n",
+			label, mb(u.mem["VmRSS"]), mb(u.mem["RssAnon"]), mb(u.mem["RssFile"]), u.cpu, u.wakeups)
 	}
 	for _, withPlacement := range []bool{false, true} {
 		label := "idle, no placements"
@@ -91,18 +94,19 @@ func measureAll(idle time.Duration) error {
 		line(label, agent)
 		if bare != nil {
 			line("bare memberlist node", base)
-			fmt.Printf("%-28s RSS %.2f×   CPU %.2f× (target ≤ 1.5×)\n", "agent ÷ bare node",
-				float64(agent.mem["VmRSS"])/float64(base.mem["VmRSS"]), agent.cpu/base.cpu)
+			fmt.Printf("%-28s RSS %.2f×   CPU %.2f× (target ≤ 1.5×), wakeups %.2f×\n", "agent ÷ bare node",
+				float64(agent.mem["VmRSS"])/float64(base.mem["VmRSS"]), agent.cpu/base.cpu, agent.wakeups/base.wakeups)
 		}
 	}
 	return nil
 }
 
 // usage is a process's resident memory (bytes, by /proc/<pid>/status key) at the end of a
-// window, and its CPU over the window (percent of one core).
+// window, and its CPU over the window (percent of one core) and wakeups (per second).
 type usage struct {
-	mem map[string]int64
-	cpu float64
+	mem     map[string]int64
+	cpu     float64
+	wakeups float64
 }
 
 // measure runs the agent and reads its usage over the idle window; alongside, when not nil, is
@@ -175,9 +179,9 @@ func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duratio
 
 // window reads the processes' CPU time over idle, and their resident memory at its end.
 func window(pids []int, idle time.Duration) ([]usage, error) {
-	t0 := make([]time.Duration, len(pids))
+	t0 := make([]sched, len(pids))
 	for i, pid := range pids {
-		t, err := cpuTime(pid)
+		t, err := schedOf(pid)
 		if err != nil {
 			return nil, err
 		}
@@ -186,7 +190,7 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 	time.Sleep(idle)
 	out := make([]usage, len(pids))
 	for i, pid := range pids {
-		t1, err := cpuTime(pid)
+		t1, err := schedOf(pid)
 		if err != nil {
 			return nil, err
 		}
@@ -194,7 +198,8 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i] = usage{mem: mem, cpu: 100 * (t1 - t0[i]).Seconds() / idle.Seconds()}
+		out[i] = usage{mem: mem, cpu: 100 * (t1.run - t0[i].run).Seconds() / idle.Seconds(),
+			wakeups: float64(t1.slices-t0[i].slices) / idle.Seconds()}
 	}
 	return out, nil
 }
@@ -220,30 +225,41 @@ func waitListening(path string, timeout time.Duration) (string, error) {
 	return "", fmt.Errorf("the agent did not start:\n%s", b)
 }
 
-// cpuTime is the CPU time a process's threads have run, from /proc/<pid>/task/*/schedstat
-// (its first field, nanoseconds on the CPU): exact where /proc/<pid>/stat counts 10 ms ticks,
-// too coarse for a process that runs a few milliseconds a second. A Go program's threads live
-// as long as it does, so none is lost between two readings.
-func cpuTime(pid int) (time.Duration, error) {
+// sched is what a process's threads have run: CPU time and the number of times put on a CPU.
+type sched struct {
+	run    time.Duration
+	slices int64
+}
+
+// schedOf reads it from /proc/<pid>/task/*/schedstat (its first field, nanoseconds on the CPU:
+// exact where /proc/<pid>/stat counts 10 ms ticks, too coarse for a process that runs a few
+// milliseconds a second; its third, the time slices run). A Go program's threads live as long
+// as it does, so none is lost between two readings.
+func schedOf(pid int) (sched, error) {
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(tasks) == 0 {
-		return 0, fmt.Errorf("no threads of process %d in /proc", pid)
+		return sched{}, fmt.Errorf("no threads of process %d in /proc", pid)
 	}
-	var total time.Duration
+	var total sched
 	for _, t := range tasks {
 		b, err := os.ReadFile(t)
 		if err != nil {
 			continue // the thread ended
 		}
 		f := strings.Fields(string(b))
-		if len(f) < 1 {
-			return 0, fmt.Errorf("malformed %s", t)
+		if len(f) < 3 {
+			return sched{}, fmt.Errorf("malformed %s", t)
 		}
 		ns, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", t, err)
+			return sched{}, fmt.Errorf("%s: %w", t, err)
 		}
-		total += time.Duration(ns)
+		n, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return sched{}, fmt.Errorf("%s: %w", t, err)
+		}
+		total.run += time.Duration(ns)
+		total.slices += n
 	}
 	return total, nil
 }
