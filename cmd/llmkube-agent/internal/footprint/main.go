@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,33 +72,53 @@ func measureAll(idle time.Duration) error {
 		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f)   CPU %.3f%% of a core, %.1f wakeups/s\n",
 			label, mb(u.mem["VmRSS"]), mb(u.mem["RssAnon"]), mb(u.mem["RssFile"]), u.cpu, u.wakeups)
 	}
-	for _, withPlacement := range []bool{false, true} {
-		label := "idle, no placements"
-		if withPlacement {
-			label = "idle, one ready placement"
-		}
-		var bare *exec.Cmd
-		if !withPlacement {
-			bare = exec.Command(bareBin)
-			if err := bare.Start(); err != nil {
-				return err
-			}
-		}
-		agent, base, err := measure(tmp, agentBin, simBin, withPlacement, idle, bare)
-		if bare != nil {
-			bare.Process.Signal(syscall.SIGTERM)
-			bare.Wait()
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", label, err)
-		}
-		line(label, agent)
-		if bare != nil {
-			line("bare memberlist node", base)
-			fmt.Printf("%-28s RSS %.2f×   CPU %.2f× (target ≤ 1.5×), wakeups %.2f×\n", "agent ÷ bare node",
-				float64(agent.mem["VmRSS"])/float64(base.mem["VmRSS"]), agent.cpu/base.cpu, agent.wakeups/base.wakeups)
-		}
+	ratio := func(a, b usage) {
+		fmt.Printf("%-28s RSS %.2f×   CPU %.2f× (target ≤ 1.5×), wakeups %.2f×\n", "agent ÷ bare node",
+			float64(a.mem["VmRSS"])/float64(b.mem["VmRSS"]), a.cpu/b.cpu, a.wakeups/b.wakeups)
 	}
+
+	// Alone, beside a bare node alone, in one window.
+	bare, _, err := startBare(bareBin, "")
+	if err != nil {
+		return err
+	}
+	got, err := measure(tmp, agentBin, simBin, false, false, idle, bare)
+	stop(bare)
+	if err != nil {
+		return fmt.Errorf("alone: %w", err)
+	}
+	line("idle alone, no placements", got[0])
+	line("bare memberlist node alone", got[1])
+	ratio(got[0], got[1])
+
+	// Alone, one ready placement.
+	if got, err = measure(tmp, agentBin, simBin, true, false, idle, nil); err != nil {
+		return fmt.Errorf("one placement: %w", err)
+	}
+	line("idle alone, one placement", got[0])
+
+	// In a mesh of two: the agent with a second agent joined to it, beside a bare node with a
+	// second bare node joined to it (encrypted, as the agents' gossip is), in one window; the
+	// first of each pair is measured. This is an idle agent as most hosts run it: with peers to
+	// probe and to be probed by, which a lone member never is.
+	bare, addr, err := startBare(bareBin, "")
+	if err != nil {
+		return err
+	}
+	bare2, _, err := startBare(bareBin, addr)
+	if err != nil {
+		stop(bare)
+		return err
+	}
+	got, err = measure(tmp, agentBin, simBin, false, true, idle, bare)
+	stop(bare2)
+	stop(bare)
+	if err != nil {
+		return fmt.Errorf("mesh of two: %w", err)
+	}
+	line("idle in a mesh of two", got[0])
+	line("bare node, with a bare peer", got[1])
+	ratio(got[0], got[1])
 	return nil
 }
 
@@ -109,19 +130,55 @@ type usage struct {
 	wakeups float64
 }
 
-// measure runs the agent and reads its usage over the idle window; alongside, when not nil, is
-// measured over the same window.
-func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duration, alongside *exec.Cmd) (agent, other usage, err error) {
-	dir, err := os.MkdirTemp(tmp, "run-")
-	if err != nil {
-		return agent, other, err
+// bareKey is the pair of bare nodes' gossip key: any 32 bytes, AES-256 as the agents use.
+const bareKey = "0123456789abcdef0123456789abcdef"
+
+// startBare starts a bare node, joined to join when it is not empty, and returns its gossip
+// address once it prints it.
+func startBare(bin, join string) (*exec.Cmd, string, error) {
+	cmd := exec.Command(bin)
+	if join != "" {
+		cmd.Args = append(cmd.Args, "-join", join)
 	}
+	cmd.Env = append(os.Environ(), "BARENODE_KEY="+bareKey)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "gossip on ")
+	if err != nil || !ok {
+		stop(cmd)
+		return nil, "", fmt.Errorf("barenode did not start: %q %v", line, err)
+	}
+	go io.Copy(io.Discard, out)
+	return cmd, addr, nil
+}
+
+func stop(cmd *exec.Cmd) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+}
+
+// agentProc is a started agent: its process, API and gossip addresses, and join string.
+type agentProc struct {
+	cmd         *exec.Cmd
+	api, gossip string
+	join        api.Join
+}
+
+// startAgent starts an agent in its own folder under dir; joined to peer when it is not nil.
+func startAgent(dir, agentBin, simBin string, peer *agentProc) (*agentProc, error) {
 	logPath := filepath.Join(dir, "agent.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return agent, other, err
+		return nil, err
 	}
-	defer logf.Close()
+	defer logf.Close() // the child has its own descriptor
 	stateDir := filepath.Join(dir, "state")
 	cmd := exec.Command(agentBin, "run", "--log-format", "json", "--listen", "127.0.0.1:0",
 		"--allow-temp-store", "--state-dir", stateDir, "--models-dir", filepath.Join(dir, "models"),
@@ -129,52 +186,83 @@ func measure(tmp, agentBin, simBin string, withPlacement bool, idle time.Duratio
 		"--runtimes", "llama-server", "--llama-server", simBin)
 	cmd.Stderr = logf
 	cmd.Env = append(os.Environ(), "LLAMA_SIM_LOAD_DELAY=0")
+	if peer != nil {
+		cmd.Args = append(cmd.Args, "--join", peer.gossip)
+		cmd.Env = append(cmd.Env, "LLMKUBE_JOIN="+peer.join.String())
+	}
 	if err := cmd.Start(); err != nil {
-		return agent, other, err
+		return nil, err
 	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	addr, err := waitListening(logPath, 10*time.Second)
+	a := &agentProc{cmd: cmd}
+	fields, err := waitLog(logPath, 10*time.Second, map[string]string{"API listening": "addr", "mesh member started": "gossip"})
+	if err == nil {
+		a.api, a.gossip = "http://"+fields["API listening"], fields["mesh member started"]
+		a.join, _, err = state.LoadJoinFile(filepath.Join(stateDir, state.JoinFile))
+	}
 	if err != nil {
-		return agent, other, err
+		stop(cmd)
+		return nil, err
 	}
-	j, _, err := state.LoadJoinFile(filepath.Join(stateDir, state.JoinFile))
+	return a, nil
+}
+
+// measure runs an agent (with one ready placement, or with a second agent joined to it) and
+// reads its usage over the idle window; alongside, when not nil, is measured over the same
+// window, second.
+func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle time.Duration, alongside *exec.Cmd) ([]usage, error) {
+	dir, err := os.MkdirTemp(tmp, "run-")
 	if err != nil {
-		return agent, other, err
+		return nil, err
 	}
-	c := api.NewClient(addr, api.AdminToken(j.Secret))
+	a, err := startAgent(dir, agentBin, simBin, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer stop(a.cmd)
+	c := api.NewClient(a.api, api.AdminToken(a.join.Secret))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if withPeer {
+		dir2, err := os.MkdirTemp(tmp, "peer-")
+		if err != nil {
+			return nil, err
+		}
+		b, err := startAgent(dir2, agentBin, simBin, a)
+		if err != nil {
+			return nil, fmt.Errorf("the second agent: %w", err)
+		}
+		defer stop(b.cmd)
+		for {
+			v, err := c.Mesh(ctx)
+			if err == nil && len(v.Members) >= 2 {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil, errors.New("the second agent did not join the first")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	if withPlacement {
 		spec, _ := gguf.Preset("sim-tiny")
 		model := filepath.Join(dir, "tiny.gguf")
 		if err := gguf.Write(model, spec); err != nil {
-			return agent, other, err
+			return nil, err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		p, err := c.Place(ctx, api.PlacementRequest{Source: model})
 		if err != nil {
-			return agent, other, err
+			return nil, err
 		}
 		if _, err := c.WaitPlacement(ctx, p.ID, 50*time.Millisecond, nil); err != nil {
-			return agent, other, err
+			return nil, err
 		}
 	}
 	time.Sleep(5 * time.Second)
-	pids := []int{cmd.Process.Pid}
+	pids := []int{a.cmd.Process.Pid}
 	if alongside != nil {
 		pids = append(pids, alongside.Process.Pid)
 	}
-	got, err := window(pids, idle)
-	if err != nil {
-		return agent, other, err
-	}
-	agent = got[0]
-	if alongside != nil {
-		other = got[1]
-	}
-	return agent, other, nil
+	return window(pids, idle)
 }
 
 // window reads the processes' CPU time over idle, and their resident memory at its end.
@@ -204,25 +292,33 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 	return out, nil
 }
 
-// waitListening reads the agent's JSON log until it says where the API listens.
-func waitListening(path string, timeout time.Duration) (string, error) {
+// waitLog reads the agent's JSON log until it has logged each message of want, and returns
+// the field want names of each.
+func waitLog(path string, timeout time.Duration, want map[string]string) (map[string]string, error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if f, err := os.Open(path); err == nil {
-			sc := bufio.NewScanner(f)
-			for sc.Scan() {
-				var m struct{ Msg, Addr string }
-				if json.Unmarshal(sc.Bytes(), &m) == nil && m.Msg == "API listening" {
-					f.Close()
-					return "http://" + m.Addr, nil
+		got := map[string]string{}
+		if b, err := os.ReadFile(path); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				var m map[string]any
+				if json.Unmarshal([]byte(line), &m) != nil {
+					continue
+				}
+				msg, _ := m["msg"].(string)
+				if key, ok := want[msg]; ok {
+					if v, ok := m[key].(string); ok {
+						got[msg] = v
+					}
 				}
 			}
-			f.Close()
+		}
+		if len(got) == len(want) {
+			return got, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	b, _ := os.ReadFile(path)
-	return "", fmt.Errorf("the agent did not start:\n%s", b)
+	return nil, fmt.Errorf("the agent did not start:\n%s", b)
 }
 
 // sched is what a process's threads have run: CPU time and the number of times put on a CPU.

@@ -1,10 +1,12 @@
 // Command barenode is the footprint program's baseline: a bare memberlist node with the mesh's
 // LAN timings (memberlist's LAN defaults, probing every 500 ms with a 400 ms timeout), bound to
-// loopback, alone, doing nothing else, until SIGTERM. Its RSS and CPU are what any gossip member
-// costs; the agent's are compared with them.
+// loopback, doing nothing else, until SIGTERM: alone, or joined to -join; its gossip encrypted
+// with $BARENODE_KEY when set, as agents encrypt theirs. Its RSS and CPU are what any gossip
+// member costs; the agent's are compared with them.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -17,15 +19,26 @@ import (
 )
 
 func main() {
+	join := flag.String("join", "", "gossip address of a node to join")
+	flag.Parse()
 	c := memberlist.DefaultLANConfig()
-	c.Name = "bare"
+	c.Name = fmt.Sprintf("bare-%d", os.Getpid()) // two on one machine
 	c.BindAddr, c.BindPort, c.AdvertisePort = "127.0.0.1", 0, 0
 	c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult = 500*time.Millisecond, 400*time.Millisecond, 3
 	c.Logger = log.New(io.Discard, "", 0)
+	if k := os.Getenv("BARENODE_KEY"); k != "" {
+		c.SecretKey = []byte(k)
+	}
 	m, err := memberlist.Create(c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "barenode:", err)
 		os.Exit(1)
+	}
+	if *join != "" {
+		if _, err := m.Join([]string{*join}); err != nil {
+			fmt.Fprintln(os.Stderr, "barenode:", err)
+			os.Exit(1)
+		}
 	}
 	fmt.Println("gossip on", m.LocalNode().Address())
 	sig := make(chan os.Signal, 1)
