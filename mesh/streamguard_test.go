@@ -13,11 +13,9 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 )
 
-// liveHeap is the heap still in use after two full collections. One is not enough: what is
-// allocated while a collection marks survives it, and memberlist may be growing a stream's
-// buffer meanwhile, so every smaller slice it outgrew could count as live; the second
-// collection frees those. (Two runs under load measured 16.2 MB of growth with one; 5–8 MB is
-// usual. That this was the cause is likely, not proven.)
+// liveHeap is the heap still in use after two full collections: what is allocated while a
+// collection marks survives it, so a buffer grown meanwhile leaves every smaller slice it
+// outgrew counted as live; the second collection frees those.
 func liveHeap() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -35,6 +33,7 @@ func TestGossipStreamsCannotBalloonMemory(t *testing.T) {
 	b := startReal(t, "b", api.RoleAgent, a.GossipAddr())
 	waitFor(t, 10*time.Second, []*Mesh{a, b}, "formed", allAlive("a", "b"))
 	before := liveHeap()
+	received := a.stats.tcpReceived.Load()
 
 	label := a.mlc.Label
 	junk := make([]byte, 64<<10)
@@ -66,6 +65,13 @@ func TestGossipStreamsCannotBalloonMemory(t *testing.T) {
 		}()
 	}
 	sent.Wait()
+	// The senders are done once their bytes are in the kernel's socket buffers (3 MB fit on
+	// loopback), which can be long before memberlist has read the one stream the budget let
+	// through: read the heap only once it has, but for the last byte, so its buffer no longer
+	// grows. Measured while it still grew, the heap read 16 MB in two runs under load (one
+	// test 0.23 s long), where 5–8 MB is what the guard lets memberlist hold.
+	require.Eventually(t, func() bool { return a.stats.tcpReceived.Load()-received >= 3<<20-1 },
+		10*time.Second, 5*time.Millisecond, "the admitted stream was never read")
 	during := liveHeap()
 	close(release)
 	hold.Wait()
