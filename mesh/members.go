@@ -400,10 +400,14 @@ func (m *Mesh) suspected(name string) {
 // refute answers a suspicion of ourselves with a newer alive notice — unless we are leaving:
 // the notice would replace our queued leave notice (same broadcast name) and outrank it.
 func (m *Mesh) refute() {
+	m.mu.Lock()
+	// Checked under the lock Leave takes to number its notice, not before it: a refutation
+	// numbered after the leave notice outranks it, and a member that hears the refutation first
+	// refuses the leave and shows the graceful leave as a death.
 	if m.leaving.Load() {
+		m.mu.Unlock()
 		return
 	}
-	m.mu.Lock()
 	m.liveSeq = max(m.liveSeq+1, uint64(time.Now().UnixMicro()))
 	n := liveNotice{Kind: liveAlive, Seq: m.liveSeq, Node: m.name, From: m.name}
 	peers := m.peersLocked()
