@@ -49,6 +49,7 @@ import (
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/sim/gguf"
 	hailosim "github.com/llmkube/mesh/sim/hailo"
+	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
 // Sizes of the run: sequential requests per path (in rounds, alternating paths), and rounds
@@ -145,7 +146,10 @@ type cmpEnv struct {
 	paths  map[string]cmpPath
 }
 
-func newCmpEnv(b *testing.B) *cmpEnv {
+// benchNodeA is agent A of the gateway benchmarks: "tiny" on the llama-server simulator (16
+// slots) and "llama" on the Ollama simulator, with the llama-server placement and the Ollama
+// simulator returned for the baselines.
+func benchNodeA(b *testing.B) (*node, api.Placement, *ollamasim.Server) {
 	ld, model := benchLlamaDriver(b)
 	osim := ollamaSim(b, nil, "llama3.2:1b")
 	od, err := ollama.New(ollama.Config{URL: osim.URL()}, nil)
@@ -154,9 +158,14 @@ func newCmpEnv(b *testing.B) *cmpEnv {
 	}
 	a := newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld, od},
 		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: osim.URL(), OllamaRegistry: osim.RegistryURL()}})
-	nb := newNode(b, nodeOpts{name: "node-b"})
 	lp := place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 2048, Args: []string{"--parallel", "16"}})
 	place(b, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	return a, lp, osim
+}
+
+func newCmpEnv(b *testing.B) *cmpEnv {
+	a, lp, osim := benchNodeA(b)
+	nb := newNode(b, nodeOpts{name: "node-b"})
 	joinWith(b, mesh.ProfileLAN, a, nb)
 
 	var dataDir string

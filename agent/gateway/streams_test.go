@@ -31,25 +31,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/download"
-	"github.com/llmkube/mesh/engines/ollama"
-	"github.com/llmkube/mesh/engines/sizing"
 )
 
 func BenchmarkStreams(b *testing.B) {
-	ld, model := benchLlamaDriver(b)
-	osim := ollamaSim(b, nil, "llama3.2:1b")
-	od, err := ollama.New(ollama.Config{URL: osim.URL()}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	a := newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld, od},
-		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: osim.URL(), OllamaRegistry: osim.RegistryURL()}})
-	lp := place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 2048, Args: []string{"--parallel", "16"}})
-	place(b, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	a, lp, osim := benchNodeA(b)
 	engine := lp.Engine
 	if !strings.HasPrefix(engine, "http://127.0.0.1:") {
 		b.Fatalf("engine address %q is not on loopback", engine)
