@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -77,10 +78,9 @@ func encodeDoc(d *stateDoc) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	buf.WriteByte(docWire)
-	w, err := flate.NewWriter(&buf, flate.BestCompression)
-	if err != nil {
-		return nil, err
-	}
+	w := docWriters.Get().(*flate.Writer)
+	defer docWriters.Put(w)
+	w.Reset(&buf)
 	if _, err := w.Write(js); err != nil {
 		return nil, err
 	}
@@ -90,6 +90,21 @@ func encodeDoc(d *stateDoc) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// docWriters and docReaders keep deflate's state between documents: a writer is about 1 MB
+// (its hash tables), a reader 40 kB, and a member encodes one on every change of its state that
+// matters and decodes every document it learns. A pool keeps them while documents flow and
+// lets the garbage collector have them when they stop, so an idle agent holds neither.
+var (
+	docWriters = sync.Pool{New: func() any {
+		w, err := flate.NewWriter(nil, flate.BestCompression)
+		if err != nil {
+			panic(err) // only for a level out of range
+		}
+		return w
+	}}
+	docReaders = sync.Pool{New: func() any { return flate.NewReader(nil) }}
+)
+
 // decodeDoc decodes a document's wire form. Unknown JSON fields are ignored.
 func decodeDoc(b []byte) (*stateDoc, error) {
 	if len(b) == 0 {
@@ -98,8 +113,11 @@ func decodeDoc(b []byte) (*stateDoc, error) {
 	if b[0] != docWire {
 		return nil, fmt.Errorf("state document: unknown encoding %d", b[0])
 	}
-	r := flate.NewReader(bytes.NewReader(b[1:]))
-	defer r.Close()
+	r := docReaders.Get().(io.ReadCloser)
+	defer docReaders.Put(r)
+	if err := r.(flate.Resetter).Reset(bytes.NewReader(b[1:]), nil); err != nil {
+		return nil, fmt.Errorf("state document: %w", err)
+	}
 	js, err := io.ReadAll(io.LimitReader(r, maxDocBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("state document: %w", err)
