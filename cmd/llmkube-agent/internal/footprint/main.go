@@ -6,13 +6,15 @@
 //
 // It builds llmkube-agent and barenode (a bare memberlist node with the same LAN timings: the
 // baseline) as make release builds what ships (static, no cgo: the C library's pages are not
-// counted; -trimpath, -s -w), and the llama-server simulator, then measures two runs: the agent alone (a mesh member
-// with default LAN timings, gossip on loopback, no mDNS so nothing is multicast on this
-// machine's interfaces, llama-server detected) beside barenode in the same window, and the
-// agent with one ready placement on the simulator (health-checked every 5 s; the engine's own
-// process is not counted). Each run settles for 5 s before the window. Besides CPU time it
-// counts how often the threads were put on a CPU (schedstat's third field): the wakeups, a
-// count the machine's other load hardly moves. Everything lives in a temporary folder.
+// counted; -trimpath, -s -w), and the llama-server simulator, then measures three windows: the
+// agent alone (a mesh member with default LAN timings, gossip on loopback, no mDNS so nothing
+// is multicast on this machine's interfaces, llama-server detected) beside a bare node and a
+// bare node with an HTTP API (barenode -http: what any member with an API holds); the agent
+// with one ready placement on the simulator (health-checked every 5 s; the engine's own process
+// is not counted); and an agent with a second agent joined to it beside a bare node with a bare
+// peer. Each run settles for 5 s before its window. Besides CPU time it counts how often the
+// threads were put on a CPU (schedstat's third field): the wakeups, a count the machine's other
+// load hardly moves. Everything lives in a temporary folder.
 package main
 
 import (
@@ -56,14 +58,16 @@ func measureAll(idle time.Duration) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	agentBin, simBin, bareBin := filepath.Join(tmp, "llmkube-agent"), filepath.Join(tmp, "llama-server"), filepath.Join(tmp, "barenode")
-	for out, pkg := range map[string]string{agentBin: "./cmd/llmkube-agent", simBin: "./cmd/llama-server-sim",
-		bareBin: "./cmd/llmkube-agent/internal/footprint/barenode"} {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+	agentBin, simBin := filepath.Join(tmp, "llmkube-agent"), filepath.Join(tmp, "llama-server")
+	bareBin, httpBin := filepath.Join(tmp, "barenode"), filepath.Join(tmp, "barenode-http")
+	const barePkg = "./cmd/llmkube-agent/internal/footprint/barenode"
+	for _, b := range []struct{ out, pkg, tags string }{{agentBin, "./cmd/llmkube-agent", ""},
+		{simBin, "./cmd/llama-server-sim", ""}, {bareBin, barePkg, ""}, {httpBin, barePkg, "httpapi"}} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-tags", b.tags, "-o", b.out, b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("building %s (run from the module root): %w", pkg, err)
+			return fmt.Errorf("building %s (run from the module root): %w", b.pkg, err)
 		}
 	}
 	fmt.Printf("llmkube-agent idle footprint: %s/%s, %d CPUs, %s window after 5 s settling\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), idle)
@@ -77,22 +81,34 @@ func measureAll(idle time.Duration) error {
 			float64(a.mem["VmRSS"])/float64(b.mem["VmRSS"]), a.cpu/b.cpu, a.wakeups/b.wakeups)
 	}
 
-	// Alone, beside a bare node alone, in one window.
+	// Alone, beside a bare node alone and a bare node with an HTTP API, in one window.
 	bare, _, err := startBare(bareBin, "")
 	if err != nil {
 		return err
 	}
-	got, err := measure(tmp, agentBin, simBin, false, false, idle, bare)
+	bareHTTP, _, err := startBare(httpBin, "")
+	if err != nil {
+		stop(bare)
+		return err
+	}
+	got, err := measure(tmp, agentBin, simBin, false, false, idle, bare, bareHTTP)
+	stop(bareHTTP)
 	stop(bare)
 	if err != nil {
 		return fmt.Errorf("alone: %w", err)
 	}
 	line("idle alone, no placements", got[0])
 	line("bare memberlist node alone", got[1])
+	line("bare node with an HTTP API", got[2])
 	ratio(got[0], got[1])
+	fmt.Printf("%-28s RSS %.2f×   CPU %.2f×\n", "agent ÷ node with HTTP API",
+		float64(got[0].mem["VmRSS"])/float64(got[2].mem["VmRSS"]), got[0].cpu/got[2].cpu)
+	if err := printSizes(agentBin, bareBin, httpBin); err != nil {
+		return err
+	}
 
 	// Alone, one ready placement.
-	if got, err = measure(tmp, agentBin, simBin, true, false, idle, nil); err != nil {
+	if got, err = measure(tmp, agentBin, simBin, true, false, idle); err != nil {
 		return fmt.Errorf("one placement: %w", err)
 	}
 	line("idle alone, one placement", got[0])
@@ -207,9 +223,9 @@ func startAgent(dir, agentBin, simBin string, peer *agentProc) (*agentProc, erro
 }
 
 // measure runs an agent (with one ready placement, or with a second agent joined to it) and
-// reads its usage over the idle window; alongside, when not nil, is measured over the same
-// window, second.
-func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle time.Duration, alongside *exec.Cmd) ([]usage, error) {
+// reads its usage over the idle window; the processes alongside are measured over the same
+// window, in order after it.
+func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle time.Duration, alongside ...*exec.Cmd) ([]usage, error) {
 	dir, err := os.MkdirTemp(tmp, "run-")
 	if err != nil {
 		return nil, err
@@ -259,10 +275,26 @@ func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle ti
 	}
 	time.Sleep(5 * time.Second)
 	pids := []int{a.cmd.Process.Pid}
-	if alongside != nil {
-		pids = append(pids, alongside.Process.Pid)
+	for _, c := range alongside {
+		pids = append(pids, c.Process.Pid)
 	}
 	return window(pids, idle)
+}
+
+// printSizes prints the sizes of the agent's and the bare nodes' binaries: the file-backed part
+// of a Go program's RSS follows its binary's size, as its packages' initialisation and the
+// kernel's fault-around (64 kB windows) bring in nearly every page of its code.
+func printSizes(agentBin, bareBin, httpBin string) error {
+	var mb [3]float64
+	for i, bin := range []string{agentBin, bareBin, httpBin} {
+		fi, err := os.Stat(bin)
+		if err != nil {
+			return err
+		}
+		mb[i] = float64(fi.Size()) / (1 << 20)
+	}
+	fmt.Printf("%-28s agent %.1f MB, bare node %.1f MB, with an HTTP API %.1f MB\n", "binaries (static, -s -w)", mb[0], mb[1], mb[2])
+	return nil
 }
 
 // window reads the processes' CPU time over idle, and their resident memory at its end.
