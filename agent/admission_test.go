@@ -270,7 +270,7 @@ func TestStaleReadyIsNotReady(t *testing.T) {
 	if got.State != api.StateRestarting || !strings.Contains(got.Reason, "no health check") {
 		t.Fatalf("stale ready shown as %s (%s)", got.State, got.Reason)
 	}
-	if _, ok := serving(a, "", "m"); ok {
+	if _, ok := serving(t, a, "", "m"); ok {
 		t.Fatal("the gateway would route to a placement with a stale health check")
 	}
 }

@@ -588,12 +588,7 @@ func (a *Agent) sortedLocked() []*placement {
 	for _, pl := range a.placements {
 		out = append(out, pl)
 	}
-	slices.SortFunc(out, func(x, y *placement) int {
-		if c := x.p.CreatedAt.Compare(y.p.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(x.p.ID, y.p.ID)
-	})
+	slices.SortFunc(out, func(x, y *placement) int { return oldestFirst(&x.p, &y.p) })
 	return out
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -116,7 +117,7 @@ func waitState(t testing.TB, c *api.Client, id string, want api.PlacementState) 
 // chat asks a local placement something through its driver and returns the answer.
 func chat(t testing.TB, a *Agent, ns, model string) string {
 	t.Helper()
-	l, ok := serving(a, ns, model)
+	l, ok := serving(t, a, ns, model)
 	if !ok {
 		t.Fatalf("%s/%s is not served", ns, model)
 	}
@@ -135,15 +136,24 @@ func chat(t testing.TB, a *Agent, ns, model string) string {
 }
 
 // serving finds what the gateway would route a request for model in namespace ns to ("" for
-// the admin's view of every namespace).
-func serving(a *Agent, ns, model string) (Local, bool) {
+// the admin's view of every namespace), and fails t unless Serving, the gateway's look-up,
+// lists what ServingAll does for model.
+func serving(t testing.TB, a *Agent, ns, model string) (Local, bool) {
+	t.Helper()
 	who := api.Principal{Admin: ns == "", Namespace: ns}
+	var all []Local
 	for _, l := range a.ServingAll(who) {
 		if l.Placement.Model == model {
-			return l, true
+			all = append(all, l)
 		}
 	}
-	return Local{}, false
+	if got := a.Serving(who, model); !reflect.DeepEqual(got, all) {
+		t.Fatalf("Serving(%+v, %q) = %+v, ServingAll has %+v", who, model, got, all)
+	}
+	if len(all) == 0 {
+		return Local{}, false
+	}
+	return all[0], true
 }
 
 func TestPlaceReadyChatDelete(t *testing.T) {
@@ -473,8 +483,24 @@ func TestNamespaceTokenSeesOnlyItsNamespace(t *testing.T) {
 	if q, err := s.admin.Placement(ctx, p.ID); err != nil || q.State != api.StateReady {
 		t.Fatalf("team-b's attempt changed the placement: %+v %v", q, err)
 	}
-	if _, ok := serving(a, "team-b", "tiny"); ok {
+	if _, ok := serving(t, a, "team-b", "tiny"); ok {
 		t.Fatal("served to another namespace")
+	}
+	for _, c := range []struct {
+		who    api.Principal
+		models []string
+		want   bool
+	}{
+		{api.Principal{Namespace: "team-a"}, []string{"tiny"}, true},
+		{api.Principal{Namespace: "team-a"}, []string{"other", "tiny"}, true},
+		{api.Principal{Namespace: "team-a"}, []string{"other"}, false},
+		{api.Principal{Namespace: "team-b"}, []string{"tiny"}, false},
+		{api.Principal{Admin: true}, []string{"tiny"}, true},
+		{api.Principal{Namespace: "team-a"}, nil, false},
+	} {
+		if got := a.Names(c.who, c.models...); got != c.want {
+			t.Errorf("Names(%+v, %q) = %v, want %v", c.who, c.models, got, c.want)
+		}
 	}
 	fams := scrape(t, s.url, api.AdminToken(s.secret))
 	for _, m := range fams["llmkube_placements"].GetMetric() {

@@ -29,7 +29,7 @@ const (
 // ServerConfig builds the HTTP API server.
 type ServerConfig struct {
 	Agent *Agent
-	// Secret is the mesh secret tokens are checked against.
+	// Secret is the mesh secret tokens are checked against, read once by NewServer.
 	Secret []byte
 	MeshID string
 	// Mesh returns the mesh view when the agent runs in a mesh; nil serves a view of this host alone.
@@ -48,11 +48,12 @@ type ServerConfig struct {
 
 // Server is the agent's HTTP API on one listener.
 type Server struct {
-	cfg  ServerConfig
-	a    *Agent
-	log  *slog.Logger
-	mux  *http.ServeMux
-	subs streamSlots
+	cfg    ServerConfig
+	a      *Agent
+	tokens *api.Verifier // of cfg.Secret, read once
+	log    *slog.Logger
+	mux    *http.ServeMux
+	subs   streamSlots
 }
 
 // NewServer builds the API's routes.
@@ -63,7 +64,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, a: cfg.Agent, log: cfg.Log, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, a: cfg.Agent, tokens: api.NewVerifier(cfg.Secret), log: cfg.Log, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// The name tells a member checking this agent's advertised address who answered.
 		w.Header().Set(api.NodeHeader, s.a.Name())
@@ -192,7 +193,7 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 			// served as the anonymous namespace, and carries that namespace's token from here
 			// on, so a request the gateway forwards to the model's owner is checked there as
 			// any namespace request is. The token never goes back to the caller.
-			nsTok, err := api.NamespaceToken(api.AdminToken(s.cfg.Secret), ns)
+			nsTok, err := s.tokens.NamespaceToken(ns)
 			if err != nil {
 				WriteError(w, api.Errorf(api.CodeInternal, "anonymous namespace: %v", err))
 				return
@@ -206,7 +207,7 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 			deny(w, api.Errorf(api.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (`llmkube-agent init` prints the admin token)"))
 			return
 		}
-		p, err := api.Verify(s.cfg.Secret, tok)
+		p, err := s.tokens.Verify(tok)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmkube", error="invalid_token"`)
 			deny(w, api.Errorf(api.CodeUnauthorized, "token refused: %v", err))

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -28,6 +30,45 @@ func (a *Agent) ServingAll(who api.Principal) []Local {
 		}
 	}
 	return out
+}
+
+// Serving is ServingAll narrowed to the placements of model, without a copy of the others:
+// the gateway asks it on every chat, and a Local is 700 bytes.
+func (a *Agent) Serving(who api.Principal, model string) []Local {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []Local
+	for _, pl := range a.placements {
+		if pl.p.Model != model || !who.Allows(pl.p.Namespace) {
+			continue
+		}
+		if v := a.viewLocked(pl); v.State == api.StateReady && pl.inst != nil {
+			out = append(out, Local{Placement: v, Driver: pl.driver, Model: pl.model})
+		}
+	}
+	slices.SortFunc(out, func(x, y Local) int { return oldestFirst(&x.Placement, &y.Placement) })
+	return out
+}
+
+// Names reports whether who may see a placement, in any state, named one of models: a look at
+// the names alone, where List copies every placement.
+func (a *Agent) Names(who api.Principal, models ...string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for _, pl := range a.placements {
+		if who.Allows(pl.p.Namespace) && slices.Contains(models, pl.p.Model) {
+			return true
+		}
+	}
+	return false
+}
+
+// oldestFirst is the order placements are listed in: by creation, then id.
+func oldestFirst(x, y *api.Placement) int {
+	if c := x.CreatedAt.Compare(y.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(x.ID, y.ID)
 }
 
 // speedWeight is the weight of the newest measurement in the rolling averages.

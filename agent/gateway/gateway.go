@@ -282,12 +282,9 @@ type candidate struct {
 // lead whatever they are (no load is below none, and local wins a tie), and looking means taking
 // the mesh view, which copies every member's state.
 func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v View, all bool) (out []candidate, narrow bool) {
-	locals := g.a.ServingAll(who)
+	locals := g.a.Serving(who, model)
 	for i := range locals {
 		l := &locals[i] // not a copy: a Local is 700 bytes, and the range variable's address would move each to the heap
-		if l.Placement.Model != model {
-			continue
-		}
 		c := candidate{p: l.Placement, local: l, busy: g.counter(l.Placement.Host, l.Placement.ID)}
 		c.load = c.busy.Load()
 		narrow = narrow || c.load == 0

@@ -38,10 +38,12 @@ func (g *Gateway) names(who api.Principal, model string, forwarded bool, v View)
 	match := func(p api.Placement) bool {
 		return who.Allows(p.Namespace) && (p.Model == model || (twin != "" && p.Model == twin))
 	}
-	for _, p := range g.a.List(who) {
-		if match(p) {
-			return true
-		}
+	models := []string{model, twin}
+	if twin == "" {
+		models = models[:1]
+	}
+	if g.a.Names(who, models...) {
+		return true
 	}
 	if !forwarded && v != nil {
 		for _, p := range v.Placements() {
