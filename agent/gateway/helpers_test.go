@@ -10,12 +10,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent"
@@ -380,12 +384,22 @@ func chatBody(model, prompt string, stream bool, extra string) string {
 	return s + "}"
 }
 
+// families scrapes the node's metrics as a scraper reads them.
+func families(t testing.TB, n *node) map[string]*dto.MetricFamily {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	n.a.Metrics().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(rec.Body)
+	require.NoError(t, err)
+	return fams
+}
+
 // metricSum adds up a metric's samples (counters' values, histograms' counts) over the series
 // that have a label with value label ("" for all).
 func metricSum(t testing.TB, n *node, name, label string) float64 {
 	t.Helper()
-	families, err := n.a.Metrics().Registry().Gather()
-	require.NoError(t, err)
+	families := families(t, n)
 	sum := 0.0
 	for _, f := range families {
 		if f.GetName() != name {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/internal/prom"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
@@ -227,10 +228,8 @@ func TestUnknownModelNamesNeverBecomeMetricLabels(t *testing.T) {
 	}
 	resp, _ := call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("llama", "hi", false, ""))
 	require.Equal(t, 200, resp.StatusCode)
-	families, err := n.a.Metrics().Registry().Gather()
-	require.NoError(t, err)
 	found := 0
-	for _, f := range families {
+	for _, f := range families(t, n) {
 		if !strings.HasPrefix(f.GetName(), "llmkube_gateway_") {
 			continue
 		}
@@ -242,4 +241,16 @@ func TestUnknownModelNamesNeverBecomeMetricLabels(t *testing.T) {
 		}
 	}
 	assert.Positive(t, found)
+}
+
+func TestOneGatewayPerRegistry(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	_, err := gateway.New(gateway.Config{Agent: n.a})
+	require.ErrorContains(t, err, "metrics already registered")
+	// A registry of its own takes another gateway.
+	reg := prom.NewRegistry()
+	_, err = gateway.New(gateway.Config{Agent: n.a, Registerer: reg})
+	require.NoError(t, err)
+	assert.ErrorIs(t, reg.Register(prom.NewGaugeVec("llmkube_gateway_queued_requests", "Taken.")), prom.ErrAlreadyRegistered,
+		"the second gateway's metrics are in the registry it was given")
 }

@@ -2,15 +2,20 @@ package metrics
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/prom"
 )
 
 func TestExpositionParses(t *testing.T) {
@@ -43,6 +48,9 @@ func TestExpositionParses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Errorf("Content-Type %q", ct)
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
@@ -109,8 +117,51 @@ func TestExpositionParses(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	if _, ok := fams["process_resident_memory_bytes"]; !ok {
-		t.Error("process collector missing: the agent's own RSS is not exported")
+	for name, f := range fams {
+		if strings.HasSuffix(name, "_total") != (f.GetType() == dto.MetricType_COUNTER) {
+			t.Errorf("%s is a %v: counters, and only they, end in _total", name, f.GetType())
+		}
+	}
+	types := map[string]dto.MetricType{
+		"llmkube_memory_budget_bytes": dto.MetricType_GAUGE, "llmkube_placements": dto.MetricType_GAUGE,
+		"llmkube_gossip_health_score": dto.MetricType_GAUGE, "llmkube_health_check_seconds": dto.MetricType_HISTOGRAM,
+		"llmkube_gossip_probe_rtt_seconds": dto.MetricType_HISTOGRAM, "go_gc_duration_seconds": dto.MetricType_SUMMARY,
+	}
+	for name, want := range types {
+		if got := fams[name].GetType(); got != want {
+			t.Errorf("%s is a %v, want %v", name, got, want)
+		}
+	}
+	// The agent's own RSS and CPU, and the runtime's figures, are what dashboards watch.
+	for _, name := range []string{"process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+		"process_open_fds", "process_max_fds", "process_start_time_seconds", "go_goroutines", "go_threads",
+		"go_memstats_heap_alloc_bytes", "go_memstats_sys_bytes", "go_gc_duration_seconds", "go_info"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+	buckets := func(name string, labels map[string]string) (les []float64, counts []uint64) {
+		t.Helper()
+		for _, mt := range fams[name].GetMetric() {
+			if len(labels) > 0 && mt.GetLabel()[0].GetValue() != labels[mt.GetLabel()[0].GetName()] ||
+				len(labels) > 1 && mt.GetLabel()[1].GetValue() != labels[mt.GetLabel()[1].GetName()] {
+				continue
+			}
+			for _, b := range mt.GetHistogram().GetBucket() {
+				les = append(les, b.GetUpperBound())
+				counts = append(counts, b.GetCumulativeCount())
+			}
+		}
+		return les, counts
+	}
+	les, counts := buckets("llmkube_gossip_probe_rtt_seconds", nil)
+	if !slices.Equal(les, []float64{.001, .01, 1, math.Inf(1)}) || !slices.Equal(counts, []uint64{30, 36, 37, 37}) {
+		t.Errorf("rtt buckets %v %v", les, counts)
+	}
+	// 3 ms: in every bucket from 5 ms on.
+	les, counts = buckets("llmkube_health_check_seconds", map[string]string{"runtime": "hailo-ollama", "result": "ok"})
+	if len(les) != 13 || counts[1] != 0 || counts[2] != 1 || counts[12] != 1 {
+		t.Errorf("health check buckets %v %v", les, counts)
 	}
 }
 
@@ -118,13 +169,12 @@ func TestRegistriesAreIndependent(t *testing.T) {
 	snap := func() Snapshot { return Snapshot{} }
 	a, b := New(snap), New(snap)
 	a.Refused(api.CodeNotFound)
-	fams, err := b.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() == "llmkube_admissions_refused_total" && len(f.GetMetric()) > 0 {
+	for _, f := range b.Registry().Gather() {
+		if f.Name == "llmkube_admissions_refused_total" {
 			t.Fatal("a refusal counted on one agent shows on another")
 		}
+	}
+	if !slices.ContainsFunc(a.Registry().Gather(), func(f prom.Family) bool { return f.Name == "llmkube_admissions_refused_total" }) {
+		t.Fatal("the refusal is not counted on its own agent")
 	}
 }

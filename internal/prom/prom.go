@@ -121,8 +121,9 @@ func (r *Registry) MustRegister(cs ...Collector) {
 	}
 }
 
-// Gather collects every family with at least one series, sorted by name, each family's series
-// sorted by label values.
+// Gather collects every family with at least one series, sorted by name, with its label names
+// sorted and its series sorted by their label values in that order: the order the client
+// library writes, which some readers compare label lists in.
 func (r *Registry) Gather() []Family {
 	r.mu.Lock()
 	cs, owner := slices.Clone(r.collectors), maps.Clone(r.owner)
@@ -139,13 +140,39 @@ func (r *Registry) Gather() []Family {
 				return
 			}
 			seen[f.Name] = true
-			f.Series = slices.Clone(f.Series)
-			slices.SortFunc(f.Series, func(a, b Series) int { return slices.Compare(a.Values, b.Values) })
-			fams = append(fams, f)
+			fams = append(fams, sortLabels(f))
 		})
 	}
 	slices.SortFunc(fams, func(a, b Family) int { return strings.Compare(a.Name, b.Name) })
 	return fams
+}
+
+// sortLabels returns f with its label names sorted, each series' values to match, and its
+// series sorted by those values; f's slices are left as they were.
+func sortLabels(f Family) Family {
+	series := slices.Clone(f.Series)
+	if !slices.IsSorted(f.Labels) {
+		order := make([]int, len(f.Labels))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return strings.Compare(f.Labels[a], f.Labels[b]) })
+		labels := make([]string, len(order))
+		for i, o := range order {
+			labels[i] = f.Labels[o]
+		}
+		f.Labels = labels
+		for i, s := range series {
+			values := make([]string, len(order))
+			for j, o := range order {
+				values[j] = s.Values[o]
+			}
+			series[i].Values = values
+		}
+	}
+	slices.SortFunc(series, func(a, b Series) int { return slices.Compare(a.Values, b.Values) })
+	f.Series = series
+	return f
 }
 
 // ServeHTTP writes the registry in the text format.

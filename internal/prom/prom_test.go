@@ -73,7 +73,7 @@ type collectorFunc struct {
 	collect func(add func(Family))
 }
 
-func (c collectorFunc) Names() []string           { return c.names }
+func (c collectorFunc) Names() []string          { return c.names }
 func (c collectorFunc) Collect(add func(Family)) { c.collect(add) }
 
 func TestExposition(t *testing.T) {
@@ -167,6 +167,20 @@ func TestExposition(t *testing.T) {
 	assert.Equal(t, text, again)
 }
 
+func TestLabelsAreWrittenSortedByName(t *testing.T) {
+	r := NewRegistry()
+	v := NewCounterVec("test_bytes_total", "Bytes.", "proto", "direction")
+	r.MustRegister(v)
+	v.With("udp", "sent").Add(1)
+	v.With("tcp", "sent").Add(2)
+	v.With("udp", "received").Add(3)
+	_, text := scrape(t, r)
+	assert.Equal(t, "# HELP test_bytes_total Bytes.\n# TYPE test_bytes_total counter\n"+
+		`test_bytes_total{direction="received",proto="udp"} 3`+"\n"+
+		`test_bytes_total{direction="sent",proto="tcp"} 2`+"\n"+
+		`test_bytes_total{direction="sent",proto="udp"} 1`+"\n", text)
+}
+
 func TestEmptyFamiliesAreNotWritten(t *testing.T) {
 	r := NewRegistry()
 	r.MustRegister(NewCounterVec("test_never_total", "Never counted.", "code"))
@@ -256,7 +270,7 @@ func TestConcurrentUpdatesAndScrapes(t *testing.T) {
 			// Every worker makes its children concurrently with the others, by name each time.
 			for i := range each {
 				g.With().Inc()
-				c.With(string(rune('a'+w%4))).Inc()
+				c.With(string(rune('a' + w%4))).Inc()
 				h.With("op").Observe(float64(i%4) / 4)
 				g.With().Dec()
 			}
