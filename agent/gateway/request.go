@@ -302,8 +302,11 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 
 func parseOpenAI(body []byte) (*chatCall, *failure) {
 	var req oaRequest
-	if f := decodeJSON(body, &req); f != nil {
-		return nil, f
+	if !quickOARequest(body, &req) {
+		req = oaRequest{} // not what the quick read filled in before it gave up
+		if f := decodeJSON(body, &req); f != nil {
+			return nil, f
+		}
 	}
 	if req.Model == "" {
 		return nil, badRequest("model is required")
