@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -18,12 +19,11 @@ import (
 
 // chatRequest is llama-server's OpenAI chat request, always streamed.
 type chatRequest struct {
-	Model         string        `json:"model"`
-	Messages      []chatMessage `json:"messages,omitempty"`
-	Stream        bool          `json:"stream"`
-	StreamOptions struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+	Model    string        `json:"model"`
+	Messages []chatMessage `json:"messages,omitempty"`
+	Stream   bool          `json:"stream"`
+	// No stream_options.include_usage: the last event's timings carry the counts (see
+	// readEvents), and asking for usage costs the engine an event of its own per answer.
 	Temperature *float64 `json:"temperature,omitempty"`
 	TopP        *float64 `json:"top_p,omitempty"`
 	TopK        *int     `json:"top_k,omitempty"`
@@ -145,7 +145,6 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 		body.Messages = openAIMessages(req.Messages)
 		openAITools(req, &body)
 	}
-	body.StreamOptions.IncludeUsage = true
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return &engines.Error{Code: api.CodeInternal, Err: err}
@@ -228,6 +227,7 @@ type streamChunk struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
 	Timings *struct {
+		CacheN     int `json:"cache_n"`
 		PromptN    int `json:"prompt_n"`
 		PredictedN int `json:"predicted_n"`
 	} `json:"timings"`
@@ -244,7 +244,9 @@ const maxToolCalls = 64
 
 // readEvents reads server-sent events until "data: [DONE]": each piece of content is emitted
 // as it comes, then one last chunk with Done, the finish reason and the token counts (from
-// usage, or llama-server's timings when usage is absent). Pieces that arrived together are
+// usage, or llama-server's timings when usage is absent: the agent does not ask for usage,
+// and the timings of llama-server's last event say as much, the prompt's tokens being those
+// taken from the cache and those evaluated, cache_n + prompt_n). Pieces that arrived together are
 // emitted with More (see engines.ChatChunk), and an empty chunk goes out before each wait on
 // the engine after them.
 func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk) error) error {
@@ -297,7 +299,10 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 		if string(value) == "[DONE]" {
 			return end()
 		}
-		if content, finish, ok := quickEvent(value, &tail); ok {
+		if content, finish, n, ok := quickEvent(value, &tail); ok {
+			if n.timings && final.CompletionTokens == 0 {
+				final.PromptTokens, final.CompletionTokens = n.cacheN+n.promptN, n.predictedN
+			}
 			if content != "" {
 				if err := emit(engines.ChatChunk{Content: content, More: true}); err != nil {
 					return err
@@ -311,7 +316,7 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 			if n.usage {
 				final.PromptTokens, final.CompletionTokens = n.prompt, n.completion
 			} else if n.timings && final.CompletionTokens == 0 {
-				final.PromptTokens, final.CompletionTokens = n.promptN, n.predictedN
+				final.PromptTokens, final.CompletionTokens = n.cacheN+n.promptN, n.predictedN
 			}
 		} else {
 			var c streamChunk
@@ -329,7 +334,7 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 			if c.Usage != nil {
 				final.PromptTokens, final.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
 			} else if c.Timings != nil && final.CompletionTokens == 0 {
-				final.PromptTokens, final.CompletionTokens = c.Timings.PromptN, c.Timings.PredictedN
+				final.PromptTokens, final.CompletionTokens = c.Timings.CacheN+c.Timings.PromptN, c.Timings.PredictedN
 			}
 			for _, ch := range c.Choices {
 				for _, tc := range ch.Delta.ToolCalls {
@@ -378,13 +383,20 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 //	{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"…"}}],"created":…}
 //
 // or with the delta first ({"delta":…,"finish_reason":…,"index":…}, as encoding/json orders
-// them), and no usage, timings or error after the choices. Anything else, or content that is
-// not plain (invalid UTF-8, U+2028 or U+2029), is not ok: the caller decodes it whole.
+// them), and no usage or error after the choices; timings after them (the last event's, as
+// llama-server writes it when usage is not asked for) are read by walking the members, into n.
+// Anything else, or content that is not plain (invalid UTF-8, U+2028 or U+2029), is not ok:
+// the caller decodes it whole.
 //
 // tail holds the members after the choices of the last event it took, judged free of those a
 // decode would read: llama-server repeats them unchanged in every event of an answer (id,
 // created, model, …), so an event whose members are the same bytes is not judged again.
-func quickEvent(data []byte, tail *[]byte) (content, finish string, ok bool) {
+func quickEvent(data []byte, tail *[]byte) (content, finish string, n counts, ok bool) {
+	content, finish, ok = quickChoices(data, tail, &n)
+	return content, finish, n, ok
+}
+
+func quickChoices(data []byte, tail *[]byte, n *counts) (content, finish string, ok bool) {
 	rest, ok := bytes.CutPrefix(data, []byte(`{"choices":[{`))
 	if !ok || data[len(data)-1] != '}' {
 		return "", "", false
@@ -422,20 +434,54 @@ func quickEvent(data []byte, tail *[]byte) (content, finish string, ok bool) {
 	// The rest is the top level's other members: usage, timings, an error, or choices again
 	// (the last of two wins) would be read by a decode.
 	if !bytes.Equal(rest, *tail) {
-		if stream.HasMember(rest, "usage", "timings", "error", "choices") {
+		if stream.HasMember(rest, "usage", "error", "choices") {
 			return "", "", false
+		}
+		if stream.HasMember(rest, "timings") {
+			// Not kept as the tail: the timings are this answer's last event's own.
+			if *n, ok = quickTimings(data); !ok {
+				return "", "", false
+			}
+			return content, finish, true
 		}
 		*tail = append((*tail)[:0], rest...)
 	}
 	return content, finish, true
 }
 
+// quickTimings reads the timings of an event whose choices quickEvent has read, by walking its
+// members: ok only when the timings are an object whose counts, where present, are plain
+// integers, and nothing but the choices and them is a member a decode would read (under
+// another spelling, or twice).
+func quickTimings(data []byte) (n counts, ok bool) {
+	var choices bool
+	ok = true
+	walked := stream.Members(data, func(name, v []byte) bool {
+		switch string(name) {
+		case "choices":
+			ok = !choices
+			choices = true
+		case "timings":
+			ok = !n.timings
+			n.timings = true
+			ok = readCounts(v, ok, []string{"cache_n", "prompt_n", "predicted_n"}, &n.cacheN, &n.promptN, &n.predictedN)
+		default:
+			ok = !foldsTo(name, "choices", "usage", "timings", "error")
+		}
+		return ok
+	})
+	if !walked || !ok {
+		return counts{}, false
+	}
+	return n, true
+}
+
 // counts is what an event without choices says of the answer's tokens: its usage, or
 // llama-server's timings.
 type counts struct {
-	usage, timings      bool
-	prompt, completion  int // usage
-	promptN, predictedN int // timings
+	usage, timings              bool
+	prompt, completion          int // usage
+	cacheN, promptN, predictedN int // timings
 }
 
 // quickCounts reads the event that carries an answer's token counts — llama-server's last
@@ -458,11 +504,11 @@ func quickCounts(data []byte) (n counts, ok bool) {
 		case "usage":
 			ok = !n.usage
 			n.usage = true
-			n.prompt, n.completion, ok = readCounts(v, "prompt_tokens", "completion_tokens", ok)
+			ok = readCounts(v, ok, []string{"prompt_tokens", "completion_tokens"}, &n.prompt, &n.completion)
 		case "timings":
 			ok = !n.timings
 			n.timings = true
-			n.promptN, n.predictedN, ok = readCounts(v, "prompt_n", "predicted_n", ok)
+			ok = readCounts(v, ok, []string{"cache_n", "prompt_n", "predicted_n"}, &n.cacheN, &n.promptN, &n.predictedN)
 		default:
 			ok = !foldsTo(name, "choices", "usage", "timings", "error")
 		}
@@ -471,39 +517,35 @@ func quickCounts(data []byte) (n counts, ok bool) {
 	return n, walked && ok
 }
 
-// readCounts reads the integer members a and b of the object v (0 when absent), for
-// quickCounts: ok stays true only when v is an object, a and b are plain integers that fit an
-// int32, and neither appears twice or spelled otherwise.
-func readCounts(v []byte, a, b string, ok bool) (x, y int, _ bool) {
+// readCounts reads the integer members names of the object v into dst, one for each (0 when
+// absent): ok stays true only when v is an object, those members are plain integers that fit
+// an int32, and none appears twice or spelled otherwise.
+func readCounts(v []byte, ok bool, names []string, dst ...*int) bool {
 	if !ok {
-		return 0, 0, false
+		return false
 	}
-	var seenA, seenB bool
+	var seen uint
 	walked := stream.Members(v, func(name, num []byte) bool {
-		var dst *int
-		switch string(name) {
-		case a:
-			dst, ok, seenA = &x, !seenA, true
-		case b:
-			dst, ok, seenB = &y, !seenB, true
-		default:
-			ok = !foldsTo(name, a, b)
+		k := slices.Index(names, string(name))
+		if k < 0 {
+			ok = !foldsTo(name, names...)
 			return ok
 		}
-		if !ok || len(num) == 0 || len(num) > 9 || (num[0] == '0' && len(num) > 1) {
+		if seen&(1<<k) != 0 || len(num) == 0 || len(num) > 9 || (num[0] == '0' && len(num) > 1) {
 			ok = false
 			return false
 		}
+		seen |= 1 << k
 		for _, c := range num {
 			if c < '0' || c > '9' {
 				ok = false
 				return false
 			}
-			*dst = *dst*10 + int(c-'0')
+			*dst[k] = *dst[k]*10 + int(c-'0')
 		}
 		return true
 	})
-	return x, y, walked && ok
+	return walked && ok
 }
 
 // foldsTo reports whether name is one of names as encoding/json matches them (without regard

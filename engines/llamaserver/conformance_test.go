@@ -201,6 +201,26 @@ func TestConformanceDriver(t *testing.T) {
 		assert.Contains(t, []string{"stop", "length"}, final.FinishReason)
 		assert.Positive(t, final.PromptTokens)
 		assert.LessOrEqual(t, final.CompletionTokens, 8)
+		// The counts come from the last event's timings (the driver does not ask for usage):
+		// the same prompt again, served from llama-server's prompt cache, counts the same
+		// tokens, and as many as llama-server's own usage says for it.
+		cached := collect(t, d, m, ask(5))
+		assert.Equal(t, final.PromptTokens, cached[len(cached)-1].PromptTokens, "a cached prompt counts whole")
+		assert.Equal(t, final.CompletionTokens, cached[len(cached)-1].CompletionTokens)
+		var counted struct {
+			Usage struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		resp, err := http.Post(inst.Endpoint()+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"messages":[{"role":"user","content":"`+strings.Repeat("hello ", 5)+`"}],"max_tokens":8,"seed":7,"temperature":0}`))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&counted))
+		resp.Body.Close()
+		assert.Equal(t, counted.Usage.PromptTokens, final.PromptTokens, "the prompt's tokens as llama-server's usage counts them")
+		assert.Equal(t, counted.Usage.CompletionTokens, final.CompletionTokens)
 
 		var answer struct {
 			Choices []struct {
@@ -214,7 +234,7 @@ func TestConformanceDriver(t *testing.T) {
 				CompletionTokens int `json:"completion_tokens"`
 			} `json:"usage"`
 		}
-		resp, err := http.Post(inst.Endpoint()+"/v1/chat/completions", "application/json",
+		resp, err = http.Post(inst.Endpoint()+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"messages":[{"role":"user","content":"hello"}],"max_tokens":4}`))
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode)

@@ -770,27 +770,32 @@ func TestStreamContextExceededIsContextLimit(t *testing.T) {
 }
 
 // quickEvent takes the events of llama-server's answers as build 9749 writes them (copied from
-// its output), and leaves those with usage or timings to a decode, whatever the events before
-// them (one answer's, in order: the members after the choices are judged once while they stay
-// the same bytes).
+// its output), the last one's timings included, and leaves one with usage to a decode (or to
+// quickCounts), whatever the events before them (one answer's, in order: the members after the
+// choices are judged once while they stay the same bytes).
 func TestQuickEventReadsLlamaServersEvents(t *testing.T) {
 	var seen []byte
 	const tail = `],"created":1796133633,"id":"chatcmpl-PoJuPs4ythHSDNfzcanQRkqMOh7bOiim","model":"/work/shared/engines/models/tiny.gguf","system_fingerprint":"b9749-d32676d77","object":"chat.completion.chunk"`
+	const timings = `,"timings":{"cache_n":32,"prompt_n":1,"prompt_ms":0.879,"prompt_per_token_ms":0.879,"prompt_per_second":1137.6564277588168,"predicted_n":3,"predicted_ms":1.057,"predicted_per_token_ms":0.35233333333333333,"predicted_per_second":2838.221381267739}`
 	for _, tc := range []struct {
 		data, content, finish string
+		n                     counts
 		ok                    bool
 	}{
-		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}` + tail + `}`, "", "", true},
-		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" tele"}}` + tail + `}`, " tele", "", true},
-		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" два"}}` + tail + `}`, " два", "", true},
-		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `}`, "", "length", true},
-		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `,"timings":{"cache_n":0,"prompt_n":29}}`, "", "", false},
-		{`{"choices":[` + tail + `,"usage":{"completion_tokens":3,"prompt_tokens":29,"total_tokens":32}}`, "", "", false},
+		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}` + tail + `}`, "", "", counts{}, true},
+		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" tele"}}` + tail + `}`, " tele", "", counts{}, true},
+		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" два"}}` + tail + `}`, " два", "", counts{}, true},
+		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `}`, "", "length", counts{}, true},
+		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + timings + `}`, "", "length",
+			counts{timings: true, cacheN: 32, promptN: 1, predictedN: 3}, true},
+		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `,"timings":{"cache_n":0,"prompt_n":29},"Timings":{}}`, "", "", counts{}, false},
+		{`{"choices":[` + tail + `,"usage":{"completion_tokens":3,"prompt_tokens":29,"total_tokens":32}}`, "", "", counts{}, false},
 	} {
-		content, finish, ok := quickEvent([]byte(tc.data), &seen)
+		content, finish, n, ok := quickEvent([]byte(tc.data), &seen)
 		assert.Equal(t, tc.ok, ok, tc.data)
 		assert.Equal(t, tc.content, content, tc.data)
 		assert.Equal(t, tc.finish, finish, tc.data)
+		assert.Equal(t, tc.n, n, tc.data)
 	}
 }
 
@@ -804,6 +809,11 @@ func FuzzQuickEvent(f *testing.F) {
 	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"a \"quoted\"\nline é"}}],"id":"x"}`)
 	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"id":"x"}`)
 	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"id":"x","timings":{"prompt_n":1}}`)
+	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"id":"x","timings":{"cache_n":5,"prompt_n":1,"prompt_ms":0.5,"predicted_n":3}}`)
+	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":{"cache_n":5,"Cache_N":6}}`)
+	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":{"predicted_n":3},"timings":{"predicted_n":4}}`)
+	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":null}`)
+	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":{"prompt_n":-1}}`)
 	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"x"},"delta":{"content":"y"}}]}`)
 	f.Add(`{"choices":[{"finish_reason":null,"index":7,"delta":{"content":"x"}}],"Choices":[]}`)
 	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":3}}`)
@@ -813,15 +823,20 @@ func FuzzQuickEvent(f *testing.F) {
 	f.Add("{\"choices\":[{\"delta\":{\"content\":\"\xff\"},\"finish_reason\":null}]}")
 	f.Fuzz(func(t *testing.T, data string) {
 		var tail []byte
-		content, finish, ok := quickEvent([]byte(data), &tail)
+		content, finish, n, ok := quickEvent([]byte(data), &tail)
 		if !ok || !json.Valid([]byte(data)) {
 			return
 		}
 		var c streamChunk
 		require.NoError(t, json.Unmarshal([]byte(data), &c))
 		assert.Nil(t, c.Usage)
-		assert.Nil(t, c.Timings)
 		assert.Nil(t, c.Error)
+		require.Equal(t, c.Timings != nil, n.timings)
+		if c.Timings != nil {
+			assert.Equal(t, c.Timings.CacheN, n.cacheN)
+			assert.Equal(t, c.Timings.PromptN, n.promptN)
+			assert.Equal(t, c.Timings.PredictedN, n.predictedN)
+		}
 		gotContent, gotFinish := "", ""
 		for _, ch := range c.Choices {
 			assert.Empty(t, ch.Delta.ToolCalls)
@@ -868,6 +883,7 @@ func FuzzQuickCounts(f *testing.F) {
 		}
 		require.Equal(t, c.Timings != nil, n.timings)
 		if c.Timings != nil {
+			assert.Equal(t, c.Timings.CacheN, n.cacheN)
 			assert.Equal(t, c.Timings.PromptN, n.promptN)
 			assert.Equal(t, c.Timings.PredictedN, n.predictedN)
 		}
