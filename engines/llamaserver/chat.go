@@ -120,6 +120,13 @@ func openAITools(req engines.ChatRequest, body *chatRequest) {
 	}
 }
 
+// Header values of every chat request, shared by them all (the transport only reads them;
+// length and capacity 1, so an Add copies): Header.Set makes a slice for each, per chat.
+var (
+	jsonContent  = []string{"application/json"}
+	acceptEvents = []string{"text/event-stream"}
+)
+
 // Chat streams an answer from m's llama-server through /v1/chat/completions (server-sent
 // events), one chunk per event as it arrives. An error from emit, or the end of ctx, closes the
 // connection at once, which stops generation.
@@ -155,15 +162,17 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if err != nil {
 		return &engines.Error{Code: api.CodeInternal, Err: err}
 	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
+	hreq.Header["Content-Type"] = jsonContent
+	hreq.Header["Accept"] = acceptEvents
 	// llama-server closes the connection after every streamed answer without saying so (no
 	// "Connection: close"; tried on build 10470): put back in the pool, the connection fails the
 	// next request on it with EOF or a broken pipe. Closing it ourselves costs one connect on
 	// loopback per chat.
 	hreq.Close = true
 	engines.Replayable(hreq)
-	resp, err := inst.http.Do(hreq)
+	// The transport itself, not Client.Do: an engine has no redirects to follow, and Do copies
+	// the request's headers on every request in case it had.
+	resp, err := inst.http.Transport.RoundTrip(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
