@@ -163,7 +163,7 @@ func (m *Mesh) acceptDocLocked(doc *stateDoc, wire []byte) {
 		_, known := m.pending[doc.Node]
 		if m.docs[doc.Node].hash != e.hash && (known || len(m.pending) < maxPendingDocs) {
 			m.pending[doc.Node] = e
-			m.wakeKeepersLocked()
+			m.wakeHousekeeperLocked() // to drop it if no member names it
 		}
 		return
 	}
@@ -181,7 +181,6 @@ func (m *Mesh) storeDocLocked(mb *member, e docEntry) {
 		return
 	}
 	m.docs[mb.name] = e
-	m.wakeKeepersLocked()
 	mb.updated, mb.wantSince = e.at, time.Time{}
 	if len(e.wire) <= maxGossipDoc {
 		m.queue.QueueBroadcast(&broadcast{name: "doc:" + mb.name, msg: append([]byte{msgDoc}, e.wire...)})

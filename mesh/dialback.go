@@ -58,8 +58,10 @@ func (m *Mesh) dialer() func(ctx context.Context, node, addr string) error {
 
 // scheduleDialBacksLocked starts the checks that are due: an agent that appeared or changed
 // its API address at once, one that did not answer every dialRetry, one that answered every
-// dialRecheck.
-func (m *Mesh) scheduleDialBacksLocked(now time.Time) {
+// dialRecheck. It returns next, or when the next check falls due if sooner; a check that
+// finishes wakes the housekeeper (its next is known only then, and one waiting for a free
+// slot may start).
+func (m *Mesh) scheduleDialBacksLocked(now, next time.Time) time.Time {
 	inflight := 0
 	for _, mb := range m.members {
 		if mb.reach.inflight {
@@ -68,7 +70,7 @@ func (m *Mesh) scheduleDialBacksLocked(now time.Time) {
 	}
 	for _, mb := range m.members {
 		if inflight >= maxDialBacks {
-			return
+			return next
 		}
 		if mb.name == m.name || mb.state != api.Alive || !mb.isAgent() || mb.meta.APIAddr == "" || mb.reach.inflight {
 			continue
@@ -80,7 +82,11 @@ func (m *Mesh) scheduleDialBacksLocked(now time.Time) {
 		case r.status == reachUnknown:
 		case r.status == reachFailed && now.Sub(r.at) >= m.t.dialRetry:
 		case r.status == reachOK && now.Sub(r.at) >= m.t.dialRecheck:
+		case r.status == reachFailed:
+			next = minTime(next, r.at.Add(m.t.dialRetry))
+			continue
 		default:
+			next = minTime(next, r.at.Add(m.t.dialRecheck))
 			continue
 		}
 		r.inflight = true
@@ -92,6 +98,7 @@ func (m *Mesh) scheduleDialBacksLocked(now time.Time) {
 			m.dialBack(name, addr)
 		}()
 	}
+	return next
 }
 
 func (m *Mesh) dialBack(name, addr string) {
@@ -109,6 +116,7 @@ func (m *Mesh) dialBack(name, addr string) {
 	}
 	r := &mb.reach
 	r.inflight, r.at = false, time.Now()
+	m.wakeHousekeeperLocked()
 	old := r.status
 	if err != nil {
 		r.status, r.err = reachFailed, err.Error()

@@ -97,7 +97,6 @@ func (m *Mesh) acceptGoneLocked(g goneRecord, now time.Time) bool {
 	if mb == nil {
 		mb = &member{name: g.Node, hearsay: true}
 		m.members[g.Node] = mb
-		m.wakeKeepersLocked()
 	} else if mb.state == g.State && g.Seq <= mb.liveSeq {
 		return false // nothing new
 	}

@@ -9,92 +9,88 @@ import (
 	"github.com/llmkube/mesh/mesh/discovery"
 )
 
-// housekeeper does everything that is due rather than triggered, every tick: announcing deaths
-// after their grace, expiring suspicions memberlist must have cleared, forgetting long-gone
-// members, fetching documents we are missing, checking API addresses, saving last-known peers.
+// housekeeper does everything that is due rather than triggered: announcing deaths after
+// their grace, expiring suspicions memberlist must have cleared, forgetting long-gone members,
+// fetching documents we are missing, checking API addresses, saving last-known peers.
 //
-// All of that is about other members. A member alone (nothing about anyone else held:
-// aloneWithNothingLocked) has nothing due, so it stops ticking — ten rounds a second were most of
-// what an idle agent did beyond a bare memberlist node (BENCHMARKS.md) — until something about
-// another member arrives (m.keepWake) or saveEvery passes (diagnostics still expire). Its wait is not a stall: the next round does
-// not lengthen suspicion graces by it (none was running, and none starts during the wait
-// without waking it first).
+// It runs when the next of these falls due (housekeep returns when), or at once when
+// something about another member changes (wakeHousekeeperLocked), never on a fixed tick: in
+// a mesh at rest nothing is due for seconds to minutes (the next dial-back recheck, the next
+// save), and ten rounds a second were most of what an idle agent did beyond a bare memberlist
+// node (BENCHMARKS.md). Only while a suspicion's grace runs does it run every tick, as before:
+// the grace counts only time this process ran, and a stall shows only as a late round (see
+// housekeep).
 func (m *Mesh) housekeeper() {
-	tick := time.NewTicker(m.t.tick)
-	defer tick.Stop()
-	lastSave := time.Now()
+	timer := time.NewTimer(m.t.tick)
+	defer timer.Stop()
+	lastSave, last := time.Now(), time.Now()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
+		case <-m.keepWake:
+			// Rounds stay at least a tick apart, as on the old fixed tick: a burst of changes
+			// (a mesh of 100 joining) costs one round a tick, not one per change.
+			if soonest := last.Add(m.t.tick); time.Now().Before(soonest) {
+				timer.Reset(time.Until(soonest))
+				continue
+			}
 		}
-		now := time.Now() // not the tick's: it may have waited in the channel
-		m.housekeep(now)
+		now := time.Now() // not the timer's: it may have waited in the channel
+		last = now
 		if now.Sub(lastSave) >= m.t.saveEvery {
 			lastSave = now
 			m.saveLastKnown()
+			m.diag.expire(now)
 		}
-		m.mu.Lock()
-		idle := m.aloneWithNothingLocked()
-		m.mu.Unlock()
-		if !idle {
-			continue
-		}
-		tick.Stop()
-		wait := time.NewTimer(m.t.saveEvery)
-		select {
-		case <-m.ctx.Done():
-			wait.Stop()
-			return
-		case <-m.keepWake:
-		case <-wait.C:
-		}
-		wait.Stop()
-		m.mu.Lock()
-		m.lastKeep = time.Now()
-		m.mu.Unlock()
-		tick.Reset(m.t.tick)
+		next := m.housekeep(now, lastSave.Add(m.t.saveEvery))
+		timer.Reset(next.Sub(time.Now()))
 	}
 }
 
-// aloneWithNothingLocked reports whether this member holds nothing about any other: no member
-// but itself (alive, suspect or gone), no document but its own, none set aside. Whatever adds
-// one calls wakeKeepersLocked.
-func (m *Mesh) aloneWithNothingLocked() bool {
-	if len(m.members) != 1 || m.members[m.name] == nil || len(m.pending) != 0 {
-		return false
+// wakeHousekeeperLocked runs the housekeeper now: something about another member changed
+// that may make work due sooner than it planned (a grace to time, a death to announce, a
+// document to fetch, an API address to check). Whatever changes what housekeep looks at,
+// other than the clock, calls it.
+func (m *Mesh) wakeHousekeeperLocked() {
+	// The round is due now, or a tick after the last one: a stall from then on is a stall
+	// (see housekeep).
+	if at := maxTime(time.Now(), m.lastKeep.Add(m.t.tick)); at.Before(m.keepDue) {
+		m.keepDue = at
 	}
-	for name := range m.docs {
-		if name != m.name {
-			return false
-		}
-	}
-	return true
-}
-
-// wakeKeepersLocked tells the housekeeper and the rejoiner, which wait while this member is
-// alone with nothing (aloneWithNothingLocked, and for the rejoiner no join candidate), that
-// something about another member arrived.
-func (m *Mesh) wakeKeepersLocked() {
 	signal(m.keepWake)
+}
+
+// wakeKeepersLocked wakes the housekeeper and the rejoiner, which waits while no member is
+// dead and no join candidate is to be pinged: a member changed, arrived, died or left.
+func (m *Mesh) wakeKeepersLocked() {
+	m.wakeHousekeeperLocked()
 	signal(m.rejoinWake)
 }
 
-func (m *Mesh) housekeep(now time.Time) {
+// housekeep does one round, and returns when the next is due: the soonest of what it found
+// pending (a grace's end, a suspicion's or a gone member's expiry, a death to announce, a
+// document's fetch, a dial-back, the cut-off check) and idleDue (the next save). Whatever can
+// make something due sooner, other than the clock, wakes the housekeeper.
+func (m *Mesh) housekeep(now, idleDue time.Time) time.Time {
 	type fetch struct{ name, addr string }
 	var fetches []fetch
 	changed := false
 	maxSusp := m.maxSuspicion()
+	next := idleDue
+	due := func(t time.Time) { next = minTime(next, t) }
 
 	m.mu.Lock()
-	// A tick this late means this process did not run meanwhile (a busy machine): refutations
-	// may wait unread in its socket. A suspicion's grace counts only time we could hear one, so
-	// every grace still running is lengthened by the stall. Seen in the e2e LAN: an agent
-	// stalled 2.4 s showed a healthy peer suspect on waking, its refutation read 3 ms later.
-	stalled := now.Sub(m.lastKeep) - m.t.tick
+	// A round this late means this process did not run meanwhile (a busy machine):
+	// refutations may wait unread in its socket. A suspicion's grace counts only time we could
+	// hear one, so every grace still running is lengthened by the stall. Seen in the e2e LAN:
+	// an agent stalled 2.4 s showed a healthy peer suspect on waking, its refutation read 3 ms
+	// later. The round was due at keepDue: when the last one planned it, or when something
+	// woke it sooner.
+	stalled := now.Sub(m.keepDue)
 	if stalled <= m.t.tick {
-		stalled = 0 // the ticker's usual lateness
+		stalled = 0 // the timer's usual lateness
 	}
 	m.lastKeep = now
 	for name, mb := range m.members {
@@ -114,8 +110,15 @@ func (m *Mesh) housekeep(now time.Time) {
 				mb.state, mb.since, mb.updated = api.Alive, now, now
 				if mb.hearsay {
 					mb.state = api.Dead
+					signal(m.rejoinWake)
 				}
 				changed = true
+			} else {
+				due(mb.since.Add(maxSusp + time.Millisecond))
+			}
+			if mb.quiet {
+				// Round by round, not at quietUntil: a stall is seen only as a late round.
+				due(now.Add(m.t.tick))
 			}
 		case api.Dead, api.Left:
 			if now.Sub(mb.since) > m.t.retainGone {
@@ -123,12 +126,16 @@ func (m *Mesh) housekeep(now time.Time) {
 				changed = true
 				continue
 			}
+			due(mb.since.Add(m.t.retainGone + time.Millisecond))
 		}
 		// A suspicion whose grace just ended is news to the view, not only an event.
 		was := mb.emitted
 		m.emitLocked(mb)
 		if mb.emitted != was {
 			changed = true
+		}
+		if live, _ := mb.liveness(); live == api.Dead && mb.emitted != api.Dead {
+			due(mb.since.Add(m.t.deadGrace)) // emitLocked waits for a leave notice
 		}
 
 		// The metadata names a document we do not hold: wait a moment for gossip if it travels
@@ -148,38 +155,60 @@ func (m *Mesh) housekeep(now time.Time) {
 			mb.fetchAt = now
 			fetches = append(fetches, fetch{name, mb.addr})
 		}
+		due(maxTime(mb.wantSince.Add(wait), mb.fetchAt.Add(m.t.fetchRetry)))
 	}
 	for name, e := range m.docs {
-		if _, ok := m.members[name]; !ok && now.Sub(e.at) > m.t.retainGone {
-			delete(m.docs, name)
+		if _, ok := m.members[name]; !ok {
+			if now.Sub(e.at) > m.t.retainGone {
+				delete(m.docs, name)
+			} else {
+				due(e.at.Add(m.t.retainGone + time.Millisecond))
+			}
 		}
 	}
 	for name, e := range m.pending {
-		if _, ok := m.members[name]; !ok && now.Sub(e.at) > m.t.fetchRetry {
-			delete(m.pending, name) // no such member came: nothing will ever name it
+		if _, ok := m.members[name]; !ok {
+			if now.Sub(e.at) > m.t.fetchRetry {
+				delete(m.pending, name) // no such member came: nothing will ever name it
+			} else {
+				due(e.at.Add(m.t.fetchRetry + time.Millisecond))
+			}
 		}
 	}
 	if alone := m.aloneLocked(now); alone != m.wasAlone {
 		m.wasAlone, changed = alone, true
+		m.cutOff.Store(alone)
 		if alone {
 			m.log.Warn("no member answers: this host is cut off; showing every other member unreachable")
 		} else {
 			m.log.Info("members answer again")
 		}
 	}
+	if !m.wasAlone && m.lastFailed.Load() > m.lastAck.Load() {
+		// A failed probe and no ack since: cut off once nothing is heard for aloneAfter (a
+		// time already past means no peer to be cut off from: one arriving wakes us). Another
+		// failed probe wakes the housekeeper (suspected), and so does, once cut off, any sign
+		// of life (heard).
+		heard := max(m.lastAck.Load(), m.lastPinged.Load())
+		if at := time.Unix(0, heard).Add(m.t.aloneAfter + time.Millisecond); at.After(now) {
+			due(at)
+		}
+	}
 	if changed {
 		m.countAliveLocked()
 	}
-	m.scheduleDialBacksLocked(now)
+	next = m.scheduleDialBacksLocked(now, next)
+	next = maxTime(next, now.Add(m.t.tick)) // never sooner than the old fixed tick
+	m.keepDue = next
 	m.mu.Unlock()
 
 	for _, f := range fetches {
 		m.sendTo(f.name, f.addr, encodeDocRequest(f.name, m.name))
 	}
-	m.diag.expire(now)
 	if changed {
 		signal(m.changed)
 	}
+	return next
 }
 
 // saveLastKnown writes the gossip addresses of the members alive now, when they changed. An

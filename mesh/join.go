@@ -308,3 +308,10 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

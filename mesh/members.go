@@ -168,7 +168,6 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	if mb == nil {
 		mb = &member{name: n.Name}
 		m.members[n.Name] = mb
-		m.wakeKeepersLocked()
 	}
 	mb.addr = n.Address()
 	mb.hearsay = false
@@ -197,6 +196,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	}
 	now := time.Now()
 	mb.state, mb.since, mb.updated = state, now, now
+	m.wakeKeepersLocked() // a death to announce after deadGrace, a member to rejoin
 	m.countAliveLocked()
 	m.emitLocked(mb)
 	signal(m.changed)
@@ -229,8 +229,12 @@ func (e *events) NotifyConflict(existing, other *memberlist.Node) {
 }
 
 // updateMetaLocked decodes new metadata; a changed API address must be checked again, and a
-// new run of the node (a higher start sequence) makes every older liveness notice stale.
+// new run of the node (a higher start sequence) makes every older liveness notice stale. It
+// comes with every arrival (NotifyJoin, a gone record), rejoin and update of a member, and
+// wakes the keepers for all of them: the metadata may name a document to fetch, an API address
+// to check.
 func (m *Mesh) updateMetaLocked(mb *member, b []byte) {
+	m.wakeKeepersLocked()
 	oldAPI := mb.meta.APIAddr
 	mb.setMeta(b)
 	if mb.meta.Seq > mb.liveSeq && plausibleSeq(mb.meta.Seq) {
@@ -303,6 +307,7 @@ func (m *Mesh) acceptLive(n liveNotice) {
 	}
 	if news {
 		mb.updated = now
+		m.wakeKeepersLocked() // a grace to time, a suspicion ended, a leave to show
 		m.countAliveLocked()
 		m.emitLocked(mb)
 	}
@@ -379,6 +384,7 @@ func plausibleSeq(seq uint64) bool {
 func (m *Mesh) suspected(name string) {
 	m.lastFailed.Store(time.Now().UnixNano())
 	m.mu.Lock()
+	m.wakeHousekeeperLocked() // the cut-off clock starts (aloneLocked)
 	mb := m.members[name]
 	if mb == nil || name == m.name {
 		m.mu.Unlock()

@@ -99,7 +99,7 @@ type Mesh struct {
 	publish chan struct{} // the local metadata changed: tell memberlist, push to consoles
 	changed chan struct{} // something a View shows changed
 	joinCh  chan struct{} // a new join candidate
-	// keepWake and rejoinWake: something about another member arrived (wakeKeepersLocked)
+	// keepWake and rejoinWake: something about another member changed (wakeKeepersLocked)
 	keepWake, rejoinWake chan struct{}
 
 	meta    atomic.Pointer[[]byte] // encoded local metadata, what memberlist gossips
@@ -109,8 +109,10 @@ type Mesh struct {
 	// the last one our failure detector failed, and the last probe of us by another member:
 	// together they tell a member cut off (reconnect.go).
 	lastAck, lastFailed, lastPinged atomic.Int64
-	wasAlone                        bool      // guarded by mu; for the housekeeper to notice a change
-	lastKeep                        time.Time // guarded by mu: the housekeeper's last round
+	wasAlone                        bool        // guarded by mu; for the housekeeper to notice a change
+	cutOff                          atomic.Bool // wasAlone, for an ack to wake the housekeeper (heard)
+	lastKeep                        time.Time   // guarded by mu: the housekeeper's last round
+	keepDue                         time.Time   // guarded by mu: when its next round is due
 
 	mu         sync.Mutex // guards everything below; never held while calling memberlist
 	members    map[string]*member
@@ -120,6 +122,7 @@ type Mesh struct {
 	liveSeq    uint64 // our own liveness notices
 	startSeq   uint64 // liveSeq at start, in our metadata
 	candidates map[string]*candidate
+	rejoins    map[string]*rejoinState // per dead member: the rejoiner's pings (reconnect.go)
 	mdns       mdnsState
 	foreign    map[string]discovery.Peer // mDNS answers from other meshes
 	savedPeers string                    // last list written to the last-known file
@@ -207,6 +210,7 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 		docs:       map[string]docEntry{},
 		pending:    map[string]docEntry{},
 		candidates: map[string]*candidate{},
+		rejoins:    map[string]*rejoinState{},
 		mdns:       mdnsState{cooldown: map[string]time.Time{}},
 		foreign:    map[string]discovery.Peer{},
 		done:       make(chan struct{}),
@@ -216,6 +220,7 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 	m.stats = &gossipCounters{}
 	m.lastAck.Store(time.Now().UnixNano())
 	m.lastKeep = time.Now()
+	m.keepDue = m.lastKeep.Add(t.tick)
 	m.local.gen = uint64(time.Now().UnixMicro())
 	m.startSeq = m.liveSeq
 	initial, err := encodeMeta(nodeMeta{Role: cfg.Role, APIAddr: cfg.APIAddr, Seq: m.startSeq})

@@ -227,12 +227,7 @@ func TestLargeDocumentsTravelOverTCP(t *testing.T) {
 	console := c.add("console", api.RoleConsole)
 	waitFor(t, 10*time.Second, []*Mesh{a, b, console}, "formed", allAlive("a", "b", "console"))
 
-	var ps []api.Placement
-	for i := range 40 {
-		p := placement(fmt.Sprintf("%x", sha256.Sum256([]byte{byte(i)})), fmt.Sprintf("model-%02d", i), api.StateReady)
-		p.Source = fmt.Sprintf("hf://owner-%d/repo-%x/file.gguf", i, sha256.Sum256([]byte{byte(i), 1}))
-		ps = append(ps, p)
-	}
+	ps := largePlacements()
 	require.NoError(t, a.SetLocal(hostOf(1<<30), ps))
 	a.mu.Lock()
 	size := len(a.docs["a"].wire)
@@ -251,6 +246,17 @@ func TestLargeDocumentsTravelOverTCP(t *testing.T) {
 	waitFor(t, 5*time.Second, []*Mesh{b, console}, "the change arrived", func(v View) bool {
 		return len(v.Ready("default", "model-07")) == 0 && len(v.Ready("default", "model-08")) == 1
 	})
+}
+
+// largePlacements are 40 placements, model-00 to model-39: a document too large to gossip.
+func largePlacements() []api.Placement {
+	var ps []api.Placement
+	for i := range 40 {
+		p := placement(fmt.Sprintf("%x", sha256.Sum256([]byte{byte(i)})), fmt.Sprintf("model-%02d", i), api.StateReady)
+		p.Source = fmt.Sprintf("hf://owner-%d/repo-%x/file.gguf", i, sha256.Sum256([]byte{byte(i), 1}))
+		ps = append(ps, p)
+	}
+	return ps
 }
 
 // TestAForgedDocumentTakesNoNodesPlace: a member with the key gossips, pushes and relays a

@@ -34,34 +34,37 @@ type rejoinState struct {
 	inflight bool
 }
 
-// rejoiner runs until shutdown.
+// rejoiner runs until shutdown. It wakes when the next dead member is due a ping (or its last
+// ping ends), every rejoinEvery while candidates are to be pinged, and otherwise only when
+// woken (wakeKeepersLocked: a member died, arrived or changed, a candidate was added).
 func (m *Mesh) rejoiner() {
-	tick := time.NewTicker(m.t.rejoinEvery)
-	defer tick.Stop()
-	state := map[string]*rejoinState{}
+	timer := time.NewTimer(m.t.rejoinEvery)
+	defer timer.Stop()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
-		case now := <-tick.C:
-			m.mu.Lock()
-			for name := range state {
-				if mb := m.members[name]; mb == nil || mb.state != api.Dead {
-					delete(state, name)
-				}
+		case <-timer.C:
+		case <-m.rejoinWake:
+		}
+		now := time.Now()
+		var next time.Time // zero: nothing due
+		m.mu.Lock()
+		for name := range m.rejoins {
+			if mb := m.members[name]; mb == nil || mb.state != api.Dead {
+				delete(m.rejoins, name)
 			}
-			for name, mb := range m.members {
-				if name == m.name || mb.state != api.Dead || mb.addr == "" {
-					continue
-				}
-				st := state[name]
-				if st == nil {
-					st = &rejoinState{}
-					state[name] = st
-				}
-				if st.inflight || now.Before(st.next) {
-					continue
-				}
+		}
+		for name, mb := range m.members {
+			if name == m.name || mb.state != api.Dead || mb.addr == "" {
+				continue
+			}
+			st := m.rejoins[name]
+			if st == nil {
+				st = &rejoinState{}
+				m.rejoins[name] = st
+			}
+			if !st.inflight && !now.Before(st.next) {
 				st.inflight = true
 				st.next = now.Add(m.t.rejoinEvery)
 				if now.Sub(mb.since) > rejoinFast {
@@ -73,30 +76,32 @@ func (m *Mesh) rejoiner() {
 					m.mu.Lock()
 					st.inflight = false
 					m.mu.Unlock()
+					signal(m.rejoinWake) // its next ping may be due already
 				})
+				continue
 			}
-			m.pingCandidatesLocked()
-			idle := len(m.candidates) == 0 && m.aloneWithNothingLocked()
-			m.mu.Unlock()
-			if idle {
-				// Nothing to ping until a member or a candidate arrives (wakeKeepersLocked).
-				tick.Stop()
-				select {
-				case <-m.ctx.Done():
-					return
-				case <-m.rejoinWake:
-				}
-				tick.Reset(m.t.rejoinEvery)
+			if !st.inflight && (next.IsZero() || st.next.Before(next)) {
+				next = st.next
 			}
+		}
+		if m.pingCandidatesLocked() && (next.IsZero() || next.After(now.Add(m.t.rejoinEvery))) {
+			next = now.Add(m.t.rejoinEvery)
+		}
+		m.mu.Unlock()
+		timer.Stop()
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
 		}
 	}
 }
 
 // pingCandidatesLocked pings, while no other member is alive here, each seed and last-known
-// peer whose join failed, and makes one that answers due for a join at once.
-func (m *Mesh) pingCandidatesLocked() {
-	if m.nAlive.Load() > 1 {
-		return
+// peer whose join failed, and makes one that answers due for a join at once. It reports
+// whether to look again in rejoinEvery: while no other member is alive and there are
+// candidates (a join may fail meanwhile).
+func (m *Mesh) pingCandidatesLocked() bool {
+	if m.nAlive.Load() > 1 || len(m.candidates) == 0 {
+		return false
 	}
 	known := map[string]bool{}
 	for _, mb := range m.members {
@@ -125,6 +130,7 @@ func (m *Mesh) pingCandidatesLocked() {
 			}
 		})
 	}
+	return true
 }
 
 func (m *Mesh) tryRejoin(name, addr string) {
@@ -148,7 +154,9 @@ type pings Mesh
 
 // AckPayload is called as we answer another member's probe: it can reach us.
 func (p *pings) AckPayload() []byte {
-	(*Mesh)(p).lastPinged.Store(time.Now().UnixNano())
+	m := (*Mesh)(p)
+	m.lastPinged.Store(time.Now().UnixNano())
+	m.heard()
 	return nil
 }
 
@@ -156,6 +164,7 @@ func (p *pings) NotifyPingComplete(n *memberlist.Node, rtt time.Duration, _ []by
 	m := (*Mesh)(p)
 	now := time.Now()
 	m.lastAck.Store(now.UnixNano())
+	m.heard()
 	m.stats.probesAcked.Add(1)
 	m.stats.rtt.observe(rtt)
 	m.mu.Lock()
@@ -204,4 +213,15 @@ func (m *Mesh) peersHadLocked() int {
 
 // answered records a sign of life from another member outside memberlist's probes: a rejoin
 // ping answered, a join that went through. A member cut off is not alone any more from then.
-func (m *Mesh) answered() { m.lastAck.Store(time.Now().UnixNano()) }
+func (m *Mesh) answered() {
+	m.lastAck.Store(time.Now().UnixNano())
+	m.heard()
+}
+
+// heard wakes the housekeeper of a member cut off, which waits for no clock to say it is not
+// any more: another member acked a probe of ours or probed us.
+func (m *Mesh) heard() {
+	if m.cutOff.Load() {
+		signal(m.keepWake)
+	}
+}

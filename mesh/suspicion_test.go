@@ -49,6 +49,8 @@ func TestRefutedSuspicionIsNeverShown(t *testing.T) {
 // A suspicion's grace counts only time this member could hear a refutation: after a stall of
 // its own (its housekeeper's round due long ago, as when a busy machine does not run it), every
 // grace still running is lengthened by the stall rather than ending with refutations unread.
+// The suspicion wakes the housekeeper, as every suspicion does, with the round it wakes due
+// since the stall began.
 func TestSuspicionGraceSurvivesOwnStall(t *testing.T) {
 	c := newCluster(t)
 	a := c.add("a", api.RoleAgent)
@@ -56,14 +58,15 @@ func TestSuspicionGraceSurvivesOwnStall(t *testing.T) {
 	waitFor(t, 10*time.Second, []*Mesh{a}, "b alive", allAlive("b"))
 
 	// As after a's own failed probe of b (nothing is sent to b, so nothing refutes), with a's
-	// last housekeeping round 3 s ago.
+	// next housekeeping round due 3 s ago.
 	a.mu.Lock()
 	mb := a.members["b"]
 	now := time.Now()
 	mb.state, mb.since = api.Suspect, now
 	mb.quietUntil, mb.quiet = now.Add(a.t.suspectGrace), true
 	until := mb.quietUntil
-	a.lastKeep = now.Add(-3 * time.Second)
+	a.keepDue = now.Add(-3 * time.Second)
+	a.wakeHousekeeperLocked()
 	a.mu.Unlock()
 
 	require.Eventually(t, func() bool {
