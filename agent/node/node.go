@@ -82,6 +82,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	ctx, stop := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	n := &Node{Agent: a, apiAddr: cfg.APIAddr, g: g, stop: stop}
+	// The API and the engines run until the member has left (runCtx), not merely until the
+	// host is told to stop (gctx): stopped together, a peer could find the API closed before the
+	// leave reached it — and show a graceful leave as an unreachable host, or send it a chat.
+	runCtx, stopRun := gctx, context.CancelFunc(func() {})
 
 	sc := agent.ServerConfig{Agent: a, Secret: cfg.Join.Secret, MeshID: cfg.Join.MeshID, OpenMetrics: cfg.OpenMetrics, Log: cfg.Log.With("part", "api")}
 	gc := gateway.Config{Agent: a, Version: cfg.Agent.Version, Log: cfg.Log.With("part", "gateway")}
@@ -98,9 +102,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		gc.View = func() gateway.View { return m.View() }
 		gc.Liveness = m.Liveness
 		g.Go(func() error { return publish(gctx, a, m, cfg.Log) })
+		runCtx, stopRun = context.WithCancel(context.WithoutCancel(gctx))
 		g.Go(func() error {
-			// Leave first, so peers stop routing here before the engines go.
+			// Leave first, so peers stop routing here before the API and the engines go.
 			<-gctx.Done()
+			defer stopRun()
 			lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 			defer cancel()
 			if err := m.Close(lctx); err != nil {
@@ -113,11 +119,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	gw, err := gateway.New(gc)
 	if err != nil {
 		stop()
+		stopRun()
 		return nil, err
 	}
 	gw.Register(srv.Mount)
-	g.Go(func() error { return a.Run(gctx) })
-	g.Go(func() error { return srv.Serve(gctx, cfg.Listener) })
+	g.Go(func() error { return a.Run(runCtx) })
+	g.Go(func() error { return srv.Serve(runCtx, cfg.Listener) })
 	cfg.Log.Info("API listening", "addr", cfg.Listener.Addr().String(), "advertise", cfg.APIAddr, "mesh", cfg.Join.MeshID, "node", a.Name(), "metrics_open", cfg.OpenMetrics)
 	return n, nil
 }
