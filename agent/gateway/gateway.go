@@ -111,7 +111,9 @@ type Gateway struct {
 	// localLast: the last chat's first replica was a local one (see chat).
 	localLast atomic.Bool
 
-	mu       sync.Mutex
+	// mu guards the maps below. Every chat reads inflight and speeds, so they are read under
+	// the shared lock: a mutex there was the gateway's most waited-on lock at 64 streams.
+	mu       sync.RWMutex
 	inflight map[replica]*atomic.Int64
 	queues   map[string]*queue     // by runtime + " " + engine address
 	speeds   map[string]*speedBook // by local placement id
@@ -253,10 +255,15 @@ type replica struct{ host, id string }
 // counter returns the in-flight counter of one placement.
 func (g *Gateway) counter(host, id string) *atomic.Int64 {
 	key := replica{host, id} // not a joined string: no allocation per look-up
+	g.mu.RLock()
+	c, ok := g.inflight[key]
+	g.mu.RUnlock()
+	if ok {
+		return c
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	c, ok := g.inflight[key]
-	if !ok {
+	if c, ok = g.inflight[key]; !ok {
 		c = new(atomic.Int64)
 		g.inflight[key] = c
 	}

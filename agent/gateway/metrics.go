@@ -26,7 +26,7 @@ type metrics struct {
 	requests *prom.CounterVec
 	queued   *prom.GaugeVec
 
-	mu    sync.Mutex
+	mu    sync.RWMutex // every answer reads the cache: under the shared lock
 	cache map[[2]string]*observers
 }
 
@@ -67,10 +67,15 @@ func newMetrics(reg prom.Registerer) (*metrics, error) {
 
 func (m *metrics) of(model, route string) *observers {
 	key := [2]string{model, route}
+	m.mu.RLock()
+	o, ok := m.cache[key]
+	m.mu.RUnlock()
+	if ok {
+		return o
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o, ok := m.cache[key]
-	if !ok {
+	if o, ok = m.cache[key]; !ok {
 		o = &observers{
 			ttft:       m.ttft.With(model, route),
 			duration:   m.duration.With(model, route),

@@ -27,10 +27,15 @@ type speedBook struct {
 
 // speedOf returns the book of a placement on this host.
 func (g *Gateway) speedOf(id string) *speedBook {
+	g.mu.RLock()
+	s, ok := g.speeds[id]
+	g.mu.RUnlock()
+	if ok {
+		return s
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	s, ok := g.speeds[id]
-	if !ok {
+	if s, ok = g.speeds[id]; !ok {
 		s = &speedBook{every: speedEvery, report: func(ttft time.Duration, tps float64) { g.a.RecordSpeed(id, ttft, tps) }}
 		g.speeds[id] = s
 	}
