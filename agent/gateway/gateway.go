@@ -115,9 +115,12 @@ type Gateway struct {
 	// the shared lock: a mutex there was the gateway's most waited-on lock at 64 streams.
 	mu       sync.RWMutex
 	inflight map[replica]*atomic.Int64
-	queues   map[string]*queue     // by runtime + " " + engine address
-	speeds   map[string]*speedBook // by local placement id
-	items    *itemStore            // answers given through /v1/responses, for item_reference
+	// alone: when the mesh view, last looked at for a model (by namespace scope) while its
+	// local replicas were busy, showed no ready replica of it on another agent (see candidates).
+	alone  map[aloneKey]time.Time
+	queues map[string]*queue     // by runtime + " " + engine address
+	speeds map[string]*speedBook // by local placement id
+	items  *itemStore            // answers given through /v1/responses, for item_reference
 }
 
 // New builds a gateway and registers its metrics.
@@ -160,6 +163,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hop: newHopClient(), m: m,
 		inflight: map[replica]*atomic.Int64{},
+		alone:    map[aloneKey]time.Time{},
 		queues:   map[string]*queue{},
 		speeds:   map[string]*speedBook{},
 		items:    newItemStore(),
@@ -284,9 +288,10 @@ type candidate struct {
 // forwards in flight to a remote one. Other agents' traffic to a remote replica is invisible
 // here; measured speed breaks ties.
 //
-// Unless all, the remote replicas are not looked up when a local one is idle (narrow): it would
+// Unless all, the remote replicas are not looked up (narrow) when a local one is idle: it would
 // lead whatever they are (no load is below none, and local wins a tie), and looking means taking
-// the mesh view, which copies every member's state.
+// the mesh view, which copies every member's state; nor, while local ones are busy, when a look
+// less than aloneRecheck ago found none on another agent (see aloneRecheck).
 func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v View, all bool) (out []candidate, narrow bool) {
 	locals := g.a.Serving(who, model)
 	for i := range locals {
@@ -297,6 +302,11 @@ func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v 
 		out = append(out, c)
 	}
 	narrow = narrow && !all && !forwarded && v != nil
+	nlocal := len(out)
+	key := aloneKey{nsFilter(who), model}
+	if !narrow && !all && !forwarded && v != nil && nlocal > 0 && g.aloneLately(key) {
+		narrow = true
+	}
 	if !forwarded && v != nil && !narrow {
 		for _, p := range v.Ready(nsFilter(who), model) {
 			if p.Host == g.self || !who.Allows(p.Namespace) {
@@ -305,6 +315,9 @@ func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v 
 			c := candidate{p: p, busy: g.counter(p.Host, p.ID)}
 			c.load = c.busy.Load()
 			out = append(out, c)
+		}
+		if nlocal > 0 {
+			g.lookedFor(key, len(out) > nlocal)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int {
@@ -316,6 +329,44 @@ func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v 
 		)
 	})
 	return out, narrow
+}
+
+// aloneRecheck is how long a look at the mesh view that found no ready replica of a model on
+// another agent, while this one's were busy, stands for the chats after it. Each look copies
+// every member's state under the mesh's lock, and with hundreds of simultaneous streams of a
+// model served here alone one per chat was a measurable part of the agent's cost (BENCHMARKS.md).
+// A replica that becomes ready elsewhere is then taken into account up to this much later, on
+// top of the gossip that announced it; one that goes away is never tried for it (only a look
+// that found none is kept); and a local replica that fails looks at once (widen).
+const aloneRecheck = 100 * time.Millisecond
+
+// aloneKey names what a look at the mesh view was for: a model, in a namespace scope (nsFilter).
+type aloneKey struct{ ns, model string }
+
+// aloneLately reports whether a look less than aloneRecheck ago found no remote replica.
+func (g *Gateway) aloneLately(k aloneKey) bool {
+	g.mu.RLock()
+	at, ok := g.alone[k]
+	g.mu.RUnlock()
+	return ok && time.Since(at) < aloneRecheck
+}
+
+// lookedFor keeps what a look at the view found. Only models served here are keys (the caller
+// looks for local replicas first), so clients cannot grow the map with names.
+func (g *Gateway) lookedFor(k aloneKey, found bool) {
+	g.mu.RLock()
+	_, kept := g.alone[k]
+	g.mu.RUnlock()
+	if found && !kept {
+		return // the usual case where there are remote replicas: no exclusive lock per chat
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if found {
+		delete(g.alone, k)
+	} else {
+		g.alone[k] = time.Now()
+	}
 }
 
 func boolOrder(a, b bool) int {

@@ -287,3 +287,38 @@ func TestForwarderLeavesTheRequestToItsOwner(t *testing.T) {
 	assert.Contains(t, string(body), `"done_reason":"load"`)
 	assert.Equal(t, 1, sim.Stats().Requests["POST /api/chat"], "one chat reached the engine: the one with a message")
 }
+
+// TestBusyLocalReplicaTakesALaterRemoteOne: while node-a's replica is busy and no other agent
+// serves the model, node-a serves its chats itself (and keeps, for a moment, that it looked
+// for another replica and found none: aloneRecheck); once node-c's replica is ready, a chat
+// that node-a's busy replica would take goes to node-c.
+func TestBusyLocalReplicaTakesALaterRemoteOne(t *testing.T) {
+	slow := func(c *ollamasim.Config) { c.TokensPerSec = 1 } // 8 tokens or more: seconds busy
+	simA, simC := ollamaSim(t, slow, "llama3.2:1b"), ollamaSim(t, slow, "llama3.2:1b")
+	a, c := ollamaNode(t, "node-a", simA, nil), ollamaNode(t, "node-c", simC, nil)
+	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	join(t, a, c)
+	chats := func(s *ollamasim.Server) int { return s.Stats().Requests["POST /api/chat"] }
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	busy := startStream(t, ctx, a.url+"/v1/chat/completions", adminToken, chatBody("llama", "keep busy", true, ""))
+	second := startStream(t, ctx, a.url+"/v1/chat/completions", adminToken, chatBody("llama", "a second one", true, ""))
+	assert.Equal(t, 2, chats(simA), "no replica elsewhere: both on node-a")
+	assert.Equal(t, 0, chats(simC))
+
+	place(t, c, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	require.Eventually(t, func() bool { return len(a.view().Ready("", "llama")) == 2 }, 20*time.Second, 10*time.Millisecond,
+		"node-a's view shows node-c's replica ready")
+	require.Eventually(t, func() bool {
+		try, stop := context.WithCancel(ctx)
+		defer stop()
+		done := startStream(t, try, a.url+"/v1/chat/completions", adminToken, chatBody("llama", "and another", true, ""))
+		stop()
+		<-done
+		return chats(simC) > 0
+	}, 20*time.Second, 20*time.Millisecond, "a chat went to node-c's replica while node-a's was busy")
+	cancel()
+	<-busy
+	<-second
+}

@@ -161,8 +161,8 @@ type routing struct {
 	v     View // nil for a forwarded request, or without a mesh
 	who   api.Principal
 	model string // the name the replicas serve
-	// narrow: the remote replicas were not looked up, as a local one that is idle leads (see
-	// candidates); widen adds them once a replica has failed.
+	// narrow: the remote replicas were not looked up, as a local one that is idle leads, or a
+	// look a moment ago found none (see candidates); widen adds them once a replica has failed.
 	narrow bool
 }
 
