@@ -365,32 +365,45 @@ func scrapeMetrics(t *testing.T, url, token string) map[string]*dto.MetricFamily
 
 // TestBinary runs the built llmkube-agent as a process: start, place a model on the
 // llama-server simulator, stop with SIGTERM, and check the engine went with it.
-func TestBinary(t *testing.T) {
-	tmp := t.TempDir()
-	stateDir := filepath.Join(tmp, "state")
-	var stderr simtest.Buffer
-	cmd := exec.Command(bins.agent, "run", "--log-format", "json", "--listen", "127.0.0.1:0", "--no-mesh", "--allow-temp-store",
-		"--state-dir", stateDir, "--models-dir", filepath.Join(tmp, "models"),
-		"--runtimes", "llama-server", "--llama-server", bins.llamaSim, "--memory-budget", "2GiB")
-	cmd.Stderr = &stderr
-	cmd.Env = append(os.Environ(), "LLAMA_SIM_LOAD_DELAY=0")
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	var waitErr error
+// agentProcess is the agent binary running with args (and a JSON log), stopped at cleanup.
+type agentProcess struct {
+	cmd     *exec.Cmd
+	stderr  *simtest.Buffer
+	exited  chan struct{}
+	waitErr error
+	api     string // the API's URL, once it listens
+}
+
+func startAgentProcess(t *testing.T, args ...string) *agentProcess {
+	t.Helper()
+	p := &agentProcess{stderr: &simtest.Buffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bins.agent, append([]string{"run", "--log-format", "json", "--listen", "127.0.0.1:0"}, args...)...)
+	p.cmd.Stderr = p.stderr
+	p.cmd.Env = append(os.Environ(), "LLAMA_SIM_LOAD_DELAY=0")
+	require.NoError(t, p.cmd.Start())
 	go func() {
-		waitErr = cmd.Wait()
-		close(exited)
+		p.waitErr = p.cmd.Wait()
+		close(p.exited)
 	}()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
+		p.cmd.Process.Kill()
+		<-p.exited
 	})
 	var addr string
 	require.Eventually(t, func() bool {
-		addr = logField(stderr.String(), "API listening", "addr")
+		addr = logField(p.stderr.String(), "API listening", "addr")
 		return addr != ""
-	}, 20*time.Second, 10*time.Millisecond, "log:\n%s", stderr.String())
-	c := adminClient(t, "http://"+addr, stateDir)
+	}, 20*time.Second, 10*time.Millisecond, "log:\n%s", p.stderr)
+	p.api = "http://" + addr
+	return p
+}
+
+func TestBinary(t *testing.T) {
+	tmp := t.TempDir()
+	stateDir := filepath.Join(tmp, "state")
+	a := startAgentProcess(t, "--no-mesh", "--allow-temp-store", "--state-dir", stateDir, "--models-dir", filepath.Join(tmp, "models"),
+		"--runtimes", "llama-server", "--llama-server", bins.llamaSim, "--memory-budget", "2GiB")
+	c := adminClient(t, a.api, stateDir)
 	ctx := context.Background()
 	h, err := c.Host(ctx)
 	require.NoError(t, err)
@@ -400,14 +413,72 @@ func TestBinary(t *testing.T) {
 	p, err = c.WaitPlacement(ctx, p.ID, 20*time.Millisecond, nil)
 	require.NoError(t, err)
 	engine := p.Engine
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
 	select {
-	case <-exited:
-		require.NoError(t, waitErr, "exit status; log:\n%s", stderr.String())
+	case <-a.exited:
+		require.NoError(t, a.waitErr, "exit status; log:\n%s", a.stderr)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the agent did not stop on SIGTERM")
 	}
 	_, err = http.Get(engine + "/health")
 	assert.Error(t, err, "the engine outlived the agent")
-	assert.Contains(t, stderr.String(), "agent stopped")
+	assert.Contains(t, a.stderr.String(), "agent stopped")
+}
+
+// logNumber is a numeric field of the first log line with message msg.
+func logNumber(log, msg, field string) (float64, bool) {
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
+			f, ok := m[field].(float64)
+			return f, ok
+		}
+	}
+	return 0, false
+}
+
+// The agent hands its code pages back once start-up is over and again once a placement has
+// settled, and runs on: what it runs next faults back in.
+func TestBinaryReleasesItsCodePagesWhenSettled(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("execpages releases pages on Linux only")
+	}
+	tmp := t.TempDir()
+	stateDir := filepath.Join(tmp, "state")
+	a := startAgentProcess(t, "--no-mesh", "--allow-temp-store", "--state-dir", stateDir, "--models-dir", filepath.Join(tmp, "models"),
+		"--runtimes", "llama-server", "--llama-server", bins.llamaSim, "--log-level", "debug", "--release-code-after", "100ms")
+	released := func(msg string) func() bool {
+		return func() bool {
+			mb, ok := logNumber(a.stderr.String(), msg, "released_code_mb")
+			return ok && mb > 0
+		}
+	}
+	require.Eventually(t, released("start-up over"), 20*time.Second, 10*time.Millisecond, "log:\n%s", a.stderr)
+
+	c := adminClient(t, a.api, stateDir)
+	ctx := context.Background()
+	p, err := c.Place(ctx, api.PlacementRequest{Source: tinyGGUF(t, tmp, "tiny")})
+	require.NoError(t, err)
+	_, err = c.WaitPlacement(ctx, p.ID, 20*time.Millisecond, nil)
+	require.NoError(t, err)
+	require.Eventually(t, released("code pages released"), 20*time.Second, 10*time.Millisecond, "log:\n%s", a.stderr)
+
+	var answer strings.Builder
+	require.NoError(t, c.ChatStream(ctx, "tiny", []api.ChatMessage{{Role: "user", Content: "Say hello."}}, api.ChatOptions{MaxTokens: 8},
+		func(d api.ChatDelta) error {
+			answer.WriteString(d.Content)
+			return nil
+		}))
+	assert.NotEmpty(t, answer.String())
+	assert.NotContains(t, a.stderr.String(), "releasing code pages", "a release failed")
+
+	// --release-code-after 0 keeps them.
+	tmp2 := t.TempDir()
+	b := startAgentProcess(t, "--no-mesh", "--allow-temp-store", "--state-dir", filepath.Join(tmp2, "state"), "--models-dir", filepath.Join(tmp2, "models"),
+		"--runtimes", "llama-server", "--llama-server", bins.llamaSim, "--release-code-after", "0")
+	require.Eventually(t, func() bool { return strings.Contains(b.stderr.String(), `"msg":"start-up over"`) },
+		20*time.Second, 10*time.Millisecond, "log:\n%s", b.stderr)
+	_, ok := logNumber(b.stderr.String(), "start-up over", "released_code_mb")
+	assert.False(t, ok, "released with --release-code-after 0")
 }

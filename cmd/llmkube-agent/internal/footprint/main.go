@@ -12,13 +12,18 @@
 // bare node with an HTTP API (barenode -http: what any member with an API holds); the agent
 // with one ready placement on the simulator (health-checked every 5 s; the engine's own process
 // is not counted); and an agent with a second agent joined to it beside a bare node with a bare
-// peer. Each run settles for 5 s before its window. Besides CPU time it counts how often the
-// threads were put on a CPU (schedstat's third field): the wakeups, a count the machine's other
-// load hardly moves. Everything lives in a temporary folder.
+// peer. An agent is measured once it is idle: it has logged that its start-up is over and,
+// after the join or the placement, that it has handed back the code pages that work ran
+// (execpages, after 5 s without an event); then each run settles for 5 s before its window.
+// Besides CPU time it counts how often the threads were put on a CPU (schedstat's third
+// field): the wakeups, a count the machine's other load hardly moves; and besides the resident
+// set at the window's end, the working set: the resident pages touched during the window.
+// Everything lives in a temporary folder.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,12 +78,12 @@ func measureAll(idle time.Duration) error {
 	fmt.Printf("llmkube-agent idle footprint: %s/%s, %d CPUs, %s window after 5 s settling\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), idle)
 	mb := func(n int64) float64 { return float64(n) / (1 << 20) }
 	line := func(label string, u usage) {
-		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f)   CPU %.3f%% of a core, %.1f wakeups/s\n",
-			label, mb(u.mem["VmRSS"]), mb(u.mem["RssAnon"]), mb(u.mem["RssFile"]), u.cpu, u.wakeups)
+		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f), working set %.1f MB   CPU %.3f%% of a core, %.1f wakeups/s\n",
+			label, mb(u.mem["VmRSS"]), mb(u.mem["RssAnon"]), mb(u.mem["RssFile"]), mb(u.mem["Referenced"]), u.cpu, u.wakeups)
 	}
 	ratio := func(a, b usage) {
-		fmt.Printf("%-28s RSS %.2f×   CPU %.2f× (target ≤ 1.5×), wakeups %.2f×\n", "agent ÷ bare node",
-			float64(a.mem["VmRSS"])/float64(b.mem["VmRSS"]), a.cpu/b.cpu, a.wakeups/b.wakeups)
+		fmt.Printf("%-28s RSS %.2f×   CPU %.2f× (target ≤ 1.5×), working set %.2f×, wakeups %.2f×\n", "agent ÷ bare node",
+			float64(a.mem["VmRSS"])/float64(b.mem["VmRSS"]), a.cpu/b.cpu, float64(a.mem["Referenced"])/float64(b.mem["Referenced"]), a.wakeups/b.wakeups)
 	}
 
 	// Alone, beside a bare node alone and a bare node with an HTTP API, in one window.
@@ -101,8 +106,8 @@ func measureAll(idle time.Duration) error {
 	line("bare memberlist node alone", got[1])
 	line("bare node with an HTTP API", got[2])
 	ratio(got[0], got[1])
-	fmt.Printf("%-28s RSS %.2f×   CPU %.2f×\n", "agent ÷ node with HTTP API",
-		float64(got[0].mem["VmRSS"])/float64(got[2].mem["VmRSS"]), got[0].cpu/got[2].cpu)
+	fmt.Printf("%-28s RSS %.2f×   CPU %.2f×   working set %.2f×\n", "agent ÷ node with HTTP API",
+		float64(got[0].mem["VmRSS"])/float64(got[2].mem["VmRSS"]), got[0].cpu/got[2].cpu, float64(got[0].mem["Referenced"])/float64(got[2].mem["Referenced"]))
 	if err := printSizes(agentBin, bareBin, httpBin); err != nil {
 		return err
 	}
@@ -183,6 +188,7 @@ func stop(cmd *exec.Cmd) {
 // agentProc is a started agent: its process, API and gossip addresses, and join string.
 type agentProc struct {
 	cmd         *exec.Cmd
+	log         string // its JSON log
 	api, gossip string
 	join        api.Join
 }
@@ -199,7 +205,7 @@ func startAgent(dir, agentBin, simBin string, peer *agentProc) (*agentProc, erro
 	cmd := exec.Command(agentBin, "run", "--log-format", "json", "--listen", "127.0.0.1:0",
 		"--allow-temp-store", "--state-dir", stateDir, "--models-dir", filepath.Join(dir, "models"),
 		"--bind", "127.0.0.1", "--gossip-port", "0", "--no-mdns",
-		"--runtimes", "llama-server", "--llama-server", simBin)
+		"--runtimes", "llama-server", "--llama-server", simBin, "--log-level", "debug")
 	cmd.Stderr = logf
 	cmd.Env = append(os.Environ(), "LLAMA_SIM_LOAD_DELAY=0")
 	if peer != nil {
@@ -209,8 +215,10 @@ func startAgent(dir, agentBin, simBin string, peer *agentProc) (*agentProc, erro
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	a := &agentProc{cmd: cmd}
-	fields, err := waitLog(logPath, 10*time.Second, map[string]string{"API listening": "addr", "mesh member started": "gossip"})
+	a := &agentProc{cmd: cmd, log: logPath}
+	// "start-up over": the agent has handed back the code pages of its start-up (execpages);
+	// an idle agent is measured from then on.
+	fields, err := waitLog(logPath, 10*time.Second, map[string]string{"API listening": "addr", "mesh member started": "gossip", "start-up over": "msg"})
 	if err == nil {
 		a.api, a.gossip = "http://"+fields["API listening"], fields["mesh member started"]
 		a.join, _, err = state.LoadJoinFile(filepath.Join(stateDir, state.JoinFile))
@@ -238,6 +246,7 @@ func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle ti
 	c := api.NewClient(a.api, api.AdminToken(a.join.Secret))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	released := logCount(a.log, "code pages released")
 	if withPeer {
 		dir2, err := os.MkdirTemp(tmp, "peer-")
 		if err != nil {
@@ -273,6 +282,13 @@ func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle ti
 			return nil, err
 		}
 	}
+	if withPeer || withPlacement {
+		// The agent hands back the code that work ran once it is over (execpages): wait for
+		// it, as for start-up, so the window measures an idle agent.
+		if err := waitLogCount(a.log, 30*time.Second, "code pages released", released+1); err != nil {
+			return nil, err
+		}
+	}
 	time.Sleep(5 * time.Second)
 	pids := []int{a.cmd.Process.Pid}
 	for _, c := range alongside {
@@ -297,10 +313,15 @@ func printSizes(agentBin, bareBin, httpBin string) error {
 	return nil
 }
 
-// window reads the processes' CPU time over idle, and their resident memory at its end.
+// window reads the processes' CPU time over idle, their resident memory at its end, and their
+// working set: the resident pages they touched during the window (the kernel's referenced
+// bits, cleared at its start through /proc/<pid>/clear_refs).
 func window(pids []int, idle time.Duration) ([]usage, error) {
 	t0 := make([]sched, len(pids))
 	for i, pid := range pids {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("1"), 0); err != nil {
+			return nil, err
+		}
 		t, err := schedOf(pid)
 		if err != nil {
 			return nil, err
@@ -316,6 +337,9 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 		}
 		mem, err := memStatus(pid)
 		if err != nil {
+			return nil, err
+		}
+		if mem["Referenced"], err = referenced(pid); err != nil {
 			return nil, err
 		}
 		out[i] = usage{mem: mem, cpu: 100 * (t1.run - t0[i].run).Seconds() / idle.Seconds(),
@@ -351,6 +375,22 @@ func waitLog(path string, timeout time.Duration, want map[string]string) (map[st
 	}
 	b, _ := os.ReadFile(path)
 	return nil, fmt.Errorf("the agent did not start:\n%s", b)
+}
+
+// logCount counts the lines of the agent's JSON log with message msg.
+func logCount(path, msg string) int {
+	b, _ := os.ReadFile(path)
+	return bytes.Count(b, []byte(`"msg":`+strconv.Quote(msg)))
+}
+
+// waitLogCount waits until the agent's JSON log holds n lines with message msg.
+func waitLogCount(path string, timeout time.Duration, msg string, n int) error {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if logCount(path, msg) >= n {
+			return nil
+		}
+	}
+	return fmt.Errorf("the agent did not log %q %d times in %s", msg, n, timeout)
 }
 
 // sched is what a process's threads have run: CPU time and the number of times put on a CPU.
@@ -390,6 +430,25 @@ func schedOf(pid int) (sched, error) {
 		total.slices += n
 	}
 	return total, nil
+}
+
+// referenced reads the bytes of a process's resident pages referenced since its referenced
+// bits were last cleared, from /proc/<pid>/smaps_rollup.
+func referenced(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Referenced:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/smaps_rollup: %q: %w", pid, line, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no Referenced in /proc/%d/smaps_rollup", pid)
 }
 
 // memStatus reads the resident set of a process in bytes: VmRSS and its parts RssAnon (heap,
