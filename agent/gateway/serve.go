@@ -231,6 +231,56 @@ func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall) {
 	w.Write(b)
 }
 
+// relay passes a driver's chunks to a chat's encoder and keeps what they tell: when the first
+// and last pieces came, how many, and the last chunk. One value, so that the chat allocates it
+// once (a variable each, captured by a closure, and a copy of the last chunk were five).
+type relay struct {
+	enc         encoder
+	first, last time.Time
+	count       int
+	final       engines.ChatChunk
+	done        bool // final is the last chunk
+}
+
+// take is the driver's emit.
+func (run *relay) take(ch engines.ChatChunk) error {
+	enc := run.enc
+	if run.done {
+		return nil // nothing follows the last chunk
+	}
+	if !ch.More {
+		if err := enc.release(); err != nil {
+			return err
+		}
+	}
+	// The first piece always goes out at once: the time to it is what a client waits.
+	enc.hold(ch.More && !ch.Done && !run.first.IsZero())
+	if ch.Content != "" {
+		now := time.Now()
+		if run.first.IsZero() {
+			run.first = now
+		}
+		run.last = now
+		run.count++
+		if err := enc.chunk(ch.Content); err != nil {
+			return err
+		}
+	}
+	if len(ch.ToolCalls) > 0 {
+		if run.first.IsZero() {
+			run.first = time.Now()
+		}
+		run.last = time.Now()
+		if err := enc.toolCalls(ch.ToolCalls); err != nil {
+			return err
+		}
+	}
+	if ch.Done {
+		run.final, run.done = ch, true
+	}
+	return nil
+}
+
 // serveLocal runs a chat on a local placement's engine through its driver, writing each chunk
 // as it comes. It returns committed once anything reached the client (the request is then
 // answered, error or not); otherwise err says why, and another replica may be tried.
@@ -262,50 +312,8 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
 
 	engineStart := time.Now()
-	// What the chunks tell, in one value: the function below captures it, one allocation a
-	// chat where a variable each, and a copy of the last chunk, were five.
-	var run struct {
-		first, last time.Time
-		count       int
-		final       engines.ChatChunk
-		done        bool // final is the last chunk
-	}
-	err = c.local.Driver.Chat(ctx, c.local.Model, req, func(ch engines.ChatChunk) error {
-		if run.done {
-			return nil // nothing follows the last chunk
-		}
-		if !ch.More {
-			if err := enc.release(); err != nil {
-				return err
-			}
-		}
-		// The first piece always goes out at once: the time to it is what a client waits.
-		enc.hold(ch.More && !ch.Done && !run.first.IsZero())
-		if ch.Content != "" {
-			now := time.Now()
-			if run.first.IsZero() {
-				run.first = now
-			}
-			run.last = now
-			run.count++
-			if err := enc.chunk(ch.Content); err != nil {
-				return err
-			}
-		}
-		if len(ch.ToolCalls) > 0 {
-			if run.first.IsZero() {
-				run.first = time.Now()
-			}
-			run.last = time.Now()
-			if err := enc.toolCalls(ch.ToolCalls); err != nil {
-				return err
-			}
-		}
-		if ch.Done {
-			run.final, run.done = ch, true
-		}
-		return nil
-	})
+	run := &relay{enc: enc}
+	err = c.local.Driver.Chat(ctx, c.local.Model, req, run.take)
 	enc.hold(false) // what follows is the end or an error: it goes out at once, with anything held
 	if err == nil && !run.done {
 		err = &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s ended the answer without its last chunk", p.Runtime)}
