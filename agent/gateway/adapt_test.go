@@ -60,6 +60,7 @@ func BenchmarkAdaptTokens(b *testing.B) {
 				if err := run.enc.finish(stats{finish: "stop"}); err != nil {
 					b.Fatal(err)
 				}
+				run.enc.stop()
 				took := time.Since(t0)
 				runtime.ReadMemStats(&ms)
 				if run.count != 1 && run.count != 33 {

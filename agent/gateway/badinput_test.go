@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/gateway"
+	hailosim "github.com/llmkube/mesh/sim/hailo"
 )
 
 // rawRequest opens a connection and sends head (and part of a body), then leaves it as is.
@@ -69,4 +70,21 @@ func TestStalledClientsDoNotStopOthers(t *testing.T) {
 	}
 	wg.Wait()
 	assert.GreaterOrEqual(t, sim.Stats().Requests["POST /api/chat"], 4)
+}
+
+// TestSlowAnswerOutlastsTheStallTimeout: the write deadline is pushed forward while a client
+// reads, so an answer that takes several stall timeouts to come reaches a client that keeps
+// reading, whole; only a client that stops reading is cut (above).
+func TestSlowAnswerOutlastsTheStallTimeout(t *testing.T) {
+	n, _ := hailoSetup(t, func(c *hailosim.Config) { c.TokensPerSecond = 4 }, func(c *gateway.Config) {
+		c.StallTimeout = time.Second
+	})
+	// At least 8 tokens at 4 a second: two stall timeouts or more after the first write.
+	resp, b := call(t, "POST", n.url+"/v1/chat/completions", adminToken,
+		chatBody("qwen2:1.5b", "Take your time.", true, `"max_tokens":10`))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	events := sseData(b)
+	require.NotEmpty(t, events)
+	assert.Equal(t, "[DONE]", events[len(events)-1], "the stream ends as it should: %s", b)
+	assert.GreaterOrEqual(t, len(events), 8+2, "every piece, the last chunk and [DONE]: %s", b)
 }

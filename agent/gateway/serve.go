@@ -232,8 +232,11 @@ func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall) {
 }
 
 // relay passes a driver's chunks to a chat's encoder and keeps what they tell: when the first
-// and last pieces came, how many, and the last chunk. One value, so that the chat allocates it
-// once (a variable each, captured by a closure, and a copy of the last chunk were five).
+// piece came and the answer ended, how many pieces, and the last chunk. One value, so that the
+// chat allocates it once (a variable each, captured by a closure, and a copy of the last chunk
+// were five). The clock is read for the first piece and the last chunk, not for every piece
+// (47 ns a read on this machine): the last chunk follows the last piece at once (Ollama's
+// done line, llama-server's last event with its timings, hailo's end of stream).
 type relay struct {
 	enc         encoder
 	first, last time.Time
@@ -256,11 +259,9 @@ func (run *relay) take(ch engines.ChatChunk) error {
 	// The first piece always goes out at once: the time to it is what a client waits.
 	enc.hold(ch.More && !ch.Done && !run.first.IsZero())
 	if ch.Content != "" {
-		now := time.Now()
 		if run.first.IsZero() {
-			run.first = now
+			run.first = time.Now()
 		}
-		run.last = now
 		run.count++
 		if err := enc.chunk(ch.Content); err != nil {
 			return err
@@ -277,6 +278,9 @@ func (run *relay) take(ch engines.ChatChunk) error {
 	}
 	if ch.Done {
 		run.final, run.done = ch, true
+		if !run.first.IsZero() {
+			run.last = time.Now()
+		}
 	}
 	return nil
 }
@@ -310,6 +314,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		call = &withItems
 	}
 	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
+	defer enc.stop()
 
 	engineStart := time.Now()
 	run := &relay{enc: enc}
