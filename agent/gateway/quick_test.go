@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -126,4 +127,73 @@ func trimRightBrace(body string) string {
 		}
 	}
 	return body
+}
+
+// modelDecided are requests quickModel reads itself, modelLeft near misses it leaves to
+// encoding/json.
+var (
+	modelDecided = []string{
+		`{"model":"tiny","messages":[{"role":"user","content":"prompt number 5"}],"stream":true,"max_tokens":1}`,
+		`{"messages":[{"role":"user","content":"a \"quoted\" [word] {x}\\"}],"stream":false,"options":{"num_predict":-1.5e3,"stop":["}",null,true]},"model":"llama3.2:1b"}`,
+		" {\n \"model\" : \"m\" ,\t\"n\": [ 1 , 2 ] }\r\n",
+		`{"model":"a","model":"b"}`,
+		`{"model":"a","model":null}`,
+		`{"model":null}`,
+		`{"model":""}`,
+		"{\"model\":\"m\",\"x\":\"bad \xff\"}",
+		`{}`,
+	}
+	modelLeft = []string{
+		`{"model":5}`,
+		`{"model":["a"]}`,
+		`{"Model":"m"}`,
+		`{"model":"m","MODEL":"n"}`,
+		`{"mod\u0065l":"m"}`,
+		`{"model":"m\u00e9"}`,
+		"{\"model\":\"bad \xff utf8\"}",
+		`{"model":"m"} {}`,
+		`{"model":"m",}`,
+		`{"model":"m"`,
+		`[]`,
+		`"model"`,
+		`null`,
+		``,
+	}
+)
+
+// FuzzQuickModel: what quickModel decides is what json.Unmarshal reads into a struct of the
+// one field, and modelName answers as json.Unmarshal alone would.
+func FuzzQuickModel(f *testing.F) {
+	for _, s := range slices.Concat(modelDecided, modelLeft, quickSeeds) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var m struct {
+			Model string `json:"model"`
+		}
+		err := json.Unmarshal(body, &m)
+		got, ok := modelName(body)
+		if want := err == nil && m.Model != ""; ok != want || (ok && got != m.Model) {
+			t.Fatalf("modelName(%q) = %q, %v; json.Unmarshal: %q, %v", body, got, ok, m.Model, err)
+		}
+		quick, decided := quickModel(body)
+		if decided && (err != nil || quick != m.Model) {
+			t.Fatalf("quickModel(%q) decided %q; json.Unmarshal: %q, %v", body, quick, m.Model, err)
+		}
+	})
+}
+
+// TestQuickModelDecidesPlainRequests: the requests clients send are decided without
+// encoding/json (else the forwarder would silently pay for it again), in any spacing.
+func TestQuickModelDecidesPlainRequests(t *testing.T) {
+	for _, body := range slices.Concat(modelDecided, quickSeeds[:2]) {
+		if _, decided := quickModel([]byte(body)); !decided {
+			t.Errorf("quickModel left %q to encoding/json", body)
+		}
+	}
+	for _, body := range modelLeft {
+		if _, decided := quickModel([]byte(body)); decided {
+			t.Errorf("quickModel decided %q", body)
+		}
+	}
 }

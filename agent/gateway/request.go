@@ -586,6 +586,9 @@ func parseCompletions(body []byte) (*chatCall, *failure) {
 // (encoding/json's, the last of duplicate members, keys matched without case), so both read
 // the same name. False for a body that has no model or is malformed: parse says why.
 func modelName(body []byte) (string, bool) {
+	if m, decided := quickModel(body); decided {
+		return m, m != ""
+	}
 	var m struct {
 		Model string `json:"model"`
 	}
