@@ -99,6 +99,7 @@ func waitFor(t testing.TB, within time.Duration, ms []*Mesh, what string, cond f
 	t.Helper()
 	ok := assert.Eventually(t, func() bool {
 		for _, m := range ms {
+			liveAgrees(t, m)
 			if !cond(m.View()) {
 				return false
 			}
@@ -116,6 +117,37 @@ func waitFor(t testing.TB, within time.Duration, ms []*Mesh, what string, cond f
 		}
 		t.FailNow()
 	}
+}
+
+// liveAgrees checks that the mesh's own Ready, Member and Placements (which answer without
+// building a view) say what a view built at the same moment says: every test that waits on a
+// view checks it, in whatever state the test has brought the mesh to.
+func liveAgrees(t testing.TB, m *Mesh) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	alone := m.aloneLocked(now)
+	v := m.viewAsLocked(now, alone)
+	assert.Equal(t, v.Placements(), m.placementsLocked(alone), "%s: Placements", m.name)
+	models := map[string]bool{"not-served": true}
+	namespaces := map[string]bool{"": true, "default": true}
+	for _, p := range v.Placements() {
+		models[p.Model], namespaces[p.Namespace] = true, true
+	}
+	for model := range models {
+		for ns := range namespaces {
+			assert.Equal(t, v.Ready(ns, model), m.readyLocked(ns, model, alone), "%s: Ready(%q, %q)", m.name, ns, model)
+		}
+	}
+	for name := range m.members {
+		want, wok := v.Member(name)
+		got, gok := m.memberNamedLocked(name, alone)
+		assert.Equal(t, wok, gok, "%s: Member(%q) found", m.name, name)
+		assert.Equal(t, want, got, "%s: Member(%q)", m.name, name)
+	}
+	_, found := m.memberNamedLocked("not-a-member", alone)
+	assert.False(t, found, "%s: Member of a name never seen", m.name)
 }
 
 func liveness(v View, name string) api.Liveness {

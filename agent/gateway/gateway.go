@@ -54,7 +54,9 @@ const (
 	DefaultResponseHeaderTimeout = 5 * time.Minute
 )
 
-// View is what the gateway reads of the mesh. mesh.View satisfies it.
+// View is what the gateway reads of the mesh. *mesh.Mesh satisfies it, answering each call
+// from the mesh's state at that moment, without building a whole view (a relaying agent asks
+// per request, and building one copied every member's state); mesh.View, a snapshot, does too.
 type View interface {
 	// Ready lists the placements serving model that can take a request now (state ready, on an
 	// alive agent whose API answers); namespace "" matches every namespace.
@@ -69,7 +71,8 @@ type View interface {
 type Config struct {
 	// Agent serves the local placements and keeps their rolling speed figures.
 	Agent *agent.Agent
-	// View returns the current mesh view; nil serves this host's placements only.
+	// View returns what the gateway reads of the mesh (the mesh itself); nil, or a nil View,
+	// serves this host's placements only.
 	View func() View
 	// Self is this agent's node name in the mesh; Agent.Name() when empty.
 	Self string
@@ -290,7 +293,7 @@ type candidate struct {
 //
 // Unless all, the remote replicas are not looked up (narrow) when a local one is idle: it would
 // lead whatever they are (no load is below none, and local wins a tie), and looking means taking
-// the mesh view, which copies every member's state; nor, while local ones are busy, when a look
+// every member's state under the mesh's lock; nor, while local ones are busy, when a look
 // less than aloneRecheck ago found none on another agent (see aloneRecheck).
 func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v View, all bool) (out []candidate, narrow bool) {
 	locals := g.a.Serving(who, model)
@@ -332,9 +335,10 @@ func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v 
 }
 
 // aloneRecheck is how long a look at the mesh view that found no ready replica of a model on
-// another agent, while this one's were busy, stands for the chats after it. Each look copies
-// every member's state under the mesh's lock, and with hundreds of simultaneous streams of a
-// model served here alone one per chat was a measurable part of the agent's cost (BENCHMARKS.md).
+// another agent, while this one's were busy, stands for the chats after it. Each look walks
+// every member's state under the mesh's lock (it copied it all when this was measured), and with
+// hundreds of simultaneous streams of a model served here alone one per chat was a measurable
+// part of the agent's cost (BENCHMARKS.md).
 // A replica that becomes ready elsewhere is then taken into account up to this much later, on
 // top of the gossip that announced it; one that goes away is never tried for it (only a look
 // that found none is kept); and a local replica that fails looks at once (widen).
@@ -384,7 +388,6 @@ func boolOrder(a, b bool) int {
 // when there is none — the same answer whether the model exists in a namespace the caller may
 // not see or nowhere, so a token learns nothing of other namespaces.
 func (g *Gateway) notServed(who api.Principal, model string, forwarded bool, v View) *failure {
-	v = taken(v)
 	var seen []api.Placement
 	for _, p := range g.a.List(who) {
 		if p.Model == model {
@@ -475,52 +478,7 @@ func ollamaTwin(model string) (string, bool) {
 	return "", false
 }
 
-// lazyView is the mesh view, taken on first use: taking it copies every member's state
-// (mesh.Mesh.View), per request and more with every member, and a chat that an idle local
-// replica serves never needs it. One request's, not safe for concurrent use.
-type lazyView struct {
-	get  func() View
-	v    View
-	done bool
-}
-
-func (l *lazyView) load() View {
-	if !l.done {
-		l.v, l.done = l.get(), true
-	}
-	return l.v
-}
-
-func (l *lazyView) Ready(namespace, model string) []api.Placement {
-	if v := l.load(); v != nil {
-		return v.Ready(namespace, model)
-	}
-	return nil
-}
-
-func (l *lazyView) Member(name string) (api.Member, bool) {
-	if v := l.load(); v != nil {
-		return v.Member(name)
-	}
-	return api.Member{}, false
-}
-
-func (l *lazyView) Placements() []api.Placement {
-	if v := l.load(); v != nil {
-		return v.Placements()
-	}
-	return nil
-}
-
-// taken is the view, taken now: nil when there is no mesh view at all.
-func taken(v View) View {
-	if l, ok := v.(*lazyView); ok {
-		return l.load()
-	}
-	return v
-}
-
-// view is the current mesh view, or nil when the gateway runs without a mesh.
+// view is what the gateway reads of the mesh, or nil when it runs without one.
 func (g *Gateway) view() View {
 	if g.cfg.View == nil {
 		return nil

@@ -186,7 +186,7 @@ func joinWith(t testing.TB, profile string, nodes ...*node) {
 			seed = m.GossipAddr()
 		}
 		n.m = m
-		n.view = func() gateway.View { return m.View() }
+		n.view = func() gateway.View { return m }
 		publish(t, n)
 	}
 	want := 0

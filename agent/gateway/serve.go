@@ -172,8 +172,8 @@ type routing struct {
 // is served locally or not at all).
 func (g *Gateway) route(in inbound, model string) (routing, *failure) {
 	var v View
-	if !in.forwarded && g.cfg.View != nil {
-		v = &lazyView{get: g.cfg.View}
+	if !in.forwarded {
+		v = g.view()
 	}
 	who, model := g.scope(in.who, model, in.forwarded, v)
 	name, cands, narrow := g.lookup(who, model, in.forwarded, v)

@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		a.Metrics().CountGossip(m.GossipStats)
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
 		sc.Doctor = m.Doctor
-		gc.View = func() gateway.View { return m.View() }
+		gc.View = func() gateway.View { return m }
 		gc.Liveness = m.Liveness
 		g.Go(func() error { return publish(gctx, a, m, cfg.Log) })
 		runCtx, stopRun = context.WithCancel(context.WithoutCancel(gctx))
