@@ -11,6 +11,7 @@ package gateway_test
 //   - ollama: an OpenAI client on the Ollama engine, answers one at a time beside the bare
 //     proxy's (Ollama's own NDJSON), in turn; per token is the slope over answer length (8
 //     to 39 tokens) of the median CPU time of an answer, and of its wall time.
+//   - hailo: the same, an OpenAI client on the hailo-ollama simulator beside its bare proxy.
 //
 // One path alone, for a profile: -bench 'Streams/64' with LLMKUBE_BENCH_PATH="one hop".
 //
@@ -31,6 +32,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	hailosim "github.com/llmkube/mesh/sim/hailo"
 )
 
 func BenchmarkStreams(b *testing.B) {
@@ -86,58 +90,82 @@ func BenchmarkStreams(b *testing.B) {
 			}
 		})
 	}
-	b.Run("ollama", func(b *testing.B) {
-		samples := make([][]cpuSample, len(dialect))
-		m := make([]meter, len(dialect))
-		var ms runtime.MemStats
-		r := 0
-		for b.Loop() {
-			for k := range dialect {
-				i := (k + r) % len(dialect)
-				runtime.ReadMemStats(&ms)
-				m0 := ms.Mallocs
-				r0, w0 := processIO()
-				for j := range 32 {
-					c0 := processCPU(b)
-					s, err := e.chat(b.Context(), dialect[i], fmt.Sprint("prompt number ", (r*32+j)%64))
-					if err != nil {
-						b.Fatal(err)
-					}
-					samples[i] = append(samples[i], cpuSample{s, processCPU(b) - c0})
-					m[i].tokens += int64(s.tokens)
+	b.Run("ollama", func(b *testing.B) { benchDialect(b, e, dialect) })
+	b.Run("hailo", func(b *testing.B) {
+		var dataDir string
+		// FinalChunks, as in BenchmarkCompare: the bare proxy passes a cut stream on as broken.
+		hsim := hailoSim(b, func(c *hailosim.Config) { dataDir, c.FinalChunks = c.DataDir, true }, "qwen2:1.5b")
+		pi := hailoNode(b, "pi", hsim, dataDir, nil)
+		place(b, pi, api.PlacementRequest{Source: "hailo://qwen2:1.5b", Name: "qwen2:1.5b"})
+		hailo := pick(
+			cmpPath{name: "hailo bare proxy", url: bareProxy(b, hsim.URL(), false) + "/api/chat", model: "qwen2:1.5b", wire: wireNDJSON},
+			cmpPath{name: "SSE client on hailo", url: pi.url + "/v1/chat/completions", model: "qwen2:1.5b"},
+		)
+		for _, p := range hailo {
+			for i := range cmpWarmRequest {
+				if _, err := e.chat(b.Context(), p, fmt.Sprint("warm up ", i%64)); err != nil {
+					b.Fatal(err)
 				}
-				runtime.ReadMemStats(&ms)
-				r1, w1 := processIO()
-				m[i].mallocs += ms.Mallocs - m0
-				m[i].reads, m[i].writes = m[i].reads+r1-r0, m[i].writes+w1-w0
 			}
-			r++
 		}
-		var cpus []time.Duration
-		for i, p := range dialect {
-			wall, cpu := cpuSlope(samples[i])
-			cpus = append(cpus, cpu)
-			name, t := short(p.name), float64(m[i].tokens)
-			b.ReportMetric(micros(wall), name+"-µs/token")
-			b.ReportMetric(micros(cpu), name+"-cpu-µs/token")
-			b.ReportMetric(float64(m[i].mallocs)/t, name+"-allocs/token")
-			b.ReportMetric(float64(m[i].reads)/t, name+"-reads/token")
-			b.ReportMetric(float64(m[i].writes)/t, name+"-writes/token")
-		}
-		if len(cpus) == 2 {
-			b.ReportMetric(float64(cpus[1])/float64(cpus[0]), "cpu/token-ratio")
-		}
+		benchDialect(b, e, hailo)
 	})
+}
+
+// benchDialect runs answers one at a time along a dialect adaptation and its bare proxy
+// (dialect: the bar first), in turn, and reports per token the slope over answer length of the
+// median CPU time of an answer, and of its wall time.
+func benchDialect(b *testing.B, e *cmpEnv, dialect []cmpPath) {
+	samples := make([][]cpuSample, len(dialect))
+	m := make([]meter, len(dialect))
+	var ms runtime.MemStats
+	r := 0
+	for b.Loop() {
+		for k := range dialect {
+			i := (k + r) % len(dialect)
+			runtime.ReadMemStats(&ms)
+			m0 := ms.Mallocs
+			r0, w0 := processIO()
+			for j := range 32 {
+				c0 := processCPU(b)
+				s, err := e.chat(b.Context(), dialect[i], fmt.Sprint("prompt number ", (r*32+j)%64))
+				if err != nil {
+					b.Fatal(err)
+				}
+				samples[i] = append(samples[i], cpuSample{s, processCPU(b) - c0})
+				m[i].tokens += int64(s.tokens)
+			}
+			runtime.ReadMemStats(&ms)
+			r1, w1 := processIO()
+			m[i].mallocs += ms.Mallocs - m0
+			m[i].reads, m[i].writes = m[i].reads+r1-r0, m[i].writes+w1-w0
+		}
+		r++
+	}
+	var cpus []time.Duration
+	for i, p := range dialect {
+		wall, cpu := cpuSlope(samples[i])
+		cpus = append(cpus, cpu)
+		name, t := short(p.name), float64(m[i].tokens)
+		b.ReportMetric(micros(wall), name+"-µs/token")
+		b.ReportMetric(micros(cpu), name+"-cpu-µs/token")
+		b.ReportMetric(float64(m[i].mallocs)/t, name+"-allocs/token")
+		b.ReportMetric(float64(m[i].reads)/t, name+"-reads/token")
+		b.ReportMetric(float64(m[i].writes)/t, name+"-writes/token")
+	}
+	if len(cpus) == 2 {
+		b.ReportMetric(float64(cpus[1])/float64(cpus[0]), "cpu/token-ratio")
+	}
 }
 
 // short names a path in a metric.
 func short(name string) string {
 	switch name {
-	case "bare proxy", "ollama bare proxy":
+	case "bare proxy", "ollama bare proxy", "hailo bare proxy":
 		return "bare"
 	case "one hop":
 		return "hop"
-	case "SSE client on ollama":
+	case "SSE client on ollama", "SSE client on hailo":
 		return "sse"
 	}
 	return strings.ReplaceAll(name, " ", "-")
