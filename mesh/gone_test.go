@@ -57,6 +57,40 @@ func TestNewcomerSeesMembersAlreadyGone(t *testing.T) {
 	waitFor(t, 10*time.Second, []*Mesh{fresh, a}, "the victim is back", func(v View) bool { return liveness(v, "victim") == api.Alive })
 }
 
+// A member that leaves while its join is in flight leaves once the join is through, so the
+// peer that heard of it sees it leave, not die: Leave waits for the join. Without that wait,
+// a member closed right after it started (a headless command, a test) left before its join's
+// answer came, told no one, and its peer, which had heard of it, saw it die.
+func TestLeaveWaitsForAJoinInFlight(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	cfg, tr := c.config("leaver", api.RoleAgent)
+	dialing, release := make(chan struct{}, 1), make(chan struct{})
+	tr.GateDials(func() {
+		select {
+		case dialing <- struct{}{}:
+		default:
+		}
+		<-release
+	})
+	leaver := c.start(cfg)
+	select {
+	case <-dialing: // the join's push/pull is on its way
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leaver never began its join")
+	}
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		closed <- leaver.Close(ctx)
+	}()
+	require.Eventually(t, leaver.leaving.Load, 5*time.Second, time.Millisecond, "Close began its leave")
+	close(release) // the join goes through while the leave waits
+	require.NoError(t, <-closed)
+	waitFor(t, 10*time.Second, []*Mesh{a}, "a sees the leaver left", func(v View) bool { return liveness(v, "leaver") == api.Left })
+}
+
 // acceptGone takes one record, as a push/pull does.
 func (m *Mesh) acceptGone(g goneRecord) {
 	m.mu.Lock()

@@ -180,6 +180,36 @@ func (m *Mesh) mdnsTokenLocked(now time.Time) bool {
 	return true
 }
 
+// joining runs join, a memberlist Join, counted as in flight so that Leave can wait for it,
+// unless Leave has begun: then it does not run it, and reports so.
+func (m *Mesh) joining(join func()) bool {
+	m.mu.Lock()
+	if m.leaving.Load() {
+		m.mu.Unlock()
+		return false
+	}
+	if m.joins == 0 {
+		m.joinsIdle = make(chan struct{})
+	}
+	m.joins++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.joins--; m.joins == 0 {
+			close(m.joinsIdle)
+		}
+	}()
+	join()
+	return true
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
 // joiner joins the candidates that are not members yet, each with its own capped exponential
 // backoff (with jitter, so hosts rebooted together do not retry in lockstep). A candidate
 // that is a member is left alone; if it dies, it is tried again.
@@ -243,7 +273,8 @@ func (m *Mesh) joiner() {
 }
 
 func (m *Mesh) tryJoin(addr string) {
-	_, err := m.ml.Join([]string{addr})
+	var err error
+	started := m.joining(func() { _, err = m.ml.Join([]string{addr}) })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := m.candidates[addr]
@@ -251,6 +282,9 @@ func (m *Mesh) tryJoin(addr string) {
 		return
 	}
 	c.inflight = false
+	if !started {
+		return // leaving
+	}
 	c.tries++
 	if err == nil {
 		m.answered()

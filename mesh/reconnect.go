@@ -142,7 +142,10 @@ func (m *Mesh) tryRejoin(name, addr string) {
 		return // still unreachable
 	}
 	m.answered()
-	if _, err := m.ml.Join([]string{addr}); err != nil {
+	if !m.joining(func() { _, err = m.ml.Join([]string{addr}) }) {
+		return // leaving
+	}
+	if err != nil {
 		m.log.Debug("rejoining a member that answers again", "member", name, "err", joinError(err))
 		return
 	}

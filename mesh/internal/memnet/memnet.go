@@ -83,6 +83,7 @@ type Transport struct {
 	sent     atomic.Uint64
 	dropIn   atomic.Bool
 	cut      atomic.Bool
+	gate     atomic.Pointer[func()]
 }
 
 var _ memberlist.NodeAwareTransport = (*Transport)(nil)
@@ -101,6 +102,16 @@ func (t *Transport) DropPackets(drop bool) { t.dropIn.Store(drop) }
 // arrives, nothing sent to it arrives, its new streams fail at once (no route) and new streams
 // to it time out. Unlike Shutdown the member keeps running, and carries on once the link is back.
 func (t *Transport) Cut(cut bool) { t.cut.Store(cut) }
+
+// GateDials makes each new stream from the member call gate first, which may block: a slow
+// network under a join in flight. nil removes it.
+func (t *Transport) GateDials(gate func()) {
+	if gate == nil {
+		t.gate.Store(nil)
+		return
+	}
+	t.gate.Store(&gate)
+}
 
 func (t *Transport) down() bool {
 	select {
@@ -156,6 +167,9 @@ func (t *Transport) DialTimeout(a string, timeout time.Duration) (net.Conn, erro
 
 // DialAddressTimeout opens a stream to a.Addr; a missing or stopped member refuses it.
 func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if g := t.gate.Load(); g != nil {
+		(*g)()
+	}
 	if t.down() {
 		return nil, errors.New("memnet: transport is shut down")
 	}
