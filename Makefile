@@ -18,7 +18,7 @@ VPKG    := github.com/llmkube/mesh/version
 STAMP   := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).Date=$(DATE)
 LDFLAGS ?= -s -w
 
-.PHONY: all build test e2e demo bench bench-compare lint release release-check clean fuzz
+.PHONY: all build test e2e demo bench bench-compare lint release release-check clean
 
 all: build
 

@@ -2,12 +2,12 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -47,31 +47,19 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	}
 	c.busy.Add(1)
 	defer c.busy.Add(-1)
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	defer g.owners.watch(cancel, c.p.Host, c.p.Model)()
-	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+mb.Host.APIAddr+r.URL.RequestURI(), bytes.NewReader(body))
-	if err != nil {
-		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, msg: "forwarding: " + err.Error()}
-	}
-	copyHeaders(req.Header, r.Header)
-	req.Header.Del("Content-Length")
-	// The body is here already: the owner is not asked to say it will take one first.
-	req.Header.Del("Expect")
-	req.Header.Set(HopHeader, "1")
-	forwardedFor(req.Header, r)
-	headers := time.AfterFunc(g.cfg.ResponseHeaderTimeout, func() {
-		cancel(&failure{status: http.StatusGatewayTimeout, code: api.CodeUnreachable, retryAfter: 1,
-			msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.p.Host, mb.Host.APIAddr, c.p.Model, g.cfg.ResponseHeaderTimeout)})
-	})
-	resp, err := g.hop.do(ctx, req)
-	headers.Stop()
+	k := &hopCut{}
+	defer g.owners.watch(k.end, c.p.Host, c.p.Model)()
+	resp, err := g.hop.do(r.Context(), newHopRequest(r, mb.Host.APIAddr, body), k, g.cfg.ResponseHeaderTimeout)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return false, r.Context().Err()
 		}
-		if f := lost(ctx); f != nil {
+		if f := k.reason(); f != nil {
 			return false, f
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return false, &failure{status: http.StatusGatewayTimeout, code: api.CodeUnreachable, retryAfter: 1,
+				msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.p.Host, mb.Host.APIAddr, c.p.Model, g.cfg.ResponseHeaderTimeout)}
 		}
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
 			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.p.Host, mb.Host.APIAddr, c.p.Model, err)}
@@ -141,7 +129,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 				}
 				return true, nil
 			}
-			f := lost(ctx)
+			f := k.reason()
 			if f == nil {
 				f = &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
 					msg: fmt.Sprintf("agent %s broke off its answer: %v", c.p.Host, rerr)}
@@ -204,14 +192,14 @@ type owner struct {
 }
 
 type watched struct {
-	cancel context.CancelCauseFunc
+	cancel func(cause error)
 	model  string
 }
 
 // watch watches host's liveness until the returned function is called, and cancels the
 // forwarded request with the reason once its owner is dead, left, forgotten by the view, or
 // suspect or unreachable for longer than the grace.
-func (o *owners) watch(cancel context.CancelCauseFunc, host, model string) (stop func()) {
+func (o *owners) watch(cancel func(cause error), host, model string) (stop func()) {
 	if o.g.cfg.Liveness == nil {
 		return func() {}
 	}
@@ -286,16 +274,6 @@ func (o *owners) check(now time.Time) bool {
 		delete(o.hosts, host)
 	}
 	return true
-}
-
-// lost is why a forwarded request's context was cancelled by the gateway (its owner lost, or
-// no answer in time), or nil when it was not.
-func lost(ctx context.Context) *failure {
-	var f *failure
-	if errors.As(context.Cause(ctx), &f) {
-		return f
-	}
-	return nil
 }
 
 // streamFailure ends a streamed answer that broke off with an error in the stream's own form,

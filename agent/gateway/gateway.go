@@ -499,23 +499,33 @@ func clientAddr(r *http.Request) string {
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// copyHeaders copies end-to-end headers: not hop-by-hop ones, not those the Connection header
-// names, not the gateway's internal ones. The values are shared, not copied (src is a request or
-// answer that is passed on whole), each capped at its length so that an Add on either side
-// copies instead of writing into the other's.
+// copyHeaders copies end-to-end headers (endToEnd). The values are shared, not copied (src is a
+// request or answer that is passed on whole), each capped at its length so that an Add on
+// either side copies instead of writing into the other's.
 func copyHeaders(dst, src http.Header) {
+	named := connectionNamed(src)
+	for k, vs := range src {
+		if endToEnd(k, named) {
+			dst[k] = vs[:len(vs):len(vs)]
+		}
+	}
+}
+
+// endToEnd reports whether header k is passed on: not a hop-by-hop one, not one the Connection
+// header names (named), not one of the gateway's internal ones.
+func endToEnd(k string, named []string) bool {
+	return !slices.Contains(hopByHop, k) && !slices.Contains(named, k) && !strings.HasPrefix(k, internalPrefix)
+}
+
+// connectionNamed are the headers h's Connection header names, canonical; nil when it has none.
+func connectionNamed(h http.Header) []string {
 	var named []string
-	for _, v := range src.Values("Connection") {
+	for _, v := range h["Connection"] {
 		for _, f := range strings.Split(v, ",") {
 			if f = strings.TrimSpace(f); f != "" {
 				named = append(named, http.CanonicalHeaderKey(f))
 			}
 		}
 	}
-	for k, vs := range src {
-		if slices.Contains(hopByHop, k) || slices.Contains(named, k) || strings.HasPrefix(k, internalPrefix) {
-			continue
-		}
-		dst[k] = vs[:len(vs):len(vs)]
-	}
+	return named
 }

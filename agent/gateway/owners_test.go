@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -49,6 +50,12 @@ func TestOwnersWatch(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		t.Cleanup(func() { cancel(nil) })
 		return ctx, o.watch(cancel, host, "m")
+	}
+	// lost is why the watch ended a request.
+	lost := func(ctx context.Context) *failure {
+		var f *failure
+		errors.As(context.Cause(ctx), &f)
+		return f
 	}
 	onA1, stopA1 := watch("a")
 	onA2, stopA2 := watch("a")

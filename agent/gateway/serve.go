@@ -377,12 +377,12 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	return true, nil
 }
 
-// forwardedFor appends the client's address to X-Forwarded-For.
-func forwardedFor(h http.Header, r *http.Request) {
-	prior := h.Values("X-Forwarded-For")
+// forwardedFor is r's X-Forwarded-For with the client's address appended.
+func forwardedFor(r *http.Request) string {
+	prior := r.Header.Values("X-Forwarded-For")
 	addr := clientAddr(r)
 	if len(prior) > 0 {
 		addr = strings.Join(prior, ", ") + ", " + addr
 	}
-	h.Set("X-Forwarded-For", addr)
+	return addr
 }
