@@ -53,9 +53,12 @@ import (
 )
 
 // Sizes of the run: sequential requests per path (in rounds, alternating paths), and rounds
-// of concurrent streams per path. About a minute and a half on a busy 2-vCPU machine.
+// of concurrent streams per path. About a minute on a quiet 2-vCPU machine. 40 rounds, not
+// 20: with 2,000 answers a path, a path's per-token ratio to its bar moved by ±0.15 from one
+// run to the next for the same code (BENCHMARKS.md), and half the sampling variance is worth
+// twenty seconds.
 const (
-	cmpRounds      = 20
+	cmpRounds      = 40
 	cmpPerRound    = 100 // sequential requests per path per round
 	cmpConcRounds  = 30  // rounds of concurrent streams per path and width
 	cmpWarmRequest = 100
