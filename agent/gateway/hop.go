@@ -284,7 +284,11 @@ func (h *hopClient) conn(ctx context.Context, addr string, k *hopCut) (*hopConn,
 	defer cancel()
 	k.mu.Lock()
 	k.dial = cancel
+	ended := k.done // ended before there was a dial to end: none is begun
 	k.mu.Unlock()
+	if ended {
+		return nil, net.ErrClosed
+	}
 	c, err := h.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

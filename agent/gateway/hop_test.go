@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,6 +181,28 @@ func TestHopCutAfterTheAnswer(t *testing.T) {
 	k.end(&failure{msg: "owner lost"})
 	resp.Body.Close() // closed already, by the end
 	assert.Zero(t, h.idleCount(), "a connection the request's end closed is not kept")
+	assert.Equal(t, "owner lost", k.reason().msg)
+}
+
+// TestHopCutEndsADial: a request ended while its connection is being dialed (its owner lost)
+// gives up the dial at once, with the reason kept.
+func TestHopCutEndsADial(t *testing.T) {
+	h := newHopClient()
+	dialing := make(chan struct{})
+	h.dialer.ControlContext = func(ctx context.Context, _, _ string, _ syscall.RawConn) error {
+		close(dialing)
+		<-ctx.Done() // a dial that would not end of itself
+		return ctx.Err()
+	}
+	k := &hopCut{}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.do(context.Background(), testHop("http://127.0.0.1:9"), k, time.Minute)
+		errc <- err
+	}()
+	<-dialing
+	k.end(&failure{msg: "owner lost"})
+	require.ErrorIs(t, <-errc, context.Canceled)
 	assert.Equal(t, "owner lost", k.reason().msg)
 }
 
