@@ -83,6 +83,8 @@ type cmpPath struct {
 	// closes sends each request on a connection of its own: llama-server closes its
 	// connection after a streamed answer (see bareProxy).
 	closes bool
+	// times keeps the time each piece of content was read (sample.at).
+	times bool
 }
 
 // bareProxy is a bare Go reverse proxy in front of engine. A proxy in front of llama-server
@@ -248,6 +250,9 @@ func (e *cmpEnv) chat(ctx context.Context, p cmpPath, prompt string) (sample, er
 			if content {
 				if s.tokens == 0 {
 					s.ttft = time.Since(start)
+				}
+				if p.times {
+					s.at = append(s.at, time.Now())
 				}
 				s.tokens++
 			}

@@ -426,6 +426,9 @@ func (s *Server) generate(ctx context.Context, name, prompt string, o options, k
 			}
 			res.evalCount++
 			err = emit(tok)
+			if err == nil && s.cfg.TokenSent != nil {
+				s.cfg.TokenSent(i)
+			}
 		}
 		if err != nil {
 			s.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -546,6 +547,26 @@ func TestPacing(t *testing.T) {
 	assert.GreaterOrEqual(t, out["prompt_eval_duration"], float64(80*time.Millisecond))
 	// From the start to the last token: prompt evaluation then generation.
 	assert.GreaterOrEqual(t, out["prompt_eval_duration"].(float64)+out["eval_duration"].(float64), float64(180*time.Millisecond))
+}
+
+// TestTokenSent: the hook is called once for each token, in order, after its line was written.
+func TestTokenSent(t *testing.T) {
+	cfg := withModels("gemma3:1b")
+	var mu sync.Mutex
+	var got []int
+	cfg.TokenSent = func(i int) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, i)
+	}
+	s := start(t, cfg)
+	var out map[string]any
+	require.Equal(t, http.StatusOK, call(t, "POST", s.URL()+"/api/generate",
+		`{"model":"gemma3:1b","prompt":"x","stream":false,"options":{"num_predict":7}}`, &out))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6}, got)
+	assert.EqualValues(t, 7, out["eval_count"])
 }
 
 func TestRegistry(t *testing.T) {
