@@ -8,10 +8,6 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/download"
-	"github.com/llmkube/mesh/engines/ollama"
-	"github.com/llmkube/mesh/engines/sizing"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
@@ -40,12 +36,7 @@ func BenchmarkTokenLatency(b *testing.B) {
 			sent = append(sent, now)
 		}
 	}, "llama3.2:1b")
-	od, err := ollama.New(ollama.Config{URL: osim.URL()}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	a := newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{od},
-		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: osim.URL(), OllamaRegistry: osim.RegistryURL()}})
+	a := ollamaNode(b, "node-a", osim, nil)
 	place(b, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
 	e := &cmpEnv{client: manyConns()}
 	paths := []cmpPath{
