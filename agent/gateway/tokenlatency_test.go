@@ -14,19 +14,20 @@ import (
 // BenchmarkTokenLatency is what the way from the engine to the client costs each token when the
 // engine paces its tokens as a real one does (500 a second here; BenchmarkCompare's simulators
 // send theirs as fast as they can, so there a token often waits in a buffer for the one before
-// it): for every streamed token, the time from the Ollama simulator's write of it (its flush
-// returned) to the client's read of it, through the bare proxy (Ollama's NDJSON) and through an
-// agent adapting it to an OpenAI client's events, answers one at a time alternating between the
-// two. It reports each path's median and p90 and the agent's median over the bar's. It asserts
-// no time.
+// it): for every streamed token, the time from the Ollama simulator's beginning to write it to
+// the client's read of it (the simulator's own write is on both paths alike), through the bare
+// proxy (Ollama's NDJSON) and through an agent adapting it to an OpenAI client's events, answers
+// one at a time alternating between the two. It reports each path's median and p90, the agent's
+// median over the bar's, and the read and write system calls of this process a token. It
+// asserts no time.
 //
 //	go test -run '^$' -bench '^BenchmarkTokenLatency$' -benchtime 100x -count 3 ./agent/gateway/
 func BenchmarkTokenLatency(b *testing.B) {
 	var mu sync.Mutex
-	var sent []time.Time // the current answer's tokens, as the simulator wrote them
+	var sent []time.Time // when the simulator began to write each of the current answer's tokens
 	osim := ollamaSim(b, func(c *ollamasim.Config) {
 		c.TokensPerSec = 500
-		c.TokenSent = func(i int) {
+		c.BeforeToken = func(i int) {
 			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()

@@ -33,9 +33,11 @@ type Config struct {
 	NumCtx          int           // default num_ctx
 	VRAM            int64         // GPU memory in bytes; 0 = a CPU-only host (size_vram 0)
 	Seed            int64         // seed for answers whose request carries none
-	// TokenSent, when set, is called after each token of an answer (i from 0) has been
-	// written, and a streamed one flushed: for measuring what a token's way to the client costs.
-	TokenSent func(i int)
+	// BeforeToken, when set, is called as each token of an answer (i from 0) is about to be
+	// written: for measuring what a token's way to the client costs. (After the write would be
+	// too late: on an idle machine a loopback write wakes the reader, which can have the token
+	// before the writer's system call returns.)
+	BeforeToken func(i int)
 }
 
 // Forever is the keep-alive of a model that never unloads (keep_alive < 0), as Ollama stores it.

@@ -425,10 +425,10 @@ func (s *Server) generate(ctx context.Context, name, prompt string, o options, k
 				res.promptDur = first.Sub(p.Start)
 			}
 			res.evalCount++
-			err = emit(tok)
-			if err == nil && s.cfg.TokenSent != nil {
-				s.cfg.TokenSent(i)
+			if s.cfg.BeforeToken != nil {
+				s.cfg.BeforeToken(i)
 			}
+			err = emit(tok)
 		}
 		if err != nil {
 			s.mu.Lock()

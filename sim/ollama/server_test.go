@@ -549,12 +549,12 @@ func TestPacing(t *testing.T) {
 	assert.GreaterOrEqual(t, out["prompt_eval_duration"].(float64)+out["eval_duration"].(float64), float64(180*time.Millisecond))
 }
 
-// TestTokenSent: the hook is called once for each token, in order, after its line was written.
-func TestTokenSent(t *testing.T) {
+// TestBeforeToken: the hook is called once for each token, in order.
+func TestBeforeToken(t *testing.T) {
 	cfg := withModels("gemma3:1b")
 	var mu sync.Mutex
 	var got []int
-	cfg.TokenSent = func(i int) {
+	cfg.BeforeToken = func(i int) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, i)
