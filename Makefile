@@ -48,9 +48,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
 
 # The gateway beside its baselines in one run (direct, a bare Go reverse proxy, one and two agents,
-# the dialect adaptations), then the idle agent beside a bare memberlist node (BENCHMARKS.md).
+# the dialect adaptations), with engines flooding the path, then with engines paced as real ones
+# (each token timed from its engine), then the idle agent beside a bare memberlist node
+# (BENCHMARKS.md).
 bench-compare:
 	$(GO) test -run '^$$' -bench '^BenchmarkCompare$$' -benchtime 1x -count 1 ./agent/gateway/
+	$(GO) test -run '^$$' -bench '^BenchmarkTokenLatency$$' -benchtime 40x -count 1 ./agent/gateway/
 	$(GO) run ./cmd/llmkube-agent/internal/footprint -idle 30s
 
 lint:

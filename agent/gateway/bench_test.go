@@ -83,7 +83,7 @@ func (e *benchEnv) twoHops() target { return target{e.b.url + "/api/chat", "llam
 type sample struct {
 	ttft, total time.Duration
 	tokens      int
-	at          []time.Time // when each piece of content was read, if asked for
+	lat         []time.Duration // each piece of content's time from its engine, if stamped
 }
 
 // stream sends one streaming chat (limit > 0: at most limit tokens) and reads it to the end,

@@ -50,6 +50,7 @@ import (
 	"github.com/llmkube/mesh/sim/gguf"
 	hailosim "github.com/llmkube/mesh/sim/hailo"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
+	"github.com/llmkube/mesh/sim/simtext"
 )
 
 // Sizes of the run: sequential requests per path (in rounds, alternating paths), and rounds
@@ -83,8 +84,6 @@ type cmpPath struct {
 	// closes sends each request on a connection of its own: llama-server closes its
 	// connection after a streamed answer (see bareProxy).
 	closes bool
-	// times keeps the time each piece of content was read (sample.at).
-	times bool
 }
 
 // bareProxy is a bare Go reverse proxy in front of engine. A proxy in front of llama-server
@@ -125,8 +124,9 @@ func bareProxy(b *testing.B, engine string, closes bool) string {
 	return "http://" + ln.Addr().String()
 }
 
-// benchLlamaDriver is a llama-server driver running the simulator, and a small model for it.
-func benchLlamaDriver(b *testing.B) (*llamaserver.Driver, string) {
+// benchLlamaDriver is a llama-server driver running the simulator, and a small model for it;
+// env is more of the simulator's settings.
+func benchLlamaDriver(b *testing.B, env ...string) (*llamaserver.Driver, string) {
 	bin := llamaServerSim(b)
 	spec, ok := gguf.Preset("sim-tiny")
 	if !ok {
@@ -137,7 +137,7 @@ func benchLlamaDriver(b *testing.B) (*llamaserver.Driver, string) {
 		b.Fatal(err)
 	}
 	ld, err := llamaserver.New(llamaserver.Config{Binary: bin, LogDir: b.TempDir(), ModelsDir: b.TempDir(),
-		StopGrace: 5 * time.Second, HealthTimeout: 30 * time.Second, Env: []string{"LLAMA_SIM_LOAD_DELAY=0s"}}, nil)
+		StopGrace: 5 * time.Second, HealthTimeout: 30 * time.Second, Env: append([]string{"LLAMA_SIM_LOAD_DELAY=0s"}, env...)}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,14 +149,27 @@ func benchLlamaDriver(b *testing.B) (*llamaserver.Driver, string) {
 type cmpEnv struct {
 	client *http.Client
 	paths  map[string]cmpPath
+	// stamped: the engines stamp their tokens (see pace), and chat times each one's way.
+	stamped bool
 }
+
+// pace is how the engines of a comparison generate: as fast as they can (0), or paced at
+// tokensPerSec, as a real engine is, every token stamped with the time its engine began to
+// write it (simtext.Stamp).
+type pace struct{ tokensPerSec float64 }
+
+func (p pace) stamped() bool { return p.tokensPerSec > 0 }
 
 // benchNodeA is agent A of the gateway benchmarks: "tiny" on the llama-server simulator (16
 // slots) and "llama" on the Ollama simulator, with the llama-server placement and the Ollama
 // simulator returned for the baselines.
-func benchNodeA(b *testing.B) (*node, api.Placement, *ollamasim.Server) {
-	ld, model := benchLlamaDriver(b)
-	osim := ollamaSim(b, nil, "llama3.2:1b")
+func benchNodeA(b *testing.B, p pace) (*node, api.Placement, *ollamasim.Server) {
+	var env []string
+	if p.stamped() {
+		env = []string{fmt.Sprint("LLAMA_SIM_TOKENS_PER_SEC=", p.tokensPerSec), "LLAMA_SIM_STAMP_TOKENS=true"}
+	}
+	ld, model := benchLlamaDriver(b, env...)
+	osim := ollamaSim(b, func(c *ollamasim.Config) { c.TokensPerSec, c.StampTokens = p.tokensPerSec, p.stamped() }, "llama3.2:1b")
 	od, err := ollama.New(ollama.Config{URL: osim.URL()}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -168,15 +181,18 @@ func benchNodeA(b *testing.B) (*node, api.Placement, *ollamasim.Server) {
 	return a, lp, osim
 }
 
-func newCmpEnv(b *testing.B) *cmpEnv {
-	a, lp, osim := benchNodeA(b)
+func newCmpEnv(b *testing.B, p pace) *cmpEnv {
+	a, lp, osim := benchNodeA(b, p)
 	nb := newNode(b, nodeOpts{name: "node-b"})
 	joinWith(b, mesh.ProfileLAN, a, nb)
 
 	var dataDir string
 	// FinalChunks: hailo-ollama 5.1.1 cuts its streams before their last chunk, which the
 	// driver tolerates but a bare proxy passes on as a broken stream.
-	hsim := hailoSim(b, func(c *hailosim.Config) { dataDir, c.FinalChunks = c.DataDir, true }, "qwen2:1.5b")
+	hsim := hailoSim(b, func(c *hailosim.Config) {
+		dataDir, c.FinalChunks = c.DataDir, true
+		c.TokensPerSecond, c.StampTokens = p.tokensPerSec, p.stamped()
+	}, "qwen2:1.5b")
 	pi := hailoNode(b, "pi", hsim, dataDir, nil)
 	place(b, pi, api.PlacementRequest{Source: "hailo://qwen2:1.5b", Name: "qwen2:1.5b"})
 
@@ -196,7 +212,7 @@ func newCmpEnv(b *testing.B) *cmpEnv {
 		{name: "hailo: bare proxy", url: hbare + "/api/chat", model: "qwen2:1.5b", wire: wireNDJSON},
 		{name: "SSE client, hailo engine (one hop)", url: pi.url + "/v1/chat/completions", model: "qwen2:1.5b"},
 	}
-	e := &cmpEnv{client: manyConns(), paths: map[string]cmpPath{}}
+	e := &cmpEnv{client: manyConns(), paths: map[string]cmpPath{}, stamped: p.stamped()}
 	for _, p := range ps {
 		e.paths[p.name] = p
 	}
@@ -208,7 +224,8 @@ var cmpOrder = []string{"direct", "bare proxy", "one hop", "two hops", "NDJSON c
 	"ollama: bare proxy", "SSE client, NDJSON engine (one hop)", "hailo: bare proxy", "SSE client, hailo engine (one hop)"}
 
 // chat sends one streaming chat and reads it to its end: the time to the first piece of
-// content, the whole answer's time and its pieces.
+// content, the whole answer's time and its pieces, and, when the engines stamp their tokens,
+// each piece's time from its engine to here.
 func (e *cmpEnv) chat(ctx context.Context, p cmpPath, prompt string) (sample, error) {
 	limit := ""
 	if p.oneToken {
@@ -251,8 +268,13 @@ func (e *cmpEnv) chat(ctx context.Context, p cmpPath, prompt string) (sample, er
 				if s.tokens == 0 {
 					s.ttft = time.Since(start)
 				}
-				if p.times {
-					s.at = append(s.at, time.Now())
+				if e.stamped {
+					now := time.Now()
+					at, ok := simtext.StampIn(line)
+					if !ok {
+						return s, fmt.Errorf("%s: a piece of content without its engine's stamp: %s", p.name, line)
+					}
+					s.lat = append(s.lat, now.Sub(at))
 				}
 				s.tokens++
 			}
@@ -336,7 +358,7 @@ type concStats struct {
 }
 
 func BenchmarkCompare(b *testing.B) {
-	e := newCmpEnv(b)
+	e := newCmpEnv(b, pace{})
 	ctx := b.Context()
 	stats := map[string]*cmpStats{}
 	for _, name := range cmpOrder {

@@ -38,7 +38,7 @@ import (
 )
 
 func BenchmarkStreams(b *testing.B) {
-	a, lp, osim := benchNodeA(b)
+	a, lp, osim := benchNodeA(b, pace{})
 	engine := lp.Engine
 	if !strings.HasPrefix(engine, "http://127.0.0.1:") {
 		b.Fatalf("engine address %q is not on loopback", engine)

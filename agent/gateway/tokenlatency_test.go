@@ -2,90 +2,78 @@ package gateway_test
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/llmkube/mesh/agent/api"
-	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
-// BenchmarkTokenLatency is what the way from the engine to the client costs each token when the
-// engine paces its tokens as a real one does (500 a second here; BenchmarkCompare's simulators
-// send theirs as fast as they can, so there a token often waits in a buffer for the one before
-// it): for every streamed token, the time from the Ollama simulator's beginning to write it to
-// the client's read of it (the simulator's own write is on both paths alike), through the bare
-// proxy (Ollama's NDJSON) and through an agent adapting it to an OpenAI client's events, answers
-// one at a time alternating between the two. It reports each path's median and p90, the agent's
-// median over the bar's, and the read and write system calls of this process a token. It
-// asserts no time.
+// tokenPace is the engines' speed in BenchmarkTokenLatency: a fast real engine's, kept high so
+// that the run stays short.
+const tokenPace = 500
+
+// BenchmarkTokenLatency is the second half of `make bench-compare`: what the way from the engine
+// to the client costs each token when the engines pace their tokens as real ones do
+// (BenchmarkCompare's send theirs as fast as they can, so there a token often waits in a buffer
+// for the one before it, and the per-token figure is a slope through such batches). The paths
+// are BenchmarkCompare's, on engines that generate tokenPace tokens a second and stamp every
+// token with the time they began to write it (simtext.Stamp; the llama-server simulator is
+// another process, so the stamp is the only clock the two sides share); each token is timed
+// from its stamp to the client's read of it. Answers go one at a time, every path in turn in
+// each round. It prints each path's median and p90 a token, the median's ratio to the path's
+// bar (its engine's bare proxy) and this process's read and write system calls a token (all
+// but the llama-server simulator's), and asserts no time.
 //
-//	go test -run '^$' -bench '^BenchmarkTokenLatency$' -benchtime 100x -count 3 ./agent/gateway/
+//	go test -run '^$' -bench '^BenchmarkTokenLatency$' -benchtime 40x ./agent/gateway/
 func BenchmarkTokenLatency(b *testing.B) {
-	var mu sync.Mutex
-	var sent []time.Time // when the simulator began to write each of the current answer's tokens
-	osim := ollamaSim(b, func(c *ollamasim.Config) {
-		c.TokensPerSec = 500
-		c.BeforeToken = func(i int) {
-			now := time.Now()
-			mu.Lock()
-			defer mu.Unlock()
-			if i == 0 {
-				sent = sent[:0]
-			}
-			sent = append(sent, now)
-		}
-	}, "llama3.2:1b")
-	a := ollamaNode(b, "node-a", osim, nil)
-	place(b, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
-	e := &cmpEnv{client: manyConns()}
-	paths := []cmpPath{
-		{name: "bare", url: bareProxy(b, osim.URL(), false) + "/api/chat", model: "llama3.2:1b", wire: wireNDJSON, times: true},
-		{name: "sse", url: a.url + "/v1/chat/completions", model: "llama", times: true},
-	}
-	lat := make([][]time.Duration, len(paths))
-	reads, writes := make([]uint64, len(paths)), make([]uint64, len(paths))
-	answer := func(i int, prompt string) {
+	e := newCmpEnv(b, pace{tokensPerSec: tokenPace})
+	ctx := b.Context()
+	lat := map[string][]time.Duration{}
+	calls := map[string]uint64{}
+	answer := func(name, prompt string) {
 		r0, w0 := processIO()
-		s, err := e.chat(b.Context(), paths[i], prompt)
+		s, err := e.chat(ctx, e.paths[name], prompt)
 		r1, w1 := processIO()
-		reads[i], writes[i] = reads[i]+r1-r0, writes[i]+w1-w0
 		if err != nil {
 			b.Fatal(err)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(sent) != len(s.at) {
-			b.Fatalf("%s: the simulator wrote %d tokens, the client read %d pieces", paths[i].name, len(sent), len(s.at))
-		}
-		for k, at := range s.at {
-			lat[i] = append(lat[i], at.Sub(sent[k]))
-		}
+		lat[name] = append(lat[name], s.lat...)
+		calls[name] += r1 - r0 + w1 - w0
 	}
-	for n := range 20 {
-		for i := range paths {
-			answer(i, fmt.Sprint("warm up ", n))
+	for i := range 5 {
+		for _, name := range cmpOrder {
+			answer(name, fmt.Sprint("warm up ", i))
 		}
 	}
 	clear(lat)
-	clear(reads)
-	clear(writes)
+	clear(calls)
+	start := time.Now()
 	r := 0
 	for b.Loop() {
-		for k := range paths {
-			answer((k+r)%len(paths), fmt.Sprint("prompt number ", r%64))
+		for k := range cmpOrder {
+			answer(cmpOrder[(k+r)%len(cmpOrder)], fmt.Sprint("prompt number ", r%64))
 		}
 		r++
 	}
-	p50 := make([]time.Duration, len(paths))
-	for i, p := range paths {
-		slices.Sort(lat[i])
-		p50[i] = lat[i][len(lat[i])/2]
-		b.ReportMetric(micros(p50[i]), "µs-"+p.name+"-p50")
-		b.ReportMetric(micros(lat[i][len(lat[i])*9/10]), "µs-"+p.name+"-p90")
-		b.ReportMetric(float64(reads[i])/float64(len(lat[i])), p.name+"-reads/token")
-		b.ReportMetric(float64(writes[i])/float64(len(lat[i])), p.name+"-writes/token")
+	printTokenLatency(os.Stdout, lat, calls, r, time.Since(start))
+}
+
+func printTokenLatency(w io.Writer, lat map[string][]time.Duration, calls map[string]uint64, rounds int, took time.Duration) {
+	p50 := map[string]time.Duration{}
+	for name, l := range lat {
+		slices.Sort(l)
+		p50[name] = l[len(l)/2]
 	}
-	b.ReportMetric(float64(p50[1])/float64(p50[0]), "p50-ratio")
+	fmt.Fprintf(w, "\ntoken latency %s, engines paced at %d tokens/s, %d answers per path in alternating rounds, took %s\n",
+		time.Now().UTC().Format(time.RFC3339), tokenPace, rounds, took.Round(time.Second))
+	fmt.Fprintf(w, "%-38s %7s %9s %7s %9s %12s\n", "path (bar: its engine's bare proxy)", "tokens", "p50", "÷bar", "p90", "syscalls/tok")
+	for _, name := range cmpOrder {
+		l := lat[name]
+		if len(l) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%-38s %7d %7.1fµs %6.2f× %7.1fµs %12.2f\n", name, len(l), micros(p50[name]),
+			float64(p50[name])/float64(p50[pathBar(name)]), micros(l[len(l)*9/10]), float64(calls[name])/float64(len(l)))
+	}
 }

@@ -64,6 +64,9 @@ type Config struct {
 	// "success"). hailo-ollama 5.1.1 does not (false, the default): it closes the connection
 	// after the last token, or once the blob is verified, and clients read "unexpected EOF".
 	FinalChunks bool
+	// StampTokens ends every token's text with the time it began to be written (real time,
+	// whatever Clock is; simtext.Stamp): for measuring what a token's way to the client costs.
+	StampTokens bool
 	// Clock is the time source; nil is the real clock. Tests may pass their own to control
 	// pacing and keep_alive expiry without sleeping.
 	Clock Clock
@@ -128,6 +131,7 @@ const (
 	EnvSwitchDelay       = "HAILO_SIM_SWITCH_DELAY"
 	EnvContext           = "HAILO_SIM_CONTEXT"
 	EnvFinalChunks       = "HAILO_SIM_FINAL_CHUNKS"
+	EnvStampTokens       = "HAILO_SIM_STAMP_TOKENS"
 )
 
 // ConfigFromEnv returns base with every setting present in the environment applied, then
@@ -197,12 +201,16 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 		c.ContextTokens = n
 		return nil
 	})
-	set(EnvFinalChunks, func(v string) (err error) {
-		if c.FinalChunks, err = strconv.ParseBool(v); err != nil {
-			return errors.New("want true or false")
+	boolean := func(dst *bool) func(string) error {
+		return func(v string) (err error) {
+			if *dst, err = strconv.ParseBool(v); err != nil {
+				return errors.New("want true or false")
+			}
+			return nil
 		}
-		return nil
-	})
+	}
+	set(EnvFinalChunks, boolean(&c.FinalChunks))
+	set(EnvStampTokens, boolean(&c.StampTokens))
 	if len(errs) > 0 {
 		return base, errors.Join(errs...)
 	}

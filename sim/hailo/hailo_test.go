@@ -202,6 +202,25 @@ func TestStreamDefaultsToNDJSON(t *testing.T) {
 	}
 }
 
+// TestStampTokens: with StampTokens, every streamed token ends with the real time it began to be
+// written, in order, between the request and the answer's end.
+func TestStampTokens(t *testing.T) {
+	s := start(t, func(c *Config) { c.Preloaded, c.FinalChunks, c.StampTokens = []string{"qwen2:1.5b"}, true, true })
+	begin := time.Now()
+	_, b := postJSON(t, s.URL()+"/api/chat", `{"model":"qwen2:1.5b","messages":[{"role":"user","content":"tell me"}],"options":{"num_predict":6}}`)
+	end := time.Now()
+	lines := ndjsonLines(t, b)
+	require.Len(t, lines, 7, "%s", b)
+	var last time.Time
+	for _, l := range lines[:6] {
+		content := l["message"].(map[string]any)["content"].(string)
+		at, ok := simtext.StampIn([]byte(content))
+		require.True(t, ok, "no stamp in %q", content)
+		assert.False(t, at.Before(begin) || at.After(end) || at.Before(last), "stamp %v out of place in %v..%v after %v", at, begin, end, last)
+		last = at
+	}
+}
+
 func TestNonStreamingAnswer(t *testing.T) {
 	s := start(t, preload("qwen2:1.5b"))
 	_, b := postJSON(t, s.URL()+"/api/generate", `{"model":"qwen2:1.5b","prompt":"x","stream":false,"options":{"seed":42,"num_predict":5}}`)
@@ -632,6 +651,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvTokensPerSecond: "12.5", EnvTTFT: "300ms", EnvLoadTime: "model", EnvSwitchDelay: "0s",
 		EnvPreloaded: "qwen2:1.5b, llama3.2:3b", EnvDataDir: "/tmp/x", EnvContext: "4096",
 		EnvLibraryURL: "https://dev-public.hailo.ai", EnvFilenameManifests: "qwen2:1.5b",
+		EnvFinalChunks: "true", EnvStampTokens: "1",
 	}
 	c, err := ConfigFromEnv(func(k string) string { return env[k] }, DefaultConfig())
 	require.NoError(t, err)
@@ -644,11 +664,14 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.Equal(t, time.Duration(0), c.SwitchDelay)
 	assert.Equal(t, []string{"qwen2:1.5b", "llama3.2:3b"}, c.Preloaded)
 	assert.Equal(t, 4096, c.ContextTokens)
+	assert.True(t, c.FinalChunks)
+	assert.True(t, c.StampTokens)
 
 	for key, val := range map[string]string{
 		EnvListen: "localhost:99999", EnvLibraryListen: "example.com:80", EnvHEFSize: "-1",
 		EnvTokensPerSecond: "fast", EnvTTFT: "-1s", EnvSwitchDelay: "soon", EnvPreloaded: "gpt4:1t",
 		EnvLibraryURL: "ftp://x", EnvContext: "0", EnvLibraryVersion: "5.4",
+		EnvFinalChunks: "maybe", EnvStampTokens: "yes please",
 	} {
 		bad := map[string]string{EnvDataDir: "/tmp/x", key: val}
 		_, err := ConfigFromEnv(func(k string) string { return bad[k] }, DefaultConfig())

@@ -551,6 +551,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, c completion) 
 		if err := s.clock.Sleep(ctx, wait); err != nil {
 			return
 		}
+		if s.cfg.StampTokens {
+			tok = simtext.Stamp(tok, time.Now())
+		}
 		if nd != nil {
 			chunk := shaped(finalChunk{Model: name, CreatedAt: isoTime(s.clock.Now())}, c.kind == kindMessage, tok)
 			if err := nd.line(chunk); err != nil {

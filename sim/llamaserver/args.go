@@ -31,6 +31,7 @@ settings come from the environment:
   LLAMA_SIM_CRASH_AFTER      exit with status 1 after N completion requests (default 0 = never)
   LLAMA_SIM_STREAM_ERROR_AFTER  end each stream with an error line after N tokens (default 0 = never)
   LLAMA_SIM_SEED             seed of answers whose request has none (default 0)
+  LLAMA_SIM_STAMP_TOKENS     end each streamed token with the time it began to be written (default false)
 `
 
 // parsing is a command line being read: the config, and what becomes its address.

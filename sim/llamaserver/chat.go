@@ -412,6 +412,9 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, model string
 		out, stopped = st.add(tok)
 		if out != "" {
 			c.content.WriteString(out)
+			if s.cfg.StampTokens {
+				out = simtext.Stamp(out, time.Now())
+			}
 			delta := map[string]any{"content": out}
 			if sh.tool != "" {
 				delta = map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": out}}}}

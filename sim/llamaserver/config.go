@@ -50,6 +50,9 @@ type Config struct {
 	// (as llama-server does when a slot fails mid-answer); 0 = never.
 	StreamErrorAfter int
 	Seed             int64 // seed for answers whose request carries none
+	// StampTokens ends the text of every streamed chat's token with the time it began to be
+	// written (simtext.Stamp): for measuring what a token's way to the client costs.
+	StampTokens bool
 }
 
 // DefaultCtxSize is the context llama-server uses when -c is 0 or absent and the model's own
@@ -85,6 +88,7 @@ const (
 	EnvCrashAfter   = "LLAMA_SIM_CRASH_AFTER"        // int >= 0
 	EnvStreamError  = "LLAMA_SIM_STREAM_ERROR_AFTER" // int >= 0
 	EnvSeed         = "LLAMA_SIM_SEED"               // int64
+	EnvStampTokens  = "LLAMA_SIM_STAMP_TOKENS"       // true or false
 )
 
 // ConfigFromEnv returns base with the simulator knobs set from the environment (read through
@@ -133,6 +137,13 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 			return base, fmt.Errorf("%s=%q: want a number of tokens >= 0 (0 = streams end normally)", EnvStreamError, v)
 		}
 		cfg.StreamErrorAfter = n
+	}
+	if v := getenv(EnvStampTokens); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return base, fmt.Errorf("%s=%q: want true or false", EnvStampTokens, v)
+		}
+		cfg.StampTokens = b
 	}
 	if v := getenv(EnvSeed); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)

@@ -15,7 +15,7 @@ func env(m map[string]string) func(string) string { return func(k string) string
 func TestConfigFromEnv(t *testing.T) {
 	cfg, err := ConfigFromEnv(env(map[string]string{
 		EnvLoadDelay: "2s", EnvTokensPerSec: "12.5", EnvTTFT: "300ms",
-		EnvHoldMemory: "0.5", EnvCrashAfter: "3", EnvSeed: "-7",
+		EnvHoldMemory: "0.5", EnvCrashAfter: "3", EnvSeed: "-7", EnvStampTokens: "true",
 	}), DefaultConfig())
 	require.NoError(t, err)
 	assert.Equal(t, 2*time.Second, cfg.LoadDelay)
@@ -24,6 +24,7 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.Equal(t, 0.5, cfg.HoldMemory)
 	assert.Equal(t, 3, cfg.CrashAfter)
 	assert.EqualValues(t, -7, cfg.Seed)
+	assert.True(t, cfg.StampTokens)
 
 	same, err := ConfigFromEnv(env(nil), DefaultConfig())
 	require.NoError(t, err)
@@ -38,6 +39,7 @@ func TestConfigFromEnvRejectsBadValues(t *testing.T) {
 		EnvHoldMemory:   {"-0.1", "9", "half", "NaN"},
 		EnvCrashAfter:   {"-1", "1.5", "x"},
 		EnvSeed:         {"1e3", "x"},
+		EnvStampTokens:  {"yes", "2"},
 	} {
 		for _, v := range bad {
 			_, err := ConfigFromEnv(env(map[string]string{name: v}), DefaultConfig())

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -648,6 +649,29 @@ func TestStreamErrorAfterContent(t *testing.T) {
 	assert.Contains(t, events[3], `"content":`)
 	assert.Equal(t, `data: {"error":{"code":500,"message":"simulated failure after 3 tokens (LLAMA_SIM_STREAM_ERROR_AFTER)","type":"server_error"}}`, events[4])
 	assert.NotContains(t, string(body), "[DONE]")
+}
+
+// TestStampTokens: with StampTokens, every streamed piece of content ends with the time it began
+// to be written, in order, between the request and the answer's end.
+func TestStampTokens(t *testing.T) {
+	cfg := quick()
+	cfg.StampTokens = true
+	s := start(t, cfg)
+	begin := time.Now()
+	resp := postJSON(t, s.URL()+"/v1/chat/completions", `{"messages":[{"role":"user","content":"tell me"}],"stream":true,"max_tokens":6}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	end := time.Now()
+	var stamps []time.Time
+	for _, ev := range strings.Split(string(body), "\n\n") {
+		if at, ok := simtext.StampIn([]byte(ev)); ok {
+			stamps = append(stamps, at)
+		}
+	}
+	require.Len(t, stamps, 6, "%s", body)
+	assert.False(t, stamps[0].Before(begin) || stamps[5].After(end), "stamps %v outside %v..%v", stamps, begin, end)
+	assert.True(t, slices.IsSortedFunc(stamps, time.Time.Compare), "stamps out of order: %v", stamps)
 }
 
 // TestToolsAndResponseFormat: with tools (and the default --jinja) the answer is a call to a

@@ -33,11 +33,9 @@ type Config struct {
 	NumCtx          int           // default num_ctx
 	VRAM            int64         // GPU memory in bytes; 0 = a CPU-only host (size_vram 0)
 	Seed            int64         // seed for answers whose request carries none
-	// BeforeToken, when set, is called as each token of an answer (i from 0) is about to be
-	// written: for measuring what a token's way to the client costs. (After the write would be
-	// too late: on an idle machine a loopback write wakes the reader, which can have the token
-	// before the writer's system call returns.)
-	BeforeToken func(i int)
+	// StampTokens ends every token's text with the time it began to be written
+	// (simtext.Stamp): for measuring what a token's way to the client costs.
+	StampTokens bool
 }
 
 // Forever is the keep-alive of a model that never unloads (keep_alive < 0), as Ollama stores it.
@@ -70,6 +68,7 @@ const (
 	EnvNumCtx          = "OLLAMA_SIM_NUM_CTX"
 	EnvVRAM            = "OLLAMA_SIM_VRAM" // bytes
 	EnvSeed            = "OLLAMA_SIM_SEED"
+	EnvStampTokens     = "OLLAMA_SIM_STAMP_TOKENS" // true or false
 )
 
 // ConfigFromEnv returns base with settings from the environment (read through getenv); unset
@@ -109,6 +108,11 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 			return base, fmt.Errorf("%s=%q: want tokens per second >= 0 (0 = as fast as possible)", EnvTokensPerSec, v)
 		}
 		cfg.TokensPerSec = f
+	}
+	if v := getenv(EnvStampTokens); v != "" {
+		if cfg.StampTokens, err = strconv.ParseBool(v); err != nil {
+			return base, fmt.Errorf("%s=%q: want true or false", EnvStampTokens, v)
+		}
 	}
 	if v := getenv(EnvKeepAlive); v != "" {
 		if cfg.KeepAlive, err = ParseKeepAlive(v); err != nil {

@@ -425,8 +425,8 @@ func (s *Server) generate(ctx context.Context, name, prompt string, o options, k
 				res.promptDur = first.Sub(p.Start)
 			}
 			res.evalCount++
-			if s.cfg.BeforeToken != nil {
-				s.cfg.BeforeToken(i)
+			if s.cfg.StampTokens {
+				tok = simtext.Stamp(tok, time.Now())
 			}
 			err = emit(tok)
 		}

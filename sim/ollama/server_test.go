@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -549,24 +549,35 @@ func TestPacing(t *testing.T) {
 	assert.GreaterOrEqual(t, out["prompt_eval_duration"].(float64)+out["eval_duration"].(float64), float64(180*time.Millisecond))
 }
 
-// TestBeforeToken: the hook is called once for each token, in order.
-func TestBeforeToken(t *testing.T) {
+// TestStampTokens: every streamed token carries the time it began to be written, in order and
+// no later than its line's arrival; unstamped, the text has no stamp.
+func TestStampTokens(t *testing.T) {
 	cfg := withModels("gemma3:1b")
-	var mu sync.Mutex
-	var got []int
-	cfg.BeforeToken = func(i int) {
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, i)
-	}
+	cfg.StampTokens = true
 	s := start(t, cfg)
+	begin := time.Now()
+	resp := do(t, "POST", s.URL()+"/api/chat",
+		`{"model":"gemma3:1b","messages":[{"role":"user","content":"x"}],"options":{"num_predict":7}}`)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	var stamps []time.Time
+	for sc.Scan() {
+		if at, ok := simtext.StampIn(sc.Bytes()); ok {
+			assert.False(t, at.After(time.Now()), "a stamp from the future: %s", sc.Bytes())
+			stamps = append(stamps, at)
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.Len(t, stamps, 7)
+	assert.False(t, stamps[0].Before(begin))
+	assert.True(t, slices.IsSortedFunc(stamps, time.Time.Compare), "stamps out of order: %v", stamps)
+
+	plain := start(t, withModels("gemma3:1b"))
 	var out map[string]any
-	require.Equal(t, http.StatusOK, call(t, "POST", s.URL()+"/api/generate",
+	require.Equal(t, http.StatusOK, call(t, "POST", plain.URL()+"/api/generate",
 		`{"model":"gemma3:1b","prompt":"x","stream":false,"options":{"num_predict":7}}`, &out))
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6}, got)
-	assert.EqualValues(t, 7, out["eval_count"])
+	assert.NotContains(t, out["response"], "[t=")
 }
 
 func TestRegistry(t *testing.T) {
@@ -712,6 +723,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvPreloaded: "llama3.2:1b, gemma3:1b", EnvPullBytesPerSec: "1000000", EnvLoadDelay: "1s",
 		EnvTokensPerSec: "30", EnvTTFT: "200ms", EnvKeepAlive: "-1", EnvMaxLoaded: "1", EnvNumCtx: "4096",
 		EnvVRAM: "8589934592", EnvSeed: "9", EnvVersion: "0.6.0", EnvAddr: "127.0.0.1:0", EnvRegistryAddr: "127.0.0.1:0",
+		EnvStampTokens: "true",
 	}
 	cfg, err := ConfigFromEnv(func(k string) string { return env[k] }, DefaultConfig())
 	require.NoError(t, err)
@@ -726,10 +738,12 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.EqualValues(t, 8<<30, cfg.VRAM)
 	assert.EqualValues(t, 9, cfg.Seed)
 	assert.Equal(t, "0.6.0", cfg.Version)
+	assert.True(t, cfg.StampTokens)
 
 	for name, bad := range map[string]string{
 		EnvPreloaded: "llama3.2:1b,mystery:9b", EnvPullBytesPerSec: "-5", EnvLoadDelay: "later",
 		EnvTokensPerSec: "NaN", EnvKeepAlive: "5 minutes", EnvMaxLoaded: "0", EnvNumCtx: "x", EnvVRAM: "8G", EnvSeed: "1.5",
+		EnvStampTokens: "sometimes",
 	} {
 		_, err := ConfigFromEnv(func(k string) string {
 			if k == name {
