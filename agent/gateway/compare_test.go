@@ -149,8 +149,7 @@ func benchLlamaDriver(b *testing.B, env ...string) (*llamaserver.Driver, string)
 type cmpEnv struct {
 	client *http.Client
 	paths  map[string]cmpPath
-	// stamped: the engines stamp their tokens (see pace), and chat times each one's way.
-	stamped bool
+	pace   pace // with stamped tokens, chat times each one's way from its engine
 }
 
 // pace is how the engines of a comparison generate: as fast as they can (0), or paced at
@@ -212,7 +211,7 @@ func newCmpEnv(b *testing.B, p pace) *cmpEnv {
 		{name: "hailo: bare proxy", url: hbare + "/api/chat", model: "qwen2:1.5b", wire: wireNDJSON},
 		{name: "SSE client, hailo engine (one hop)", url: pi.url + "/v1/chat/completions", model: "qwen2:1.5b"},
 	}
-	e := &cmpEnv{client: manyConns(), paths: map[string]cmpPath{}, stamped: p.stamped()}
+	e := &cmpEnv{client: manyConns(), paths: map[string]cmpPath{}, pace: p}
 	for _, p := range ps {
 		e.paths[p.name] = p
 	}
@@ -268,7 +267,7 @@ func (e *cmpEnv) chat(ctx context.Context, p cmpPath, prompt string) (sample, er
 				if s.tokens == 0 {
 					s.ttft = time.Since(start)
 				}
-				if e.stamped {
+				if e.pace.stamped() {
 					now := time.Now()
 					at, ok := simtext.StampIn(line)
 					if !ok {
