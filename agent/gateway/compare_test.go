@@ -9,6 +9,9 @@ package gateway_test
 //	          connection per request as llama-server needs (see bareProxy)
 //	one hop   client → agent A → engine
 //	two hops  client → agent B → agent A → engine
+//	two bare proxies  client → bare proxy → bare proxy → engine: what a second hop costs
+//	          a proxy that does nothing else, beside two hops (the first-token target is
+//	          per hop)
 //
 // and the dialect adaptations, each beside a bare proxy in front of its own engine: an Ollama
 // NDJSON client on llama-server (SSE), an OpenAI client on the Ollama simulator (NDJSON), and
@@ -200,11 +203,13 @@ func newCmpEnv(b *testing.B, p pace) *cmpEnv {
 		b.Fatalf("the llama-server placement's engine address %q is not on loopback", engine)
 	}
 	bare, obare, hbare := bareProxy(b, engine, true), bareProxy(b, osim.URL(), false), bareProxy(b, hsim.URL(), false)
+	bare2 := bareProxy(b, bare, false) // keeps its connections to the first, as agent B does to A
 	ps := []cmpPath{
 		{name: "direct", url: engine + "/v1/chat/completions", model: "tiny", closes: true},
 		{name: "bare proxy", url: bare + "/v1/chat/completions", model: "tiny"},
 		{name: "one hop", url: a.url + "/v1/chat/completions", model: "tiny"},
 		{name: "two hops", url: nb.url + "/v1/chat/completions", model: "tiny"},
+		{name: "two bare proxies", url: bare2 + "/v1/chat/completions", model: "tiny"},
 		{name: "NDJSON client, SSE engine (one hop)", url: a.url + "/api/chat", model: "tiny", wire: wireNDJSON},
 		{name: "ollama: bare proxy", url: obare + "/api/chat", model: "llama3.2:1b", wire: wireNDJSON},
 		{name: "SSE client, NDJSON engine (one hop)", url: a.url + "/v1/chat/completions", model: "llama"},
@@ -219,8 +224,15 @@ func newCmpEnv(b *testing.B, p pace) *cmpEnv {
 }
 
 // cmpOrder is the order paths are printed in.
-var cmpOrder = []string{"direct", "bare proxy", "one hop", "two hops", "NDJSON client, SSE engine (one hop)",
+var cmpOrder = []string{"direct", "bare proxy", "one hop", "two hops", "two bare proxies", "NDJSON client, SSE engine (one hop)",
 	"ollama: bare proxy", "SSE client, NDJSON engine (one hop)", "hailo: bare proxy", "SSE client, hailo engine (one hop)"}
+
+// cmpConcPaths are the paths run with concurrent streams: the llama-server ones.
+var cmpConcPaths = []string{"direct", "bare proxy", "one hop", "two hops", "two bare proxies"}
+
+// cmpChain is each multi-hop path and the chain of bare proxies of as many hops, the baseline
+// of a target given per hop.
+var cmpChain = map[string]string{"two hops": "two bare proxies"}
 
 // chat sends one streaming chat and reads it to its end: the time to the first piece of
 // content, the whole answer's time and its pieces, and, when the engines stamp their tokens,
@@ -386,7 +398,7 @@ func BenchmarkCompare(b *testing.B) {
 			}
 		}
 		// Concurrent streams on the llama-server paths.
-		concPaths := []string{"direct", "bare proxy", "one hop", "two hops"}
+		concPaths := cmpConcPaths
 		for _, width := range []int{64, 256} {
 			for r := range cmpConcRounds {
 				for k := range concPaths {
@@ -464,19 +476,30 @@ func printCompare(w io.Writer, stats map[string]*cmpStats, took time.Duration) {
 			micros(r.perToken), ratio(float64(r.perToken), float64(bar.perToken)),
 			micros(r.p50), micros(r.p50-bar.p50), micros(r.p99), ratio(float64(r.p99), float64(bar.p99)))
 	}
+	tps := func(name string, width int) float64 {
+		if cs := stats[name].conc[width]; cs != nil && cs.elapsed > 0 {
+			return float64(cs.tokens) / cs.elapsed.Seconds()
+		}
+		return 0
+	}
+	for _, name := range cmpOrder {
+		chain, ok := cmpChain[name]
+		if !ok {
+			continue
+		}
+		r, bar := rows[name], rows[chain]
+		fmt.Fprintf(w, "%s beside %s: per token %s, TTFT p50 %+.0fµs, p99 %s, tokens/s at 64 streams %s, at 256 %s\n",
+			name, chain, ratio(float64(r.perToken), float64(bar.perToken)), micros(r.p50-bar.p50),
+			ratio(float64(r.p99), float64(bar.p99)), ratio(tps(name, 64), tps(chain, 64)), ratio(tps(name, 256), tps(chain, 256)))
+	}
 	for _, width := range []int{64, 256} {
 		fmt.Fprintf(w, "%d concurrent streams, %d rounds per path:\n", width, cmpConcRounds)
-		barTPS := 0.0
-		if cs := stats["bare proxy"].conc[width]; cs != nil && cs.elapsed > 0 {
-			barTPS = float64(cs.tokens) / cs.elapsed.Seconds()
-		}
-		for _, name := range []string{"direct", "bare proxy", "one hop", "two hops"} {
+		for _, name := range cmpConcPaths {
 			cs := stats[name].conc[width]
 			if cs == nil || cs.elapsed == 0 {
 				continue
 			}
-			tps := float64(cs.tokens) / cs.elapsed.Seconds()
-			fmt.Fprintf(w, "  %-36s %9.0f tokens/s %7s  errors %d\n", name, tps, ratio(tps, barTPS), cs.errs)
+			fmt.Fprintf(w, "  %-36s %9.0f tokens/s %7s  errors %d\n", name, tps(name, width), ratio(tps(name, width), tps("bare proxy", width)), cs.errs)
 		}
 	}
 }

@@ -76,4 +76,9 @@ func printTokenLatency(w io.Writer, lat map[string][]time.Duration, calls map[st
 		fmt.Fprintf(w, "%-38s %7d %7.1fµs %6.2f× %7.1fµs %12.2f\n", name, len(l), micros(p50[name]),
 			float64(p50[name])/float64(p50[pathBar(name)]), micros(l[len(l)*9/10]), float64(calls[name])/float64(len(l)))
 	}
+	for _, name := range cmpOrder {
+		if chain, ok := cmpChain[name]; ok && p50[chain] > 0 {
+			fmt.Fprintf(w, "%s beside %s: p50 a token %.2f×\n", name, chain, float64(p50[name])/float64(p50[chain]))
+		}
+	}
 }
