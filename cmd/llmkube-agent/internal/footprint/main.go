@@ -17,7 +17,8 @@
 // (execpages, after 5 s without an event); then each run settles for 5 s before its window.
 // Besides CPU time it counts how often the threads were put on a CPU (schedstat's third
 // field): the wakeups, a count the machine's other load hardly moves; and besides the resident
-// set at the window's end, the working set: the resident pages touched during the window.
+// set at the window's end, its mean and maximum through the window, and the working set: the
+// resident pages touched during the window.
 // Everything lives in a temporary folder.
 package main
 
@@ -78,12 +79,16 @@ func measureAll(idle time.Duration) error {
 	fmt.Printf("llmkube-agent idle footprint: %s/%s, %d CPUs, %s window after 5 s settling\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), idle)
 	mb := func(n int64) float64 { return float64(n) / (1 << 20) }
 	line := func(label string, u usage) {
-		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f), working set %.1f MB   CPU %.3f%% of a core, %.1f wakeups/s\n",
-			label, mb(u.mem["VmRSS"]), mb(u.mem["RssAnon"]), mb(u.mem["RssFile"]), mb(u.mem["Referenced"]), u.cpu, u.wakeups)
+		fmt.Printf("%-28s RSS %5.1f MB (anonymous %.1f, file-backed %.1f; over the window mean %.1f, max %.1f), working set %.1f MB   CPU %.3f%% of a core, %.1f wakeups/s\n",
+			label, mb(u.mem["VmRSS"]), mb(u.mem["RssAnon"]), mb(u.mem["RssFile"]), mb(u.rssMean), mb(u.rssMax), mb(u.mem["Referenced"]), u.cpu, u.wakeups)
+	}
+	rss := func(a, b usage) string {
+		return fmt.Sprintf("RSS %.2f× (mean %.2f×, max %.2f×)", float64(a.mem["VmRSS"])/float64(b.mem["VmRSS"]),
+			float64(a.rssMean)/float64(b.rssMean), float64(a.rssMax)/float64(b.rssMax))
 	}
 	ratio := func(a, b usage) {
-		fmt.Printf("%-28s RSS %.2f×   CPU %.2f× (target ≤ 1.5×), working set %.2f×, wakeups %.2f×\n", "agent ÷ bare node",
-			float64(a.mem["VmRSS"])/float64(b.mem["VmRSS"]), a.cpu/b.cpu, float64(a.mem["Referenced"])/float64(b.mem["Referenced"]), a.wakeups/b.wakeups)
+		fmt.Printf("%-28s %s   CPU %.2f× (target ≤ 1.5×), working set %.2f×, wakeups %.2f×\n", "agent ÷ bare node",
+			rss(a, b), a.cpu/b.cpu, float64(a.mem["Referenced"])/float64(b.mem["Referenced"]), a.wakeups/b.wakeups)
 	}
 
 	// Alone, beside a bare node alone and a bare node with an HTTP API, in one window.
@@ -106,8 +111,8 @@ func measureAll(idle time.Duration) error {
 	line("bare memberlist node alone", got[1])
 	line("bare node with an HTTP API", got[2])
 	ratio(got[0], got[1])
-	fmt.Printf("%-28s RSS %.2f×   CPU %.2f×   working set %.2f×\n", "agent ÷ node with HTTP API",
-		float64(got[0].mem["VmRSS"])/float64(got[2].mem["VmRSS"]), got[0].cpu/got[2].cpu, float64(got[0].mem["Referenced"])/float64(got[2].mem["Referenced"]))
+	fmt.Printf("%-28s %s   CPU %.2f×   working set %.2f×\n", "agent ÷ node with HTTP API",
+		rss(got[0], got[2]), got[0].cpu/got[2].cpu, float64(got[0].mem["Referenced"])/float64(got[2].mem["Referenced"]))
 	if err := printSizes(agentBin, bareBin, httpBin); err != nil {
 		return err
 	}
@@ -144,12 +149,17 @@ func measureAll(idle time.Duration) error {
 }
 
 // usage is a process's resident memory (bytes, by /proc/<pid>/status key) at the end of a
-// window, and its CPU over the window (percent of one core) and wakeups (per second).
+// window, its resident set's mean and maximum over the window (sampled every rssEvery), and
+// its CPU over the window (percent of one core) and wakeups (per second).
 type usage struct {
-	mem     map[string]int64
-	cpu     float64
-	wakeups float64
+	mem             map[string]int64
+	rssMean, rssMax int64
+	cpu             float64
+	wakeups         float64
 }
+
+// rssEvery is how often the resident set is read during a window.
+const rssEvery = 250 * time.Millisecond
 
 // bareKey is the pair of bare nodes' gossip key: any 32 bytes, AES-256 as the agents use.
 const bareKey = "0123456789abcdef0123456789abcdef"
@@ -313,9 +323,9 @@ func printSizes(agentBin, bareBin, httpBin string) error {
 	return nil
 }
 
-// window reads the processes' CPU time over idle, their resident memory at its end, and their
-// working set: the resident pages they touched during the window (the kernel's referenced
-// bits, cleared at its start through /proc/<pid>/clear_refs).
+// window reads the processes' CPU time over idle, their resident memory at its end and through
+// it, and their working set: the resident pages they touched during the window (the kernel's
+// referenced bits, cleared at its start through /proc/<pid>/clear_refs).
 func window(pids []int, idle time.Duration) ([]usage, error) {
 	t0 := make([]sched, len(pids))
 	for i, pid := range pids {
@@ -328,7 +338,30 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 		}
 		t0[i] = t
 	}
-	time.Sleep(idle)
+	// The resident set is sampled through the window as well: an agent's moves with what it
+	// runs now and then (its code's pages come back and are handed back, execpages), so one
+	// reading at the end depends on when it falls.
+	sum, peak := make([]int64, len(pids)), make([]int64, len(pids))
+	samples := 0
+	tick := time.NewTicker(rssEvery)
+	defer tick.Stop()
+	for end := time.After(idle); ; {
+		select {
+		case <-tick.C:
+			for i, pid := range pids {
+				mem, err := memStatus(pid)
+				if err != nil {
+					return nil, err
+				}
+				sum[i] += mem["VmRSS"]
+				peak[i] = max(peak[i], mem["VmRSS"])
+			}
+			samples++
+			continue
+		case <-end:
+		}
+		break
+	}
 	out := make([]usage, len(pids))
 	for i, pid := range pids {
 		t1, err := schedOf(pid)
@@ -342,7 +375,7 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 		if mem["Referenced"], err = referenced(pid); err != nil {
 			return nil, err
 		}
-		out[i] = usage{mem: mem, cpu: 100 * (t1.run - t0[i].run).Seconds() / idle.Seconds(),
+		out[i] = usage{mem: mem, rssMean: sum[i] / int64(max(samples, 1)), rssMax: peak[i], cpu: 100 * (t1.run - t0[i].run).Seconds() / idle.Seconds(),
 			wakeups: float64(t1.slices-t0[i].slices) / idle.Seconds()}
 	}
 	return out, nil
