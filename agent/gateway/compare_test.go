@@ -398,11 +398,10 @@ func BenchmarkCompare(b *testing.B) {
 			}
 		}
 		// Concurrent streams on the llama-server paths.
-		concPaths := cmpConcPaths
 		for _, width := range []int{64, 256} {
 			for r := range cmpConcRounds {
-				for k := range concPaths {
-					name := concPaths[(k+r)%len(concPaths)]
+				for k := range cmpConcPaths {
+					name := cmpConcPaths[(k+r)%len(cmpConcPaths)]
 					cs := stats[name].conc[width]
 					if cs == nil {
 						cs = &concStats{}
@@ -413,7 +412,7 @@ func BenchmarkCompare(b *testing.B) {
 			}
 		}
 		printCompare(os.Stdout, stats, time.Since(start))
-		for _, name := range concPaths {
+		for _, name := range cmpConcPaths {
 			for w, cs := range stats[name].conc {
 				if cs.errs > 0 {
 					b.Errorf("%s, %d streams: %d errors; first: %s", name, w, cs.errs, cs.firstErr)

@@ -65,7 +65,8 @@ func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration
 			// The work's garbage goes back too: the runtime lets the heap grow to 4 MB before
 			// it collects, and returns freed pages only slowly, so after a detection round the
 			// idle agent held 0.8-0.9 MB more anonymous memory for good (RssAnon 3.5 -> 4.4 MB).
-			// A collection of an idle agent's heap of a few MB costs well under a millisecond.
+			// A collection of an idle agent's heap of a few MB costs well under a millisecond;
+			// a busy agent pays one more collection a detection round, beside its own many.
 			debug.FreeOSMemory()
 			released, err := execpages.Release()
 			switch {

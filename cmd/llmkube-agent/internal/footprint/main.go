@@ -345,7 +345,9 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 	samples := 0
 	tick := time.NewTicker(rssEvery)
 	defer tick.Stop()
-	for end := time.After(idle); ; {
+	end := time.After(idle)
+sampling:
+	for {
 		select {
 		case <-tick.C:
 			for i, pid := range pids {
@@ -357,10 +359,9 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 				peak[i] = max(peak[i], mem["VmRSS"])
 			}
 			samples++
-			continue
 		case <-end:
+			break sampling
 		}
-		break
 	}
 	out := make([]usage, len(pids))
 	for i, pid := range pids {
