@@ -43,8 +43,8 @@ func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration
 			waiting = true
 			continue
 		case <-a.DetectRounds():
-			// Detection and the host's re-probe run code nothing else runs, every 30 s (3-4 MB
-			// of pages in a release build, by RssFile): the round is over when it signals and
+			// Detection and the host's re-probe run code nothing else runs, every 30 s (2.7-3.7
+			// MB of pages in a release build, by RssFile): the round is over when it signals and
 			// leaves nothing to wind down, so its pages go back at once. Waiting after for it
 			// kept them for 5 s of every 30, and an idle agent measured then held 1.6 times a
 			// bare node's RSS instead of 1.2-1.4 (footprint). A change it found is an event,
