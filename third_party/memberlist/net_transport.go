@@ -329,10 +329,12 @@ func (t *NetTransport) tcpListen(tcpLn *net.TCPListener) {
 // hands them off to the packet channel.
 func (t *NetTransport) udpListen(udpLn *net.UDPConn) {
 	defer t.wg.Done()
+	// llmkube: one buffer for every read, each packet copied out of it at its own length. A
+	// fresh 64 KB buffer a packet was most of what an idle member allocated, and so of its
+	// collections (LLMKUBE.md).
+	buf := make([]byte, udpPacketBufSize)
 	for {
-		// Do a blocking read into a fresh buffer. Grab a time stamp as
-		// close as possible to the I/O.
-		buf := make([]byte, udpPacketBufSize)
+		// Do a blocking read. Grab a time stamp as close as possible to the I/O.
 		n, addr, err := udpLn.ReadFrom(buf)
 		ts := time.Now()
 		if err != nil {
@@ -355,7 +357,7 @@ func (t *NetTransport) udpListen(udpLn *net.UDPConn) {
 		// Ingest the packet.
 		metrics.IncrCounterWithLabels([]string{"memberlist", "udp", "received"}, float32(n), t.metricLabels)
 		t.packetCh <- &Packet{
-			Buf:       buf[:n],
+			Buf:       append([]byte(nil), buf[:n]...), // the receiver keeps it
 			From:      addr,
 			Timestamp: ts,
 		}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
@@ -257,7 +258,11 @@ func decodeCompoundMessage(buf []byte) (trunc int, parts [][]byte, err error) {
 // and wraps it in a compress{} message that is encoded.
 func compressPayload(inp []byte, msgpackUseNewTimeFormat bool) (*bytes.Buffer, error) {
 	var buf bytes.Buffer
-	compressor := lzw.NewWriter(&buf, lzw.LSB, lzwLitWidth)
+	// llmkube: a compressor is reused (Reset) rather than made for every message: each holds a
+	// 16 KB table, and a member compresses every packet it sends (LLMKUBE.md).
+	compressor := lzwWriters.Get().(*lzw.Writer)
+	defer lzwWriters.Put(compressor)
+	compressor.Reset(&buf, lzw.LSB, lzwLitWidth)
 
 	_, err := compressor.Write(inp)
 	if err != nil {
@@ -276,6 +281,9 @@ func compressPayload(inp []byte, msgpackUseNewTimeFormat bool) (*bytes.Buffer, e
 	}
 	return encode(compressMsg, &c, msgpackUseNewTimeFormat)
 }
+
+// lzwWriters are compressPayload's compressors, each Reset before use.
+var lzwWriters = sync.Pool{New: func() any { return lzw.NewWriter(io.Discard, lzw.LSB, lzwLitWidth).(*lzw.Writer) }}
 
 // decompressPayload is used to unpack an encoded compress{}
 // message and return its payload uncompressed
