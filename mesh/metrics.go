@@ -2,7 +2,6 @@ package mesh
 
 import (
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,8 +88,19 @@ func (s *routeSink) add(key []string, val float32, labels []gometrics.Label) []g
 	if i < 0 {
 		return labels
 	}
-	if c, ok := routes.Load(labels[i].Value); ok {
-		if counter := fromMemberlist[strings.Join(key, ".")]; counter != nil && val > 0 {
+	if c, ok := routes.Load(labels[i].Value); ok && val > 0 {
+		// The name is joined in a buffer on the stack and looked up without making it a string
+		// (the compiler's m[string(b)]): memberlist emits a few metrics per probe and gossip
+		// round, and an idle agent's allocations are most of its CPU (its collections).
+		var buf [64]byte
+		name := buf[:0]
+		for j, part := range key {
+			if j > 0 {
+				name = append(name, '.')
+			}
+			name = append(name, part...)
+		}
+		if counter := fromMemberlist[string(name)]; counter != nil {
 			counter(c.(*gossipCounters)).Add(uint64(val))
 		}
 	}
