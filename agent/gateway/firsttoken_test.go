@@ -48,7 +48,9 @@ func llamaPaths(b *testing.B) (*cmpEnv, []cmpPath) {
 func benchLlamaPaths(b *testing.B, oneToken bool) {
 	e, paths := llamaPaths(b)
 	for _, p := range paths {
-		p.oneToken = oneToken
+		if oneToken {
+			p.maxTokens = 1
+		}
 		for i := range cmpWarmRequest {
 			if _, err := e.chat(b.Context(), p, fmt.Sprint("warm up ", i%64)); err != nil {
 				b.Fatal(err)
@@ -85,7 +87,7 @@ func BenchmarkRelay(b *testing.B) {
 	e, all := llamaPaths(b)
 	paths := all[1:] // bare proxy, one hop, two hops
 	for i := range paths {
-		paths[i].oneToken = true
+		paths[i].maxTokens = 1
 		for n := range cmpWarmRequest {
 			if _, err := e.chat(b.Context(), paths[i], fmt.Sprint("warm up ", n%64)); err != nil {
 				b.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/sim/internal/simserver"
+	"github.com/llmkube/mesh/sim/simtext"
 )
 
 // PerModel, as TokensPerSecond, TTFT or LoadTime, means "Hailo's published figure for the model
@@ -67,6 +68,9 @@ type Config struct {
 	// StampTokens ends every token's text with the time it began to be written (real time,
 	// whatever Clock is; simtext.Stamp): for measuring what a token's way to the client costs.
 	StampTokens bool
+	// LongestAnswer is the most tokens an answer runs before the simulated model ends it on its
+	// own (simtext.AnswerLengthUpTo); 0 = simtext.MaxAnswer.
+	LongestAnswer int
 	// Clock is the time source; nil is the real clock. Tests may pass their own to control
 	// pacing and keep_alive expiry without sleeping.
 	Clock Clock
@@ -132,6 +136,7 @@ const (
 	EnvContext           = "HAILO_SIM_CONTEXT"
 	EnvFinalChunks       = "HAILO_SIM_FINAL_CHUNKS"
 	EnvStampTokens       = "HAILO_SIM_STAMP_TOKENS"
+	EnvLongestAnswer     = "HAILO_SIM_LONGEST_ANSWER"
 )
 
 // ConfigFromEnv returns base with every setting present in the environment applied, then
@@ -211,6 +216,13 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 	}
 	set(EnvFinalChunks, boolean(&c.FinalChunks))
 	set(EnvStampTokens, boolean(&c.StampTokens))
+	if v := getenv(EnvLongestAnswer); strings.TrimSpace(v) != "" {
+		n, err := simtext.ParseLongestAnswer(EnvLongestAnswer, v)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.LongestAnswer = n
+	}
 	if len(errs) > 0 {
 		return base, errors.Join(errs...)
 	}
@@ -285,6 +297,9 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data dir: required (the hailo-ollama folder holding models/)")
+	}
+	if err := simtext.CheckLongestAnswer(c.LongestAnswer); err != nil {
+		bad("%v", err)
 	}
 	if c.HEFSize < 1 || c.HEFSize > MaxHEFSize {
 		bad("HEF size %d: want 1 byte to %d bytes", c.HEFSize, int64(MaxHEFSize))

@@ -526,7 +526,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, c completion) 
 	if c.opts != nil && c.opts.Seed != nil && *c.opts.Seed != -1 {
 		seed = int64(*c.opts.Seed)
 	}
-	n, reason := simtext.AnswerLength(seed, c.key), "stop"
+	n, reason := simtext.AnswerLengthUpTo(seed, c.key, s.cfg.LongestAnswer), "stop"
 	if c.opts != nil && c.opts.NumPredict != nil && int64(*c.opts.NumPredict) < int64(n) {
 		n, reason = int(*c.opts.NumPredict), "length"
 	}

@@ -12,7 +12,7 @@
 //   - Generation: the answer to a prompt is simtext.Generate(seed, key, n) where key is the
 //     prompt (/api/generate) or the messages' contents joined by "\n" (/api/chat,
 //     /v1/chat/completions), seed is options.seed (0 when absent or -1) and n is
-//     simtext.AnswerLength(seed, key), cut to num_predict (max_tokens on /v1) and to the context
+//     simtext.AnswerLengthUpTo(seed, key, LongestAnswer), cut to num_predict (max_tokens on /v1) and to the context
 //     left after the prompt; a cut answer ends with done_reason "length", a whole one "stop".
 //   - Concurrency: hailo-ollama serves every connection on its own thread but holds one lock over
 //     the device for a whole generation (a stream included), a load, an unload and /api/ps. A

@@ -230,7 +230,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if req.Seed != nil {
 		seed = *req.Seed
 	}
-	toks, finish := simserver.Answer(seed, prompt, limit)
+	toks, finish := simserver.Answer(seed, prompt, limit, s.cfg.LongestAnswer)
 	sh, isShaped := s.shaped(req)
 	if isShaped {
 		toks, finish, stops = simtext.Pieces(sh.text), "stop", nil
@@ -639,7 +639,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if req.Seed != nil {
 		seed = *req.Seed
 	}
-	toks, finish := simserver.Answer(seed, prompt, limit)
+	toks, finish := simserver.Answer(seed, prompt, limit, s.cfg.LongestAnswer)
 	ctx := r.Context()
 	if !s.acquireSlot(ctx) {
 		s.noteCancelled()

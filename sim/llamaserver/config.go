@@ -13,6 +13,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/llmkube/mesh/sim/simtext"
 )
 
 // Config is one simulated llama-server. The first block mirrors the real command line; the second
@@ -53,6 +55,9 @@ type Config struct {
 	// StampTokens ends the text of every streamed chat's token with the time it began to be
 	// written (simtext.Stamp): for measuring what a token's way to the client costs.
 	StampTokens bool
+	// LongestAnswer is the most tokens an answer runs before the simulated model ends it on its
+	// own (simtext.AnswerLengthUpTo); 0 = simtext.MaxAnswer.
+	LongestAnswer int
 }
 
 // DefaultCtxSize is the context llama-server uses when -c is 0 or absent and the model's own
@@ -89,6 +94,7 @@ const (
 	EnvStreamError  = "LLAMA_SIM_STREAM_ERROR_AFTER" // int >= 0
 	EnvSeed         = "LLAMA_SIM_SEED"               // int64
 	EnvStampTokens  = "LLAMA_SIM_STAMP_TOKENS"       // true or false
+	EnvLongest      = "LLAMA_SIM_LONGEST_ANSWER"     // tokens: 0 or 8 to 100000
 )
 
 // ConfigFromEnv returns base with the simulator knobs set from the environment (read through
@@ -145,6 +151,13 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 		}
 		cfg.StampTokens = b
 	}
+	if v := getenv(EnvLongest); v != "" {
+		n, err := simtext.ParseLongestAnswer(EnvLongest, v)
+		if err != nil {
+			return base, err
+		}
+		cfg.LongestAnswer = n
+	}
 	if v := getenv(EnvSeed); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -184,6 +197,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("llamaserver: crash after %d, want >= 0", c.CrashAfter)
 	case c.StreamErrorAfter < 0:
 		return fmt.Errorf("llamaserver: stream error after %d, want >= 0", c.StreamErrorAfter)
+	case simtext.CheckLongestAnswer(c.LongestAnswer) != nil:
+		return fmt.Errorf("llamaserver: %w", simtext.CheckLongestAnswer(c.LongestAnswer))
 	case c.CacheRAM < -1:
 		return fmt.Errorf("llamaserver: cache-ram %d, want -1 (no limit) or more", c.CacheRAM)
 	}

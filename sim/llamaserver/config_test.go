@@ -16,6 +16,7 @@ func TestConfigFromEnv(t *testing.T) {
 	cfg, err := ConfigFromEnv(env(map[string]string{
 		EnvLoadDelay: "2s", EnvTokensPerSec: "12.5", EnvTTFT: "300ms",
 		EnvHoldMemory: "0.5", EnvCrashAfter: "3", EnvSeed: "-7", EnvStampTokens: "true",
+		EnvLongest: "200",
 	}), DefaultConfig())
 	require.NoError(t, err)
 	assert.Equal(t, 2*time.Second, cfg.LoadDelay)
@@ -25,6 +26,7 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.Equal(t, 3, cfg.CrashAfter)
 	assert.EqualValues(t, -7, cfg.Seed)
 	assert.True(t, cfg.StampTokens)
+	assert.Equal(t, 200, cfg.LongestAnswer)
 
 	same, err := ConfigFromEnv(env(nil), DefaultConfig())
 	require.NoError(t, err)
@@ -40,6 +42,7 @@ func TestConfigFromEnvRejectsBadValues(t *testing.T) {
 		EnvCrashAfter:   {"-1", "1.5", "x"},
 		EnvSeed:         {"1e3", "x"},
 		EnvStampTokens:  {"yes", "2"},
+		EnvLongest:      {"7", "-1", "100001", "1e9", "long"},
 	} {
 		for _, v := range bad {
 			_, err := ConfigFromEnv(env(map[string]string{name: v}), DefaultConfig())

@@ -552,13 +552,13 @@ func TestStopper(t *testing.T) {
 }
 
 func TestAnswer(t *testing.T) {
-	toks, finish := simserver.Answer(1, "p", -1)
+	toks, finish := simserver.Answer(1, "p", -1, 0)
 	assert.Equal(t, "stop", finish)
 	assert.Len(t, toks, simtext.AnswerLength(1, "p"))
-	short, finish := simserver.Answer(1, "p", 2)
+	short, finish := simserver.Answer(1, "p", 2, 0)
 	assert.Equal(t, "length", finish)
 	assert.Equal(t, toks[:2], short)
-	none, _ := simserver.Answer(1, "p", 0)
+	none, _ := simserver.Answer(1, "p", 0, 0)
 	assert.Empty(t, none)
 }
 

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmkube/mesh/sim/simtext"
 )
 
 // Config is one simulated Ollama daemon and its registry.
@@ -36,6 +38,9 @@ type Config struct {
 	// StampTokens ends every token's text with the time it began to be written
 	// (simtext.Stamp): for measuring what a token's way to the client costs.
 	StampTokens bool
+	// LongestAnswer is the most tokens an answer runs before the simulated model ends it on its
+	// own (simtext.AnswerLengthUpTo); 0 = simtext.MaxAnswer.
+	LongestAnswer int
 }
 
 // Forever is the keep-alive of a model that never unloads (keep_alive < 0), as Ollama stores it.
@@ -68,7 +73,8 @@ const (
 	EnvNumCtx          = "OLLAMA_SIM_NUM_CTX"
 	EnvVRAM            = "OLLAMA_SIM_VRAM" // bytes
 	EnvSeed            = "OLLAMA_SIM_SEED"
-	EnvStampTokens     = "OLLAMA_SIM_STAMP_TOKENS" // true or false
+	EnvStampTokens     = "OLLAMA_SIM_STAMP_TOKENS"   // true or false
+	EnvLongestAnswer   = "OLLAMA_SIM_LONGEST_ANSWER" // tokens: 0 or 8 to 100000
 )
 
 // ConfigFromEnv returns base with settings from the environment (read through getenv); unset
@@ -112,6 +118,11 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 	if v := getenv(EnvStampTokens); v != "" {
 		if cfg.StampTokens, err = strconv.ParseBool(v); err != nil {
 			return base, fmt.Errorf("%s=%q: want true or false", EnvStampTokens, v)
+		}
+	}
+	if v := getenv(EnvLongestAnswer); v != "" {
+		if cfg.LongestAnswer, err = simtext.ParseLongestAnswer(EnvLongestAnswer, v); err != nil {
+			return base, err
 		}
 	}
 	if v := getenv(EnvKeepAlive); v != "" {

@@ -413,7 +413,7 @@ func (s *Server) generate(ctx context.Context, name, prompt string, o options, k
 	if o.seed != nil {
 		seed = *o.seed
 	}
-	toks, finish := simserver.Answer(seed, prompt, o.numPredict)
+	toks, finish := simserver.Answer(seed, prompt, o.numPredict, s.cfg.LongestAnswer)
 	res := result{loadDur: loadDur, promptTokens: simtext.CountTokens(prompt), finish: finish}
 	p := simserver.Pacer{Start: time.Now(), TTFT: s.cfg.TTFT, Rate: s.cfg.TokensPerSec}
 	var first time.Time

@@ -723,7 +723,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvPreloaded: "llama3.2:1b, gemma3:1b", EnvPullBytesPerSec: "1000000", EnvLoadDelay: "1s",
 		EnvTokensPerSec: "30", EnvTTFT: "200ms", EnvKeepAlive: "-1", EnvMaxLoaded: "1", EnvNumCtx: "4096",
 		EnvVRAM: "8589934592", EnvSeed: "9", EnvVersion: "0.6.0", EnvAddr: "127.0.0.1:0", EnvRegistryAddr: "127.0.0.1:0",
-		EnvStampTokens: "true",
+		EnvStampTokens: "true", EnvLongestAnswer: "200",
 	}
 	cfg, err := ConfigFromEnv(func(k string) string { return env[k] }, DefaultConfig())
 	require.NoError(t, err)
@@ -739,11 +739,12 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.EqualValues(t, 9, cfg.Seed)
 	assert.Equal(t, "0.6.0", cfg.Version)
 	assert.True(t, cfg.StampTokens)
+	assert.Equal(t, 200, cfg.LongestAnswer)
 
 	for name, bad := range map[string]string{
 		EnvPreloaded: "llama3.2:1b,mystery:9b", EnvPullBytesPerSec: "-5", EnvLoadDelay: "later",
 		EnvTokensPerSec: "NaN", EnvKeepAlive: "5 minutes", EnvMaxLoaded: "0", EnvNumCtx: "x", EnvVRAM: "8G", EnvSeed: "1.5",
-		EnvStampTokens: "sometimes",
+		EnvStampTokens: "sometimes", EnvLongestAnswer: "100001",
 	} {
 		_, err := ConfigFromEnv(func(k string) string {
 			if k == name {

@@ -5,8 +5,10 @@
 package simtext
 
 import (
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 )
 
@@ -61,16 +63,49 @@ func Generate(seed int64, prompt string, n int) []string {
 // AnswerLength is how many tokens an answer to prompt runs before the simulated model ends it on
 // its own (an end-of-sequence token): between MinAnswer and MaxAnswer, fixed for a seed and
 // prompt. A request's token limit below it cuts the answer short ("length" rather than "stop").
-func AnswerLength(seed int64, prompt string) int {
+func AnswerLength(seed int64, prompt string) int { return AnswerLengthUpTo(seed, prompt, MaxAnswer) }
+
+// AnswerLengthUpTo is AnswerLength with longest in place of MaxAnswer (a simulator's
+// LongestAnswer setting); longest below MinAnswer means MaxAnswer. Benchmarks ask for longer
+// answers than the default's to measure a path's cost per token over a wider range of lengths.
+func AnswerLengthUpTo(seed int64, prompt string, longest int) int {
+	if longest < MinAnswer {
+		longest = MaxAnswer
+	}
 	h := fnv.New64a()
 	h.Write([]byte(prompt))
-	return MinAnswer + int((h.Sum64()^uint64(seed))%uint64(MaxAnswer-MinAnswer+1))
+	return MinAnswer + int((h.Sum64()^uint64(seed))%uint64(longest-MinAnswer+1))
 }
 
-// Bounds of AnswerLength.
+// Bounds of AnswerLength, and of a simulator's LongestAnswer setting (LongestAnswerLimit keeps an
+// absurd setting from making a simulator generate without end).
 const (
-	MinAnswer = 8
-	MaxAnswer = 39
+	MinAnswer          = 8
+	MaxAnswer          = 39
+	LongestAnswerLimit = 100_000
 )
+
+// CheckLongestAnswer says what is wrong with a simulator's LongestAnswer setting, if anything:
+// 0 (MaxAnswer, the default) or MinAnswer to LongestAnswerLimit.
+func CheckLongestAnswer(n int) error {
+	if n != 0 && (n < MinAnswer || n > LongestAnswerLimit) {
+		return fmt.Errorf("longest answer %d: want 0 (the default, %d tokens) or %d to %d tokens", n, MaxAnswer, MinAnswer, LongestAnswerLimit)
+	}
+	return nil
+}
+
+// ParseLongestAnswer reads a LongestAnswer setting from the environment variable name's value v.
+func ParseLongestAnswer(name, v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err == nil {
+		err = CheckLongestAnswer(n)
+	} else {
+		err = fmt.Errorf("want a whole number of tokens")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", name, v, err)
+	}
+	return n, nil
+}
 
 func isPunct(w string) bool { return w == "." || w == "," || w == ";" }

@@ -3,6 +3,7 @@ package simserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -53,15 +54,36 @@ func TestWriteJSONFallsBackWhenEncodingFails(t *testing.T) {
 func TestAnswer(t *testing.T) {
 	n := simtext.AnswerLength(7, "hi")
 	require.Greater(t, n, 1)
-	whole, why := Answer(7, "hi", -1)
+	whole, why := Answer(7, "hi", -1, 0)
 	assert.Equal(t, "stop", why)
 	assert.Equal(t, simtext.Generate(7, "hi", n), whole)
-	cut, why := Answer(7, "hi", n-1)
+	cut, why := Answer(7, "hi", n-1, 0)
 	assert.Equal(t, "length", why)
 	assert.Equal(t, whole[:n-1], cut)
-	same, why := Answer(7, "hi", n)
+	same, why := Answer(7, "hi", n, 0)
 	assert.Equal(t, "stop", why)
 	assert.Equal(t, whole, same)
+}
+
+// TestLongerAnswers: with a longest answer above the default's, answers run up to it, and one
+// that the default would end keeps its first tokens (the text is one sequence, only its end
+// moves).
+func TestLongerAnswers(t *testing.T) {
+	longest := 0
+	for i := range 200 {
+		prompt := fmt.Sprint("prompt ", i)
+		toks, why := Answer(7, prompt, -1, 400)
+		assert.Equal(t, "stop", why)
+		require.GreaterOrEqual(t, len(toks), simtext.MinAnswer)
+		require.LessOrEqual(t, len(toks), 400)
+		short, _ := Answer(7, prompt, -1, 0)
+		require.LessOrEqual(t, len(short), simtext.MaxAnswer)
+		if len(short) <= len(toks) {
+			assert.Equal(t, short, toks[:len(short)])
+		}
+		longest = max(longest, len(toks))
+	}
+	assert.Greater(t, longest, 3*simtext.MaxAnswer, "200 prompts give answers far beyond the default's longest")
 }
 
 func TestPacerStopsWhenTheClientLeaves(t *testing.T) {

@@ -8,10 +8,10 @@ import (
 )
 
 // Answer returns the tokens of the reply to prompt and why it ends: "stop" when the simulated
-// model ends it on its own (simtext.AnswerLength), "length" when limit (>= 0) cuts it short.
-// limit < 0 means no limit.
-func Answer(seed int64, prompt string, limit int) ([]string, string) {
-	n := simtext.AnswerLength(seed, prompt)
+// model ends it on its own (simtext.AnswerLengthUpTo longest), "length" when limit (>= 0) cuts
+// it short. limit < 0 means no limit.
+func Answer(seed int64, prompt string, limit, longest int) ([]string, string) {
+	n := simtext.AnswerLengthUpTo(seed, prompt, longest)
 	if limit >= 0 && limit < n {
 		return simtext.Generate(seed, prompt, limit), "length"
 	}
