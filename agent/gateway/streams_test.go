@@ -10,7 +10,7 @@ package gateway_test
 //     hop in turn; tokens/s and CPU per token over the rounds.
 //   - ollama: an OpenAI client on the Ollama engine, answers one at a time beside the bare
 //     proxy's (Ollama's own NDJSON), in turn; per token is the slope over answer length (8
-//     to 39 tokens) of the median CPU time of an answer, and of its wall time.
+//     to cmpLongest tokens) of the median CPU time of an answer, and of its wall time.
 //   - hailo: the same, an OpenAI client on the hailo-ollama simulator beside its bare proxy.
 //
 // One path alone, for a profile: -bench 'Streams/64' with LLMKUBE_BENCH_PATH="one hop".
@@ -35,10 +35,11 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	hailosim "github.com/llmkube/mesh/sim/hailo"
+	"github.com/llmkube/mesh/sim/simtext"
 )
 
 func BenchmarkStreams(b *testing.B) {
-	a, lp, osim := benchNodeA(b, pace{})
+	a, lp, osim := benchNodeA(b, pace{longest: cmpLongest})
 	engine := lp.Engine
 	if !strings.HasPrefix(engine, "http://127.0.0.1:") {
 		b.Fatalf("engine address %q is not on loopback", engine)
@@ -54,9 +55,10 @@ func BenchmarkStreams(b *testing.B) {
 		}
 		return out
 	}
+	// Streams of answers of the default's lengths at most, as BenchmarkCompare's.
 	llama := pick(
-		cmpPath{name: "bare proxy", url: bareProxy(b, engine, true) + "/v1/chat/completions", model: "tiny"},
-		cmpPath{name: "one hop", url: a.url + "/v1/chat/completions", model: "tiny"},
+		cmpPath{name: "bare proxy", url: bareProxy(b, engine, true) + "/v1/chat/completions", model: "tiny", maxTokens: simtext.MaxAnswer},
+		cmpPath{name: "one hop", url: a.url + "/v1/chat/completions", model: "tiny", maxTokens: simtext.MaxAnswer},
 	)
 	dialect := pick(
 		cmpPath{name: "ollama bare proxy", url: bareProxy(b, osim.URL(), false) + "/api/chat", model: "llama3.2:1b", wire: wireNDJSON},
@@ -94,7 +96,9 @@ func BenchmarkStreams(b *testing.B) {
 	b.Run("hailo", func(b *testing.B) {
 		var dataDir string
 		// FinalChunks, as in BenchmarkCompare: the bare proxy passes a cut stream on as broken.
-		hsim := hailoSim(b, func(c *hailosim.Config) { dataDir, c.FinalChunks = c.DataDir, true }, "qwen2:1.5b")
+		hsim := hailoSim(b, func(c *hailosim.Config) {
+			dataDir, c.FinalChunks, c.LongestAnswer = c.DataDir, true, cmpLongest
+		}, "qwen2:1.5b")
 		pi := hailoNode(b, "pi", hsim, dataDir, nil)
 		place(b, pi, api.PlacementRequest{Source: "hailo://qwen2:1.5b", Name: "qwen2:1.5b"})
 		hailo := pick(
