@@ -91,7 +91,8 @@ func (s *routeSink) add(key []string, val float32, labels []gometrics.Label) []g
 	if c, ok := routes.Load(labels[i].Value); ok && val > 0 {
 		// The name is joined in a buffer on the stack and looked up without making it a string
 		// (the compiler's m[string(b)]): memberlist emits a few metrics per probe and gossip
-		// round, and an idle agent's allocations are most of its CPU (its collections).
+		// round for as long as the agent runs, and an idle agent's garbage collections are a
+		// good part of its CPU (BENCHMARKS.md, the idle footprint).
 		var buf [64]byte
 		name := buf[:0]
 		for j, part := range key {

@@ -86,15 +86,15 @@ const maxHoldMemory = 8
 
 // Environment variables ConfigFromEnv reads.
 const (
-	EnvLoadDelay    = "LLAMA_SIM_LOAD_DELAY"         // duration, e.g. "2s"
-	EnvTokensPerSec = "LLAMA_SIM_TOKENS_PER_SEC"     // float >= 0
-	EnvTTFT         = "LLAMA_SIM_TTFT"               // duration
-	EnvHoldMemory   = "LLAMA_SIM_HOLD_MEMORY"        // float in [0, 8]
-	EnvCrashAfter   = "LLAMA_SIM_CRASH_AFTER"        // int >= 0
-	EnvStreamError  = "LLAMA_SIM_STREAM_ERROR_AFTER" // int >= 0
-	EnvSeed         = "LLAMA_SIM_SEED"               // int64
-	EnvStampTokens  = "LLAMA_SIM_STAMP_TOKENS"       // true or false
-	EnvLongest      = "LLAMA_SIM_LONGEST_ANSWER"     // tokens: 0 or 8 to 100000
+	EnvLoadDelay     = "LLAMA_SIM_LOAD_DELAY"         // duration, e.g. "2s"
+	EnvTokensPerSec  = "LLAMA_SIM_TOKENS_PER_SEC"     // float >= 0
+	EnvTTFT          = "LLAMA_SIM_TTFT"               // duration
+	EnvHoldMemory    = "LLAMA_SIM_HOLD_MEMORY"        // float in [0, 8]
+	EnvCrashAfter    = "LLAMA_SIM_CRASH_AFTER"        // int >= 0
+	EnvStreamError   = "LLAMA_SIM_STREAM_ERROR_AFTER" // int >= 0
+	EnvSeed          = "LLAMA_SIM_SEED"               // int64
+	EnvStampTokens   = "LLAMA_SIM_STAMP_TOKENS"       // true or false
+	EnvLongestAnswer = "LLAMA_SIM_LONGEST_ANSWER"     // tokens: 0 or 8 to 100000
 )
 
 // ConfigFromEnv returns base with the simulator knobs set from the environment (read through
@@ -151,8 +151,8 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 		}
 		cfg.StampTokens = b
 	}
-	if v := getenv(EnvLongest); v != "" {
-		n, err := simtext.ParseLongestAnswer(EnvLongest, v)
+	if v := getenv(EnvLongestAnswer); v != "" {
+		n, err := simtext.ParseLongestAnswer(EnvLongestAnswer, v)
 		if err != nil {
 			return base, err
 		}
@@ -197,10 +197,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("llamaserver: crash after %d, want >= 0", c.CrashAfter)
 	case c.StreamErrorAfter < 0:
 		return fmt.Errorf("llamaserver: stream error after %d, want >= 0", c.StreamErrorAfter)
-	case simtext.CheckLongestAnswer(c.LongestAnswer) != nil:
-		return fmt.Errorf("llamaserver: %w", simtext.CheckLongestAnswer(c.LongestAnswer))
 	case c.CacheRAM < -1:
 		return fmt.Errorf("llamaserver: cache-ram %d, want -1 (no limit) or more", c.CacheRAM)
+	}
+	if err := simtext.CheckLongestAnswer(c.LongestAnswer); err != nil {
+		return fmt.Errorf("llamaserver: %w", err)
 	}
 	switch c.FlashAttn {
 	case "", "on", "off", "auto":

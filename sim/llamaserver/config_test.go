@@ -16,7 +16,7 @@ func TestConfigFromEnv(t *testing.T) {
 	cfg, err := ConfigFromEnv(env(map[string]string{
 		EnvLoadDelay: "2s", EnvTokensPerSec: "12.5", EnvTTFT: "300ms",
 		EnvHoldMemory: "0.5", EnvCrashAfter: "3", EnvSeed: "-7", EnvStampTokens: "true",
-		EnvLongest: "200",
+		EnvLongestAnswer: "200",
 	}), DefaultConfig())
 	require.NoError(t, err)
 	assert.Equal(t, 2*time.Second, cfg.LoadDelay)
@@ -35,14 +35,14 @@ func TestConfigFromEnv(t *testing.T) {
 
 func TestConfigFromEnvRejectsBadValues(t *testing.T) {
 	for name, bad := range map[string][]string{
-		EnvLoadDelay:    {"soon", "-1s", "5"},
-		EnvTokensPerSec: {"fast", "-1", "NaN", "Inf"},
-		EnvTTFT:         {"x"},
-		EnvHoldMemory:   {"-0.1", "9", "half", "NaN"},
-		EnvCrashAfter:   {"-1", "1.5", "x"},
-		EnvSeed:         {"1e3", "x"},
-		EnvStampTokens:  {"yes", "2"},
-		EnvLongest:      {"7", "-1", "100001", "1e9", "long"},
+		EnvLoadDelay:     {"soon", "-1s", "5"},
+		EnvTokensPerSec:  {"fast", "-1", "NaN", "Inf"},
+		EnvTTFT:          {"x"},
+		EnvHoldMemory:    {"-0.1", "9", "half", "NaN"},
+		EnvCrashAfter:    {"-1", "1.5", "x"},
+		EnvSeed:          {"1e3", "x"},
+		EnvStampTokens:   {"yes", "2"},
+		EnvLongestAnswer: {"7", "-1", "100001", "1e9", "long"},
 	} {
 		for _, v := range bad {
 			_, err := ConfigFromEnv(env(map[string]string{name: v}), DefaultConfig())
