@@ -15,9 +15,10 @@ import (
 )
 
 // BenchmarkAdaptTokens is what a token costs the agent between an Ollama engine's NDJSON and an
-// OpenAI client's server-sent events, without the system calls (which a bare proxy makes
-// too): the Ollama client reads a streamed answer from memory, and every
-// chunk goes through the chat's relay into the stream encoder, whose writer drops the bytes.
+// OpenAI client's server-sent events (sse), or an Ollama client's NDJSON (ndjson), without the
+// system calls (which a bare proxy makes too): the Ollama client reads a streamed answer from
+// memory, and every chunk goes through the chat's relay into the stream encoder, whose writer
+// drops the bytes.
 // Answers of 1 and 33 pieces alternate; per token is their difference over 32. The lines are
 // as Ollama writes them, and as hailo-ollama does (ending in "\r\n").
 //
@@ -26,60 +27,65 @@ import (
 // It asserts no time.
 func BenchmarkAdaptTokens(b *testing.B) {
 	for _, shape := range []struct{ name, end string }{{"ollama", "\n"}, {"hailo", "\r\n"}} {
-		b.Run(shape.name, func(b *testing.B) {
-			answer := func(n int) string {
-				var body strings.Builder
-				for i := range n {
-					fmt.Fprintf(&body, `{"model":"llama3.2:1b","created_at":"2026-12-01T12:00:00.%09dZ","message":{"role":"assistant","content":" word%d"},"done":false}`+shape.end, i, i)
+		for _, client := range []struct {
+			name string
+			d    dialect
+		}{{"sse", dialectOpenAI}, {"ndjson", dialectOllamaChat}} {
+			b.Run(shape.name+"/"+client.name, func(b *testing.B) {
+				answer := func(n int) string {
+					var body strings.Builder
+					for i := range n {
+						fmt.Fprintf(&body, `{"model":"llama3.2:1b","created_at":"2026-12-01T12:00:00.%09dZ","message":{"role":"assistant","content":" word%d"},"done":false}`+shape.end, i, i)
+					}
+					body.WriteString(`{"model":"llama3.2:1b","created_at":"2026-12-01T12:00:01.000000001Z","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":123456789,"load_duration":1234567,"prompt_eval_count":26,"prompt_eval_duration":12345678,"eval_count":32,"eval_duration":98765432}` + shape.end)
+					return body.String()
 				}
-				body.WriteString(`{"model":"llama3.2:1b","created_at":"2026-12-01T12:00:01.000000001Z","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":123456789,"load_duration":1234567,"prompt_eval_count":26,"prompt_eval_duration":12345678,"eval_count":32,"eval_duration":98765432}` + shape.end)
-				return body.String()
-			}
-			// The answers come from memory, not a socket: what is measured is the agent's own
-			// work on the bytes, which a bare proxy does not do.
-			shortC, err := ollama.NewClient("http://127.0.0.1:1", "Ollama", &http.Client{Transport: memAnswer(answer(1))})
-			if err != nil {
-				b.Fatal(err)
-			}
-			longC, err := ollama.NewClient("http://127.0.0.1:1", "Ollama", &http.Client{Transport: memAnswer(answer(33))})
-			if err != nil {
-				b.Fatal(err)
-			}
-			call := &chatCall{d: dialectOpenAI, model: "llama", stream: true}
-			req := engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "hi"}}}
-			var w dropWriter
-			one := func(c *ollama.Client) (time.Duration, uint64) {
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				m0 := ms.Mallocs
-				t0 := time.Now()
-				run := &relay{enc: newEncoder(call, &w, time.Minute, t0)}
-				if err := c.Chat(context.Background(), "llama3.2:1b", req, nil, run.take); err != nil {
+				// The answers come from memory, not a socket: what is measured is the agent's own
+				// work on the bytes, which a bare proxy does not do.
+				shortC, err := ollama.NewClient("http://127.0.0.1:1", "Ollama", &http.Client{Transport: memAnswer(answer(1))})
+				if err != nil {
 					b.Fatal(err)
 				}
-				if err := run.enc.finish(stats{finish: "stop"}); err != nil {
+				longC, err := ollama.NewClient("http://127.0.0.1:1", "Ollama", &http.Client{Transport: memAnswer(answer(33))})
+				if err != nil {
 					b.Fatal(err)
 				}
-				run.enc.stop()
-				took := time.Since(t0)
-				runtime.ReadMemStats(&ms)
-				if run.count != 1 && run.count != 33 {
-					b.Fatalf("%d pieces", run.count)
+				call := &chatCall{d: client.d, model: "llama", stream: true}
+				req := engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "hi"}}}
+				var w dropWriter
+				one := func(c *ollama.Client) (time.Duration, uint64) {
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					m0 := ms.Mallocs
+					t0 := time.Now()
+					run := newRelay(newEncoder(call, &w, time.Minute, t0))
+					if err := c.Chat(context.Background(), "llama3.2:1b", req, nil, run.take); err != nil {
+						b.Fatal(err)
+					}
+					if err := run.enc.finish(stats{finish: "stop"}); err != nil {
+						b.Fatal(err)
+					}
+					run.enc.stop()
+					took := time.Since(t0)
+					runtime.ReadMemStats(&ms)
+					if run.count != 1 && run.count != 33 {
+						b.Fatalf("%d pieces", run.count)
+					}
+					return took, ms.Mallocs - m0
 				}
-				return took, ms.Mallocs - m0
-			}
-			var short1, long33 time.Duration
-			var allocs1, allocs33 uint64
-			for b.Loop() {
-				t, a := one(shortC)
-				short1, allocs1 = short1+t, allocs1+a
-				t, a = one(longC)
-				long33, allocs33 = long33+t, allocs33+a
-			}
-			n := float64(b.N) * 32
-			b.ReportMetric(float64(long33-short1)/n, "ns/token")
-			b.ReportMetric(float64(allocs33-allocs1)/n, "allocs/token")
-		})
+				var short1, long33 time.Duration
+				var allocs1, allocs33 uint64
+				for b.Loop() {
+					t, a := one(shortC)
+					short1, allocs1 = short1+t, allocs1+a
+					t, a = one(longC)
+					long33, allocs33 = long33+t, allocs33+a
+				}
+				n := float64(b.N) * 32
+				b.ReportMetric(float64(long33-short1)/n, "ns/token")
+				b.ReportMetric(float64(allocs33-allocs1)/n, "allocs/token")
+			})
+		}
 	}
 }
 

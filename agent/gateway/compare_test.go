@@ -15,7 +15,9 @@ package gateway_test
 //
 // and the dialect adaptations, each beside a bare proxy in front of its own engine: an Ollama
 // NDJSON client on llama-server (SSE), an OpenAI client on the Ollama simulator (NDJSON), and
-// an OpenAI client on the hailo-ollama simulator (NDJSON, nanosecond created).
+// an OpenAI client on the hailo-ollama simulator (NDJSON, nanosecond created); and an Ollama
+// client on the Ollama simulator, the agent between two ends of one dialect (it decodes and
+// re-encodes each line there too, to name the model as the client asked for it).
 //
 // Paths alternate within each round, so a noisy neighbour hits them alike. Per path it prints
 // the per-token cost (the slope of answer time over answer length, 8 to cmpLongest tokens,
@@ -227,6 +229,7 @@ func newCmpEnv(b *testing.B, p pace) *cmpEnv {
 		{name: "NDJSON client, SSE engine (one hop)", url: a.url + "/api/chat", model: "tiny", wire: wireNDJSON},
 		{name: "ollama: bare proxy", url: obare + "/api/chat", model: "llama3.2:1b", wire: wireNDJSON},
 		{name: "SSE client, NDJSON engine (one hop)", url: a.url + "/v1/chat/completions", model: "llama"},
+		{name: "NDJSON client, NDJSON engine (one hop)", url: a.url + "/api/chat", model: "llama", wire: wireNDJSON},
 		{name: "hailo: bare proxy", url: hbare + "/api/chat", model: "qwen2:1.5b", wire: wireNDJSON},
 		{name: "SSE client, hailo engine (one hop)", url: pi.url + "/v1/chat/completions", model: "qwen2:1.5b"},
 	}
@@ -239,7 +242,7 @@ func newCmpEnv(b *testing.B, p pace) *cmpEnv {
 
 // cmpOrder is the order paths are printed in.
 var cmpOrder = []string{"direct", "bare proxy", "one hop", "two hops", "two bare proxies", "NDJSON client, SSE engine (one hop)",
-	"ollama: bare proxy", "SSE client, NDJSON engine (one hop)", "hailo: bare proxy", "SSE client, hailo engine (one hop)"}
+	"ollama: bare proxy", "SSE client, NDJSON engine (one hop)", "NDJSON client, NDJSON engine (one hop)", "hailo: bare proxy", "SSE client, hailo engine (one hop)"}
 
 // cmpConcPaths are the paths run with concurrent streams: the llama-server ones.
 var cmpConcPaths = []string{"direct", "bare proxy", "one hop", "two hops", "two bare proxies"}

@@ -238,11 +238,22 @@ func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall) {
 // (47 ns a read on this machine): the last chunk follows the last piece at once (Ollama's
 // done line, llama-server's last event with its timings, hailo's end of stream).
 type relay struct {
-	enc         encoder
+	enc encoder
+	// pass sends an engine's line of the client's own dialect on as it is (see
+	// engines.ChatChunk.OllamaTail); nil when the client's dialect is another.
+	pass        func(tail []byte) error
 	first, last time.Time
 	count       int
 	final       engines.ChatChunk
 	done        bool // final is the last chunk
+}
+
+func newRelay(enc encoder) *relay {
+	run := &relay{enc: enc}
+	if s, ok := enc.(*ollamaStream); ok && !s.generate {
+		run.pass = s.pass
+	}
+	return run
 }
 
 // take is the driver's emit.
@@ -263,7 +274,13 @@ func (run *relay) take(ch engines.ChatChunk) error {
 			run.first = time.Now()
 		}
 		run.count++
-		if err := enc.chunk(ch.Content); err != nil {
+		var err error
+		if run.pass != nil && ch.OllamaTail != nil {
+			err = run.pass(ch.OllamaTail)
+		} else {
+			err = enc.chunk(ch.Content)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -317,7 +334,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	defer enc.stop()
 
 	engineStart := time.Now()
-	run := &relay{enc: enc}
+	run := newRelay(enc)
 	err = c.local.Driver.Chat(ctx, c.local.Model, req, run.take)
 	enc.hold(false) // what follows is the end or an error: it goes out at once, with anything held
 	if err == nil && !run.done {

@@ -662,12 +662,13 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 		}
 		return send(engines.ChatChunk{}) // let the held pieces go before waiting
 	}
+	var times stampTimes
 	err = c.lines(ctx, resp.Body, api.CodeEngineError, func(b []byte) error {
-		if content, ok := chatContent(b); ok { // a line without an error member
+		if content, tail, ok := chatPiece(b, &times); ok { // a line without an error member
 			if done || content == "" {
 				return nil
 			}
-			return send(engines.ChatChunk{Content: content, More: true})
+			return send(engines.ChatChunk{Content: content, More: true, OllamaTail: tail})
 		}
 		if err := c.lineError(b, api.CodeEngineError); err != nil {
 			return err
@@ -793,51 +794,153 @@ const chatMid, chatTail = `"message":{"role":"assistant","content":`, `},"done":
 // decodes the line. Ollama's own lines are read without a search (ollamaLine); others, with
 // members of other kinds before the message, are searched.
 func chatContent(b []byte) (string, bool) {
-	if content, ok := ollamaLine(b); ok {
-		return content, true
+	content, _, ok := chatPiece(b, nil)
+	return content, ok
+}
+
+// chatPiece is chatContent, and for Ollama's own lines (ollamaLine) whose created_at is a time
+// (by times, the answer's so far; nil: no tail) also the line from that member on (see
+// engines.ChatChunk.OllamaTail).
+func chatPiece(b []byte, times *stampTimes) (content string, tail []byte, ok bool) {
+	if content, from, stamp, ok := ollamaLine(b); ok {
+		if times != nil && times.ok(stamp) {
+			tail = from
+		}
+		return content, tail, true
 	}
-	const mid, tail = chatMid + `"`, chatTail
+	const mid = chatMid + `"`
 	i := bytes.Index(b, []byte(mid))
-	if i < 1 || b[0] != '{' || b[i-1] != ',' || !bytes.HasSuffix(b, []byte(tail)) {
-		return "", false
+	if i < 1 || b[0] != '{' || b[i-1] != ',' || !bytes.HasSuffix(b, []byte(chatTail)) {
+		return "", nil, false
 	}
 	content, end, ok := stream.String(b, i+len(mid)-1)
-	if !ok || end != len(b)-len(tail) {
-		return "", false
+	if !ok || end != len(b)-len(chatTail) {
+		return "", nil, false
 	}
 	// Before the message: a member that a decode would read (or that is not compact ASCII).
 	if stream.HasMember(b[:i], "message", "response", "done", "error") {
-		return "", false
+		return "", nil, false
 	}
-	return content, true
+	return content, nil, true
 }
 
-// ollamaLine is chatContent for the members Ollama writes before the message, model and
+// ollamaLine is chatPiece for the members Ollama writes before the message, model and
 // created_at in that order, as plain strings (no escape, so each ends at its next quote):
 // nothing else can be in such a line, so it needs no search for other members (220 → 55 ns a
-// line in BenchmarkChatContent). Not ok for any other line.
-func ollamaLine(b []byte) (string, bool) {
+// line in BenchmarkChatContent). Not ok for any other line. from is the line from created_at
+// on, stamp created_at's value: a client can be sent from as it is when stamp is a time (the
+// content is checked by stream.String, the rest is this shape's own).
+func ollamaLine(b []byte) (content string, from, stamp []byte, ok bool) {
 	rest, ok := bytes.CutPrefix(b, []byte(`{"model":"`))
 	if !ok {
-		return "", false
+		return "", nil, nil, false
 	}
 	if rest, ok = plainValue(rest); !ok {
-		return "", false
+		return "", nil, nil, false
 	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,"created_at":"`)); !ok {
-		return "", false
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,`)); !ok {
+		return "", nil, nil, false
 	}
+	from = rest
+	if rest, ok = bytes.CutPrefix(rest, []byte(`"created_at":"`)); !ok {
+		return "", nil, nil, false
+	}
+	stamp = rest
 	if rest, ok = plainValue(rest); !ok {
-		return "", false
+		return "", nil, nil, false
 	}
+	stamp = stamp[:len(stamp)-len(rest)-1]
 	if rest, ok = bytes.CutPrefix(rest, []byte(","+chatMid)); !ok || !bytes.HasSuffix(rest, []byte(chatTail)) {
-		return "", false
+		return "", nil, nil, false
 	}
 	content, end, ok := stream.String(rest, 0)
 	if !ok || end != len(rest)-len(chatTail) {
-		return "", false
+		return "", nil, nil, false
 	}
-	return content, true
+	return content, from, stamp, true
+}
+
+// stampTimes is timestamp over the created_at of one answer's lines, which share their date and
+// time to the second (and zone) with the line before nearly always: only the fraction is then
+// read again.
+type stampTimes struct {
+	head [len("2006-01-02T15:04:05")]byte // of the last stamp found a time
+	zone [len("+07:00")]byte
+	zn   int
+	set  bool
+}
+
+func (t *stampTimes) ok(s []byte) bool {
+	if t.set && len(s) > len(t.head) && string(s[:len(t.head)]) == string(t.head[:]) &&
+		string(afterFraction(s[len(t.head):])) == string(t.zone[:t.zn]) {
+		return true
+	}
+	if !timestamp(s) {
+		return false
+	}
+	copy(t.head[:], s)
+	t.zn = copy(t.zone[:], afterFraction(s[len(t.head):]))
+	t.set = true
+	return true
+}
+
+// afterFraction is s after a leading fraction of a second ("." and digits), as RFC 3339 times
+// have it.
+func afterFraction(s []byte) []byte {
+	if len(s) < 2 || s[0] != '.' || s[1] < '0' || s[1] > '9' {
+		return s
+	}
+	n := 2
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return s[n:]
+}
+
+// timestamp reports whether s is a time as RFC 3339 writes it (2006-01-02T15:04:05, a
+// fraction, Z or an offset), in range: a time the Ollama clients can decode created_at as (Go's
+// time.Time among them: what it reads is a superset, FuzzTimestamp). It is what the time
+// package's own fast path accepts, without its clock arithmetic: time.Parse cost 130-190 ns a
+// line here, more than the rest of reading it.
+func timestamp(s []byte) bool {
+	ok := true
+	num := func(b []byte, lo, hi int) int {
+		x := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				ok = false
+				return lo
+			}
+			x = x*10 + int(c-'0')
+		}
+		if x < lo || x > hi {
+			ok = false
+			return lo
+		}
+		return x
+	}
+	if len(s) < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+		return false
+	}
+	year, month := num(s[0:4], 0, 9999), num(s[5:7], 1, 12)
+	days := [...]int{31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}[month-1]
+	if month == 2 && (year%4 != 0 || (year%100 == 0 && year%400 != 0)) {
+		days = 28
+	}
+	num(s[8:10], 1, days)
+	num(s[11:13], 0, 23)
+	num(s[14:16], 0, 59)
+	num(s[17:19], 0, 59)
+	s = afterFraction(s[19:])
+	if len(s) == 1 && s[0] == 'Z' {
+		return ok
+	}
+	if len(s) != len("+07:00") || (s[0] != '+' && s[0] != '-') || s[3] != ':' {
+		return false
+	}
+	num(s[1:3], 0, 23)
+	num(s[4:6], 0, 59)
+	return ok
 }
 
 // plainValue skips the rest of a string value without escapes (its opening quote read) and
