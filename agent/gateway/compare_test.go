@@ -177,26 +177,28 @@ type pace struct {
 func (p pace) stamped() bool { return p.tokensPerSec > 0 }
 
 // benchNodeA is agent A of the gateway benchmarks: "tiny" on the llama-server simulator (16
-// slots) and "llama" on the Ollama simulator, with the llama-server placement and the Ollama
-// simulator returned for the baselines.
-func benchNodeA(b *testing.B, p pace) (*node, api.Placement, *ollamasim.Server) {
+// slots) and "llama" on the Ollama simulator (each a program of its own, as the engines are),
+// with the llama-server placement and the Ollama simulator's URL returned for the baselines.
+func benchNodeA(b *testing.B, p pace) (a *node, lp api.Placement, ollamaURL string) {
 	env := []string{fmt.Sprint("LLAMA_SIM_LONGEST_ANSWER=", p.longest)}
 	if p.stamped() {
 		env = append(env, fmt.Sprint("LLAMA_SIM_TOKENS_PER_SEC=", p.tokensPerSec), "LLAMA_SIM_STAMP_TOKENS=true")
 	}
 	ld, model := benchLlamaDriver(b, env...)
-	osim := ollamaSim(b, func(c *ollamasim.Config) {
-		c.TokensPerSec, c.StampTokens, c.LongestAnswer = p.tokensPerSec, p.stamped(), p.longest
-	}, "llama3.2:1b")
-	od, err := ollama.New(ollama.Config{URL: osim.URL()}, nil)
+	oenv := []string{fmt.Sprint(ollamasim.EnvLongestAnswer, "=", p.longest)}
+	if p.stamped() {
+		oenv = append(oenv, fmt.Sprint(ollamasim.EnvTokensPerSec, "=", p.tokensPerSec), ollamasim.EnvStampTokens+"=true")
+	}
+	ollamaURL, registry := ollamaSimProcess(b, oenv, "llama3.2:1b")
+	od, err := ollama.New(ollama.Config{URL: ollamaURL}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	a := newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld, od},
-		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: osim.URL(), OllamaRegistry: osim.RegistryURL()}})
-	lp := place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 2048, Args: []string{"--parallel", "16"}})
+	a = newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld, od},
+		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: ollamaURL, OllamaRegistry: registry}})
+	lp = place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 2048, Args: []string{"--parallel", "16"}})
 	place(b, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
-	return a, lp, osim
+	return a, lp, ollamaURL
 }
 
 func newCmpEnv(b *testing.B, p pace) *cmpEnv {
@@ -204,21 +206,22 @@ func newCmpEnv(b *testing.B, p pace) *cmpEnv {
 	nb := newNode(b, nodeOpts{name: "node-b"})
 	joinWith(b, mesh.ProfileLAN, a, nb)
 
-	var dataDir string
 	// FinalChunks: hailo-ollama 5.1.1 cuts its streams before their last chunk, which the
 	// driver tolerates but a bare proxy passes on as a broken stream.
-	hsim := hailoSim(b, func(c *hailosim.Config) {
-		dataDir, c.FinalChunks = c.DataDir, true
-		c.TokensPerSecond, c.StampTokens, c.LongestAnswer = p.tokensPerSec, p.stamped(), p.longest
-	}, "qwen2:1.5b")
-	pi := hailoNode(b, "pi", hsim, dataDir, nil)
+	dataDir := b.TempDir()
+	henv := []string{hailosim.EnvFinalChunks + "=true", fmt.Sprint(hailosim.EnvLongestAnswer, "=", p.longest)}
+	if p.stamped() {
+		henv = append(henv, fmt.Sprint(hailosim.EnvTokensPerSecond, "=", p.tokensPerSec), hailosim.EnvStampTokens+"=true")
+	}
+	hsim, library := hailoSimProcess(b, dataDir, henv, "qwen2:1.5b")
+	pi := hailoNodeAt(b, "pi", hsim, library, dataDir, nil)
 	place(b, pi, api.PlacementRequest{Source: "hailo://qwen2:1.5b", Name: "qwen2:1.5b"})
 
 	engine := lp.Engine // http://127.0.0.1:port
 	if !strings.HasPrefix(engine, "http://127.0.0.1:") {
 		b.Fatalf("the llama-server placement's engine address %q is not on loopback", engine)
 	}
-	bare, obare, hbare := bareProxy(b, engine, true), bareProxy(b, osim.URL(), false), bareProxy(b, hsim.URL(), false)
+	bare, obare, hbare := bareProxy(b, engine, true), bareProxy(b, osim, false), bareProxy(b, hsim, false)
 	bare2 := bareProxy(b, bare, false) // keeps its connections to the first, as agent B does to A
 	ps := []cmpPath{
 		{name: "direct", url: engine + "/v1/chat/completions", model: "tiny", closes: true},

@@ -305,10 +305,16 @@ func hailoSim(t testing.TB, tune func(*hailosim.Config), models ...string) *hail
 // hailoNode is a Pi 5 with a Hailo-10H whose agent drives sim.
 func hailoNode(t testing.TB, name string, sim *hailosim.Server, dataDir string, gw func(*gateway.Config)) *node {
 	t.Helper()
-	d, err := hailo.New(hailo.Config{URL: sim.URL()}, nil)
+	return hailoNodeAt(t, name, sim.URL(), sim.LibraryURL(), dataDir, gw)
+}
+
+// hailoNodeAt is hailoNode for a simulator at url whose model library is at library.
+func hailoNodeAt(t testing.TB, name, url, library, dataDir string, gw func(*gateway.Config)) *node {
+	t.Helper()
+	d, err := hailo.New(hailo.Config{URL: url}, nil)
 	require.NoError(t, err)
 	return newNode(t, nodeOpts{name: name, fixture: "pi5-hailo", drivers: []engines.Driver{d}, gateway: gw,
-		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, HailoManifestsDir: filepath.Join(dataDir, "models", "manifests"), HailoLibraryURL: sim.LibraryURL()}})
+		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, HailoManifestsDir: filepath.Join(dataDir, "models", "manifests"), HailoLibraryURL: library}})
 }
 
 // call sends a request with a token and a body, and returns the answer, read whole.

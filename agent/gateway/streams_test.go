@@ -2,8 +2,8 @@ package gateway_test
 
 // BenchmarkStreams is two of BenchmarkCompare's measures, the agent beside the bare proxy in
 // alternating rounds, with the counts a noisy machine moves least: per token, the CPU time of
-// this process (the client and the bare proxy or the agent; for Ollama the in-process
-// simulator too, alike on both paths), of the llama-server simulator (a process of its own),
+// this process (the client and the bare proxy or the agent), of the llama-server simulator (a
+// process of its own, as the Ollama and hailo-ollama simulators are: of those, not counted),
 // the allocations, and the read and write system calls.
 //
 //   - 64 and 256: rounds of that many simultaneous streams on llama-server, bare proxy and one
@@ -61,7 +61,7 @@ func BenchmarkStreams(b *testing.B) {
 		cmpPath{name: "one hop", url: a.url + "/v1/chat/completions", model: "tiny", maxTokens: simtext.MaxAnswer},
 	)
 	dialect := pick(
-		cmpPath{name: "ollama bare proxy", url: bareProxy(b, osim.URL(), false) + "/api/chat", model: "llama3.2:1b", wire: wireNDJSON},
+		cmpPath{name: "ollama bare proxy", url: bareProxy(b, osim, false) + "/api/chat", model: "llama3.2:1b", wire: wireNDJSON},
 		cmpPath{name: "SSE client on ollama", url: a.url + "/v1/chat/completions", model: "llama"},
 	)
 	for _, p := range append(llama, dialect...) {
@@ -94,15 +94,13 @@ func BenchmarkStreams(b *testing.B) {
 	}
 	b.Run("ollama", func(b *testing.B) { benchDialect(b, e, dialect) })
 	b.Run("hailo", func(b *testing.B) {
-		var dataDir string
 		// FinalChunks, as in BenchmarkCompare: the bare proxy passes a cut stream on as broken.
-		hsim := hailoSim(b, func(c *hailosim.Config) {
-			dataDir, c.FinalChunks, c.LongestAnswer = c.DataDir, true, cmpLongest
-		}, "qwen2:1.5b")
-		pi := hailoNode(b, "pi", hsim, dataDir, nil)
+		dataDir := b.TempDir()
+		hsim, library := hailoSimProcess(b, dataDir, []string{hailosim.EnvFinalChunks + "=true", fmt.Sprint(hailosim.EnvLongestAnswer, "=", cmpLongest)}, "qwen2:1.5b")
+		pi := hailoNodeAt(b, "pi", hsim, library, dataDir, nil)
 		place(b, pi, api.PlacementRequest{Source: "hailo://qwen2:1.5b", Name: "qwen2:1.5b"})
 		hailo := pick(
-			cmpPath{name: "hailo bare proxy", url: bareProxy(b, hsim.URL(), false) + "/api/chat", model: "qwen2:1.5b", wire: wireNDJSON},
+			cmpPath{name: "hailo bare proxy", url: bareProxy(b, hsim, false) + "/api/chat", model: "qwen2:1.5b", wire: wireNDJSON},
 			cmpPath{name: "SSE client on hailo", url: pi.url + "/v1/chat/completions", model: "qwen2:1.5b"},
 		)
 		for _, p := range hailo {
