@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +161,28 @@ func TestRealOllama(t *testing.T) {
 	for _, name := range []string{"tiny", "tiny:latest"} {
 		resp, b = call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"`+name+`","stream":false,"messages":[{"role":"user","content":"Hello"}],"options":{"num_predict":4}}`)
 		require.Equal(t, 200, resp.StatusCode, "%s: %s", name, b)
+	}
+	// Streamed, an Ollama client gets what the daemon writes: the same answer asked of the
+	// daemon and of the agent, greedy, is line for line the same but for each line's time (the
+	// agent passes the daemon's lines on, engines.ChatChunk.OllamaTail, or writes them afresh).
+	stamp := regexp.MustCompile(`"created_at":"[^"]*"`)
+	streamed := func(base string) []string {
+		resp, b := call(t, "POST", base+"/api/chat", adminToken, `{"model":"tiny","messages":[{"role":"user","content":"Hello"}],"options":{"num_predict":8,"temperature":0,"seed":1}}`)
+		require.Equal(t, 200, resp.StatusCode, "%s", b)
+		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		require.Greater(t, len(lines), 1, "%s", b)
+		for _, l := range lines[:len(lines)-1] {
+			var m struct {
+				CreatedAt time.Time `json:"created_at"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(l), &m), "%s", l)
+		}
+		return lines[:len(lines)-1] // the last is each one's own account
+	}
+	own, via := streamed(daemon.URL), streamed(n.url)
+	require.Len(t, via, len(own))
+	for i := range own {
+		assert.Equal(t, stamp.ReplaceAllString(own[i], "T"), stamp.ReplaceAllString(via[i], "T"))
 	}
 	// What this model cannot do, Ollama refuses, and the client is told in Ollama's words
 	// (400, not 502): tools (its template has none), embeddings (its runner does not embed).
