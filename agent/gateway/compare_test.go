@@ -16,8 +16,8 @@ package gateway_test
 // and the dialect adaptations, each beside a bare proxy in front of its own engine: an Ollama
 // NDJSON client on llama-server (SSE), an OpenAI client on the Ollama simulator (NDJSON), and
 // an OpenAI client on the hailo-ollama simulator (NDJSON, nanosecond created); and an Ollama
-// client on the Ollama simulator, the agent between two ends of one dialect (it decodes and
-// re-encodes each line there too, to name the model as the client asked for it).
+// client on the Ollama simulator, the agent between two ends of one dialect (it passes the
+// engine's lines on with the model renamed as the client asked for it).
 //
 // Paths alternate within each round, so a noisy neighbour hits them alike. Per path it prints
 // the per-token cost (the slope of answer time over answer length, 8 to cmpLongest tokens,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -74,8 +75,7 @@ func simProcess(b *testing.B, name, format string, env []string, args ...string)
 			line <- sc.Text()
 		}
 		close(line)
-		for sc.Scan() { // keep reading, so the program never blocks on a full pipe
-		}
+		io.Copy(io.Discard, out) // so the program never blocks on a full pipe
 	}()
 	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Second)
 	defer cancel()
