@@ -257,6 +257,10 @@ type Config struct {
 	// MetricLabels is a map of optional labels to apply to all metrics emitted.
 	MetricLabels []metrics.Label
 
+	// MetricSink, when set, receives this member's metrics (and its default transport's)
+	// instead of go-metrics' process-wide sink. (llmkube patch, see LLMKUBE.md.)
+	MetricSink metrics.MetricSink
+
 	// QueueCheckInterval is the interval at which we check the message
 	// queue to apply the warning and max depth.
 	QueueCheckInterval time.Duration
