@@ -3,6 +3,10 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -40,52 +44,203 @@ func quickModel(body []byte) (model string, decided bool) {
 
 var modelKey = []byte("model")
 
-// quickOARequest reads a chat request of the plain shape most clients send — a model, messages
-// of a role and a string content, whether to stream — from its bytes, and reports false for
-// anything else, which encoding/json then decodes as before: any other member, a duplicate, a
-// string with an escape, a control character or invalid UTF-8, a value of another type, trailing
-// data. What it accepts it reads exactly as json.Unmarshal would (FuzzQuickOARequest): keys
-// spelled exactly as the fields' tags (encoding/json's case-insensitive match is then the same
-// field), strings with nothing to unescape or replace. encoding/json took 12-16 µs of a chat's
-// CPU at 64 streams by the profile (reflection, and the handler's stack grown for its
-// recursion, again after each collection shrank it), more than the rest of the agent's work
-// before the engine request together.
+// quickOARequest reads a chat request of the shape clients send — a model, messages of a role
+// and a string content, whether to stream and with which options, the sampling numbers, a
+// token limit, and members the agent does not read (a user, penalties) of a plain value — from
+// its bytes, and reports false for anything else, which encoding/json then decodes as before:
+// tools, a stop, a response format, content parts, a duplicate, a key spelled other than its
+// tag or with anything but ASCII, a role or model with an escape or invalid UTF-8, an integer
+// with a fraction or exponent, a value of another type, trailing data. What it accepts it reads
+// exactly as json.Unmarshal would (FuzzQuickOARequest): keys spelled exactly as the fields' tags
+// (encoding/json's case-insensitive match is then the same field), a content string kept as it
+// stands (json.RawMessage). encoding/json took 12-16 µs of a chat's CPU at 64 streams by the
+// profile (reflection, and the handler's stack grown for its recursion, again after each
+// collection shrank it), more than the rest of the agent's work before the engine request
+// together; the official SDKs send a token limit or sampling numbers with most requests.
 func quickOARequest(body []byte, req *oaRequest) bool {
 	s := quickScan{b: body}
-	var seen uint8
-	const (
-		model = 1 << iota
-		messages
-		stream
-	)
+	var seen uint16
 	ok := s.object(func(key []byte) bool {
-		switch string(key) {
+		k := slices.Index(quickKeys[:], string(key))
+		if k < 0 {
+			return s.ignored(key)
+		}
+		if seen&(1<<k) != 0 {
+			return false
+		}
+		seen |= 1 << k
+		switch quickKeys[k] {
 		case "model":
-			if seen&model != 0 {
-				return false
-			}
-			seen |= model
 			v, ok := s.str()
 			req.Model = string(v)
 			return ok
 		case "messages":
-			if seen&messages != 0 {
-				return false
-			}
-			seen |= messages
 			return s.messages(req)
 		case "stream":
-			if seen&stream != 0 {
-				return false
-			}
-			seen |= stream
 			req.Stream = s.lit("true")
 			return req.Stream || s.lit("false")
+		case "stream_options":
+			return s.streamOptions(req)
+		case "temperature":
+			return s.float(&req.Temperature)
+		case "top_p":
+			return s.float(&req.TopP)
+		case "top_k":
+			return s.integer(&req.TopK)
+		case "seed":
+			return s.integer(&req.Seed)
+		case "max_tokens":
+			return s.integer(&req.MaxTokens)
+		case "max_completion_tokens":
+			return s.integer(&req.MaxCompletionTokens)
+		case "n":
+			return s.integer(&req.N)
 		}
 		return false
 	})
 	s.ws()
 	return ok && s.i == len(s.b)
+}
+
+// quickKeys are the members of a chat request quickOARequest reads (at most 16: a bit each).
+var quickKeys = [...]string{"model", "messages", "stream", "stream_options", "temperature", "top_p", "top_k", "seed", "max_tokens", "max_completion_tokens", "n"}
+
+// oaKeys are all of oaRequest's members, as encoding/json names them.
+var oaKeys = jsonKeys(reflect.TypeFor[oaRequest]())
+
+// jsonKeys are the names encoding/json gives a struct's fields.
+func jsonKeys(t reflect.Type) []string {
+	var keys []string
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		keys = append(keys, name)
+	}
+	return keys
+}
+
+// ignored consumes the value of a member oaRequest has no field for, which encoding/json skips:
+// a plain value (a string, a number, true, false, null), under a key of ASCII that is no field's
+// name in any case (encoding/json would fill that field; it folds some letters beyond ASCII onto
+// ASCII ones, so any other key is left to it too).
+func (s *quickScan) ignored(key []byte) bool {
+	for _, c := range key {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	for _, k := range oaKeys {
+		if bytes.EqualFold(key, []byte(k)) {
+			return false
+		}
+	}
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '"' {
+		return s.rawStr()
+	}
+	if s.lit("true") || s.lit("false") || s.lit("null") {
+		return true
+	}
+	_, ok := s.number()
+	return ok
+}
+
+// streamOptions reads stream_options: null, or an object of include_usage at most.
+func (s *quickScan) streamOptions(req *oaRequest) bool {
+	if s.lit("null") {
+		return true
+	}
+	req.StreamOptions = &struct {
+		IncludeUsage bool `json:"include_usage"`
+	}{}
+	var usage bool
+	return s.object(func(key []byte) bool {
+		if string(key) != "include_usage" || usage {
+			return false
+		}
+		usage = true
+		req.StreamOptions.IncludeUsage = s.lit("true")
+		return req.StreamOptions.IncludeUsage || s.lit("false")
+	})
+}
+
+// integer reads null (dst stays nil) or an integer without fraction or exponent that fits an
+// int, as encoding/json takes into an *int.
+func (s *quickScan) integer(dst **int) bool {
+	if s.lit("null") {
+		return true
+	}
+	num, ok := s.number()
+	if !ok || bytes.ContainsAny(num, ".eE") || len(num) > 18 {
+		return false
+	}
+	n, err := strconv.Atoi(string(num))
+	if err != nil {
+		return false
+	}
+	*dst = &n
+	return true
+}
+
+// float reads null (dst stays nil) or a number, as encoding/json takes into a *float64: its
+// value is strconv.ParseFloat's, and a number beyond float64 is left to encoding/json's error.
+func (s *quickScan) float(dst **float64) bool {
+	if s.lit("null") {
+		return true
+	}
+	num, ok := s.number()
+	if !ok {
+		return false
+	}
+	f, err := strconv.ParseFloat(string(num), 64)
+	if err != nil {
+		return false
+	}
+	*dst = &f
+	return true
+}
+
+// number consumes a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?.
+func (s *quickScan) number() ([]byte, bool) {
+	s.ws()
+	start := s.i
+	b := s.b
+	i := s.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		j := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return nil, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return nil, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return nil, false
+		}
+	}
+	s.i = i
+	return b[start:i], true
 }
 
 // messages reads a non-empty array of messages, each of a role and a string content.
@@ -111,11 +266,11 @@ func (s *quickScan) messages(req *oaRequest) bool {
 					return false
 				}
 				content = true
+				s.ws()
 				start := s.i
-				_, ok := s.str()
-				// The quoted string as it stands, as json.RawMessage keeps it (past the
-				// whitespace before it, which RawMessage does not keep).
-				m.Content = json.RawMessage(trimLeftWS(s.b[start:s.i]))
+				ok := s.rawStr()
+				// The quoted string as it stands, as json.RawMessage keeps it.
+				m.Content = json.RawMessage(s.b[start:s.i])
 				return ok
 			}
 			return false
@@ -203,6 +358,45 @@ func (s *quickScan) str() ([]byte, bool) {
 	return nil, false
 }
 
+// rawStr consumes a string that is valid JSON — its escapes well formed, no control character —
+// whatever it holds: as json.RawMessage keeps it, invalid UTF-8 and all (decoding it to a
+// string replaces that, as encoding/json does).
+func (s *quickScan) rawStr() bool {
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return false
+	}
+	for j := s.i + 1; j < len(s.b); j++ {
+		switch c := s.b[j]; {
+		case c == '"':
+			s.i = j + 1
+			return true
+		case c < 0x20:
+			return false
+		case c == '\\':
+			j++
+			if j >= len(s.b) {
+				return false
+			}
+			switch s.b[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(s.b) {
+					return false
+				}
+				for _, h := range s.b[j+1 : j+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return false
+					}
+				}
+				j += 4
+			default:
+				return false
+			}
+		}
+	}
+	return false
+}
+
 // skip consumes one value of a document json.Valid accepted.
 func (s *quickScan) skip() bool {
 	s.ws()
@@ -278,13 +472,6 @@ func (s *quickScan) object(member func(key []byte) bool) bool {
 		}
 		return s.next('}')
 	}
-}
-
-func trimLeftWS(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
-		b = b[1:]
-	}
-	return b
 }
 
 // plainString is the value of a JSON string that has nothing to unescape or replace, given
