@@ -20,6 +20,9 @@ type Reader struct {
 	br   *bufio.Reader
 	long []byte // a line longer than br's buffer, assembled
 	max  int
+	// ready is the length of the whole line Ready found at the start of the buffer, its end
+	// included; 0 when none is known. The next Line takes it without looking for its end again.
+	ready int
 }
 
 // buffers are the readers' buffers, reused: one per streamed answer would be most of what an
@@ -45,6 +48,14 @@ func (r *Reader) Close() {
 // Line is the next line without its end ("\n" or "\r\n"); at the end of the stream, what is
 // left, with io.EOF. A line over the bound is an error.
 func (r *Reader) Line() ([]byte, error) {
+	if n := r.ready; n > 0 {
+		r.ready = 0
+		line, _ := r.br.Peek(n)
+		// Within the buffer, Discard moves nothing: line stays valid until the next read, as
+		// ReadSlice's does.
+		r.br.Discard(n)
+		return trimEnd(line), nil
+	}
 	line, err := r.br.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
 		r.long = append(r.long[:0], line...)
@@ -57,14 +68,23 @@ func (r *Reader) Line() ([]byte, error) {
 		}
 		line = r.long
 	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	return bytes.TrimSuffix(line, []byte("\r")), err
+	return trimEnd(line), err
 }
 
-// Ready reports whether a whole line is in the buffer: the next Line does not wait.
+// trimEnd is line without its end, "\n" or "\r\n".
+func trimEnd(line []byte) []byte {
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	return bytes.TrimSuffix(line, []byte("\r"))
+}
+
+// Ready reports whether a whole line is in the buffer: the next Line does not wait. It
+// remembers where that line ends, for the next Line (a search of the buffer was a tenth of
+// reading an event).
 func (r *Reader) Ready() bool {
 	b, _ := r.br.Peek(r.br.Buffered())
-	return bytes.IndexByte(b, '\n') >= 0
+	i := bytes.IndexByte(b, '\n')
+	r.ready = i + 1
+	return i >= 0
 }
 
 // String reads the JSON string starting at data[start] (a quote) as encoding/json would, and

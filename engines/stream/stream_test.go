@@ -28,6 +28,50 @@ func TestReader(t *testing.T) {
 	assert.ErrorContains(t, err, "a line over 1024 bytes")
 }
 
+// TestReadyThenLine: a Line after Ready (which remembers where the whole line it found ends)
+// reads what a Line alone reads, however the body's bytes arrive.
+func TestReadyThenLine(t *testing.T) {
+	const body = "data: one\r\n\ndata: two\n\n" + "data: three\nlast"
+	want := []string{"data: one", "", "data: two", "", "data: three", "last"}
+	for _, piece := range []int{1, 2, 3, 7, 64} {
+		r := NewReader(&pieces{s: body, n: piece}, 1<<10)
+		var got []string
+		whole := 0
+		for {
+			if r.Ready() {
+				whole++
+			}
+			line, err := r.Line()
+			got = append(got, string(line))
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err)
+		}
+		r.Close()
+		assert.Equal(t, want, got, "pieces of %d bytes", piece)
+		if piece == 64 {
+			// Nothing is buffered before the first Line; after it, all of the body is.
+			assert.Equal(t, 4, whole, "every line after the first but the unterminated last was whole")
+		}
+	}
+}
+
+// pieces reads s n bytes at a time.
+type pieces struct {
+	s string
+	n int
+}
+
+func (p *pieces) Read(b []byte) (int, error) {
+	if p.s == "" {
+		return 0, io.EOF
+	}
+	n := copy(b[:min(len(b), p.n)], p.s)
+	p.s = p.s[n:]
+	return n, nil
+}
+
 // String reads what encoding/json reads, or declines.
 func FuzzString(f *testing.F) {
 	for _, s := range []string{`"plain"`, `"esc\"aped\n\u00e9"`, `"é"`, "\"\xff\"", `"` + "\u2028" + `"`, `"ctl` + "\x01" + `"`, `"open`, `"bad\q"`, `"\ud800"`} {
