@@ -54,10 +54,13 @@ type chatCall struct {
 
 // readBody reads a bounded body: 413 when it is larger than max.
 func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *failure) {
-	tooLarge := &failure{status: http.StatusRequestEntityTooLarge, code: "BodyTooLarge", oaCode: "request_too_large",
-		msg: fmt.Sprintf("request body larger than %d bytes", max)}
+	// A function, not a value: made on every request, its message cost a Sprintf each.
+	tooLarge := func() *failure {
+		return &failure{status: http.StatusRequestEntityTooLarge, code: "BodyTooLarge", oaCode: "request_too_large",
+			msg: fmt.Sprintf("request body larger than %d bytes", max)}
+	}
 	if r.ContentLength > max {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	size := 512
 	if r.ContentLength > 0 {
@@ -68,7 +71,7 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *failu
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge
+			return nil, tooLarge()
 		}
 		return nil, badRequest("reading the request body: " + err.Error())
 	}

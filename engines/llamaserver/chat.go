@@ -156,8 +156,9 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if err != nil {
 		return &engines.Error{Code: api.CodeInternal, Err: err}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// No context of its own to cancel on return: closing the body unread ends the connection,
+	// which stops llama-server's generation as a cancel would (with a cancelable parent, the
+	// context registered with it and was removed again on every chat).
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+route, bytes.NewReader(b))
 	if err != nil {
 		return &engines.Error{Code: api.CodeInternal, Err: err}
