@@ -635,8 +635,8 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 		// An absent or empty message list would load or unload instead of answering.
 		return &engines.Error{Code: api.CodeBadRequest, Err: errors.New("a chat needs at least one message")}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// No context of its own to cancel on return: closing the body unread ends the connection
+	// (it is not put back in the pool), which stops the daemon's generation as a cancel would.
 	resp, err := c.do(ctx, http.MethodPost, path, body)
 	if err != nil {
 		return err
