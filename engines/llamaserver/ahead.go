@@ -1,9 +1,14 @@
 package llamaserver
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"io"
 	"net"
+	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/llmkube/mesh/internal/netconn"
@@ -45,6 +50,14 @@ func (a *dialAhead) DialContext(ctx context.Context, network, addr string) (net.
 	if addr != a.addr {
 		return a.dialer.DialContext(ctx, network, addr)
 	}
+	c, _, err := a.take(ctx)
+	return c, err
+}
+
+// take is the spare when one is open (spare true; it dials the next), a new connection
+// otherwise.
+func (a *dialAhead) take(ctx context.Context) (c net.Conn, spare bool, err error) {
+	network := "tcp"
 	a.mu.Lock()
 	c, at := a.spare, a.at
 	a.spare = nil
@@ -62,11 +75,93 @@ func (a *dialAhead) DialContext(ctx context.Context, network, addr string) (net.
 		// reuse: a spare the engine closed (it stopped, or restarted on the same port) is
 		// replaced by a new connection here instead of failing the chat.
 		if time.Since(at) < a.life && netconn.Quiet(c) {
-			return c, nil
+			return c, true, nil
 		}
 		c.Close()
 	}
-	return a.dialer.DialContext(ctx, network, addr)
+	c, err = a.dialer.DialContext(ctx, network, a.addr)
+	return c, false, err
+}
+
+// readers are the buffered readers of chats' connections, reused.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+
+// roundTrip sends a chat's request on a connection of its own — it closes after the answer, as
+// llama-server closes it (see Chat) — and returns the answer, whose body closes the connection.
+// It writes and reads in the caller's goroutine: an http.Transport dialed in one goroutine of its
+// own, wrote in another and read in a third, each connection's, handing the request and the
+// answer between them, and set a pooled connection up (its buffers, its goroutines) for the one
+// request it would carry. A spare the engine closed after the look that found it quiet (the one
+// request an http.Transport would have sent again) is replaced by a new connection once, when
+// nothing of an answer came on it. The end of ctx closes the connection, which ends a write or
+// a read under way.
+func (a *dialAhead) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+	for {
+		c, spare, err := a.take(ctx)
+		if err != nil {
+			return nil, err
+		}
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		br := readers.Get().(*bufio.Reader)
+		br.Reset(c)
+		resp, err := sendOn(c, br, req)
+		if err == nil {
+			resp.Body = &connBody{ReadCloser: resp.Body, c: c, br: br, stop: stop}
+			return resp, nil
+		}
+		stop()
+		c.Close()
+		br.Reset(nil)
+		readers.Put(br)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !spare || !nothingCame(err) {
+			return nil, err
+		}
+		if req.GetBody == nil {
+			return nil, err
+		}
+		body, gerr := req.GetBody()
+		if gerr != nil {
+			return nil, err
+		}
+		req.Body = body
+	}
+}
+
+// sendOn writes req on c and reads the answer's head from br.
+func sendOn(c net.Conn, br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	if err := req.Write(c); err != nil {
+		return nil, err
+	}
+	return http.ReadResponse(br, req)
+}
+
+// nothingCame tells an error of a connection the peer had closed before any answer: the write
+// failed, or the read ended (EOF) or was reset before the first byte.
+func nothingCame(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// connBody is an answer's body on a connection of its own: closing it closes the connection.
+type connBody struct {
+	io.ReadCloser
+	c    net.Conn
+	br   *bufio.Reader
+	stop func() bool
+	once sync.Once
+}
+
+func (b *connBody) Close() error {
+	b.once.Do(func() {
+		b.stop()
+		b.c.Close()
+		// The reader is given back only now: nothing reads the connection after its close.
+		b.br.Reset(nil)
+		readers.Put(b.br)
+	})
+	return nil
 }
 
 // refill dials the next spare.

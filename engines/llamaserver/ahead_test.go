@@ -1,10 +1,14 @@
 package llamaserver
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,4 +204,133 @@ func BenchmarkChatFirstPiece(b *testing.B) {
 	}
 	b.ReportMetric(median(withAhead), "µs-first-ahead")
 	b.ReportMetric(median(withDial), "µs-first-dialed")
+}
+
+// answer reads one request on c (its head and a body of Content-Length bytes) and answers it
+// with body, closing c after, as llama-server closes a streamed answer's connection; the
+// request's body is sent on got. A connection that sends no request is left alone.
+func answer(c net.Conn, body string, got chan<- string) {
+	defer c.Close()
+	req, err := http.ReadRequest(bufio.NewReader(c))
+	if err != nil {
+		return
+	}
+	b, err := io.ReadAll(req.Body)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	got <- string(b)
+}
+
+func chatReq(t *testing.T, ctx context.Context, a *dialAhead, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a.addr+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Close = true
+	return req
+}
+
+// roundTrip sends a chat on a connection of its own and reads its answer in the caller; a
+// spare the engine closed after it was found quiet, before any answer, is replaced by a new
+// connection once and the request sent again whole; a new connection closed so is an error,
+// as the request may have reached the engine.
+func TestRoundTripOnItsOwnConnection(t *testing.T) {
+	e := listenEngine(t)
+	a := newDialAhead(e.ln.Addr().String())
+	a.life = time.Hour
+	ctx := context.Background()
+	got := make(chan string, 16)
+	read := func(resp *http.Response) string {
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.NoError(t, resp.Body.Close(), "closing twice is harmless")
+		return string(b)
+	}
+
+	// The first chat dials its own; the spare dialed ahead then is the second's, which the
+	// engine closes with a reset once the request arrives (as an engine that died would):
+	// nothing of an answer came, so the request goes again, on a connection that answers.
+	first := make(chan net.Conn, 1)
+	go func() {
+		c := e.next(t)
+		first <- c
+		answer(c, "data: one", got)
+	}()
+	resp, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":1}`))
+	require.NoError(t, err)
+	assert.Equal(t, "data: one", read(resp))
+	assert.Equal(t, `{"n":1}`, <-got)
+	spare := e.next(t)
+	require.False(t, same(spare, <-first))
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.spare != nil
+	}, 10*time.Second, time.Millisecond)
+	dropped := make(chan string, 1)
+	go func() {
+		req, err := http.ReadRequest(bufio.NewReader(spare))
+		if err == nil {
+			b, _ := io.ReadAll(req.Body)
+			dropped <- string(b)
+		}
+		spare.(*net.TCPConn).SetLinger(0)
+		spare.Close()
+		for c := range e.accepted { // the new connection, and the next spare
+			go answer(c, "data: again", got)
+		}
+	}()
+	resp, err = a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":2}`))
+	require.NoError(t, err)
+	assert.Equal(t, "data: again", read(resp))
+	assert.Equal(t, `{"n":2}`, <-dropped, "the spare got the request")
+	assert.Equal(t, `{"n":2}`, <-got, "and it was sent again whole")
+}
+
+// A new connection that closes before any answer is an error, not sent again: the request may
+// have reached the engine.
+func TestRoundTripDoesNotResendOnANewConnection(t *testing.T) {
+	e := listenEngine(t)
+	a := newDialAhead(e.ln.Addr().String())
+	a.close() // no spares: every chat dials its own
+	conns := make(chan net.Conn, 16)
+	go func() {
+		for c := range e.accepted {
+			conns <- c
+			http.ReadRequest(bufio.NewReader(c))
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	_, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{}`))
+	require.Error(t, err)
+	// Connections are accepted in the order they were dialed: one dialed now arrives after
+	// any the round trip made.
+	marker, err := net.Dial("tcp", a.addr)
+	require.NoError(t, err)
+	defer marker.Close()
+	n := 0
+	for c := range conns {
+		if same(marker, c) {
+			break
+		}
+		n++
+	}
+	assert.Equal(t, 1, n, "the request went on one connection only")
+}
+
+// The end of the chat's context ends a round trip waiting on the engine.
+func TestRoundTripEndsWithItsContext(t *testing.T) {
+	e := listenEngine(t)
+	a := newDialAhead(e.ln.Addr().String())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		c := e.next(t)
+		http.ReadRequest(bufio.NewReader(c)) // and no answer
+		cancel()
+	}()
+	_, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{}`))
+	assert.ErrorIs(t, err, context.Canceled)
 }

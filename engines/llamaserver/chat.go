@@ -167,13 +167,10 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	hreq.Header["Accept"] = acceptEvents
 	// llama-server closes the connection after every streamed answer without saying so (no
 	// "Connection: close"; tried on build 10470): put back in the pool, the connection fails the
-	// next request on it with EOF or a broken pipe. Closing it ourselves costs one connect on
-	// loopback per chat.
+	// next request on it with EOF or a broken pipe. So each chat has a connection of its own
+	// (dialed ahead: see dialAhead.roundTrip), and says it closes after the answer.
 	hreq.Close = true
-	engines.Replayable(hreq)
-	// The transport itself, not Client.Do: an engine has no redirects to follow, and Do copies
-	// the request's headers on every request in case it had.
-	resp, err := inst.http.Transport.RoundTrip(hreq)
+	resp, err := inst.ahead.roundTrip(ctx, hreq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

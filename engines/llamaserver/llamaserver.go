@@ -85,8 +85,8 @@ type Config struct {
 // maxOffered bounds the GGUF files Detect lists: they travel in the host's state document.
 const maxOffered = 32
 
-// engineTransport is the connections to one engine. A chat's connection closes after its
-// answer (see Chat) and is dialed ahead (dialAhead); the others — embeddings, which do not
+// engineTransport is the connections to one engine but its chats' (a chat's connection closes
+// after its answer and is dialed ahead: dialAhead.roundTrip); those — embeddings, which do not
 // stream — are kept open for as many requests as a busy gateway sends one engine at once, since
 // a connection opened and closed per request cost more than the rest of the agent's work on it;
 // a kept connection is a few kilobytes, and closes after 4 s unused, before llama-server's own
