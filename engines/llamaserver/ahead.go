@@ -3,12 +3,10 @@ package llamaserver
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/llmkube/mesh/internal/netconn"
@@ -104,7 +102,7 @@ func (a *dialAhead) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		stop := context.AfterFunc(ctx, func() { c.Close() })
 		br := readers.Get().(*bufio.Reader)
 		br.Reset(c)
-		resp, err := sendOn(c, br, req)
+		resp, nothing, err := sendOn(c, br, req)
 		if err == nil {
 			resp.Body = &connBody{ReadCloser: resp.Body, c: c, br: br, stop: stop}
 			return resp, nil
@@ -116,10 +114,7 @@ func (a *dialAhead) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if !spare || !nothingCame(err) {
-			return nil, err
-		}
-		if req.GetBody == nil {
+		if !spare || !nothing || req.GetBody == nil {
 			return nil, err
 		}
 		body, gerr := req.GetBody()
@@ -130,18 +125,19 @@ func (a *dialAhead) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	}
 }
 
-// sendOn writes req on c and reads the answer's head from br.
-func sendOn(c net.Conn, br *bufio.Reader, req *http.Request) (*http.Response, error) {
+// sendOn writes req on c and reads the answer's head from br; nothing says that it failed
+// before any byte of an answer came (the write failed, or the connection ended or was reset
+// first): only then may the request go again. ReadResponse alone would not tell: it reports an
+// end before the first byte as it reports one within the head.
+func sendOn(c net.Conn, br *bufio.Reader, req *http.Request) (resp *http.Response, nothing bool, err error) {
 	if err := req.Write(c); err != nil {
-		return nil, err
+		return nil, true, err
 	}
-	return http.ReadResponse(br, req)
-}
-
-// nothingCame tells an error of a connection the peer had closed before any answer: the write
-// failed, or the read ended (EOF) or was reset before the first byte.
-func nothingCame(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	if _, err := br.Peek(1); err != nil {
+		return nil, true, err
+	}
+	resp, err = http.ReadResponse(br, req)
+	return resp, false, err
 }
 
 // connBody is an answer's body on a connection of its own: closing it closes the connection.

@@ -321,6 +321,38 @@ func TestRoundTripDoesNotResendOnANewConnection(t *testing.T) {
 	assert.Equal(t, 1, n, "the request went on one connection only")
 }
 
+// A spare on which an answer had begun when it closed is an error, not sent again: the engine
+// had the request.
+func TestRoundTripDoesNotResendAfterAnAnswerBegan(t *testing.T) {
+	e := listenEngine(t)
+	a := newDialAhead(e.ln.Addr().String())
+	a.life = time.Hour
+	ctx := context.Background()
+	got := make(chan string, 16)
+	go func() { answer(e.next(t), "data: one", got) }()
+	resp, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":1}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	<-got
+	spare := e.next(t)
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.spare != nil
+	}, 10*time.Second, time.Millisecond)
+	go func() {
+		if _, err := http.ReadRequest(bufio.NewReader(spare)); err == nil {
+			spare.Write([]byte("HTTP/1.1 200 O")) // a head cut short
+		}
+		spare.Close()
+		for c := range e.accepted { // any other connection answers: a resend would succeed
+			go answer(c, "data: resent", got)
+		}
+	}()
+	_, err = a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":2}`))
+	require.Error(t, err, "not sent again")
+}
+
 // The end of the chat's context ends a round trip waiting on the engine.
 func TestRoundTripEndsWithItsContext(t *testing.T) {
 	e := listenEngine(t)
