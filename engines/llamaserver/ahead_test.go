@@ -88,13 +88,8 @@ func TestDialAhead(t *testing.T) {
 	first, err := a.DialContext(ctx, "tcp", a.addr)
 	require.NoError(t, err)
 	defer first.Close()
-	_, spare := e.split(t, first) // no spare yet: the first is dialed at once, the next ahead
-	kept := func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.spare != nil
-	}
-	require.Eventually(t, kept, 10*time.Second, time.Millisecond, "the spare is kept") // its dial returned
+	_, spare := e.split(t, first)                                                        // no spare yet: the first is dialed at once, the next ahead
+	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the spare is kept") // its dial returned
 
 	second, err := a.DialContext(ctx, "tcp", a.addr)
 	require.NoError(t, err)
@@ -122,7 +117,7 @@ func TestDialAhead(t *testing.T) {
 	require.NoError(t, err)
 
 	// The engine exits: its spare is closed.
-	require.Eventually(t, kept, 10*time.Second, time.Millisecond, "the next spare is kept")
+	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the next spare is kept")
 	a.close()
 	next.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err = next.Read(b)
@@ -206,6 +201,13 @@ func BenchmarkChatFirstPiece(b *testing.B) {
 	b.ReportMetric(median(withDial), "µs-first-dialed")
 }
 
+// kept reports whether a spare is open.
+func (a *dialAhead) kept() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.spare != nil
+}
+
 // answer reads one request on c (its head and a body of Content-Length bytes) and answers it
 // with body, closing c after, as llama-server closes a streamed answer's connection; the
 // request's body is sent on got. A connection that sends no request is left alone.
@@ -264,11 +266,7 @@ func TestRoundTripOnItsOwnConnection(t *testing.T) {
 	assert.Equal(t, `{"n":1}`, <-got)
 	spare := e.next(t)
 	require.False(t, same(spare, <-first))
-	require.Eventually(t, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.spare != nil
-	}, 10*time.Second, time.Millisecond)
+	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the spare is kept")
 	dropped := make(chan string, 1)
 	go func() {
 		req, err := http.ReadRequest(bufio.NewReader(spare))
@@ -335,11 +333,7 @@ func TestRoundTripDoesNotResendAfterAnAnswerBegan(t *testing.T) {
 	resp.Body.Close()
 	<-got
 	spare := e.next(t)
-	require.Eventually(t, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.spare != nil
-	}, 10*time.Second, time.Millisecond)
+	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the spare is kept")
 	go func() {
 		if _, err := http.ReadRequest(bufio.NewReader(spare)); err == nil {
 			spare.Write([]byte("HTTP/1.1 200 O")) // a head cut short
