@@ -233,40 +233,51 @@ func chatReq(t *testing.T, ctx context.Context, a *dialAhead, body string) *http
 	return req
 }
 
-// roundTrip sends a chat on a connection of its own and reads its answer in the caller; a
-// spare the engine closed after it was found quiet, before any answer, is replaced by a new
-// connection once and the request sent again whole; a new connection closed so is an error,
-// as the request may have reached the engine.
-func TestRoundTripOnItsOwnConnection(t *testing.T) {
-	e := listenEngine(t)
-	a := newDialAhead(e.ln.Addr().String())
+// afterOneChat is an engine, a dialAhead to it and the connection it dialed ahead (kept as its
+// spare) after one chat on a connection of its own, answered; got carries the bodies of the
+// requests answer answers.
+func afterOneChat(t *testing.T) (e *engineEnd, a *dialAhead, spare net.Conn, got chan string) {
+	t.Helper()
+	e = listenEngine(t)
+	a = newDialAhead(e.ln.Addr().String())
 	a.life = time.Hour
-	ctx := context.Background()
-	got := make(chan string, 16)
-	read := func(resp *http.Response) string {
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.NoError(t, resp.Body.Close())
-		require.NoError(t, resp.Body.Close(), "closing twice is harmless")
-		return string(b)
-	}
-
-	// The first chat dials its own; the spare dialed ahead then is the second's, which the
-	// engine closes with a reset once the request arrives (as an engine that died would):
-	// nothing of an answer came, so the request goes again, on a connection that answers.
+	got = make(chan string, 16)
 	first := make(chan net.Conn, 1)
 	go func() {
 		c := e.next(t)
 		first <- c
 		answer(c, "data: one", got)
 	}()
+	ctx := context.Background()
 	resp, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":1}`))
 	require.NoError(t, err)
-	assert.Equal(t, "data: one", read(resp))
+	assert.Equal(t, "data: one", readAll(t, resp))
 	assert.Equal(t, `{"n":1}`, <-got)
-	spare := e.next(t)
+	spare = e.next(t)
 	require.False(t, same(spare, <-first))
 	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the spare is kept")
+	return e, a, spare, got
+}
+
+// readAll is an answer's body, read to its end and closed (twice: harmless).
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.NoError(t, resp.Body.Close(), "closing twice is harmless")
+	return string(b)
+}
+
+// roundTrip sends a chat on a connection of its own and reads its answer in the caller; a
+// spare the engine closed after it was found quiet, before any answer, is replaced by a new
+// connection once and the request sent again whole.
+func TestRoundTripOnItsOwnConnection(t *testing.T) {
+	// The spare is the second chat's, and the engine closes it with a reset once the request
+	// arrives (as an engine that died would): nothing of an answer came, so the request goes
+	// again, on a connection that answers.
+	e, a, spare, got := afterOneChat(t)
+	ctx := context.Background()
 	dropped := make(chan string, 1)
 	go func() {
 		req, err := http.ReadRequest(bufio.NewReader(spare))
@@ -280,9 +291,9 @@ func TestRoundTripOnItsOwnConnection(t *testing.T) {
 			go answer(c, "data: again", got)
 		}
 	}()
-	resp, err = a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":2}`))
+	resp, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":2}`))
 	require.NoError(t, err)
-	assert.Equal(t, "data: again", read(resp))
+	assert.Equal(t, "data: again", readAll(t, resp))
 	assert.Equal(t, `{"n":2}`, <-dropped, "the spare got the request")
 	assert.Equal(t, `{"n":2}`, <-got, "and it was sent again whole")
 }
@@ -322,18 +333,8 @@ func TestRoundTripDoesNotResendOnANewConnection(t *testing.T) {
 // A spare on which an answer had begun when it closed is an error, not sent again: the engine
 // had the request.
 func TestRoundTripDoesNotResendAfterAnAnswerBegan(t *testing.T) {
-	e := listenEngine(t)
-	a := newDialAhead(e.ln.Addr().String())
-	a.life = time.Hour
+	e, a, spare, got := afterOneChat(t)
 	ctx := context.Background()
-	got := make(chan string, 16)
-	go func() { answer(e.next(t), "data: one", got) }()
-	resp, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":1}`))
-	require.NoError(t, err)
-	resp.Body.Close()
-	<-got
-	spare := e.next(t)
-	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the spare is kept")
 	go func() {
 		if _, err := http.ReadRequest(bufio.NewReader(spare)); err == nil {
 			spare.Write([]byte("HTTP/1.1 200 O")) // a head cut short
@@ -343,7 +344,7 @@ func TestRoundTripDoesNotResendAfterAnAnswerBegan(t *testing.T) {
 			go answer(c, "data: resent", got)
 		}
 	}()
-	_, err = a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":2}`))
+	_, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":2}`))
 	require.Error(t, err, "not sent again")
 }
 
