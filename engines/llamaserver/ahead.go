@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -84,16 +85,25 @@ func (a *dialAhead) take(ctx context.Context) (c net.Conn, spare bool, err error
 // readers are the buffered readers of chats' connections, reused.
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
 
-// roundTrip sends a chat's request on a connection of its own — it closes after the answer, as
-// llama-server closes it (see Chat) — and returns the answer, whose body closes the connection.
-// It writes and reads in the caller's goroutine: an http.Transport dialed in one goroutine of its
-// own, wrote in another and read in a third, each connection's, handing the request and the
-// answer between them, and set a pooled connection up (its buffers, its goroutines) for the one
-// request it would carry. A spare the engine closed after the look that found it quiet (the one
-// request an http.Transport would have sent again) is replaced by a new connection once, when
-// nothing of an answer came on it. The end of ctx closes the connection, which ends a write or
-// a read under way.
-func (a *dialAhead) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+// roundTrip sends a chat's request — a POST of body to route — on a connection of its own (it
+// closes after the answer, as llama-server closes it: see Chat) and returns the answer, whose
+// body closes the connection. It writes and reads in the caller's goroutine: an http.Transport
+// dialed in one goroutine of its own, wrote in another and read in a third, each connection's,
+// handing the request and the answer between them, and set a pooled connection up (its
+// buffers, its goroutines) for the one request it would carry. The request is written as
+// bytes, head and body in one write: http.Request's Write took 6.7 µs and 17 allocations for
+// it on this machine (the URL parsed, a 4 KB buffer made, the headers sorted). A spare the
+// engine closed after the look that found it quiet (the one request an http.Transport would
+// have sent again) is replaced by a new connection once, when nothing of an answer came on it.
+// The end of ctx closes the connection, which ends a write or a read under way.
+func (a *dialAhead) roundTrip(ctx context.Context, route string, body []byte) (*http.Response, error) {
+	msg := requests.Get().(*[]byte)
+	*msg = appendRequest((*msg)[:0], a.addr, route, body)
+	defer func() {
+		if cap(*msg) <= maxPooledRequest {
+			requests.Put(msg)
+		}
+	}()
 	for {
 		c, spare, err := a.take(ctx)
 		if err != nil {
@@ -102,7 +112,7 @@ func (a *dialAhead) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		stop := context.AfterFunc(ctx, func() { c.Close() })
 		br := readers.Get().(*bufio.Reader)
 		br.Reset(c)
-		resp, nothing, err := sendOn(c, br, req)
+		resp, nothing, err := sendOn(c, br, *msg)
 		if err == nil {
 			resp.Body = &connBody{ReadCloser: resp.Body, c: c, br: br, stop: stop}
 			return resp, nil
@@ -114,29 +124,44 @@ func (a *dialAhead) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if !spare || !nothing || req.GetBody == nil {
+		if !spare || !nothing {
 			return nil, err
 		}
-		body, gerr := req.GetBody()
-		if gerr != nil {
-			return nil, err
-		}
-		req.Body = body
 	}
 }
 
-// sendOn writes req on c and reads the answer's head from br; nothing says that it failed
+// requests are the buffers chats' requests are written from, reused unless a long prompt made
+// one larger than maxPooledRequest.
+var requests = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledRequest = 64 << 10
+
+// appendRequest appends an HTTP/1.1 POST of a JSON body to route at host, accepting events and
+// closing the connection after the answer.
+func appendRequest(b []byte, host, route string, body []byte) []byte {
+	b = append(b, "POST "...)
+	b = append(b, route...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nConnection: close\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, body...)
+}
+
+// sendOn writes msg on c and reads the answer's head from br; nothing says that it failed
 // before any byte of an answer came (the write failed, or the connection ended or was reset
 // first): only then may the request go again. ReadResponse alone would not tell: it reports an
 // end before the first byte as it reports one within the head.
-func sendOn(c net.Conn, br *bufio.Reader, req *http.Request) (resp *http.Response, nothing bool, err error) {
-	if err := req.Write(c); err != nil {
+func sendOn(c net.Conn, br *bufio.Reader, msg []byte) (resp *http.Response, nothing bool, err error) {
+	if _, err := c.Write(msg); err != nil {
 		return nil, true, err
 	}
 	if _, err := br.Peek(1); err != nil {
 		return nil, true, err
 	}
-	resp, err = http.ReadResponse(br, req)
+	// No request: ReadResponse takes the answer as a GET's, which for reading a body is a POST's.
+	resp, err = http.ReadResponse(br, nil)
 	return resp, false, err
 }
 

@@ -225,12 +225,23 @@ func answer(c net.Conn, body string, got chan<- string) {
 	got <- string(b)
 }
 
-func chatReq(t *testing.T, ctx context.Context, a *dialAhead, body string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a.addr+"/v1/chat/completions", strings.NewReader(body))
+// A chat's request as written parses as the HTTP request it says it is: a POST of the body
+// to the route, JSON, accepting events, closing the connection after the answer.
+func TestRequestAsWritten(t *testing.T) {
+	body := `{"messages":[{"role":"user","content":"hi\r\n"}]}`
+	msg := appendRequest([]byte("left over"), "127.0.0.1:8080", "/v1/completions", []byte(body))
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(strings.TrimPrefix(string(msg), "left over"))))
 	require.NoError(t, err)
-	req.Close = true
-	return req
+	assert.Equal(t, http.MethodPost, req.Method)
+	assert.Equal(t, "/v1/completions", req.URL.Path)
+	assert.Equal(t, "127.0.0.1:8080", req.Host)
+	assert.Equal(t, "application/json", req.Header.Get("Content-Type"))
+	assert.Equal(t, "text/event-stream", req.Header.Get("Accept"))
+	assert.True(t, req.Close)
+	assert.Equal(t, int64(len(body)), req.ContentLength)
+	got, err := io.ReadAll(req.Body)
+	require.NoError(t, err)
+	assert.Equal(t, body, string(got))
 }
 
 // afterOneChat is an engine, a dialAhead to it and the connection it dialed ahead (kept as its
@@ -249,7 +260,7 @@ func afterOneChat(t *testing.T) (e *engineEnd, a *dialAhead, spare net.Conn, got
 		answer(c, "data: one", got)
 	}()
 	ctx := context.Background()
-	resp, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":1}`))
+	resp, err := a.roundTrip(ctx, "/v1/chat/completions", []byte(`{"n":1}`))
 	require.NoError(t, err)
 	assert.Equal(t, "data: one", readAll(t, resp))
 	assert.Equal(t, `{"n":1}`, <-got)
@@ -291,7 +302,7 @@ func TestRoundTripOnItsOwnConnection(t *testing.T) {
 			go answer(c, "data: again", got)
 		}
 	}()
-	resp, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":2}`))
+	resp, err := a.roundTrip(ctx, "/v1/chat/completions", []byte(`{"n":2}`))
 	require.NoError(t, err)
 	assert.Equal(t, "data: again", readAll(t, resp))
 	assert.Equal(t, `{"n":2}`, <-dropped, "the spare got the request")
@@ -313,7 +324,7 @@ func TestRoundTripDoesNotResendOnANewConnection(t *testing.T) {
 		}
 	}()
 	ctx := context.Background()
-	_, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{}`))
+	_, err := a.roundTrip(ctx, "/v1/chat/completions", []byte(`{}`))
 	require.Error(t, err)
 	// Connections are accepted in the order they were dialed: one dialed now arrives after
 	// any the round trip made.
@@ -344,7 +355,7 @@ func TestRoundTripDoesNotResendAfterAnAnswerBegan(t *testing.T) {
 			go answer(c, "data: resent", got)
 		}
 	}()
-	_, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{"n":2}`))
+	_, err := a.roundTrip(ctx, "/v1/chat/completions", []byte(`{"n":2}`))
 	require.Error(t, err, "not sent again")
 }
 
@@ -358,6 +369,6 @@ func TestRoundTripEndsWithItsContext(t *testing.T) {
 		http.ReadRequest(bufio.NewReader(c)) // and no answer
 		cancel()
 	}()
-	_, err := a.roundTrip(ctx, chatReq(t, ctx, a, `{}`))
+	_, err := a.roundTrip(ctx, "/v1/chat/completions", []byte(`{}`))
 	assert.ErrorIs(t, err, context.Canceled)
 }

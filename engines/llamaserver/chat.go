@@ -120,13 +120,6 @@ func openAITools(req engines.ChatRequest, body *chatRequest) {
 	}
 }
 
-// Header values of every chat request, shared by them all (the transport only reads them;
-// length and capacity 1, so an Add copies): Header.Set makes a slice for each, per chat.
-var (
-	jsonContent  = []string{"application/json"}
-	acceptEvents = []string{"text/event-stream"}
-)
-
 // Chat streams an answer from m's llama-server through /v1/chat/completions (server-sent
 // events), one chunk per event as it arrives. An error from emit, or the end of ctx, closes the
 // connection at once, which stops generation.
@@ -158,19 +151,12 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	}
 	// No context of its own to cancel on return: closing the body unread ends the connection,
 	// which stops llama-server's generation as a cancel would (with a cancelable parent, the
-	// context registered with it and was removed again on every chat).
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+route, bytes.NewReader(b))
-	if err != nil {
-		return &engines.Error{Code: api.CodeInternal, Err: err}
-	}
-	hreq.Header["Content-Type"] = jsonContent
-	hreq.Header["Accept"] = acceptEvents
-	// llama-server closes the connection after every streamed answer without saying so (no
-	// "Connection: close"; tried on build 10470): put back in the pool, the connection fails the
-	// next request on it with EOF or a broken pipe. So each chat has a connection of its own
-	// (dialed ahead: see dialAhead.roundTrip), and says it closes after the answer.
-	hreq.Close = true
-	resp, err := inst.ahead.roundTrip(ctx, hreq)
+	// context registered with it and was removed again on every chat). llama-server closes the
+	// connection after every streamed answer without saying so (no "Connection: close"; tried
+	// on build 10470): put back in a pool, the connection fails the next request on it with EOF
+	// or a broken pipe. So each chat has a connection of its own (dialed ahead: see
+	// dialAhead.roundTrip), and says it closes after the answer.
+	resp, err := inst.ahead.roundTrip(ctx, route, b)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
