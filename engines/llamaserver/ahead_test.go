@@ -245,27 +245,26 @@ func TestRequestAsWritten(t *testing.T) {
 }
 
 // afterOneChat is an engine, a dialAhead to it and the connection it dialed ahead (kept as its
-// spare) after one chat on a connection of its own, answered; got carries the bodies of the
-// requests answer answers.
+// spare) after one chat, answered; got carries the bodies of the requests answer answers. The
+// chat goes on a spare dialed before it, so the engine knows which connection it is on: a chat
+// with no spare dials its own while it dials the next spare, and the two reach the engine's
+// accept in either order (under load, the spare first).
 func afterOneChat(t *testing.T) (e *engineEnd, a *dialAhead, spare net.Conn, got chan string) {
 	t.Helper()
 	e = listenEngine(t)
 	a = newDialAhead(e.ln.Addr().String())
 	a.life = time.Hour
 	got = make(chan string, 16)
-	first := make(chan net.Conn, 1)
-	go func() {
-		c := e.next(t)
-		first <- c
-		answer(c, "data: one", got)
-	}()
+	a.refill("tcp")
+	first := e.next(t) // the chat's: nothing else was dialed yet
+	go answer(first, "data: one", got)
 	ctx := context.Background()
 	resp, err := a.roundTrip(ctx, "/v1/chat/completions", []byte(`{"n":1}`))
 	require.NoError(t, err)
 	assert.Equal(t, "data: one", readAll(t, resp))
 	assert.Equal(t, `{"n":1}`, <-got)
 	spare = e.next(t)
-	require.False(t, same(spare, <-first))
+	require.NotEqual(t, first.RemoteAddr().String(), spare.RemoteAddr().String(), "the spare is a connection of its own")
 	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the spare is kept")
 	return e, a, spare, got
 }
