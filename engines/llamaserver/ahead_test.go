@@ -362,6 +362,7 @@ func TestRoundTripDoesNotResendAfterAnAnswerBegan(t *testing.T) {
 func TestRoundTripEndsWithItsContext(t *testing.T) {
 	e := listenEngine(t)
 	a := newDialAhead(e.ln.Addr().String())
+	a.close() // no spare dialed beside the chat's connection: the engine's first is the chat's
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		c := e.next(t)
