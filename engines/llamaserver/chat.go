@@ -365,6 +365,7 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 			}
 			return &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: the answer ended before its last chunk")}
 		}
+		r.SkipBlank() // the separator after the event, when it came with it
 	}
 }
 

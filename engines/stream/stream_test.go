@@ -57,6 +57,38 @@ func TestReadyThenLine(t *testing.T) {
 	}
 }
 
+// SkipBlank takes the blank line after an event when it is at hand, "\n" or "\r\n", and
+// nothing else: a line that is not blank, or a blank line still to arrive, is read by Line.
+func TestSkipBlank(t *testing.T) {
+	const body = "data: one\n\ndata: two\r\n\r\ndata: three\n\n\ndata: four\nnot blank\n\r"
+	for _, piece := range []int{1, 2, 3, 7, 64} {
+		r := NewReader(&pieces{s: body, n: piece}, 1<<10)
+		var got []string
+		for {
+			line, err := r.Line()
+			got = append(got, string(line))
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err)
+			r.Ready() // the line end it remembers is forgotten by SkipBlank, not misused
+			r.SkipBlank()
+		}
+		r.Close()
+		if piece == 64 { // all of it buffered: every separator is taken, one at a time
+			assert.Equal(t, []string{"data: one", "data: two", "data: three", "", "data: four", "not blank", ""}, got)
+		}
+		// In any pieces, the lines that are not blank come in order, and none is lost.
+		var text []string
+		for _, l := range got {
+			if l != "" {
+				text = append(text, l)
+			}
+		}
+		assert.Equal(t, []string{"data: one", "data: two", "data: three", "data: four", "not blank"}, text, "pieces of %d bytes", piece)
+	}
+}
+
 // pieces reads s n bytes at a time.
 type pieces struct {
 	s string
