@@ -12,6 +12,8 @@ package gateway_test
 //     proxy's (Ollama's own NDJSON), in turn; per token is the slope over answer length (8
 //     to cmpLongest tokens) of the median CPU time of an answer, and of its wall time.
 //   - hailo: the same, an OpenAI client on the hailo-ollama simulator beside its bare proxy.
+//   - llama: the same, one hop on llama-server beside its bare proxy: what a token costs when
+//     nothing else streams (the rounds of many streams write several tokens at once).
 //
 // One path alone, for a profile: -bench 'Streams/64' with LLMKUBE_BENCH_PATH="one hop".
 //
@@ -93,6 +95,13 @@ func BenchmarkStreams(b *testing.B) {
 		})
 	}
 	b.Run("ollama", func(b *testing.B) { benchDialect(b, e, dialect) })
+	b.Run("llama", func(b *testing.B) {
+		seq := pick(
+			cmpPath{name: "bare proxy", url: bareProxy(b, engine, true) + "/v1/chat/completions", model: "tiny"},
+			cmpPath{name: "one hop", url: a.url + "/v1/chat/completions", model: "tiny"},
+		)
+		benchDialect(b, e, seq)
+	})
 	b.Run("hailo", func(b *testing.B) {
 		// FinalChunks, as in BenchmarkCompare: the bare proxy passes a cut stream on as broken.
 		dataDir := b.TempDir()
