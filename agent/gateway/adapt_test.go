@@ -89,6 +89,28 @@ func BenchmarkAdaptTokens(b *testing.B) {
 	}
 }
 
+// BenchmarkOAChunk is what the relay and the OpenAI stream encoder do with one piece of an
+// answer and the release after it (a driver's chunk with More, then the empty one it sends
+// before waiting), into a writer that drops the bytes: the agent's work a token on the way
+// out, without the system call.
+//
+//	go test -run '^$' -bench OAChunk -benchmem ./agent/gateway/
+func BenchmarkOAChunk(b *testing.B) {
+	call := &chatCall{d: dialectOpenAI, model: "tiny", stream: true}
+	var w dropWriter
+	run := newRelay(newEncoder(call, &w, time.Minute, time.Now()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := run.take(engines.ChatChunk{Content: " word12", More: true}); err != nil {
+			b.Fatal(err)
+		}
+		if err := run.take(engines.ChatChunk{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run.enc.stop()
+}
+
 // memAnswer answers every request with its NDJSON body.
 type memAnswer string
 

@@ -2,6 +2,7 @@ package llamaserver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -146,6 +147,38 @@ func TestDialAheadSpareExpires(t *testing.T) {
 	defer a.mu.Unlock()
 	assert.Nil(t, a.spare)
 	assert.False(t, a.dialing)
+}
+
+// BenchmarkChatRequest is what writing a chat's request costs, as the driver writes it
+// (appendRequest into a reused buffer) and as http.Request's Write wrote it before (the
+// request built by http.NewRequest with the same headers), into a writer that drops it.
+//
+//	go test -run '^$' -bench ChatRequest -benchmem ./engines/llamaserver/
+func BenchmarkChatRequest(b *testing.B) {
+	body := []byte(`{"model":"tiny","messages":[{"role":"user","content":"prompt number 12"}],"stream":true,"max_tokens":1}`)
+	b.Run("bytes", func(b *testing.B) {
+		b.ReportAllocs()
+		var msg []byte
+		for b.Loop() {
+			msg = appendRequest(msg[:0], "127.0.0.1:34567", "/v1/chat/completions", body)
+			io.Discard.Write(msg)
+		}
+	})
+	b.Run("http.Request", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:34567/v1/chat/completions", bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Header["Content-Type"] = []string{"application/json"}
+			req.Header["Accept"] = []string{"text/event-stream"}
+			req.Close = true
+			if err := req.Write(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkChatFirstPiece is the time from a chat's start to its first piece through the

@@ -88,8 +88,9 @@ func (r *Reader) Ready() bool {
 }
 
 // SkipBlank takes a blank line already in the buffer: the separator after a server-sent event,
-// which arrives with it. A driver that calls it after each event reads one line a token
-// instead of two (the loop around a Line costs about what its look for the line end does).
+// which arrives with it. A driver that calls it after each event goes round its loop once a
+// token instead of twice (llama-server's reader: BenchmarkReadEvents, 144-156 against 162-170
+// ns a token).
 func (r *Reader) SkipBlank() {
 	r.ready = 0
 	n := r.br.Buffered()
