@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,37 +18,102 @@ import (
 // mapping that holds a page of its own (a copy made on write: relocated data of a
 // position-independent build) is left alone, as is anything writable: only pages the file
 // itself can give back again are dropped.
+//
+// The mappings are read from /proc/self/smaps once, by the first call, and remembered: an
+// executable's mappings stay where they are for the life of the process, and one found
+// read-only with no page of its own stays so (nothing in a Go program makes its code writable).
+// Reading smaps walks the page tables of every mapping the process has, the heap's included:
+// it cost the idle agent about 3.5 ms of CPU at each detection round, a tenth of all it used
+// idle (perf, 90 s, 2026-12-06). What was resident is told instead by the file-backed resident
+// count of /proc/self/statm before and after, which the kernel keeps as a counter.
 func Release() (int64, error) {
-	var exe unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &exe); err != nil {
-		return 0, fmt.Errorf("execpages: %w", err)
+	known.Do(func() { known.maps, known.err = executableMappings() })
+	if known.err != nil {
+		return 0, known.err
 	}
-	b, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		return 0, fmt.Errorf("execpages: %w", err)
-	}
-	maps, err := parseSmaps(b)
+	before, err := fileResident()
 	if err != nil {
 		return 0, err
 	}
-	var released int64
-	for _, m := range releasable(maps, exe) {
+	for _, m := range known.maps {
 		// The addresses are the kernel's own, of a live mapping: no Go pointer is involved.
 		if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_DONTNEED); e != 0 {
-			return released, fmt.Errorf("execpages: madvise %#x-%#x: %w", m.start, m.end, e)
+			return 0, fmt.Errorf("execpages: madvise %#x-%#x: %w", m.start, m.end, e)
 		}
-		released += m.rss
 	}
-	return released, nil
+	after, err := fileResident()
+	if err != nil {
+		return 0, err
+	}
+	return max(before-after, 0), nil
+}
+
+// known is the executable's releasable mappings, read by the first Release.
+var known struct {
+	sync.Once
+	maps []mapping
+	err  error
+}
+
+// executableMappings reads /proc/self/smaps for the mappings Release drops.
+func executableMappings() ([]mapping, error) {
+	var exe unix.Stat_t
+	if err := unix.Stat("/proc/self/exe", &exe); err != nil {
+		return nil, fmt.Errorf("execpages: %w", err)
+	}
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		return nil, fmt.Errorf("execpages: %w", err)
+	}
+	maps, err := parseSmaps(b)
+	if err != nil {
+		return nil, err
+	}
+	return releasable(maps, exe), nil
+}
+
+// statm is /proc/self/statm, opened by the first Release and kept open: read with one pread,
+// it brings back as few of the pages just dropped as anything could (each page of code that
+// runs between the release and the count faults back in with its neighbours).
+var statm = struct {
+	sync.Once
+	fd  int
+	err error
+}{fd: -1}
+
+// fileResident is the process's resident file-backed and shared memory in bytes: the third
+// field of /proc/self/statm, in pages.
+func fileResident() (int64, error) {
+	statm.Do(func() {
+		statm.fd, statm.err = unix.Open("/proc/self/statm", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	})
+	if statm.err != nil {
+		return 0, fmt.Errorf("execpages: %w", statm.err)
+	}
+	var buf [256]byte
+	n, err := unix.Pread(statm.fd, buf[:], 0)
+	if err != nil {
+		return 0, fmt.Errorf("execpages: reading statm: %w", err)
+	}
+	f := strings.Fields(string(buf[:n]))
+	if len(f) < 3 {
+		return 0, fmt.Errorf("execpages: statm %q", buf[:n])
+	}
+	pages, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("execpages: statm %q: %w", buf[:n], err)
+	}
+	return pages * int64(os.Getpagesize()), nil
 }
 
 // releasable picks the mappings of the executable exe that the file can give back whole:
-// private, not writable, with no page of their own, and with something resident.
+// private, not writable, with no page of their own. One with nothing resident now is kept too:
+// its pages may come in later.
 func releasable(maps []mapping, exe unix.Stat_t) []mapping {
 	var out []mapping
 	for _, m := range maps {
 		if m.ino == exe.Ino && m.major == unix.Major(exe.Dev) && m.minor == unix.Minor(exe.Dev) &&
-			m.perms[1] != 'w' && m.perms[3] == 'p' && m.anon == 0 && m.rss > 0 {
+			m.perms[1] != 'w' && m.perms[3] == 'p' && m.anon == 0 {
 			out = append(out, m)
 		}
 	}
