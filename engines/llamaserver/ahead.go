@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmkube/mesh/internal/netconn"
@@ -23,9 +24,13 @@ const spareLife = 2 * time.Second
 // it. llama-server closes the connection after every streamed answer (see Chat), so every chat
 // needs a new one; connecting in the chat's path was measured at about 180 µs of the time to
 // the first token through one agent on loopback, more than the rest of the agent's work before
-// it. Each connection taken starts the dial of the next, so a chat that follows another within
-// spareLife finds its connection open. Nothing runs while the engine is idle: an unused spare
-// is closed once, spareLife after it was dialed.
+// it. A chat starts the dial of the next one's once its own first piece is on its way (see
+// connBody.dialNext), so a chat that follows or overlaps another within spareLife finds its
+// connection open. Not sooner: dialed as the chat was sent, the engine accepted the new
+// connection while it answered that chat's request, and the agent dialed while it relayed the
+// first piece, which cost one hop its lead over a bare proxy's first token whenever the engine
+// was busy (BenchmarkCompare, 2026-12-06). Nothing runs while the engine is idle: an unused
+// spare is closed once, spareLife after it was dialed.
 type dialAhead struct {
 	addr   string
 	dialer net.Dialer
@@ -50,25 +55,19 @@ func (a *dialAhead) DialContext(ctx context.Context, network, addr string) (net.
 		return a.dialer.DialContext(ctx, network, addr)
 	}
 	c, _, err := a.take(ctx)
+	a.dialNext()
 	return c, err
 }
 
-// take is the spare when one is open (spare true; it dials the next), a new connection
-// otherwise.
+// take is the spare when one is open (spare true), a new connection otherwise.
 func (a *dialAhead) take(ctx context.Context) (c net.Conn, spare bool, err error) {
-	network := "tcp"
 	a.mu.Lock()
 	c, at := a.spare, a.at
 	a.spare = nil
 	if c != nil {
 		a.expire.Stop()
 	}
-	refill := !a.dialing && !a.closed
-	a.dialing = a.dialing || refill
 	a.mu.Unlock()
-	if refill {
-		go a.refill(network)
-	}
 	if c != nil {
 		// Checked, as the transport cannot send a request again on a connection it did not
 		// reuse: a spare the engine closed (it stopped, or restarted on the same port) is
@@ -78,8 +77,19 @@ func (a *dialAhead) take(ctx context.Context) (c net.Conn, spare bool, err error
 		}
 		c.Close()
 	}
-	c, err = a.dialer.DialContext(ctx, network, a.addr)
+	c, err = a.dialer.DialContext(ctx, "tcp", a.addr)
 	return c, false, err
+}
+
+// dialNext dials the next spare unless one is open or being dialed.
+func (a *dialAhead) dialNext() {
+	a.mu.Lock()
+	dial := !a.dialing && !a.closed && a.spare == nil
+	a.dialing = a.dialing || dial
+	a.mu.Unlock()
+	if dial {
+		go a.refill("tcp")
+	}
 }
 
 // readers are the buffered readers of chats' connections, reused.
@@ -96,7 +106,8 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10)
 // ns and none (BenchmarkChatRequest). A spare the
 // engine closed after the look that found it quiet (the one request an http.Transport would
 // have sent again) is replaced by a new connection once, when nothing of an answer came on it.
-// The end of ctx closes the connection, which ends a write or a read under way.
+// The end of ctx closes the connection, which ends a write or a read under way. The answer's
+// body dials the next chat's connection (connBody.dialNext).
 func (a *dialAhead) roundTrip(ctx context.Context, route string, body []byte) (*http.Response, error) {
 	msg := requests.Get().(*[]byte)
 	*msg = appendRequest((*msg)[:0], a.addr, route, body)
@@ -115,7 +126,9 @@ func (a *dialAhead) roundTrip(ctx context.Context, route string, body []byte) (*
 		br.Reset(c)
 		resp, nothing, err := sendOn(c, br, *msg)
 		if err == nil {
-			resp.Body = &connBody{ReadCloser: resp.Body, c: c, br: br, stop: stop}
+			body := &connBody{ReadCloser: resp.Body, c: c, br: br, stop: stop}
+			body.next.Store(a)
+			resp.Body = body
 			return resp, nil
 		}
 		stop()
@@ -173,9 +186,20 @@ type connBody struct {
 	br   *bufio.Reader
 	stop func() bool
 	once sync.Once
+	// next dials the next chat's connection, once: when the answer's first piece has gone to
+	// the client (dialNext), or at the close of an answer that had none.
+	next atomic.Pointer[dialAhead]
+}
+
+// dialNext starts the dial of the next chat's connection, the first time it is called.
+func (b *connBody) dialNext() {
+	if a := b.next.Swap(nil); a != nil {
+		a.dialNext()
+	}
 }
 
 func (b *connBody) Close() error {
+	b.dialNext()
 	b.once.Do(func() {
 		b.stop()
 		b.c.Close()
@@ -186,7 +210,7 @@ func (b *connBody) Close() error {
 	return nil
 }
 
-// refill dials the next spare.
+// refill dials the next spare (see dialNext).
 func (a *dialAhead) refill(network string) {
 	c, err := a.dialer.Dial(network, a.addr)
 	a.mu.Lock()

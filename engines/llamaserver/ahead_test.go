@@ -279,9 +279,7 @@ func TestRequestAsWritten(t *testing.T) {
 
 // afterOneChat is an engine, a dialAhead to it and the connection it dialed ahead (kept as its
 // spare) after one chat, answered; got carries the bodies of the requests answer answers. The
-// chat goes on a spare dialed before it, so the engine knows which connection it is on: a chat
-// with no spare dials its own while it dials the next spare, and the two reach the engine's
-// accept in either order (under load, the spare first).
+// chat goes on a spare dialed before it, so the engine knows which connection it is on.
 func afterOneChat(t *testing.T) (e *engineEnd, a *dialAhead, spare net.Conn, got chan string) {
 	t.Helper()
 	e = listenEngine(t)
@@ -300,6 +298,47 @@ func afterOneChat(t *testing.T) (e *engineEnd, a *dialAhead, spare net.Conn, got
 	require.NotEqual(t, first.RemoteAddr().String(), spare.RemoteAddr().String(), "the spare is a connection of its own")
 	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the spare is kept")
 	return e, a, spare, got
+}
+
+// A chat dials the next chat's connection once its first piece is out (the answer's body's
+// dialNext), not while its own request is answered; an answer that had none dials it at its
+// close; and one is dialed at a time.
+func TestNextConnectionDialedAfterTheFirstPiece(t *testing.T) {
+	e := listenEngine(t)
+	a := newDialAhead(e.ln.Addr().String())
+	a.life = time.Hour
+	got := make(chan string, 16)
+	ctx := context.Background()
+	dialing := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.dialing || a.spare != nil
+	}
+
+	// No spare: the chat dials its own, and nothing else.
+	go func() { answer(e.next(t), "data: one", got) }()
+	resp, err := a.roundTrip(ctx, "/v1/chat/completions", []byte(`{"n":1}`))
+	require.NoError(t, err)
+	assert.False(t, dialing(), "nothing more is dialed while the chat's answer begins")
+	resp.Body.(*connBody).dialNext() // the first piece is out
+	spare := e.next(t)
+	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the next chat's connection is kept")
+	assert.Equal(t, "data: one", readAll(t, resp), "the answer reads on")
+	assert.Equal(t, `{"n":1}`, <-got)
+
+	// The next chat goes on it; its answer has no piece, so its close dials the one after.
+	go answer(spare, "", got)
+	resp, err = a.roundTrip(ctx, "/v1/chat/completions", []byte(`{"n":2}`))
+	require.NoError(t, err)
+	assert.False(t, dialing(), "nothing more is dialed while the chat's answer begins")
+	assert.Equal(t, "", readAll(t, resp))
+	assert.Equal(t, `{"n":2}`, <-got)
+	third := e.next(t)
+	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the close dialed the next")
+	a.dialNext()
+	a.mu.Lock()
+	assert.True(t, same(a.spare, third) && !a.dialing, "one connection is dialed ahead at a time")
+	a.mu.Unlock()
 }
 
 // readAll is an answer's body, read to its end and closed (twice: harmless).

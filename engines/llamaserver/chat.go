@@ -170,7 +170,7 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if resp.StatusCode != http.StatusOK {
 		return answerError(resp)
 	}
-	return readEvents(ctx, resp.Body, emit)
+	return readEvents(ctx, resp.Body, emit, resp.Body.(*connBody).dialNext)
 }
 
 // openAIError is llama-server's error body: {"error":{"code":400,"message":…,"type":…}}.
@@ -241,8 +241,9 @@ const maxToolCalls = 64
 // and the timings of llama-server's last event say as much, the prompt's tokens being those
 // taken from the cache and those evaluated, cache_n + prompt_n). Pieces that arrived together are
 // emitted with More (see engines.ChatChunk), and an empty chunk goes out before each wait on
-// the engine after them.
-func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk) error) error {
+// the engine after them. first, when not nil, is called once the first piece of content has
+// been emitted: work that should not delay it goes there.
+func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk) error, first func()) error {
 	r := stream.NewReader(body, maxEvent)
 	defer r.Close()
 	final := engines.ChatChunk{Done: true}
@@ -301,6 +302,10 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 					return err
 				}
 				held = true
+				if first != nil {
+					first()
+					first = nil
+				}
 			}
 			if finish != "" {
 				final.FinishReason, finished = finish, true
@@ -353,6 +358,10 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 						return err
 					}
 					held = true
+					if first != nil {
+						first()
+						first = nil
+					}
 				}
 				if ch.FinishReason != nil && *ch.FinishReason != "" {
 					final.FinishReason, finished = *ch.FinishReason, true

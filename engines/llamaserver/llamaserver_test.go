@@ -587,7 +587,7 @@ func FuzzReadEvents(f *testing.F) {
 	f.Add(": comment\nevent: x\ndata: nonsense\n")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, body string) {
-		done := 0
+		done, pieces, firsts := 0, 0, 0
 		err := readEvents(context.Background(), strings.NewReader(body), func(c engines.ChatChunk) error {
 			if done > 0 {
 				t.Fatal("a chunk after the last one")
@@ -595,10 +595,20 @@ func FuzzReadEvents(f *testing.F) {
 			if c.Done {
 				done++
 			}
+			if c.Content != "" {
+				pieces++
+			}
 			return nil
+		}, func() {
+			if firsts++; firsts > 1 || pieces != 1 {
+				t.Fatalf("first called a %d. time, after %d pieces", firsts, pieces)
+			}
 		})
 		if err == nil && done != 1 {
 			t.Fatalf("success with %d last chunks", done)
+		}
+		if (pieces > 0) != (firsts == 1) {
+			t.Fatalf("first called %d times for %d pieces", firsts, pieces)
 		}
 	})
 }
@@ -763,7 +773,7 @@ func TestStreamContextExceededIsContextLimit(t *testing.T) {
 	body := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n" +
 		"data: {\"error\":{\"code\":500,\"message\":\"Context size has been exceeded.\",\"type\":\"server_error\"}}\n\n"
 	n := 0
-	err := readEvents(t.Context(), strings.NewReader(body), func(engines.ChatChunk) error { n++; return nil })
+	err := readEvents(t.Context(), strings.NewReader(body), func(engines.ChatChunk) error { n++; return nil }, nil)
 	assert.Equal(t, api.CodeContextLimit, codeOf(err))
 	assert.EqualError(t, err, "ContextTooLong: llama-server: Context size has been exceeded.")
 	assert.Equal(t, 1, n, "the content before it was passed on")
@@ -905,7 +915,7 @@ func TestReadEventsHoldsOnlyWhatIsFollowed(t *testing.T) {
 			got <- c
 			<-next
 			return nil
-		})
+		}, nil)
 	}()
 	recv := func() engines.ChatChunk {
 		c := <-got
@@ -968,7 +978,7 @@ func BenchmarkReadEvents(b *testing.B) {
 	answer := body.String()
 	emit := func(engines.ChatChunk) error { return nil }
 	for b.Loop() {
-		if err := readEvents(b.Context(), strings.NewReader(answer), emit); err != nil {
+		if err := readEvents(b.Context(), strings.NewReader(answer), emit, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
