@@ -25,8 +25,9 @@ const spareLife = 2 * time.Second
 // needs a new one; connecting in the chat's path was measured at about 180 µs of the time to
 // the first token through one agent on loopback, more than the rest of the agent's work before
 // it. A chat starts the dial of the next one's once its own first piece is on its way (see
-// connBody.dialNext), so a chat that follows or overlaps another within spareLife finds its
-// connection open. Not sooner: dialed as the chat was sent, the engine accepted the new
+// connBody.dialNext), and again when its answer ends if none is open then (the one dialed at
+// its first piece expired in a long answer, or another chat took it), so a chat that overlaps
+// another, or follows one within spareLife of its end, finds its connection open. Not sooner: dialed as the chat was sent, the engine accepted the new
 // connection while it answered that chat's request, and the agent dialed while it relayed the
 // first piece, which cost one hop its lead over a bare proxy's first token whenever the engine
 // was busy (BenchmarkCompare, 2026-12-06). Nothing runs while the engine is idle: an unused
@@ -126,9 +127,7 @@ func (a *dialAhead) roundTrip(ctx context.Context, route string, body []byte) (*
 		br.Reset(c)
 		resp, nothing, err := sendOn(c, br, *msg)
 		if err == nil {
-			body := &connBody{ReadCloser: resp.Body, c: c, br: br, stop: stop}
-			body.next.Store(a)
-			resp.Body = body
+			resp.Body = &connBody{ReadCloser: resp.Body, c: c, br: br, stop: stop, ahead: a}
 			return resp, nil
 		}
 		stop()
@@ -182,24 +181,25 @@ func sendOn(c net.Conn, br *bufio.Reader, msg []byte) (resp *http.Response, noth
 // connBody is an answer's body on a connection of its own: closing it closes the connection.
 type connBody struct {
 	io.ReadCloser
-	c    net.Conn
-	br   *bufio.Reader
-	stop func() bool
-	once sync.Once
-	// next dials the next chat's connection, once: when the answer's first piece has gone to
-	// the client (dialNext), or at the close of an answer that had none.
-	next atomic.Pointer[dialAhead]
+	c     net.Conn
+	br    *bufio.Reader
+	stop  func() bool
+	once  sync.Once
+	ahead *dialAhead  // dials the next chat's connection (see dialAhead)
+	asked atomic.Bool // dialNext asked for it
 }
 
-// dialNext starts the dial of the next chat's connection, the first time it is called.
+// dialNext starts the dial of the next chat's connection, the first time it is called: when
+// the answer's first piece has gone to the client.
 func (b *connBody) dialNext() {
-	if a := b.next.Swap(nil); a != nil {
-		a.dialNext()
+	if !b.asked.Swap(true) {
+		b.ahead.dialNext()
 	}
 }
 
+// Close closes the connection, and dials the next chat's unless one is open or being dialed.
 func (b *connBody) Close() error {
-	b.dialNext()
+	b.ahead.dialNext()
 	b.once.Do(func() {
 		b.stop()
 		b.c.Close()

@@ -301,8 +301,8 @@ func afterOneChat(t *testing.T) (e *engineEnd, a *dialAhead, spare net.Conn, got
 }
 
 // A chat dials the next chat's connection once its first piece is out (the answer's body's
-// dialNext), not while its own request is answered; an answer that had none dials it at its
-// close; and one is dialed at a time.
+// dialNext), not while its own request is answered; an answer's close dials it when none is
+// open (it had no piece, or its spare was taken or expired); and one is dialed at a time.
 func TestNextConnectionDialedAfterTheFirstPiece(t *testing.T) {
 	e := listenEngine(t)
 	a := newDialAhead(e.ln.Addr().String())
@@ -339,6 +339,23 @@ func TestNextConnectionDialedAfterTheFirstPiece(t *testing.T) {
 	a.mu.Lock()
 	assert.True(t, same(a.spare, third) && !a.dialing, "one connection is dialed ahead at a time")
 	a.mu.Unlock()
+
+	// A third chat goes on it; the spare its first piece dials is taken by another chat before
+	// its answer ends, so its close dials the next.
+	go answer(third, "data: three", got)
+	resp, err = a.roundTrip(ctx, "/v1/chat/completions", []byte(`{"n":3}`))
+	require.NoError(t, err)
+	resp.Body.(*connBody).dialNext()
+	fourth := e.next(t)
+	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the next chat's connection is kept")
+	other, spare2, err := a.take(ctx)
+	require.NoError(t, err)
+	defer other.Close()
+	assert.True(t, spare2 && same(other, fourth), "another chat took the spare")
+	assert.Equal(t, "data: three", readAll(t, resp))
+	assert.Equal(t, `{"n":3}`, <-got)
+	e.next(t)
+	require.Eventually(t, a.kept, 10*time.Second, time.Millisecond, "the close dialed the next")
 }
 
 // readAll is an answer's body, read to its end and closed (twice: harmless).
