@@ -27,11 +27,12 @@ const spareLife = 2 * time.Second
 // it. A chat starts the dial of the next one's once its own first piece is on its way (see
 // connBody.dialNext), and again when its answer ends if none is open then (the one dialed at
 // its first piece expired in a long answer, or another chat took it), so a chat that overlaps
-// another, or follows one within spareLife of its end, finds its connection open. Not sooner: dialed as the chat was sent, the engine accepted the new
-// connection while it answered that chat's request, and the agent dialed while it relayed the
-// first piece, which cost one hop its lead over a bare proxy's first token whenever the engine
-// was busy (BenchmarkCompare, 2026-12-06). Nothing runs while the engine is idle: an unused
-// spare is closed once, spareLife after it was dialed.
+// another, or follows one within spareLife of its end, finds its connection open. Not sooner:
+// dialed as the chat was sent, the engine accepted the new connection while it answered that
+// chat's request, and the agent dialed while it relayed the first piece, which cost one hop
+// its lead over a bare proxy's first token whenever the engine was busy (BenchmarkCompare,
+// 2026-12-06). Nothing runs while the engine is idle: an unused spare is closed once,
+// spareLife after it was dialed.
 type dialAhead struct {
 	addr   string
 	dialer net.Dialer
@@ -89,7 +90,7 @@ func (a *dialAhead) dialNext() {
 	a.dialing = a.dialing || dial
 	a.mu.Unlock()
 	if dial {
-		go a.refill("tcp")
+		go a.refill()
 	}
 }
 
@@ -211,8 +212,8 @@ func (b *connBody) Close() error {
 }
 
 // refill dials the next spare (see dialNext).
-func (a *dialAhead) refill(network string) {
-	c, err := a.dialer.Dial(network, a.addr)
+func (a *dialAhead) refill() {
+	c, err := a.dialer.Dial("tcp", a.addr)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.dialing = false

@@ -286,7 +286,7 @@ func afterOneChat(t *testing.T) (e *engineEnd, a *dialAhead, spare net.Conn, got
 	a = newDialAhead(e.ln.Addr().String())
 	a.life = time.Hour
 	got = make(chan string, 16)
-	a.refill("tcp")
+	a.refill()
 	first := e.next(t) // the chat's: nothing else was dialed yet
 	go answer(first, "data: one", got)
 	ctx := context.Background()
@@ -316,7 +316,7 @@ func TestNextConnectionDialedAfterTheFirstPiece(t *testing.T) {
 	}
 
 	// No spare: the chat dials its own, and nothing else.
-	go func() { answer(e.next(t), "data: one", got) }()
+	go func() { answer(<-e.accepted, "data: one", got) }()
 	resp, err := a.roundTrip(ctx, "/v1/chat/completions", []byte(`{"n":1}`))
 	require.NoError(t, err)
 	assert.False(t, dialing(), "nothing more is dialed while the chat's answer begins")

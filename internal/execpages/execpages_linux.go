@@ -24,8 +24,9 @@ import (
 // read-only with no page of its own stays so (nothing in a Go program makes its code writable).
 // Reading smaps walks the page tables of every mapping the process has, the heap's included:
 // it cost the idle agent about 3.5 ms of CPU at each detection round, 6 % of all it used idle
-// (perf, 90 s, 2026-12-06; 1.4 % this way). What was resident is told instead by the file-backed resident
-// count of /proc/self/statm before and after, which the kernel keeps as a counter.
+// (perf, 90 s, 2026-12-06; 1.4 % this way). What was resident is told instead by the
+// file-backed resident count of /proc/self/statm before and after, which the kernel keeps as a
+// counter.
 func Release() (int64, error) {
 	known.Do(func() { known.maps, known.err = executableMappings() })
 	if known.err != nil {
