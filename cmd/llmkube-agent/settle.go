@@ -19,9 +19,9 @@ import (
 // publish of the new state, the first health checks and gossip rounds), and until every
 // placement has an outcome, ready or failed. That code ran once: without this the idle agent
 // kept nearly all of its binary resident (13 of its 15 MB) where it runs about 5 MB of it.
-// What runs again comes back from the page cache in a few hundred minor faults. Each release
-// also returns the heap's free pages. The first release logs "start-up over"; with after 0
-// none is made.
+// What runs again comes back from the page cache in a few hundred minor faults. A release
+// after work, and one in collectEvery after rounds, also returns the heap's free pages. The
+// first release logs "start-up over"; with after 0 none is made.
 func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration, log *slog.Logger) {
 	select {
 	case <-a.Running():
@@ -33,7 +33,9 @@ func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration
 	timer := time.NewTimer(after) // start-up was work
 	waiting := true               // the timer runs for work that is winding down
 	first := true
+	rounds := 0 // detection rounds released in a row, since the last release after other work
 	for {
+		round := false
 		select {
 		case _, ok := <-sub.C():
 			if !ok { // cut off for falling behind (a burst of events): listen again
@@ -52,6 +54,7 @@ func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration
 			if waiting {
 				continue // the timer's release takes the round's pages too
 			}
+			round = true
 		case <-timer.C:
 			waiting = false
 		case <-ctx.Done():
@@ -63,15 +66,22 @@ func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration
 		var attrs []any
 		if after > 0 {
 			// The work's garbage goes back too: the runtime lets the heap grow to 4 MB before
-			// it collects, and returns freed pages only slowly, so after a detection round the
-			// idle agent held 0.8-0.9 MB more anonymous memory for good (RssAnon 3.5 -> 4.4 MB).
-			// A collection of an idle agent's heap of a few MB costs well under a millisecond;
-			// a busy agent pays one more collection a detection round, beside its own many.
-			debug.FreeOSMemory()
+			// it collects, and returns freed pages only slowly, so after start-up the idle agent
+			// held 0.8-0.9 MB more anonymous memory for good (RssAnon 3.5 -> 4.4 MB). A round's
+			// garbage is less, and is left to the runtime but at every collectEvery-th round.
+			collect := !round || rounds%collectEvery == 0
+			if collect {
+				debug.FreeOSMemory()
+			}
+			if round {
+				rounds++
+			} else {
+				rounds = 0
+			}
 			released, err := execpages.Release()
 			switch {
 			case err == nil:
-				attrs = append(attrs, "released_code_mb", float64(released>>10)/1024)
+				attrs = append(attrs, "released_code_mb", float64(released>>10)/1024, "heap_returned", collect)
 			case !errors.Is(err, execpages.ErrUnsupported):
 				log.Warn("releasing code pages", "err", err)
 			}
@@ -84,6 +94,19 @@ func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration
 		}
 	}
 }
+
+// collectEvery: of the releases after detection rounds in a row, the first and each
+// collectEvery-th also return the heap's free pages (debug.FreeOSMemory), as the releases after
+// other work all do; at the others the runtime is left to collect when it will (at a heap of 4
+// MB, or after 2 minutes). An idle agent allocates 1-2 MB in a round and the 30 s before it,
+// nearly none of which lives (GODEBUG=gctrace=1, 2026-12-06): a collection forced at every
+// round, with runtime.GC's wait for the sweep, the pages handed back and then faulted in again
+// as the heap was used, was half of what a round cost on the Firecracker guest (perf, 120 s:
+// 6-7 ms of 13-15). Left to the runtime, a round took 6-8 ms against 10-31 for the same build
+// collecting every round, and the agent's anonymous memory was 0.2 MB more (mean 4.26 against
+// 4.04 MB; two agents side by side, 300 s, CPU time of each 1 s). One in collectEvery still
+// returns what an occasional burst without an event (a chat's buffers) left: every 5 minutes.
+const collectEvery = 10
 
 // settled reports whether every placement has an outcome: none is being sized, pulled,
 // loaded or restarted.

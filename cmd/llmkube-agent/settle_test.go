@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"runtime"
@@ -51,6 +52,21 @@ func TestReleaseRightAfterADetectionRound(t *testing.T) {
 
 	require.Eventually(t, func() bool { return logged(&log, "start-up over") == 1 }, 10*time.Second, 5*time.Millisecond)
 	// Rounds come every 40 ms, each of which put the release off by 400 ms before.
-	require.Eventually(t, func() bool { return logged(&log, "code pages released") >= 3 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return logged(&log, "code pages released") >= collectEvery+1 }, 10*time.Second, 5*time.Millisecond)
 	require.Zero(t, logged(&log, "releasing code pages"), "a release failed")
+
+	// The heap's free pages go back at the first round's release and at every collectEvery-th.
+	var returned []bool
+	for _, line := range strings.Split(log.String(), "\n") {
+		var l struct {
+			Msg          string
+			HeapReturned bool `json:"heap_returned"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "code pages released" {
+			returned = append(returned, l.HeapReturned)
+		}
+	}
+	want := make([]bool, collectEvery+1)
+	want[0], want[collectEvery] = true, true
+	require.Equal(t, want, returned[:collectEvery+1])
 }
