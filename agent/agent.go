@@ -52,8 +52,8 @@ type Config struct {
 	AllowTempStore bool
 	// NodeName overrides the name kept in the state dir.
 	NodeName string
-	// Host is what hwprobe found. Reprobe, when set, refreshes it now and then (available
-	// memory); the budget stays as computed at start.
+	// Host is what hwprobe found. Reprobe, when set, refreshes its available memory at each
+	// detection round (hwprobe.ProbeMemory does); the budget stays as computed at start.
 	Host    hwprobe.Info
 	Reprobe func(context.Context) hwprobe.Info
 	// Drivers are the selected runtimes, one driver each.

@@ -19,13 +19,18 @@ func (p *prober) darwin() {
 	if err != nil {
 		p.note(fmt.Sprintf("no sysctl values: %v", err))
 	}
+	memory := []string{FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable}
+	if p.onlyMemory {
+		p.step(memory, func() { p.darwinMemory(sc) })
+		return
+	}
 	if p.live {
 		p.step([]string{FieldHostname, FieldCPUs, FieldPageSize}, p.liveBasics)
 	} else {
 		p.step([]string{FieldHostname, FieldCPUs, FieldPageSize}, func() { p.darwinBasics(sc) })
 	}
 	p.step([]string{FieldChip}, func() { p.darwinChip(sc) })
-	p.step([]string{FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable}, func() { p.darwinMemory(sc) })
+	p.step(memory, func() { p.darwinMemory(sc) })
 	p.step([]string{FieldAccelerators}, p.darwinAccelerators)
 }
 

@@ -206,7 +206,7 @@ func FuzzParseSysctlValues(f *testing.F) {
 			}
 		}
 		// Whatever was recorded, the darwin probe neither panics nor invents a figure.
-		info := probe(t.Context(), Options{OS: "darwin", Arch: "arm64", Sysctl: v}, rootFS{fsys: fstest.MapFS{}}, false)
+		info := probe(t.Context(), Options{OS: "darwin", Arch: "arm64", Sysctl: v}, rootFS{fsys: fstest.MapFS{}}, false, false)
 		if info.Known(FieldTotal) && info.Memory.Total <= 0 {
 			t.Fatalf("total %d reported known", info.Memory.Total)
 		}
@@ -232,7 +232,11 @@ func FuzzProbeLinuxMemory(f *testing.F) {
 			"sys/fs/cgroup/p/c/memory.max":     {Data: childMax},
 			"sys/fs/cgroup/p/c/memory.current": {Data: current},
 		}
-		info := probe(t.Context(), Options{OS: "linux", Arch: "amd64"}, rootFS{fsys: fsys}, false)
+		info := probe(t.Context(), Options{OS: "linux", Arch: "amd64"}, rootFS{fsys: fsys}, false, false)
+		// The refresh of memory alone finds what the whole probe does.
+		if only := probe(t.Context(), Options{OS: "linux", Arch: "amd64"}, rootFS{fsys: fsys}, false, true); only.Memory != info.Memory {
+			t.Fatalf("memory alone %+v, in the whole probe %+v", only.Memory, info.Memory)
+		}
 		m := info.Memory
 		if info.Known(FieldTotal) {
 			if m.Total < 0 || m.Total > m.HostTotal {

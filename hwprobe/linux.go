@@ -9,6 +9,11 @@ import (
 // linux probes a Linux host from its /proc, /sys and /dev under the root. These readers are
 // plain file parsers, built and tested on every OS.
 func (p *prober) linux() {
+	memory := []string{FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable, FieldCgroupVersion}
+	if p.onlyMemory {
+		p.step(memory, p.linuxMemory)
+		return
+	}
 	if p.live {
 		p.step([]string{FieldHostname, FieldCPUs, FieldPageSize}, p.liveBasics)
 	} else {
@@ -17,7 +22,7 @@ func (p *prober) linux() {
 		p.step([]string{FieldPageSize}, p.linuxPageSize)
 	}
 	p.step([]string{FieldChip}, p.linuxChip)
-	p.step([]string{FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable, FieldCgroupVersion}, p.linuxMemory)
+	p.step(memory, p.linuxMemory)
 	p.step([]string{FieldAccelerators}, p.linuxAccelerators)
 }
 

@@ -123,24 +123,39 @@ func (i Info) Known(field string) bool {
 // Probe reads what the host has. It never fails: what it cannot read is named in Unknown, and
 // why in Notes. Once ctx is done the fields not yet read are reported unknown.
 func Probe(ctx context.Context, opts Options) Info {
-	if opts.Root == "" {
-		opts.Root = "/"
-	}
-	if opts.OS == "" {
-		opts.OS = runtime.GOOS
-	}
-	if opts.Arch == "" {
-		opts.Arch = runtime.GOARCH
-	}
+	opts = opts.defaults()
 	// The Go runtime answers for this very process, and better than files (NumCPU honours the
 	// CPU affinity mask); a fixture root exercises the file parsers instead.
 	live := opts.Root == "/" && opts.OS == runtime.GOOS && opts.Arch == runtime.GOARCH
-	return probe(ctx, opts, newRootFS(opts.Root), live)
+	return probe(ctx, opts, newRootFS(opts.Root), live, false)
 }
 
-// probe reads a host through r.
-func probe(ctx context.Context, opts Options, r rootFS, live bool) Info {
-	p := &prober{ctx: ctx, r: r, opts: opts, live: live, info: Info{OS: opts.OS, Arch: opts.Arch}}
+// defaults fills the root, OS and arch left empty: this host's.
+func (o Options) defaults() Options {
+	if o.Root == "" {
+		o.Root = "/"
+	}
+	if o.OS == "" {
+		o.OS = runtime.GOOS
+	}
+	if o.Arch == "" {
+		o.Arch = runtime.GOARCH
+	}
+	return o
+}
+
+// ProbeMemory reads only the host's memory: Probe's Memory, with what of it is unknown and why
+// in Unknown and Notes; the other fields are left empty. It is the refresh an agent makes every
+// 30 s for what is available, which needs no chip, accelerators or hostname read again.
+func ProbeMemory(ctx context.Context, opts Options) Info {
+	opts = opts.defaults()
+	live := opts.Root == "/" && opts.OS == runtime.GOOS && opts.Arch == runtime.GOARCH
+	return probe(ctx, opts, newRootFS(opts.Root), live, true)
+}
+
+// probe reads a host through r: all of it, or with onlyMemory its memory.
+func probe(ctx context.Context, opts Options, r rootFS, live, onlyMemory bool) Info {
+	p := &prober{ctx: ctx, r: r, opts: opts, live: live, onlyMemory: onlyMemory, info: Info{OS: opts.OS, Arch: opts.Arch}}
 	switch opts.OS {
 	case "linux":
 		p.linux()
@@ -156,11 +171,12 @@ func probe(ctx context.Context, opts Options, r rootFS, live bool) Info {
 
 // prober carries one probe's state.
 type prober struct {
-	ctx  context.Context
-	r    rootFS
-	opts Options
-	live bool
-	info Info
+	ctx        context.Context
+	r          rootFS
+	opts       Options
+	live       bool
+	onlyMemory bool // ProbeMemory's probe
+	info       Info
 }
 
 // step runs one part of the probe, or, once the context is done, marks its fields unknown.
@@ -208,6 +224,10 @@ func (p *prober) liveBasics() {
 // other probes an OS we have no sources for: only what the Go runtime knows of a live host.
 func (p *prober) other() {
 	p.note(fmt.Sprintf("hwprobe does not read %s hosts: chip, memory and accelerators unknown", p.opts.OS))
+	if p.onlyMemory {
+		p.info.Unknown = append(p.info.Unknown, FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable)
+		return
+	}
 	if p.live {
 		p.step([]string{FieldHostname, FieldCPUs, FieldPageSize}, p.liveBasics)
 	} else {

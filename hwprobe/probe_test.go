@@ -147,12 +147,24 @@ func TestProbeFixtures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
-			got := Probe(t.Context(), Options{Root: filepath.Join("testdata", tt.fixture), OS: tt.os, Arch: tt.arch})
+			opts := Options{Root: filepath.Join("testdata", tt.fixture), OS: tt.os, Arch: tt.arch}
+			got := Probe(t.Context(), opts)
 			assert.Equal(t, tt.want, got)
 			for _, f := range tt.want.Unknown {
 				assert.False(t, got.Known(f), f)
 			}
 			assert.True(t, got.Known(FieldTotal))
+
+			// The refresh of memory alone reads the same memory, and nothing else.
+			mem := ProbeMemory(t.Context(), opts)
+			assert.Equal(t, Info{OS: tt.os, Arch: tt.arch, Memory: tt.want.Memory}, Info{OS: mem.OS, Arch: mem.Arch, Memory: mem.Memory})
+			var memUnknown []string
+			for _, f := range tt.want.Unknown {
+				if strings.HasPrefix(f, "memory.") {
+					memUnknown = append(memUnknown, f)
+				}
+			}
+			assert.Equal(t, memUnknown, mem.Unknown)
 		})
 	}
 }
@@ -255,6 +267,11 @@ func TestProbeUnsupportedOS(t *testing.T) {
 			"hostname, cpus, page_size unknown: not a live probe of this host",
 		},
 	}, info)
+	assert.Equal(t, Info{
+		OS: "plan9", Arch: "amd64",
+		Unknown: []string{FieldAvailable, FieldHostAvailable, FieldHostTotal, FieldTotal},
+		Notes:   []string{"hwprobe does not read plan9 hosts: chip, memory and accelerators unknown"},
+	}, ProbeMemory(t.Context(), Options{Root: "testdata/pi5-hailo", OS: "plan9", Arch: "amd64"}))
 }
 
 // TestProbeEmptyRoot probes a root with nothing in it: everything unknown, nothing invented.

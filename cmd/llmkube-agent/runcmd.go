@@ -233,7 +233,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		NodeName:       o.nodeName,
 		Host:           info,
 		Reprobe: func(ctx context.Context) hwprobe.Info {
-			return hwprobe.Probe(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
+			return hwprobe.ProbeMemory(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
 		},
 		Drivers:            drivers,
 		Sizer:              sizer,
