@@ -69,14 +69,14 @@ func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration
 			// it collects, and returns freed pages only slowly, so after start-up the idle agent
 			// held 0.8-0.9 MB more anonymous memory for good (RssAnon 3.5 -> 4.4 MB). A round's
 			// garbage is less, and is left to the runtime but at every collectEvery-th round.
-			collect := !round || rounds%collectEvery == 0
-			if collect {
-				debug.FreeOSMemory()
-			}
 			if round {
 				rounds++
 			} else {
 				rounds = 0
+			}
+			collect := rounds%collectEvery == 0
+			if collect {
+				debug.FreeOSMemory()
 			}
 			released, err := execpages.Release()
 			switch {
@@ -95,17 +95,19 @@ func releaseWhenSettled(ctx context.Context, a *agent.Agent, after time.Duration
 	}
 }
 
-// collectEvery: of the releases after detection rounds in a row, the first and each
-// collectEvery-th also return the heap's free pages (debug.FreeOSMemory), as the releases after
-// other work all do; at the others the runtime is left to collect when it will (at a heap of 4
-// MB, or after 2 minutes). An idle agent allocates 1-2 MB in a round and the 30 s before it,
-// nearly none of which lives (GODEBUG=gctrace=1, 2026-12-06): a collection forced at every
-// round, with runtime.GC's wait for the sweep, the pages handed back and then faulted in again
-// as the heap was used, was half of what a round cost on the Firecracker guest (perf, 120 s:
-// 6-7 ms of 13-15). Left to the runtime, a round took 6-8 ms against 10-31 for the same build
-// collecting every round, and the agent's anonymous memory was 0.2 MB more (mean 4.26 against
-// 4.04 MB; two agents side by side, 300 s, CPU time of each 1 s). One in collectEvery still
-// returns what an occasional burst without an event (a chat's buffers) left: every 5 minutes.
+// collectEvery: of the releases after detection rounds in a row, each collectEvery-th also returns
+// the heap's free pages (debug.FreeOSMemory), as the releases after other work all do; at the
+// others the runtime is left to collect when it will (at a heap of 4 MB, or after 2 minutes). An
+// idle agent allocates 1-2 MB in a round and the 30 s before it, nearly none of which lives
+// (GODEBUG=gctrace=1, 2026-12-06): a collection forced at every round, with runtime.GC's wait for
+// the sweep, the pages handed back and then faulted in again as the heap was used, was half of what
+// a round cost on the Firecracker guest (perf, 120 s: 6-7 ms of 13-15). Left to the runtime, a
+// round took 6-8 ms against 10-31 for the same build collecting every round, and the agent's
+// anonymous memory was 0.2 MB more (mean 4.26 against 4.04 MB; two agents side by side, 300 s, CPU
+// time of each 1 s). One in collectEvery still returns what an occasional burst without an event (a
+// chat's buffers) left: every 5 minutes. Not the first round after work: the release after the work
+// collected 30 s before, and a collection then found its work buffers to fault in afresh (100 of
+// the 260 minor faults of the first round after start-up, by perf; 80-90 at the rounds after).
 const collectEvery = 10
 
 // settled reports whether every placement has an outcome: none is being sized, pulled,
