@@ -127,12 +127,6 @@ type ChatChunk struct {
 	// chunk without More (an empty one if need be) before it waits on the engine again, so no
 	// piece of the answer is ever held while the next is not there.
 	More bool
-	// OllamaTail, when not nil, is the Ollama chat line Content was read from, from its
-	// created_at member on: `"created_at":"…","message":{"role":"assistant","content":"…"},
-	// "done":false}`, valid JSON after a model member. A receiver answering a client of the same
-	// dialect sends it after its own model member as it is, instead of encoding the piece again
-	// (engines/ollama sets it for its engine's own lines). Valid only until emit returns.
-	OllamaTail []byte
 }
 
 // Driver runs models on one runtime.

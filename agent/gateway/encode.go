@@ -506,21 +506,6 @@ func (s *ollamaStream) chunk(content string) error {
 	return s.send(b)
 }
 
-// pass writes a piece of the answer from the engine's own line (engines.ChatChunk.OllamaTail):
-// the client's name for the model, then the line as the engine wrote it, its created_at the
-// engine's. A chat client of Ollama's dialect on an Ollama engine so gets the bytes through
-// without a clock read, a time's formatting and a string's escaping a token.
-func (s *ollamaStream) pass(tail []byte) error {
-	s.start()
-	b := append(s.buf[:0], `{"model":`...)
-	b = appendJSONString(b, s.model)
-	b = append(b, ',')
-	b = append(b, tail...)
-	b = append(b, '\n')
-	s.buf = b
-	return s.send(b)
-}
-
 func (s *ollamaStream) toolCalls(calls []engines.ToolCall) error {
 	s.start()
 	b := appendOllamaHead(s.buf[:0], s.model)

@@ -1,17 +1,9 @@
 package gateway_test
 
 import (
-	"bufio"
-	"cmp"
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,10 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/download"
-	"github.com/llmkube/mesh/engines/ollama"
-	"github.com/llmkube/mesh/engines/sizing"
 	"github.com/llmkube/mesh/version"
 )
 
@@ -238,82 +226,4 @@ func TestOllamaDialect(t *testing.T) {
 			assert.Contains(t, e.Error, c.says)
 		}
 	})
-}
-
-// TestOllamaClientGetsTheEnginesLines: between an Ollama client and an Ollama engine the agent
-// sends each piece on as the engine wrote its line, with only the model renamed to the
-// client's name for it (engines.ChatChunk.OllamaTail) — the engine's own created_at shows it —
-// and a line whose created_at is not a timestamp's characters is written afresh, valid JSON.
-func TestOllamaClientGetsTheEnginesLines(t *testing.T) {
-	sim := ollamaSim(t, nil, "llama3.2:1b")
-	var stamp atomic.Pointer[string]
-	engine := stampingProxy(t, sim.URL(), &stamp)
-	d, err := ollama.New(ollama.Config{URL: engine}, nil)
-	require.NoError(t, err)
-	n := newNode(t, nodeOpts{name: "node-a", drivers: []engines.Driver{d},
-		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}})
-	place(t, n, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
-	chat := func(at string) []string {
-		stamp.Store(&at)
-		resp, b := call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"llama","messages":[{"role":"user","content":"Tell me more."}]}`)
-		require.Equal(t, 200, resp.StatusCode, "%s", b)
-		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-		require.Greater(t, len(lines), 2)
-		return lines[:len(lines)-1] // the last is the agent's own
-	}
-
-	const engineStamp = "2001-02-03T04:05:06.000000007Z"
-	for _, l := range chat(engineStamp) {
-		require.True(t, json.Valid([]byte(l)), "%s", l)
-		assert.True(t, strings.HasPrefix(l, `{"model":"llama","created_at":"`+engineStamp+`","message":{"role":"assistant","content":"`), l)
-		assert.True(t, strings.HasSuffix(l, `"},"done":false}`), l)
-	}
-	for _, l := range chat(`2001-02-03 04:05:06<b>`) {
-		var m struct {
-			Model     string `json:"model"`
-			CreatedAt string `json:"created_at"`
-			Message   struct{ Content string }
-		}
-		require.NoError(t, json.Unmarshal([]byte(l), &m), "%s", l)
-		assert.Equal(t, "llama", m.Model)
-		_, err := time.Parse(time.RFC3339Nano, m.CreatedAt)
-		assert.NoError(t, err, "the agent's own time, not the engine's %q", m.CreatedAt)
-		assert.NotEmpty(t, m.Message.Content)
-	}
-}
-
-// stampingProxy is an Ollama daemon in front of the one at engine whose streamed chat lines
-// carry *stamp as their created_at: a daemon whose lines the test knows.
-func stampingProxy(t *testing.T, engine string, stamp *atomic.Pointer[string]) string {
-	t.Helper()
-	u, err := url.Parse(engine)
-	require.NoError(t, err)
-	createdAt := regexp.MustCompile(`"created_at":"[^"]*"`)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	rp.ModifyResponse = func(resp *http.Response) error {
-		at := stamp.Load()
-		if resp.Request.URL.Path != "/api/chat" || at == nil {
-			return nil
-		}
-		pr, pw := io.Pipe()
-		body := resp.Body
-		go func() {
-			defer body.Close()
-			sc := bufio.NewScanner(body)
-			var err error
-			for sc.Scan() && err == nil {
-				line := createdAt.ReplaceAllLiteral(sc.Bytes(), []byte(`"created_at":"`+*at+`"`))
-				_, err = pw.Write(append(line, '\n'))
-			}
-			pw.CloseWithError(cmp.Or(err, sc.Err()))
-		}()
-		resp.Body = pr
-		resp.ContentLength = -1
-		resp.Header.Del("Content-Length")
-		return nil
-	}
-	srv := httptest.NewServer(rp)
-	t.Cleanup(srv.Close)
-	return srv.URL
 }

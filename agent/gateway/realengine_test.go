@@ -164,7 +164,7 @@ func TestRealOllama(t *testing.T) {
 	}
 	// Streamed, an Ollama client gets what the daemon writes: the same answer asked of the
 	// daemon and of the agent, greedy, is line for line the same but for each line's time (the
-	// agent passes the daemon's lines on, engines.ChatChunk.OllamaTail, or writes them afresh).
+	// agent writes each line afresh from the piece the driver read).
 	stamp := regexp.MustCompile(`"created_at":"[^"]*"`)
 	streamed := func(base string) []string {
 		resp, b := call(t, "POST", base+"/api/chat", adminToken, `{"model":"tiny","messages":[{"role":"user","content":"Hello"}],"options":{"num_predict":8,"temperature":0,"seed":1}}`)

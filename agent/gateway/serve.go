@@ -238,10 +238,7 @@ func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall) {
 // (47 ns a read on this machine): the last chunk follows the last piece at once (Ollama's
 // done line, llama-server's last event with its timings, hailo's end of stream).
 type relay struct {
-	enc encoder
-	// pass sends an engine's line of the client's own dialect on as it is (see
-	// engines.ChatChunk.OllamaTail); nil when the client's dialect is another.
-	pass        func(tail []byte) error
+	enc         encoder
 	first, last time.Time
 	count       int
 	final       engines.ChatChunk
@@ -249,11 +246,7 @@ type relay struct {
 }
 
 func newRelay(enc encoder) *relay {
-	run := &relay{enc: enc}
-	if s, ok := enc.(*ollamaStream); ok && !s.generate {
-		run.pass = s.pass
-	}
-	return run
+	return &relay{enc: enc}
 }
 
 // take is the driver's emit.
@@ -274,13 +267,7 @@ func (run *relay) take(ch engines.ChatChunk) error {
 			run.first = time.Now()
 		}
 		run.count++
-		var err error
-		if run.pass != nil && ch.OllamaTail != nil {
-			err = run.pass(ch.OllamaTail)
-		} else {
-			err = enc.chunk(ch.Content)
-		}
-		if err != nil {
+		if err := enc.chunk(ch.Content); err != nil {
 			return err
 		}
 	}

@@ -2,13 +2,13 @@ package llamaserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -149,14 +149,19 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if err != nil {
 		return &engines.Error{Code: api.CodeInternal, Err: err}
 	}
-	// No context of its own to cancel on return: closing the body unread ends the connection,
-	// which stops llama-server's generation as a cancel would (with a cancelable parent, the
-	// context registered with it and was removed again on every chat). llama-server closes the
-	// connection after every streamed answer without saying so (no "Connection: close"; tried
-	// on build 10470): put back in a pool, the connection fails the next request on it with EOF
-	// or a broken pipe. So each chat has a connection of its own (dialed ahead: see
-	// dialAhead.roundTrip), and says it closes after the answer.
-	resp, err := inst.ahead.roundTrip(ctx, route, b)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+route, bytes.NewReader(b))
+	if err != nil {
+		return &engines.Error{Code: api.CodeInternal, Err: err}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	// llama-server closes the connection after every streamed answer without saying so (no
+	// "Connection: close"; tried on build 10470): put back in a pool, the connection would
+	// fail the next request on it with EOF or a broken pipe. So each chat has a connection of
+	// its own, one loopback dial, and says that it closes after the answer. Closing the body
+	// unread, or the end of ctx, closes it, which stops llama-server's generation.
+	hreq.Close = true
+	resp, err := inst.http.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -170,7 +175,7 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if resp.StatusCode != http.StatusOK {
 		return answerError(resp)
 	}
-	return readEvents(ctx, resp.Body, emit, resp.Body.(*connBody).dialNext)
+	return readEvents(ctx, resp.Body, emit)
 }
 
 // openAIError is llama-server's error body: {"error":{"code":400,"message":…,"type":…}}.
@@ -209,11 +214,11 @@ func answerError(resp *http.Response) error {
 type streamChunk struct {
 	Choices []struct {
 		Delta struct {
-			Content   *string        `json:"content"`
+			Content   string         `json:"content"`
 			ToolCalls []chatToolCall `json:"tool_calls"`
 		} `json:"delta"`
-		Text         *string `json:"text"` // /v1/completions
-		FinishReason *string `json:"finish_reason"`
+		Text         string `json:"text"` // /v1/completions
+		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
 		PromptTokens     int `json:"prompt_tokens"`
@@ -236,37 +241,17 @@ const maxEvent = 4 << 20
 const maxToolCalls = 64
 
 // readEvents reads server-sent events until "data: [DONE]": each piece of content is emitted
-// as it comes, then one last chunk with Done, the finish reason and the token counts (from
-// usage, or llama-server's timings when usage is absent: the agent does not ask for usage,
-// and the timings of llama-server's last event say as much, the prompt's tokens being those
-// taken from the cache and those evaluated, cache_n + prompt_n). Pieces that arrived together are
-// emitted with More (see engines.ChatChunk), and an empty chunk goes out before each wait on
-// the engine after them. first, when not nil, is called once the first piece of content has
-// been emitted: work that should not delay it goes there.
-func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk) error, first func()) error {
+// as it comes, then one last chunk with Done, the finish reason and the token counts (see
+// answer.event). Pieces that arrived together are emitted with More (see engines.ChatChunk),
+// and an empty chunk goes out before each wait on the engine after them.
+func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk) error) error {
 	r := stream.NewReader(body, maxEvent)
-	defer r.Close()
-	final := engines.ChatChunk{Done: true}
-	finished := false
-	// Tool calls stream in pieces (id and name, then arguments) by index: they are assembled
-	// and emitted whole, before the last chunk.
-	var calls []engines.ToolCall
-	end := func() error {
-		if len(calls) > 0 {
-			if err := emit(engines.ChatChunk{ToolCalls: calls}); err != nil {
-				return err
-			}
-		}
-		return emit(final)
-	}
-	held := false   // a chunk went out with More, and no chunk without it since
-	var tail []byte // the members after the choices of the last event read quickly
+	a := answer{emit: emit, final: engines.ChatChunk{Done: true}}
 	for {
-		if held && !r.Ready() {
-			if err := emit(engines.ChatChunk{}); err != nil {
+		if a.held && !r.Ready() {
+			if err := a.send(engines.ChatChunk{}); err != nil {
 				return err
 			}
-			held = false
 		}
 		line, rerr := r.Line()
 		if rerr != nil && rerr != io.EOF {
@@ -277,333 +262,108 @@ func readEvents(ctx context.Context, body io.Reader, emit func(engines.ChatChunk
 		}
 		field, value, _ := bytes.Cut(line, []byte(":"))
 		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "data":
-		case "error": // some llama-server builds send "error: {…}" before closing
+		switch {
+		case string(field) == "error": // some llama-server builds send "error: {…}" before closing
 			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: %s", value)}
-		default:
-			if rerr == io.EOF {
-				if finished {
-					return end() // the answer ended without "[DONE]", but it did end
-				}
-				return &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: the answer ended before its last chunk")}
+		case string(field) == "data" && string(value) == "[DONE]":
+			return a.end()
+		case string(field) == "data":
+			if err := a.event(value); err != nil {
+				return err
 			}
-			continue // blank separators, comments, event names
-		}
-		if string(value) == "[DONE]" {
-			return end()
-		}
-		if content, finish, n, ok := quickEvent(value, &tail); ok {
-			if n.timings && final.CompletionTokens == 0 {
-				final.PromptTokens, final.CompletionTokens = n.cacheN+n.promptN, n.predictedN
-			}
-			if content != "" {
-				if err := emit(engines.ChatChunk{Content: content, More: true}); err != nil {
-					return err
-				}
-				held = true
-				if first != nil {
-					first()
-					first = nil
-				}
-			}
-			if finish != "" {
-				final.FinishReason, finished = finish, true
-			}
-		} else if n, ok := quickCounts(value); ok {
-			if n.usage {
-				final.PromptTokens, final.CompletionTokens = n.prompt, n.completion
-			} else if n.timings && final.CompletionTokens == 0 {
-				final.PromptTokens, final.CompletionTokens = n.cacheN+n.promptN, n.predictedN
-			}
-		} else {
-			var c streamChunk
-			if err := json.Unmarshal(value, &c); err != nil {
-				return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: unreadable event %q: %w", truncate(string(value)), err)}
-			}
-			if c.Error != nil {
-				code := api.CodeEngineError
-				if strings.Contains(c.Error.Message, "Context size has been exceeded") {
-					// The slots' shared context ran out mid-answer (llama-server's words).
-					code = api.CodeContextLimit
-				}
-				return &engines.Error{Code: code, Err: fmt.Errorf("llama-server: %s", c.Error.Message)}
-			}
-			if c.Usage != nil {
-				final.PromptTokens, final.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
-			} else if c.Timings != nil && final.CompletionTokens == 0 {
-				final.PromptTokens, final.CompletionTokens = c.Timings.CacheN+c.Timings.PromptN, c.Timings.PredictedN
-			}
-			for _, ch := range c.Choices {
-				for _, tc := range ch.Delta.ToolCalls {
-					i := len(calls) - 1
-					if tc.Index != nil {
-						i = *tc.Index
-					}
-					if i < 0 || i > len(calls) || i >= maxToolCalls {
-						return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: tool call index %d out of order", i)}
-					}
-					if i == len(calls) {
-						calls = append(calls, engines.ToolCall{})
-					}
-					calls[i].ID += tc.ID
-					calls[i].Name += tc.Function.Name
-					calls[i].Arguments += tc.Function.Arguments
-				}
-				if ch.Delta.Content == nil {
-					ch.Delta.Content = ch.Text
-				}
-				if ch.Delta.Content != nil && *ch.Delta.Content != "" {
-					if err := emit(engines.ChatChunk{Content: *ch.Delta.Content, More: true}); err != nil {
-						return err
-					}
-					held = true
-					if first != nil {
-						first()
-						first = nil
-					}
-				}
-				if ch.FinishReason != nil && *ch.FinishReason != "" {
-					final.FinishReason, finished = *ch.FinishReason, true
-				}
-			}
-		}
+		} // anything else: blank separators, comments, event names
 		if rerr == io.EOF {
-			if finished {
-				return end()
+			if a.finished {
+				return a.end() // the answer ended without "[DONE]", but it did end
 			}
 			return &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: the answer ended before its last chunk")}
 		}
-		r.SkipBlank() // the separator after the event, when it came with it
 	}
 }
 
-// quickEvent reads the events nearly every answer is made of, by looking at their bytes
-// instead of decoding them, for what a token costs the agent: one choice whose delta is a piece
-// of content, the role alone (the first event), or nothing (with the finish reason, the last),
-// in compact form with the choice's keys in llama-server's order (build 9749),
-//
-//	{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"…"}}],"created":…}
-//
-// or with the delta first ({"delta":…,"finish_reason":…,"index":…}, as encoding/json orders
-// them), and no usage or error after the choices; timings after them (the last event's, as
-// llama-server writes it when usage is not asked for) are read by walking the members, into n.
-// Anything else, or content that is not plain (invalid UTF-8, U+2028 or U+2029), is not ok:
-// the caller decodes it whole.
-//
-// tail holds the members after the choices of the last event it took, judged free of those a
-// decode would read: llama-server repeats them unchanged in every event of an answer (id,
-// created, model, …), so an event whose members are the same bytes is not judged again.
-func quickEvent(data []byte, tail *[]byte) (content, finish string, n counts, ok bool) {
-	content, finish, ok = quickChoices(data, tail, &n)
-	return content, finish, n, ok
+// answer is what readEvents has read of one answer.
+type answer struct {
+	emit     func(engines.ChatChunk) error
+	final    engines.ChatChunk // the last chunk, as far as the events have told it
+	finished bool              // an event gave the finish reason
+	held     bool              // a chunk went out with More, and no chunk without it since
+	// calls stream in pieces (id and name, then arguments) by index: they are assembled and
+	// emitted whole, before the last chunk.
+	calls []engines.ToolCall
 }
 
-func quickChoices(data []byte, tail *[]byte, n *counts) (content, finish string, ok bool) {
-	rest, ok := bytes.CutPrefix(data, []byte(`{"choices":[{`))
-	if !ok || data[len(data)-1] != '}' {
-		return "", "", false
-	}
-	if r, deltaFirst := bytes.CutPrefix(rest, []byte(`"delta":`)); deltaFirst {
-		if content, rest, ok = quickDelta(r); !ok {
-			return "", "", false
-		}
-		if rest, ok = bytes.CutPrefix(rest, []byte(`,"finish_reason":`)); !ok {
-			return "", "", false
-		}
-		if finish, rest, ok = quickFinish(rest); !ok {
-			return "", "", false
-		}
-		rest = skipIndex(rest)
-	} else {
-		if rest, ok = bytes.CutPrefix(rest, []byte(`"finish_reason":`)); !ok {
-			return "", "", false
-		}
-		if finish, rest, ok = quickFinish(rest); !ok {
-			return "", "", false
-		}
-		rest = skipIndex(rest)
-		if rest, ok = bytes.CutPrefix(rest, []byte(`,"delta":`)); !ok {
-			return "", "", false
-		}
-		if content, rest, ok = quickDelta(rest); !ok {
-			return "", "", false
+func (a *answer) send(ch engines.ChatChunk) error {
+	a.held = ch.More
+	return a.emit(ch)
+}
+
+// end emits the tool calls, then the last chunk.
+func (a *answer) end() error {
+	if len(a.calls) > 0 {
+		if err := a.send(engines.ChatChunk{ToolCalls: a.calls}); err != nil {
+			return err
 		}
 	}
-	rest, ok = bytes.CutPrefix(rest, []byte("}]"))
-	if !ok || (rest[0] != ',' && rest[0] != '}') {
-		return "", "", false
+	return a.send(a.final)
+}
+
+// event reads one event's data. The token counts come from usage when the event has it, else
+// from llama-server's timings (the agent does not ask for usage, and the timings of the last
+// event say as much: the prompt's tokens are those taken from the cache and those evaluated,
+// cache_n + prompt_n).
+func (a *answer) event(data []byte) error {
+	var c streamChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: unreadable event %q: %w", truncate(string(data)), err)}
 	}
-	// The rest is the top level's other members: usage, timings, an error, or choices again
-	// (the last of two wins) would be read by a decode.
-	if !bytes.Equal(rest, *tail) {
-		if stream.HasMember(rest, "usage", "error", "choices") {
-			return "", "", false
+	if c.Error != nil {
+		code := api.CodeEngineError
+		if strings.Contains(c.Error.Message, "Context size has been exceeded") {
+			// The slots' shared context ran out mid-answer (llama-server's words).
+			code = api.CodeContextLimit
 		}
-		if stream.HasMember(rest, "timings") {
-			// Not kept as the tail: the timings are this answer's last event's own.
-			if *n, ok = quickTimings(data); !ok {
-				return "", "", false
+		return &engines.Error{Code: code, Err: fmt.Errorf("llama-server: %s", c.Error.Message)}
+	}
+	if c.Usage != nil {
+		a.final.PromptTokens, a.final.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
+	} else if c.Timings != nil && a.final.CompletionTokens == 0 {
+		a.final.PromptTokens, a.final.CompletionTokens = c.Timings.CacheN+c.Timings.PromptN, c.Timings.PredictedN
+	}
+	for _, ch := range c.Choices {
+		if err := a.toolCalls(ch.Delta.ToolCalls); err != nil {
+			return err
+		}
+		// A chat's piece is its delta's content, a raw completion's (/v1/completions) its text.
+		if content := cmp.Or(ch.Delta.Content, ch.Text); content != "" {
+			if err := a.send(engines.ChatChunk{Content: content, More: true}); err != nil {
+				return err
 			}
-			return content, finish, true
 		}
-		*tail = append((*tail)[:0], rest...)
-	}
-	return content, finish, true
-}
-
-// quickTimings reads the timings of an event whose choices quickEvent has read, by walking its
-// members: ok only when the timings are an object whose counts, where present, are plain
-// integers, and nothing but the choices and them is a member a decode would read (under
-// another spelling, or twice).
-func quickTimings(data []byte) (n counts, ok bool) {
-	var choices bool
-	ok = true
-	walked := stream.Members(data, func(name, v []byte) bool {
-		switch string(name) {
-		case "choices":
-			ok = !choices
-			choices = true
-		case "timings":
-			ok = !n.timings
-			n.timings = true
-			ok = readCounts(v, ok, []string{"cache_n", "prompt_n", "predicted_n"}, &n.cacheN, &n.promptN, &n.predictedN)
-		default:
-			ok = !foldsTo(name, "choices", "usage", "timings", "error")
-		}
-		return ok
-	})
-	if !walked || !ok {
-		return counts{}, false
-	}
-	return n, true
-}
-
-// counts is what an event without choices says of the answer's tokens: its usage, or
-// llama-server's timings.
-type counts struct {
-	usage, timings              bool
-	prompt, completion          int // usage
-	cacheN, promptN, predictedN int // timings
-}
-
-// quickCounts reads the event that carries an answer's token counts — llama-server's last
-// before "[DONE]" when usage is asked for, the agent's case,
-//
-//	{"choices":[],"created":…,"object":"chat.completion.chunk","usage":{"completion_tokens":3,"prompt_tokens":29,…},"timings":{…}}
-//
-// by walking its members instead of decoding it: its timings' numbers made it the costliest
-// event of a short answer to decode (10-20 µs, several tokens' worth). ok only for an event
-// with no choices and no error whose counts, where present, are plain integers, and no
-// member a decode would read under another spelling or twice; otherwise the caller decodes it.
-func quickCounts(data []byte) (n counts, ok bool) {
-	var choices bool
-	ok = true
-	walked := stream.Members(data, func(name, v []byte) bool {
-		switch string(name) {
-		case "choices":
-			ok = !choices && string(v) == "[]"
-			choices = true
-		case "usage":
-			ok = !n.usage
-			n.usage = true
-			ok = readCounts(v, ok, []string{"prompt_tokens", "completion_tokens"}, &n.prompt, &n.completion)
-		case "timings":
-			ok = !n.timings
-			n.timings = true
-			ok = readCounts(v, ok, []string{"cache_n", "prompt_n", "predicted_n"}, &n.cacheN, &n.promptN, &n.predictedN)
-		default:
-			ok = !foldsTo(name, "choices", "usage", "timings", "error")
-		}
-		return ok
-	})
-	return n, walked && ok
-}
-
-// readCounts reads the integer members names of the object v into dst, one for each (0 when
-// absent): ok stays true only when v is an object, those members are plain integers that fit
-// an int32, and none appears twice or spelled otherwise.
-func readCounts(v []byte, ok bool, names []string, dst ...*int) bool {
-	if !ok {
-		return false
-	}
-	var seen uint
-	walked := stream.Members(v, func(name, num []byte) bool {
-		k := slices.Index(names, string(name))
-		if k < 0 {
-			ok = !foldsTo(name, names...)
-			return ok
-		}
-		if seen&(1<<k) != 0 || len(num) == 0 || len(num) > 9 || (num[0] == '0' && len(num) > 1) {
-			ok = false
-			return false
-		}
-		seen |= 1 << k
-		for _, c := range num {
-			if c < '0' || c > '9' {
-				ok = false
-				return false
-			}
-			*dst[k] = *dst[k]*10 + int(c-'0')
-		}
-		return true
-	})
-	return walked && ok
-}
-
-// foldsTo reports whether name is one of names as encoding/json matches them (without regard
-// to ASCII case; Members has ruled out anything but ASCII).
-func foldsTo(name []byte, names ...string) bool {
-	for _, n := range names {
-		if bytes.EqualFold(name, []byte(n)) {
-			return true
+		if ch.FinishReason != "" {
+			a.final.FinishReason, a.finished = ch.FinishReason, true
 		}
 	}
-	return false
+	return nil
 }
 
-// quickDelta reads a delta at the start of data: a piece of content, the role alone, or
-// nothing; and returns what follows it.
-func quickDelta(data []byte) (content string, rest []byte, ok bool) {
-	switch {
-	case bytes.HasPrefix(data, []byte(`{"content":"`)):
-		var end int
-		if content, end, ok = stream.String(data, len(`{"content":`)); !ok || end >= len(data) || data[end] != '}' {
-			return "", nil, false
+// toolCalls adds the pieces of tool calls an event carries to those of the answer so far.
+func (a *answer) toolCalls(pieces []chatToolCall) error {
+	for _, tc := range pieces {
+		i := len(a.calls) - 1
+		if tc.Index != nil {
+			i = *tc.Index
 		}
-		return content, data[end+1:], true
-	case bytes.HasPrefix(data, []byte(`{"role":"assistant","content":null}`)):
-		return "", data[len(`{"role":"assistant","content":null}`):], true
-	case bytes.HasPrefix(data, []byte(`{}`)):
-		return "", data[len(`{}`):], true
-	}
-	return "", nil, false
-}
-
-// quickFinish reads a finish reason at the start of data: null or a plain string.
-func quickFinish(data []byte) (finish string, rest []byte, ok bool) {
-	if r, isNull := bytes.CutPrefix(data, []byte("null")); isNull {
-		return "", r, true
-	}
-	finish, end, ok := stream.String(data, 0)
-	if !ok {
-		return "", nil, false
-	}
-	return finish, data[end:], true
-}
-
-// skipIndex skips a choice's `,"index":N`, if there is one.
-func skipIndex(data []byte) []byte {
-	if r, ok := bytes.CutPrefix(data, []byte(`,"index":`)); ok {
-		// A loop, not bytes.TrimLeft with the digits: that builds its set of bytes on every
-		// call, a tenth of reading an event.
-		i := 0
-		for i < len(r) && r[i] >= '0' && r[i] <= '9' {
-			i++
+		if i < 0 || i > len(a.calls) || i >= maxToolCalls {
+			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: tool call index %d out of order", i)}
 		}
-		return r[i:]
+		if i == len(a.calls) {
+			a.calls = append(a.calls, engines.ToolCall{})
+		}
+		a.calls[i].ID += tc.ID
+		a.calls[i].Name += tc.Function.Name
+		a.calls[i].Arguments += tc.Function.Arguments
 	}
-	return data
+	return nil
 }
 
 func truncate(s string) string {

@@ -85,14 +85,17 @@ type Config struct {
 // maxOffered bounds the GGUF files Detect lists: they travel in the host's state document.
 const maxOffered = 32
 
-// engineTransport is the connections to one engine but its chats' (a chat's connection closes
-// after its answer and is dialed ahead: dialAhead.roundTrip); those — embeddings, which do not
-// stream — are kept open for as many requests as a busy gateway sends one engine at once, since
-// a connection opened and closed per request cost more than the rest of the agent's work on it;
-// a kept connection is a few kilobytes, and closes after 4 s unused, before llama-server's own
-// 5 s keep-alive would close it under a request.
-func engineTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
-	return &http.Transport{Proxy: nil, DialContext: dial, MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 4 * time.Second}
+// engineTransport is the connections to one engine. A chat's closes after its answer (see
+// Chat); the others — embeddings, which do not stream — are kept open for as many requests as a
+// busy gateway sends one engine at once, and close after 4 s unused, before llama-server's own
+// 5 s keep-alive would close one under a request.
+func engineTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     4 * time.Second,
+	}
 }
 
 // Driver runs llama-server processes. It is safe for concurrent use.

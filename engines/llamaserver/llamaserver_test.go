@@ -587,7 +587,7 @@ func FuzzReadEvents(f *testing.F) {
 	f.Add(": comment\nevent: x\ndata: nonsense\n")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, body string) {
-		done, pieces, firsts := 0, 0, 0
+		done := 0
 		err := readEvents(context.Background(), strings.NewReader(body), func(c engines.ChatChunk) error {
 			if done > 0 {
 				t.Fatal("a chunk after the last one")
@@ -595,20 +595,10 @@ func FuzzReadEvents(f *testing.F) {
 			if c.Done {
 				done++
 			}
-			if c.Content != "" {
-				pieces++
-			}
 			return nil
-		}, func() {
-			if firsts++; firsts > 1 || pieces != 1 {
-				t.Fatalf("first called a %d. time, after %d pieces", firsts, pieces)
-			}
 		})
 		if err == nil && done != 1 {
 			t.Fatalf("success with %d last chunks", done)
-		}
-		if (pieces > 0) != (firsts == 1) {
-			t.Fatalf("first called %d times for %d pieces", firsts, pieces)
 		}
 	})
 }
@@ -773,131 +763,33 @@ func TestStreamContextExceededIsContextLimit(t *testing.T) {
 	body := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n" +
 		"data: {\"error\":{\"code\":500,\"message\":\"Context size has been exceeded.\",\"type\":\"server_error\"}}\n\n"
 	n := 0
-	err := readEvents(t.Context(), strings.NewReader(body), func(engines.ChatChunk) error { n++; return nil }, nil)
+	err := readEvents(t.Context(), strings.NewReader(body), func(engines.ChatChunk) error { n++; return nil })
 	assert.Equal(t, api.CodeContextLimit, codeOf(err))
 	assert.EqualError(t, err, "ContextTooLong: llama-server: Context size has been exceeded.")
 	assert.Equal(t, 1, n, "the content before it was passed on")
 }
 
-// quickEvent takes the events of llama-server's answers as build 9749 writes them (copied from
-// its output), the last one's timings included, and leaves one with usage to a decode (or to
-// quickCounts), whatever the events before them (one answer's, in order: the members after the
-// choices are judged once while they stay the same bytes).
-func TestQuickEventReadsLlamaServersEvents(t *testing.T) {
-	var seen []byte
+// readEvents reads an answer as llama-server (build 9749) writes it, copied from its output:
+// the role alone first, pieces of content, the finish reason, and the counts from the last
+// event's timings (the agent asks for no usage), the prompt's cached tokens included.
+func TestReadEventsReadsLlamaServersAnswer(t *testing.T) {
 	const tail = `],"created":1796133633,"id":"chatcmpl-PoJuPs4ythHSDNfzcanQRkqMOh7bOiim","model":"/work/shared/engines/models/tiny.gguf","system_fingerprint":"b9749-d32676d77","object":"chat.completion.chunk"`
 	const timings = `,"timings":{"cache_n":32,"prompt_n":1,"prompt_ms":0.879,"prompt_per_token_ms":0.879,"prompt_per_second":1137.6564277588168,"predicted_n":3,"predicted_ms":1.057,"predicted_per_token_ms":0.35233333333333333,"predicted_per_second":2838.221381267739}`
-	for _, tc := range []struct {
-		data, content, finish string
-		n                     counts
-		ok                    bool
-	}{
-		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}` + tail + `}`, "", "", counts{}, true},
-		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" tele"}}` + tail + `}`, " tele", "", counts{}, true},
-		{`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" два"}}` + tail + `}`, " два", "", counts{}, true},
-		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `}`, "", "length", counts{}, true},
-		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + timings + `}`, "", "length",
-			counts{timings: true, cacheN: 32, promptN: 1, predictedN: 3}, true},
-		{`{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + `,"timings":{"cache_n":0,"prompt_n":29},"Timings":{}}`, "", "", counts{}, false},
-		{`{"choices":[` + tail + `,"usage":{"completion_tokens":3,"prompt_tokens":29,"total_tokens":32}}`, "", "", counts{}, false},
-	} {
-		content, finish, n, ok := quickEvent([]byte(tc.data), &seen)
-		assert.Equal(t, tc.ok, ok, tc.data)
-		assert.Equal(t, tc.content, content, tc.data)
-		assert.Equal(t, tc.finish, finish, tc.data)
-		assert.Equal(t, tc.n, n, tc.data)
-	}
-}
-
-// quickEvent, the way most events are read, reads what decoding the event reads: for every
-// well-formed event it takes, the decoded event is at most one piece of content and a finish
-// reason, and nothing else.
-func FuzzQuickEvent(f *testing.F) {
-	f.Add(`{"choices":[{"delta":{"content":"hi"},"finish_reason":null,"index":0}],"created":1,"id":"x","model":"m","object":"chat.completion.chunk"}`)
-	f.Add(`{"choices":[{"delta":{"role":"assistant","content":null},"finish_reason":null,"index":0}],"id":"x"}`)
-	f.Add(`{"choices":[{"delta":{},"finish_reason":"stop","index":0}],"id":"x"}`)
-	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"a \"quoted\"\nline é"}}],"id":"x"}`)
-	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"id":"x"}`)
-	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"id":"x","timings":{"prompt_n":1}}`)
-	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"id":"x","timings":{"cache_n":5,"prompt_n":1,"prompt_ms":0.5,"predicted_n":3}}`)
-	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":{"cache_n":5,"Cache_N":6}}`)
-	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":{"predicted_n":3},"timings":{"predicted_n":4}}`)
-	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":null}`)
-	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":{"prompt_n":-1}}`)
-	f.Add(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"x"},"delta":{"content":"y"}}]}`)
-	f.Add(`{"choices":[{"finish_reason":null,"index":7,"delta":{"content":"x"}}],"Choices":[]}`)
-	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":3}}`)
-	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}`)
-	f.Add(`{"choices":[{"delta":{"content":"x"},"finish_reason":null},{"delta":{"content":"y"},"finish_reason":null}]}`)
-	f.Add(`{"choices":[{"delta":{"content":"\u2028"},"finish_reason":null}]}`)
-	f.Add("{\"choices\":[{\"delta\":{\"content\":\"\xff\"},\"finish_reason\":null}]}")
-	f.Fuzz(func(t *testing.T, data string) {
-		var tail []byte
-		content, finish, n, ok := quickEvent([]byte(data), &tail)
-		if !ok || !json.Valid([]byte(data)) {
-			return
-		}
-		var c streamChunk
-		require.NoError(t, json.Unmarshal([]byte(data), &c))
-		assert.Nil(t, c.Usage)
-		assert.Nil(t, c.Error)
-		require.Equal(t, c.Timings != nil, n.timings)
-		if c.Timings != nil {
-			assert.Equal(t, c.Timings.CacheN, n.cacheN)
-			assert.Equal(t, c.Timings.PromptN, n.promptN)
-			assert.Equal(t, c.Timings.PredictedN, n.predictedN)
-		}
-		gotContent, gotFinish := "", ""
-		for _, ch := range c.Choices {
-			assert.Empty(t, ch.Delta.ToolCalls)
-			assert.Nil(t, ch.Text)
-			if ch.FinishReason != nil {
-				gotFinish += *ch.FinishReason
-			}
-			if ch.Delta.Content != nil {
-				gotContent += *ch.Delta.Content
-			}
-		}
-		assert.Equal(t, gotContent, content)
-		assert.Equal(t, gotFinish, finish)
-	})
-}
-
-// quickCounts reads what decoding the event reads, for every well-formed event it takes: no
-// choices, no error, and the same counts.
-func FuzzQuickCounts(f *testing.F) {
-	const head = `{"choices":[],"created":1796133633,"id":"chatcmpl-PoJuPs4ythHSDNfzcanQRkqMOh7bOiim","model":"/m/tiny.gguf","system_fingerprint":"b9749-d32676d77","object":"chat.completion.chunk"`
-	f.Add(head + `,"usage":{"completion_tokens":3,"prompt_tokens":29,"total_tokens":32,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"cache_n":0,"prompt_n":29,"prompt_ms":122.061,"predicted_n":3,"predicted_per_second":896.3250672243801}}`)
-	f.Add(head + `,"timings":{"prompt_n":29,"predicted_n":3}}`)
-	f.Add(head + `,"usage":{"completion_tokens":3,"Prompt_Tokens":29}}`)
-	f.Add(head + `,"usage":{"completion_tokens":3},"usage":{"completion_tokens":4}}`)
-	f.Add(head + `,"usage":{"completion_tokens":3.0}}`)
-	f.Add(head + `,"usage":null}`)
-	f.Add(head + `,"error":{"message":"x"}}`)
-	f.Add(`{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":{"prompt_n":2}}`)
-	f.Add(`{"usage":{"prompt_tokens":01}}`)
-	f.Add(`{"a":[1,{"b":"}"}],"usage":{"prompt_tokens":7}}`)
-	f.Fuzz(func(t *testing.T, data string) {
-		n, ok := quickCounts([]byte(data))
-		if !ok || !json.Valid([]byte(data)) {
-			return
-		}
-		var c streamChunk
-		require.NoError(t, json.Unmarshal([]byte(data), &c), "quickCounts took %s", data)
-		assert.Empty(t, c.Choices)
-		assert.Nil(t, c.Error)
-		require.Equal(t, c.Usage != nil, n.usage)
-		if c.Usage != nil {
-			assert.Equal(t, c.Usage.PromptTokens, n.prompt)
-			assert.Equal(t, c.Usage.CompletionTokens, n.completion)
-		}
-		require.Equal(t, c.Timings != nil, n.timings)
-		if c.Timings != nil {
-			assert.Equal(t, c.Timings.CacheN, n.cacheN)
-			assert.Equal(t, c.Timings.PromptN, n.promptN)
-			assert.Equal(t, c.Timings.PredictedN, n.predictedN)
-		}
-	})
+	body := "data: " + `{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}` + tail + "}\n\n" +
+		"data: " + `{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" tele"}}` + tail + "}\n\n" +
+		"data: " + `{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" два"}}` + tail + "}\n\n" +
+		"data: " + `{"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + timings + "}\n\n" +
+		"data: [DONE]\n\n"
+	var got []engines.ChatChunk
+	require.NoError(t, readEvents(t.Context(), strings.NewReader(body), func(c engines.ChatChunk) error {
+		got = append(got, c)
+		return nil
+	}))
+	assert.Equal(t, []engines.ChatChunk{
+		{Content: " tele", More: true},
+		{Content: " два", More: true},
+		{Done: true, FinishReason: "length", PromptTokens: 33, CompletionTokens: 3},
+	}, got)
 }
 
 // Pieces that arrive together go out with More, and an empty chunk follows them before the
@@ -915,7 +807,7 @@ func TestReadEventsHoldsOnlyWhatIsFollowed(t *testing.T) {
 			got <- c
 			<-next
 			return nil
-		}, nil)
+		})
 	}()
 	recv := func() engines.ChatChunk {
 		c := <-got
@@ -960,27 +852,4 @@ func TestDetectAsksTheVersionOncePerBinary(t *testing.T) {
 	e := d.Detect(t.Context())
 	assert.Equal(t, "22 (bbbb)", e.Version)
 	assert.Equal(t, 2, count())
-}
-
-// BenchmarkReadEvents reads an answer of 32 pieces as llama-server (build 9749) writes it, for
-// what reading the engine costs the agent per token.
-//
-//	go test -run '^$' -bench ReadEvents -benchmem ./engines/llamaserver/
-func BenchmarkReadEvents(b *testing.B) {
-	const tail = `],"created":1796133633,"id":"chatcmpl-PoJuPs4ythHSDNfzcanQRkqMOh7bOiim","model":"/models/tiny.gguf","system_fingerprint":"b9749-d32676d77","object":"chat.completion.chunk"`
-	var body strings.Builder
-	body.WriteString(`data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}` + tail + "}\n\n")
-	for i := range 32 {
-		fmt.Fprintf(&body, "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":\" word%d\"}}%s}\n\n", i, tail)
-	}
-	body.WriteString(`data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}` + tail + "}\n\n")
-	body.WriteString(`data: {"choices":[` + tail + `,"usage":{"completion_tokens":32,"prompt_tokens":29,"total_tokens":61},"timings":{"prompt_n":29,"predicted_n":32}}` + "\n\ndata: [DONE]\n\n")
-	answer := body.String()
-	emit := func(engines.ChatChunk) error { return nil }
-	for b.Loop() {
-		if err := readEvents(b.Context(), strings.NewReader(answer), emit, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/32, "ns/token")
 }

@@ -92,7 +92,6 @@ type Instance struct {
 	cmd      *exec.Cmd
 	log      *logFile
 	http     *http.Client // chats and embeddings: no proxy, no overall timeout (answers stream)
-	ahead    *dialAhead
 
 	done     chan struct{}
 	stopping atomic.Bool // set before a requested stop: its exit is not a failure
@@ -151,12 +150,10 @@ func launch(bin string, args, env []string, id, alias string, port int, logPath 
 		return nil, &engines.Error{Code: api.CodeEngineUnavailable, Err: fmt.Errorf("starting %s: %w", bin, err)}
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	ahead := newDialAhead(addr)
 	inst := &Instance{
 		id: id, alias: alias, port: port, logPath: logPath, cmd: cmd, log: lf,
 		endpoint: "http://" + addr,
-		http:     &http.Client{Transport: engineTransport(ahead.DialContext)},
-		ahead:    ahead,
+		http:     &http.Client{Transport: engineTransport()},
 		done:     make(chan struct{}),
 	}
 	go inst.wait()
@@ -167,7 +164,6 @@ func launch(bin string, args, env []string, id, alias string, port int, logPath 
 func (i *Instance) wait() {
 	err := i.cmd.Wait()
 	i.log.Close()
-	i.ahead.close()
 	i.http.CloseIdleConnections()
 	if !i.stopping.Load() {
 		ee := &ExitError{Code: -1, Tail: tailLines(i.logPath, tailLinesInErrors), Reason: exitReason(tailLines(i.logPath, reasonLines))}

@@ -418,16 +418,18 @@ func (c *Client) Pull(ctx context.Context, model string, progress func(engines.P
 	var order []string
 	success := false
 	err = c.lines(ctx, resp.Body, api.CodePullFailed, func(b []byte) error {
-		if err := c.lineError(b, api.CodePullFailed); err != nil {
-			return err
-		}
 		var p struct {
+			errorField
 			Status    string `json:"status"`
 			Digest    string `json:"digest"`
 			Total     int64  `json:"total"`
 			Completed int64  `json:"completed"`
 		}
-		if err := json.Unmarshal(b, &p); err != nil {
+		err := json.Unmarshal(b, &p)
+		if err := c.lineError(p.errorField, api.CodePullFailed); err != nil {
+			return err
+		}
+		if err != nil {
 			return fmt.Errorf("unreadable progress line %q: %w", truncate(b), err)
 		}
 		if p.Digest != "" {
@@ -645,83 +647,94 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 	if resp.StatusCode != http.StatusOK {
 		return c.statusError(api.CodeEngineError, resp)
 	}
-	done := false
-	held := false // a chunk went out with More, and none without it since
-	var emitErr error
-	send := func(ch engines.ChatChunk) error {
-		if err := emit(ch); err != nil {
-			emitErr = err
-			return err
-		}
-		held = ch.More
-		return nil
-	}
-	idle := func() error {
-		if !held {
-			return nil
-		}
-		return send(engines.ChatChunk{}) // let the held pieces go before waiting
-	}
-	var times stampTimes
-	err = c.lines(ctx, resp.Body, api.CodeEngineError, func(b []byte) error {
-		if content, tail, ok := chatPiece(b, &times); ok { // a line without an error member
-			if done || content == "" {
-				return nil
-			}
-			return send(engines.ChatChunk{Content: content, More: true, OllamaTail: tail})
-		}
-		if err := c.lineError(b, api.CodeEngineError); err != nil {
-			return err
-		}
-		if done {
-			return nil // nothing follows the last chunk; ignore stray lines
-		}
-		var m struct {
-			Message struct {
-				Content   string         `json:"content"`
-				ToolCalls []chatToolCall `json:"tool_calls"`
-			} `json:"message"`
-			Response        string `json:"response"` // /api/generate
-			Done            bool   `json:"done"`
-			DoneReason      string `json:"done_reason"`
-			PromptEvalCount int    `json:"prompt_eval_count"`
-			EvalCount       int    `json:"eval_count"`
-		}
-		if err := json.Unmarshal(b, &m); err != nil {
-			return fmt.Errorf("unreadable chat line %q: %w", truncate(b), err)
-		}
-		ch := engines.ChatChunk{Content: m.Message.Content + m.Response}
-		for _, tc := range m.Message.ToolCalls {
-			ch.ToolCalls = append(ch.ToolCalls, engines.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: string(tc.Function.Arguments)})
-		}
-		if len(ch.ToolCalls) > 0 && m.Done {
-			// A call in the last chunk goes in a chunk of its own first, as the contract says.
-			if err := send(engines.ChatChunk{ToolCalls: ch.ToolCalls}); err != nil {
-				return err
-			}
-			ch.ToolCalls = nil
-		}
-		if m.Done {
-			done = true
-			ch.Done, ch.FinishReason = true, m.DoneReason
-			ch.PromptTokens, ch.CompletionTokens = m.PromptEvalCount, m.EvalCount
-		}
-		if ch.Content == "" && !ch.Done && len(ch.ToolCalls) == 0 {
-			return nil
-		}
-		ch.More = !ch.Done
-		return send(ch)
-	}, idle)
-	if emitErr != nil {
-		return emitErr
+	a := chatAnswer{c: c, emit: emit}
+	err = c.lines(ctx, resp.Body, api.CodeEngineError, a.line, a.idle)
+	if a.emitErr != nil {
+		return a.emitErr
 	}
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return err
 	}
-	if !done {
+	if !a.done {
 		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s: the answer from %s %w", c.daemon, model, ErrNoLastChunk)}
 	}
 	return nil
+}
+
+// chatAnswer is what Chat has read of one answer.
+type chatAnswer struct {
+	c       *Client
+	emit    func(engines.ChatChunk) error
+	emitErr error // emit's, passed on as it is
+	done    bool  // the last chunk came
+	held    bool  // a chunk went out with More, and none without it since
+}
+
+// chatLine is one line of a streamed chat (or generate) answer.
+type chatLine struct {
+	errorField
+	Message struct {
+		Content   string         `json:"content"`
+		ToolCalls []chatToolCall `json:"tool_calls"`
+	} `json:"message"`
+	Response        string `json:"response"` // /api/generate
+	Done            bool   `json:"done"`
+	DoneReason      string `json:"done_reason"`
+	PromptEvalCount int    `json:"prompt_eval_count"`
+	EvalCount       int    `json:"eval_count"`
+}
+
+func (a *chatAnswer) send(ch engines.ChatChunk) error {
+	if err := a.emit(ch); err != nil {
+		a.emitErr = err
+		return err
+	}
+	a.held = ch.More
+	return nil
+}
+
+// idle lets the held pieces go before a wait on the daemon.
+func (a *chatAnswer) idle() error {
+	if !a.held {
+		return nil
+	}
+	return a.send(engines.ChatChunk{})
+}
+
+// line reads one line: a piece of the answer, tool calls, or the last chunk.
+func (a *chatAnswer) line(b []byte) error {
+	var m chatLine
+	err := json.Unmarshal(b, &m) // a member of another type still leaves the others read
+	if err := a.c.lineError(m.errorField, api.CodeEngineError); err != nil {
+		return err
+	}
+	if a.done {
+		return nil // nothing follows the last chunk; ignore stray lines
+	}
+	if err != nil {
+		return fmt.Errorf("unreadable chat line %q: %w", truncate(b), err)
+	}
+	ch := engines.ChatChunk{Content: m.Message.Content + m.Response}
+	for _, tc := range m.Message.ToolCalls {
+		ch.ToolCalls = append(ch.ToolCalls, engines.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: string(tc.Function.Arguments)})
+	}
+	if len(ch.ToolCalls) > 0 && m.Done {
+		// A call in the last chunk goes in a chunk of its own first, as the contract says.
+		if err := a.send(engines.ChatChunk{ToolCalls: ch.ToolCalls}); err != nil {
+			return err
+		}
+		ch.ToolCalls = nil
+	}
+	if m.Done {
+		a.done = true
+		ch.Done, ch.FinishReason = true, m.DoneReason
+		ch.PromptTokens, ch.CompletionTokens = m.PromptEvalCount, m.EvalCount
+	}
+	if ch.Content == "" && !ch.Done && len(ch.ToolCalls) == 0 {
+		return nil
+	}
+	ch.More = !ch.Done
+	return a.send(ch)
 }
 
 // ErrNoLastChunk marks a stream that ended, the connection closed cleanly or not, before its
@@ -737,7 +750,6 @@ const maxLine = 4 << 20
 // the daemon (see engines.ChatChunk.More).
 func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn func([]byte) error, idle func() error) error {
 	r := stream.NewReader(body, maxLine)
-	defer r.Close()
 	for {
 		if idle != nil && !r.Ready() {
 			if err := idle(); err != nil {
@@ -768,189 +780,11 @@ func (c *Client) lines(ctx context.Context, body io.Reader, code api.Code, fn fu
 
 // lineError is the error a streamed line carries in an "error" member (which ends the stream,
 // under code), or nil.
-func (c *Client) lineError(b []byte, code api.Code) error {
-	if !stream.HasMember(b, "error") {
-		return nil // no decode for a line that cannot hold one: a chat's last line is long
-	}
-	var f errorField
-	if json.Unmarshal(b, &f) == nil {
-		if msg := f.message(); msg != "" {
-			return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: http.StatusOK, Message: msg}}
-		}
+func (c *Client) lineError(f errorField, code api.Code) error {
+	if msg := f.message(); msg != "" {
+		return &engines.Error{Code: code, Err: &APIError{Daemon: c.daemon, Status: http.StatusOK, Message: msg}}
 	}
 	return nil
-}
-
-// chatMid and chatTail are what a line of content holds around the content's string.
-const chatMid, chatTail = `"message":{"role":"assistant","content":`, `},"done":false}`
-
-// chatContent reads the line nearly every token is, by looking at its bytes instead of
-// decoding it, for what a token costs the agent: a piece of content and nothing else, in
-// Ollama's compact form with its members in order,
-//
-//	{"model":…,"created_at":…,"message":{"role":"assistant","content":"…"},"done":false}
-//
-// Anything else, or content that is not plain (see stream.String), is not ok: the caller
-// decodes the line. Ollama's own lines are read without a search (ollamaLine); others, with
-// members of other kinds before the message, are searched.
-func chatContent(b []byte) (string, bool) {
-	content, _, ok := chatPiece(b, nil)
-	return content, ok
-}
-
-// chatPiece is chatContent, and for Ollama's own lines (ollamaLine) whose created_at is a time
-// (by times, the answer's so far; nil: no tail) also the line from that member on (see
-// engines.ChatChunk.OllamaTail).
-func chatPiece(b []byte, times *stampTimes) (content string, tail []byte, ok bool) {
-	if content, from, stamp, ok := ollamaLine(b); ok {
-		if times != nil && times.ok(stamp) {
-			tail = from
-		}
-		return content, tail, true
-	}
-	const mid = chatMid + `"`
-	i := bytes.Index(b, []byte(mid))
-	if i < 1 || b[0] != '{' || b[i-1] != ',' || !bytes.HasSuffix(b, []byte(chatTail)) {
-		return "", nil, false
-	}
-	content, end, ok := stream.String(b, i+len(mid)-1)
-	if !ok || end != len(b)-len(chatTail) {
-		return "", nil, false
-	}
-	// Before the message: a member that a decode would read (or that is not compact ASCII).
-	if stream.HasMember(b[:i], "message", "response", "done", "error") {
-		return "", nil, false
-	}
-	return content, nil, true
-}
-
-// ollamaLine is chatPiece for the members Ollama writes before the message, model and
-// created_at in that order, as plain strings (no escape, so each ends at its next quote):
-// nothing else can be in such a line, so it needs no search for other members (220 → 55 ns a
-// line in BenchmarkChatContent). Not ok for any other line. from is the line from created_at
-// on, stamp created_at's value: a client can be sent from as it is when stamp is a time (the
-// content is checked by stream.String, the rest is this shape's own).
-func ollamaLine(b []byte) (content string, from, stamp []byte, ok bool) {
-	rest, ok := bytes.CutPrefix(b, []byte(`{"model":"`))
-	if !ok {
-		return "", nil, nil, false
-	}
-	if rest, ok = plainValue(rest); !ok {
-		return "", nil, nil, false
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,`)); !ok {
-		return "", nil, nil, false
-	}
-	from = rest
-	if rest, ok = bytes.CutPrefix(rest, []byte(`"created_at":"`)); !ok {
-		return "", nil, nil, false
-	}
-	stamp = rest
-	if rest, ok = plainValue(rest); !ok {
-		return "", nil, nil, false
-	}
-	stamp = stamp[:len(stamp)-len(rest)-1]
-	if rest, ok = bytes.CutPrefix(rest, []byte(","+chatMid)); !ok || !bytes.HasSuffix(rest, []byte(chatTail)) {
-		return "", nil, nil, false
-	}
-	content, end, ok := stream.String(rest, 0)
-	if !ok || end != len(rest)-len(chatTail) {
-		return "", nil, nil, false
-	}
-	return content, from, stamp, true
-}
-
-// stampTimes is timestamp over the created_at of one answer's lines, which share their date and
-// time to the second (and zone) with the line before nearly always: only the fraction is then
-// read again.
-type stampTimes struct {
-	head [len("2006-01-02T15:04:05")]byte // of the last stamp found a time
-	zone [len("+07:00")]byte
-	zn   int
-	set  bool
-}
-
-func (t *stampTimes) ok(s []byte) bool {
-	if t.set && len(s) > len(t.head) && string(s[:len(t.head)]) == string(t.head[:]) &&
-		string(afterFraction(s[len(t.head):])) == string(t.zone[:t.zn]) {
-		return true
-	}
-	if !timestamp(s) {
-		return false
-	}
-	copy(t.head[:], s)
-	t.zn = copy(t.zone[:], afterFraction(s[len(t.head):]))
-	t.set = true
-	return true
-}
-
-// afterFraction is s after a leading fraction of a second ("." and digits), as RFC 3339 times
-// have it.
-func afterFraction(s []byte) []byte {
-	if len(s) < 2 || s[0] != '.' || s[1] < '0' || s[1] > '9' {
-		return s
-	}
-	n := 2
-	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
-		n++
-	}
-	return s[n:]
-}
-
-// timestamp reports whether s is a time as RFC 3339 writes it (2006-01-02T15:04:05, a
-// fraction, Z or an offset), in range: a time the Ollama clients can decode created_at as (Go's
-// time.Time among them: what it reads is a superset, FuzzTimestamp). It is what the time
-// package's own fast path accepts, without its clock arithmetic: time.Parse cost 130-190 ns a
-// line here, more than the rest of reading it.
-func timestamp(s []byte) bool {
-	ok := true
-	num := func(b []byte, lo, hi int) int {
-		x := 0
-		for _, c := range b {
-			if c < '0' || c > '9' {
-				ok = false
-				return lo
-			}
-			x = x*10 + int(c-'0')
-		}
-		if x < lo || x > hi {
-			ok = false
-			return lo
-		}
-		return x
-	}
-	if len(s) < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
-		return false
-	}
-	year, month := num(s[0:4], 0, 9999), num(s[5:7], 1, 12)
-	days := [...]int{31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}[month-1]
-	if month == 2 && (year%4 != 0 || (year%100 == 0 && year%400 != 0)) {
-		days = 28
-	}
-	num(s[8:10], 1, days)
-	num(s[11:13], 0, 23)
-	num(s[14:16], 0, 59)
-	num(s[17:19], 0, 59)
-	s = afterFraction(s[19:])
-	if len(s) == 1 && s[0] == 'Z' {
-		return ok
-	}
-	if len(s) != len("+07:00") || (s[0] != '+' && s[0] != '-') || s[3] != ':' {
-		return false
-	}
-	num(s[1:3], 0, 23)
-	num(s[4:6], 0, 59)
-	return ok
-}
-
-// plainValue skips the rest of a string value without escapes (its opening quote read) and
-// the closing quote; not ok when the value has a backslash or does not end.
-func plainValue(b []byte) ([]byte, bool) {
-	n := bytes.IndexByte(b, '"')
-	if n < 0 || bytes.IndexByte(b[:n], '\\') >= 0 {
-		return nil, false
-	}
-	return b[n+1:], true
 }
 
 func truncate(b []byte) string {

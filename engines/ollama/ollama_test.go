@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -273,112 +272,5 @@ func FuzzChatStream(f *testing.F) {
 		if err == nil && !done {
 			t.Fatal("success without a last chunk")
 		}
-	})
-}
-
-// chatContent, the way most chat lines are read, reads what decoding the line reads: for every
-// well-formed line it takes, the decoded line is one piece of content and nothing else. And the
-// tail chatPiece gives with it, whatever the line, is the line's end and, after a model
-// member, valid JSON of that same piece: what a client is sent as it is.
-func FuzzChatContent(f *testing.F) {
-	f.Add(`{"model":"m","created_at":"2026-01-01 00:00:00<b>","message":{"role":"assistant","content":"hi"},"done":false}`)
-	f.Add("{\"model\":\"m\",\"created_at\":\"2026\x01\",\"message\":{\"role\":\"assistant\",\"content\":\"hi\"},\"done\":false}")
-	f.Add(`{"model":"m","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"hi"},"done":false}`)
-	f.Add(`{"model":"m","message":{"role":"assistant","content":"a \"b\"\n"},"done":false}`)
-	f.Add(`{"model":"m","done":true,"message":{"role":"assistant","content":"x"},"done":false}`)
-	f.Add(`{"error":"boom","message":{"role":"assistant","content":"x"},"done":false}`)
-	f.Add(`{"response":"r","message":{"role":"assistant","content":"x"},"done":false}`)
-	f.Add(`{"model":"m\"","created_at":"t","message":{"role":"assistant","content":"x"},"done":false}`)
-	f.Add(`{"model":"m","created_at":"t","message":{"role":"assistant","content":"x\"},\"done\":false}"},"done":false}`)
-	f.Add(`{"model":"m","created_at":"t","error":"e","message":{"role":"assistant","content":"x"},"done":false}`)
-	f.Fuzz(func(t *testing.T, line string) {
-		content, ok := chatContent([]byte(line))
-		if piece, tail, pok := chatPiece([]byte(line), &stampTimes{}); tail != nil {
-			require.True(t, pok && piece == content)
-			require.True(t, strings.HasSuffix(line, string(tail)))
-			whole := `{"model":"x",` + string(tail)
-			require.True(t, json.Valid([]byte(whole)), "%s", whole)
-			var m struct {
-				Model   string `json:"model"`
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-				Done bool `json:"done"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(whole), &m))
-			assert.Equal(t, content, m.Message.Content)
-			assert.Equal(t, "x", m.Model)
-			assert.False(t, m.Done)
-		}
-		if !ok || !json.Valid([]byte(line)) {
-			return
-		}
-		var m struct {
-			Message struct {
-				Content   string            `json:"content"`
-				ToolCalls []json.RawMessage `json:"tool_calls"`
-			} `json:"message"`
-			Response string          `json:"response"`
-			Done     bool            `json:"done"`
-			Error    json.RawMessage `json:"error"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(line), &m))
-		assert.Equal(t, m.Message.Content+m.Response, content)
-		assert.False(t, m.Done)
-		assert.Empty(t, m.Message.ToolCalls)
-		assert.Empty(t, m.Error)
-	})
-}
-
-// TestChatPieceTail: the line is passed on only in Ollama's own shape with a created_at its
-// clients can read as a time; any other line still gives its piece, to be written afresh.
-func TestChatPieceTail(t *testing.T) {
-	const rest = `"message":{"role":"assistant","content":"hi"},"done":false}`
-	for _, c := range []struct{ line, tail string }{
-		{`{"model":"m","created_at":"2026-01-01T00:00:00.5+01:00",` + rest, `"created_at":"2026-01-01T00:00:00.5+01:00",` + rest},
-		{`{"model":"m","created_at":"2026-01-01 00:00:00",` + rest, ""},
-		{`{"model":"m","created_at":"<b>",` + rest, ""},
-		{`{"model":"m","created_at":"1764763200123456789",` + rest, ""},
-		{`{"model":"m","created_at":"2026-02-31T00:00:00Z",` + rest, ""},
-		{`{"model":"m","created_at":"2024-02-29T23:59:59.000000001Z",` + rest, `"created_at":"2024-02-29T23:59:59.000000001Z",` + rest},
-		{`{"model":"m","created_at":"",` + rest, ""},
-		{`{"created_at":"2026-01-01T00:00:00Z","model":"m",` + rest, ""},
-		{`{"model":"m","created_at":"2026-01-01T00:00:00Z","x":1,` + rest, ""},
-	} {
-		content, tail, ok := chatPiece([]byte(c.line), &stampTimes{})
-		require.True(t, ok, c.line)
-		assert.Equal(t, "hi", content, c.line)
-		assert.Equal(t, c.tail, string(tail), c.line)
-	}
-}
-
-// A created_at timestamp passes on is one Go's time.Time decodes, as Ollama's Go client does
-// (and the other clients' readers of RFC 3339 too).
-func FuzzTimestamp(f *testing.F) {
-	for _, s := range []string{"2026-12-03T12:00:00Z", "2026-12-03T12:00:00.123456789+01:00", "2024-02-29T00:00:00Z",
-		"2023-02-29T00:00:00Z", "2026-12-03T24:00:00Z", "2026-12-03T12:00:00.Z", "2026-12-03T12:00:00+24:00", "2026-12-03 12:00:00Z"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if timestamp([]byte(s)) {
-			var at time.Time
-			require.NoError(t, at.UnmarshalText([]byte(s)), "%q", s)
-			b, err := json.Marshal(s)
-			require.NoError(t, err)
-			require.NoError(t, json.Unmarshal(b, &at), "%q", s)
-		}
-	})
-}
-
-// stampTimes, reading an answer's stamps one after another, judges each as timestamp does.
-func FuzzStampTimes(f *testing.F) {
-	f.Add("2026-12-03T12:00:00.1Z", "2026-12-03T12:00:00.2Z")
-	f.Add("2026-12-03T12:00:00.1Z", "2026-12-03T12:00:00.Z")
-	f.Add("2026-12-03T12:00:00.1+01:00", "2026-12-03T12:00:00.1+01:0x")
-	f.Add("2026-12-03T12:00:00Z", "2026-12-03T12:00:00.999Zx")
-	f.Fuzz(func(t *testing.T, a, b string) {
-		var times stampTimes
-		assert.Equal(t, timestamp([]byte(a)), times.ok([]byte(a)), "%q", a)
-		assert.Equal(t, timestamp([]byte(b)), times.ok([]byte(b)), "%q after %q", b, a)
 	})
 }
