@@ -220,9 +220,5 @@ func (e *Error) Unwrap() error { return e.Err }
 // says it may (an idempotency key). A chat or embedding that no engine
 // answered has no effect to repeat. The request needs a body Go can rewind (bytes.Reader).
 func Replayable(req *http.Request) {
-	req.Header["X-Idempotency-Key"] = idempotencyKey
+	req.Header.Set("X-Idempotency-Key", "llmkube")
 }
-
-// idempotencyKey is Replayable's header value, shared by every request (the transport only
-// reads it; length and capacity 1, so an Add copies) instead of a slice made per request.
-var idempotencyKey = []string{"llmkube"}

@@ -149,33 +149,46 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if err != nil {
 		return &engines.Error{Code: api.CodeInternal, Err: err}
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+route, bytes.NewReader(b))
+	resp, err := inst.post(ctx, route, b, true)
 	if err != nil {
-		return &engines.Error{Code: api.CodeInternal, Err: err}
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	// llama-server closes the connection after every streamed answer without saying so (no
-	// "Connection: close"; tried on build 10470): put back in a pool, the connection would
-	// fail the next request on it with EOF or a broken pipe. So each chat has a connection of
-	// its own, one loopback dial, and says that it closes after the answer. Closing the body
-	// unread, or the end of ctx, closes it, which stops llama-server's generation.
-	hreq.Close = true
-	resp, err := inst.http.Do(hreq)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if inst.exited() && inst.Err() != nil {
-			return inst.Err()
-		}
-		return &engines.Error{Code: api.CodeEngineUnavailable, Err: fmt.Errorf("llama-server for %s does not answer: %w", m.ID, err)}
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return answerError(resp)
 	}
 	return readEvents(ctx, resp.Body, emit)
+}
+
+// post sends a JSON body to one of inst's routes. A streamed answer's connection closes after
+// it: llama-server closes the connection after every streamed answer without saying so (no
+// "Connection: close"; tried on build 10470), and put back in a pool the connection would fail
+// the next request on it with EOF or a broken pipe. So each chat has a connection of its own,
+// one loopback dial, and says that it closes after the answer; closing the body unread, or the
+// end of ctx, closes it, which stops llama-server's generation. Other answers keep theirs.
+func (inst *Instance) post(ctx context.Context, route string, body []byte, streamed bool) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+route, bytes.NewReader(body))
+	if err != nil {
+		return nil, &engines.Error{Code: api.CodeInternal, Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if streamed {
+		req.Header.Set("Accept", "text/event-stream")
+		req.Close = true
+	} else {
+		engines.Replayable(req)
+	}
+	resp, err := inst.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if inst.exited() && inst.Err() != nil {
+			return nil, inst.Err()
+		}
+		return nil, &engines.Error{Code: api.CodeEngineUnavailable, Err: fmt.Errorf("llama-server for %s does not answer: %w", inst.id, err)}
+	}
+	return resp, nil
 }
 
 // openAIError is llama-server's error body: {"error":{"code":400,"message":…,"type":…}}.
@@ -396,18 +409,9 @@ func (d *Driver) Embed(ctx context.Context, m engines.Model, inputs []string) (e
 	if err != nil {
 		return engines.Embeddings{}, &engines.Error{Code: api.CodeInternal, Err: err}
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.endpoint+"/v1/embeddings", bytes.NewReader(b))
+	resp, err := inst.post(ctx, "/v1/embeddings", b, false)
 	if err != nil {
-		return engines.Embeddings{}, &engines.Error{Code: api.CodeInternal, Err: err}
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	engines.Replayable(hreq)
-	resp, err := inst.http.Do(hreq)
-	if err != nil {
-		if ctx.Err() != nil {
-			return engines.Embeddings{}, ctx.Err()
-		}
-		return engines.Embeddings{}, &engines.Error{Code: api.CodeEngineUnavailable, Err: fmt.Errorf("llama-server for %s does not answer: %w", m.ID, err)}
+		return engines.Embeddings{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
