@@ -260,3 +260,119 @@ func TestDaemonGone(t *testing.T) {
 	assert.False(t, e.Present)
 	assert.Contains(t, e.Detail, "no hailo-ollama answers at "+sim.URL())
 }
+
+func weatherChat() engines.ChatRequest {
+	req := ollamatest.Hello()
+	req.Tools = []engines.Tool{{Name: "get_weather", Parameters: []byte(`{"type":"object","properties":{}}`)}}
+	return req
+}
+
+// Tools follow the version the daemon reports: refused by the driver on 5.1.1, which would drop
+// them; on 5.3 and later sent, and a template without a tools branch is the daemon's refusal.
+func TestToolsFollowTheReportedVersion(t *testing.T) {
+	old := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.Preloaded = []string{"qwen2:1.5b"} })
+	d := newDriver(t, old.URL())
+	_, err := d.Load(t.Context(), qwen)
+	require.NoError(t, err)
+	err = d.Chat(t.Context(), qwen, weatherChat(), func(engines.ChatChunk) error { return nil })
+	require.ErrorIs(t, err, engines.ErrUnsupported)
+	assert.Equal(t, api.CodeBadRequest, ollamatest.CodeOf(err))
+	assert.Contains(t, err.Error(), `"0.5.1" (5.1-era`)
+	assert.Zero(t, old.Stats().Requests["POST /api/chat"], "the chat never reached the daemon")
+
+	for _, v := range []string{"5.3.0", "5.4"} {
+		sim := ollamatest.StartHailo(t, func(c *hailosim.Config) {
+			c.Version = v
+			c.Preloaded = []string{"qwen2:1.5b", "qwen2.5:1.5b"}
+		})
+		d := newDriver(t, sim.URL())
+		ctx := t.Context()
+
+		// qwen2's template has no tools branch: the daemon's own 400 comes through.
+		_, err := d.Load(ctx, qwen)
+		require.NoError(t, err)
+		err = d.Chat(ctx, qwen, weatherChat(), func(engines.ChatChunk) error { return nil })
+		require.Error(t, err, v)
+		assert.Equal(t, api.CodeBadRequest, ollamatest.CodeOf(err), v)
+		assert.Contains(t, err.Error(), "qwen2:1.5b does not support tools", v)
+		assert.NotErrorIs(t, err, engines.ErrUnsupported, "the daemon refused, not the driver")
+
+		// qwen2.5 calls the tool, and the answer ends for it (the stream has no last chunk).
+		q25 := engines.Model{ID: "p3", Name: "qwen2.5:1.5b", Source: "hailo://qwen2.5:1.5b", Context: 2048}
+		_, err = d.Load(ctx, q25)
+		require.NoError(t, err)
+		chunks := ollamatest.Collect(t, d, q25, weatherChat())
+		var calls []engines.ToolCall
+		for _, c := range chunks {
+			calls = append(calls, c.ToolCalls...)
+		}
+		require.Len(t, calls, 1, v)
+		assert.Equal(t, "get_weather", calls[0].Name)
+		assert.Equal(t, "tool_calls", chunks[len(chunks)-1].FinishReason, v)
+	}
+}
+
+// A placement made on 5.1.1 keeps working after the upgrade to 5.3.0, which renamed its model,
+// and the instance says which name ran; the reverse holds too.
+func TestRenamedModelsRunUnderTheDaemonsName(t *testing.T) {
+	oldName := engines.Model{ID: "p4", Name: "qwen2.5-instruct:1.5b", Source: "hailo://qwen2.5-instruct:1.5b", Context: 2048}
+	sim := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.Version = "5.3.0" })
+	d := newDriver(t, sim.URL())
+	ctx := t.Context()
+
+	require.NoError(t, d.Pull(ctx, oldName, nil))
+	inst, err := d.Load(ctx, oldName)
+	require.NoError(t, err)
+	assert.Equal(t, "qwen2.5:1.5b", inst.(*Instance).ServedAs())
+	assert.Equal(t, "qwen2.5:1.5b", sim.Stats().Loaded)
+	require.NoError(t, d.Health(ctx, oldName), "health asks after the daemon's name")
+	ollamatest.CheckChat(t, ollamatest.Collect(t, d, oldName, ollamatest.Hello()))
+	require.NoError(t, d.Unload(ctx, oldName))
+	assert.Empty(t, sim.Stats().Loaded)
+
+	// The same name on 5.1.1 needs no mapping; 5.3.0's name maps back to it there.
+	old := ollamatest.StartHailo(t, nil)
+	d = newDriver(t, old.URL())
+	newName := engines.Model{ID: "p5", Name: "qwen2.5:1.5b", Source: "hailo://qwen2.5:1.5b", Context: 2048}
+	require.NoError(t, d.Pull(ctx, newName, nil))
+	inst, err = d.Load(ctx, newName)
+	require.NoError(t, err)
+	assert.Equal(t, "qwen2.5-instruct:1.5b", inst.(*Instance).ServedAs())
+	require.NoError(t, d.Pull(ctx, qwen, nil))
+	inst, err = d.Load(ctx, qwen)
+	require.NoError(t, err)
+	assert.Empty(t, inst.(*Instance).ServedAs())
+
+	// A model no release renamed and this one does not list is the daemon's to refuse.
+	gone := engines.Model{ID: "p6", Name: "llama3.2:3b", Source: "hailo://llama3.2:3b", Context: 2048}
+	err = newDriver(t, sim.URL()).Pull(ctx, gone, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "this hailo-ollama lists: deepseek_r1:1.5b")
+}
+
+func TestOffers(t *testing.T) {
+	zoo530 := hailosim.ZooModelsOf("5.3.0")
+	for ref, want := range map[string]string{
+		"qwen2.5-instruct:1.5b":         "qwen2.5:1.5b",
+		"deepseek_r1_distill_qwen:1.5b": "deepseek_r1:1.5b",
+		"qwen3:1.7b":                    "qwen3:1.7b",
+		"llama3.2:3b":                   "",
+	} {
+		got, ok := Offers(zoo530, ref)
+		assert.Equal(t, want, got, ref)
+		assert.Equal(t, want != "", ok, ref)
+	}
+	got, ok := Offers(hailosim.ZooModels(), "qwen2.5:1.5b")
+	assert.True(t, ok)
+	assert.Equal(t, "qwen2.5-instruct:1.5b", got)
+	_, ok = Offers(hailosim.ZooModels(), "qwen3:1.7b")
+	assert.False(t, ok, "qwen3 came with 5.3.0")
+}
+
+func TestReleaseOf(t *testing.T) {
+	for reported, tools := range map[string]bool{"0.5.1": false, "": false, "5.2.0": false, "5.3.0": true, "v5.4.0": true, "6.0": true, "junk": false} {
+		r := releaseOf(reported)
+		assert.Equal(t, tools, r.toolsByTemplate(), reported)
+		assert.Equal(t, tools, r.swapDefect(), reported)
+	}
+}
