@@ -14,7 +14,7 @@
 //     refused by the daemon itself, and its words pass through;
 //   - a model a later release renamed (5.1.1's qwen2.5-instruct:1.5b is 5.3.0's
 //     qwen2.5:1.5b) runs under the name the daemon lists, and the driver says which it used
-//     (releases.go).
+//     (package zoo).
 //
 // Requests that use the device (load, unload, chat, /api/ps) are serialised in the driver, one
 // at a time. The device runs one anyway, so nothing is lost, and it makes the driver's
@@ -34,6 +34,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/hailo/zoo"
 	"github.com/llmkube/mesh/engines/ollama"
 )
 
@@ -103,10 +104,10 @@ func (d *Driver) name(ref string) string {
 	return ref
 }
 
-// resolve finds the name the daemon lists ref by (zoo is its list) and remembers it, logging a
+// resolve finds the name the daemon lists ref by (list is its zoo) and remembers it, logging a
 // rename once so the owner sees which name ran.
-func (d *Driver) resolve(ref string, zoo []string) string {
-	n := servedName(ref, zoo)
+func (d *Driver) resolve(ref string, list []string) string {
+	n := zoo.ServedName(ref, list)
 	if n == ref {
 		d.served.Delete(ref)
 		return ref
