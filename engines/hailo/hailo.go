@@ -391,10 +391,10 @@ func (d *Driver) unsupported(ctx context.Context, req engines.ChatRequest) error
 		if err != nil {
 			return err
 		}
-		if rel := releaseOf(reported); !rel.toolsByTemplate() {
+		if rel := zoo.ReleaseOf(reported); !rel.ToolsByTemplate() {
 			return &engines.Error{Code: api.CodeBadRequest, Err: fmt.Errorf(
 				"hailo-ollama cannot do tools at the version %s reports, %s (5.3 and later parse tool calls, for models whose template has a tools branch): %w; upgrade hailo-ollama, or place the model on llama-server or Ollama for tools",
-				d.c.URL(), rel.name(), engines.ErrUnsupported)}
+				d.c.URL(), rel.Name(), engines.ErrUnsupported)}
 		}
 	}
 	if req.Format != nil {

@@ -349,11 +349,3 @@ func TestRenamedModelsRunUnderTheDaemonsName(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "this hailo-ollama lists: deepseek_r1:1.5b")
 }
-
-func TestReleaseOf(t *testing.T) {
-	for reported, tools := range map[string]bool{"0.5.1": false, "": false, "5.2.0": false, "5.3.0": true, "v5.4.0": true, "6.0": true, "junk": false} {
-		r := releaseOf(reported)
-		assert.Equal(t, tools, r.toolsByTemplate(), reported)
-		assert.Equal(t, tools, r.swapDefect(), reported)
-	}
-}

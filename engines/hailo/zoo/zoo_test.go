@@ -27,3 +27,12 @@ func TestOffers(t *testing.T) {
 	_, ok = zoo.Offers(hailosim.ZooModels(), "qwen3:1.7b")
 	assert.False(t, ok, "qwen3 came with 5.3.0")
 }
+
+func TestReleaseOf(t *testing.T) {
+	for reported, tools := range map[string]bool{"0.5.1": false, "": false, "5.2.0": false, "5.3.0": true, "v5.4.0": true, "6.0": true, "junk": false} {
+		r := zoo.ReleaseOf(reported)
+		assert.Equal(t, tools, r.ToolsByTemplate(), reported)
+		assert.Equal(t, tools, r.SwapDefect(), reported)
+		assert.Equal(t, tools, r.BindsByEnv(), reported)
+	}
+}
