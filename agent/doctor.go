@@ -46,6 +46,7 @@ func (a *Agent) Findings(ctx context.Context) []api.Finding {
 		}
 	}
 	out = append(out, exposureFindings(h, ps)...)
+	out = append(out, a.skewFindings(h.Name)...)
 	for _, p := range ps {
 		switch p.State {
 		case api.StateRestarting:

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/hwprobe"
 	hailosim "github.com/llmkube/mesh/sim/hailo"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
@@ -113,5 +114,30 @@ func TestEngineConfiguredOffLoopbackIsNamed(t *testing.T) {
 	fs := exposureFindings(hostWith(api.Engine{Runtime: api.RuntimeOllama, Present: true, Address: "http://192.0.2.7:11434"}), nil)
 	if len(fs) != 1 || !strings.Contains(fs[0].Problem, "listens on 192.0.2.7:11434") {
 		t.Fatalf("findings %+v", fs)
+	}
+}
+
+// The doctor names a Hailo version skew with its fix, from the recorded hosts.
+func TestSkewIsNamed(t *testing.T) {
+	skewed := engineAgent(t, t.TempDir(), "pi5-hailo-skewed", nil, nil)
+	var skew []api.Finding
+	for _, f := range skewed.Findings(context.Background()) {
+		if strings.Contains(f.Problem, "Hailo versions disagree") {
+			skew = append(skew, f)
+		}
+	}
+	if len(skew) != 1 || !strings.Contains(skew[0].Problem, "driver 5.3.0, firmware 5.1.1, runtime 5.3.0") ||
+		!strings.Contains(skew[0].Fix, "still runs the firmware it loaded at boot (5.1.1), not the installed release's (5.3.0): reboot the host") {
+		t.Fatalf("findings %+v", skew)
+	}
+	for _, f := range engineAgent(t, t.TempDir(), "pi5-hailo-530", nil, nil).Findings(context.Background()) {
+		if strings.Contains(f.Problem, "disagree") {
+			t.Errorf("a consistent 5.3.0 host: %+v", f)
+		}
+	}
+
+	acc := hwprobe.Accelerator{Kind: hwprobe.KindHailo, Driver: "5.3.0", Runtimes: []string{"5.1.1"}}
+	if fix := skewFix(acc); !strings.Contains(fix, "the kernel driver (5.3.0) and the HailoRT library (5.1.1) are of different releases: reinstall") {
+		t.Errorf("driver/library fix: %s", fix)
 	}
 }

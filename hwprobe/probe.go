@@ -90,6 +90,12 @@ type Accelerator struct {
 	Memory int64 `json:"memory"`
 	// SharedMemory is set for a GPU that uses system memory (Apple's unified memory).
 	SharedMemory bool `json:"shared_memory,omitempty"`
+	// Driver, Firmware and Runtimes are a Hailo device's kernel driver version, the version of
+	// the firmware running on it, and the HailoRT library versions installed; "" (none) where
+	// the host does not expose them. They must agree (Skew).
+	Driver   string   `json:"driver,omitempty"`
+	Firmware string   `json:"firmware,omitempty"`
+	Runtimes []string `json:"runtimes,omitempty"`
 }
 
 // Field names used in Info.Unknown: the JSON paths of the fields.
