@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
@@ -52,7 +53,72 @@ type Driver struct {
 	device chan struct{} // held by the one request using the device
 	pulls  atomic.Int32  // pulls in progress
 	served sync.Map      // a model's ref → the name the daemon lists it by, when they differ
+
+	// The swap defect (zoo.Release.SwapDefect): version is what the daemon last reported,
+	// loadedBefore that it has loaded a model since the driver first saw it or last restarted
+	// it, and restart, when set, how to restart it.
+	version      atomic.Value // string
+	loadedBefore atomic.Bool
+	restart      func(context.Context) error
 }
+
+// RestartBetweenModels gives the driver a way to restart hailo-ollama (the agent's
+// --hailo-restart-command, or a test's). On a release with the swap defect the driver then
+// restarts the daemon before loading a model after another one, so every load is the first of
+// its process; without it the swap goes ahead and SwapCost says what it costs. Call it before
+// the driver is used.
+func (d *Driver) RestartBetweenModels(restart func(context.Context) error) { d.restart = restart }
+
+// SwapCost says what replacing the model on the device costs beyond the load, for the
+// release the daemon last reported; "" when nothing is known to.
+func (d *Driver) SwapCost() string {
+	v, _ := d.version.Load().(string)
+	rel := zoo.ReleaseOf(v)
+	switch {
+	case !rel.SwapDefect():
+		return ""
+	case d.restart != nil:
+		return "hailo-ollama " + v + " keeps the device between loads and answers degrade after a swap (hailo-rpi5-examples #197), so the agent restarts it first: the swap also costs the daemon's restart"
+	default:
+		return "hailo-ollama " + v + " keeps the device between loads: answers degrade after this swap until hailo-ollama restarts (hailo-rpi5-examples #197); restart it after the swap, or give the agent --hailo-restart-command"
+	}
+}
+
+// restartIfDegrading restarts the daemon before a load that would follow another one in the
+// same daemon process (one this driver made, or the model found on the device), on a release
+// with the swap defect, when the driver has the means; it waits until the daemon answers
+// again. The device lock is held.
+func (d *Driver) restartIfDegrading(ctx context.Context, deviceHeld bool) error {
+	if d.restart == nil || !(d.loadedBefore.Load() || deviceHeld) {
+		return nil
+	}
+	reported, err := d.c.Version(ctx)
+	if err != nil {
+		return err
+	}
+	d.version.Store(reported)
+	if !zoo.ReleaseOf(reported).SwapDefect() {
+		return nil
+	}
+	d.log.Warn("restarting hailo-ollama before loading another model: this release keeps the device between loads (hailo-rpi5-examples #197)", "version", reported)
+	if err := d.restart(ctx); err != nil {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("restarting hailo-ollama before a swap: %w", err)}
+	}
+	for {
+		if _, err := d.c.Root(ctx); err == nil {
+			d.loadedBefore.Store(false)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(restartPoll):
+		}
+	}
+}
+
+// restartPoll is how often a restarting daemon is asked whether it answers again.
+const restartPoll = 100 * time.Millisecond
 
 var _ engines.Driver = (*Driver)(nil)
 
@@ -150,6 +216,7 @@ func (d *Driver) Detect(ctx context.Context) api.Engine {
 		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/version: %v", ollama.RootCause(err))
 		return e
 	}
+	d.version.Store(e.Version)
 	var have []string
 	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { have, err = d.c.TagNames(ctx); return err }); err != nil {
 		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/tags: %v", ollama.RootCause(err))
@@ -271,10 +338,16 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		inst.servedAs = ref
 	}
 	err = d.onDevice(ctx, func(before []string) error {
+		if len(before) == 0 || !ollama.SameModel(before[0], ref) {
+			if err := d.restartIfDegrading(ctx, len(before) > 0); err != nil {
+				return err
+			}
+		}
 		// hailo-ollama takes no num_ctx: every zoo HEF has its context built in.
 		if err := d.c.Load(ctx, ref, nil); err != nil {
 			return err
 		}
+		d.loadedBefore.Store(true)
 		after, err := d.c.PSNames(ctx)
 		if err != nil {
 			return err

@@ -349,3 +349,96 @@ func TestRenamedModelsRunUnderTheDaemonsName(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "this hailo-ollama lists: deepseek_r1:1.5b")
 }
+
+// simAt runs a hailo-ollama simulator of a release that can be restarted on the same address
+// and data folder, as systemctl restart would.
+type simAt struct {
+	t      *testing.T
+	cfg    hailosim.Config
+	cancel context.CancelFunc
+	srv    *hailosim.Server
+}
+
+func startSimAt(t *testing.T, cfg hailosim.Config) *simAt {
+	s := &simAt{t: t, cfg: cfg}
+	s.start()
+	s.cfg.Listen = strings.TrimPrefix(s.srv.URL(), "http://") // the same port after a restart
+	s.cfg.Preloaded = nil
+	t.Cleanup(func() { s.cancel(); s.srv.Close() })
+	return s
+}
+
+func (s *simAt) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := hailosim.Start(ctx, s.cfg, nil)
+	require.NoError(s.t, err)
+	s.srv, s.cancel = srv, cancel
+}
+
+func (s *simAt) restart(context.Context) error {
+	s.cancel()
+	if err := s.srv.Close(); err != nil {
+		return err
+	}
+	s.start()
+	return nil
+}
+
+// On 5.3.0 a load after another degrades answers until hailo-ollama restarts: with the means to
+// restart it the driver does so before the second load; without, the swap cost says so.
+func TestSwapOnAffectedReleaseRestartsTheDaemon(t *testing.T) {
+	cfg := hailosim.FastConfig(t.TempDir())
+	cfg.Version, cfg.FinalChunks = "5.3.0", true
+	cfg.Preloaded = []string{"qwen2:1.5b", "qwen2.5-coder:1.5b"}
+	answer := func(d *Driver, m engines.Model) string {
+		var b strings.Builder
+		for _, c := range ollamatest.Collect(t, d, m, ollamatest.Hello()) {
+			b.WriteString(c.Content)
+		}
+		return b.String()
+	}
+	ctx := t.Context()
+
+	// Without a way to restart: the swap degrades, and its cost is stated.
+	plain := startSimAt(t, cfg)
+	d := newDriver(t, plain.srv.URL())
+	assert.True(t, d.Detect(ctx).Healthy)
+	assert.Contains(t, d.SwapCost(), "answers degrade after this swap until hailo-ollama restarts")
+	_, err := d.Load(ctx, qwen)
+	require.NoError(t, err)
+	_, err = d.Load(ctx, coder)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(answer(d, coder), hailosim.DegradedMarker))
+
+	// With one: each load after another comes after a restart, so no answer degrades.
+	cfg.DataDir = t.TempDir()
+	managed := startSimAt(t, cfg)
+	d = newDriver(t, managed.srv.URL())
+	restarts := 0
+	d.RestartBetweenModels(func(ctx context.Context) error { restarts++; return managed.restart(ctx) })
+	assert.True(t, d.Detect(ctx).Healthy)
+	assert.Contains(t, d.SwapCost(), "the agent restarts it first")
+	_, err = d.Load(ctx, qwen)
+	require.NoError(t, err)
+	assert.Zero(t, restarts, "the first load of the daemon's life needs no restart")
+	inst, err := d.Load(ctx, coder)
+	require.NoError(t, err)
+	assert.Equal(t, 1, restarts)
+	assert.Equal(t, "qwen2:1.5b", inst.(*Instance).Replaced())
+	assert.NotContains(t, answer(d, coder), hailosim.DegradedMarker)
+	assert.False(t, managed.srv.Stats().Degraded)
+	_, err = d.Load(ctx, coder)
+	require.NoError(t, err)
+	assert.Equal(t, 1, restarts, "the model already on the device is no swap")
+
+	// 5.1.1 has no such defect: no restart, no cost.
+	old := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.Preloaded = []string{"qwen2:1.5b", "qwen2.5-coder:1.5b"} })
+	d = newDriver(t, old.URL())
+	d.RestartBetweenModels(func(context.Context) error { t.Error("restarted a 5.1.1 daemon"); return nil })
+	d.Detect(ctx)
+	assert.Empty(t, d.SwapCost())
+	_, err = d.Load(ctx, qwen)
+	require.NoError(t, err)
+	_, err = d.Load(ctx, coder)
+	require.NoError(t, err)
+}

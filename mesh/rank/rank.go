@@ -253,6 +253,12 @@ func judge(r *api.Ranked, h *api.Host, native, rt api.Runtime, model, needStr st
 		default:
 			r.Verdict, r.Score = api.VerdictSwap, bandSwap+weightMemory*fitTerm(hailo.Memory-need, req.Spread)
 			r.Reason = "swap: replaces " + hailo.Loaded + " on the Hailo-10H"
+			for _, e := range h.Engines {
+				if e.Runtime == api.RuntimeHailoOllama && zoo.ReleaseOf(e.Version).SwapDefect() {
+					// The agent's own estimate says whether it restarts the daemon for it.
+					r.Reason += "; hailo-ollama " + e.Version + " degrades answers after a swap until it restarts"
+				}
+			}
 		}
 		return
 	}

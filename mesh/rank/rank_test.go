@@ -398,6 +398,7 @@ func TestHailoRanksAgainstEachHostsOwnList(t *testing.T) {
 	assert.Equal(t, api.CodeNotFound, rs["pi-511"].Code)
 	assert.Equal(t, "refused: this host's hailo-ollama (version 0.5.1) does not offer qwen3:1.7b; it offers deepseek_r1_distill_qwen:1.5b, llama3.2:3b, qwen2.5-coder:1.5b, qwen2.5-instruct:1.5b, qwen2:1.5b", rs["pi-511"].Reason)
 	assert.Equal(t, api.VerdictSwap, rs["pi-530"].Verdict)
+	assert.Equal(t, "swap: replaces qwen2.5:1.5b on the Hailo-10H; hailo-ollama 5.3.0 degrades answers after a swap until it restarts", rs["pi-530"].Reason)
 	assert.Equal(t, api.VerdictFits, rs["pi-new"].Verdict)
 
 	// A restored placement's old name: the upgraded Pi has it on the device already, as qwen2.5:1.5b.
