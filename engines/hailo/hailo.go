@@ -205,13 +205,13 @@ func (d *Driver) Detect(ctx context.Context) api.Engine {
 		e.Detail = fmt.Sprintf("no hailo-ollama answers at %s (%v); it comes with Hailo's GenAI model zoo for the Hailo-10H (AI HAT+ 2 on a Raspberry Pi 5): install it and start `hailo-ollama`, or point the agent at its address", d.c.URL(), ollama.RootCause(err))
 		return e
 	}
-	var zoo []string
-	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { zoo, err = d.zoo(ctx); return err }); err != nil {
+	var listed []string
+	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { listed, err = d.zoo(ctx); return err }); err != nil {
 		e.Detail = ollama.RootCause(err).Error()
 		return e
 	}
 	e.Present = true
-	e.Models = zoo
+	e.Models = listed
 	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { e.Version, err = d.c.Version(ctx); return err }); err != nil {
 		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/version: %v", ollama.RootCause(err))
 		return e
@@ -277,11 +277,11 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	if err != nil {
 		return err
 	}
-	zoo, err := d.zoo(ctx)
+	listed, err := d.zoo(ctx)
 	if err != nil {
 		return err
 	}
-	ref = d.resolve(ref, zoo)
+	ref = d.resolve(ref, listed)
 	d.log.Info("pulling", "model", ref)
 	// Pulls do not hold the device: the blob download does not use it, and a model on the
 	// device keeps answering meanwhile.
@@ -301,7 +301,7 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	}
 	if errors.Is(err, engines.ErrNotFound) {
 		// /hailo/v1/list is not always the whole zoo, so the daemon decides; the list helps.
-		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", ollama.RootCause(err), strings.Join(zoo, ", "))}
+		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", ollama.RootCause(err), strings.Join(listed, ", "))}
 	}
 	return err
 }
@@ -327,12 +327,12 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 	if err != nil {
 		return nil, err
 	}
-	zoo, err := d.zoo(ctx)
+	listed, err := d.zoo(ctx)
 	if err != nil {
 		return nil, err
 	}
 	asked := ref
-	ref = d.resolve(ref, zoo)
+	ref = d.resolve(ref, listed)
 	inst := &Instance{Instance: ollama.NewInstance(d.c.URL())}
 	if ref != asked {
 		inst.servedAs = ref
