@@ -56,3 +56,18 @@ func TestHailoRenamedModelPlacesAndSaysItsName(t *testing.T) {
 		}
 	}
 }
+
+// The doctor's own findings name a hailo-ollama 5.3.0 left on every interface, with its fix.
+func TestDoctorNamesAnExposedHailoOllama(t *testing.T) {
+	a, _, sim := hailoRigWith(t, func(c *hailosim.Config) { c.Version, c.Listen = "5.3.0", "0.0.0.0:0" }, nil)
+	var found []api.Finding
+	for _, f := range a.Findings(context.Background()) {
+		if strings.Contains(f.Problem, "beyond loopback") {
+			found = append(found, f)
+		}
+	}
+	if len(found) != 1 || !strings.Contains(found[0].Problem, "engine hailo-ollama") ||
+		!strings.Contains(found[0].Fix, "OLLAMA_HOST=127.0.0.1:"+strings.TrimPrefix(sim.URL(), "http://127.0.0.1:")) {
+		t.Fatalf("findings %+v", found)
+	}
+}

@@ -127,7 +127,9 @@ func (i Info) Known(field string) bool {
 }
 
 // Probe reads what the host has. It never fails: what it cannot read is named in Unknown, and
-// why in Notes. Once ctx is done the fields not yet read are reported unknown.
+// why in Notes. Once ctx is done the fields not yet read are reported unknown. On this host,
+// with a Hailo device and hailortcli installed, it runs `hailortcli fw-control identify` (for
+// the firmware's version; 5 s at most); it runs nothing else.
 func Probe(ctx context.Context, opts Options) Info {
 	opts = opts.defaults()
 	// The Go runtime answers for this very process, and better than files (NumCPU honours the
