@@ -103,8 +103,10 @@ const EnvOllamaHost = "OLLAMA_HOST"
 // BindSetting returns the engine address version would bind on this host, and which setting
 // said so: OLLAMA_HOST for 5.3 and later, the "server" object of
 // <configHome>/hailo-ollama/hailo-ollama.json for 5.1.1. ok is false when the release's own
-// setting is absent (it would bind DefaultBind); the other release's setting is ignored, as the
-// real one ignores it. OLLAMA_HOST may be host, host:port or http://host:port; the port
+// setting is absent (it would bind DefaultBind); the other release's setting is ignored. That
+// 5.1.1 ignores OLLAMA_HOST follows from its source; whether 5.3 still reads the JSON is not in
+// the record, and the simulator assumes not: the case where a guide that edits only the JSON
+// leaves the daemon on every interface. OLLAMA_HOST may be host, host:port or http://host:port; the port
 // defaults to 8000 (the record does not show how hailo-ollama parses it: this is Ollama's form).
 func BindSetting(version string, getenv func(string) string, configHome string) (addr, from string, ok bool, err error) {
 	v, err := NormalizeVersion(version)
