@@ -107,6 +107,12 @@ func (a *Agent) admitHailoLocked(pl *placement, v verdict) (verdict, *api.Error)
 	}
 	v.swap = cur
 	v.reason = fmt.Sprintf("swap: replaces %s (%s) on the Hailo-10H", cur.p.Model, cur.p.ID)
+	if d, ok := a.drivers[api.RuntimeHailoOllama].(interface{ SwapCost() string }); ok {
+		// What the daemon's release makes a swap cost beyond the load (engines/hailo).
+		if cost := d.SwapCost(); cost != "" {
+			v.reason += "; " + cost
+		}
+	}
 	return v, nil
 }
 

@@ -45,6 +45,8 @@ func (a *Agent) Findings(ctx context.Context) []api.Finding {
 				fmt.Sprintf("start %s on %s (for a daemon, e.g. systemctl status %s); the agent restarts the placements once it answers", e.Runtime, h.Name, e.Runtime))
 		}
 	}
+	out = append(out, exposureFindings(h, ps)...)
+	out = append(out, a.skewFindings(h.Name)...)
 	for _, p := range ps {
 		switch p.State {
 		case api.StateRestarting:

@@ -261,7 +261,12 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			pl.inst, pl.readyAt = inst, readyAt
 			a.mu.Unlock()
 			a.measure(pl, inst, true)
-			a.publish(pl, "ready at "+inst.Endpoint())
+			ready := "ready at " + inst.Endpoint()
+			if r, ok := inst.(interface{ ServedAs() string }); ok && r.ServedAs() != "" {
+				// A known rename across engine releases (engines/hailo): say which name ran.
+				ready += " as " + r.ServedAs() + ", the engine's name for " + pl.p.Model
+			}
+			a.publish(pl, ready)
 			a.log.Info("placement ready", "placement", pl.p.ID, "model", pl.p.Model, "engine", inst.Endpoint())
 			a.saveOrLog()
 			retry = true

@@ -50,7 +50,7 @@ func (e *env) startLAN(ctx context.Context, t *testing.T, n note) {
 		"--hailo-manifests-dir", filepath.Join(hailoHome, ".local", "share", "hailo-ollama", "models", "manifests"),
 		"--hailo-library-url", "http://"+hailoLib, "--allow-private-downloads")
 	if err := e.pi.startEngine(ctx, "hailo-sim", nil, hailoURL+"/hailo/v1/list",
-		"--home", hailoHome, "--listen", strings.TrimPrefix(hailoURL, "http://"), "--library-listen", hailoLib,
+		"--version", "5.3.0", "--home", hailoHome, "--listen", strings.TrimPrefix(hailoURL, "http://"), "--library-listen", hailoLib,
 		"--tokens-per-second", "50", "--ttft", "50ms", "--load-time", "300ms", "--switch-delay", "200ms"); err != nil {
 		t.Fatal(err)
 	}

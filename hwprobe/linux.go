@@ -204,7 +204,7 @@ func (p *prober) linuxCgroup() cgroupMemory {
 
 func (p *prober) linuxAccelerators() {
 	hailo, notes := probeHailo(p.r)
-	for _, n := range notes {
+	for _, n := range append(notes, p.hailoVersions(hailo)...) {
 		p.note(n)
 	}
 	nvidia, notes := probeNVIDIA(p.r)

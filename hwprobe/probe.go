@@ -90,6 +90,12 @@ type Accelerator struct {
 	Memory int64 `json:"memory"`
 	// SharedMemory is set for a GPU that uses system memory (Apple's unified memory).
 	SharedMemory bool `json:"shared_memory,omitempty"`
+	// Driver, Firmware and Runtimes are a Hailo device's kernel driver version, the version of
+	// the firmware running on it, and the HailoRT library versions installed; "" (none) where
+	// the host does not expose them. They must agree (Skew).
+	Driver   string   `json:"driver,omitempty"`
+	Firmware string   `json:"firmware,omitempty"`
+	Runtimes []string `json:"runtimes,omitempty"`
 }
 
 // Field names used in Info.Unknown: the JSON paths of the fields.
@@ -121,7 +127,9 @@ func (i Info) Known(field string) bool {
 }
 
 // Probe reads what the host has. It never fails: what it cannot read is named in Unknown, and
-// why in Notes. Once ctx is done the fields not yet read are reported unknown.
+// why in Notes. Once ctx is done the fields not yet read are reported unknown. On this host,
+// with a Hailo device and hailortcli installed, it runs `hailortcli fw-control identify` (for
+// the firmware's version; 5 s at most); it runs nothing else.
 func Probe(ctx context.Context, opts Options) Info {
 	opts = opts.defaults()
 	// The Go runtime answers for this very process, and better than files (NumCPU honours the

@@ -69,6 +69,9 @@ func WriteTable(w io.Writer, info Info) error {
 		default:
 			cell += ", memory unknown"
 		}
+		if v := a.versions(); v != "" {
+			cell += ", " + v
+		}
 		row("accelerator", cell)
 	}
 	if len(info.Unknown) > 0 {

@@ -1,5 +1,6 @@
-// Command hailo-sim runs the hailo-ollama 5.1.1 simulator (package sim/hailo): the engine on one
-// listener and Hailo's model library on another. It prints one line when both serve:
+// Command hailo-sim runs the hailo-ollama simulator (package sim/hailo), as release 5.1.1 or, with
+// --version (HAILO_SIM_VERSION), 5.3.0 or 5.4: the engine on one listener and Hailo's model
+// library on another. It prints one line when both serve:
 //
 //	hailo-sim: serving http://127.0.0.1:8000 library http://127.0.0.1:41234
 package main
@@ -32,7 +33,8 @@ const envHome = "HAILO_SIM_HOME"
 
 // settings maps each flag to the environment variable it mirrors; a flag given wins.
 var settings = []struct{ flag, env, usage string }{
-	{"listen", hailo.EnvListen, "engine address `ip:port` (default 127.0.0.1:8000, hailo-ollama's port; loopback unless told otherwise)"},
+	{"version", hailo.EnvVersion, "hailo-ollama `release` to play: 5.1.1, 5.3.0 or 5.4 (default 5.1.1)"},
+	{"listen", hailo.EnvListen, "engine address `ip:port` (default: the release's own setting, OLLAMA_HOST for 5.3 and later, the JSON \"server\" in <home>/.config/hailo-ollama/hailo-ollama.json for 5.1.1; without it 127.0.0.1:8000, loopback where hailo-ollama would take 0.0.0.0)"},
 	{"library-listen", hailo.EnvLibraryListen, "model library address `ip:port` (default 127.0.0.1:0, a free port)"},
 	{"library-url", hailo.EnvLibraryURL, "library `URL` /api/pull fetches from (default: this simulator's own library)"},
 	{"library-version", hailo.EnvLibraryVersion, "release `folder` of the 5.4 library form /v<version>/blob/<file> (default 5.4.0)"},
@@ -50,7 +52,8 @@ var settings = []struct{ flag, env, usage string }{
 
 const usageHead = `Usage: hailo-sim [flags]
 
-Simulates hailo-ollama 5.1.1 on a Hailo-10H, with its quirks, and Hailo's model library.
+Simulates hailo-ollama (5.1.1, 5.3.0 or 5.4) on a Hailo-10H, with its quirks, and Hailo's
+model library.
 Every flag mirrors an environment variable (named after it); a flag given wins.
 
 Files: the simulator runs in its own home, never in the user's: its data folder is
@@ -122,6 +125,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	base.DataDir = filepath.Join(*home, ".local", "share", "hailo-ollama")
 	base.ConfigHome = filepath.Join(*home, ".config")
 	cfg, err := hailo.ConfigFromEnv(merged, base)
+	if err == nil && merged(hailo.EnvListen) == "" {
+		cfg, err = releaseBind(cfg, getenv, log)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hailo-sim: bad settings:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return 2
@@ -139,4 +145,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	return 0
+}
+
+// releaseBind binds the engine where the release would, by its own setting (hailo.BindSetting),
+// when no --listen says otherwise. Without that setting the release would take every interface;
+// the simulator stays on loopback and says so.
+func releaseBind(cfg hailo.Config, getenv func(string) string, log *slog.Logger) (hailo.Config, error) {
+	addr, from, ok, err := hailo.BindSetting(cfg.Version, getenv, cfg.ConfigHome)
+	if err != nil {
+		return cfg, err
+	}
+	if !ok {
+		log.Info("the release's bind setting is absent: hailo-ollama would bind "+hailo.DefaultBind+"; the simulator keeps "+cfg.Listen,
+			"version", cfg.Version, "setting", from)
+		return cfg, nil
+	}
+	cfg.Listen = addr
+	log.Info("binding by the release's own setting", "version", cfg.Version, "setting", from, "listen", addr)
+	return cfg, cfg.Validate()
 }

@@ -201,3 +201,33 @@ func TestProcessRejectsBadEnvironment(t *testing.T) {
 	assert.Equal(t, 2, cmd.ProcessState.ExitCode())
 	assert.Contains(t, stderr.String(), `HAILO_SIM_HEF_SIZE="huge"`)
 }
+
+// Without --listen, each release binds by its own setting: OLLAMA_HOST for 5.3, the JSON
+// "server" for 5.1.1, each ignoring the other's.
+func TestRunBindsByTheReleasesOwnSetting(t *testing.T) {
+	for _, c := range []struct {
+		version string
+		env     map[string]string
+		json    string
+	}{
+		{"5.3.0", map[string]string{"OLLAMA_HOST": "127.0.0.1:0"}, `{"server":{"host":"127.0.0.1","port":8000}}`},
+		{"5.1.1", map[string]string{"OLLAMA_HOST": "127.0.0.1:8000"}, `{"server":{"host":"127.0.0.1","port":0}}`},
+	} {
+		home := t.TempDir()
+		require.NoError(t, os.MkdirAll(filepath.Join(home, ".config", "hailo-ollama"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(home, ".config", "hailo-ollama", "hailo-ollama.json"), []byte(c.json), 0o644))
+		ctx, cancel := context.WithCancel(context.Background())
+		var stdout, stderr simtest.Buffer
+		code := make(chan int, 1)
+		go func() {
+			code <- run(ctx, []string{"--version", c.version, "--home", home, "--hef-size", "4KiB"},
+				func(k string) string { return c.env[k] }, &stdout, &stderr)
+		}()
+		require.Eventually(t, func() bool { return readyLine.MatchString(stdout.String()) }, 10*time.Second, 5*time.Millisecond, stderr.String())
+		m := readyLine.FindStringSubmatch(stdout.String())
+		assert.NotContains(t, m[1], ":8000", "%s bound by the other release's setting", c.version)
+		assert.Contains(t, stderr.String(), "binding by the release's own setting")
+		cancel()
+		assert.Equal(t, 0, <-code)
+	}
+}

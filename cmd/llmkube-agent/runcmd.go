@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -56,6 +58,7 @@ type runOptions struct {
 	ggufDirs          []string
 	ollamaURL         string
 	hailoURL          string
+	hailoRestart      string
 	hailoManifestsDir string
 	hailoLibraryURL   string
 	hfBase            string
@@ -121,6 +124,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.StringSliceVar(&o.ggufDirs, "gguf-dir", nil, "folders whose GGUF files the console offers as file:// sources on this host, and the only ones besides the model store a namespace token may place from (repeat or comma-separate)")
 	f.StringVar(&o.ollamaURL, "ollama-url", ollama.DefaultURL, "Ollama daemon")
 	f.StringVar(&o.hailoURL, "hailo-url", hailo.DefaultURL, "hailo-ollama daemon")
+	f.StringVar(&o.hailoRestart, "hailo-restart-command", "", "command that restarts hailo-ollama (e.g. \"sudo -n systemctl restart hailo-ollama\"); on releases that keep the device between loads (5.3) the agent runs it before loading a model after another, since answers degrade otherwise")
 	f.StringVar(&o.hailoManifestsDir, "hailo-manifests-dir", "", "hailo-ollama's manifests folder, for sizing hailo:// models (default: hailo-ollama's own lookup)")
 	f.StringVar(&o.hailoLibraryURL, "hailo-library-url", "", "Hailo's model library, for sizing hailo:// models (default: "+sizing.DefaultHailoLibraryURL+")")
 	f.StringVar(&o.hfBase, "hf-base", "", "Hugging Face base URL or mirror for hf:// sources (default: https://huggingface.co)")
@@ -317,7 +321,12 @@ func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit
 		case api.RuntimeOllama:
 			d, err = ollama.New(ollama.Config{URL: o.ollamaURL}, log.With("part", "engine"))
 		case api.RuntimeHailoOllama:
-			d, err = hailo.New(hailo.Config{URL: o.hailoURL}, log.With("part", "engine"))
+			var hd *hailo.Driver
+			hd, err = hailo.New(hailo.Config{URL: o.hailoURL}, log.With("part", "engine"))
+			if err == nil && strings.TrimSpace(o.hailoRestart) != "" {
+				hd.RestartBetweenModels(commandRunner(o.hailoRestart))
+			}
+			d = hd
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r, err)
@@ -417,4 +426,19 @@ func advertiseAddr(flag string, ln *net.TCPAddr, lan net.IP) (string, error) {
 		return net.JoinHostPort(ln.IP.String(), port), nil
 	}
 	return net.JoinHostPort(lan.String(), port), nil
+}
+
+// commandRunner runs a command line (split on spaces, no shell) and reports its failure with
+// what it wrote to stderr.
+func commandRunner(line string) func(context.Context) error {
+	args := strings.Fields(line)
+	return func(ctx context.Context) error {
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s: %w: %s", line, err, strings.TrimSpace(stderr.String()))
+		}
+		return nil
+	}
 }

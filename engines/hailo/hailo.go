@@ -8,7 +8,13 @@
 //   - one model at a time: loading a second model replaces the first, and the Instance says which
 //     (Replaced); unloading a model that is no longer on the device leaves the device alone
 //     (keep_alive 0 takes off whatever is loaded);
-//   - chats stream through /api/chat, since its /v1/chat/completions cannot stream.
+//   - chats stream through /api/chat, since its /v1/chat/completions cannot stream;
+//   - tools go to a daemon of a release that parses them (5.3 and later, by the version it
+//     reports) and are refused before any other; a model whose template cannot take them is
+//     refused by the daemon itself, and its words pass through;
+//   - a model a later release renamed (5.1.1's qwen2.5-instruct:1.5b is 5.3.0's
+//     qwen2.5:1.5b) runs under the name the daemon lists, and the driver says which it used
+//     (package zoo).
 //
 // Requests that use the device (load, unload, chat, /api/ps) are serialised in the driver, one
 // at a time. The device runs one anyway, so nothing is lost, and it makes the driver's
@@ -23,10 +29,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/hailo/zoo"
 	"github.com/llmkube/mesh/engines/ollama"
 )
 
@@ -43,7 +52,73 @@ type Driver struct {
 	log    *slog.Logger
 	device chan struct{} // held by the one request using the device
 	pulls  atomic.Int32  // pulls in progress
+	served sync.Map      // a model's ref → the name the daemon lists it by, when they differ
+
+	// The swap defect (zoo.Release.SwapDefect): version is what the daemon last reported,
+	// loadedBefore that it has loaded a model since the driver first saw it or last restarted
+	// it, and restart, when set, how to restart it.
+	version      atomic.Value // string
+	loadedBefore atomic.Bool
+	restart      func(context.Context) error
 }
+
+// RestartBetweenModels gives the driver a way to restart hailo-ollama (the agent's
+// --hailo-restart-command, or a test's). On a release with the swap defect the driver then
+// restarts the daemon before loading a model after another one, so every load is the first of
+// its process; without it the swap goes ahead and SwapCost says what it costs. Call it before
+// the driver is used.
+func (d *Driver) RestartBetweenModels(restart func(context.Context) error) { d.restart = restart }
+
+// SwapCost says what replacing the model on the device costs beyond the load, for the
+// release the daemon last reported; "" when nothing is known to.
+func (d *Driver) SwapCost() string {
+	v, _ := d.version.Load().(string)
+	rel := zoo.ReleaseOf(v)
+	switch {
+	case !rel.SwapDefect():
+		return ""
+	case d.restart != nil:
+		return "hailo-ollama " + v + " keeps the device between loads and answers degrade after a swap (hailo-rpi5-examples #197), so the agent restarts it first: the swap also costs the daemon's restart"
+	default:
+		return "hailo-ollama " + v + " keeps the device between loads: answers degrade after this swap until hailo-ollama restarts (hailo-rpi5-examples #197); restart it after the swap, or give the agent --hailo-restart-command"
+	}
+}
+
+// restartIfDegrading restarts the daemon before a load that would follow another one in the
+// same daemon process (one this driver made, or the model found on the device), on a release
+// with the swap defect, when the driver has the means; it waits until the daemon answers
+// again. The device lock is held.
+func (d *Driver) restartIfDegrading(ctx context.Context, deviceHeld bool) error {
+	if d.restart == nil || !(d.loadedBefore.Load() || deviceHeld) {
+		return nil
+	}
+	reported, err := d.c.Version(ctx)
+	if err != nil {
+		return err
+	}
+	d.version.Store(reported)
+	if !zoo.ReleaseOf(reported).SwapDefect() {
+		return nil
+	}
+	d.log.Warn("restarting hailo-ollama before loading another model: this release keeps the device between loads (hailo-rpi5-examples #197)", "version", reported)
+	if err := d.restart(ctx); err != nil {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("restarting hailo-ollama before a swap: %w", err)}
+	}
+	for {
+		if _, err := d.c.Root(ctx); err == nil {
+			d.loadedBefore.Store(false)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(restartPoll):
+		}
+	}
+}
+
+// restartPoll is how often a restarting daemon is asked whether it answers again.
+const restartPoll = 100 * time.Millisecond
 
 var _ engines.Driver = (*Driver)(nil)
 
@@ -87,6 +162,28 @@ func (d *Driver) onDevice(ctx context.Context, fn func(loaded []string) error) e
 	return fn(loaded)
 }
 
+// name is what the daemon calls ref: the name a load or pull found it listed by.
+func (d *Driver) name(ref string) string {
+	if n, ok := d.served.Load(ref); ok {
+		return n.(string)
+	}
+	return ref
+}
+
+// resolve finds the name the daemon lists ref by (list is its zoo) and remembers it, logging a
+// rename once so the owner sees which name ran.
+func (d *Driver) resolve(ref string, list []string) string {
+	n := zoo.ServedName(ref, list)
+	if n == ref {
+		d.served.Delete(ref)
+		return ref
+	}
+	if old, ok := d.served.Swap(ref, n); !ok || old != n {
+		d.log.Warn("this hailo-ollama lists the model under another name; using the daemon's", "model", ref, "served_as", n)
+	}
+	return n
+}
+
 // zoo returns the daemon's model list, refusing a daemon that is not hailo-ollama.
 func (d *Driver) zoo(ctx context.Context) ([]string, error) {
 	models, isHailo, err := d.c.HailoList(ctx)
@@ -108,17 +205,18 @@ func (d *Driver) Detect(ctx context.Context) api.Engine {
 		e.Detail = fmt.Sprintf("no hailo-ollama answers at %s (%v); it comes with Hailo's GenAI model zoo for the Hailo-10H (AI HAT+ 2 on a Raspberry Pi 5): install it and start `hailo-ollama`, or point the agent at its address", d.c.URL(), ollama.RootCause(err))
 		return e
 	}
-	var zoo []string
-	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { zoo, err = d.zoo(ctx); return err }); err != nil {
+	var listed []string
+	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { listed, err = d.zoo(ctx); return err }); err != nil {
 		e.Detail = ollama.RootCause(err).Error()
 		return e
 	}
 	e.Present = true
-	e.Models = zoo
+	e.Models = listed
 	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { e.Version, err = d.c.Version(ctx); return err }); err != nil {
 		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/version: %v", ollama.RootCause(err))
 		return e
 	}
+	d.version.Store(e.Version)
 	var have []string
 	if err := ollama.Probe(ctx, func(ctx context.Context) (err error) { have, err = d.c.TagNames(ctx); return err }); err != nil {
 		e.Detail = fmt.Sprintf("hailo-ollama answers / but not /api/tags: %v", ollama.RootCause(err))
@@ -147,6 +245,7 @@ func (d *Driver) Health(ctx context.Context, m engines.Model) error {
 	if err != nil {
 		return err
 	}
+	ref = d.name(ref)
 	select {
 	case d.device <- struct{}{}:
 	default:
@@ -178,10 +277,11 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	if err != nil {
 		return err
 	}
-	zoo, err := d.zoo(ctx)
+	listed, err := d.zoo(ctx)
 	if err != nil {
 		return err
 	}
+	ref = d.resolve(ref, listed)
 	d.log.Info("pulling", "model", ref)
 	// Pulls do not hold the device: the blob download does not use it, and a model on the
 	// device keeps answering meanwhile.
@@ -201,7 +301,7 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	}
 	if errors.Is(err, engines.ErrNotFound) {
 		// /hailo/v1/list is not always the whole zoo, so the daemon decides; the list helps.
-		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", ollama.RootCause(err), strings.Join(zoo, ", "))}
+		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%w; this hailo-ollama lists: %s", ollama.RootCause(err), strings.Join(listed, ", "))}
 	}
 	return err
 }
@@ -227,15 +327,27 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.zoo(ctx); err != nil {
+	listed, err := d.zoo(ctx)
+	if err != nil {
 		return nil, err
 	}
+	asked := ref
+	ref = d.resolve(ref, listed)
 	inst := &Instance{Instance: ollama.NewInstance(d.c.URL())}
+	if ref != asked {
+		inst.servedAs = ref
+	}
 	err = d.onDevice(ctx, func(before []string) error {
+		if len(before) == 0 || !ollama.SameModel(before[0], ref) {
+			if err := d.restartIfDegrading(ctx, len(before) > 0); err != nil {
+				return err
+			}
+		}
 		// hailo-ollama takes no num_ctx: every zoo HEF has its context built in.
 		if err := d.c.Load(ctx, ref, nil); err != nil {
 			return err
 		}
+		d.loadedBefore.Store(true)
 		after, err := d.c.PSNames(ctx)
 		if err != nil {
 			return err
@@ -264,6 +376,7 @@ func (d *Driver) Unload(ctx context.Context, m engines.Model) error {
 	if err != nil {
 		return err
 	}
+	ref = d.name(ref)
 	return d.onDevice(ctx, func(before []string) error {
 		if len(before) == 0 || !ollama.SameModel(before[0], ref) {
 			d.log.Info("not on the device; nothing to unload", "model", ref, "loaded", before)
@@ -299,7 +412,8 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	if err != nil {
 		return err
 	}
-	if err := unsupported(req); err != nil {
+	ref = d.name(ref)
+	if err := d.unsupported(ctx, req); err != nil {
 		return err
 	}
 	return d.onDevice(ctx, func(loaded []string) error {
@@ -309,20 +423,24 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 		}
 		opts := ollama.Options(req)
 		delete(opts, "stop")
-		tokens := 0
+		tokens, calls := 0, 0
 		err := d.c.Chat(ctx, ref, req, opts, func(c engines.ChatChunk) error {
 			if c.Content != "" {
 				tokens++
 			}
+			calls += len(c.ToolCalls)
 			return emit(c)
 		})
-		if errors.Is(err, ollama.ErrNoLastChunk) && tokens > 0 && ctx.Err() == nil {
+		if errors.Is(err, ollama.ErrNoLastChunk) && tokens+calls > 0 && ctx.Err() == nil {
 			// hailo-ollama 5.1.1 closes every streamed answer without its last chunk (its public
 			// clients take that as the end): an answer that came is complete. It streams one
 			// token per line, so the lines count the tokens, and an answer as long as the limit
-			// stopped for it.
+			// stopped for it; one that called tools ended for them.
 			last := engines.ChatChunk{Done: true, FinishReason: "stop", CompletionTokens: tokens}
-			if req.MaxTokens > 0 && tokens >= req.MaxTokens {
+			switch {
+			case calls > 0:
+				last.FinishReason = "tool_calls"
+			case req.MaxTokens > 0 && tokens >= req.MaxTokens:
 				last.FinishReason = "length"
 			}
 			return emit(last)
@@ -331,24 +449,32 @@ func (d *Driver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequ
 	})
 }
 
-// unsupported refuses what hailo-ollama 5.1 cannot do: its /api/chat has no tools and no
-// format, and would answer in free text as though they had not been asked.
-func unsupported(req engines.ChatRequest) error {
+// unsupported refuses what the daemon cannot do and would answer in free text as though it had
+// not been asked: a JSON format and raw completions on every release (the record shows no
+// release that takes them), tools before 5.3 (by the version the daemon reports). Asking the
+// version costs a request, made only when the chat has tools in it.
+func (d *Driver) unsupported(ctx context.Context, req engines.ChatRequest) error {
 	var what []string
-	if len(req.Tools) > 0 {
-		what = append(what, "tools")
+	usesTools := len(req.Tools) > 0
+	for _, m := range req.Messages {
+		usesTools = usesTools || m.Role == "tool" || len(m.ToolCalls) > 0
+	}
+	if usesTools {
+		reported, err := d.c.Version(ctx)
+		if err != nil {
+			return err
+		}
+		if rel := zoo.ReleaseOf(reported); !rel.ToolsByTemplate() {
+			return &engines.Error{Code: api.CodeBadRequest, Err: fmt.Errorf(
+				"hailo-ollama cannot do tools at the version %s reports, %s (5.3 and later parse tool calls, for models whose template has a tools branch): %w; upgrade hailo-ollama, or place the model on llama-server or Ollama for tools",
+				d.c.URL(), rel.Name(), engines.ErrUnsupported)}
+		}
 	}
 	if req.Format != nil {
 		what = append(what, "a JSON response format")
 	}
 	if req.Prompt != "" {
 		what = append(what, "raw completions")
-	}
-	for _, m := range req.Messages {
-		if m.Role == "tool" || len(m.ToolCalls) > 0 {
-			what = append(what, "tool calls in the conversation")
-			break
-		}
 	}
 	if len(what) == 0 {
 		return nil
@@ -360,7 +486,13 @@ func unsupported(req engines.ChatRequest) error {
 type Instance struct {
 	*ollama.Instance
 	replaced string
+	servedAs string
 }
+
+// ServedAs is the name the daemon runs the model by when it is not the one asked for (a known
+// rename across releases: a restored hailo://qwen2.5-instruct:1.5b runs as qwen2.5:1.5b on
+// 5.3.0), "" when they are the same.
+func (i *Instance) ServedAs() string { return i.servedAs }
 
 // Replaced names the model this load took off the device, "" when the device was free or
 // already held this model. The agent marks that model's placement replaced.
@@ -374,6 +506,7 @@ func (d *Driver) Describe(ctx context.Context, m engines.Model) (api.ModelDetail
 	if err != nil {
 		return api.ModelDetails{}, err
 	}
+	ref = d.name(ref)
 	if err := d.lock(ctx); err != nil {
 		return api.ModelDetails{}, err
 	}

@@ -260,3 +260,185 @@ func TestDaemonGone(t *testing.T) {
 	assert.False(t, e.Present)
 	assert.Contains(t, e.Detail, "no hailo-ollama answers at "+sim.URL())
 }
+
+func weatherChat() engines.ChatRequest {
+	req := ollamatest.Hello()
+	req.Tools = []engines.Tool{{Name: "get_weather", Parameters: []byte(`{"type":"object","properties":{}}`)}}
+	return req
+}
+
+// Tools follow the version the daemon reports: refused by the driver on 5.1.1, which would drop
+// them; on 5.3 and later sent, and a template without a tools branch is the daemon's refusal.
+func TestToolsFollowTheReportedVersion(t *testing.T) {
+	old := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.Preloaded = []string{"qwen2:1.5b"} })
+	d := newDriver(t, old.URL())
+	_, err := d.Load(t.Context(), qwen)
+	require.NoError(t, err)
+	err = d.Chat(t.Context(), qwen, weatherChat(), func(engines.ChatChunk) error { return nil })
+	require.ErrorIs(t, err, engines.ErrUnsupported)
+	assert.Equal(t, api.CodeBadRequest, ollamatest.CodeOf(err))
+	assert.Contains(t, err.Error(), `"0.5.1" (5.1-era`)
+	assert.Zero(t, old.Stats().Requests["POST /api/chat"], "the chat never reached the daemon")
+
+	for _, v := range []string{"5.3.0", "5.4"} {
+		sim := ollamatest.StartHailo(t, func(c *hailosim.Config) {
+			c.Version = v
+			c.Preloaded = []string{"qwen2:1.5b", "qwen2.5:1.5b"}
+		})
+		d := newDriver(t, sim.URL())
+		ctx := t.Context()
+
+		// qwen2's template has no tools branch: the daemon's own 400 comes through.
+		_, err := d.Load(ctx, qwen)
+		require.NoError(t, err)
+		err = d.Chat(ctx, qwen, weatherChat(), func(engines.ChatChunk) error { return nil })
+		require.Error(t, err, v)
+		assert.Equal(t, api.CodeBadRequest, ollamatest.CodeOf(err), v)
+		assert.Contains(t, err.Error(), "qwen2:1.5b does not support tools", v)
+		assert.NotErrorIs(t, err, engines.ErrUnsupported, "the daemon refused, not the driver")
+
+		// qwen2.5 calls the tool, and the answer ends for it (the stream has no last chunk).
+		q25 := engines.Model{ID: "p3", Name: "qwen2.5:1.5b", Source: "hailo://qwen2.5:1.5b", Context: 2048}
+		_, err = d.Load(ctx, q25)
+		require.NoError(t, err)
+		chunks := ollamatest.Collect(t, d, q25, weatherChat())
+		var calls []engines.ToolCall
+		for _, c := range chunks {
+			calls = append(calls, c.ToolCalls...)
+		}
+		require.Len(t, calls, 1, v)
+		assert.Equal(t, "get_weather", calls[0].Name)
+		assert.Equal(t, "tool_calls", chunks[len(chunks)-1].FinishReason, v)
+	}
+}
+
+// A placement made on 5.1.1 keeps working after the upgrade to 5.3.0, which renamed its model,
+// and the instance says which name ran; the reverse holds too.
+func TestRenamedModelsRunUnderTheDaemonsName(t *testing.T) {
+	oldName := engines.Model{ID: "p4", Name: "qwen2.5-instruct:1.5b", Source: "hailo://qwen2.5-instruct:1.5b", Context: 2048}
+	sim := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.Version = "5.3.0" })
+	d := newDriver(t, sim.URL())
+	ctx := t.Context()
+
+	require.NoError(t, d.Pull(ctx, oldName, nil))
+	inst, err := d.Load(ctx, oldName)
+	require.NoError(t, err)
+	assert.Equal(t, "qwen2.5:1.5b", inst.(*Instance).ServedAs())
+	assert.Equal(t, "qwen2.5:1.5b", sim.Stats().Loaded)
+	require.NoError(t, d.Health(ctx, oldName), "health asks after the daemon's name")
+	ollamatest.CheckChat(t, ollamatest.Collect(t, d, oldName, ollamatest.Hello()))
+	require.NoError(t, d.Unload(ctx, oldName))
+	assert.Empty(t, sim.Stats().Loaded)
+
+	// The same name on 5.1.1 needs no mapping; 5.3.0's name maps back to it there.
+	old := ollamatest.StartHailo(t, nil)
+	d = newDriver(t, old.URL())
+	newName := engines.Model{ID: "p5", Name: "qwen2.5:1.5b", Source: "hailo://qwen2.5:1.5b", Context: 2048}
+	require.NoError(t, d.Pull(ctx, newName, nil))
+	inst, err = d.Load(ctx, newName)
+	require.NoError(t, err)
+	assert.Equal(t, "qwen2.5-instruct:1.5b", inst.(*Instance).ServedAs())
+	require.NoError(t, d.Pull(ctx, qwen, nil))
+	inst, err = d.Load(ctx, qwen)
+	require.NoError(t, err)
+	assert.Empty(t, inst.(*Instance).ServedAs())
+
+	// A model no release renamed and this one does not list is the daemon's to refuse.
+	gone := engines.Model{ID: "p6", Name: "llama3.2:3b", Source: "hailo://llama3.2:3b", Context: 2048}
+	err = newDriver(t, sim.URL()).Pull(ctx, gone, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "this hailo-ollama lists: deepseek_r1:1.5b")
+}
+
+// simAt runs a hailo-ollama simulator of a release that can be restarted on the same address
+// and data folder, as systemctl restart would.
+type simAt struct {
+	t      *testing.T
+	cfg    hailosim.Config
+	cancel context.CancelFunc
+	srv    *hailosim.Server
+}
+
+func startSimAt(t *testing.T, cfg hailosim.Config) *simAt {
+	s := &simAt{t: t, cfg: cfg}
+	s.start()
+	s.cfg.Listen = strings.TrimPrefix(s.srv.URL(), "http://") // the same port after a restart
+	s.cfg.Preloaded = nil
+	t.Cleanup(func() { s.cancel(); s.srv.Close() })
+	return s
+}
+
+func (s *simAt) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := hailosim.Start(ctx, s.cfg, nil)
+	require.NoError(s.t, err)
+	s.srv, s.cancel = srv, cancel
+}
+
+func (s *simAt) restart(context.Context) error {
+	s.cancel()
+	if err := s.srv.Close(); err != nil {
+		return err
+	}
+	s.start()
+	return nil
+}
+
+// On 5.3.0 a load after another degrades answers until hailo-ollama restarts: with the means to
+// restart it the driver does so before the second load; without, the swap cost says so.
+func TestSwapOnAffectedReleaseRestartsTheDaemon(t *testing.T) {
+	cfg := hailosim.FastConfig(t.TempDir())
+	cfg.Version, cfg.FinalChunks = "5.3.0", true
+	cfg.Preloaded = []string{"qwen2:1.5b", "qwen2.5-coder:1.5b"}
+	answer := func(d *Driver, m engines.Model) string {
+		var b strings.Builder
+		for _, c := range ollamatest.Collect(t, d, m, ollamatest.Hello()) {
+			b.WriteString(c.Content)
+		}
+		return b.String()
+	}
+	ctx := t.Context()
+
+	// Without a way to restart: the swap degrades, and its cost is stated.
+	plain := startSimAt(t, cfg)
+	d := newDriver(t, plain.srv.URL())
+	assert.True(t, d.Detect(ctx).Healthy)
+	assert.Contains(t, d.SwapCost(), "answers degrade after this swap until hailo-ollama restarts")
+	_, err := d.Load(ctx, qwen)
+	require.NoError(t, err)
+	_, err = d.Load(ctx, coder)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(answer(d, coder), hailosim.DegradedMarker))
+
+	// With one: each load after another comes after a restart, so no answer degrades.
+	cfg.DataDir = t.TempDir()
+	managed := startSimAt(t, cfg)
+	d = newDriver(t, managed.srv.URL())
+	restarts := 0
+	d.RestartBetweenModels(func(ctx context.Context) error { restarts++; return managed.restart(ctx) })
+	assert.True(t, d.Detect(ctx).Healthy)
+	assert.Contains(t, d.SwapCost(), "the agent restarts it first")
+	_, err = d.Load(ctx, qwen)
+	require.NoError(t, err)
+	assert.Zero(t, restarts, "the first load of the daemon's life needs no restart")
+	inst, err := d.Load(ctx, coder)
+	require.NoError(t, err)
+	assert.Equal(t, 1, restarts)
+	assert.Equal(t, "qwen2:1.5b", inst.(*Instance).Replaced())
+	assert.NotContains(t, answer(d, coder), hailosim.DegradedMarker)
+	assert.False(t, managed.srv.Stats().Degraded)
+	_, err = d.Load(ctx, coder)
+	require.NoError(t, err)
+	assert.Equal(t, 1, restarts, "the model already on the device is no swap")
+
+	// 5.1.1 has no such defect: no restart, no cost.
+	old := ollamatest.StartHailo(t, func(c *hailosim.Config) { c.Preloaded = []string{"qwen2:1.5b", "qwen2.5-coder:1.5b"} })
+	d = newDriver(t, old.URL())
+	d.RestartBetweenModels(func(context.Context) error { t.Error("restarted a 5.1.1 daemon"); return nil })
+	d.Detect(ctx)
+	assert.Empty(t, d.SwapCost())
+	_, err = d.Load(ctx, qwen)
+	require.NoError(t, err)
+	_, err = d.Load(ctx, coder)
+	require.NoError(t, err)
+}

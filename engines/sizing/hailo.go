@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
+	"github.com/llmkube/mesh/engines/hailo/zoo"
 )
 
 // maxManifest bounds a hailo-ollama manifest read: real ones are about 2 KB (a chat template).
@@ -178,13 +179,19 @@ func (s *Sizer) hailo(ctx context.Context, src source.Source) (api.SizeEstimate,
 	data, err := readLimited(path, maxManifest)
 	if errors.Is(err, fs.ErrNotExist) {
 		known, lerr := HailoModels(dir)
+		name, offered := zoo.Offers(known, id)
 		switch {
 		case lerr != nil:
 			return api.SizeEstimate{}, failed("cannot size %s: hailo-ollama's manifests folder %s cannot be read: %v", src, dir, lerr)
 		case len(known) == 0:
 			return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "hailo model %s is not in hailo-ollama's zoo: %s holds no manifests", id, dir)
+		case !offered:
+			return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "hailo model %s is not in hailo-ollama's zoo; known models: %s", id, strings.Join(known, ", "))
 		}
-		return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "hailo model %s is not in hailo-ollama's zoo; known models: %s", id, strings.Join(known, ", "))
+		// This release lists the model under another name (a known rename): size that manifest.
+		model, tag, _ := strings.Cut(name, ":")
+		path = filepath.Join(dir, model, tag, "manifest.json")
+		data, err = readLimited(path, maxManifest)
 	}
 	if err != nil {
 		return api.SizeEstimate{}, failed("cannot size %s: %v", src, err)

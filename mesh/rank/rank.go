@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
+	"github.com/llmkube/mesh/engines/hailo/zoo"
 )
 
 // Request is a placement request plus what the console learned while preparing it.
@@ -199,6 +200,18 @@ func judge(r *api.Ranked, h *api.Host, native, rt api.Runtime, model, needStr st
 		refuse(r, api.CodeEngineUnavailable, "refused: "+string(rt)+" is not installed here")
 		return
 	}
+	servedAs := ""
+	if rt == api.RuntimeHailoOllama {
+		var ok bool
+		if servedAs, ok = hailoOffers(r, h.Engines, req.Source); !ok {
+			return
+		}
+	}
+	defer func() {
+		if servedAs != "" && r.Verdict != api.VerdictRefused {
+			r.Reason += "; runs as " + servedAs + ", this hailo-ollama's name for it"
+		}
+	}()
 	device := req.Estimate.Device
 	if device == "" {
 		device = api.DeviceHost
@@ -234,12 +247,18 @@ func judge(r *api.Ranked, h *api.Host, native, rt api.Runtime, model, needStr st
 		case "":
 			r.Verdict, r.Score = api.VerdictFits, bandFits+weightMemory*fitTerm(hailo.Memory-need, req.Spread)
 			r.Reason = "fits: needs " + needStr + ", the Hailo-10H is free"
-		case model:
+		case model, servedAs:
 			r.Verdict, r.Score = api.VerdictFits, bandFits+weightMemory
-			r.Reason = "fits: " + model + " is already on the Hailo-10H"
+			r.Reason = "fits: " + hailo.Loaded + " is already on the Hailo-10H"
 		default:
 			r.Verdict, r.Score = api.VerdictSwap, bandSwap+weightMemory*fitTerm(hailo.Memory-need, req.Spread)
 			r.Reason = "swap: replaces " + hailo.Loaded + " on the Hailo-10H"
+			for _, e := range h.Engines {
+				if e.Runtime == api.RuntimeHailoOllama && zoo.ReleaseOf(e.Version).SwapDefect() {
+					// The agent's own estimate says whether it restarts the daemon for it.
+					r.Reason += "; hailo-ollama " + e.Version + " degrades answers after a swap until it restarts"
+				}
+			}
 		}
 		return
 	}
@@ -284,6 +303,37 @@ func refuse(r *api.Ranked, code api.Code, reason string) {
 
 func nsAllowed(allow []string, ns string) bool {
 	return len(allow) == 0 || slices.Contains(allow, ns)
+}
+
+// hailoOffers checks the model against the host's own hailo-ollama list (/hailo/v1/list, which
+// the host's state document carries as the engine's Models): each release offers its own zoo
+// under its own names. A model the list names under another release's name (a known rename)
+// is offered, and servedAs says the name it runs by; one it does not name is refused. A host
+// whose list is not known yet (only its metadata arrived) is not judged on it.
+func hailoOffers(r *api.Ranked, es []api.Engine, raw string) (servedAs string, ok bool) {
+	src, err := source.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", true // the agent refuses a bad source; nothing to check against a list
+	}
+	ref := src.Ref()
+	for _, e := range es {
+		if e.Runtime != api.RuntimeHailoOllama || len(e.Models) == 0 {
+			continue
+		}
+		name, offered := zoo.Offers(e.Models, ref)
+		if !offered {
+			version := ""
+			if e.Version != "" {
+				version = " (version " + e.Version + ")"
+			}
+			refuse(r, api.CodeNotFound, "refused: this host's hailo-ollama"+version+" does not offer "+ref+"; it offers "+strings.Join(e.Models, ", "))
+			return "", false
+		}
+		if name != ref {
+			return name, true
+		}
+	}
+	return "", true
 }
 
 func enginePresent(es []api.Engine, rt api.Runtime) bool {

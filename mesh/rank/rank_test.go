@@ -375,3 +375,40 @@ func TestOrderIsSortedAndComplete(t *testing.T) {
 		}
 	}
 }
+
+// Each Pi is ranked against its own hailo-ollama's list: in a mesh of mixed releases a Pi does
+// not "fit" a model its daemon does not offer, and one that lists the model under its own
+// release's name fits it and says so.
+func TestHailoRanksAgainstEachHostsOwnList(t *testing.T) {
+	zoo := func(m api.Member, version string, models ...string) api.Member {
+		for i := range m.Host.Engines {
+			if e := &m.Host.Engines[i]; e.Runtime == api.RuntimeHailoOllama {
+				e.Version, e.Models = version, models
+			}
+		}
+		return m
+	}
+	old := zoo(pi("pi-511", 4, ""), "0.5.1", "deepseek_r1_distill_qwen:1.5b", "llama3.2:3b", "qwen2.5-coder:1.5b", "qwen2.5-instruct:1.5b", "qwen2:1.5b")
+	upgraded := zoo(pi("pi-530", 4, "qwen2.5:1.5b"), "5.3.0", "deepseek_r1:1.5b", "llama3.2:1b", "qwen2.5-coder:1.5b", "qwen2.5:1.5b", "qwen2:1.5b", "qwen3:1.7b")
+	unknown := pi("pi-new", 4, "") // only its metadata so far: no list to judge by
+	members := []api.Member{old, upgraded, unknown}
+
+	rs := byHost(Rank(members, hailo("qwen3:1.7b", gibs(1.6))))
+	assert.Equal(t, api.VerdictRefused, rs["pi-511"].Verdict)
+	assert.Equal(t, api.CodeNotFound, rs["pi-511"].Code)
+	assert.Equal(t, "refused: this host's hailo-ollama (version 0.5.1) does not offer qwen3:1.7b; it offers deepseek_r1_distill_qwen:1.5b, llama3.2:3b, qwen2.5-coder:1.5b, qwen2.5-instruct:1.5b, qwen2:1.5b", rs["pi-511"].Reason)
+	assert.Equal(t, api.VerdictSwap, rs["pi-530"].Verdict)
+	assert.Equal(t, "swap: replaces qwen2.5:1.5b on the Hailo-10H; hailo-ollama 5.3.0 degrades answers after a swap until it restarts", rs["pi-530"].Reason)
+	assert.Equal(t, api.VerdictFits, rs["pi-new"].Verdict)
+
+	// A restored placement's old name: the upgraded Pi has it on the device already, as qwen2.5:1.5b.
+	rs = byHost(Rank(members, hailo("qwen2.5-instruct:1.5b", gibs(1.6))))
+	assert.Equal(t, api.VerdictFits, rs["pi-511"].Verdict)
+	assert.Equal(t, "fits: needs 1.6 GiB, the Hailo-10H is free", rs["pi-511"].Reason)
+	assert.Equal(t, api.VerdictFits, rs["pi-530"].Verdict)
+	assert.Equal(t, "fits: qwen2.5:1.5b is already on the Hailo-10H; runs as qwen2.5:1.5b, this hailo-ollama's name for it", rs["pi-530"].Reason)
+
+	rs = byHost(Rank(members, hailo("llama3.2:3b", gibs(3.1))))
+	assert.Equal(t, api.VerdictFits, rs["pi-511"].Verdict)
+	assert.Equal(t, api.VerdictRefused, rs["pi-530"].Verdict, "5.3.0 no longer offers llama3.2:3b")
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,9 @@ const PerModel = -1
 // Config is everything the simulator can be told. Build one with DefaultConfig (or FastConfig
 // for tests), adjust it, and hand it to Start, which validates it.
 type Config struct {
+	// Version is the hailo-ollama release to play: Version511 (the default), Version530 or
+	// Version54 ("5.4" is accepted). versions.go says what differs.
+	Version string
 	// Listen is the engine's address (hailo-ollama's "server" setting). Tests use 127.0.0.1:0.
 	Listen string
 	// LibraryListen is the address of the second listener, which plays Hailo's model library.
@@ -94,6 +98,7 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error { return sims
 // still be set.
 func DefaultConfig() Config {
 	return Config{
+		Version:         Version511,
 		Listen:          "127.0.0.1:0",
 		LibraryListen:   "127.0.0.1:0",
 		LibraryVersion:  "5.4.0",
@@ -121,6 +126,7 @@ func FastConfig(dataDir string) Config {
 
 // Environment variables read by ConfigFromEnv; the hailo-sim command has a flag for each.
 const (
+	EnvVersion           = "HAILO_SIM_VERSION"
 	EnvListen            = "HAILO_SIM_LISTEN"
 	EnvLibraryListen     = "HAILO_SIM_LIBRARY_LISTEN"
 	EnvLibraryURL        = "HAILO_SIM_LIBRARY_URL"
@@ -154,6 +160,7 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 	str := func(dst *string) func(string) error {
 		return func(v string) error { *dst = v; return nil }
 	}
+	set(EnvVersion, str(&c.Version))
 	set(EnvListen, str(&c.Listen))
 	set(EnvLibraryListen, str(&c.LibraryListen))
 	set(EnvLibraryURL, str(&c.LibraryURL))
@@ -229,6 +236,7 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return base, err
 	}
+	c.Version, _ = NormalizeVersion(c.Version) // Validate accepted it
 	return c, nil
 }
 
@@ -280,6 +288,11 @@ var versionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	version, err := NormalizeVersion(c.Version)
+	if err != nil {
+		bad("version %q: %v", c.Version, err)
+		version = Version511 // to check the models below against something
+	}
 	if err := checkAddr(c.Listen); err != nil {
 		bad("listen address %q: %v", c.Listen, err)
 	}
@@ -305,13 +318,13 @@ func (c Config) Validate() error {
 		bad("HEF size %d: want 1 byte to %d bytes", c.HEFSize, int64(MaxHEFSize))
 	}
 	for _, m := range c.Preloaded {
-		if _, ok := zooModel(m); !ok {
-			bad("preloaded model %q: not in the 5.1.1 zoo (%s)", m, strings.Join(ZooModels(), ", "))
+		if !slices.Contains(releases[version].models, m) {
+			bad("preloaded model %q: not in the %s zoo (%s)", m, version, strings.Join(releases[version].models, ", "))
 		}
 	}
 	for _, m := range c.FilenameManifests {
-		if _, ok := zooModel(m); !ok {
-			bad("filename-manifest model %q: not in the 5.1.1 zoo (%s)", m, strings.Join(ZooModels(), ", "))
+		if !slices.Contains(releases[version].models, m) {
+			bad("filename-manifest model %q: not in the %s zoo (%s)", m, version, strings.Join(releases[version].models, ", "))
 		}
 	}
 	if c.TokensPerSecond != PerModel && (c.TokensPerSecond < 0 || math.IsNaN(c.TokensPerSecond) || math.IsInf(c.TokensPerSecond, 0)) {

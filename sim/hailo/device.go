@@ -22,6 +22,16 @@ type device struct {
 	keepAlive time.Duration
 	forever   bool
 	lastUse   time.Time
+	// everLoaded and degraded follow the swap defect: on an affected release, any load after
+	// an earlier one in the same process degrades every answer from then on.
+	everLoaded bool
+	degraded   bool
+}
+
+func (d *device) isDegraded() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.degraded
 }
 
 // acquire waits for the device, counting the wait so tests can see a request queued.
@@ -126,6 +136,12 @@ func (s *Server) load(ctx context.Context, model, blob string, keepAlive *int32)
 	d.mu.Lock()
 	d.model, d.blob = model, blob
 	d.keepAlive, d.forever, d.lastUse = ka, forever, s.clock.Now()
+	swapped := d.everLoaded && releases[s.cfg.Version].swapDegrades
+	d.everLoaded = true
+	if swapped && !d.degraded {
+		d.degraded = true
+		s.log.Warn("hailo-sim: a model loaded after another without a restart; answers are degraded from now on (hailo-rpi5-examples #197)", "model", model)
+	}
 	d.mu.Unlock()
 	s.count(func(st *Stats) { st.Loads++ })
 	s.log.Info("hailo-sim loaded model", "model", model)

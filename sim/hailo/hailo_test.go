@@ -546,7 +546,7 @@ func TestDataFolderLayout(t *testing.T) {
 		c.ConfigHome = filepath.Join(c.DataDir, "config")
 	})
 	dir := s.cfg.DataDir
-	for _, z := range zoo {
+	for _, z := range zooOf(Version511) {
 		model, tag, _ := strings.Cut(z.name, ":")
 		raw, err := os.ReadFile(filepath.Join(dir, "models", "manifests", model, tag, "manifest.json"))
 		require.NoError(t, err, z.name)

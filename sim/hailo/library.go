@@ -41,12 +41,12 @@ func (s *Server) serveLibrary(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	if z, ok := zooByFile(file); ok {
+	if z, ok := zooByFile(s.cfg.Version, file); ok {
 		s.serveBlob(cw, r, s.digestOf(z.name))
 		return
 	}
 	if stem, ok := strings.CutSuffix(file, ".sha256"); ok {
-		if z, ok := zooByFile(stem + ".hef"); ok {
+		if z, ok := zooByFile(s.cfg.Version, stem+".hef"); ok {
 			body := s.digestOf(z.name) + "  " + z.hefFile + "\n"
 			w.Header().Set("Content-Type", "text/plain")
 			http.ServeContent(cw, r, file, time.Time{}, strings.NewReader(body))

@@ -134,8 +134,7 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	// hailo-ollama answers an Ollama-like version whatever its own release.
-	writeJSON(w, http.StatusOK, map[string]string{"version": "0.5.1"})
+	writeJSON(w, http.StatusOK, map[string]string{"version": releases[s.cfg.Version].apiVersion})
 }
 
 type modelInfo struct {
@@ -345,6 +344,7 @@ type generateParams struct {
 type chatParams struct {
 	Model     string     `json:"model"`
 	Messages  *[]message `json:"messages"`
+	Tools     []tool     `json:"tools"` // read by 5.3 and later only
 	Options   *options   `json:"options"`
 	Stream    *bool      `json:"stream"`
 	KeepAlive *int32     `json:"keep_alive"`
@@ -384,10 +384,20 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.loadUnload(w, r, p.Model, s.store.blobPath(m), p.KeepAlive, true)
 		return
 	}
-	s.complete(w, r, completion{
+	c := completion{
 		model: m, prompt: m.style.render(*p.Messages), key: messagesKey(*p.Messages),
 		opts: p.Options, stream: p.Stream == nil || *p.Stream, keepAlive: p.KeepAlive, kind: kindMessage,
-	})
+	}
+	if len(p.Tools) > 0 && releases[s.cfg.Version].toolsByTemplate {
+		if !m.tools {
+			// The wording of hailo-ollama's refusal is not in the record; the status and the
+			// "does not support tools" are (issue 47), and this is Ollama's phrasing.
+			writeJSON(w, http.StatusBadRequest, errorBody{p.Model + " does not support tools"})
+			return
+		}
+		c.call = &p.Tools[0]
+	}
+	s.complete(w, r, c)
 }
 
 func messagesKey(msgs []message) string {
@@ -497,6 +507,7 @@ const (
 )
 
 type completion struct {
+	call      *tool // the tool the simulated model calls instead of answering in text
 	model     manifest
 	prompt    string // as the chat template lays it out: what counts against the context
 	key       string // what the answer is derived from
@@ -534,9 +545,16 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, c completion) 
 		n, reason = room, "length"
 	}
 	tokens := simtext.Generate(seed, c.key, n)
+	if len(tokens) > 0 && s.dev.isDegraded() {
+		tokens[0] = DegradedMarker + tokens[0]
+	}
 	pace := s.timing(c.model.name)
 	begin := s.clock.Now()
 	name := c.model.name
+	if c.call != nil {
+		s.callTool(w, c, name)
+		return
+	}
 
 	var nd *ndjson
 	if c.stream {
@@ -592,4 +610,54 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, c completion) 
 		writeJSON(w, http.StatusOK, shaped(finalChunk{Model: name, CreatedAt: isoTime(s.clock.Now()), Done: true,
 			DoneReason: reason, TotalDuration: &total, EvalCount: &count}, c.kind == kindMessage, text.String()))
 	}
+}
+
+// DegradedMarker begins every answer of a release with the swap defect once a model has been
+// loaded after another in the same process: the defect made visible, since a simulated answer
+// has no quality to lose.
+const DegradedMarker = "[hailo-sim: degraded after a back-to-back load] "
+
+// tool is one entry of a request's "tools", of which the simulator reads the function's name.
+type tool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name string `json:"name"`
+	} `json:"function"`
+}
+
+// toolCall is how 5.3 answers a parsed call on /api/chat: a function with its name and its
+// arguments as an object (src/library/utils/dto_json.cpp; /v1 would give them as a string).
+type toolCall struct {
+	Function struct {
+		Name      string         `json:"name"`
+		Arguments map[string]any `json:"arguments"`
+	} `json:"function"`
+}
+
+// toolsBranch is the tools branch a tool-capable template opens with (shortened from the
+// upstream templates): hailo-ollama 5.3 finds it, and the simulator reads it back, to decide
+// whether a request with tools is served.
+const toolsBranch = "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n<tools>' }}{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}{{- '</tools><|im_end|>\\n' }}{%- endif %}"
+
+// callTool answers a chat that offered tools to a tool-capable model: the simulated model calls
+// the first tool, with no arguments, in one message (streamed or not).
+func (s *Server) callTool(w http.ResponseWriter, c completion, name string) {
+	var call toolCall
+	call.Function.Name = c.call.Function.Name
+	call.Function.Arguments = map[string]any{}
+	msg := &message{Role: "assistant", ToolCalls: []toolCall{call}}
+	chunk := finalChunk{Model: name, CreatedAt: isoTime(s.clock.Now()), Message: msg}
+	if !c.stream {
+		chunk.Done, chunk.DoneReason = true, "stop"
+		writeJSON(w, http.StatusOK, chunk)
+		return
+	}
+	nd := startNDJSON(w)
+	if err := nd.line(chunk); err != nil {
+		return
+	}
+	if !s.cfg.FinalChunks {
+		cut()
+	}
+	nd.line(finalChunk{Model: name, CreatedAt: isoTime(s.clock.Now()), Message: &message{Role: "assistant"}, Done: true, DoneReason: "stop"})
 }

@@ -1,4 +1,5 @@
-// Package hailo simulates hailo-ollama 5.1.1, Hailo's Ollama-like server for the Hailo-10H, with
+// Package hailo simulates hailo-ollama 5.1.1 (or, with Config.Version, 5.3.0 or 5.4: see
+// versions.go), Hailo's Ollama-like server for the Hailo-10H, with
 // the quirks that break ordinary clients kept on purpose (see
 // shared/reference/engines.md and the route table in routes.go), plus a second listener that
 // plays Hailo's model library. It exists so the agent's real code paths can run against a
@@ -77,6 +78,12 @@ type Stats struct {
 	Loaded string `json:"loaded"`
 	// Waiting is the number of requests queued for the device behind the one using it.
 	Waiting int `json:"waiting"`
+	// Version is the release the simulator plays.
+	Version string `json:"version"`
+	// Degraded is true once a release with the swap defect (5.3.0) has loaded a model after
+	// another one in this process: every answer since carries DegradedMarker. Only a restart
+	// (a new process) clears it.
+	Degraded bool `json:"degraded"`
 }
 
 // Start sets up the data folder and the library, binds both listeners and serves until ctx ends
@@ -85,6 +92,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Version, _ = NormalizeVersion(cfg.Version) // Validate accepted it
 	log = simserver.Logger(log)
 	clock := cfg.Clock
 	if clock == nil {
@@ -133,7 +141,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.run.Serve(s.srv, ln)
 	s.run.Serve(s.libSrv, libLn)
 	s.run.CloseWhen(ctx, s.Close)
-	log.Info("hailo-sim serving", "url", s.URL(), "library", s.LibraryURL(), "data", cfg.DataDir)
+	log.Info("hailo-sim serving", "version", cfg.Version, "url", s.URL(), "library", s.LibraryURL(), "data", cfg.DataDir)
 	return s, nil
 }
 
@@ -171,6 +179,8 @@ func (s *Server) Stats() Stats {
 	out.LibraryRequests = s.libRequests.Snapshot()
 	out.Loaded = s.dev.loadedAt(s.clock.Now())
 	out.Waiting = int(s.dev.waiting.Load())
+	out.Version = s.cfg.Version
+	out.Degraded = s.dev.isDegraded()
 	return out
 }
 

@@ -35,6 +35,7 @@ type manifest struct {
 	bos, eos, chat string
 	stops          []string
 	style          promptStyle
+	tools          bool // the template has a tools branch
 }
 
 // manifestFile is the on-disk form of both schemas.
@@ -99,13 +100,18 @@ func openStore(cfg Config) (*store, error) {
 			return nil, err
 		}
 	}
-	for _, z := range zoo {
+	version, err := NormalizeVersion(cfg.Version)
+	if err != nil {
+		return nil, err
+	}
+	toolsByTemplate := releases[version].toolsByTemplate
+	for _, z := range zooOf(version) {
 		digest, err := st.writeLibraryBlob(z.name)
 		if err != nil {
 			return nil, fmt.Errorf("library blob for %s: %w", z.name, err)
 		}
 		st.library[digest] = z.name
-		if err := st.writeManifest(z, digest, slices.Contains(cfg.FilenameManifests, z.name)); err != nil {
+		if err := st.writeManifest(z, digest, slices.Contains(cfg.FilenameManifests, z.name), toolsByTemplate); err != nil {
 			return nil, fmt.Errorf("manifest for %s: %w", z.name, err)
 		}
 	}
@@ -139,7 +145,9 @@ func (st *store) libraryPath(digest string) string {
 	return filepath.Join(st.libraryDir, "sha256_"+digest)
 }
 
-func (st *store) writeManifest(z zooEntry, digest string, filenameForm bool) error {
+// writeManifest writes z's manifest; withTools gives a tool-capable model's template its tools
+// branch, as the releases that read tools from the template have it.
+func (st *store) writeManifest(z zooEntry, digest string, filenameForm, withTools bool) error {
 	d, err := json.Marshal(details{Format: "hef", Family: z.family, Families: []string{z.family},
 		ParameterSize: z.parameterSize, QuantizationLevel: "Q4_0"})
 	if err != nil {
@@ -150,6 +158,9 @@ func (st *store) writeManifest(z zooEntry, digest string, filenameForm bool) err
 		mf.HEFFilename = z.hefFile
 	} else {
 		bos, eos, chat, stops := z.style.template()
+		if withTools && z.tools {
+			chat = toolsBranch + chat
+		}
 		mf.HEFH10H = digest
 		mf.TemplateParams = &templateParams{BOS: bos, EOS: eos, ChatTemplate: chat}
 		mf.GenerationPar = &generationPar{StopTokens: stops, RepetitionPenalty: z.repetition,
@@ -213,10 +224,15 @@ func parseManifest(name string, raw []byte) (manifest, error) {
 	if mf.TemplateParams != nil {
 		m.bos, m.eos, m.chat = mf.TemplateParams.BOS, mf.TemplateParams.EOS, mf.TemplateParams.ChatTemplate
 	}
+	// Tools by template, as hailo-ollama 5.3 decides (minja's supports_tools: the template
+	// reads "tools"). A filename-form manifest has no template here: the HEF carries it, so
+	// the zoo's own flag stands in.
+	z, known := zooModel(name)
+	m.tools = strings.Contains(m.chat, "tools") || (mf.TemplateParams == nil && known && z.tools)
 	if mf.GenerationPar != nil {
 		m.stops = mf.GenerationPar.StopTokens
 	}
-	if z, ok := zooModel(name); ok {
+	if known {
 		m.style = z.style
 	}
 	return m, nil

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// zooEntry is one model of Hailo's GenAI model zoo as release 5.1.1 ships it, with the figures
-// Hailo publishes for it (load time, time to first token, tokens per second on a Hailo-10H).
+// zooEntry is one model of Hailo's GenAI model zoo, under the name one release gives it (see
+// releases in versions.go for which release lists which), with the figures Hailo publishes for
+// it (load time, time to first token, tokens per second on a Hailo-10H).
 type zooEntry struct {
 	name          string // model:tag
 	hefFile       string // name in the newer (5.4) library form
@@ -24,30 +25,56 @@ type zooEntry struct {
 	topP          float64
 	topK          int // 0 = not in the manifest
 	repetition    float64
+	// tools: the model's chat template has a tools branch. The 5.3/5.4 manifests the record
+	// holds carry no template (it travels in the HEF), so which HEF templates have one is not
+	// recorded: the simulator follows the upstream templates (Qwen2.5, Qwen3 and Llama 3.2
+	// have a tools branch; Qwen2 and the DeepSeek R1 distill do not).
+	tools bool
 }
 
 var zoo = []zooEntry{
 	{"qwen2:1.5b", "Qwen2-1.5B-Instruct.hef", "qwen2", "1.5B", 1_560_000_000,
-		7400 * time.Millisecond, 320 * time.Millisecond, 8.2, chatML, 0.7, 0.8, 20, 1.1},
+		7400 * time.Millisecond, 320 * time.Millisecond, 8.2, chatML, 0.7, 0.8, 20, 1.1, false},
 	{"qwen2.5-instruct:1.5b", "Qwen2.5-1.5B-Instruct.hef", "qwen2.5", "1.5B", 1_640_000_000,
-		8500 * time.Millisecond, 370 * time.Millisecond, 7.0, chatML, 0.7, 0.8, 20, 1.1},
+		8500 * time.Millisecond, 370 * time.Millisecond, 7.0, chatML, 0.7, 0.8, 20, 1.1, true},
 	{"qwen2.5-coder:1.5b", "Qwen2.5-Coder-1.5B-Instruct.hef", "qwen2.5", "1.5B", 1_640_000_000,
-		7600 * time.Millisecond, 320 * time.Millisecond, 8.2, chatML, 0.7, 0.8, 20, 1.1},
+		7600 * time.Millisecond, 320 * time.Millisecond, 8.2, chatML, 0.7, 0.8, 20, 1.1, true},
 	{"llama3.2:3b", "Llama-3.2-3B-Instruct.hef", "llama3.2", "3B", 3_130_000_000,
-		12600 * time.Millisecond, 1470 * time.Millisecond, 2.7, llama3, 0.4, 0.9, 50, 1.1},
+		12600 * time.Millisecond, 1470 * time.Millisecond, 2.7, llama3, 0.4, 0.9, 50, 1.1, true},
 	{"deepseek_r1_distill_qwen:1.5b", "DeepSeek-R1-Distill-Qwen-1.5B.hef", "qwen2", "1.5B", 2_370_000_000,
-		12600 * time.Millisecond, 1470 * time.Millisecond, 7.0, deepseek, 0.6, 0.95, 0, 0},
+		12600 * time.Millisecond, 1470 * time.Millisecond, 7.0, deepseek, 0.6, 0.95, 0, 0, false},
+	// Later releases' names. qwen2.5:1.5b and deepseek_r1:1.5b are 5.1.1's
+	// qwen2.5-instruct:1.5b and deepseek_r1_distill_qwen:1.5b renamed (the same HEF files), so
+	// they keep those figures. Hailo's figures for llama3.2:1b and qwen3:1.7b are not in the
+	// record the simulator was built from: they borrow qwen2:1.5b's and qwen2.5-coder's.
+	{"qwen2.5:1.5b", "Qwen2.5-1.5B-Instruct.hef", "qwen2.5", "1.5B", 1_640_000_000,
+		8500 * time.Millisecond, 370 * time.Millisecond, 7.0, chatML, 0.7, 0.8, 20, 1.1, true},
+	{"deepseek_r1:1.5b", "DeepSeek-R1-Distill-Qwen-1.5B.hef", "qwen2", "1.5B", 2_370_000_000,
+		12600 * time.Millisecond, 1470 * time.Millisecond, 7.0, deepseek, 0.6, 0.95, 0, 0, false},
+	{"llama3.2:1b", "Llama3.2-1B-Instruct.hef", "llama3.2", "1B", 1_560_000_000,
+		7400 * time.Millisecond, 320 * time.Millisecond, 8.2, llama3, 0.4, 0.9, 50, 1.1, true},
+	{"qwen3:1.7b", "Qwen3-1.7B-Instruct.hef", "qwen3", "1.7B", 1_640_000_000,
+		7600 * time.Millisecond, 320 * time.Millisecond, 8.2, chatML, 0.7, 0.8, 20, 1.1, true},
 }
 
-// ZooModels lists the 5.1.1 zoo's model names in a stable order.
-func ZooModels() []string {
-	out := make([]string, len(zoo))
-	for i, z := range zoo {
-		out[i] = z.name
+// ZooModels lists the 5.1.1 zoo's model names in a stable order (ZooModelsOf for another
+// release).
+func ZooModels() []string { return ZooModelsOf(Version511) }
+
+// zooOf is the zoo of a release (a normalised version).
+func zooOf(version string) []zooEntry {
+	var out []zooEntry
+	for _, name := range releases[version].models {
+		for _, z := range zoo {
+			if z.name == name {
+				out = append(out, z)
+			}
+		}
 	}
 	return out
 }
 
+// zooModel finds a model by name in any release's zoo: every name is one model's.
 func zooModel(name string) (zooEntry, bool) {
 	for _, z := range zoo {
 		if z.name == name {
@@ -57,9 +84,10 @@ func zooModel(name string) (zooEntry, bool) {
 	return zooEntry{}, false
 }
 
-// zooByFile finds a model by its HEF file name (the 5.4 library form).
-func zooByFile(file string) (zooEntry, bool) {
-	for _, z := range zoo {
+// zooByFile finds a model of the release by its HEF file name (the 5.4 library form): renamed
+// models share their file, so the release decides which name it is.
+func zooByFile(version, file string) (zooEntry, bool) {
+	for _, z := range zooOf(version) {
 		if z.hefFile == file {
 			return z, true
 		}
@@ -93,8 +121,9 @@ const (
 )
 
 type message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string     `json:"role"`
+	Content   string     `json:"content"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 // render lays messages out as the model's template would, with the assistant turn opened.
