@@ -18,6 +18,7 @@ import (
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/assets"
 	"github.com/llmkube/mesh/hwprobe"
+	"github.com/llmkube/mesh/internal/atomicfile"
 )
 
 // serviceOptions are the flags of service print, service install and join that say what service
@@ -327,7 +328,7 @@ func writeServiceFile(dest string, plan servicePlan) error {
 	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 		return fmt.Errorf("making %s: %w", filepath.Dir(dest), err)
 	}
-	if err := state.WriteFileAtomic(dest, plan.content, 0o644); err != nil {
+	if err := atomicfile.WriteFile(dest, plan.content, 0o644); err != nil {
 		if errors.Is(err, fs.ErrPermission) && plan.mgr.kind == systemdSystem {
 			return fmt.Errorf("writing %s: %w (system units need root: run it with sudo)", dest, err)
 		}

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/llmkube/mesh/internal/atomicfile"
 )
 
 // DefaultMaxRedirects is how many redirects a download follows when Options names no limit.
@@ -173,10 +175,9 @@ func Fetch(ctx context.Context, rawURL, dest string, want Want, opts Options, pr
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	if err := os.Rename(partial, dest); err != nil {
+	if err := atomicfile.Rename(partial, dest); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	syncDir(filepath.Dir(dest))
 	return nil
 }
 
@@ -570,13 +571,4 @@ func (d *fetch) copy(ctx context.Context, body io.Reader, start, total int64) er
 	}
 	d.progress(done, max(total, done))
 	return nil
-}
-
-// syncDir makes a rename durable. Errors are ignored: some filesystems cannot sync a directory,
-// and the file itself is already synced.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }
