@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/internal/atomicfile"
+	"github.com/llmkube/mesh/internal/backoff"
 )
 
 // DefaultMaxRedirects is how many redirects a download follows when Options names no limit.
@@ -308,10 +309,11 @@ func (d *fetch) run(ctx context.Context) error {
 	if retries == 0 {
 		retries = DefaultRetries
 	}
-	wait := d.opts.RetryBackoff
-	if wait <= 0 {
-		wait = DefaultRetryBackoff
+	first := d.opts.RetryBackoff
+	if first <= 0 {
+		first = DefaultRetryBackoff
 	}
+	wait := backoff.New(first, maxRetryBackoff)
 	for attempt := 0; ; attempt++ {
 		err := d.attempt(ctx)
 		var t transient
@@ -321,9 +323,8 @@ func (d *fetch) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (then: %w)", err, ctx.Err())
-		case <-time.After(wait):
+		case <-time.After(wait.Next()):
 		}
-		wait = min(2*wait, maxRetryBackoff)
 	}
 }
 
