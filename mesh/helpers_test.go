@@ -226,7 +226,7 @@ func collect[T, L any](ch <-chan T, add func([]L, T) []L) func() []L {
 
 func hasEvent(events []api.Event, member, kind string) bool {
 	for _, e := range events {
-		if e.Member == member && string(EventKind(e)) == kind {
+		if e.Member == member && string(e.Kind) == kind {
 			return true
 		}
 	}
