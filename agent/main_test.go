@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/llmkube/mesh/sim/simtest"
@@ -13,18 +11,8 @@ import (
 var llamaSimBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "agent-test-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	llamaSimBin, err = simtest.LlamaServer(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	simtest.Main(m, func(dir string) (err error) {
+		llamaSimBin, err = simtest.LlamaServer(dir)
+		return err
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/auth"
 )
 
 // Limits of the API. Bodies are small JSON documents; the gateway sets its own limits for chats.
@@ -50,7 +51,7 @@ type ServerConfig struct {
 type Server struct {
 	cfg    ServerConfig
 	a      *Agent
-	tokens *api.Verifier // of cfg.Secret, read once
+	tokens *auth.Verifier // of cfg.Secret, read once
 	log    *slog.Logger
 	mux    *http.ServeMux
 	subs   streamSlots
@@ -64,7 +65,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, a: cfg.Agent, tokens: api.NewVerifier(cfg.Secret), log: cfg.Log, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, a: cfg.Agent, tokens: auth.NewVerifier(cfg.Secret), log: cfg.Log, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// The name tells a member checking this agent's advertised address who answered.
 		w.Header().Set(api.NodeHeader, s.a.Name())

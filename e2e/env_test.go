@@ -20,7 +20,6 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/assets"
-	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/sim/gguf"
 )
 
@@ -373,7 +372,7 @@ func (l *eventLog) mesh(kind, member string, since time.Time) []seenEvent {
 	defer l.mu.Unlock()
 	var out []seenEvent
 	for _, s := range l.all {
-		if s.ev.Type != api.EventMesh || s.at.Before(since) || string(mesh.EventKind(s.ev)) != kind {
+		if s.ev.Type != api.EventMesh || s.at.Before(since) || string(s.ev.Kind) != kind {
 			continue
 		}
 		if member == "" || s.ev.Member == member {

@@ -3,9 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -210,55 +212,14 @@ func since(at, from time.Time, ok bool) string {
 // dead, not at the end of the outage; x86 knows it is alone; the doctor names it; once the
 // link is back x86 rejoins within seconds and its model answers again.
 func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
-	type ended struct {
-		c  chatResult
-		at time.Time
-	}
-	stream, plain := make(chan ended, 1), make(chan ended, 1)
-	up := make(chan struct{}, 2)
-	started := func() { up <- struct{}{} }
-	// At 4 tokens/s every answer takes seconds: the link goes while both are being generated.
-	go func() {
-		c := e.chat(ctx, e.box, e.admin, ollamaModel, true, 100, started)
-		stream <- ended{c, time.Now()}
-	}()
-	go func() {
-		c := e.chat(ctx, e.box, e.admin, ollamaModel, false, 100, started)
-		plain <- ended{c, time.Now()}
-	}()
-	for range 2 {
-		select {
-		case <-up:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the chats did not start")
-		}
-	}
+	chats := startChats(ctx, t, e)
 	cut := time.Now()
 	if err := e.x86.setLink(false); err != nil {
 		t.Fatal(err)
 	}
 	// x86's own API, which only x86 itself reaches while its link is down.
 	own := &api.Client{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Token: e.admin, HTTP: e.x86.HTTP}
-	type aloneResult struct {
-		took time.Duration
-		err  error
-	}
-	alone := make(chan aloneResult, 1)
-	go func() {
-		_, err := eventually(ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
-			v, err := own.Mesh(ctx)
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, o := range []*agentHost{e.pi, e.box} {
-				if m, _ := member(v, o.Name); m.Liveness == api.Alive {
-					return false, "x86 still sees " + o.Name + " alive"
-				}
-			}
-			return true, ""
-		})
-		alone <- aloneResult{time.Since(cut), err}
-	}()
+	alone := watchAlone(ctx, e, own, cut)
 	restored := false
 	restore := func() {
 		if !restored {
@@ -293,29 +254,7 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
 	}
-	t.Run("x86's own doctor", func(t *testing.T) {
-		var found string
-		took, err := eventually(ctx, time.Until(back)-time.Second, func(ctx context.Context) (bool, string) {
-			rep, err := own.Doctor(ctx)
-			if err != nil {
-				return false, err.Error()
-			}
-			var problems []string
-			for _, f := range rep.Findings {
-				if strings.Contains(f.Problem, "cut off") {
-					found = f.Severity + ": " + f.Problem + " (" + f.Detail + ")"
-					return true, ""
-				}
-				problems = append(problems, f.Problem)
-			}
-			return false, "x86's doctor: " + strings.Join(problems, "; ")
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n("x86's own doctor %.2fs after the cut (%.1fs to answer): %s", time.Since(cut).Seconds(), took.Seconds(), found)
-	})
-
+	t.Run("x86's own doctor", func(t *testing.T) { checkOwnDoctor(ctx, t, own, cut, back, n) })
 	t.Run("doctor", func(t *testing.T) {
 		if time.Until(back) < 4*time.Second {
 			t.Skip("no time left in the cut for the doctor")
@@ -327,16 +266,118 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 		n("doctor after %.1fs: %s", took.Seconds(), f)
 	})
 
-	// The chats in flight end before the link is back, each with an error.
-	var hung []string
-	hungCh := map[string]chan ended{}
-	for _, w := range []struct {
-		name string
-		ch   chan ended
-	}{{"stream", stream}, {"non-stream", plain}} {
+	hung := checkChatsEnded(t, chats, cut, back, n)
+	<-time.After(time.Until(back))
+	restore()
+	if len(hung) > 0 {
+		t.Errorf("chats in flight to the cut-off host hung for the whole outage: %s", strings.Join(slices.Sorted(maps.Keys(hung)), ", "))
+	}
+	checkRejoin(ctx, t, e, n)
+	for name, ch := range hung {
+		select {
+		case r := <-ch:
+			n("the %s chat that hung ended %.1fs after the cut: %s", name, r.at.Sub(cut).Seconds(), r.c)
+		case <-time.After(10 * time.Second):
+			n("the %s chat that hung is still in flight %.0fs after the cut", name, time.Since(cut).Seconds())
+		}
+	}
+}
+
+// endedChat is a chat's result and when it came.
+type endedChat struct {
+	c  chatResult
+	at time.Time
+}
+
+// inFlight is a chat started before the cut, by name.
+type inFlight struct {
+	name string
+	ch   chan endedChat
+}
+
+// startChats starts a streamed and a non-streamed chat with x86's Ollama model through box, and
+// returns once both are being generated: at 4 tokens/s every answer takes seconds, so the link
+// goes while both run.
+func startChats(ctx context.Context, t *testing.T, e *env) []inFlight {
+	up := make(chan struct{}, 2)
+	started := func() { up <- struct{}{} }
+	chats := []inFlight{{"stream", make(chan endedChat, 1)}, {"non-stream", make(chan endedChat, 1)}}
+	for _, c := range chats {
+		go func() {
+			r := e.chat(ctx, e.box, e.admin, ollamaModel, c.name == "stream", 100, started)
+			c.ch <- endedChat{r, time.Now()}
+		}()
+	}
+	for range chats {
+		select {
+		case <-up:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the chats did not start")
+		}
+	}
+	return chats
+}
+
+// aloneResult is when x86, cut off, saw every other member gone.
+type aloneResult struct {
+	took time.Duration
+	err  error
+}
+
+// watchAlone watches, from the cut, x86's own view until it sees no other member alive.
+func watchAlone(ctx context.Context, e *env, own *api.Client, cut time.Time) <-chan aloneResult {
+	alone := make(chan aloneResult, 1)
+	go func() {
+		_, err := eventually(ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
+			v, err := own.Mesh(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, o := range []*agentHost{e.pi, e.box} {
+				if m, _ := member(v, o.Name); m.Liveness == api.Alive {
+					return false, "x86 still sees " + o.Name + " alive"
+				}
+			}
+			return true, ""
+		})
+		alone <- aloneResult{time.Since(cut), err}
+	}()
+	return alone
+}
+
+// checkOwnDoctor: x86's own doctor says it is cut off before the link is back.
+func checkOwnDoctor(ctx context.Context, t *testing.T, own *api.Client, cut, back time.Time, n note) {
+	var found string
+	took, err := eventually(ctx, time.Until(back)-time.Second, func(ctx context.Context) (bool, string) {
+		rep, err := own.Doctor(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var problems []string
+		for _, f := range rep.Findings {
+			if strings.Contains(f.Problem, "cut off") {
+				found = f.Severity + ": " + f.Problem + " (" + f.Detail + ")"
+				return true, ""
+			}
+			problems = append(problems, f.Problem)
+		}
+		return false, "x86's doctor: " + strings.Join(problems, "; ")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n("x86's own doctor %.2fs after the cut (%.1fs to answer): %s", time.Since(cut).Seconds(), took.Seconds(), found)
+}
+
+// checkChatsEnded: the chats in flight end before the link is back, each with a clear error
+// soon after the owner is dead. It returns those that did not, by name, with where their
+// result will come.
+func checkChatsEnded(t *testing.T, chats []inFlight, cut, back time.Time, n note) map[string]chan endedChat {
+	hung := map[string]chan endedChat{}
+	for _, w := range chats {
 		// A chat that ended is taken first, whatever the time (a timer already due would
 		// otherwise be as likely a pick); one still going is waited for until the link is back.
-		var r ended
+		var r endedChat
 		got := false
 		select {
 		case r, got = <-w.ch:
@@ -347,11 +388,10 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 			}
 		}
 		if !got || !r.at.Before(back) {
-			hung = append(hung, w.name)
-			hungCh[w.name] = w.ch
+			hung[w.name] = w.ch
 			if got { // it ended only as the link came back
-				hungCh[w.name] = make(chan ended, 1)
-				hungCh[w.name] <- r
+				hung[w.name] = make(chan endedChat, 1)
+				hung[w.name] <- r
 			}
 			n("the %s chat is still in flight %.0fs after the cut", w.name, time.Since(cut).Seconds())
 			continue
@@ -366,12 +406,12 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 		}
 		n("%s chat ended %.1fs after the cut: %s", w.name, r.at.Sub(cut).Seconds(), r.c)
 	}
-	<-time.After(time.Until(back))
-	restore()
-	if len(hung) > 0 {
-		t.Errorf("chats in flight to the cut-off host hung for the whole outage: %s", strings.Join(hung, ", "))
-	}
+	return hung
+}
 
+// checkRejoin: once the link is back, box and pi5 see x86 alive again within rejoinWithin, and
+// its model answers again.
+func checkRejoin(ctx context.Context, t *testing.T, e *env, n note) {
 	took, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
 		for _, a := range []*agentHost{e.box, e.pi} {
 			v, err := e.view(ctx, a)
@@ -396,14 +436,6 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 		return c.ok(), c.String()
 	}); err != nil {
 		t.Errorf("chat with %s after the link came back: %v", ollamaModel, err)
-	}
-	for name, ch := range hungCh {
-		select {
-		case r := <-ch:
-			n("the %s chat that hung ended %.1fs after the cut: %s", name, r.at.Sub(cut).Seconds(), r.c)
-		case <-time.After(10 * time.Second):
-			n("the %s chat that hung is still in flight %.0fs after the cut", name, time.Since(cut).Seconds())
-		}
 	}
 }
 

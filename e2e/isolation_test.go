@@ -22,53 +22,10 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 		t.Fatalf("mesh token: %v %s", err, r)
 	}
 	team := tok.Token
-
-	// What team-a must never see: the default namespace's placements, by name and id.
-	var secrets []string
-	for _, a := range e.agents() {
-		ps, err := e.client(e.laptop, a, e.admin).Placements(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range ps {
-			if p.Namespace == api.DefaultNamespace {
-				secrets = append(secrets, `"`+p.Model+`"`, p.ID)
-			}
-		}
-	}
-	if len(secrets) == 0 {
-		t.Fatal("no default-namespace placement to hide: the placements above failed")
-	}
-	leaks := func(body []byte) []string {
-		var out []string
-		for _, s := range secrets {
-			if strings.Contains(string(body), s) {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
+	hidden := defaultPlacements(ctx, t, e)
 
 	// Events, streamed with the team token while both namespaces change.
-	var mu sync.Mutex
-	teamSeen := map[string][]api.Event{}
-	ectx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, a := range e.agents() {
-		wg.Add(1)
-		connected := make(chan error, 1)
-		go func() {
-			defer wg.Done()
-			_ = e.laptop.events(ectx, a.apiURL(), team, 0, connected, func(ev api.Event) {
-				mu.Lock()
-				teamSeen[a.Name] = append(teamSeen[a.Name], ev)
-				mu.Unlock()
-			})
-		}()
-		if err := <-connected; err != nil {
-			t.Fatalf("%s's events with the %s token: %v", a.Name, teamNS, err)
-		}
-	}
+	events := watchEvents(ctx, t, e, team)
 	tc := e.client(e.laptop, e.x86, team)
 	tp, err := tc.Place(ctx, api.PlacementRequest{Source: "ollama://" + teamModel, Namespace: teamNS})
 	if err != nil {
@@ -83,7 +40,7 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets = append(secrets, `"gemma3:1b"`, other.ID)
+	hidden.add(`"gemma3:1b"`, other.ID)
 	if other, err = ac.WaitPlacement(ctx, other.ID, 100*time.Millisecond, nil); err != nil || other.State != api.StateReady {
 		t.Fatalf("gemma3:1b: %v %+v", err, other)
 	}
@@ -93,74 +50,16 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 	n("%s ready in %s; gemma3:1b placed and deleted in default", teamModel, teamNS)
 
 	for _, a := range e.agents() {
-		for _, path := range []string{"/v1/host", "/v1/mesh", "/v1/doctor", "/v1/placements", "/v1/models", "/api/tags", "/api/ps", "/api/version", "/metrics"} {
-			code, body, err := e.laptop.get(ctx, a.apiURL()+path, team)
-			if err != nil {
-				t.Errorf("%s %s: %v", a.Name, path, err)
-				continue
-			}
-			if code == http.StatusOK && (path == "/v1/host" || path == "/v1/mesh") {
-				body = withoutCatalogue(body)
-			}
-			if l := leaks(body); len(l) > 0 {
-				t.Errorf("GET %s on %s with the %s token (HTTP %d) shows the default namespace's %s: %s", path, a.Name, teamNS, code, strings.Join(l, ", "), around(body, l[0]))
-			}
-		}
-		// The team sees its own model everywhere it is routed (once gossip has carried it).
-		if _, err := eventually(ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
-			code, body, err := e.laptop.get(ctx, a.apiURL()+"/v1/models", team)
-			return err == nil && code == http.StatusOK && strings.Contains(string(body), `"`+teamModel+`"`),
-				fmt.Sprintf("%s's /v1/models with the %s token lacks %s: %d %v %s", a.Name, teamNS, teamModel, code, err, body)
-		}); err != nil {
-			t.Error(err)
-		}
-		// Another namespace's placement is not found, cannot be deleted, its log not read, its
-		// model not chatted with, and nothing is placed in it.
-		for _, id := range idsOf(secrets) {
-			for _, r := range []struct{ method, path string }{
-				{http.MethodGet, "/v1/placements/" + id},
-				{http.MethodGet, "/v1/placements/" + id + "/log"},
-				{http.MethodDelete, "/v1/placements/" + id},
-			} {
-				// The answer may name the id asked about, nothing else.
-				code, body, err := e.laptop.do(ctx, r.method, a.apiURL()+r.path, team, nil)
-				if err != nil || code != http.StatusNotFound || len(leaks([]byte(strings.ReplaceAll(string(body), id, "")))) > 0 {
-					t.Errorf("%s %s on %s with the %s token: %d %v %s", r.method, r.path, a.Name, teamNS, code, err, body)
-				}
-			}
-		}
-		for _, m := range []string{llamaModel, ollamaModel} {
-			c := e.chat(ctx, a, team, m, false, 4, nil)
-			if c.status != http.StatusNotFound {
-				t.Errorf("chat with default's %s on %s with the %s token: %s", m, a.Name, teamNS, c)
-			}
-			// Every gateway route that names a model: not found, and the answer names no more
-			// than the model asked for. Pulling through the data plane is refused outright.
-			req := map[string]any{"model": m, "stream": false, "prompt": "hi", "input": "hi", "name": m,
-				"messages": []map[string]string{{"role": "user", "content": "hi"}}}
-			for _, path := range []string{"/api/chat", "/api/generate", "/api/show", "/api/embed", "/api/embeddings",
-				"/v1/completions", "/v1/embeddings", "/v1/responses", "GET /v1/models/" + m, "/api/pull"} {
-				method, url := http.MethodPost, path
-				if u, ok := strings.CutPrefix(path, "GET "); ok {
-					method, url = http.MethodGet, u
-				}
-				code, body, err := e.laptop.do(ctx, method, a.apiURL()+url, team, req)
-				want := code == http.StatusNotFound
-				if path == "/api/pull" {
-					want = code >= 400
-				}
-				if err != nil || !want || len(leaks([]byte(strings.ReplaceAll(string(body), `"`+m+`"`, "")))) > 0 {
-					t.Errorf("%s %s for default's %s on %s with the %s token: %d %v %s", method, url, m, a.Name, teamNS, code, err, body)
-				}
-			}
-		}
+		checkTeamReads(ctx, t, e, a, team, hidden)
+		checkOtherPlacements(ctx, t, e, a, team, hidden)
+		checkOtherModels(ctx, t, e, a, team, hidden)
 		code, body, err := e.laptop.do(ctx, http.MethodPost, a.apiURL()+"/v1/placements", team, api.PlacementRequest{Source: "ollama://gemma3:1b", Namespace: api.DefaultNamespace})
 		if err != nil || code < 400 {
 			t.Errorf("placing in default with the %s token on %s: %d %v %s", teamNS, a.Name, code, err, body)
 		}
 	}
 	// Every default placement is still there.
-	for _, id := range idsOf(secrets) {
+	for _, id := range hidden.ids() {
 		if id == other.ID {
 			continue
 		}
@@ -174,16 +73,165 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 			t.Errorf("placement %s is gone after the %s token tried to delete it", id, teamNS)
 		}
 	}
+	checkTeamEvents(t, e, events(), hidden, n)
+}
 
-	stop()
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+// secrets is what the team must never see: the default namespace's placements, by name
+// (quoted, as JSON has it) and id.
+type secrets []string
+
+// defaultPlacements are the default namespace's placements on every agent.
+func defaultPlacements(ctx context.Context, t *testing.T, e *env) *secrets {
+	var s secrets
+	for _, a := range e.agents() {
+		ps, err := e.client(e.laptop, a, e.admin).Placements(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.Namespace == api.DefaultNamespace {
+				s.add(`"`+p.Model+`"`, p.ID)
+			}
+		}
+	}
+	if len(s) == 0 {
+		t.Fatal("no default-namespace placement to hide: the placements above failed")
+	}
+	return &s
+}
+
+func (s *secrets) add(name, id string) { *s = append(*s, name, id) }
+
+// leaks are the secrets body shows.
+func (s *secrets) leaks(body []byte) []string {
+	var out []string
+	for _, v := range *s {
+		if strings.Contains(string(body), v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// ids picks the placement ids out of the secrets (names are quoted).
+func (s *secrets) ids() []string {
+	var out []string
+	for _, v := range *s {
+		if !strings.HasPrefix(v, `"`) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// watchEvents follows every agent's events with token; the function it returns stops them and
+// gives what each agent sent.
+func watchEvents(ctx context.Context, t *testing.T, e *env, token string) func() map[string][]api.Event {
+	var mu sync.Mutex
+	seen := map[string][]api.Event{}
+	ectx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, a := range e.agents() {
+		wg.Add(1)
+		connected := make(chan error, 1)
+		go func() {
+			defer wg.Done()
+			_ = e.laptop.events(ectx, a.apiURL(), token, 0, connected, func(ev api.Event) {
+				mu.Lock()
+				seen[a.Name] = append(seen[a.Name], ev)
+				mu.Unlock()
+			})
+		}()
+		if err := <-connected; err != nil {
+			stop()
+			t.Fatalf("%s's events with the %s token: %v", a.Name, teamNS, err)
+		}
+	}
+	return func() map[string][]api.Event {
+		stop()
+		wg.Wait()
+		return seen
+	}
+}
+
+// checkTeamReads reads every route of a with the team's token: none shows a secret, and the
+// team's own model is listed once gossip has carried it.
+func checkTeamReads(ctx context.Context, t *testing.T, e *env, a *agentHost, team string, hidden *secrets) {
+	for _, path := range []string{"/v1/host", "/v1/mesh", "/v1/doctor", "/v1/placements", "/v1/models", "/api/tags", "/api/ps", "/api/version", "/metrics"} {
+		code, body, err := e.laptop.get(ctx, a.apiURL()+path, team)
+		if err != nil {
+			t.Errorf("%s %s: %v", a.Name, path, err)
+			continue
+		}
+		if code == http.StatusOK && (path == "/v1/host" || path == "/v1/mesh") {
+			body = withoutCatalogue(body)
+		}
+		if l := hidden.leaks(body); len(l) > 0 {
+			t.Errorf("GET %s on %s with the %s token (HTTP %d) shows the default namespace's %s: %s", path, a.Name, teamNS, code, strings.Join(l, ", "), around(body, l[0]))
+		}
+	}
+	if _, err := eventually(ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
+		code, body, err := e.laptop.get(ctx, a.apiURL()+"/v1/models", team)
+		return err == nil && code == http.StatusOK && strings.Contains(string(body), `"`+teamModel+`"`),
+			fmt.Sprintf("%s's /v1/models with the %s token lacks %s: %d %v %s", a.Name, teamNS, teamModel, code, err, body)
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// checkOtherPlacements: another namespace's placement is not found on a, cannot be deleted,
+// and its log is not read. The answer may name the id asked about, nothing else.
+func checkOtherPlacements(ctx context.Context, t *testing.T, e *env, a *agentHost, team string, hidden *secrets) {
+	for _, id := range hidden.ids() {
+		for _, r := range []struct{ method, path string }{
+			{http.MethodGet, "/v1/placements/" + id},
+			{http.MethodGet, "/v1/placements/" + id + "/log"},
+			{http.MethodDelete, "/v1/placements/" + id},
+		} {
+			code, body, err := e.laptop.do(ctx, r.method, a.apiURL()+r.path, team, nil)
+			if err != nil || code != http.StatusNotFound || len(hidden.leaks([]byte(strings.ReplaceAll(string(body), id, "")))) > 0 {
+				t.Errorf("%s %s on %s with the %s token: %d %v %s", r.method, r.path, a.Name, teamNS, code, err, body)
+			}
+		}
+	}
+}
+
+// checkOtherModels: the default namespace's models are not chatted with on a. Every gateway
+// route that names a model answers not found, naming no more than the model asked for;
+// pulling through the data plane is refused outright.
+func checkOtherModels(ctx context.Context, t *testing.T, e *env, a *agentHost, team string, hidden *secrets) {
+	for _, m := range []string{llamaModel, ollamaModel} {
+		c := e.chat(ctx, a, team, m, false, 4, nil)
+		if c.status != http.StatusNotFound {
+			t.Errorf("chat with default's %s on %s with the %s token: %s", m, a.Name, teamNS, c)
+		}
+		req := map[string]any{"model": m, "stream": false, "prompt": "hi", "input": "hi", "name": m,
+			"messages": []map[string]string{{"role": "user", "content": "hi"}}}
+		for _, path := range []string{"/api/chat", "/api/generate", "/api/show", "/api/embed", "/api/embeddings",
+			"/v1/completions", "/v1/embeddings", "/v1/responses", "GET /v1/models/" + m, "/api/pull"} {
+			method, url := http.MethodPost, path
+			if u, ok := strings.CutPrefix(path, "GET "); ok {
+				method, url = http.MethodGet, u
+			}
+			code, body, err := e.laptop.do(ctx, method, a.apiURL()+url, team, req)
+			want := code == http.StatusNotFound
+			if path == "/api/pull" {
+				want = code >= 400
+			}
+			if err != nil || !want || len(hidden.leaks([]byte(strings.ReplaceAll(string(body), `"`+m+`"`, "")))) > 0 {
+				t.Errorf("%s %s for default's %s on %s with the %s token: %d %v %s", method, url, m, a.Name, teamNS, code, err, body)
+			}
+		}
+	}
+}
+
+// checkTeamEvents: no event the team saw shows a secret, and x86's showed the team's model.
+func checkTeamEvents(t *testing.T, e *env, seen map[string][]api.Event, hidden *secrets, n note) {
 	for _, a := range e.agents() {
 		var sawTeam bool
-		for _, ev := range teamSeen[a.Name] {
+		for _, ev := range seen[a.Name] {
 			b, _ := json.Marshal(ev)
-			if l := leaks(b); len(l) > 0 {
+			if l := hidden.leaks(b); len(l) > 0 {
 				t.Errorf("%s's events with the %s token show the default namespace's %s: %s", a.Name, teamNS, strings.Join(l, ", "), b)
 			}
 			if ev.Placement != nil && ev.Placement.Model == teamModel {
@@ -191,9 +239,9 @@ func checkNamespaces(ctx context.Context, t *testing.T, e *env, n note) {
 			}
 		}
 		if a == e.x86 && !sawTeam {
-			t.Errorf("x86's events with the %s token never showed %s: %d events", teamNS, teamModel, len(teamSeen[a.Name]))
+			t.Errorf("x86's events with the %s token never showed %s: %d events", teamNS, teamModel, len(seen[a.Name]))
 		}
-		n("%s: %d events with the %s token", a.Name, len(teamSeen[a.Name]), teamNS)
+		n("%s: %d events with the %s token", a.Name, len(seen[a.Name]), teamNS)
 	}
 }
 
@@ -234,17 +282,6 @@ func withoutCatalogue(body []byte) []byte {
 		out, _ = json.Marshal(h)
 	default:
 		return body
-	}
-	return out
-}
-
-// idsOf picks the placement ids out of the secrets (names are quoted).
-func idsOf(secrets []string) []string {
-	var out []string
-	for _, s := range secrets {
-		if !strings.HasPrefix(s, `"`) {
-			out = append(out, s)
-		}
 	}
 	return out
 }

@@ -339,7 +339,7 @@ page size         16 KiB
 memory total      15.8 GiB
 memory available  14.8 GiB
 host memory       15.8 GiB total, 14.8 GiB available
-cgroup            v2 /system.slice/llmkube-agent.service, no limit, using 0.2 GiB
+cgroup            v2 /system.slice/llmkube-agent.service, no limit, using 192 MiB
 accelerator       Hailo-10H (hailo) /dev/hailo0, 8.0 GiB
 `},
 		{"nested-cgroup", "linux", "amd64", `os                linux
@@ -349,9 +349,9 @@ chip              Intel(R) Xeon(R) Silver 4314 CPU @ 2.40GHz
 cpus              16
 page size         4 KiB
 memory total      1.0 GiB
-memory available  0.0 GiB
+memory available  50 MiB
 host memory       125.7 GiB total, 105.2 GiB available
-cgroup            v2 /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7c1e9a52.slice/cri-containerd-5f0d2b8c.scope, limit 1.0 GiB at /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7c1e9a52.slice, high 3.0 GiB, using 0.9 GiB
+cgroup            v2 /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7c1e9a52.slice/cri-containerd-5f0d2b8c.scope, limit 1.0 GiB at /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7c1e9a52.slice, high 3.0 GiB, using 900 MiB
 accelerators      none
 `},
 		{"cgroup-v1-hybrid", "linux", "amd64", `os                linux
@@ -416,7 +416,7 @@ func TestWriteTableNvidiaMemoryUnknown(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, WriteTable(&buf, info))
 	assert.Contains(t, buf.String(), "accelerator       NVIDIA GeForce RTX 3090 (nvidia) /dev/nvidia0, memory unknown\n")
-	assert.Contains(t, buf.String(), "cgroup            v2 /system.slice/llmkube-agent.service, no limit, high 32.0 GiB, using 0.0 GiB\n")
+	assert.Contains(t, buf.String(), "cgroup            v2 /system.slice/llmkube-agent.service, no limit, high 32.0 GiB, using 50 MiB\n")
 }
 
 func TestWriteTableWriteError(t *testing.T) {

@@ -6,9 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/llmkube/mesh/agent/api"
 )
 
-// WriteTable writes info as a two-column table for people: memory in GiB with one decimal,
+// WriteTable writes info as a two-column table for people: sizes as the API writes them,
 // "unknown" for what could not be read, one row per accelerator and per note.
 func WriteTable(w io.Writer, info Info) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -29,7 +31,7 @@ func WriteTable(w io.Writer, info Info) error {
 		if !info.Known(field) {
 			return "unknown"
 		}
-		return gib(n)
+		return api.FormatBytes(n)
 	}
 	m := info.Memory
 
@@ -65,7 +67,7 @@ func WriteTable(w io.Writer, info Info) error {
 		case a.SharedMemory:
 			cell += ", shares system memory"
 		case info.Known(AcceleratorMemoryField(i)):
-			cell += ", " + gib(a.Memory)
+			cell += ", " + api.FormatBytes(a.Memory)
 		default:
 			cell += ", memory unknown"
 		}
@@ -99,18 +101,13 @@ func cgroupCell(info Info) string {
 	case m.CgroupLimit == 0:
 		parts = append(parts, "no limit")
 	default:
-		parts = append(parts, "limit "+gib(m.CgroupLimit)+" at "+m.CgroupLimitPath)
+		parts = append(parts, "limit "+api.FormatBytes(m.CgroupLimit)+" at "+m.CgroupLimitPath)
 	}
 	if info.Known(FieldCgroupHigh) && m.CgroupHigh > 0 {
-		parts = append(parts, "high "+gib(m.CgroupHigh))
+		parts = append(parts, "high "+api.FormatBytes(m.CgroupHigh))
 	}
 	if info.Known(FieldCgroupCurrent) {
-		parts = append(parts, "using "+gib(m.CgroupCurrent))
+		parts = append(parts, "using "+api.FormatBytes(m.CgroupCurrent))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// gib formats bytes in GiB with one decimal.
-func gib(n int64) string {
-	return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GiB"
 }

@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -75,16 +74,6 @@ func (m *Mesh) SubscribeEvents() (<-chan api.Event, func()) {
 			close(ch)
 		}
 	}
-}
-
-// EventKind returns the kind of a mesh event: its Kind, or for an event from a member older
-// than the Kind field, the start of its Message up to ": ".
-func EventKind(e api.Event) api.MeshEventKind {
-	if e.Kind != "" {
-		return e.Kind
-	}
-	kind, _, _ := strings.Cut(e.Message, ": ")
-	return api.MeshEventKind(kind)
 }
 
 func (b *broker) event(e api.Event) {

@@ -186,52 +186,47 @@ func placement(id, model string, state api.PlacementState) api.Placement {
 	}
 }
 
-// history records every liveness of one member seen in m's views.
+// history records every liveness of one member seen in m's views (each change once).
 func history(t testing.TB, m *Mesh, name string) func() []api.Liveness {
 	ch, cancel := m.Subscribe()
 	t.Cleanup(cancel)
-	var mu sync.Mutex
-	var seen []api.Liveness
-	go func() {
-		for v := range ch {
-			l := liveness(v, name)
-			mu.Lock()
-			if len(seen) == 0 || seen[len(seen)-1] != l {
-				seen = append(seen, l)
-			}
-			mu.Unlock()
+	return collect(ch, func(seen []api.Liveness, v View) []api.Liveness {
+		if l := liveness(v, name); len(seen) == 0 || seen[len(seen)-1] != l {
+			seen = append(seen, l)
 		}
-	}()
-	return func() []api.Liveness {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]api.Liveness(nil), seen...)
-	}
+		return seen
+	})
 }
 
 // eventsOf collects m's mesh events.
 func eventsOf(t testing.TB, m *Mesh) func() []api.Event {
 	ch, cancel := m.SubscribeEvents()
 	t.Cleanup(cancel)
+	return collect(ch, func(got []api.Event, e api.Event) []api.Event { return append(got, e) })
+}
+
+// collect folds what ch delivers into a list with add, until ch closes; the function it
+// returns is a copy of the list so far.
+func collect[T, L any](ch <-chan T, add func([]L, T) []L) func() []L {
 	var mu sync.Mutex
-	var got []api.Event
+	var list []L
 	go func() {
-		for e := range ch {
+		for v := range ch {
 			mu.Lock()
-			got = append(got, e)
+			list = add(list, v)
 			mu.Unlock()
 		}
 	}()
-	return func() []api.Event {
+	return func() []L {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]api.Event(nil), got...)
+		return append([]L(nil), list...)
 	}
 }
 
 func hasEvent(events []api.Event, member, kind string) bool {
 	for _, e := range events {
-		if e.Member == member && string(EventKind(e)) == kind {
+		if e.Member == member && string(e.Kind) == kind {
 			return true
 		}
 	}

@@ -74,12 +74,7 @@ func (m *Mesh) wakeKeepersLocked() {
 // document's fetch, a dial-back, the cut-off check) and idleDue (the next save). Whatever can
 // make something due sooner, other than the clock, wakes the housekeeper.
 func (m *Mesh) housekeep(now, idleDue time.Time) time.Time {
-	type fetch struct{ name, addr string }
-	var fetches []fetch
-	changed := false
-	maxSusp := m.maxSuspicion()
-	next := idleDue
-	due := func(t time.Time) { next = minTime(next, t) }
+	r := &round{now: now, next: idleDue, maxSusp: m.maxSuspicion()}
 
 	m.mu.Lock()
 	// A round this late means this process did not run meanwhile (a busy machine):
@@ -88,95 +83,145 @@ func (m *Mesh) housekeep(now, idleDue time.Time) time.Time {
 	// an agent stalled 2.4 s showed a healthy peer suspect on waking, its refutation read 3 ms
 	// later. The round was due at keepDue: when the last one planned it, or when something
 	// woke it sooner.
-	stalled := now.Sub(m.keepDue)
-	if stalled <= m.t.tick {
-		stalled = 0 // the timer's usual lateness
+	r.stalled = now.Sub(m.keepDue)
+	if r.stalled <= m.t.tick {
+		r.stalled = 0 // the timer's usual lateness
 	}
 	m.lastKeep = now
 	for name, mb := range m.members {
-		if name == m.name {
+		if name == m.name || m.expireLocked(r, name, mb) {
 			continue
-		}
-		switch mb.state {
-		case api.Suspect:
-			if mb.quiet {
-				mb.quietUntil = mb.quietUntil.Add(stalled)
-				mb.quiet = now.Before(mb.quietUntil) // else shown: emitLocked below says so
-			}
-			// A suspicion our memberlist does not share was refuted in a way we missed; one
-			// only heard of (hearsay) was not, or our memberlist would have heard the node's
-			// refutation: it timed out into a death.
-			if now.Sub(mb.since) > maxSusp {
-				mb.state, mb.since, mb.updated = api.Alive, now, now
-				if mb.hearsay {
-					mb.state = api.Dead
-					signal(m.rejoinWake)
-				}
-				changed = true
-			} else {
-				due(mb.since.Add(maxSusp + time.Millisecond))
-			}
-			if mb.quiet {
-				// Round by round, not at quietUntil: a stall is seen only as a late round.
-				due(now.Add(m.t.tick))
-			}
-		case api.Dead, api.Left:
-			if now.Sub(mb.since) > m.t.retainGone {
-				delete(m.members, name)
-				changed = true
-				continue
-			}
-			due(mb.since.Add(m.t.retainGone + time.Millisecond))
 		}
 		// A suspicion whose grace just ended is news to the view, not only an event.
 		was := mb.emitted
 		m.emitLocked(mb)
 		if mb.emitted != was {
-			changed = true
+			r.changed = true
 		}
 		if live, _ := mb.liveness(); live == api.Dead && mb.emitted != api.Dead {
-			due(mb.since.Add(m.t.deadGrace)) // emitLocked waits for a leave notice
+			r.due(mb.since.Add(m.t.deadGrace)) // emitLocked waits for a leave notice
 		}
-
-		// The metadata names a document we do not hold: wait a moment for gossip if it travels
-		// that way, then ask its owner over TCP, again every fetchRetry until it arrives.
-		if mb.state != api.Alive || mb.metaErr != nil || mb.meta.DocHash == "" || m.docs[name].hash == mb.meta.DocHash {
-			mb.wantSince = time.Time{}
-			continue
-		}
-		if mb.wantSince.IsZero() {
-			mb.wantSince = now
-		}
-		wait := time.Duration(0)
-		if mb.meta.Flags&flagDocGossiped != 0 {
-			wait = m.t.fetchGrace
-		}
-		if now.Sub(mb.wantSince) >= wait && now.Sub(mb.fetchAt) >= m.t.fetchRetry {
-			mb.fetchAt = now
-			fetches = append(fetches, fetch{name, mb.addr})
-		}
-		due(maxTime(mb.wantSince.Add(wait), mb.fetchAt.Add(m.t.fetchRetry)))
+		m.wantDocLocked(r, name, mb)
 	}
+	m.forgetStraysLocked(r)
+	m.watchCutOffLocked(r)
+	if r.changed {
+		m.countAliveLocked()
+	}
+	next := m.scheduleDialBacksLocked(now, r.next)
+	next = maxTime(next, now.Add(m.t.tick)) // never sooner than the old fixed tick
+	m.keepDue = next
+	m.mu.Unlock()
+
+	for _, f := range r.fetches {
+		m.sendTo(f.name, f.addr, encodeDocRequest(f.name, m.name))
+	}
+	if r.changed {
+		signal(m.changed)
+	}
+	return next
+}
+
+// round is what one housekeeping round found: when the next is due, whether the view
+// changed, and the documents to ask their owners for once the lock is released.
+type round struct {
+	now, next time.Time
+	stalled   time.Duration // how much later than planned the round runs
+	maxSusp   time.Duration
+	changed   bool
+	fetches   []docFetch
+}
+
+type docFetch struct{ name, addr string }
+
+func (r *round) due(t time.Time) { r.next = minTime(r.next, t) }
+
+// expireLocked ends what has run its time for one other member: a suspicion or a gone
+// member's retention. It reports whether the member was deleted.
+func (m *Mesh) expireLocked(r *round, name string, mb *member) (deleted bool) {
+	switch mb.state {
+	case api.Suspect:
+		if mb.quiet {
+			mb.quietUntil = mb.quietUntil.Add(r.stalled)
+			mb.quiet = r.now.Before(mb.quietUntil) // else shown: emitLocked says so
+		}
+		// A suspicion our memberlist does not share was refuted in a way we missed; one
+		// only heard of (hearsay) was not, or our memberlist would have heard the node's
+		// refutation: it timed out into a death.
+		if r.now.Sub(mb.since) > r.maxSusp {
+			mb.state, mb.since, mb.updated = api.Alive, r.now, r.now
+			if mb.hearsay {
+				mb.state = api.Dead
+				signal(m.rejoinWake)
+			}
+			r.changed = true
+		} else {
+			r.due(mb.since.Add(r.maxSusp + time.Millisecond))
+		}
+		if mb.quiet {
+			// Round by round, not at quietUntil: a stall is seen only as a late round.
+			r.due(r.now.Add(m.t.tick))
+		}
+	case api.Dead, api.Left:
+		if r.now.Sub(mb.since) > m.t.retainGone {
+			delete(m.members, name)
+			r.changed = true
+			return true
+		}
+		r.due(mb.since.Add(m.t.retainGone + time.Millisecond))
+	}
+	return false
+}
+
+// wantDocLocked plans the fetch of a document a member's metadata names and we do not hold:
+// wait a moment for gossip if it travels that way, then ask its owner over TCP, again every
+// fetchRetry until it arrives.
+func (m *Mesh) wantDocLocked(r *round, name string, mb *member) {
+	if mb.state != api.Alive || mb.metaErr != nil || mb.meta.DocHash == "" || m.docs[name].hash == mb.meta.DocHash {
+		mb.wantSince = time.Time{}
+		return
+	}
+	if mb.wantSince.IsZero() {
+		mb.wantSince = r.now
+	}
+	wait := time.Duration(0)
+	if mb.meta.Flags&flagDocGossiped != 0 {
+		wait = m.t.fetchGrace
+	}
+	if r.now.Sub(mb.wantSince) >= wait && r.now.Sub(mb.fetchAt) >= m.t.fetchRetry {
+		mb.fetchAt = r.now
+		r.fetches = append(r.fetches, docFetch{name, mb.addr})
+	}
+	r.due(maxTime(mb.wantSince.Add(wait), mb.fetchAt.Add(m.t.fetchRetry)))
+}
+
+// forgetStraysLocked drops, once they have waited long enough, the documents of members that
+// are gone and the pending documents of members that never came.
+func (m *Mesh) forgetStraysLocked(r *round) {
 	for name, e := range m.docs {
 		if _, ok := m.members[name]; !ok {
-			if now.Sub(e.at) > m.t.retainGone {
+			if r.now.Sub(e.at) > m.t.retainGone {
 				delete(m.docs, name)
 			} else {
-				due(e.at.Add(m.t.retainGone + time.Millisecond))
+				r.due(e.at.Add(m.t.retainGone + time.Millisecond))
 			}
 		}
 	}
 	for name, e := range m.pending {
 		if _, ok := m.members[name]; !ok {
-			if now.Sub(e.at) > m.t.fetchRetry {
+			if r.now.Sub(e.at) > m.t.fetchRetry {
 				delete(m.pending, name) // no such member came: nothing will ever name it
 			} else {
-				due(e.at.Add(m.t.fetchRetry + time.Millisecond))
+				r.due(e.at.Add(m.t.fetchRetry + time.Millisecond))
 			}
 		}
 	}
-	if alone := m.aloneLocked(now); alone != m.wasAlone {
-		m.wasAlone, changed = alone, true
+}
+
+// watchCutOffLocked notices this host being cut off from every other member, or reached again.
+func (m *Mesh) watchCutOffLocked(r *round) {
+	if alone := m.aloneLocked(r.now); alone != m.wasAlone {
+		m.wasAlone, r.changed = alone, true
 		m.cutOff.Store(alone)
 		if alone {
 			m.log.Warn("no member answers: this host is cut off; showing every other member unreachable")
@@ -190,25 +235,10 @@ func (m *Mesh) housekeep(now, idleDue time.Time) time.Time {
 		// failed probe wakes the housekeeper (suspected), and so does, once cut off, any sign
 		// of life (heard).
 		heard := max(m.lastAck.Load(), m.lastPinged.Load())
-		if at := time.Unix(0, heard).Add(m.t.aloneAfter + time.Millisecond); at.After(now) {
-			due(at)
+		if at := time.Unix(0, heard).Add(m.t.aloneAfter + time.Millisecond); at.After(r.now) {
+			r.due(at)
 		}
 	}
-	if changed {
-		m.countAliveLocked()
-	}
-	next = m.scheduleDialBacksLocked(now, next)
-	next = maxTime(next, now.Add(m.t.tick)) // never sooner than the old fixed tick
-	m.keepDue = next
-	m.mu.Unlock()
-
-	for _, f := range fetches {
-		m.sendTo(f.name, f.addr, encodeDocRequest(f.name, m.name))
-	}
-	if changed {
-		signal(m.changed)
-	}
-	return next
 }
 
 // saveLastKnown writes the gossip addresses of the members alive now, when they changed. An

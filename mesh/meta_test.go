@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -177,13 +176,4 @@ func FuzzDecodeMeta(f *testing.F) {
 			require.Equal(t, m, m2)
 		}
 	})
-}
-
-// TestEventKind: the kind travels as a typed field; an event from a member older than that
-// field is read by the start of its message.
-func TestEventKind(t *testing.T) {
-	assert.Equal(t, api.MeshSuspect, EventKind(api.Event{Kind: api.MeshSuspect, Message: "suspect: no ack"}))
-	assert.Equal(t, api.MeshNameConflict, EventKind(api.Event{Kind: api.MeshNameConflict, Message: "anything"}))
-	assert.Equal(t, api.MeshDead, EventKind(api.Event{Message: "dead: no ack in 5s"}))
-	assert.Equal(t, api.MeshJoined, EventKind(api.Event{Message: "joined"}))
 }

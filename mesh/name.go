@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/llmkube/mesh/internal/atomicfile"
 )
 
 // nodeNameFile holds a node's name under its state dir, so the name survives restarts.
@@ -62,7 +64,7 @@ func resolveNodeName(configured, stateDir, hostname string) (string, error) {
 		if err := os.MkdirAll(stateDir, 0o700); err != nil {
 			return "", fmt.Errorf("saving node name: %w", err)
 		}
-		if err := writeFileAtomic(path, []byte(name+"\n"), 0o600); err != nil {
+		if err := atomicfile.WriteFile(path, []byte(name+"\n"), 0o600); err != nil {
 			return "", fmt.Errorf("saving node name: %w", err)
 		}
 	}
@@ -90,38 +92,4 @@ func sanitizeHostname(h string) string {
 		s = "host"
 	}
 	return s
-}
-
-// writeFileAtomic writes b to path so a crash leaves the old file or the new one, never a mix:
-// temp file in the same folder, fsync, rename, fsync of the folder.
-func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 )
 
 // SecretSize is the size of a mesh secret in bytes.
@@ -175,93 +174,47 @@ type Principal struct {
 // Allows reports whether the principal may see and use placements of namespace ns.
 func (p Principal) Allows(ns string) bool { return p.Admin || p.Namespace == ns }
 
-// Verify checks a bearer token against the mesh secret.
-func Verify(secret []byte, token string) (Principal, error) {
-	v := Verifier{admin: AdminToken(secret)}
-	return v.Verify(token)
-}
-
-// maxKnownNamespaces bounds the namespace tokens a Verifier keeps.
-const maxKnownNamespaces = 1024
-
-// Verifier is Verify for one mesh secret, with what derives from the secret alone worked out
-// once: the admin token when it is made, a namespace's token once a token of that namespace
-// has passed. Verify derived them on every call, one HMAC for an admin token and two for a
-// namespace token, with ten allocations: on every chat the agent serves. Keeping them changes
-// no answer: a token is an HMAC of its namespace under the admin token, itself an HMAC under
-// the secret, so the token a namespace must present is fixed for as long as the secret is
-// (tokens do not expire, and none is revoked but by a new secret, which is a new Verifier).
-// Every call still compares the presented token with it in constant time. Only a namespace
-// whose token passed is kept, so callers without a valid token cannot fill the table, and it
-// is bounded besides (further namespaces are derived per call, as before). Safe for
-// concurrent use.
-type Verifier struct {
-	admin string
-	mu    sync.RWMutex
-	ns    map[string]string // namespace → its token; nil keeps none (Verify)
-}
-
-// NewVerifier makes the verifier of secret's tokens. It keeps no reference to secret.
-func NewVerifier(secret []byte) *Verifier {
-	return &Verifier{admin: AdminToken(secret), ns: map[string]string{}}
-}
-
-// Verify checks a bearer token.
-func (v *Verifier) Verify(token string) (Principal, error) {
+// Claim reads whom token says it speaks for from its form alone, checking nothing else: the
+// token that principal must present is then AdminToken or NamespaceToken, and Match compares.
+func Claim(token string) (Principal, error) {
 	if strings.HasPrefix(token, adminPrefix) {
-		if subtle.ConstantTimeCompare([]byte(token), []byte(v.admin)) == 1 {
-			return Principal{Admin: true}, nil
-		}
-		return Principal{}, errors.New("invalid admin token")
+		return Principal{Admin: true}, nil
 	}
 	if rest, ok := strings.CutPrefix(token, nsPrefix); ok {
 		i := strings.LastIndexByte(rest, '_')
 		if i <= 0 {
 			return Principal{}, errors.New("malformed namespace token")
 		}
-		ns := rest[:i]
-		want, known := v.known(ns)
-		if !known {
-			var err error
-			if want, err = NamespaceToken(v.admin, ns); err != nil {
-				return Principal{}, err
-			}
-		}
-		if subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1 {
-			if !known {
-				v.keep(ns, want)
-			}
-			return Principal{Namespace: ns}, nil
-		}
-		return Principal{}, errors.New("invalid namespace token")
+		return Principal{Namespace: rest[:i]}, nil
 	}
 	return Principal{}, errors.New("unknown token kind")
 }
 
-// NamespaceToken is namespace ns's token (see the package's NamespaceToken), kept once made.
-func (v *Verifier) NamespaceToken(ns string) (string, error) {
-	if t, ok := v.known(ns); ok {
-		return t, nil
+// Match checks, in constant time, that token is want, the token p must present.
+func (p Principal) Match(token, want string) error {
+	if subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1 {
+		return nil
 	}
-	t, err := NamespaceToken(v.admin, ns)
+	if p.Admin {
+		return errors.New("invalid admin token")
+	}
+	return errors.New("invalid namespace token")
+}
+
+// Verify checks a bearer token against the mesh secret.
+func Verify(secret []byte, token string) (Principal, error) {
+	p, err := Claim(token)
 	if err != nil {
-		return "", err
+		return Principal{}, err
 	}
-	v.keep(ns, t)
-	return t, nil
-}
-
-func (v *Verifier) known(ns string) (string, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	t, ok := v.ns[ns]
-	return t, ok
-}
-
-func (v *Verifier) keep(ns, token string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.ns != nil && len(v.ns) < maxKnownNamespaces {
-		v.ns[ns] = token
+	want := AdminToken(secret)
+	if !p.Admin {
+		if want, err = NamespaceToken(want, p.Namespace); err != nil {
+			return Principal{}, err
+		}
 	}
+	if err := p.Match(token, want); err != nil {
+		return Principal{}, err
+	}
+	return p, nil
 }

@@ -3,8 +3,6 @@ package localmesh
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,18 +17,10 @@ import (
 var llamaServer string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "localmesh-bin-")
-	if err != nil {
-		panic(err)
-	}
-	llamaServer, err = simtest.LlamaServer(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	simtest.Main(m, func(dir string) (err error) {
+		llamaServer, err = simtest.LlamaServer(dir)
+		return err
+	})
 }
 
 // The demo's mesh, fast: three hosts see each other, take a model each, and any of them

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/atomicfile"
 )
 
 // JoinFile holds the mesh's join string (id, secret, seeds) in the state dir.
@@ -64,5 +65,5 @@ func (d *Dir) SaveJoin(j api.Join) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(filepath.Join(d.path, JoinFile), append(b, '\n'), 0o600)
+	return atomicfile.WriteFile(filepath.Join(d.path, JoinFile), append(b, '\n'), 0o600)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/atomicfile"
 )
 
 // Version is the state document's format version. Readers refuse newer versions rather than
@@ -176,49 +177,5 @@ func (d *Dir) Save(s State) error {
 	if len(b) > MaxSize {
 		return fmt.Errorf("%w (%d bytes, the limit is %d)", ErrTooLarge, len(b), MaxSize)
 	}
-	return WriteFileAtomic(filepath.Join(d.path, FileName), b, 0o600)
-}
-
-// WriteFileAtomic replaces name with data: a temp file in the same directory, fsync, rename
-// over the old file, fsync the directory so the rename itself survives a power cut.
-func WriteFileAtomic(name string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(name)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, name); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(filepath.Join(d.path, FileName), b, 0o600)
 }

@@ -20,28 +20,18 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/sim/simtest"
 )
 
 // binary is the simulator built once for all tests, named like the real program.
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "llama-server-sim-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "llama-server")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the simulator:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	simtest.Main(m, func(dir string) (err error) {
+		binary, err = simtest.Build(dir, ".", "llama-server")
+		return err
+	})
 }
 
 // proc is a running simulator process whose stderr is collected line by line.

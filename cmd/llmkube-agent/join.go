@@ -21,10 +21,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/agent/store"
 	"github.com/llmkube/mesh/assets"
 	"github.com/llmkube/mesh/engines/llamaserver"
+	"github.com/llmkube/mesh/internal/atomicfile"
 )
 
 // ServiceRecord is what join leaves in the state folder so that leave undoes exactly that.
@@ -207,7 +207,7 @@ func writeRecord(stateDir string, r serviceRecordDoc) error {
 	if err != nil {
 		return err
 	}
-	return state.WriteFileAtomic(filepath.Join(stateDir, serviceRecord), append(b, '\n'), 0o600)
+	return atomicfile.WriteFile(filepath.Join(stateDir, serviceRecord), append(b, '\n'), 0o600)
 }
 
 // runFlagsView is the part of run's options join reads to check ports and wait for the agent.

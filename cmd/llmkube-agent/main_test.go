@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -39,25 +38,13 @@ func TestMain(m *testing.M) {
 	if code, ok := runFakeManager(); ok {
 		os.Exit(code) // this binary was started as a fake systemctl, loginctl or launchctl
 	}
-	dir, err := os.MkdirTemp("", "llmkube-agent-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins.agent = filepath.Join(dir, "llmkube-agent")
-	bins.llamaSim = filepath.Join(dir, "llama-server")
-	for out, pkg := range map[string]string{bins.agent: ".", bins.llamaSim: "../llama-server-sim"} {
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building", pkg+":", err)
-			os.RemoveAll(dir)
-			os.Exit(1)
+	simtest.Main(m, func(dir string) (err error) {
+		if bins.agent, err = simtest.Build(dir, ".", "llmkube-agent"); err != nil {
+			return err
 		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+		bins.llamaSim, err = simtest.LlamaServer(dir)
+		return err
+	})
 }
 
 // noEnv is an empty environment (HOME unset: every folder comes from flags).

@@ -18,6 +18,7 @@ import (
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/assets"
 	"github.com/llmkube/mesh/hwprobe"
+	"github.com/llmkube/mesh/internal/atomicfile"
 )
 
 // serviceOptions are the flags of service print, service install and join that say what service
@@ -145,81 +146,26 @@ func (o *serviceOptions) plan(e env) (servicePlan, error) {
 	p := assets.ServiceParams{System: o.system, Binary: o.binary, StateDir: o.stateDir, ModelsDir: o.modelsDir, JoinFile: o.join, ExtraArgs: o.extra}
 	if p.Binary == "" {
 		exe, err := os.Executable()
-		if err != nil {
-			return servicePlan{}, fmt.Errorf("finding this program: %w; give --binary", err)
+		if err == nil {
+			p.Binary, err = filepath.EvalSymlinks(exe)
 		}
-		if p.Binary, err = filepath.EvalSymlinks(exe); err != nil {
+		if err != nil {
 			return servicePlan{}, fmt.Errorf("finding this program: %w; give --binary", err)
 		}
 	}
 	mgr := serviceManager{path: e.getenv("PATH"), timeout: 20 * time.Second}
 	var dirs hwprobe.Dirs
-	needDirs := p.StateDir == "" || p.ModelsDir == ""
-	cur, cerr := user.Current()
-	switch goos {
-	case "linux":
-		if !o.system {
-			if o.user != "" {
-				return servicePlan{}, usageError{errors.New("--user: a user unit runs as whoever runs join; --system installs a system unit for another account")}
-			}
-			if cerr != nil {
-				return servicePlan{}, fmt.Errorf("finding the current user: %w", cerr)
-			}
-			mgr.kind, mgr.user = systemdUser, cur.Username
-			if needDirs {
-				var err error
-				if dirs, err = defaultDirs(e, goos); err != nil {
-					return servicePlan{}, fmt.Errorf("%w: give --state-dir and --models-dir", err)
-				}
-			}
-			break
-		}
-		mgr.kind = systemdSystem
-		p.User = o.user
-		if p.User == "" {
-			p.User = e.getenv("SUDO_USER")
-		}
-		if p.User == "" {
-			if cerr != nil {
-				return servicePlan{}, fmt.Errorf("finding the current user: %w; give --user", cerr)
-			}
-			p.User = cur.Username
-		}
-		mgr.user = p.User
-		if needDirs {
-			var err error
-			if cerr == nil && p.User == cur.Username {
-				dirs, err = defaultDirs(e, goos)
-			} else {
-				// Another account's folders: its home, not this environment's $XDG_DATA_HOME.
-				var u *user.User
-				if u, err = user.Lookup(p.User); err == nil {
-					dirs, err = hwprobe.DefaultDirs(goos, func(string) string { return "" }, u.HomeDir)
-				}
-			}
-			if err != nil {
-				return servicePlan{}, fmt.Errorf("the default folders of user %q: %w; give --state-dir and --models-dir", p.User, err)
-			}
-		}
-	case "darwin":
-		if o.user != "" || o.system {
-			return servicePlan{}, usageError{errors.New("--user, --system: a launchd agent runs as the user who loads it; run this as that user")}
-		}
-		mgr.kind = launchdAgent
-		mgr.uid = os.Getuid()
-		if cerr == nil {
-			mgr.user = cur.Username
-		}
-		home, err := homeDir(e)
-		if err != nil {
-			return servicePlan{}, err
-		}
-		p.LogDir = filepath.Join(home, "Library", "Logs")
-		if needDirs {
-			if dirs, err = defaultDirs(e, goos); err != nil {
-				return servicePlan{}, fmt.Errorf("%w: give --state-dir and --models-dir", err)
-			}
-		}
+	var err error
+	switch {
+	case goos == "darwin":
+		dirs, err = o.launchdAgent(e, &p, &mgr)
+	case o.system:
+		dirs, err = o.systemdSystem(e, &p, &mgr)
+	default:
+		dirs, err = o.systemdUser(e, p, &mgr)
+	}
+	if err != nil {
+		return servicePlan{}, err
 	}
 	if p.StateDir == "" {
 		p.StateDir = dirs.State
@@ -239,6 +185,92 @@ func (o *serviceOptions) plan(e env) (servicePlan, error) {
 		return servicePlan{}, err
 	}
 	return servicePlan{goos: goos, params: p, name: name, path: dest, content: content, mgr: mgr}, nil
+}
+
+// needDirs reports whether the service's folders come, at least in part, from the defaults.
+func needDirs(p assets.ServiceParams) bool { return p.StateDir == "" || p.ModelsDir == "" }
+
+// systemdUser plans a systemd user unit, run as whoever runs this, with this environment's
+// default folders.
+func (o *serviceOptions) systemdUser(e env, p assets.ServiceParams, mgr *serviceManager) (hwprobe.Dirs, error) {
+	if o.user != "" {
+		return hwprobe.Dirs{}, usageError{errors.New("--user: a user unit runs as whoever runs join; --system installs a system unit for another account")}
+	}
+	cur, err := user.Current()
+	if err != nil {
+		return hwprobe.Dirs{}, fmt.Errorf("finding the current user: %w", err)
+	}
+	mgr.kind, mgr.user = systemdUser, cur.Username
+	if !needDirs(p) {
+		return hwprobe.Dirs{}, nil
+	}
+	dirs, err := defaultDirs(e, "linux")
+	if err != nil {
+		return hwprobe.Dirs{}, fmt.Errorf("%w: give --state-dir and --models-dir", err)
+	}
+	return dirs, nil
+}
+
+// systemdSystem plans a systemd system unit run as --user, else as the user sudo was run by,
+// else as the current user, with that account's default folders.
+func (o *serviceOptions) systemdSystem(e env, p *assets.ServiceParams, mgr *serviceManager) (hwprobe.Dirs, error) {
+	mgr.kind = systemdSystem
+	p.User = o.user
+	if p.User == "" {
+		p.User = e.getenv("SUDO_USER")
+	}
+	cur, cerr := user.Current()
+	if p.User == "" {
+		if cerr != nil {
+			return hwprobe.Dirs{}, fmt.Errorf("finding the current user: %w; give --user", cerr)
+		}
+		p.User = cur.Username
+	}
+	mgr.user = p.User
+	if !needDirs(*p) {
+		return hwprobe.Dirs{}, nil
+	}
+	var dirs hwprobe.Dirs
+	var err error
+	if cerr == nil && p.User == cur.Username {
+		dirs, err = defaultDirs(e, "linux")
+	} else {
+		// Another account's folders: its home, not this environment's $XDG_DATA_HOME.
+		var u *user.User
+		if u, err = user.Lookup(p.User); err == nil {
+			dirs, err = hwprobe.DefaultDirs("linux", func(string) string { return "" }, u.HomeDir)
+		}
+	}
+	if err != nil {
+		return hwprobe.Dirs{}, fmt.Errorf("the default folders of user %q: %w; give --state-dir and --models-dir", p.User, err)
+	}
+	return dirs, nil
+}
+
+// launchdAgent plans a launchd agent, run as the user who loads it, logging to its
+// ~/Library/Logs.
+func (o *serviceOptions) launchdAgent(e env, p *assets.ServiceParams, mgr *serviceManager) (hwprobe.Dirs, error) {
+	if o.user != "" || o.system {
+		return hwprobe.Dirs{}, usageError{errors.New("--user, --system: a launchd agent runs as the user who loads it; run this as that user")}
+	}
+	mgr.kind = launchdAgent
+	mgr.uid = os.Getuid()
+	if cur, err := user.Current(); err == nil {
+		mgr.user = cur.Username
+	}
+	home, err := homeDir(e)
+	if err != nil {
+		return hwprobe.Dirs{}, err
+	}
+	p.LogDir = filepath.Join(home, "Library", "Logs")
+	if !needDirs(*p) {
+		return hwprobe.Dirs{}, nil
+	}
+	dirs, err := defaultDirs(e, "darwin")
+	if err != nil {
+		return hwprobe.Dirs{}, fmt.Errorf("%w: give --state-dir and --models-dir", err)
+	}
+	return dirs, nil
 }
 
 // homeDir is $HOME, else the OS's idea of it.
@@ -327,7 +359,7 @@ func writeServiceFile(dest string, plan servicePlan) error {
 	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 		return fmt.Errorf("making %s: %w", filepath.Dir(dest), err)
 	}
-	if err := state.WriteFileAtomic(dest, plan.content, 0o644); err != nil {
+	if err := atomicfile.WriteFile(dest, plan.content, 0o644); err != nil {
 		if errors.Is(err, fs.ErrPermission) && plan.mgr.kind == systemdSystem {
 			return fmt.Errorf("writing %s: %w (system units need root: run it with sudo)", dest, err)
 		}

@@ -21,6 +21,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/llmkube/mesh/internal/atomicfile"
+	"github.com/llmkube/mesh/internal/backoff"
 )
 
 // DefaultMaxRedirects is how many redirects a download follows when Options names no limit.
@@ -173,10 +176,9 @@ func Fetch(ctx context.Context, rawURL, dest string, want Want, opts Options, pr
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	if err := os.Rename(partial, dest); err != nil {
+	if err := atomicfile.Rename(partial, dest); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	syncDir(filepath.Dir(dest))
 	return nil
 }
 
@@ -307,10 +309,11 @@ func (d *fetch) run(ctx context.Context) error {
 	if retries == 0 {
 		retries = DefaultRetries
 	}
-	wait := d.opts.RetryBackoff
-	if wait <= 0 {
-		wait = DefaultRetryBackoff
+	first := d.opts.RetryBackoff
+	if first <= 0 {
+		first = DefaultRetryBackoff
 	}
+	wait := backoff.New(first, maxRetryBackoff)
 	for attempt := 0; ; attempt++ {
 		err := d.attempt(ctx)
 		var t transient
@@ -320,9 +323,8 @@ func (d *fetch) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (then: %w)", err, ctx.Err())
-		case <-time.After(wait):
+		case <-time.After(wait.Next()):
 		}
-		wait = min(2*wait, maxRetryBackoff)
 	}
 }
 
@@ -570,13 +572,4 @@ func (d *fetch) copy(ctx context.Context, body io.Reader, start, total int64) er
 	}
 	d.progress(done, max(total, done))
 	return nil
-}
-
-// syncDir makes a rename durable. Errors are ignored: some filesystems cannot sync a directory,
-// and the file itself is already synced.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }

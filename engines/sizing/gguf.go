@@ -131,7 +131,7 @@ func (s *Sizer) remoteHeader(ctx context.Context, url string) (gf *parser.GGUFFi
 		return nil, 0, "", failed("cannot size %s: the server gives no total size", url)
 	}
 	if resp.StatusCode == http.StatusOK {
-		return nil, total, "server ignores range requests; sized by Content-Length " + Bytes(total), nil
+		return nil, total, "server ignores range requests; sized by Content-Length " + api.FormatBytes(total), nil
 	}
 	resp.Body.Close()
 
@@ -178,7 +178,7 @@ func (s *Sizer) readHeader(ctx context.Context, url string, total int64) (*parse
 		os.Remove(f.Name())
 	}()
 	if err := f.Truncate(total); err != nil {
-		return nil, fmt.Errorf("a file of %s cannot be represented here: %v", Bytes(total), err)
+		return nil, fmt.Errorf("a file of %s cannot be represented here: %v", api.FormatBytes(total), err)
 	}
 	var have int64
 	for {
@@ -209,7 +209,7 @@ func (s *Sizer) readHeader(ctx context.Context, url string, total int64) (*parse
 		}
 		if have >= total || have >= maxRemoteHeader {
 			if perr == nil {
-				perr = fmt.Errorf("the header does not end within the first %s", Bytes(have))
+				perr = fmt.Errorf("the header does not end within the first %s", api.FormatBytes(have))
 			}
 			return nil, perr
 		}
@@ -254,7 +254,7 @@ func fromHeader(gf *parser.GGUFFile, contextSize int, how string) (api.SizeEstim
 		Device:       api.DeviceHost,
 		TrainContext: p.trainContext,
 		Detail: fmt.Sprintf("weights %s + %s + compute %s + prompt cache %s + overhead %s; %s",
-			Bytes(p.weights), p.kvWords, Bytes(p.compute), Bytes(cache), Bytes(Overhead), how),
+			api.FormatBytes(p.weights), p.kvWords, api.FormatBytes(p.compute), api.FormatBytes(cache), api.FormatBytes(Overhead), how),
 	}, nil
 }
 
@@ -298,7 +298,7 @@ func headerParts(gf *parser.GGUFFile, contextSize int) (parts, error) {
 		kv:           kv,
 		compute:      int64(d.Computation.Sum()) + int64(d.Footprint),
 		// f16: llama.cpp's default cache type, which the estimate assumes.
-		kvWords: fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", Bytes(kv), a.BlockCount, e.ContextSize),
+		kvWords: fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", api.FormatBytes(kv), a.BlockCount, e.ContextSize),
 	}, nil
 }
 

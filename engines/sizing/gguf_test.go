@@ -345,12 +345,3 @@ func TestContentRangeTotal(t *testing.T) {
 		assert.Equal(t, want, contentRangeTotal(h), h)
 	}
 }
-
-func TestBytes(t *testing.T) {
-	for n, want := range map[int64]string{
-		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 512 * mib: "512 MiB",
-		1932735283: "1.8 GiB", 2 << 30: "2 GiB", 150 * 1 << 30: "150 GiB",
-	} {
-		assert.Equal(t, want, Bytes(n), n)
-	}
-}

@@ -221,7 +221,7 @@ func (s *Sizer) hailo(ctx context.Context, src source.Source) (api.SizeEstimate,
 		Weights: size,
 		Method:  method,
 		Device:  api.DeviceHailo,
-		Detail:  fmt.Sprintf("HEF %s (%s) in the Hailo-10H's own memory", Bytes(size), how),
+		Detail:  fmt.Sprintf("HEF %s (%s) in the Hailo-10H's own memory", api.FormatBytes(size), how),
 	}, nil
 }
 

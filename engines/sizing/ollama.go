@@ -90,7 +90,7 @@ func (s *Sizer) ollamaShow(ctx context.Context, src source.Source, contextSize i
 		Method:       api.SizeShow,
 		Device:       api.DeviceHost,
 		Detail: fmt.Sprintf("weights %s + %s + overhead %s; from the local Ollama daemon (/api/show, /api/tags)",
-			Bytes(size), kvWords, Bytes(Overhead)),
+			api.FormatBytes(size), kvWords, api.FormatBytes(Overhead)),
 	}, true, nil
 }
 
@@ -121,7 +121,7 @@ func ollamaKV(info map[string]any, contextSize int) (int64, string) {
 		return 0, "KV unknown (no architecture in model_info; covered by the overhead)"
 	}
 	kv := kvBytes(layers, int64(contextSize), embd, heads, kvHeads)
-	return kv, fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", Bytes(kv), layers, contextSize)
+	return kv, fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", api.FormatBytes(kv), layers, contextSize)
 }
 
 // ollamaTrainContext is model_info's <arch>.context_length, the context the model was trained
@@ -189,7 +189,7 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 		Method:   api.SizeRegistry,
 		Device:   api.DeviceHost,
 		Detail: fmt.Sprintf("weights %s + overhead %s (KV for %d ctx unknown before the pull; covered by the overhead); from the registry manifest %s",
-			Bytes(weights), Bytes(Overhead), contextSize, url),
+			api.FormatBytes(weights), api.FormatBytes(Overhead), contextSize, url),
 	}
 	if !validDigest(modelDigest) {
 		return est, nil
@@ -208,7 +208,7 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 	est.KV, est.Compute, est.TrainContext = p.kv, p.compute, p.trainContext
 	est.Bytes = weights + p.kv + p.compute + Overhead
 	est.Detail = fmt.Sprintf("weights %s + %s + compute %s + overhead %s; weights from the registry manifest %s, the rest from the model blob's GGUF header (range requests)",
-		Bytes(weights), p.kvWords, Bytes(p.compute), Bytes(Overhead), url)
+		api.FormatBytes(weights), p.kvWords, api.FormatBytes(p.compute), api.FormatBytes(Overhead), url)
 	return est, nil
 }
 
@@ -278,7 +278,7 @@ func decodeJSON(r io.Reader, url string, v any) error {
 		return failed("cannot size: reading %s: %v", url, err)
 	}
 	if len(data) > maxOllamaDocument {
-		return failed("cannot size: %s answered over %s", url, Bytes(maxOllamaDocument))
+		return failed("cannot size: %s answered over %s", url, api.FormatBytes(maxOllamaDocument))
 	}
 	if json.Unmarshal(data, v) != nil {
 		return failed("cannot size: %s answered something that is not the expected JSON", url)

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -158,7 +157,7 @@ func fallback(fileBytes int64, why string) api.SizeEstimate {
 		Method:   api.SizeFallback,
 		Device:   api.DeviceHost,
 		Detail: fmt.Sprintf("%s: fallback 1.2 × file %s = %s + overhead %s (header not read)",
-			why, Bytes(fileBytes), Bytes(weights), Bytes(Overhead)),
+			why, api.FormatBytes(fileBytes), api.FormatBytes(weights), api.FormatBytes(Overhead)),
 	}
 }
 
@@ -172,24 +171,6 @@ func kvBytes(layers, context, embedding, heads, kvHeads int64) int64 {
 		width = embedding / heads * kvHeads
 	}
 	return 2 * layers * context * width * 2
-}
-
-// Bytes formats n for people: "1.9 GiB", "224 MiB", "512 B".
-func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	f, i := float64(n), -1
-	for f >= unit && i < 4 {
-		f /= unit
-		i++
-	}
-	suffix := [...]string{"KiB", "MiB", "GiB", "TiB", "PiB"}[i]
-	if f >= 100 || f == float64(int64(f)) {
-		return fmt.Sprintf("%.0f %s", f, suffix)
-	}
-	return fmt.Sprintf("%.1f %s", f, suffix)
 }
 
 // failed is a MemoryCheckFailed error.

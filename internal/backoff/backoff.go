@@ -1,6 +1,7 @@
 // Package backoff is the one doubling delay the product's retry loops share: a console
 // following an agent's event stream, an agent restarting a crashed engine, a member joining a
-// peer. Each loop had its own doubling and cap; the rule lives here once.
+// peer, a seed name resolved again, a download resumed. Each loop had its own doubling and cap;
+// the rule lives here once.
 package backoff
 
 import (

@@ -3,12 +3,13 @@ package discovery
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmkube/mesh/internal/backoff"
 )
 
 // Timings of static sources. A name that does not resolve is retried with capped exponential
@@ -108,7 +109,7 @@ func (s *static) follow(ctx context.Context, addr, host, port string, report fun
 		<-ctx.Done()
 		return
 	}
-	retry := s.retryFirst
+	retry := backoff.New(s.retryFirst, s.retryMax)
 	for {
 		lctx, cancel := context.WithTimeout(ctx, seedLookup)
 		ips, err := s.r.LookupHost(lctx, host)
@@ -130,11 +131,10 @@ func (s *static) follow(ctx context.Context, addr, host, port string, report fun
 				Problem:  fmt.Sprintf("%s %s does not resolve: %v (retrying)", s.via, addr, err),
 				Fix:      fix,
 			})
-			wait = retry + rand.N(retry/4+1) // jitter so a rebooted LAN does not query in lockstep
-			retry = min(retry*2, s.retryMax)
+			wait = backoff.Jitter(retry.Next()) // so a rebooted LAN does not query in lockstep
 		} else {
 			s.findings.clear(addr)
-			retry = s.retryFirst
+			retry.Reset()
 			out := make([]string, len(ips))
 			for i, ip := range ips {
 				out[i] = net.JoinHostPort(ip, port)

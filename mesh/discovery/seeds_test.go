@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -143,7 +144,7 @@ func TestLastKnownSource(t *testing.T) {
 
 	bad := filepath.Join(dir, "bad.json")
 	require.NoError(t, SaveLastKnown(bad, nil))
-	require.NoError(t, writeAtomic(bad, []byte("{garbage")))
+	require.NoError(t, os.WriteFile(bad, []byte("{garbage"), 0o600))
 	s = LastKnown(bad, &tableResolver{})
 	fs := s.Findings()
 	require.Len(t, fs, 1)

@@ -189,6 +189,36 @@ func (c *completion) usage() map[string]int {
 	}
 }
 
+// answer is what the simulator generates for a prompt in a context of nCtx tokens.
+type answer struct {
+	promptTokens, limit int
+	toks                []string
+	finish              string
+}
+
+// answer refuses, as llama-server does, a prompt that fills the context of nCtx tokens, and
+// otherwise generates the request's answer: at most its token limit, and never past the
+// context. false: the refusal is written.
+func (s *Server) answer(w http.ResponseWriter, req chatRequest, prompt string, nCtx int) (answer, bool) {
+	a := answer{promptTokens: simtext.CountTokens(prompt)}
+	if a.promptTokens >= nCtx {
+		writeError(w, http.StatusBadRequest, "exceed_context_size_error",
+			fmt.Sprintf("request (%d tokens) exceeds the available context size (%d tokens), try increasing it", a.promptTokens, nCtx),
+			map[string]any{"n_prompt_tokens": a.promptTokens, "n_ctx": nCtx})
+		return answer{}, false
+	}
+	a.limit = req.limit(s.cfg.NPredict)
+	if room := nCtx - a.promptTokens; a.limit < 0 || a.limit > room {
+		a.limit = room // generation stops when the context is full
+	}
+	seed := s.cfg.Seed
+	if req.Seed != nil {
+		seed = *req.Seed
+	}
+	a.toks, a.finish = simserver.Answer(seed, prompt, a.limit, s.cfg.LongestAnswer)
+	return a, true
+}
+
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
@@ -214,23 +244,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 		return
 	}
-	nCtx := s.cfg.slotCtx()
-	promptTokens := simtext.CountTokens(prompt)
-	if promptTokens >= nCtx {
-		writeError(w, http.StatusBadRequest, "exceed_context_size_error",
-			fmt.Sprintf("request (%d tokens) exceeds the available context size (%d tokens), try increasing it", promptTokens, nCtx),
-			map[string]any{"n_prompt_tokens": promptTokens, "n_ctx": nCtx})
+	a, ok := s.answer(w, req, prompt, s.cfg.slotCtx())
+	if !ok {
 		return
 	}
-	limit := req.limit(s.cfg.NPredict)
-	if room := nCtx - promptTokens; limit < 0 || limit > room {
-		limit = room // generation stops when the context is full
-	}
-	seed := s.cfg.Seed
-	if req.Seed != nil {
-		seed = *req.Seed
-	}
-	toks, finish := simserver.Answer(seed, prompt, limit, s.cfg.LongestAnswer)
+	promptTokens, limit, toks, finish := a.promptTokens, a.limit, a.toks, a.finish
 	sh, isShaped := s.shaped(req)
 	if isShaped {
 		toks, finish, stops = simtext.Pieces(sh.text), "stop", nil
@@ -623,23 +641,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "\"prompt\" must be a string", nil)
 		return
 	}
-	nCtx := s.cfg.ctxSize()
-	promptTokens := simtext.CountTokens(prompt)
-	if promptTokens >= nCtx {
-		writeError(w, http.StatusBadRequest, "exceed_context_size_error",
-			fmt.Sprintf("request (%d tokens) exceeds the available context size (%d tokens), try increasing it", promptTokens, nCtx),
-			map[string]any{"n_prompt_tokens": promptTokens, "n_ctx": nCtx})
+	a, ok := s.answer(w, req.chatRequest, prompt, s.cfg.ctxSize())
+	if !ok {
 		return
 	}
-	limit := req.limit(s.cfg.NPredict)
-	if room := nCtx - promptTokens; limit < 0 || limit > room {
-		limit = room
-	}
-	seed := s.cfg.Seed
-	if req.Seed != nil {
-		seed = *req.Seed
-	}
-	toks, finish := simserver.Answer(seed, prompt, limit, s.cfg.LongestAnswer)
+	promptTokens, toks, finish := a.promptTokens, a.toks, a.finish
 	ctx := r.Context()
 	if !s.acquireSlot(ctx) {
 		s.noteCancelled()

@@ -1,15 +1,18 @@
 // Package simtest is test support for the code that drives the simulators as real programs:
-// building one into a folder under the name the product looks for, and a buffer that a
+// building one into a folder under the name the product looks for, a TestMain that does so
+// once for a package's tests, and a buffer that a
 // running program's output can be written to while a test reads it. Only tests import it.
 package simtest
 
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
+	"testing"
 )
 
 // Build compiles the Go package pkg (an import path, or a path relative to the caller's
@@ -22,6 +25,25 @@ func Build(dir, pkg, name string) (string, error) {
 		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 	}
 	return bin, nil
+}
+
+// Main is the TestMain of a package whose tests run programs: build puts them into a fresh
+// temporary folder, the tests run, the folder goes, and the process exits with the tests'
+// status (1, saying why, when the folder or a build fails).
+func Main(m *testing.M, build func(dir string) error) {
+	dir, err := os.MkdirTemp("", "simtest-bin-")
+	if err == nil {
+		if err = build(dir); err != nil {
+			os.RemoveAll(dir)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // LlamaServer builds the llama-server simulator into dir as "llama-server", so the agent and

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/llmkube/mesh/internal/atomicfile"
 )
 
 // DefaultPath is where the history lives: the user's state folder ($XDG_STATE_HOME, else
@@ -73,35 +75,18 @@ func printable(s string) bool {
 	return true
 }
 
-// Save writes the lines as version seq (higher is newer) atomically: a temporary file in the
-// same folder renamed over the old one, so a crash leaves the old history or the new one.
+// Save writes the lines as version seq (higher is newer) atomically, so a crash leaves the old
+// history or the new one.
 func (f *File) Save(seq int, lines []string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if seq <= f.written {
 		return nil
 	}
-	dir := filepath.Dir(f.Path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".console-history-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after the rename there is nothing left to remove
-	if _, err := tmp.WriteString(strings.Join(lines, "\n") + "\n"); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), f.Path); err != nil {
+	if err := atomicfile.WriteFile(f.Path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		return err
 	}
 	f.written = seq
