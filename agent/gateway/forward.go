@@ -2,12 +2,13 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -47,17 +48,28 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	}
 	c.busy.Add(1)
 	defer c.busy.Add(-1)
-	k := &hopCut{}
-	defer g.owners.watch(k.end, c.p.Host, c.p.Model)()
-	resp, err := g.hop.do(r.Context(), newHopRequest(r, mb.Host.APIAddr, body), k, g.cfg.ResponseHeaderTimeout)
+	// The request ends with the client's leaving, or with its owner's loss, for which the
+	// owners watch gives the reason (a *failure).
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	defer g.owners.watch(cancel, c.p.Host, c.p.Model)()
+	lost := func() *failure {
+		f, _ := context.Cause(ctx).(*failure)
+		return f
+	}
+	req, err := g.hopRequest(ctx, r, mb.Host.APIAddr, body)
+	if err != nil {
+		return false, badRequest(err.Error())
+	}
+	resp, err := g.hop.RoundTrip(req)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return false, r.Context().Err()
 		}
-		if f := k.reason(); f != nil {
+		if f := lost(); f != nil {
 			return false, f
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if headTimeout(err) {
 			return false, &failure{status: http.StatusGatewayTimeout, code: api.CodeUnreachable, retryAfter: 1,
 				msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.p.Host, mb.Host.APIAddr, c.p.Model, g.cfg.ResponseHeaderTimeout)}
 		}
@@ -129,7 +141,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 				}
 				return true, nil
 			}
-			f := k.reason()
+			f := lost()
 			if f == nil {
 				f = &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
 					msg: fmt.Sprintf("agent %s broke off its answer: %v", c.p.Host, rerr)}
@@ -142,6 +154,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	}
 	served()
 	return true, nil
+}
+
+// headTimeout reports whether err is the transport's wait for an answer's head running out:
+// a timeout that is not the dial's.
+func headTimeout(err error) bool {
+	var ne net.Error
+	var op *net.OpError
+	return errors.As(err, &ne) && ne.Timeout() && !(errors.As(err, &op) && op.Op == "dial")
 }
 
 // sseEnd is the last event of an OpenAI stream (chat and completions). The OpenAI SDKs close

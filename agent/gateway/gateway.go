@@ -11,6 +11,8 @@ package gateway
 
 import (
 	"cmp"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -100,17 +102,24 @@ type Config struct {
 	// ResponseHeaderTimeout bounds the wait for a forwarded request's answer to begin;
 	// DefaultResponseHeaderTimeout when zero.
 	ResponseHeaderTimeout time.Duration
+	// HopTLS, when not nil, is the TLS configuration forwarded requests reach their owners
+	// with (https); nil forwards over plain HTTP. See NewHopTransport.
+	HopTLS *tls.Config
+	// HopDial, when not nil, dials the owners in place of a plain TCP dial.
+	HopDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Gateway serves the chat and model-listing routes.
 type Gateway struct {
-	cfg    Config
-	a      *agent.Agent
-	self   string
-	log    *slog.Logger
-	hop    *hopClient
-	owners *owners
-	m      *metrics
+	cfg  Config
+	a    *agent.Agent
+	self string
+	log  *slog.Logger
+	hop  *http.Transport // to the owners of forwarded requests (NewHopTransport)
+	// hopScheme is the owners' URL scheme: https with Config.HopTLS, else http.
+	hopScheme string
+	owners    *owners
+	m         *metrics
 	// localLast: the last chat's first replica was a local one (see chat).
 	localLast atomic.Bool
 
@@ -164,12 +173,17 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{
-		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hop: newHopClient(), m: m,
-		inflight: map[replica]*atomic.Int64{},
-		alone:    map[aloneKey]time.Time{},
-		queues:   map[string]*queue{},
-		speeds:   map[string]*speedBook{},
-		items:    newItemStore(),
+		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), m: m,
+		hop:       NewHopTransport(cfg.ResponseHeaderTimeout, cfg.HopTLS, cfg.HopDial),
+		hopScheme: "http",
+		inflight:  map[replica]*atomic.Int64{},
+		alone:     map[aloneKey]time.Time{},
+		queues:    map[string]*queue{},
+		speeds:    map[string]*speedBook{},
+		items:     newItemStore(),
+	}
+	if cfg.HopTLS != nil {
+		g.hopScheme = "https"
 	}
 	g.owners = &owners{g: g, hosts: map[string]*owner{}}
 	return g, nil
