@@ -133,29 +133,16 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 		g.fail(w, d, f)
 		return
 	}
-	var last *failure
-	for i := 0; i < len(rt.cands); i++ {
-		c := rt.cands[i]
-		var committed bool
-		var err error
+	g.failover(w, r, d, rt, failoverPolicy{
+		judge: func(_ candidate, f *failure) (*failure, bool) {
+			return f, f.retryable() || f.code == api.CodeBadRequest // a replica that cannot embed may sit beside one that can
+		},
+	}, func(c candidate, final bool) (bool, error) {
 		if c.local != nil {
-			committed, err = g.embedLocal(w, r, call, c, start)
-		} else {
-			committed, err = g.forward(w, r, d, body, c, rt.v, i == len(rt.cands)-1, start)
+			return g.embedLocal(w, r, call, c, start)
 		}
-		if committed || err == nil {
-			return
-		}
-		if r.Context().Err() != nil {
-			g.m.clientGone()
-			return
-		}
-		g.widen(&rt, i+1)
-		if last = failureOf(err); !last.retryable() && last.code != api.CodeBadRequest {
-			break // a replica that cannot embed may sit beside one that can
-		}
-	}
-	g.fail(w, d, last)
+		return g.forward(w, r, d, body, c, rt.v, final, start)
+	})
 }
 
 // embedLocal embeds on a local placement's engine and writes the whole answer.

@@ -79,27 +79,57 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	if local := rt.cands[0].local != nil; g.localLast.Load() != local {
 		g.localLast.Store(local)
 	}
+	refused := 0 // the largest context an engine found the prompt too long for
+	g.failover(w, r, d, rt, failoverPolicy{
+		// Only a replica with a larger context can take a prompt one found too long.
+		skip: func(c candidate) bool { return refused > 0 && c.p.Context <= refused },
+		judge: func(c candidate, f *failure) (*failure, bool) {
+			if c.local != nil {
+				f = explain(f, c.p, call)
+			}
+			if f.code == api.CodeContextLimit && c.p.Context > 0 {
+				refused = c.p.Context
+				return f, true
+			}
+			return f, f.retryable()
+		},
+	}, func(c candidate, final bool) (bool, error) {
+		if c.local == nil {
+			return g.forward(w, r, d, body, c, rt.v, final, start)
+		}
+		if !parsed() {
+			return true, nil
+		}
+		if call.load {
+			g.answerLoad(w, call)
+			return true, nil
+		}
+		return g.serveLocal(w, r, call, c, start)
+	})
+}
+
+// failoverPolicy is what a route's failover loop asks of its request.
+type failoverPolicy struct {
+	// skip, if not nil, passes over a replica the failures so far say cannot do better.
+	skip func(c candidate) bool
+	// judge is the failure the client is told of when replica c failed with f before answering,
+	// and whether the next replica may do better.
+	judge func(c candidate, f *failure) (*failure, bool)
+}
+
+// failover serves a request from its replicas in turn (try; final for the last of them): the
+// first that answers, or writes anything, answers it. A failure before the first byte tries
+// the next replica while the policy's judge says another may do better; the last failure is
+// the client's answer. The remote replicas are looked up (widen) once a first one failed.
+func (g *Gateway) failover(w http.ResponseWriter, r *http.Request, d dialect, rt routing, pol failoverPolicy,
+	try func(c candidate, final bool) (committed bool, err error)) {
 	var last *failure
-	refusedContext := 0 // the largest context an engine found the prompt too long for
 	for i := 0; i < len(rt.cands); i++ {
 		c := rt.cands[i]
-		if refusedContext > 0 && c.p.Context <= refusedContext {
+		if pol.skip != nil && pol.skip(c) {
 			continue
 		}
-		var committed bool
-		var err error
-		if c.local != nil {
-			if !parsed() {
-				return
-			}
-			if call.load {
-				g.answerLoad(w, call)
-				return
-			}
-			committed, err = g.serveLocal(w, r, call, c, start)
-		} else {
-			committed, err = g.forward(w, r, d, body, c, rt.v, i == len(rt.cands)-1, start)
-		}
+		committed, err := try(c, i == len(rt.cands)-1)
 		if committed || err == nil {
 			return
 		}
@@ -108,20 +138,12 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 			return
 		}
 		g.widen(&rt, i+1)
-		last = failureOf(err)
-		if c.local != nil {
-			last = explain(last, c.p, call)
-		}
-		if last.code == api.CodeContextLimit && c.p.Context > 0 {
-			// Only a replica with a larger context can take this prompt.
-			refusedContext = c.p.Context
-			continue
-		}
-		if !last.retryable() {
+		var again bool
+		if last, again = pol.judge(c, failureOf(err)); !again {
 			break
 		}
 		if i < len(rt.cands)-1 {
-			g.log.Info("replica failed before answering; trying the next", "model", model,
+			g.log.Info("replica failed before answering; trying the next", "model", rt.model,
 				"host", c.p.Host, "placement", c.p.ID, "err", err)
 		}
 	}
