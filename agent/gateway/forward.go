@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/hop"
 )
 
 // copyBufs are the buffers forwarded answers are copied through.
@@ -57,7 +58,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 		f, _ := context.Cause(ctx).(*failure)
 		return f
 	}
-	req, err := g.hopRequest(ctx, r, mb.Host.APIAddr, body)
+	req, err := hop.Request(ctx, r, g.hopScheme, mb.Host.APIAddr, body)
 	if err != nil {
 		return false, badRequest(err.Error())
 	}
@@ -92,7 +93,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 		// The owner counted it by its code; here it is one of the owner's refusals passed on.
 		g.m.fail(&failure{status: resp.StatusCode, code: "Forwarded"})
 	}
-	copyHeaders(w.Header(), resp.Header)
+	hop.CopyHeaders(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	o := newOut(w, g.cfg.StallTimeout)
 	defer o.stop()

@@ -27,18 +27,10 @@ import (
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/internal/prom"
 	"github.com/llmkube/mesh/version"
 )
-
-// HopHeader marks a request one agent forwarded to another. The owner serves such a request
-// only from its own engines: a forwarded request is never forwarded again, so a stale view on
-// two agents cannot bounce a request between them. A client that sets it only loses forwarding.
-const HopHeader = "X-Llmkube-Hop"
-
-// internalPrefix starts every header the gateway uses between agents; they are stripped from
-// what a client sends and from what an owner answers.
-const internalPrefix = "X-Llmkube-"
 
 // Defaults of Config.
 const (
@@ -103,7 +95,7 @@ type Config struct {
 	// DefaultResponseHeaderTimeout when zero.
 	ResponseHeaderTimeout time.Duration
 	// HopTLS, when not nil, is the TLS configuration forwarded requests reach their owners
-	// with (https); nil forwards over plain HTTP. See NewHopTransport.
+	// with (https); nil forwards over plain HTTP. See hop.NewTransport.
 	HopTLS *tls.Config
 	// HopDial, when not nil, dials the owners in place of a plain TCP dial.
 	HopDial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -115,7 +107,7 @@ type Gateway struct {
 	a    *agent.Agent
 	self string
 	log  *slog.Logger
-	hop  *http.Transport // to the owners of forwarded requests (NewHopTransport)
+	hop  *http.Transport // to the owners of forwarded requests (hop.NewTransport)
 	// hopScheme is the owners' URL scheme: https with Config.HopTLS, else http.
 	hopScheme string
 	owners    *owners
@@ -174,7 +166,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), m: m,
-		hop:       NewHopTransport(cfg.ResponseHeaderTimeout, cfg.HopTLS, cfg.HopDial),
+		hop:       hop.NewTransport(cfg.ResponseHeaderTimeout, cfg.HopTLS, cfg.HopDial),
 		hopScheme: "http",
 		inflight:  map[replica]*atomic.Int64{},
 		alone:     map[aloneKey]time.Time{},
@@ -498,48 +490,4 @@ func (g *Gateway) view() View {
 		return nil
 	}
 	return g.cfg.View()
-}
-
-// clientAddr is the address a request came from, for logs and X-Forwarded-For.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-// hopByHop are the headers that describe one connection, never passed through a proxy.
-var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// copyHeaders copies end-to-end headers (endToEnd). The values are shared, not copied (src is a
-// request or answer that is passed on whole), each capped at its length so that an Add on
-// either side copies instead of writing into the other's.
-func copyHeaders(dst, src http.Header) {
-	named := connectionNamed(src)
-	for k, vs := range src {
-		if endToEnd(k, named) {
-			dst[k] = vs[:len(vs):len(vs)]
-		}
-	}
-}
-
-// endToEnd reports whether header k is passed on: not a hop-by-hop one, not one the Connection
-// header names (named), not one of the gateway's internal ones.
-func endToEnd(k string, named []string) bool {
-	return !slices.Contains(hopByHop, k) && !slices.Contains(named, k) && !strings.HasPrefix(k, internalPrefix)
-}
-
-// connectionNamed are the headers h's Connection header names, canonical; nil when it has none.
-func connectionNamed(h http.Header) []string {
-	var named []string
-	for _, v := range h["Connection"] {
-		for _, f := range strings.Split(v, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				named = append(named, http.CanonicalHeaderKey(f))
-			}
-		}
-	}
-	return named
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/hop"
 )
 
 // listed is one model name the caller may use, with every ready placement serving it.
@@ -116,7 +117,7 @@ func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := g.view()
-	forwarded := r.Header.Get(HopHeader) != ""
+	forwarded := r.Header.Get(hop.Header) != ""
 	in, id := g.scope(who, r.PathValue("id"), forwarded, v)
 	name := g.resolve(in, id, forwarded, v)
 	for _, l := range g.served(in) {
@@ -299,7 +300,7 @@ func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, dialectOllamaChat, badRequest("model is required"))
 		return
 	}
-	forwarded := r.Header.Get(HopHeader) != ""
+	forwarded := r.Header.Get(hop.Header) != ""
 	v := g.view()
 	who, model = g.scope(who, model, forwarded, v)
 	name := g.resolve(who, model, forwarded, v)

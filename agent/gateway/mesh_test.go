@@ -19,6 +19,7 @@ import (
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/agent/hop"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
@@ -78,15 +79,15 @@ func TestForwardAcrossTheMesh(t *testing.T) {
 	// Another namespace's token learns nothing, at the forwarder or at the owner.
 	resp, body = call(t, "POST", b.url+"/v1/chat/completions", teamB, chatBody("llama", "hi", false, ""))
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", body)
-	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamB, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamB, chatBody("llama", "hi", false, ""), hop.Header, "1")
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the owner checks the token again: %s", body)
-	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), hop.Header, "1")
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 
 	// A request that already made its hop is served locally or not at all.
 	forwards := func() float64 { return metricSum(t, b, "llmkube_gateway_requests_total", "forward") }
 	require.Eventually(t, func() bool { return forwards() == 3 }, 5*time.Second, time.Millisecond, "node-b forwarded three chats")
-	resp, body = call(t, "POST", b.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	resp, body = call(t, "POST", b.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), hop.Header, "1")
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", body)
 	assert.Equal(t, 3.0, forwards())
 	assert.Equal(t, 2.0, metricSum(t, b, "llmkube_gateway_errors_total", "NotFound"), "node-b refused the other namespace and the hop, nothing else")

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/engines"
 )
 
@@ -174,7 +174,7 @@ func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect) (in
 		g.fail(w, d, f)
 		return inbound{}, false
 	}
-	return inbound{who: who, body: body, forwarded: r.Header.Get(HopHeader) != ""}, true
+	return inbound{who: who, body: body, forwarded: r.Header.Get(hop.Header) != ""}, true
 }
 
 // routing is where a request may go: its replicas, best first, and the view they came from.
@@ -365,7 +365,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	if err != nil {
 		if ctx.Err() != nil || enc.writeFailed() {
 			g.m.clientGone()
-			g.log.Debug("client left mid-answer; engine request cancelled", "model", p.Model, "placement", p.ID, "client", clientAddr(r))
+			g.log.Debug("client left mid-answer; engine request cancelled", "model", p.Model, "placement", p.ID, "client", hop.ClientAddr(r))
 			return true, nil
 		}
 		if !enc.started() {
@@ -414,14 +414,4 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		g.m.clientGone()
 	}
 	return true, nil
-}
-
-// forwardedFor is r's X-Forwarded-For with the client's address appended.
-func forwardedFor(r *http.Request) string {
-	prior := r.Header.Values("X-Forwarded-For")
-	addr := clientAddr(r)
-	if len(prior) > 0 {
-		addr = strings.Join(prior, ", ") + ", " + addr
-	}
-	return addr
 }

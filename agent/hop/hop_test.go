@@ -1,4 +1,4 @@
-package gateway
+package hop
 
 import (
 	"context"
@@ -26,18 +26,18 @@ func hopTo(t *testing.T, in *http.Request, body string, tlsOwner bool) http.Head
 		io.WriteString(w, "ok")
 	}))
 	var tc *tls.Config
-	g := &Gateway{hopScheme: "http"}
+	scheme := "http"
 	if tlsOwner {
 		owner.StartTLS()
 		tc = owner.Client().Transport.(*http.Transport).TLSClientConfig
-		g.hopScheme = "https"
+		scheme = "https"
 	} else {
 		owner.Start()
 	}
 	t.Cleanup(owner.Close)
-	tr := NewHopTransport(5*time.Second, tc, nil)
+	tr := NewTransport(5*time.Second, tc, nil)
 	t.Cleanup(tr.CloseIdleConnections)
-	req, err := g.hopRequest(context.Background(), in, owner.Listener.Addr().String(), []byte(body))
+	req, err := Request(context.Background(), in, scheme, owner.Listener.Addr().String(), []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +56,11 @@ func hopTo(t *testing.T, in *http.Request, body string, tlsOwner bool) http.Head
 	return r.Header
 }
 
-// TestHopRequestHeaders: a forwarded request carries the client's end-to-end headers, the hop
+// TestRequestHeaders: a forwarded request carries the client's end-to-end headers, the hop
 // mark and X-Forwarded-For with the client added; not the connection's headers, the gateway's
 // internal ones a client sent, its Expect, or a name no valid request carries; and no
 // User-Agent where the client sent none.
-func TestHopRequestHeaders(t *testing.T) {
+func TestRequestHeaders(t *testing.T) {
 	for _, tlsOwner := range []bool{false, true} {
 		in := httptest.NewRequest("POST", "/v1/chat/completions?x=1", strings.NewReader(""))
 		in.RemoteAddr = "192.0.2.7:5000"
@@ -78,7 +78,7 @@ func TestHopRequestHeaders(t *testing.T) {
 		}
 		h := hopTo(t, in, `{"model":"m"}`, tlsOwner)
 		want := map[string]string{"Authorization": "Bearer tok", "Content-Type": "application/json",
-			HopHeader: "1", "X-Forwarded-For": "198.51.100.1, 192.0.2.7", "X-Many": "a"}
+			Header: "1", "X-Forwarded-For": "198.51.100.1, 192.0.2.7", "X-Many": "a"}
 		for k, v := range want {
 			if h.Get(k) != v {
 				t.Errorf("tls %v: %s = %q, want %q", tlsOwner, k, h.Get(k), v)
@@ -95,8 +95,8 @@ func TestHopRequestHeaders(t *testing.T) {
 	}
 }
 
-// TestHopTransportDial: a dial given to NewHopTransport is the one owners are reached with.
-func TestHopTransportDial(t *testing.T) {
+// TestTransportDial: a dial given to NewTransport is the one owners are reached with.
+func TestTransportDial(t *testing.T) {
 	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(owner.Close)
 	dialed := make(chan string, 1)
@@ -105,7 +105,7 @@ func TestHopTransportDial(t *testing.T) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, owner.Listener.Addr().String())
 	}
-	tr := NewHopTransport(5*time.Second, nil, dial)
+	tr := NewTransport(5*time.Second, nil, dial)
 	t.Cleanup(tr.CloseIdleConnections)
 	req, _ := http.NewRequest("GET", "http://owner.invalid:1/", nil)
 	resp, err := tr.RoundTrip(req)
