@@ -112,19 +112,14 @@ type Gateway struct {
 	hopScheme string
 	owners    *owners
 	m         *metrics
-	// localLast: the last chat's first replica was a local one (see chat).
-	localLast atomic.Bool
 
 	// mu guards the maps below. Every chat reads inflight and speeds, so they are read under
 	// the shared lock: a mutex there was the gateway's most waited-on lock at 64 streams.
 	mu       sync.RWMutex
 	inflight map[replica]*atomic.Int64
-	// alone: when the mesh view, last looked at for a model (by namespace scope) while its
-	// local replicas were busy, showed no ready replica of it on another agent (see candidates).
-	alone  map[aloneKey]time.Time
-	queues map[string]*queue     // by runtime + " " + engine address
-	speeds map[string]*speedBook // by local placement id
-	items  *itemStore            // answers given through /v1/responses, for item_reference
+	queues   map[string]*queue     // by runtime + " " + engine address
+	speeds   map[string]*speedBook // by local placement id
+	items    *itemStore            // answers given through /v1/responses, for item_reference
 }
 
 // New builds a gateway and registers its metrics.
@@ -169,7 +164,6 @@ func New(cfg Config) (*Gateway, error) {
 		hop:       hop.NewTransport(cfg.ResponseHeaderTimeout, cfg.HopTLS, cfg.HopDial),
 		hopScheme: "http",
 		inflight:  map[replica]*atomic.Int64{},
-		alone:     map[aloneKey]time.Time{},
 		queues:    map[string]*queue{},
 		speeds:    map[string]*speedBook{},
 		items:     newItemStore(),
@@ -296,27 +290,16 @@ type candidate struct {
 // this gateway knows: requests it is serving on a local placement (queued ones included), or
 // forwards in flight to a remote one. Other agents' traffic to a remote replica is invisible
 // here; measured speed breaks ties.
-//
-// Unless all, the remote replicas are not looked up (narrow) when a local one is idle: it would
-// lead whatever they are (no load is below none, and local wins a tie), and looking means taking
-// every member's state under the mesh's lock; nor, while local ones are busy, when a look
-// less than aloneRecheck ago found none on another agent (see aloneRecheck).
-func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v View, all bool) (out []candidate, narrow bool) {
+func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v View) []candidate {
+	var out []candidate
 	locals := g.a.Serving(who, model)
 	for i := range locals {
-		l := &locals[i] // not a copy: a Local is 700 bytes, and the range variable's address would move each to the heap
+		l := &locals[i] // not a copy: a Local is 700 bytes
 		c := candidate{p: l.Placement, local: l, busy: g.counter(l.Placement.Host, l.Placement.ID)}
 		c.load = c.busy.Load()
-		narrow = narrow || c.load == 0
 		out = append(out, c)
 	}
-	narrow = narrow && !all && !forwarded && v != nil
-	nlocal := len(out)
-	key := aloneKey{nsFilter(who), model}
-	if !narrow && !all && !forwarded && v != nil && nlocal > 0 && g.aloneLately(key) {
-		narrow = true
-	}
-	if !forwarded && v != nil && !narrow {
+	if !forwarded && v != nil {
 		for _, p := range v.Ready(nsFilter(who), model) {
 			if p.Host == g.self || !who.Allows(p.Namespace) {
 				continue
@@ -324,9 +307,6 @@ func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v 
 			c := candidate{p: p, busy: g.counter(p.Host, p.ID)}
 			c.load = c.busy.Load()
 			out = append(out, c)
-		}
-		if nlocal > 0 {
-			g.lookedFor(key, len(out) > nlocal)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int {
@@ -337,46 +317,7 @@ func (g *Gateway) candidates(who api.Principal, model string, forwarded bool, v 
 			cmp.Compare(a.p.TTFTMillis, b.p.TTFTMillis),
 		)
 	})
-	return out, narrow
-}
-
-// aloneRecheck is how long a look at the mesh view that found no ready replica of a model on
-// another agent, while this one's were busy, stands for the chats after it. Each look walks
-// every member's state under the mesh's lock (it copied it all when this was measured), and with
-// hundreds of simultaneous streams of a model served here alone one per chat was a measurable
-// part of the agent's cost (BENCHMARKS.md).
-// A replica that becomes ready elsewhere is then taken into account up to this much later, on
-// top of the gossip that announced it; one that goes away is never tried for it (only a look
-// that found none is kept); and a local replica that fails looks at once (widen).
-const aloneRecheck = 100 * time.Millisecond
-
-// aloneKey names what a look at the mesh view was for: a model, in a namespace scope (nsFilter).
-type aloneKey struct{ ns, model string }
-
-// aloneLately reports whether a look less than aloneRecheck ago found no remote replica.
-func (g *Gateway) aloneLately(k aloneKey) bool {
-	g.mu.RLock()
-	at, ok := g.alone[k]
-	g.mu.RUnlock()
-	return ok && time.Since(at) < aloneRecheck
-}
-
-// lookedFor keeps what a look at the view found. Only models served here are keys (the caller
-// looks for local replicas first), so clients cannot grow the map with names.
-func (g *Gateway) lookedFor(k aloneKey, found bool) {
-	g.mu.RLock()
-	_, kept := g.alone[k]
-	g.mu.RUnlock()
-	if found && !kept {
-		return // the usual case where there are remote replicas: no exclusive lock per chat
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if found {
-		delete(g.alone, k)
-	} else {
-		g.alone[k] = time.Now()
-	}
+	return out
 }
 
 func boolOrder(a, b bool) int {
@@ -428,16 +369,15 @@ func (g *Gateway) notServed(who api.Principal, model string, forwarded bool, v V
 
 // lookup finds the replicas of a requested model: by its name, else (only then, as looking
 // costs a walk over every placement) by its Ollama twin. It returns the name they serve.
-func (g *Gateway) lookup(who api.Principal, model string, forwarded bool, v View) (string, []candidate, bool) {
-	if cands, narrow := g.candidates(who, model, forwarded, v, false); len(cands) > 0 {
-		return model, cands, narrow
+func (g *Gateway) lookup(who api.Principal, model string, forwarded bool, v View) (string, []candidate) {
+	if cands := g.candidates(who, model, forwarded, v); len(cands) > 0 {
+		return model, cands
 	}
 	name := g.resolve(who, model, forwarded, v)
 	if name == model {
-		return model, nil, false
+		return model, nil
 	}
-	cands, narrow := g.candidates(who, name, forwarded, v, false)
-	return name, cands, narrow
+	return name, g.candidates(who, name, forwarded, v)
 }
 
 // resolve is the name a requested model is served under for who: the name itself when a

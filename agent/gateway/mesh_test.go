@@ -290,8 +290,7 @@ func TestForwarderLeavesTheRequestToItsOwner(t *testing.T) {
 }
 
 // TestBusyLocalReplicaTakesALaterRemoteOne: while node-a's replica is busy and no other agent
-// serves the model, node-a serves its chats itself (and keeps, for a moment, that it looked
-// for another replica and found none: aloneRecheck); once node-c's replica is ready, a chat
+// serves the model, node-a serves its chats itself; once node-c's replica is ready, a chat
 // that node-a's busy replica would take goes to node-c.
 func TestBusyLocalReplicaTakesALaterRemoteOne(t *testing.T) {
 	slow := func(c *ollamasim.Config) { c.TokensPerSec = 1 } // 8 tokens or more: seconds busy

@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -44,9 +43,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	// Routing needs the model alone. The whole request is parsed where it is answered: served
 	// here, or refused here (a malformed request is answered 400 before an unknown model's
 	// 404); one forwarded is parsed by its owner, which answers a malformed one the same 400.
-	// It is parsed whole at once when it was forwarded here, or when the last chat went to a
-	// local replica (localLast): this one most likely will too, and reading its model alone
-	// first would decode that twice.
+	// One forwarded here is served here or not at all: it is parsed whole at once.
 	var call *chatCall
 	parsed := func() bool {
 		if call == nil {
@@ -60,7 +57,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	}
 	var model string
 	ok = false
-	if !in.forwarded && !g.localLast.Load() {
+	if !in.forwarded {
 		model, ok = modelName(body)
 	}
 	if !ok {
@@ -75,9 +72,6 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 			g.fail(w, d, f)
 		}
 		return
-	}
-	if local := rt.cands[0].local != nil; g.localLast.Load() != local {
-		g.localLast.Store(local)
 	}
 	refused := 0 // the largest context an engine found the prompt too long for
 	g.failover(w, r, d, rt, failoverPolicy{
@@ -120,7 +114,7 @@ type failoverPolicy struct {
 // failover serves a request from its replicas in turn (try; final for the last of them): the
 // first that answers, or writes anything, answers it. A failure before the first byte tries
 // the next replica while the policy's judge says another may do better; the last failure is
-// the client's answer. The remote replicas are looked up (widen) once a first one failed.
+// the client's answer.
 func (g *Gateway) failover(w http.ResponseWriter, r *http.Request, d dialect, rt routing, pol failoverPolicy,
 	try func(c candidate, final bool) (committed bool, err error)) {
 	var last *failure
@@ -137,7 +131,6 @@ func (g *Gateway) failover(w http.ResponseWriter, r *http.Request, d dialect, rt
 			g.m.clientGone()
 			return
 		}
-		g.widen(&rt, i+1)
 		var again bool
 		if last, again = pol.judge(c, failureOf(err)); !again {
 			break
@@ -180,12 +173,8 @@ func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect) (in
 // routing is where a request may go: its replicas, best first, and the view they came from.
 type routing struct {
 	cands []candidate
-	v     View // nil for a forwarded request, or without a mesh
-	who   api.Principal
+	v     View   // nil for a forwarded request, or without a mesh
 	model string // the name the replicas serve
-	// narrow: the remote replicas were not looked up, as a local one that is idle leads, or a
-	// look a moment ago found none (see candidates); widen adds them once a replica has failed.
-	narrow bool
 }
 
 // route finds the replicas of model as the caller may name it — scoped first, so a name never
@@ -198,28 +187,11 @@ func (g *Gateway) route(in inbound, model string) (routing, *failure) {
 		v = g.view()
 	}
 	who, model := g.scope(in.who, model, in.forwarded, v)
-	name, cands, narrow := g.lookup(who, model, in.forwarded, v)
+	name, cands := g.lookup(who, model, in.forwarded, v)
 	if len(cands) == 0 {
 		return routing{}, g.notServed(who, name, in.forwarded, v)
 	}
-	return routing{cands: cands, v: v, who: who, model: name, narrow: narrow}, nil
-}
-
-// widen adds the remote replicas to a narrow routing once the first tried ones failed: the
-// replicas after them are then in the order candidates gives them all.
-func (g *Gateway) widen(rt *routing, tried int) {
-	if !rt.narrow {
-		return
-	}
-	rt.narrow = false
-	all, _ := g.candidates(rt.who, rt.model, false, rt.v, true)
-	done := rt.cands[:tried:tried]
-	for _, c := range all {
-		if !slices.ContainsFunc(done, func(t candidate) bool { return t.p.Host == c.p.Host && t.p.ID == c.p.ID }) {
-			done = append(done, c)
-		}
-	}
-	rt.cands = done
+	return routing{cands: cands, v: v, model: name}, nil
 }
 
 // fail answers an error and counts it.
