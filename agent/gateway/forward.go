@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/hop"
+	"github.com/llmkube/mesh/agent/route"
 )
 
 // copyBufs are the buffers forwarded answers are copied through.
@@ -41,19 +42,19 @@ func retryableStatus(code int) bool {
 // nothing written, so the caller can fail over; otherwise the owner's answer, error or not, is
 // the client's. An owner lost mid-answer (see Config.Liveness) ends the answer with an error in
 // the stream's own form, instead of leaving the client on a silent socket.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, body []byte, c candidate, v View, final bool, start time.Time) (committed bool, err error) {
-	mb, ok := v.Member(c.p.Host)
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, body []byte, c route.Replica, v View, final bool, start time.Time) (committed bool, err error) {
+	mb, ok := v.Member(c.P.Host)
 	if !ok || mb.Host == nil || mb.Host.APIAddr == "" {
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("host %s serves %q but the mesh view has no API address for it", c.p.Host, c.p.Model)}
+			msg: fmt.Sprintf("host %s serves %q but the mesh view has no API address for it", c.P.Host, c.P.Model)}
 	}
-	c.busy.Add(1)
-	defer c.busy.Add(-1)
+	c.Busy.Add(1)
+	defer c.Busy.Add(-1)
 	// The request ends with the client's leaving, or with its owner's loss, for which the
 	// owners watch gives the reason (a *failure).
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	defer g.owners.watch(cancel, c.p.Host, c.p.Model)()
+	defer g.owners.watch(cancel, c.P.Host, c.P.Model)()
 	lost := func() *failure {
 		f, _ := context.Cause(ctx).(*failure)
 		return f
@@ -72,21 +73,21 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 		}
 		if headTimeout(err) {
 			return false, &failure{status: http.StatusGatewayTimeout, code: api.CodeUnreachable, retryAfter: 1,
-				msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.p.Host, mb.Host.APIAddr, c.p.Model, g.cfg.ResponseHeaderTimeout)}
+				msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.P.Host, mb.Host.APIAddr, c.P.Model, g.cfg.ResponseHeaderTimeout)}
 		}
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
-			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.p.Host, mb.Host.APIAddr, c.p.Model, err)}
+			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.P.Host, mb.Host.APIAddr, c.P.Model, err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 {
 		// A protocol switch, or an interim answer nothing here asked for.
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("agent %s answered with status %d, which the gateway does not pass on", c.p.Host, resp.StatusCode)}
+			msg: fmt.Sprintf("agent %s answered with status %d, which the gateway does not pass on", c.P.Host, resp.StatusCode)}
 	}
 	if !final && retryableStatus(resp.StatusCode) {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // bounded by the owner's watch too
 		return false, &failure{status: resp.StatusCode, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("agent %s answered %d: %s", c.p.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
+			msg: fmt.Sprintf("agent %s answered %d: %s", c.P.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
 
 	if resp.StatusCode >= 400 {
@@ -109,7 +110,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 		if !first.IsZero() {
 			ttft = first.Sub(start)
 		}
-		g.m.served(c.p.Model, routeForward, ttft, time.Since(start), 0, 0)
+		g.m.served(c.P.Model, routeForward, ttft, time.Since(start), 0, 0)
 	}
 	var sent tail
 	for {
@@ -145,10 +146,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			f := lost()
 			if f == nil {
 				f = &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-					msg: fmt.Sprintf("agent %s broke off its answer: %v", c.p.Host, rerr)}
+					msg: fmt.Sprintf("agent %s broke off its answer: %v", c.P.Host, rerr)}
 			}
 			g.m.fail(f)
-			g.log.Warn("forwarded answer broke off", "host", c.p.Host, "model", c.p.Model, "err", rerr)
+			g.log.Warn("forwarded answer broke off", "host", c.P.Host, "model", c.P.Model, "err", rerr)
 			streamFailure(&o, d, resp.Header.Get("Content-Type"), f)
 			return true, nil
 		}

@@ -199,9 +199,8 @@ func TestFailoverBeforeTheFirstByte(t *testing.T) {
 	assert.Equal(t, true, m["done"])
 }
 
-// TestLocalReplicaFailsOverToARemoteOne: an idle local replica is chosen without looking at
-// the mesh's (see candidates); when its engine fails before answering, the remote replicas are
-// looked up then, and the request goes to one.
+// TestLocalReplicaFailsOverToARemoteOne: an idle local replica is chosen first; when its
+// engine fails before answering, the request goes to a remote replica.
 func TestLocalReplicaFailsOverToARemoteOne(t *testing.T) {
 	slowHealth := func(c *agent.Config) { c.HealthInterval = time.Minute }
 	simA, simC := ollamaSim(t, nil, "llama3.2:1b"), ollamaSim(t, nil, "llama3.2:1b")

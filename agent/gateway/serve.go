@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/hop"
+	"github.com/llmkube/mesh/agent/route"
 	"github.com/llmkube/mesh/engines"
 )
 
@@ -66,7 +67,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		}
 		model = call.model
 	}
-	rt, f := g.route(in, model)
+	rt, f := g.replicas(in, model)
 	if f != nil {
 		if parsed() {
 			g.fail(w, d, f)
@@ -74,21 +75,23 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		return
 	}
 	refused := 0 // the largest context an engine found the prompt too long for
-	g.failover(w, r, d, rt, failoverPolicy{
+	err := route.Failover(r.Context(), rt.cands, route.Policy{
 		// Only a replica with a larger context can take a prompt one found too long.
-		skip: func(c candidate) bool { return refused > 0 && c.p.Context <= refused },
-		judge: func(c candidate, f *failure) (*failure, bool) {
-			if c.local != nil {
-				f = explain(f, c.p, call)
+		Skip: func(c route.Replica) bool { return refused > 0 && c.P.Context <= refused },
+		Judge: func(c route.Replica, err error) (error, bool) {
+			f := failureOf(err)
+			if c.Local != nil {
+				f = explain(f, c.P, call)
 			}
-			if f.code == api.CodeContextLimit && c.p.Context > 0 {
-				refused = c.p.Context
+			if f.code == api.CodeContextLimit && c.P.Context > 0 {
+				refused = c.P.Context
 				return f, true
 			}
 			return f, f.retryable()
 		},
-	}, func(c candidate, final bool) (bool, error) {
-		if c.local == nil {
+		Log: g.log,
+	}, func(c route.Replica, final bool) (bool, error) {
+		if c.Local == nil {
 			return g.forward(w, r, d, body, c, rt.v, final, start)
 		}
 		if !parsed() {
@@ -100,47 +103,19 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		}
 		return g.serveLocal(w, r, call, c, start)
 	})
+	g.failedOver(w, r, d, err)
 }
 
-// failoverPolicy is what a route's failover loop asks of its request.
-type failoverPolicy struct {
-	// skip, if not nil, passes over a replica the failures so far say cannot do better.
-	skip func(c candidate) bool
-	// judge is the failure the client is told of when replica c failed with f before answering,
-	// and whether the next replica may do better.
-	judge func(c candidate, f *failure) (*failure, bool)
-}
-
-// failover serves a request from its replicas in turn (try; final for the last of them): the
-// first that answers, or writes anything, answers it. A failure before the first byte tries
-// the next replica while the policy's judge says another may do better; the last failure is
-// the client's answer.
-func (g *Gateway) failover(w http.ResponseWriter, r *http.Request, d dialect, rt routing, pol failoverPolicy,
-	try func(c candidate, final bool) (committed bool, err error)) {
-	var last *failure
-	for i := 0; i < len(rt.cands); i++ {
-		c := rt.cands[i]
-		if pol.skip != nil && pol.skip(c) {
-			continue
-		}
-		committed, err := try(c, i == len(rt.cands)-1)
-		if committed || err == nil {
-			return
-		}
-		if r.Context().Err() != nil {
-			g.m.clientGone()
-			return
-		}
-		var again bool
-		if last, again = pol.judge(c, failureOf(err)); !again {
-			break
-		}
-		if i < len(rt.cands)-1 {
-			g.log.Info("replica failed before answering; trying the next", "model", rt.model,
-				"host", c.p.Host, "placement", c.p.ID, "err", err)
-		}
+// failedOver ends a request after its failover (route.Failover's err): nothing more when a
+// replica answered, the client's leaving counted, or the last failure answered.
+func (g *Gateway) failedOver(w http.ResponseWriter, r *http.Request, d dialect, err error) {
+	switch {
+	case err == nil:
+	case r.Context().Err() != nil:
+		g.m.clientGone()
+	default:
+		g.fail(w, d, failureOf(err))
 	}
-	g.fail(w, d, last)
 }
 
 // inbound is a model route's request as far as every such route reads it alike.
@@ -172,26 +147,34 @@ func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect) (in
 
 // routing is where a request may go: its replicas, best first, and the view they came from.
 type routing struct {
-	cands []candidate
-	v     View   // nil for a forwarded request, or without a mesh
-	model string // the name the replicas serve
+	cands []route.Replica
+	v     View // nil for a forwarded request, or without a mesh
 }
 
-// route finds the replicas of model as the caller may name it — scoped first, so a name never
+// replicas finds the replicas of model as the caller may name it — scoped first, so a name never
 // resolves across namespaces — and says why it is not served (404, or why not ready) when there
 // are none. The view is the mesh's, taken only if needed (empty for a forwarded request, which
 // is served locally or not at all).
-func (g *Gateway) route(in inbound, model string) (routing, *failure) {
+func (g *Gateway) replicas(in inbound, model string) (routing, *failure) {
 	var v View
 	if !in.forwarded {
-		v = g.view()
+		v = g.router.View()
 	}
-	who, model := g.scope(in.who, model, in.forwarded, v)
-	name, cands := g.lookup(who, model, in.forwarded, v)
+	who, model := g.router.Scope(in.who, model, in.forwarded, v)
+	name, cands := g.router.Lookup(who, model, in.forwarded, v)
 	if len(cands) == 0 {
-		return routing{}, g.notServed(who, name, in.forwarded, v)
+		return routing{}, unserved(g.router.NotServed(who, name, in.forwarded, v))
 	}
-	return routing{cands: cands, v: v, model: name}, nil
+	return routing{cands: cands, v: v}, nil
+}
+
+// unserved is the client's answer when no replica takes a request: 503 while the caller's
+// model is not ready, 404 when the caller may see none.
+func unserved(u *route.Unserved) *failure {
+	if u.NotReady {
+		return &failure{status: http.StatusServiceUnavailable, code: api.CodeEngineUnavailable, oaCode: "model_not_ready", msg: u.Msg, retryAfter: 1}
+	}
+	return &failure{status: http.StatusNotFound, code: api.CodeNotFound, oaCode: "model_not_found", msg: u.Msg}
 }
 
 // fail answers an error and counts it.
@@ -299,11 +282,11 @@ func (run *relay) take(ch engines.ChatChunk) error {
 // serveLocal runs a chat on a local placement's engine through its driver, writing each chunk
 // as it comes. It returns committed once anything reached the client (the request is then
 // answered, error or not); otherwise err says why, and another replica may be tried.
-func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatCall, c candidate, start time.Time) (committed bool, err error) {
-	c.busy.Add(1)
-	defer c.busy.Add(-1)
+func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatCall, c route.Replica, start time.Time) (committed bool, err error) {
+	c.Busy.Add(1)
+	defer c.Busy.Add(-1)
 	ctx := r.Context()
-	p := c.p
+	p := c.P
 	if q := g.queueFor(p); q != nil {
 		release, err := q.acquire(ctx)
 		if err != nil {
@@ -329,7 +312,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 
 	engineStart := time.Now()
 	run := newRelay(enc)
-	err = c.local.Driver.Chat(ctx, c.local.Model, req, run.take)
+	err = c.Local.Driver.Chat(ctx, c.Local.Model, req, run.take)
 	enc.hold(false) // what follows is the end or an error: it goes out at once, with anything held
 	if err == nil && !run.done {
 		err = &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s ended the answer without its last chunk", p.Runtime)}
