@@ -17,9 +17,6 @@ func contentText(raw json.RawMessage, shape string, kinds ...string) (string, er
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
-	if s, ok := plainString(raw); ok {
-		return s, nil // what json.Unmarshal gives, without its reflection
-	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/route"
 	"github.com/llmkube/mesh/engines"
 )
 
@@ -128,52 +129,42 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 		g.fail(w, d, f)
 		return
 	}
-	rt, f := g.route(in, call.model)
+	rt, f := g.replicas(in, call.model)
 	if f != nil {
 		g.fail(w, d, f)
 		return
 	}
-	var last *failure
-	for i := 0; i < len(rt.cands); i++ {
-		c := rt.cands[i]
-		var committed bool
-		var err error
-		if c.local != nil {
-			committed, err = g.embedLocal(w, r, call, c, start)
-		} else {
-			committed, err = g.forward(w, r, d, body, c, rt.v, i == len(rt.cands)-1, start)
+	err := route.Failover(r.Context(), rt.cands, route.Policy{
+		Judge: func(_ route.Replica, err error) (error, bool) {
+			f := failureOf(err)
+			return f, f.retryable() || f.code == api.CodeBadRequest // a replica that cannot embed may sit beside one that can
+		},
+		Log: g.log,
+	}, func(c route.Replica, final bool) (bool, error) {
+		if c.Local != nil {
+			return g.embedLocal(w, r, call, c, start)
 		}
-		if committed || err == nil {
-			return
-		}
-		if r.Context().Err() != nil {
-			g.m.clientGone()
-			return
-		}
-		g.widen(&rt, i+1)
-		if last = failureOf(err); !last.retryable() && last.code != api.CodeBadRequest {
-			break // a replica that cannot embed may sit beside one that can
-		}
-	}
-	g.fail(w, d, last)
+		return g.forward(w, r, d, body, c, rt.v, final, start)
+	})
+	g.failedOver(w, r, d, err)
 }
 
 // embedLocal embeds on a local placement's engine and writes the whole answer.
-func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embedCall, c candidate, start time.Time) (bool, error) {
-	emb, ok := c.local.Driver.(engines.Embedder)
+func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embedCall, c route.Replica, start time.Time) (bool, error) {
+	emb, ok := c.Local.Driver.(engines.Embedder)
 	if !ok {
-		return false, badRequest(fmt.Sprintf("model %q runs on %s, which cannot embed text: %v", c.p.Model, c.p.Runtime, engines.ErrUnsupported))
+		return false, badRequest(fmt.Sprintf("model %q runs on %s, which cannot embed text: %v", c.P.Model, c.P.Runtime, engines.ErrUnsupported))
 	}
-	c.busy.Add(1)
-	defer c.busy.Add(-1)
-	if q := g.queueFor(c.p); q != nil {
+	c.Busy.Add(1)
+	defer c.Busy.Add(-1)
+	if q := g.queueFor(c.P); q != nil {
 		release, err := q.acquire(r.Context())
 		if err != nil {
 			return false, err
 		}
 		defer release()
 	}
-	res, err := emb.Embed(r.Context(), c.local.Model, call.inputs)
+	res, err := emb.Embed(r.Context(), c.Local.Model, call.inputs)
 	if err != nil {
 		return false, err
 	}
@@ -206,7 +197,7 @@ func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embed
 	if err != nil {
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeEngineError, msg: "the engine's embeddings cannot be written: " + err.Error()}
 	}
-	g.m.served(c.p.Model, routeLocal, 0, time.Since(start), res.PromptTokens, 0)
+	g.m.served(c.P.Model, routeLocal, 0, time.Since(start), res.PromptTokens, 0)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(http.StatusOK)

@@ -2,17 +2,20 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/hop"
+	"github.com/llmkube/mesh/agent/route"
 )
 
 // copyBufs are the buffers forwarded answers are copied through.
@@ -39,48 +42,59 @@ func retryableStatus(code int) bool {
 // nothing written, so the caller can fail over; otherwise the owner's answer, error or not, is
 // the client's. An owner lost mid-answer (see Config.Liveness) ends the answer with an error in
 // the stream's own form, instead of leaving the client on a silent socket.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, body []byte, c candidate, v View, final bool, start time.Time) (committed bool, err error) {
-	mb, ok := v.Member(c.p.Host)
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, body []byte, c route.Replica, v View, final bool, start time.Time) (committed bool, err error) {
+	mb, ok := v.Member(c.P.Host)
 	if !ok || mb.Host == nil || mb.Host.APIAddr == "" {
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("host %s serves %q but the mesh view has no API address for it", c.p.Host, c.p.Model)}
+			msg: fmt.Sprintf("host %s serves %q but the mesh view has no API address for it", c.P.Host, c.P.Model)}
 	}
-	c.busy.Add(1)
-	defer c.busy.Add(-1)
-	k := &hopCut{}
-	defer g.owners.watch(k.end, c.p.Host, c.p.Model)()
-	resp, err := g.hop.do(r.Context(), newHopRequest(r, mb.Host.APIAddr, body), k, g.cfg.ResponseHeaderTimeout)
+	c.Busy.Add(1)
+	defer c.Busy.Add(-1)
+	// The request ends with the client's leaving, or with its owner's loss, for which the
+	// owners watch gives the reason (a *failure).
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	defer g.owners.watch(cancel, c.P.Host, c.P.Model)()
+	lost := func() *failure {
+		f, _ := context.Cause(ctx).(*failure)
+		return f
+	}
+	req, err := hop.Request(ctx, r, g.hopScheme, mb.Host.APIAddr, body)
+	if err != nil {
+		return false, badRequest(err.Error())
+	}
+	resp, err := g.hop.RoundTrip(req)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return false, r.Context().Err()
 		}
-		if f := k.reason(); f != nil {
+		if f := lost(); f != nil {
 			return false, f
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if headTimeout(err) {
 			return false, &failure{status: http.StatusGatewayTimeout, code: api.CodeUnreachable, retryAfter: 1,
-				msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.p.Host, mb.Host.APIAddr, c.p.Model, g.cfg.ResponseHeaderTimeout)}
+				msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.P.Host, mb.Host.APIAddr, c.P.Model, g.cfg.ResponseHeaderTimeout)}
 		}
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
-			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.p.Host, mb.Host.APIAddr, c.p.Model, err)}
+			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.P.Host, mb.Host.APIAddr, c.P.Model, err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 {
 		// A protocol switch, or an interim answer nothing here asked for.
 		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("agent %s answered with status %d, which the gateway does not pass on", c.p.Host, resp.StatusCode)}
+			msg: fmt.Sprintf("agent %s answered with status %d, which the gateway does not pass on", c.P.Host, resp.StatusCode)}
 	}
 	if !final && retryableStatus(resp.StatusCode) {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // bounded by the owner's watch too
 		return false, &failure{status: resp.StatusCode, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("agent %s answered %d: %s", c.p.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
+			msg: fmt.Sprintf("agent %s answered %d: %s", c.P.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
 
 	if resp.StatusCode >= 400 {
 		// The owner counted it by its code; here it is one of the owner's refusals passed on.
 		g.m.fail(&failure{status: resp.StatusCode, code: "Forwarded"})
 	}
-	copyHeaders(w.Header(), resp.Header)
+	hop.CopyHeaders(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	o := newOut(w, g.cfg.StallTimeout)
 	defer o.stop()
@@ -96,7 +110,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 		if !first.IsZero() {
 			ttft = first.Sub(start)
 		}
-		g.m.served(c.p.Model, routeForward, ttft, time.Since(start), 0, 0)
+		g.m.served(c.P.Model, routeForward, ttft, time.Since(start), 0, 0)
 	}
 	var sent tail
 	for {
@@ -129,19 +143,27 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 				}
 				return true, nil
 			}
-			f := k.reason()
+			f := lost()
 			if f == nil {
 				f = &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-					msg: fmt.Sprintf("agent %s broke off its answer: %v", c.p.Host, rerr)}
+					msg: fmt.Sprintf("agent %s broke off its answer: %v", c.P.Host, rerr)}
 			}
 			g.m.fail(f)
-			g.log.Warn("forwarded answer broke off", "host", c.p.Host, "model", c.p.Model, "err", rerr)
+			g.log.Warn("forwarded answer broke off", "host", c.P.Host, "model", c.P.Model, "err", rerr)
 			streamFailure(&o, d, resp.Header.Get("Content-Type"), f)
 			return true, nil
 		}
 	}
 	served()
 	return true, nil
+}
+
+// headTimeout reports whether err is the transport's wait for an answer's head running out:
+// a timeout that is not the dial's.
+func headTimeout(err error) bool {
+	var ne net.Error
+	var op *net.OpError
+	return errors.As(err, &ne) && ne.Timeout() && !(errors.As(err, &op) && op.Op == "dial")
 }
 
 // sseEnd is the last event of an OpenAI stream (chat and completions). The OpenAI SDKs close

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/hop"
+	"github.com/llmkube/mesh/agent/route"
 )
 
 // listed is one model name the caller may use, with every ready placement serving it.
@@ -22,12 +24,12 @@ type listed struct {
 
 // served lists the models the caller may use now, mesh-wide: every ready placement in the
 // caller's namespaces, on this host or on an alive, reachable agent; one entry per name (per
-// namespace and name for the admin: listedName).
+// namespace and name for the admin: route.ListedName).
 func (g *Gateway) served(who api.Principal) []listed {
 	byName := map[string]*listed{}
 	var names []string
 	add := func(p api.Placement) {
-		name := listedName(who, p)
+		name := route.ListedName(who, p)
 		l, ok := byName[name]
 		if !ok {
 			l = &listed{name: name}
@@ -39,14 +41,14 @@ func (g *Gateway) served(who api.Principal) []listed {
 	for _, l := range g.a.ServingAll(who) {
 		add(l.Placement)
 	}
-	if v := g.view(); v != nil {
+	if v := g.router.View(); v != nil {
 		seen := map[string]bool{}
 		for _, p := range v.Placements() {
 			if p.Host == g.self || p.State != api.StateReady || !who.Allows(p.Namespace) || seen[p.Model] {
 				continue
 			}
 			seen[p.Model] = true
-			for _, q := range v.Ready(nsFilter(who), p.Model) {
+			for _, q := range v.Ready(route.NSFilter(who), p.Model) {
 				if q.Host != g.self && who.Allows(q.Namespace) {
 					add(q)
 				}
@@ -115,18 +117,18 @@ func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, dialectOpenAI, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
 		return
 	}
-	v := g.view()
-	forwarded := r.Header.Get(HopHeader) != ""
-	in, id := g.scope(who, r.PathValue("id"), forwarded, v)
-	name := g.resolve(in, id, forwarded, v)
+	v := g.router.View()
+	forwarded := r.Header.Get(hop.Header) != ""
+	in, id := g.router.Scope(who, r.PathValue("id"), forwarded, v)
+	name := g.router.Resolve(in, id, forwarded, v)
 	for _, l := range g.served(in) {
 		if l.name == name {
-			l.name = listedName(who, l.placements[0]) // as the caller's own listing spells it
+			l.name = route.ListedName(who, l.placements[0]) // as the caller's own listing spells it
 			g.listWith(w, r, dialectOpenAI, func(api.Principal) any { return oaModelOf(l) })
 			return
 		}
 	}
-	g.fail(w, dialectOpenAI, g.notServed(in, name, forwarded, v))
+	g.fail(w, dialectOpenAI, unserved(g.router.NotServed(in, name, forwarded, v)))
 }
 
 // openAIModels is GET /v1/models: every model the caller may use, owned_by the host serving it
@@ -299,10 +301,10 @@ func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, dialectOllamaChat, badRequest("model is required"))
 		return
 	}
-	forwarded := r.Header.Get(HopHeader) != ""
-	v := g.view()
-	who, model = g.scope(who, model, forwarded, v)
-	name := g.resolve(who, model, forwarded, v)
+	forwarded := r.Header.Get(hop.Header) != ""
+	v := g.router.View()
+	who, model = g.router.Scope(who, model, forwarded, v)
+	name := g.router.Resolve(who, model, forwarded, v)
 	var found *listed
 	for _, l := range g.served(who) {
 		if l.name == name {
@@ -311,7 +313,7 @@ func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if found == nil {
-		g.fail(w, dialectOllamaChat, g.notServed(who, name, forwarded, v))
+		g.fail(w, dialectOllamaChat, unserved(g.router.NotServed(who, name, forwarded, v)))
 		return
 	}
 	p := found.placements[0]

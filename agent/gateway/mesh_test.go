@@ -19,6 +19,7 @@ import (
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/agent/hop"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
@@ -78,15 +79,15 @@ func TestForwardAcrossTheMesh(t *testing.T) {
 	// Another namespace's token learns nothing, at the forwarder or at the owner.
 	resp, body = call(t, "POST", b.url+"/v1/chat/completions", teamB, chatBody("llama", "hi", false, ""))
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", body)
-	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamB, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamB, chatBody("llama", "hi", false, ""), hop.Header, "1")
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the owner checks the token again: %s", body)
-	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	resp, body = call(t, "POST", a.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), hop.Header, "1")
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 
 	// A request that already made its hop is served locally or not at all.
 	forwards := func() float64 { return metricSum(t, b, "llmkube_gateway_requests_total", "forward") }
 	require.Eventually(t, func() bool { return forwards() == 3 }, 5*time.Second, time.Millisecond, "node-b forwarded three chats")
-	resp, body = call(t, "POST", b.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), gateway.HopHeader, "1")
+	resp, body = call(t, "POST", b.url+"/v1/chat/completions", teamA, chatBody("llama", "hi", false, ""), hop.Header, "1")
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", body)
 	assert.Equal(t, 3.0, forwards())
 	assert.Equal(t, 2.0, metricSum(t, b, "llmkube_gateway_errors_total", "NotFound"), "node-b refused the other namespace and the hop, nothing else")
@@ -198,9 +199,8 @@ func TestFailoverBeforeTheFirstByte(t *testing.T) {
 	assert.Equal(t, true, m["done"])
 }
 
-// TestLocalReplicaFailsOverToARemoteOne: an idle local replica is chosen without looking at
-// the mesh's (see candidates); when its engine fails before answering, the remote replicas are
-// looked up then, and the request goes to one.
+// TestLocalReplicaFailsOverToARemoteOne: an idle local replica is chosen first; when its
+// engine fails before answering, the request goes to a remote replica.
 func TestLocalReplicaFailsOverToARemoteOne(t *testing.T) {
 	slowHealth := func(c *agent.Config) { c.HealthInterval = time.Minute }
 	simA, simC := ollamaSim(t, nil, "llama3.2:1b"), ollamaSim(t, nil, "llama3.2:1b")
@@ -289,8 +289,7 @@ func TestForwarderLeavesTheRequestToItsOwner(t *testing.T) {
 }
 
 // TestBusyLocalReplicaTakesALaterRemoteOne: while node-a's replica is busy and no other agent
-// serves the model, node-a serves its chats itself (and keeps, for a moment, that it looked
-// for another replica and found none: aloneRecheck); once node-c's replica is ready, a chat
+// serves the model, node-a serves its chats itself; once node-c's replica is ready, a chat
 // that node-a's busy replica would take goes to node-c.
 func TestBusyLocalReplicaTakesALaterRemoteOne(t *testing.T) {
 	slow := func(c *ollamasim.Config) { c.TokensPerSec = 1 } // 8 tokens or more: seconds busy

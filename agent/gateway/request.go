@@ -305,11 +305,8 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 
 func parseOpenAI(body []byte) (*chatCall, *failure) {
 	var req oaRequest
-	if !quickOARequest(body, &req) {
-		req = oaRequest{} // not what the quick read filled in before it gave up
-		if f := decodeJSON(body, &req); f != nil {
-			return nil, f
-		}
+	if f := decodeJSON(body, &req); f != nil {
+		return nil, f
 	}
 	if req.Model == "" {
 		return nil, badRequest("model is required")
@@ -585,13 +582,10 @@ func parseCompletions(body []byte) (*chatCall, *failure) {
 
 // modelName is the model a chat request names, read alone: a gateway that forwards the
 // request needs nothing else of it, and the owner parses it whole (a malformed request is the
-// owner's to refuse, with the same 400). The member is decoded by the same rules as in parse
-// (encoding/json's, the last of duplicate members, keys matched without case), so both read
-// the same name. False for a body that has no model or is malformed: parse says why.
+// owner's to refuse, with the same 400). The member is decoded as in parse, by
+// encoding/json, so both read the same name. False for a body that has no model or is
+// malformed: parse says why.
 func modelName(body []byte) (string, bool) {
-	if m, decided := quickModel(body); decided {
-		return m, m != ""
-	}
 	var m struct {
 		Model string `json:"model"`
 	}

@@ -88,69 +88,14 @@ func parseResponses(body []byte) (*chatCall, *failure) {
 	if req.Instructions != "" {
 		c.req.Messages = append(c.req.Messages, engines.Message{Role: "system", Content: req.Instructions})
 	}
-	var one string
-	if json.Unmarshal(req.Input, &one) == nil {
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: one})
-	} else {
-		var items []respItem
-		if err := json.Unmarshal(req.Input, &items); err != nil {
-			return nil, badRequest("input must be a string or an array of items")
-		}
-		names := map[string]string{} // call id → function name, for the outputs
-		for _, it := range items {
-			switch {
-			case it.Type == "function_call":
-				if it.Name == "" {
-					return nil, badRequest("a function_call item has no name")
-				}
-				names[it.CallID] = it.Name
-				call := engines.ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments}
-				if n := len(c.req.Messages); n > 0 && c.req.Messages[n-1].Role == "assistant" {
-					c.req.Messages[n-1].ToolCalls = append(c.req.Messages[n-1].ToolCalls, call)
-				} else {
-					c.req.Messages = append(c.req.Messages, engines.Message{Role: "assistant", ToolCalls: []engines.ToolCall{call}})
-				}
-			case it.Type == "function_call_output":
-				out, err := respText(it.Output)
-				if err != nil {
-					return nil, badRequest(err.Error())
-				}
-				c.req.Messages = append(c.req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: it.CallID, ToolName: names[it.CallID]})
-			case it.Type == "item_reference":
-				// Resolved by the agent that serves the request (serveLocal): it answered it.
-				c.refs = append(c.refs, itemRef{index: len(c.req.Messages), id: it.ID})
-				c.req.Messages = append(c.req.Messages, engines.Message{Role: "assistant"})
-			case it.Type == "reasoning":
-				// An earlier answer's reasoning: nothing here produces or reads it.
-			case it.Type == "" || it.Type == "message":
-				r, err := role(it.Role)
-				if err != nil || r == "tool" {
-					return nil, badRequest(fmt.Sprintf("input message role %q: want system, developer, user or assistant", it.Role))
-				}
-				text, err := respText(it.Content)
-				if err != nil {
-					return nil, badRequest(err.Error())
-				}
-				c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: text})
-			default:
-				return nil, badRequest(fmt.Sprintf("input item of type %q is not supported (messages, function_call and function_call_output are)", it.Type))
-			}
-		}
+	if f := respInput(c, req.Input); f != nil {
+		return nil, f
 	}
 	if len(c.req.Messages) == 0 || (len(c.req.Messages) == 1 && req.Instructions != "") {
 		return nil, badRequest("input is required: send a string or at least one message")
 	}
-	for _, t := range req.Tools {
-		if t.Type != "function" {
-			return nil, badRequest(fmt.Sprintf("tool of type %q is not supported: only function tools", t.Type))
-		}
-		if t.Name == "" {
-			return nil, badRequest("a function tool has no name")
-		}
-		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && string(p) != "null" && p[0] != '{' {
-			return nil, badRequest(fmt.Sprintf("the parameters of tool %q must be a JSON Schema object", t.Name))
-		}
-		c.req.Tools = append(c.req.Tools, engines.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	if f := respTools(c, req.Tools); f != nil {
+		return nil, f
 	}
 	if len(c.req.Tools) > maxTools {
 		return nil, badRequest(fmt.Sprintf("%d tools: at most %d", len(c.req.Tools), maxTools))
@@ -194,6 +139,77 @@ func parseResponses(body []byte) (*chatCall, *failure) {
 	}
 	c.promptTokens = estimateTokens(c.req.Messages)
 	return c, nil
+}
+
+// respInput adds a Responses request's input to c's messages: a string, or an array of items.
+func respInput(c *chatCall, raw json.RawMessage) *failure {
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: one})
+		return nil
+	}
+	var items []respItem
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return badRequest("input must be a string or an array of items")
+	}
+	names := map[string]string{} // call id → function name, for the outputs
+	for _, it := range items {
+		switch {
+		case it.Type == "function_call":
+			if it.Name == "" {
+				return badRequest("a function_call item has no name")
+			}
+			names[it.CallID] = it.Name
+			call := engines.ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments}
+			if n := len(c.req.Messages); n > 0 && c.req.Messages[n-1].Role == "assistant" {
+				c.req.Messages[n-1].ToolCalls = append(c.req.Messages[n-1].ToolCalls, call)
+			} else {
+				c.req.Messages = append(c.req.Messages, engines.Message{Role: "assistant", ToolCalls: []engines.ToolCall{call}})
+			}
+		case it.Type == "function_call_output":
+			out, err := respText(it.Output)
+			if err != nil {
+				return badRequest(err.Error())
+			}
+			c.req.Messages = append(c.req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: it.CallID, ToolName: names[it.CallID]})
+		case it.Type == "item_reference":
+			// Resolved by the agent that serves the request (serveLocal): it answered it.
+			c.refs = append(c.refs, itemRef{index: len(c.req.Messages), id: it.ID})
+			c.req.Messages = append(c.req.Messages, engines.Message{Role: "assistant"})
+		case it.Type == "reasoning":
+			// An earlier answer's reasoning: nothing here produces or reads it.
+		case it.Type == "" || it.Type == "message":
+			r, err := role(it.Role)
+			if err != nil || r == "tool" {
+				return badRequest(fmt.Sprintf("input message role %q: want system, developer, user or assistant", it.Role))
+			}
+			text, err := respText(it.Content)
+			if err != nil {
+				return badRequest(err.Error())
+			}
+			c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: text})
+		default:
+			return badRequest(fmt.Sprintf("input item of type %q is not supported (messages, function_call and function_call_output are)", it.Type))
+		}
+	}
+	return nil
+}
+
+// respTools takes a Responses request's function tools into c.
+func respTools(c *chatCall, tools []respTool) *failure {
+	for _, t := range tools {
+		if t.Type != "function" {
+			return badRequest(fmt.Sprintf("tool of type %q is not supported: only function tools", t.Type))
+		}
+		if t.Name == "" {
+			return badRequest("a function tool has no name")
+		}
+		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && string(p) != "null" && p[0] != '{' {
+			return badRequest(fmt.Sprintf("the parameters of tool %q must be a JSON Schema object", t.Name))
+		}
+		c.req.Tools = append(c.req.Tools, engines.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	}
+	return nil
 }
 
 // respObject is a response as the Responses API returns it (and its stream's created and

@@ -3,11 +3,11 @@ package gateway
 import (
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/hop"
+	"github.com/llmkube/mesh/agent/route"
 	"github.com/llmkube/mesh/engines"
 )
 
@@ -44,9 +44,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	// Routing needs the model alone. The whole request is parsed where it is answered: served
 	// here, or refused here (a malformed request is answered 400 before an unknown model's
 	// 404); one forwarded is parsed by its owner, which answers a malformed one the same 400.
-	// It is parsed whole at once when it was forwarded here, or when the last chat went to a
-	// local replica (localLast): this one most likely will too, and reading its model alone
-	// first would decode that twice.
+	// One forwarded here is served here or not at all: it is parsed whole at once.
 	var call *chatCall
 	parsed := func() bool {
 		if call == nil {
@@ -60,7 +58,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	}
 	var model string
 	ok = false
-	if !in.forwarded && !g.localLast.Load() {
+	if !in.forwarded {
 		model, ok = modelName(body)
 	}
 	if !ok {
@@ -69,63 +67,55 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		}
 		model = call.model
 	}
-	rt, f := g.route(in, model)
+	rt, f := g.replicas(in, model)
 	if f != nil {
 		if parsed() {
 			g.fail(w, d, f)
 		}
 		return
 	}
-	if local := rt.cands[0].local != nil; g.localLast.Load() != local {
-		g.localLast.Store(local)
-	}
-	var last *failure
-	refusedContext := 0 // the largest context an engine found the prompt too long for
-	for i := 0; i < len(rt.cands); i++ {
-		c := rt.cands[i]
-		if refusedContext > 0 && c.p.Context <= refusedContext {
-			continue
-		}
-		var committed bool
-		var err error
-		if c.local != nil {
-			if !parsed() {
-				return
+	refused := 0 // the largest context an engine found the prompt too long for
+	err := route.Failover(r.Context(), rt.cands, route.Policy{
+		// Only a replica with a larger context can take a prompt one found too long.
+		Skip: func(c route.Replica) bool { return refused > 0 && c.P.Context <= refused },
+		Judge: func(c route.Replica, err error) (error, bool) {
+			f := failureOf(err)
+			if c.Local != nil {
+				f = explain(f, c.P, call)
 			}
-			if call.load {
-				g.answerLoad(w, call)
-				return
+			if f.code == api.CodeContextLimit && c.P.Context > 0 {
+				refused = c.P.Context
+				return f, true
 			}
-			committed, err = g.serveLocal(w, r, call, c, start)
-		} else {
-			committed, err = g.forward(w, r, d, body, c, rt.v, i == len(rt.cands)-1, start)
+			return f, f.retryable()
+		},
+		Log: g.log,
+	}, func(c route.Replica, final bool) (bool, error) {
+		if c.Local == nil {
+			return g.forward(w, r, d, body, c, rt.v, final, start)
 		}
-		if committed || err == nil {
-			return
+		if !parsed() {
+			return true, nil
 		}
-		if r.Context().Err() != nil {
-			g.m.clientGone()
-			return
+		if call.load {
+			g.answerLoad(w, call)
+			return true, nil
 		}
-		g.widen(&rt, i+1)
-		last = failureOf(err)
-		if c.local != nil {
-			last = explain(last, c.p, call)
-		}
-		if last.code == api.CodeContextLimit && c.p.Context > 0 {
-			// Only a replica with a larger context can take this prompt.
-			refusedContext = c.p.Context
-			continue
-		}
-		if !last.retryable() {
-			break
-		}
-		if i < len(rt.cands)-1 {
-			g.log.Info("replica failed before answering; trying the next", "model", model,
-				"host", c.p.Host, "placement", c.p.ID, "err", err)
-		}
+		return g.serveLocal(w, r, call, c, start)
+	})
+	g.failedOver(w, r, d, err)
+}
+
+// failedOver ends a request after its failover (route.Failover's err): nothing more when a
+// replica answered, the client's leaving counted, or the last failure answered.
+func (g *Gateway) failedOver(w http.ResponseWriter, r *http.Request, d dialect, err error) {
+	switch {
+	case err == nil:
+	case r.Context().Err() != nil:
+		g.m.clientGone()
+	default:
+		g.fail(w, d, failureOf(err))
 	}
-	g.fail(w, d, last)
 }
 
 // inbound is a model route's request as far as every such route reads it alike.
@@ -152,52 +142,39 @@ func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect) (in
 		g.fail(w, d, f)
 		return inbound{}, false
 	}
-	return inbound{who: who, body: body, forwarded: r.Header.Get(HopHeader) != ""}, true
+	return inbound{who: who, body: body, forwarded: r.Header.Get(hop.Header) != ""}, true
 }
 
 // routing is where a request may go: its replicas, best first, and the view they came from.
 type routing struct {
-	cands []candidate
+	cands []route.Replica
 	v     View // nil for a forwarded request, or without a mesh
-	who   api.Principal
-	model string // the name the replicas serve
-	// narrow: the remote replicas were not looked up, as a local one that is idle leads, or a
-	// look a moment ago found none (see candidates); widen adds them once a replica has failed.
-	narrow bool
 }
 
-// route finds the replicas of model as the caller may name it — scoped first, so a name never
+// replicas finds the replicas of model as the caller may name it — scoped first, so a name never
 // resolves across namespaces — and says why it is not served (404, or why not ready) when there
 // are none. The view is the mesh's, taken only if needed (empty for a forwarded request, which
 // is served locally or not at all).
-func (g *Gateway) route(in inbound, model string) (routing, *failure) {
+func (g *Gateway) replicas(in inbound, model string) (routing, *failure) {
 	var v View
 	if !in.forwarded {
-		v = g.view()
+		v = g.router.View()
 	}
-	who, model := g.scope(in.who, model, in.forwarded, v)
-	name, cands, narrow := g.lookup(who, model, in.forwarded, v)
+	who, model := g.router.Scope(in.who, model, in.forwarded, v)
+	name, cands := g.router.Lookup(who, model, in.forwarded, v)
 	if len(cands) == 0 {
-		return routing{}, g.notServed(who, name, in.forwarded, v)
+		return routing{}, unserved(g.router.NotServed(who, name, in.forwarded, v))
 	}
-	return routing{cands: cands, v: v, who: who, model: name, narrow: narrow}, nil
+	return routing{cands: cands, v: v}, nil
 }
 
-// widen adds the remote replicas to a narrow routing once the first tried ones failed: the
-// replicas after them are then in the order candidates gives them all.
-func (g *Gateway) widen(rt *routing, tried int) {
-	if !rt.narrow {
-		return
+// unserved is the client's answer when no replica takes a request: 503 while the caller's
+// model is not ready, 404 when the caller may see none.
+func unserved(u *route.Unserved) *failure {
+	if u.NotReady {
+		return &failure{status: http.StatusServiceUnavailable, code: api.CodeEngineUnavailable, oaCode: "model_not_ready", msg: u.Msg, retryAfter: 1}
 	}
-	rt.narrow = false
-	all, _ := g.candidates(rt.who, rt.model, false, rt.v, true)
-	done := rt.cands[:tried:tried]
-	for _, c := range all {
-		if !slices.ContainsFunc(done, func(t candidate) bool { return t.p.Host == c.p.Host && t.p.ID == c.p.ID }) {
-			done = append(done, c)
-		}
-	}
-	rt.cands = done
+	return &failure{status: http.StatusNotFound, code: api.CodeNotFound, oaCode: "model_not_found", msg: u.Msg}
 }
 
 // fail answers an error and counts it.
@@ -292,11 +269,11 @@ func (run *relay) take(ch engines.ChatChunk) error {
 // serveLocal runs a chat on a local placement's engine through its driver, writing each chunk
 // as it comes. It returns committed once anything reached the client (the request is then
 // answered, error or not); otherwise err says why, and another replica may be tried.
-func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatCall, c candidate, start time.Time) (committed bool, err error) {
-	c.busy.Add(1)
-	defer c.busy.Add(-1)
+func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatCall, c route.Replica, start time.Time) (committed bool, err error) {
+	c.Busy.Add(1)
+	defer c.Busy.Add(-1)
 	ctx := r.Context()
-	p := c.p
+	p := c.P
 	if q := g.queueFor(p); q != nil {
 		release, err := q.acquire(ctx)
 		if err != nil {
@@ -322,7 +299,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 
 	engineStart := time.Now()
 	run := newRelay(enc)
-	err = c.local.Driver.Chat(ctx, c.local.Model, req, run.take)
+	err = c.Local.Driver.Chat(ctx, c.Local.Model, req, run.take)
 	enc.hold(false) // what follows is the end or an error: it goes out at once, with anything held
 	if err == nil && !run.done {
 		err = &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s ended the answer without its last chunk", p.Runtime)}
@@ -330,7 +307,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	if err != nil {
 		if ctx.Err() != nil || enc.writeFailed() {
 			g.m.clientGone()
-			g.log.Debug("client left mid-answer; engine request cancelled", "model", p.Model, "placement", p.ID, "client", clientAddr(r))
+			g.log.Debug("client left mid-answer; engine request cancelled", "model", p.Model, "placement", p.ID, "client", hop.ClientAddr(r))
 			return true, nil
 		}
 		if !enc.started() {
@@ -379,14 +356,4 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		g.m.clientGone()
 	}
 	return true, nil
-}
-
-// forwardedFor is r's X-Forwarded-For with the client's address appended.
-func forwardedFor(r *http.Request) string {
-	prior := r.Header.Values("X-Forwarded-For")
-	addr := clientAddr(r)
-	if len(prior) > 0 {
-		addr = strings.Join(prior, ", ") + ", " + addr
-	}
-	return addr
 }

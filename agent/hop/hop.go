@@ -1,0 +1,143 @@
+// Package hop is how one agent's gateway passes a request to another agent, the owner of the
+// model asked for, and passes its answer back: the transport between agents, the request as
+// forwarded (the client's end-to-end headers, the hop mark, X-Forwarded-For), and the headers
+// an answer carries back. Which agent a request goes to, and what to do when it fails, is the
+// gateway's.
+package hop
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Header marks a request one agent forwarded to another. The owner serves such a request only
+// from its own engines: a forwarded request is never forwarded again, so a stale view on two
+// agents cannot bounce a request between them. A client that sets it only loses forwarding.
+const Header = "X-Llmkube-Hop"
+
+// internalPrefix starts every header the agents use between them; they are stripped from what
+// a client sends and from what an owner answers.
+const internalPrefix = "X-Llmkube-"
+
+// Sizes of the transport.
+const (
+	// idlePerAgent is how many idle connections are kept per agent: enough for hundreds of
+	// concurrent streams to find one.
+	idlePerAgent = 512
+	// idleFor is how long an idle connection is kept: well within the agents' own server's
+	// idle timeout (agent.Server's, 2 min), so an agent never closes one a request is sent on.
+	idleFor = 90 * time.Second
+	// dialTimeout is short, so a dead owner fails over quickly.
+	dialTimeout = 3 * time.Second
+	// maxHead bounds an owner's status line and headers: its answer has a handful, and one that
+	// sends headers without end is cut.
+	maxHead = 1 << 20
+)
+
+// NewTransport is the one place the transport between agents is built: kept-alive connections
+// to the owner agents, HTTP/1.1 (a streamed answer is relayed as it is read, a read at a time),
+// no compression (the client's own Accept-Encoding is passed on as it is, and the owner's
+// encoded answer with it), and a bound on the wait for an owner's answer to begin
+// (headWithin; 0 waits as long as the request lasts). tlsConfig, when not nil, is used to reach
+// the owners over TLS (their URLs are then https: see Request); dial, when not nil, replaces
+// the plain TCP dial.
+func NewTransport(headWithin time.Duration, tlsConfig *tls.Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	if dial == nil {
+		d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+		dial = d.DialContext
+	}
+	return &http.Transport{
+		Proxy:                  nil, // agents reach each other directly, never through a proxy from the environment
+		DialContext:            dial,
+		TLSClientConfig:        tlsConfig,
+		TLSHandshakeTimeout:    dialTimeout,
+		MaxIdleConnsPerHost:    idlePerAgent,
+		IdleConnTimeout:        idleFor,
+		ResponseHeaderTimeout:  headWithin,
+		MaxResponseHeaderBytes: maxHead,
+		DisableCompression:     true,
+	}
+}
+
+// Request is r, forwarded with body to the agent at addr (host:port) over scheme (http, or
+// https with a TLS transport): the client's method, path and body, its end-to-end headers
+// (CopyHeaders, less its Expect: the body is here already, not to be asked for), the hop mark,
+// and X-Forwarded-For with the client's address added. ctx ends it.
+func Request(ctx context.Context, r *http.Request, scheme, addr string, body []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, r.Method, scheme+"://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	CopyHeaders(req.Header, r.Header)
+	for k := range req.Header {
+		// Go's server takes a name with a space in it (textproto is lenient there); the owner is
+		// not sent one, which no valid request carries and other parsers read otherwise.
+		if !httpguts.ValidHeaderFieldName(k) {
+			delete(req.Header, k)
+		}
+	}
+	delete(req.Header, "Expect")
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = []string{""} // none added where the client sent none
+	}
+	req.Header[Header] = []string{"1"}
+	req.Header["X-Forwarded-For"] = []string{forwardedFor(r)}
+	return req, nil
+}
+
+// ClientAddr is the address a request came from, for logs and X-Forwarded-For.
+func ClientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// forwardedFor is r's X-Forwarded-For with the client's address appended.
+func forwardedFor(r *http.Request) string {
+	prior := r.Header.Values("X-Forwarded-For")
+	addr := ClientAddr(r)
+	if len(prior) > 0 {
+		addr = strings.Join(prior, ", ") + ", " + addr
+	}
+	return addr
+}
+
+// hopByHop are the headers that describe one connection, never passed through a proxy.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// CopyHeaders copies end-to-end headers: not a hop-by-hop one, not one the Connection header
+// names, not one the agents use between them. The values are shared, not copied (src is a
+// request or answer that is passed on whole), each capped at its length so that an Add on
+// either side copies instead of writing into the other's.
+func CopyHeaders(dst, src http.Header) {
+	named := connectionNamed(src)
+	for k, vs := range src {
+		if !slices.Contains(hopByHop, k) && !slices.Contains(named, k) && !strings.HasPrefix(k, internalPrefix) {
+			dst[k] = vs[:len(vs):len(vs)]
+		}
+	}
+}
+
+// connectionNamed are the headers h's Connection header names, canonical; nil when it has none.
+func connectionNamed(h http.Header) []string {
+	var named []string
+	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				named = append(named, http.CanonicalHeaderKey(f))
+			}
+		}
+	}
+	return named
+}
