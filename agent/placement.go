@@ -18,6 +18,7 @@ import (
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/sizing"
 )
 
 // placement is the agent's record of one placement. p and the fields below it are guarded by
@@ -439,16 +440,17 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 	return out, nil
 }
 
-// size estimates a checked request, bounded by the sizing timeout. An engine that holds more
-// than one context of the model (llama-server's slots, engines.Contexts) is sized for all of them.
+// size estimates a checked request, bounded by the sizing timeout, for the run its engine
+// arguments make (engines.RunSizer: llama-server's slots each hold the whole context, cache
+// types and batch sizes change the cache and the buffers).
 func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
-	contexts := 1
-	if cs, ok := c.driver.(engines.Contexts); ok {
-		contexts = max(cs.Contexts(c.req.Args), 1)
+	run, err := runOf(c.driver, c.req.Args)
+	if err != nil {
+		return api.SizeEstimate{Method: api.SizeUnknown}, asAPIError(err, api.CodeMemoryCheckFailed)
 	}
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
 	defer cancel()
-	est, err := a.cfg.Sizer.Estimate(sctx, c.src, c.req.Context*contexts)
+	est, err := a.cfg.Sizer.EstimateRun(sctx, c.src, c.req.Context, run)
 	if err != nil {
 		return est, err
 	}
@@ -459,10 +461,19 @@ func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
 		e.Fix = fmt.Sprintf("ask for a context of %d tokens or less", est.TrainContext)
 		return est, e
 	}
-	if contexts > 1 {
-		est.Detail = fmt.Sprintf("%d slots of %d tokens each: %s", contexts, c.req.Context, est.Detail)
+	if run.Slots > 1 {
+		est.Detail = fmt.Sprintf("%d slots of %d tokens each: %s", run.Slots, c.req.Context, est.Detail)
 	}
 	return est, nil
+}
+
+// runOf is what a placement's engine arguments change in its memory, for a driver that says
+// (engines.RunSizer); the defaults for one that does not.
+func runOf(d engines.Driver, args []string) (sizing.Run, error) {
+	if rs, ok := d.(engines.RunSizer); ok {
+		return rs.SizeRun(args)
+	}
+	return sizing.Run{}, nil
 }
 
 // scopeOf is the scope of a placement who makes in namespace ns: a namespace token's reach
