@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
@@ -143,7 +142,7 @@ func (a *Agent) checkNamespace(who api.Principal, req *api.PlacementRequest) err
 		return api.Errorf(api.CodeBadRequest, "%v", err)
 	}
 	if !who.Allows(req.Namespace) {
-		return api.Errorf(api.CodeUnauthorized, "this token is for namespace %q and cannot place into %q", who.Namespace, req.Namespace)
+		return api.Errorf(api.CodeForbidden, "this token is for namespace %q and cannot place into %q", who.Namespace, req.Namespace)
 	}
 	if len(a.cfg.Namespaces) > 0 && !slices.Contains(a.cfg.Namespaces, req.Namespace) {
 		e := api.Errorf(api.CodeNamespaceNotAllow, "namespace %q is not allowed on host %s", req.Namespace, a.Name())
@@ -221,7 +220,7 @@ func checkOptions(who api.Principal, req *api.PlacementRequest, src source.Sourc
 	}
 	if req.Protected && !who.Admin {
 		// Protection keeps a model from eviction and swaps mesh-wide policy: the operator's call.
-		return api.Errorf(api.CodeUnauthorized, "protected placements need the admin token")
+		return api.Errorf(api.CodeForbidden, "protected placements need the admin token")
 	}
 	return nil
 }
@@ -235,7 +234,7 @@ func (a *Agent) memoryCheck(who api.Principal, req api.PlacementRequest) (warn b
 	case api.MemoryCheckWarn:
 		// Loading anyway can take the host down for everyone: an operator's decision.
 		if !who.Admin {
-			return false, api.Errorf(api.CodeUnauthorized, "memory_check \"warn\" needs the admin token")
+			return false, api.Errorf(api.CodeForbidden, "memory_check \"warn\" needs the admin token")
 		}
 		return true, nil
 	}
@@ -413,7 +412,7 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 	c, err := a.validate(ctx, who, req)
 	if err != nil {
 		e := asAPIError(err, api.CodeInternal)
-		if e.Code == api.CodeBadRequest || e.Code == api.CodeUnauthorized {
+		if e.Code == api.CodeBadRequest || e.Code == api.CodeUnauthorized || e.Code == api.CodeForbidden {
 			return api.Estimation{}, e
 		}
 		return api.Estimation{Verdict: api.VerdictRefused, Code: e.Code, Reason: e.Message, Free: a.Host().Memory.Free()}, nil
@@ -704,7 +703,7 @@ func (a *Agent) cleanPartials() {
 func (a *Agent) failLocked(pl *placement, code api.Code, reason string) {
 	pl.p.State = api.StateFailed
 	pl.p.Code = code
-	pl.p.Reason = clip(reason, maxReason)
+	pl.p.Reason = api.Clip(reason, maxReason)
 	pl.p.Progress = 0
 	pl.p.Engine = ""
 	forgetMeasuredLocked(pl)
@@ -754,13 +753,3 @@ func (a *Agent) pruneLocked(ns string) {
 	a.changedLocked()
 }
 
-// clip bounds s to n bytes, on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}

@@ -42,7 +42,7 @@ var (
 // ValidMeshID reports whether id can name a mesh: 1–32 of [a-z0-9-], starting alphanumeric.
 func ValidMeshID(id string) error {
 	if !meshIDRe.MatchString(id) {
-		return fmt.Errorf("mesh id %q: use 1-32 lower-case letters, digits and '-', starting with a letter or digit", id)
+		return fmt.Errorf("mesh id %q: use 1-32 lower-case letters, digits and '-', starting with a letter or digit", Clip(id, maxEcho))
 	}
 	return nil
 }
@@ -50,10 +50,14 @@ func ValidMeshID(id string) error {
 // ValidNamespace reports whether ns can name a namespace (a DNS label).
 func ValidNamespace(ns string) error {
 	if !namespaceRe.MatchString(ns) {
-		return fmt.Errorf("namespace %q: use 1-63 lower-case letters, digits and '-', not starting or ending with '-'", ns)
+		return fmt.Errorf("namespace %q: use 1-63 lower-case letters, digits and '-', not starting or ending with '-'", Clip(ns, maxEcho))
 	}
 	return nil
 }
+
+// maxEcho bounds a name echoed in an error: a little past the longest valid one, enough to
+// see what was sent, never the 30 kB a caller may send as a "namespace".
+const maxEcho = 80
 
 // Join is what a host needs to enter a mesh: its id, its secret, and optional seed addresses.
 type Join struct {
