@@ -234,7 +234,7 @@ func HTTPStatus(code api.Code) int {
 		return http.StatusBadRequest
 	case api.CodeUnauthorized:
 		return http.StatusUnauthorized
-	case api.CodeNamespaceNotAllow:
+	case api.CodeNamespaceNotAllow, api.CodeForbidden:
 		return http.StatusForbidden
 	case api.CodeNotFound:
 		return http.StatusNotFound
