@@ -752,4 +752,3 @@ func (a *Agent) pruneLocked(ns string) {
 	}
 	a.changedLocked()
 }
-
