@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -93,6 +94,21 @@ func (j Join) String() string {
 		s += "@" + strings.Join(j.Seeds, ",")
 	}
 	return s
+}
+
+// JoinDoc is the join file an agent keeps in its state folder (mesh.json).
+type JoinDoc struct {
+	Join string `json:"join"`
+}
+
+// JoinFileText is the join string a join file holds: the JSON document an agent saves
+// (JoinDoc), or the bare join string. The agent and the console read --join-file alike.
+func JoinFileText(b []byte) string {
+	var doc JoinDoc
+	if json.Unmarshal(b, &doc) == nil && doc.Join != "" {
+		return strings.TrimSpace(doc.Join)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // ParseJoin decodes a join string made by Join.String.
