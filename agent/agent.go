@@ -24,13 +24,16 @@ import (
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/agent/store"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/sizing"
 	"github.com/llmkube/mesh/hwprobe"
 )
 
 // Sizer estimates what a source will cost before any byte of it is pulled
 // (engines/sizing.Sizer implements it). Errors are *api.Error where the code matters.
 type Sizer interface {
-	Estimate(ctx context.Context, src source.Source, contextSize int) (api.SizeEstimate, error)
+	// EstimateRun sizes src for run.Slots contexts of contextSize tokens each, run with the
+	// engine arguments run describes.
+	EstimateRun(ctx context.Context, src source.Source, contextSize int, run sizing.Run) (api.SizeEstimate, error)
 }
 
 // Memory check modes (Config.MemoryCheckMode).

@@ -293,7 +293,7 @@ func TestNamespaceRightsStayInTheNamespace(t *testing.T) {
 		t.Fatalf("the admin's placement after team-b's attempt: %+v %v", p, err)
 	}
 	req.Priority, req.Protected = "", true
-	if _, err := team.Place(ctx, req); codeOfErr(err) != api.CodeUnauthorized {
+	if _, err := team.Place(ctx, req); codeOfErr(err) != api.CodeForbidden {
 		t.Fatalf("a namespace token marked its placement protected: %v", err)
 	}
 

@@ -178,8 +178,12 @@ func (a *Agent) resized(ctx context.Context, pl *placement) string {
 	if err != nil {
 		return "the downloaded file cannot be sized again: " + err.Error()
 	}
+	run, err := runOf(pl.driver, pl.p.Args)
+	if err != nil {
+		return "the downloaded file cannot be sized again: " + err.Error()
+	}
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
-	est, err := a.cfg.Sizer.Estimate(sctx, local, pl.p.Context)
+	est, err := a.cfg.Sizer.EstimateRun(sctx, local, pl.p.Context, run)
 	cancel()
 	switch {
 	case err != nil:

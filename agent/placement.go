@@ -12,12 +12,12 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/sizing"
 )
 
 // placement is the agent's record of one placement. p and the fields below it are guarded by
@@ -142,7 +142,7 @@ func (a *Agent) checkNamespace(who api.Principal, req *api.PlacementRequest) err
 		return api.Errorf(api.CodeBadRequest, "%v", err)
 	}
 	if !who.Allows(req.Namespace) {
-		return api.Errorf(api.CodeUnauthorized, "this token is for namespace %q and cannot place into %q", who.Namespace, req.Namespace)
+		return api.Errorf(api.CodeForbidden, "this token is for namespace %q and cannot place into %q", who.Namespace, req.Namespace)
 	}
 	if len(a.cfg.Namespaces) > 0 && !slices.Contains(a.cfg.Namespaces, req.Namespace) {
 		e := api.Errorf(api.CodeNamespaceNotAllow, "namespace %q is not allowed on host %s", req.Namespace, a.Name())
@@ -220,7 +220,7 @@ func checkOptions(who api.Principal, req *api.PlacementRequest, src source.Sourc
 	}
 	if req.Protected && !who.Admin {
 		// Protection keeps a model from eviction and swaps mesh-wide policy: the operator's call.
-		return api.Errorf(api.CodeUnauthorized, "protected placements need the admin token")
+		return api.Errorf(api.CodeForbidden, "protected placements need the admin token")
 	}
 	return nil
 }
@@ -234,7 +234,7 @@ func (a *Agent) memoryCheck(who api.Principal, req api.PlacementRequest) (warn b
 	case api.MemoryCheckWarn:
 		// Loading anyway can take the host down for everyone: an operator's decision.
 		if !who.Admin {
-			return false, api.Errorf(api.CodeUnauthorized, "memory_check \"warn\" needs the admin token")
+			return false, api.Errorf(api.CodeForbidden, "memory_check \"warn\" needs the admin token")
 		}
 		return true, nil
 	}
@@ -412,7 +412,7 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 	c, err := a.validate(ctx, who, req)
 	if err != nil {
 		e := asAPIError(err, api.CodeInternal)
-		if e.Code == api.CodeBadRequest || e.Code == api.CodeUnauthorized {
+		if e.Code == api.CodeBadRequest || e.Code == api.CodeUnauthorized || e.Code == api.CodeForbidden {
 			return api.Estimation{}, e
 		}
 		return api.Estimation{Verdict: api.VerdictRefused, Code: e.Code, Reason: e.Message, Free: a.Host().Memory.Free()}, nil
@@ -439,16 +439,17 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 	return out, nil
 }
 
-// size estimates a checked request, bounded by the sizing timeout. An engine that holds more
-// than one context of the model (llama-server's slots, engines.Contexts) is sized for all of them.
+// size estimates a checked request, bounded by the sizing timeout, for the run its engine
+// arguments make (engines.RunSizer: llama-server's slots each hold the whole context, cache
+// types and batch sizes change the cache and the buffers).
 func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
-	contexts := 1
-	if cs, ok := c.driver.(engines.Contexts); ok {
-		contexts = max(cs.Contexts(c.req.Args), 1)
+	run, err := runOf(c.driver, c.req.Args)
+	if err != nil {
+		return api.SizeEstimate{Method: api.SizeUnknown}, asAPIError(err, api.CodeMemoryCheckFailed)
 	}
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
 	defer cancel()
-	est, err := a.cfg.Sizer.Estimate(sctx, c.src, c.req.Context*contexts)
+	est, err := a.cfg.Sizer.EstimateRun(sctx, c.src, c.req.Context, run)
 	if err != nil {
 		return est, err
 	}
@@ -459,10 +460,19 @@ func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
 		e.Fix = fmt.Sprintf("ask for a context of %d tokens or less", est.TrainContext)
 		return est, e
 	}
-	if contexts > 1 {
-		est.Detail = fmt.Sprintf("%d slots of %d tokens each: %s", contexts, c.req.Context, est.Detail)
+	if run.Slots > 1 {
+		est.Detail = fmt.Sprintf("%d slots of %d tokens each: %s", run.Slots, c.req.Context, est.Detail)
 	}
 	return est, nil
+}
+
+// runOf is what a placement's engine arguments change in its memory, for a driver that says
+// (engines.RunSizer); the defaults for one that does not.
+func runOf(d engines.Driver, args []string) (sizing.Run, error) {
+	if rs, ok := d.(engines.RunSizer); ok {
+		return rs.SizeRun(args)
+	}
+	return sizing.Run{}, nil
 }
 
 // scopeOf is the scope of a placement who makes in namespace ns: a namespace token's reach
@@ -693,7 +703,7 @@ func (a *Agent) cleanPartials() {
 func (a *Agent) failLocked(pl *placement, code api.Code, reason string) {
 	pl.p.State = api.StateFailed
 	pl.p.Code = code
-	pl.p.Reason = clip(reason, maxReason)
+	pl.p.Reason = api.Clip(reason, maxReason)
 	pl.p.Progress = 0
 	pl.p.Engine = ""
 	forgetMeasuredLocked(pl)
@@ -741,15 +751,4 @@ func (a *Agent) pruneLocked(ns string) {
 		}
 	}
 	a.changedLocked()
-}
-
-// clip bounds s to n bytes, on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

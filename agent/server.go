@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -55,6 +57,8 @@ type Server struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	subs   streamSlots
+	// viaTransport carries calls forwarded to other agents (via).
+	viaTransport *http.Transport
 }
 
 // NewServer builds the API's routes.
@@ -65,23 +69,25 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, a: cfg.Agent, tokens: auth.NewVerifier(cfg.Secret), log: cfg.Log, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, a: cfg.Agent, tokens: auth.NewVerifier(cfg.Secret), log: cfg.Log, mux: http.NewServeMux(),
+		viaTransport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// The name tells a member checking this agent's advertised address who answered.
 		w.Header().Set(api.NodeHeader, s.a.Name())
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.Handle("GET /v1/host", http.HandlerFunc(s.host))
-	s.Handle("GET /v1/mesh", http.HandlerFunc(s.mesh))
-	s.Handle("GET /v1/doctor", http.HandlerFunc(s.doctor))
-	s.Handle("POST /v1/placements", http.HandlerFunc(s.place))
-	s.Handle("GET /v1/placements", http.HandlerFunc(s.list))
-	s.Handle("GET /v1/placements/{id}", http.HandlerFunc(s.get))
-	s.Handle("GET /v1/placements/{id}/log", http.HandlerFunc(s.engineLog))
-	s.Handle("DELETE /v1/placements/{id}", http.HandlerFunc(s.delete))
-	s.Handle("POST /v1/estimate", http.HandlerFunc(s.estimate))
-	s.Handle("GET /v1/events", http.HandlerFunc(s.events))
+	s.Handle("GET /v1/host", s.via(s.host))
+	s.Handle("GET /v1/mesh", s.via(s.mesh))
+	s.Handle("GET /v1/doctor", s.via(s.doctor))
+	s.Handle("POST /v1/placements", s.via(s.place))
+	s.Handle("GET /v1/placements", s.via(s.list))
+	s.Handle("GET /v1/placements/{id}", s.via(s.get))
+	s.Handle("GET /v1/placements/{id}/log", s.via(s.engineLog))
+	s.Handle("DELETE /v1/placements/{id}", s.via(s.delete))
+	s.Handle("POST /v1/estimate", s.via(s.estimate))
+	s.Handle("GET /v1/events", s.via(s.events))
 	if cfg.OpenMetrics {
 		s.mux.Handle("GET /metrics", s.a.metrics.Handler())
 	} else {
@@ -235,7 +241,7 @@ func HTTPStatus(code api.Code) int {
 		return http.StatusBadRequest
 	case api.CodeUnauthorized:
 		return http.StatusUnauthorized
-	case api.CodeNamespaceNotAllow:
+	case api.CodeNamespaceNotAllow, api.CodeForbidden:
 		return http.StatusForbidden
 	case api.CodeNotFound:
 		return http.StatusNotFound
@@ -552,4 +558,64 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// via serves a call for this host, and forwards one for another host of the mesh
+// (api.HostHeader) to that host's API: the same method, path and body, the caller's own token
+// (checked here, and again there), marked as forwarded (api.ViaHeader) so it goes no further,
+// its answer streamed back as it comes (an event stream too).
+func (s *Server) via(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Header.Get(api.HostHeader)
+		if host == "" || host == s.a.Name() {
+			h(w, r)
+			return
+		}
+		if by := r.Header.Get(api.ViaHeader); by != "" {
+			WriteError(w, api.Errorf(api.CodeBadRequest, "a call for host %q was forwarded to %s, which is another host: calls are forwarded once",
+				api.Clip(host, maxHostEcho), s.a.Name()))
+			return
+		}
+		addr, err := s.memberAPI(host)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		target := &url.URL{Scheme: "http", Host: addr}
+		rp := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(target)
+				pr.Out.Header.Del(api.HostHeader)
+				pr.Out.Header.Set(api.ViaHeader, s.a.Name())
+			},
+			Transport:     s.viaTransport,
+			FlushInterval: -1,
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				if r.Context().Err() != nil {
+					return // the caller left
+				}
+				WriteError(w, api.Errorf(api.CodeUnreachable, "host %s (%s) did not answer the call forwarded to it: %v", host, addr, err))
+			},
+		}
+		rp.ServeHTTP(w, r)
+	})
+}
+
+// maxHostEcho bounds a host name echoed in a refusal.
+const maxHostEcho = 80
+
+// memberAPI is the API address of the mesh's agent named host, as this agent's view has it.
+func (s *Server) memberAPI(host string) (string, error) {
+	if s.cfg.Mesh != nil {
+		for _, m := range s.cfg.Mesh().Members {
+			if m.Name != host || m.Role != api.RoleAgent || m.Host == nil {
+				continue
+			}
+			if m.Liveness != api.Alive || m.Host.APIAddr == "" {
+				return "", api.Errorf(api.CodeUnreachable, "host %s is %s in the mesh as %s sees it: %s", host, m.Liveness, s.a.Name(), m.Reason)
+			}
+			return m.Host.APIAddr, nil
+		}
+	}
+	return "", api.Errorf(api.CodeNotFound, "host %q is not in the mesh as %s sees it", api.Clip(host, maxHostEcho), s.a.Name())
 }

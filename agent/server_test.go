@@ -112,9 +112,10 @@ func TestRefusalsBeforeSizing(t *testing.T) {
 		{"hailo without a device", s.admin, api.PlacementRequest{Source: "hailo://qwen2:1.5b"}, api.CodeAcceleratorMissing, 422},
 		{"namespace not allowed", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Namespace: "team-b"}, api.CodeNamespaceNotAllow, 403},
 		{"runtime not enabled", s.admin, api.PlacementRequest{Source: "/m/x.gguf"}, api.CodeEngineUnavailable, 503},
-		{"other namespace's token", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "/m/x.gguf", Namespace: "default"}, api.CodeUnauthorized, 401},
+		{"other namespace's token", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "/m/x.gguf", Namespace: "default"}, api.CodeForbidden, 403},
 		{"file outside the GGUF folders", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "/m/x.gguf"}, api.CodeInvalidSource, 400},
-		{"warn needs admin", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "ollama://qwen2:1.5b", MemoryCheck: "warn"}, api.CodeUnauthorized, 401},
+		{"warn needs admin", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "ollama://qwen2:1.5b", MemoryCheck: "warn"}, api.CodeForbidden, 403},
+		{"protected needs admin", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "ollama://qwen2:1.5b", Protected: true}, api.CodeForbidden, 403},
 		{"bad priority", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Priority: "urgent"}, api.CodeBadRequest, 400},
 		{"bad namespace", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Namespace: "Team_A"}, api.CodeBadRequest, 400},
 	}

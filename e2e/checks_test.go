@@ -117,6 +117,7 @@ var checks = []struct {
 	{"interactive console by mDNS", checkInteractiveConsole},
 	{"place one model per runtime", checkPlace},
 	{"chat through another gateway", checkChat},
+	{"a laptop that reaches one agent", checkRemoteLaptop},
 	{".local names from the laptop", checkLocalNames},
 	{"doctor on a healthy mesh", checkHealthyDoctor},
 	{"namespace isolation", checkNamespaces},

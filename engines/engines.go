@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines/sizing"
 )
 
 // Model is what a driver runs: one placement's view of its model.
@@ -169,11 +170,12 @@ type (
 	ArgChecker interface {
 		CheckArgs(args []string) error
 	}
-	// Contexts is implemented by a driver whose engine holds more than one context of the
-	// model: llama-server with -np N keeps N slots of the requested context each. The model is
-	// sized for Contexts(args) × its context.
-	Contexts interface {
-		Contexts(args []string) int
+	// RunSizer is implemented by a driver whose engine arguments change the memory a model
+	// takes (llama-server's -np slots of the requested context each, -ctk, -ub, -fa…): the
+	// model is sized for the run SizeRun returns. An argument the driver cannot size is an
+	// error (MemoryCheckFailed).
+	RunSizer interface {
+		SizeRun(args []string) (sizing.Run, error)
 	}
 	// Measurer is implemented by an instance whose process the driver owns: what that process
 	// holds in memory now.

@@ -304,6 +304,27 @@ func (d *diagnostics) conflictOf(name string) string {
 	return ""
 }
 
+// foreignQuiet is how long after the last of another mesh's messages from a host an acked probe
+// of a member at that host ends the finding (see acked), in probe intervals.
+const foreignQuiet = 10
+
+// acked records that a member at host answered our probe, sealed with our key: that host
+// speaks this mesh now. A finding that gossip from it belongs to another mesh, or could not be
+// decrypted, ends once none of that has come for foreignQuiet probe intervals (a host that
+// restarted with another secret, then rejoined with ours): its cause is over, not ten minutes
+// later. Another mesh's traffic that keeps coming from the host (a second mesh's process on
+// it) brings the finding back with its next message.
+func (d *diagnostics) acked(host string, now time.Time) {
+	quiet := foreignQuiet * d.m.mlc.ProbeInterval
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, in := range []map[string]*sighting{d.decrypt, d.label} {
+		if s := in[host]; s != nil && now.Sub(s.last) > quiet {
+			delete(in, host)
+		}
+	}
+}
+
 // expire forgets what has not been seen for conflictKeep.
 func (d *diagnostics) expire(now time.Time) {
 	d.mu.Lock()

@@ -175,6 +175,7 @@ func (p *pings) NotifyPingComplete(n *memberlist.Node, rtt time.Duration, _ []by
 		mb.rtt.add(rtt, now) // for the suspicion grace (members.go)
 	}
 	m.mu.Unlock()
+	m.diag.acked(n.Addr.String(), now)
 }
 
 // aloneLocked reports whether this member is cut off: it has had peers, our own failure

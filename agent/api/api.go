@@ -126,6 +126,9 @@ const (
 	CodeUnreachable  Code = "Unreachable"
 	CodeInternal     Code = "Internal"
 	CodeContextLimit Code = "ContextTooLong"
+	// CodeForbidden: the token is good, but its holder may not do this (place into another
+	// namespace, protect a placement, ask for a memory check that only warns).
+	CodeForbidden Code = "Forbidden"
 )
 
 // Error is the API's error value and its JSON shape inside ErrorBody.

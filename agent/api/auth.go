@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -41,7 +42,7 @@ var (
 // ValidMeshID reports whether id can name a mesh: 1–32 of [a-z0-9-], starting alphanumeric.
 func ValidMeshID(id string) error {
 	if !meshIDRe.MatchString(id) {
-		return fmt.Errorf("mesh id %q: use 1-32 lower-case letters, digits and '-', starting with a letter or digit", id)
+		return fmt.Errorf("mesh id %q: use 1-32 lower-case letters, digits and '-', starting with a letter or digit", Clip(id, maxEcho))
 	}
 	return nil
 }
@@ -49,10 +50,14 @@ func ValidMeshID(id string) error {
 // ValidNamespace reports whether ns can name a namespace (a DNS label).
 func ValidNamespace(ns string) error {
 	if !namespaceRe.MatchString(ns) {
-		return fmt.Errorf("namespace %q: use 1-63 lower-case letters, digits and '-', not starting or ending with '-'", ns)
+		return fmt.Errorf("namespace %q: use 1-63 lower-case letters, digits and '-', not starting or ending with '-'", Clip(ns, maxEcho))
 	}
 	return nil
 }
+
+// maxEcho bounds a name echoed in an error: a little past the longest valid one, enough to
+// see what was sent, never the 30 kB a caller may send as a "namespace".
+const maxEcho = 80
 
 // Join is what a host needs to enter a mesh: its id, its secret, and optional seed addresses.
 type Join struct {
@@ -88,6 +93,21 @@ func (j Join) String() string {
 		s += "@" + strings.Join(j.Seeds, ",")
 	}
 	return s
+}
+
+// JoinDoc is the join file an agent keeps in its state folder (mesh.json).
+type JoinDoc struct {
+	Join string `json:"join"`
+}
+
+// JoinFileText is the join string a join file holds: the JSON document an agent saves
+// (JoinDoc), or the bare join string. The agent and the console read --join-file alike.
+func JoinFileText(b []byte) string {
+	var doc JoinDoc
+	if json.Unmarshal(b, &doc) == nil && doc.Join != "" {
+		return strings.TrimSpace(doc.Join)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // ParseJoin decodes a join string made by Join.String.

@@ -104,8 +104,10 @@ func decodeError(resp *http.Response) error {
 	}
 	code := CodeInternal
 	switch resp.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case http.StatusUnauthorized:
 		code = CodeUnauthorized
+	case http.StatusForbidden:
+		code = CodeForbidden
 	case http.StatusNotFound:
 		code = CodeNotFound
 	case http.StatusBadRequest:

@@ -188,3 +188,15 @@ func sanitize(v reflect.Value, depth int) {
 		}
 	}
 }
+
+// Clip bounds s to n bytes, on a rune boundary, marking the cut with "…": what a caller sent is
+// echoed in an error only so far.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -5,6 +5,7 @@
 package localmesh
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,7 +69,10 @@ type Options struct {
 	// Fast makes every simulated engine answer at once (tests); otherwise they keep the real
 	// engines' published pace (the demo).
 	Fast bool
-	Log  *slog.Logger
+	// Profile is the mesh's timing profile; "" = mesh.ProfileLocal (fast gossip). A test of
+	// what a real LAN's gossip pace shows gives mesh.ProfileLAN.
+	Profile string
+	Log     *slog.Logger
 }
 
 // DemoHosts are the demo's three hosts: a Raspberry Pi 5 with a Hailo-10H running hailo-ollama,
@@ -378,7 +382,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		Agent:    acfg,
 		Listener: ln,
 		APIAddr:  apiAddr,
-		Mesh:     &node.MeshConfig{Bind: "127.0.0.1", Port: 0, Profile: mesh.ProfileLocal},
+		Mesh:     &node.MeshConfig{Bind: "127.0.0.1", Port: 0, Profile: cmp.Or(opts.Profile, mesh.ProfileLocal)},
 		Log:      log,
 	})
 	if err != nil {

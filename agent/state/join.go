@@ -16,10 +16,6 @@ import (
 // JoinFile holds the mesh's join string (id, secret, seeds) in the state dir.
 const JoinFile = "mesh.json"
 
-type joinDoc struct {
-	Join string `json:"join"`
-}
-
 // LoadJoin reads the join string saved in the state dir; ok is false when there is none.
 // A join file others can read is refused: the secret in it opens the whole mesh.
 func (d *Dir) LoadJoin() (j api.Join, ok bool, err error) {
@@ -47,12 +43,7 @@ func LoadJoinFile(name string) (j api.Join, ok bool, err error) {
 	if err != nil {
 		return api.Join{}, false, err
 	}
-	s := string(b)
-	var doc joinDoc
-	if json.Unmarshal(b, &doc) == nil && doc.Join != "" {
-		s = doc.Join
-	}
-	j, err = api.ParseJoin(s)
+	j, err = api.ParseJoin(api.JoinFileText(b))
 	if err != nil {
 		return api.Join{}, false, fmt.Errorf("%s: %w", name, err)
 	}
@@ -61,7 +52,7 @@ func LoadJoinFile(name string) (j api.Join, ok bool, err error) {
 
 // SaveJoin stores the join string 0600, atomically.
 func (d *Dir) SaveJoin(j api.Join) error {
-	b, err := json.MarshalIndent(joinDoc{Join: j.String()}, "", "  ")
+	b, err := json.MarshalIndent(api.JoinDoc{Join: j.String()}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,8 @@ func TestGuardRefusesLoopbackByDefault(t *testing.T) {
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "127.0.0.1")
 	assert.Contains(t, err.Error(), "a loopback address")
+	assert.Contains(t, err.Error(), "started with --allow-private-downloads", "the refusal names the flag that allows it")
+	assert.NotContains(t, err.Error(), "allowlist", "no flag sets one")
 	assert.Empty(t, srv.ranges, "the server must not be reached")
 	assert.NoFileExists(t, dest)
 	assert.NoFileExists(t, dest+PartialSuffix, "a refused download leaves nothing behind")

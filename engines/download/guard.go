@@ -75,6 +75,10 @@ func explicitlyAllowed(host string, allow []string) bool {
 	return len(allow) > 0 && hostAllowed(host, allow)
 }
 
+// PrivateHint says how an operator lets downloads reach private addresses: the agent's flag
+// that sets Options.AllowPrivate (the only way to set it).
+const PrivateHint = "the agent reaches loopback, private and link-local addresses when started with --allow-private-downloads"
+
 // dialer returns a DialContext that checks every address it connects to, after name
 // resolution: checking only the URL's host would let a name that resolves to 127.0.0.1 (or
 // re-resolves to it between the check and the dial — DNS rebinding) through.
@@ -97,8 +101,7 @@ func dialer(opts Options) func(ctx context.Context, network, addr string) (net.C
 					return fmt.Errorf("%w: cannot parse address %q", ErrRefused, address)
 				}
 				if what := classify(ap.Addr()); what != "" {
-					return fmt.Errorf("%w: %s resolves to %s, a %s address (allow private addresses or add the host to the download allowlist)",
-						ErrRefused, host, ap.Addr(), what)
+					return fmt.Errorf("%w: %s resolves to %s, a %s address (%s)", ErrRefused, host, ap.Addr(), what, PrivateHint)
 				}
 				return nil
 			},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/sizing"
 )
 
 // Arg is an engine argument the driver lets through to llama-server. Engine arguments are an
@@ -19,6 +20,11 @@ type Arg struct {
 	Value string
 	// Valid checks a value; nil for a flag without value.
 	Valid func(string) bool
+	// Size records what the argument changes in the memory a placement is sized for. An
+	// argument that changes none of what the estimate counts says so with NoMemory instead;
+	// one with neither cannot be sized, and a placement giving it is refused.
+	Size     func(r *sizing.Run, value string)
+	NoMemory bool
 }
 
 func nonNegative(s string) bool {
@@ -35,34 +41,44 @@ func oneOf(vals ...string) func(string) bool {
 	return func(s string) bool { return slices.Contains(vals, s) }
 }
 
-var cacheTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
 
 // DefaultArgs is the allowlist when Config.ExtraArgs is nil: performance and memory knobs that
 // change neither where the engine listens nor what files it reads or writes. (The driver sets
 // -m, --host, --port, -c, -np, --cache-ram, --alias and --metrics itself; -np here asks for
-// more slots, see memoryArgs.)
+// more slots, see memoryArgs.) Why those marked NoMemory change nothing the estimate counts is
+// in sizing's fromHeader: it counts every layer and every weight in host memory (-ngl, --mlock,
+// --no-mmap), and an output for every token of a micro-batch (--embeddings, --pooling).
 var DefaultArgs = []Arg{
 	{Names: []string{"-ngl", "--n-gpu-layers", "--gpu-layers"}, Value: "N|auto|all",
-		Valid: func(s string) bool { return nonNegative(s) || s == "auto" || s == "all" }},
-	{Names: []string{"-t", "--threads"}, Value: "N", Valid: positive},
-	{Names: []string{"-tb", "--threads-batch"}, Value: "N", Valid: positive},
-	{Names: []string{"-b", "--batch-size"}, Value: "N", Valid: positive},
-	{Names: []string{"-ub", "--ubatch-size"}, Value: "N", Valid: positive},
+		Valid: func(s string) bool { return nonNegative(s) || s == "auto" || s == "all" }, NoMemory: true},
+	{Names: []string{"-t", "--threads"}, Value: "N", Valid: positive, NoMemory: true},
+	{Names: []string{"-tb", "--threads-batch"}, Value: "N", Valid: positive, NoMemory: true},
+	{Names: []string{"-b", "--batch-size"}, Value: "N", Valid: positive,
+		Size: func(r *sizing.Run, v string) { r.Batch = atoi(v) }},
+	{Names: []string{"-ub", "--ubatch-size"}, Value: "N", Valid: positive,
+		Size: func(r *sizing.Run, v string) { r.UBatch = atoi(v) }},
 	{Names: slotFlags, Value: "1-" + strconv.Itoa(maxSlots), Valid: func(s string) bool {
 		n, err := strconv.Atoi(s)
 		return err == nil && n >= 1 && n <= maxSlots
-	}},
-	{Names: []string{"-fa", "--flash-attn"}, Value: "on|off|auto", Valid: oneOf("on", "off", "auto")},
-	{Names: []string{"-ctk", "--cache-type-k"}, Value: strings.Join(cacheTypes, "|"), Valid: oneOf(cacheTypes...)},
-	{Names: []string{"-ctv", "--cache-type-v"}, Value: strings.Join(cacheTypes, "|"), Valid: oneOf(cacheTypes...)},
-	{Names: []string{"--mlock"}},
-	{Names: []string{"--no-mmap"}},
-	{Names: []string{"--jinja"}},
-	{Names: []string{"--no-webui"}},
+	}, Size: func(r *sizing.Run, v string) { r.Slots = atoi(v) }},
+	{Names: []string{"-fa", "--flash-attn"}, Value: "on|off|auto", Valid: oneOf("on", "off", "auto"),
+		Size: func(r *sizing.Run, v string) { r.FlashAttn = v }},
+	{Names: []string{"-ctk", "--cache-type-k"}, Value: strings.Join(sizing.CacheTypes, "|"), Valid: oneOf(sizing.CacheTypes...),
+		Size: func(r *sizing.Run, v string) { r.CacheK = v }},
+	{Names: []string{"-ctv", "--cache-type-v"}, Value: strings.Join(sizing.CacheTypes, "|"), Valid: oneOf(sizing.CacheTypes...),
+		Size: func(r *sizing.Run, v string) { r.CacheV = v }},
+	{Names: []string{"--mlock"}, NoMemory: true},
+	{Names: []string{"--no-mmap"}, NoMemory: true},
+	{Names: []string{"--jinja"}, NoMemory: true},
+	{Names: []string{"--no-webui"}, NoMemory: true},
 	// An embedding model: /v1/embeddings answers (with a pooling llama-server's OpenAI route
 	// accepts: not "none").
-	{Names: []string{"--embeddings", "--embedding"}},
-	{Names: []string{"--pooling"}, Value: "mean|cls|last|rank", Valid: oneOf("mean", "cls", "last", "rank")},
+	{Names: []string{"--embeddings", "--embedding"}, NoMemory: true},
+	{Names: []string{"--pooling"}, Value: "mean|cls|last|rank", Valid: oneOf("mean", "cls", "last", "rank"), NoMemory: true},
 }
 
 // allowlist describes args for messages: "-ngl N|auto|all, -t N, --mlock, …".
@@ -87,13 +103,7 @@ func checkArgs(args []string, allowed []Arg) ([]string, error) {
 		if !strings.HasPrefix(name, "-") {
 			return nil, refuse("llama-server argument %q is not a flag", args[i])
 		}
-		var spec *Arg
-		for j := range allowed {
-			if slices.Contains(allowed[j].Names, name) {
-				spec = &allowed[j]
-				break
-			}
-		}
+		spec := findArg(allowed, name)
 		if spec == nil {
 			return nil, refuse("llama-server argument %q is not allowed", name)
 		}
@@ -119,6 +129,16 @@ func checkArgs(args []string, allowed []Arg) ([]string, error) {
 	return out, nil
 }
 
+// findArg is the allowed argument spelled name, or nil.
+func findArg(allowed []Arg, name string) *Arg {
+	for j := range allowed {
+		if slices.Contains(allowed[j].Names, name) {
+			return &allowed[j]
+		}
+	}
+	return nil
+}
+
 // slotFlags spell llama-server's slot count.
 var slotFlags = []string{"-np", "--parallel"}
 
@@ -140,16 +160,32 @@ func takeSlots(args []string) (int, []string) {
 	return max(slots, 1), rest
 }
 
-// Contexts is how many contexts of the model llama-server holds for these extra arguments:
-// one per slot (-np), 1 by default. Arguments the allowlist refuses count as the default; the
-// agent refuses them before it sizes anything.
-func (d *Driver) Contexts(args []string) int {
+// SizeRun is what the extra arguments change in the memory a placement is sized for (see
+// Arg.Size). Arguments the allowlist refuses are refused here too, and an allowed argument
+// that cannot be sized is refused with MemoryCheckFailed: the estimate would not be what the
+// engine holds.
+func (d *Driver) SizeRun(args []string) (sizing.Run, error) {
+	var run sizing.Run
 	checked, err := checkArgs(args, d.cfg.ExtraArgs)
 	if err != nil {
-		return 1
+		return run, err
 	}
-	n, _ := takeSlots(checked)
-	return n
+	for i := 0; i < len(checked); i++ {
+		spec := findArg(d.cfg.ExtraArgs, checked[i])
+		value := ""
+		if spec.Valid != nil {
+			i++
+			value = checked[i]
+		}
+		switch {
+		case spec.Size != nil:
+			spec.Size(&run, value)
+		case !spec.NoMemory:
+			return run, &engines.Error{Code: api.CodeMemoryCheckFailed,
+				Err: fmt.Errorf("llama-server argument %s changes memory in a way the estimate cannot count", spec.Names[0])}
+		}
+	}
+	return run, nil
 }
 
 // memoryArgs are the arguments that decide llama-server's memory, always given explicitly:

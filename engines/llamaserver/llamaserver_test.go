@@ -660,9 +660,14 @@ func TestDetectOffersLocalGGUF(t *testing.T) {
 func TestSlotsAndPromptCache(t *testing.T) {
 	d := newDriver(t, func(c *Config) { c.Env = []string{"LLAMA_SIM_LOAD_DELAY=0s"} })
 	args := []string{"--parallel=3", "-t", "1"}
-	assert.Equal(t, 3, d.Contexts(args))
-	assert.Equal(t, 1, d.Contexts(nil))
-	assert.Equal(t, 1, d.Contexts([]string{"--host", "0.0.0.0"}), "refused arguments count as the default")
+	run, err := d.SizeRun(args)
+	require.NoError(t, err)
+	assert.Equal(t, 3, run.Slots)
+	run, err = d.SizeRun(nil)
+	require.NoError(t, err)
+	assert.Zero(t, run.Slots, "the default: one slot")
+	_, err = d.SizeRun([]string{"--host", "0.0.0.0"})
+	require.Error(t, err, "refused arguments are refused when sizing too")
 	require.Error(t, d.CheckArgs([]string{"-np", "65"}))
 	require.Error(t, d.CheckArgs([]string{"-np", "0"}))
 

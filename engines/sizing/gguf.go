@@ -1,6 +1,7 @@
 package sizing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,7 +36,7 @@ func readOptions() []parser.GGUFReadOption {
 }
 
 // localGGUF sizes a GGUF file on this host from its header.
-func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (api.SizeEstimate, error) {
+func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int, run Run) (api.SizeEstimate, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "model file %s does not exist", path)
@@ -68,13 +70,13 @@ func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int) (ap
 		// size it by the file, and say so.
 		return fallback(fi.Size(), fmt.Sprintf("GGUF header of %s could not be parsed (%v)", path, err)), nil
 	}
-	return fromHeader(gf, contextSize, "header read from "+path)
+	return fromHeader(gf, contextSize, run, "header read from "+path)
 }
 
 // remoteGGUF sizes a GGUF behind an HTTP URL from its header, fetched by range requests.
 // The estimate records the file's length (FileBytes): the download stops there, and the agent
 // re-sizes the finished file before it counts, so the file that runs is the file that was sized.
-func (s *Sizer) remoteGGUF(ctx context.Context, url string, contextSize int) (api.SizeEstimate, error) {
+func (s *Sizer) remoteGGUF(ctx context.Context, url string, contextSize int, run Run) (api.SizeEstimate, error) {
 	gf, total, why, err := s.remoteHeader(ctx, url)
 	var est api.SizeEstimate
 	switch {
@@ -83,7 +85,7 @@ func (s *Sizer) remoteGGUF(ctx context.Context, url string, contextSize int) (ap
 	case gf == nil:
 		est = fallback(total, why)
 	default:
-		if est, err = fromHeader(gf, contextSize, "header read by HTTP range requests"); err != nil {
+		if est, err = fromHeader(gf, contextSize, run, "header read by HTTP range requests"); err != nil {
 			return api.SizeEstimate{}, err
 		}
 	}
@@ -216,25 +218,30 @@ func (s *Sizer) readHeader(ctx context.Context, url string, total int64) (*parse
 	}
 }
 
-// fromHeader turns a parsed header into the estimate.
+// fromHeader turns a parsed header into the estimate for run.Slots contexts of contextSize
+// tokens each.
 //
-// Which of gguf-parser-go's estimates: EstimateLLaMACppRun with the requested context and
-// WithLLaMACppOffloadLayers(0), then the host device's (Devices[0]) own parts — weights,
-// KV cache, computation buffers and footprint (metadata, tokenizer, output buffer) — with
-// mmap counted as resident. Why:
+// Which of gguf-parser-go's estimates: EstimateLLaMACppRun with the whole context (every
+// slot's), run's cache types and batch sizes, and WithLLaMACppOffloadLayers(0), then the host
+// device's (Devices[0]) own parts — weights, KV cache, computation buffers and footprint
+// (metadata, tokenizer, output buffer) — with mmap counted as resident. Why:
 //   - The agent's budget is host RAM. On the hosts we target (a Raspberry Pi, CPU-only Linux
 //     boxes) llama-server runs on the CPU, so the CPU-only figure is the real one. On Apple
 //     silicon the GPU shares that same RAM, and the sum barely moves with offload. On a host
-//     with a discrete GPU, counting everything against RAM is the conservative side.
+//     with a discrete GPU, counting everything against RAM is the conservative side (so -ngl
+//     changes nothing here).
 //   - The summary's RAM "UMA" figure subtracts mmap'd weights (page cache can be reclaimed),
 //     but under load those pages are resident, and a budget that ignores them is how a host
-//     gets wired to death (LLMKube #640): weights are counted in full.
-//   - Parallel 1, batch 2048/512, f16 cache, no flash attention: llama-server's defaults,
-//     flash attention off being the larger compute buffer.
+//     gets wired to death (LLMKube #640): weights are counted in full (so --mlock and
+//     --no-mmap change nothing here either).
+//   - Flash attention: llama-server's default (auto) turns it on wherever the backend has it
+//     (CPU, Metal, CUDA, Vulkan). Without it (-fa off) the engine holds every head's
+//     attention scores for a micro-batch, which gguf-parser-go does not count on the host:
+//     attentionScores adds them.
 //
 // gguf-parser-go includes no process overhead, so Overhead (512 MiB) is added on top.
-func fromHeader(gf *parser.GGUFFile, contextSize int, how string) (api.SizeEstimate, error) {
-	p, err := headerParts(gf, contextSize)
+func fromHeader(gf *parser.GGUFFile, contextSize int, run Run, how string) (api.SizeEstimate, error) {
+	p, err := headerParts(gf, contextSize, run)
 	if err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) {
@@ -253,8 +260,8 @@ func fromHeader(gf *parser.GGUFFile, contextSize int, how string) (api.SizeEstim
 		Method:       api.SizeHeader,
 		Device:       api.DeviceHost,
 		TrainContext: p.trainContext,
-		Detail: fmt.Sprintf("weights %s + %s + compute %s + prompt cache %s + overhead %s; %s",
-			api.FormatBytes(p.weights), p.kvWords, api.FormatBytes(p.compute), api.FormatBytes(cache), api.FormatBytes(Overhead), how),
+		Detail: fmt.Sprintf("weights %s + %s + compute %s%s + prompt cache %s + overhead %s; %s",
+			api.FormatBytes(p.weights), p.kvWords, api.FormatBytes(p.compute), p.computeWords, api.FormatBytes(cache), api.FormatBytes(Overhead), how),
 	}, nil
 }
 
@@ -270,21 +277,28 @@ func promptCache(kv int64) int64 {
 type parts struct {
 	weights, kv, compute int64
 	kvWords              string // "KV 224 MiB (28 layers × 2048 ctx, f16)"
+	computeWords         string // " (flash attention off: attention scores 1 GiB)", or ""
 	trainContext         int    // the header's context_length; 0 when absent
 }
 
 // headerParts runs the estimate fromHeader describes. A GGUF that is not a model is an
 // InvalidSource *api.Error; a panic in the estimator is a plain error.
-func headerParts(gf *parser.GGUFFile, contextSize int) (parts, error) {
+func headerParts(gf *parser.GGUFFile, contextSize int, run Run) (parts, error) {
 	a := gf.Architecture()
 	if a.Type != "" && a.Type != "model" {
 		return parts{}, api.Errorf(api.CodeInvalidSource, "the GGUF is of type %q (%s), not a model llama-server can serve alone", a.Type, a.Architecture)
 	}
-	ctxTokens := int32(min(contextSize, math.MaxInt32))
+	total := int64(contextSize) * int64(run.slots())
+	ctxTokens := int32(min(total, math.MaxInt32))
+	opts := []parser.GGUFRunEstimateOption{parser.WithLLaMACppContextSize(ctxTokens), parser.WithLLaMACppOffloadLayers(0),
+		parser.WithLLaMACppCacheKeyType(cacheType(run.CacheK)), parser.WithLLaMACppCacheValueType(cacheType(run.CacheV))}
+	batch, ubatch := run.batches()
+	opts = append(opts, parser.WithLLaMACppLogicalBatchSize(int32(batch)), parser.WithLLaMACppPhysicalBatchSize(int32(ubatch)))
+	if run.flashAttention() {
+		opts = append(opts, parser.WithFlashAttention())
+	}
 	var e parser.LLaMACppRunEstimate
-	if err := safely(func() {
-		e = gf.EstimateLLaMACppRun(parser.WithLLaMACppContextSize(ctxTokens), parser.WithLLaMACppOffloadLayers(0))
-	}); err != nil {
+	if err := safely(func() { e = gf.EstimateLLaMACppRun(opts...) }); err != nil {
 		return parts{}, err
 	}
 	if len(e.Devices) == 0 {
@@ -292,14 +306,98 @@ func headerParts(gf *parser.GGUFFile, contextSize int) (parts, error) {
 	}
 	d := e.Devices[0]
 	kv := int64(d.KVCache.Sum())
-	return parts{
+	p := parts{
 		trainContext: int(min(a.MaximumContextLength, math.MaxInt32)),
 		weights:      int64(d.Weight.Sum()),
 		kv:           kv,
 		compute:      int64(d.Computation.Sum()) + int64(d.Footprint),
-		// f16: llama.cpp's default cache type, which the estimate assumes.
-		kvWords: fmt.Sprintf("KV %s (%d layers × %d ctx, f16)", api.FormatBytes(kv), a.BlockCount, e.ContextSize),
-	}, nil
+		kvWords:      fmt.Sprintf("KV %s (%d layers × %d ctx, %s)", api.FormatBytes(kv), a.BlockCount, e.ContextSize, run.cacheWords()),
+	}
+	if !run.flashAttention() {
+		scores := attentionScores(contextSize, min(ubatch, int(min(total, math.MaxInt32))), int64(a.AttentionHeadCount))
+		p.compute += scores
+		p.computeWords = " (flash attention off: attention scores " + api.FormatBytes(scores) + ")"
+	}
+	return p, nil
+}
+
+// attentionScores is what llama-server without flash attention holds for one micro-batch's
+// attention: every head's f32 scores of ubatch tokens against a slot's context, and the f32
+// mask beside them ((heads + 1) × context × ubatch × 4 bytes). Measured on llama-server 9749
+// (2 layers, 4 heads, 4096 ctx): the compute buffer grew by 36 MiB at -ub 512 and 287 MiB at
+// -ub 4096 when flash attention was turned off; this counts 40 MiB and 320 MiB.
+func attentionScores(slotContext, ubatch int, heads int64) int64 {
+	return (max(heads, 1) + 1) * int64(slotContext) * int64(ubatch) * 4
+}
+
+// Run is what of llama-server's arguments changes the memory a model takes (the engine driver
+// reads them from a placement's arguments); the zero value is the driver's defaults: one slot,
+// f16 cache, batches of 2048 and 512 tokens, flash attention auto.
+type Run struct {
+	Slots          int    // contexts held, each of the asked size (-np); 0 = 1
+	CacheK, CacheV string // KV cache types as llama-server spells them (-ctk, -ctv); "" = f16
+	Batch, UBatch  int    // logical and physical batch sizes (-b, -ub); 0 = 2048, 512
+	FlashAttn      string // -fa: "on", "off" or "auto"; "" = auto
+}
+
+// CacheTypes are the KV cache types llama-server takes and the estimate can count, in
+// llama-server's spelling.
+var CacheTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+
+// cacheTypes are CacheTypes as gguf-parser-go names them, in the same order.
+var cacheTypes = []parser.GGMLType{parser.GGMLTypeF32, parser.GGMLTypeF16, parser.GGMLTypeBF16, parser.GGMLTypeQ8_0,
+	parser.GGMLTypeQ4_0, parser.GGMLTypeQ4_1, parser.GGMLTypeIQ4_NL, parser.GGMLTypeQ5_0, parser.GGMLTypeQ5_1}
+
+// cacheType is a checked cache type's gguf-parser-go name ("" is f16).
+func cacheType(name string) parser.GGMLType {
+	if i := slices.Index(CacheTypes, name); i >= 0 {
+		return cacheTypes[i]
+	}
+	return parser.GGMLTypeF16
+}
+
+// check refuses what the estimate cannot count (InvalidSource: the request is wrong, not the
+// model).
+func (r Run) check() error {
+	for _, t := range []string{r.CacheK, r.CacheV} {
+		if t != "" && !slices.Contains(CacheTypes, t) {
+			return api.Errorf(api.CodeInvalidSource, "KV cache type %q cannot be sized: want one of %s", t, strings.Join(CacheTypes, ", "))
+		}
+	}
+	if r.Slots < 0 || r.Batch < 0 || r.UBatch < 0 || r.Batch > math.MaxInt32 || r.UBatch > math.MaxInt32 {
+		return api.Errorf(api.CodeInvalidSource, "slots %d, batch %d, micro-batch %d cannot be sized", r.Slots, r.Batch, r.UBatch)
+	}
+	if !slices.Contains([]string{"", "on", "off", "auto"}, r.FlashAttn) {
+		return api.Errorf(api.CodeInvalidSource, "flash attention %q cannot be sized: want on, off or auto", r.FlashAttn)
+	}
+	return nil
+}
+
+func (r Run) slots() int { return max(r.Slots, 1) }
+
+// batches are the logical and physical batch sizes llama-server runs with: the physical one is
+// never larger than the logical one (llama.cpp lowers it).
+func (r Run) batches() (batch, ubatch int) {
+	batch, ubatch = 2048, 512
+	if r.Batch > 0 {
+		batch = r.Batch
+	}
+	if r.UBatch > 0 {
+		ubatch = r.UBatch
+	}
+	batch = max(batch, 32) // gguf-parser-go raises it so, as llama.cpp once did
+	return batch, min(ubatch, batch)
+}
+
+func (r Run) flashAttention() bool { return r.FlashAttn != "off" }
+
+// cacheWords names the KV cache's types: "f16", or "K f32, V q8_0".
+func (r Run) cacheWords() string {
+	k, v := cmp.Or(r.CacheK, "f16"), cmp.Or(r.CacheV, "f16")
+	if k == v {
+		return k
+	}
+	return "K " + k + ", V " + v
 }
 
 // CheckMagic reads the start of r, a model file at where, and refuses it (InvalidSource) when it

@@ -200,7 +200,7 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 		s.log().Info("ollama model blob header not read; KV unknown", "blob", blob, "err", err, "why", why)
 		return est, nil
 	}
-	p, err := headerParts(gf, contextSize)
+	p, err := headerParts(gf, contextSize, Run{})
 	if err != nil {
 		s.log().Info("ollama model blob header not estimated; KV unknown", "blob", blob, "err", err)
 		return est, nil

@@ -71,8 +71,15 @@ type Sizer struct {
 	guardErr error
 }
 
-// Estimate sizes src for a context of contextSize tokens (0 or less = api.DefaultContext).
+// Estimate sizes src for a context of contextSize tokens (0 or less = api.DefaultContext),
+// run as the engine runs it by default.
 func (s *Sizer) Estimate(ctx context.Context, src source.Source, contextSize int) (api.SizeEstimate, error) {
+	return s.EstimateRun(ctx, src, contextSize, Run{})
+}
+
+// EstimateRun sizes src for run.Slots contexts of contextSize tokens each (0 or less =
+// api.DefaultContext), run with the engine arguments run describes.
+func (s *Sizer) EstimateRun(ctx context.Context, src source.Source, contextSize int, run Run) (api.SizeEstimate, error) {
 	if contextSize <= 0 {
 		contextSize = api.DefaultContext
 	}
@@ -80,15 +87,17 @@ func (s *Sizer) Estimate(ctx context.Context, src source.Source, contextSize int
 		est api.SizeEstimate
 		err error
 	)
-	switch src.Kind {
-	case source.KindFile:
-		est, err = s.localGGUF(ctx, src.Path, contextSize)
-	case source.KindHTTPS, source.KindHF:
-		est, err = s.remoteGGUF(ctx, src.DownloadURL(s.HFBase), contextSize)
-	case source.KindHailo:
+	switch {
+	case run.check() != nil:
+		err = run.check()
+	case src.Kind == source.KindFile:
+		est, err = s.localGGUF(ctx, src.Path, contextSize, run)
+	case src.Kind == source.KindHTTPS, src.Kind == source.KindHF:
+		est, err = s.remoteGGUF(ctx, src.DownloadURL(s.HFBase), contextSize, run)
+	case src.Kind == source.KindHailo:
 		est, err = s.hailo(ctx, src)
-	case source.KindOllama:
-		est, err = s.ollama(ctx, src, contextSize)
+	case src.Kind == source.KindOllama:
+		est, err = s.ollama(ctx, src, contextSize*run.slots())
 	default:
 		err = api.Errorf(api.CodeInvalidSource, "source %q has no kind; parse it with source.Parse first", src.Raw)
 	}

@@ -40,6 +40,9 @@ func (a *app) resolveCreds() (creds, error) {
 	if c.join, err = a.secret("--join-string", a.g.joinString, "--join-file", a.g.joinFile, EnvJoin); err != nil {
 		return c, err
 	}
+	if a.g.joinFile != "" {
+		c.join = api.JoinFileText([]byte(c.join)) // an agent's mesh.json works as it does for the agent
+	}
 	if c.token, err = a.secret("--token", a.g.token, "--token-file", a.g.tokenFile, EnvToken); err != nil {
 		return c, err
 	}

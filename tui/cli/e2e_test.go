@@ -374,7 +374,7 @@ func TestE2ENamespaceToken(t *testing.T) {
 			// Its own namespace it may use; another it may not.
 			r = runCLI(t, ctx, env, "", "mesh", "place", "hailo://qwen2:1.5b", "--host", "pi5-hailo", "--namespace", "team-b", "--json")
 			assert.Equal(t, cli.ExitFailed, r.code, r.stderr)
-			assert.Equal(t, api.CodeUnauthorized, decodeError(t, r.stdout).Code)
+			assert.Equal(t, api.CodeForbidden, decodeError(t, r.stdout).Code)
 			r = runCLI(t, ctx, env, "", "mesh", "place", "hailo://qwen2:1.5b", "--host", "pi5-hailo", "--namespace", "team-a", "--wait", "--json")
 			require.Equal(t, cli.ExitOK, r.code, r.stderr)
 			mine := decode[cli.PlacementDoc](t, r).Placement

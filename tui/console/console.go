@@ -5,7 +5,9 @@
 //
 // A console reaches the mesh in one of two ways: as a member (it joins the gossip mesh with the
 // console role and sees what every agent sees within a gossip round) or through one agent's API
-// (--agent URL, across subnets, without joining). Actions always go to the agents' HTTP API.
+// (--agent URL, across subnets, without joining). Actions always go to the agents' HTTP API: a
+// member calls each host's agent itself; through an agent, every call goes to that agent, which
+// forwards a call for another host to it (api.HostHeader) and whose gateway serves every chat.
 package console
 
 import (
@@ -100,9 +102,10 @@ type Conn struct {
 	bell  *notifier
 
 	transport *http.Transport // shared by every client, so connections are reused
+	agent     *api.Client     // in agent mode, the one agent every call goes to
 
 	mu      sync.Mutex
-	clients map[string]*api.Client
+	clients map[string]*api.Client // by API address (member mode) or host name (agent mode)
 }
 
 // Connect reaches the mesh as Options say. In agent mode it checks the agent answers before
@@ -137,7 +140,8 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	}
 	switch mode {
 	case ModeAgent:
-		src, err := newAgentSource(ctx, c.newClient(opts.AgentURL), opts.Poll, opts.Timeout, c.bell, opts.Log)
+		c.agent = c.newClient(opts.AgentURL)
+		src, err := newAgentSource(ctx, c.agent, opts.Poll, opts.Timeout, c.bell, opts.Log)
 		if err != nil {
 			return nil, err
 		}
@@ -174,21 +178,50 @@ func (c *Conn) Client(host string) (*api.Client, error) {
 	v := c.View()
 	for _, m := range v.Members {
 		if m.Name == host && m.Host != nil {
-			return c.clientFor(m.Host.APIAddr), nil
+			return c.clientOf(v, m), nil
 		}
 	}
 	return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("host %q is not in the mesh", host)}
 }
 
-func (c *Conn) clientFor(addr string) *api.Client {
+// clientOf is the API client for member m of view v: its own agent's in member mode; in agent
+// mode the agent's, for m itself or, for another host, marked for that host (api.HostHeader),
+// so the agent forwards it — the console never dials a host but that agent.
+func (c *Conn) clientOf(v api.MeshView, m api.Member) *api.Client {
+	if c.agent == nil {
+		return c.cached(m.Host.APIAddr, func() *api.Client { return c.newClient(m.Host.APIAddr) })
+	}
+	if m.Name == v.Self {
+		return c.agent
+	}
+	return c.cached(m.Name, func() *api.Client {
+		cl := api.NewClient(c.agent.BaseURL, c.token)
+		cl.HTTP = &http.Client{Transport: forHost{base: c.transport, host: m.Name}}
+		return cl
+	})
+}
+
+func (c *Conn) cached(key string, make func() *api.Client) *api.Client {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cl, ok := c.clients[addr]
+	cl, ok := c.clients[key]
 	if !ok {
-		cl = c.newClient(addr)
-		c.clients[addr] = cl
+		cl = make()
+		c.clients[key] = cl
 	}
 	return cl
+}
+
+// forHost marks every call it carries as one for host (api.HostHeader).
+type forHost struct {
+	base http.RoundTripper
+	host string
+}
+
+func (f forHost) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(api.HostHeader, f.host)
+	return f.base.RoundTrip(r)
 }
 
 // newClient is an API client whose dials resolve .local names over mDNS: Go's own resolver, the
@@ -295,7 +328,7 @@ func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) 
 	var firstErr error
 	for _, a := range agents {
 		cctx, cancel := c.callCtx(ctx)
-		est, err := c.clientFor(a.Host.APIAddr).Estimate(cctx, req)
+		est, err := c.clientOf(v, a).Estimate(cctx, req)
 		cancel()
 		if err != nil {
 			var apiErr *api.Error
@@ -363,17 +396,81 @@ func (c *Conn) Place(ctx context.Context, host string, req api.PlacementRequest)
 // api.WaitLookTimeout (api.Client.FollowPlacement). look hears each change and each failed
 // look, and decides whether a failed look ends the wait: a script's does (nobody is there to
 // give up on a host that stopped answering); the Place view's asks again and shows why. A
-// placement gone from its host (deleted) ends the wait with its CodeNotFound error.
+// placement gone from its host (deleted) ends the wait with its CodeNotFound error. A ready
+// placement is returned once the mesh routes it (routed): a chat through any agent finds it.
 func (c *Conn) Wait(ctx context.Context, p api.Placement, look func(api.Placement, error) error) (api.Placement, error) {
 	cl, err := c.Client(p.Host)
 	if err != nil {
 		return p, err
 	}
-	return cl.FollowPlacement(ctx, p.ID, lookEvery, look)
+	p, err = cl.FollowPlacement(ctx, p.ID, lookEvery, look)
+	if err == nil && p.State == api.StateReady {
+		c.routed(ctx, p)
+	}
+	return p, err
 }
 
 // lookEvery is how often Wait looks at a placement.
 const lookEvery = 200 * time.Millisecond
+
+// routeWait bounds how long a ready placement waits for the other agents to route it: their
+// views learn of it within a gossip round or two (0.14-0.45 s on loopback, issue 42); one
+// slower than this has a problem of its own, which the doctor tells.
+const routeWait = 10 * time.Second
+
+// routed waits until every alive agent routes p — its own view (GET /v1/mesh, asked of it, or
+// through the agent in agent mode) shows p ready — so a script that places with --wait and then
+// chats through any agent's gateway is not told 404 model_not_found or 503 "loading" meanwhile.
+// An agent that does not answer is not waited for, nor is the whole longer than routeWait.
+func (c *Conn) routed(ctx context.Context, p api.Placement) {
+	ctx, cancel := context.WithTimeout(ctx, routeWait)
+	defer cancel()
+	t := time.NewTicker(routeEvery)
+	defer t.Stop()
+	for {
+		v := c.View()
+		all := true
+		for _, a := range Agents(v) {
+			if a.Name == p.Host {
+				continue // the owner routes what it serves
+			}
+			cctx, ccancel := c.callCtx(ctx)
+			av, err := c.clientOf(v, a).Mesh(cctx)
+			ccancel()
+			if err == nil && !readyIn(av, p) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.log.Info("placement ready, but not every agent routes it yet", "placement", p.ID, "err", ctx.Err())
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// routeEvery is how often routed asks the agents again.
+const routeEvery = 20 * time.Millisecond
+
+// readyIn reports whether view v shows placement p ready on an alive member.
+func readyIn(v api.MeshView, p api.Placement) bool {
+	for _, m := range v.Members {
+		if m.Name != p.Host || m.Liveness != api.Alive {
+			continue
+		}
+		for _, q := range m.Placements {
+			if q.ID == p.ID && q.State == api.StateReady {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Delete stops and removes a placement, found by id, id prefix or unique model name.
 func (c *Conn) Delete(ctx context.Context, ref string) (api.Placement, error) {
@@ -399,9 +496,10 @@ func (c *Conn) Delete(ctx context.Context, ref string) (api.Placement, error) {
 // findLive looks a placement up in every alive agent's own list.
 func (c *Conn) findLive(ctx context.Context, ref string) (api.Placement, error) {
 	var all []api.Placement
-	for _, a := range Agents(c.View()) {
+	v := c.View()
+	for _, a := range Agents(v) {
 		cctx, cancel := c.callCtx(ctx)
-		ps, err := c.clientFor(a.Host.APIAddr).Placements(cctx)
+		ps, err := c.clientOf(v, a).Placements(cctx)
 		cancel()
 		if err == nil {
 			all = append(all, ps...)
@@ -428,13 +526,18 @@ func ChatTarget(v api.MeshView, model string) (api.Member, error) {
 }
 
 // Chat streams an answer from model through the gateway. Cancelling ctx cancels the generation.
+// In agent mode the agent's own gateway takes it, and forwards it to the model's owner.
 func (c *Conn) Chat(ctx context.Context, model string, msgs []api.ChatMessage, opt api.ChatOptions, emit func(api.ChatDelta) error) (host string, err error) {
 	target, err := ChatTarget(c.View(), model)
 	if err != nil {
 		return "", err
 	}
+	cl := c.agent
+	if cl == nil {
+		cl = c.clientOf(c.View(), target)
+	}
 	started := false
-	err = c.clientFor(target.Host.APIAddr).ChatStream(ctx, model, msgs, opt, func(d api.ChatDelta) error {
+	err = cl.ChatStream(ctx, model, msgs, opt, func(d api.ChatDelta) error {
 		started = started || d.Content != ""
 		return emit(d)
 	})
@@ -460,13 +563,15 @@ func (c *Conn) Events(ctx context.Context, ready func(), emit func(api.Event)) {
 	// Nothing is emitted, and ready is not called, after Events returns.
 	defer wg.Wait()
 	follow := func(initial bool) {
-		for _, a := range Agents(c.View()) {
-			addr := a.Host.APIAddr
-			if _, ok := following[addr]; ok {
+		v := c.View()
+		for _, a := range Agents(v) {
+			cl := c.clientOf(v, a)
+			key := a.Name + " " + a.Host.APIAddr
+			if _, ok := following[key]; ok {
 				continue
 			}
 			fctx, cancel := context.WithCancel(ctx)
-			following[addr] = cancel
+			following[key] = cancel
 			settled := func() {}
 			if initial {
 				first.Add(1)
@@ -476,7 +581,7 @@ func (c *Conn) Events(ctx context.Context, ready func(), emit func(api.Event)) {
 			go func() {
 				defer wg.Done()
 				defer settled()
-				c.followEvents(fctx, addr, settled, out)
+				c.followEvents(fctx, cl, settled, out)
 			}()
 		}
 	}
@@ -503,11 +608,11 @@ func (c *Conn) Events(ctx context.Context, ready func(), emit func(api.Event)) {
 
 // followEvents streams one agent's events until ctx ends, resuming after the last one seen when
 // the stream breaks. settled is called when the first stream opens or the first try fails.
-func (c *Conn) followEvents(ctx context.Context, addr string, settled func(), emit func(api.Event)) {
+func (c *Conn) followEvents(ctx context.Context, cl *api.Client, settled func(), emit func(api.Event)) {
 	var last uint64
 	retry := backoff.New(200*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
-		err := c.clientFor(addr).Events(ctx, last, settled, func(ev api.Event) error {
+		err := cl.Events(ctx, last, settled, func(ev api.Event) error {
 			last = ev.Seq
 			emit(ev)
 			return nil
@@ -516,7 +621,7 @@ func (c *Conn) followEvents(ctx context.Context, addr string, settled func(), em
 		if ctx.Err() != nil {
 			return
 		}
-		c.log.Debug("event stream ended", "agent", addr, "err", err)
+		c.log.Debug("event stream ended", "agent", cl.BaseURL, "err", err)
 		select {
 		case <-ctx.Done():
 			return

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,16 +22,22 @@ import (
 
 // agents is a mesh of agent APIs on loopback, one HTTP server per host, all serving one mesh
 // view in which each host's API address is its own server; each records what it was asked.
+// A call marked for another host (api.HostHeader, as a console in agent mode sends them) is
+// answered as that host, as a real agent forwarding it would.
 type agents struct {
-	mu    sync.Mutex
-	view  api.MeshView
-	calls map[string][]string // host: "METHOD path", in order
+	mu      sync.Mutex
+	view    api.MeshView
+	calls   map[string][]string // host the call is for: "METHOD path", in order
+	reached map[string]int      // host whose server was dialled: how many calls
 	// estimate answers POST /v1/estimate on a host (nil: the host fails it); placement answers
 	// GET /v1/placements/{id} with the n-th look at it.
 	estimate  func(host string) *api.Estimation
 	placement func(host, id string, n int) (api.Placement, *api.Error)
 	listed    map[string][]api.Placement // what GET /v1/placements answers, by host
-	chat      http.HandlerFunc           // the gateway's POST /v1/chat/completions
+	// viewOf answers the n-th GET /v1/mesh asked for host's own view (nil: the mesh view).
+	viewOf   func(host string, n int) api.MeshView
+	meshAsks map[string]int
+	chat     http.HandlerFunc // the gateway's POST /v1/chat/completions
 }
 
 func member(name string, runtimes ...api.Runtime) api.Member {
@@ -46,24 +53,36 @@ func member(name string, runtimes ...api.Runtime) api.Member {
 
 func startAgents(t *testing.T, v api.MeshView) *agents {
 	t.Helper()
-	a := &agents{view: v, calls: map[string][]string{}, listed: map[string][]api.Placement{}}
+	a := &agents{view: v, calls: map[string][]string{}, reached: map[string]int{}, listed: map[string][]api.Placement{}, meshAsks: map[string]int{}}
 	looks := map[string]int{}
 	for i := range a.view.Members {
-		host := a.view.Members[i].Name
+		server := a.view.Members[i].Name
 		mux := http.NewServeMux()
 		record := func(r *http.Request) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
+			host := cmp.Or(r.Header.Get(api.HostHeader), server)
 			a.calls[host] = append(a.calls[host], r.Method+" "+r.URL.Path)
+			a.reached[server]++
 		}
+		// forHost is the host a call is for.
+		forHost := func(r *http.Request) string { return cmp.Or(r.Header.Get(api.HostHeader), server) }
 		mux.HandleFunc("GET /v1/mesh", func(w http.ResponseWriter, r *http.Request) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
-			_ = json.NewEncoder(w).Encode(a.view)
+			v := a.view
+			if host := r.Header.Get(api.HostHeader); host != "" {
+				// Asked for one agent's own view (Wait's, until the mesh routes a placement).
+				a.meshAsks[host]++
+				if a.viewOf != nil {
+					v = a.viewOf(host, a.meshAsks[host])
+				}
+			}
+			_ = json.NewEncoder(w).Encode(v)
 		})
 		mux.HandleFunc("POST /v1/estimate", func(w http.ResponseWriter, r *http.Request) {
 			record(r)
-			est := a.estimate(host)
+			est := a.estimate(forHost(r))
 			if est == nil {
 				w.WriteHeader(http.StatusInternalServerError)
 				_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.Error{Code: api.CodeInternal, Message: "sizer down"}})
@@ -75,10 +94,11 @@ func startAgents(t *testing.T, v api.MeshView) *agents {
 			record(r)
 			a.mu.Lock()
 			defer a.mu.Unlock()
-			_ = json.NewEncoder(w).Encode(api.PlacementList{Placements: a.listed[host]})
+			_ = json.NewEncoder(w).Encode(api.PlacementList{Placements: a.listed[forHost(r)]})
 		})
 		mux.HandleFunc("GET /v1/placements/{id}", func(w http.ResponseWriter, r *http.Request) {
 			record(r)
+			host := forHost(r)
 			a.mu.Lock()
 			looks[host]++
 			n := looks[host]
@@ -104,6 +124,13 @@ func startAgents(t *testing.T, v api.MeshView) *agents {
 		a.view.Members[i].Host.APIAddr = srv.Listener.Addr().String()
 	}
 	return a
+}
+
+// dialled is how many calls host's own server took.
+func (a *agents) dialled(host string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reached[host]
 }
 
 func (a *agents) asked(host string) []string {
@@ -243,10 +270,22 @@ func TestRank(t *testing.T) {
 	assert.Equal(t, "registry unreachable", r.SizeError)
 }
 
-// Wait asks the placement's own host, and its look decides what a failed look does.
+// Wait asks the placement's own host, and its look decides what a failed look does. A ready
+// placement is returned once every other agent's own view shows it ready: a chat through any
+// gateway then finds it (issue 42).
 func TestWait(t *testing.T) {
 	a := startAgents(t, api.MeshView{Members: []api.Member{member("gateway"), member("tower", api.RuntimeOllama)}})
 	p := placed("p-7", "tower", "llama3.2:3b", "default", api.StatePulling)
+	a.viewOf = func(host string, n int) api.MeshView {
+		v := a.view
+		if host == "gateway" && n >= 3 { // gossip reached it at the third look
+			v.Members = append([]api.Member(nil), v.Members...)
+			ready := p
+			ready.State = api.StateReady
+			v.Members[1].Placements = []api.Placement{ready}
+		}
+		return v
+	}
 	a.placement = func(host, id string, n int) (api.Placement, *api.Error) {
 		switch n {
 		case 1:
@@ -272,7 +311,12 @@ func TestWait(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, api.StateReady, final.State)
 	assert.Equal(t, []string{"pulling", "failed", "ready"}, heard)
-	assert.Empty(t, a.asked("gateway"), "the owner is asked, not the agent the console watches through")
+	a.mu.Lock()
+	assert.Equal(t, 3, a.meshAsks["gateway"], "returned when the other agent's view showed it ready, not before")
+	assert.Zero(t, a.meshAsks["tower"], "the owner is not asked: it routes what it serves")
+	a.mu.Unlock()
+	assert.Empty(t, a.asked("gateway"), "the owner is asked (through the agent the console watches)")
+	assert.Zero(t, a.dialled("tower"), "never dialled itself")
 	assert.Equal(t, []string{"GET /v1/placements/p-7", "GET /v1/placements/p-7", "GET /v1/placements/p-7"}, a.asked("tower"))
 
 	_, err = c.Wait(t.Context(), api.Placement{ID: "p-8", Host: "elsewhere"}, func(api.Placement, error) error { return nil })
@@ -301,6 +345,7 @@ func TestDelete(t *testing.T) {
 	assert.Equal(t, "p-77", p.ID)
 	assert.Contains(t, a.asked("gateway"), "GET /v1/placements", "every alive agent is asked")
 	assert.Equal(t, "DELETE /v1/placements/p-77", a.asked("tower")[len(a.asked("tower"))-1])
+	assert.Zero(t, a.dialled("tower"), "every call goes through the agent the console watches (issue 42)")
 
 	var ae *api.Error
 	_, err = c.Delete(t.Context(), "nothing")
@@ -378,7 +423,8 @@ func TestChat(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "tower", host)
 	assert.Equal(t, "Hello world", text.String())
-	assert.Empty(t, a.asked("gateway"))
+	assert.Equal(t, []string{"POST /v1/chat/completions"}, a.asked("gateway"), "the agent's gateway takes it, and forwards it to the owner")
+	assert.Zero(t, a.dialled("tower"), "the console never dials the owner itself (issue 42)")
 
 	breakOff.Store(true)
 	host, err = c.Chat(t.Context(), "qwen2:1.5b", msgs, api.ChatOptions{}, func(api.ChatDelta) error { return nil })

@@ -51,8 +51,9 @@ func (c *Conn) Doctor(ctx context.Context) Doctor {
 	if as, ok := c.src.(*agentSource); ok {
 		answers = []answer{{name: "at " + as.client.BaseURL, client: as.client}}
 	} else {
-		for _, a := range Agents(c.View()) {
-			answers = append(answers, answer{name: a.Name, client: c.clientFor(a.Host.APIAddr)})
+		v := c.View()
+		for _, a := range Agents(v) {
+			answers = append(answers, answer{name: a.Name, client: c.clientOf(v, a)})
 		}
 	}
 	var wg sync.WaitGroup
