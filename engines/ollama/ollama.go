@@ -116,7 +116,9 @@ func RootCause(err error) error {
 
 // Health checks that the daemon answers GET / (Ollama has no /health) and that m is still
 // loaded: a daemon that restarted, or dropped the model, would otherwise leave the placement
-// shown ready with nothing behind it.
+// shown ready with nothing behind it. A model the daemon no longer holds is loaded again, as
+// the placement asked: Ollama also drops a model for a while when another client (Open WebUI,
+// the ollama CLI) asks for it with other options, which is no failure of the placement.
 func (d *Driver) Health(ctx context.Context, m engines.Model) error {
 	if _, err := d.c.Root(ctx); err != nil {
 		return err
@@ -129,8 +131,12 @@ func (d *Driver) Health(ctx context.Context, m engines.Model) error {
 	if err != nil {
 		return err
 	}
-	if !Listed(running, ref) {
-		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s is no longer loaded in Ollama at %s (the daemon restarted or unloaded it)", ref, d.c.URL())}
+	if Listed(running, ref) {
+		return nil
+	}
+	d.log.Info("no longer loaded in the daemon (it restarted, or another client had it reloaded); loading it again", "model", ref)
+	if err := d.c.Load(ctx, ref, loadOptions(m)); err != nil {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s is no longer loaded in Ollama at %s (the daemon restarted or unloaded it), and loading it again failed: %v", ref, d.c.URL(), RootCause(err))}
 	}
 	return nil
 }

@@ -88,12 +88,23 @@ func TestLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, names)
 	assert.Equal(t, 1, sim.Stats().Unloads)
-	err = d.Health(ctx, qwen)
-	assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
-	assert.ErrorContains(t, err, "qwen2.5:0.5b is no longer loaded in Ollama")
 
 	// Unloading again is a no-op.
 	require.NoError(t, d.Unload(ctx, qwen))
+
+	// A model the daemon dropped (it restarted, or another client had it reloaded with other
+	// options) is loaded again by the health check, kept forever with the placement's options.
+	require.NoError(t, d.Health(ctx, qwen))
+	names, err = d.Loaded(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"qwen2.5:0.5b"}, names)
+	assert.Equal(t, 2, sim.Stats().Loads)
+
+	// One it cannot load again fails the check, saying why.
+	err = d.Health(ctx, engines.Model{ID: "gone", Source: "ollama://nosuch:1b"})
+	assert.Equal(t, api.CodeEngineError, ollamatest.CodeOf(err))
+	assert.ErrorContains(t, err, "nosuch:1b is no longer loaded in Ollama")
+	assert.ErrorContains(t, err, "loading it again failed")
 }
 
 func TestLoadContext(t *testing.T) {
