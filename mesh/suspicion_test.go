@@ -247,9 +247,11 @@ func TestSuspicionGraceFollowsRoundTrips(t *testing.T) {
 
 // After a cut, a suspect's own refutation notice may never reach this member: the suspect
 // counted it dead meanwhile, so it sent the notice only to the members it held alive and
-// gossiped it for a few rounds (issue 42: a healthy peer shown suspect for 9 s after a 15 s
-// cut). memberlist's refutation, which does arrive, ends the suspicion at once, not the
-// housekeeper's expiry of a suspicion memberlist no longer holds.
+// gossiped it for a few rounds. memberlist's refutation, which does arrive, ends the suspicion
+// at once, not the housekeeper's expiry of a suspicion memberlist no longer holds: that came
+// maxSuspicion after it began, 10 s on the LAN, so the peer was shown suspect for 9 s and more
+// once its grace was over (issue 42: "after a 15 s cut, a healthy peer suspect for 9 s"; had
+// memberlist not seen the refutation either, it would have declared the peer dead at 9 s).
 func TestMemberlistRefutationEndsSuspicion(t *testing.T) {
 	c := newCluster(t)
 	a := c.add("a", api.RoleAgent)
