@@ -32,7 +32,7 @@ build:
 # the fork's (third_party/memberlist/LLMKUBE.md).
 test: lint
 	$(GO) test $(GOFLAGS_TEST) $(PKGS)
-	cd third_party/memberlist && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+	cd third_party/memberlist && $(GO) vet ./... && $(GO) test $(GOFLAGS_TEST) -count=1 ./...
 
 # The mesh on a LAN of network namespaces: the real programs on four hosts, mDNS and no seeds,
 # faults (see e2e/). Needs root (CI runs it so); elsewhere it skips, saying why. The report of
