@@ -58,8 +58,11 @@ func New(snapshot func() Snapshot) *Metrics {
 // Registry is the agent's registry, for tests and for mounting extra collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the registry in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+// Handler serves the registry in the Prometheus text format. A collector that fails (the
+// process's figures where the OS does not give them) leaves its series out, not the scrape.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
 
 // CountGossip exports, as the llmkube_gossip_* series, what the mesh member's gossip layer did
 // and saw (mesh.Mesh.GossipStats), read at scrape time.
