@@ -28,8 +28,11 @@ build:
 		if [ -d cmd/$$p ]; then $(GO) build -ldflags "$(STAMP)" -o $(BIN)/$$p ./cmd/$$p || exit 1; fi; \
 	done
 
+# The memberlist fork is a module of its own, outside ./...: its upstream tests run too, with
+# the fork's (third_party/memberlist/LLMKUBE.md).
 test: lint
 	$(GO) test $(GOFLAGS_TEST) $(PKGS)
+	cd third_party/memberlist && $(GO) vet ./... && $(GO) test $(GOFLAGS_TEST) -count=1 ./...
 
 # The mesh on a LAN of network namespaces: the real programs on four hosts, mDNS and no seeds,
 # faults (see e2e/). Needs root (CI runs it so); elsewhere it skips, saying why. The report of

@@ -169,7 +169,6 @@ type Agent struct {
 	pending    []*placement    // restored placements whose lifecycles Run starts
 	running    bool
 	runStarted chan struct{} // closed by Run once the engines are detected and restoring began
-	detected   chan struct{} // a token after each periodic detection round (DetectRounds)
 	closed     bool
 	beat       time.Time // last housekeeping tick: /readyz fails when it stalls
 	wg         sync.WaitGroup
@@ -224,7 +223,6 @@ func New(cfg Config) (*Agent, error) {
 		engines:    make(map[api.Runtime]api.Engine),
 		watchers:   make(map[chan struct{}]struct{}),
 		runStarted: make(chan struct{}),
-		detected:   make(chan struct{}, 1),
 		started:    time.Now().UTC(),
 	}
 	for _, d := range cfg.Drivers {
@@ -469,10 +467,6 @@ func (a *Agent) housekeeping(ctx context.Context) {
 				a.host.Memory.Available = info.Memory.Available
 				a.mu.Unlock()
 			}
-			select {
-			case a.detected <- struct{}{}:
-			default: // the last round's token is still unread: one says as much
-			}
 		}
 	}
 }
@@ -484,11 +478,6 @@ func (a *Agent) heartbeatEvery() time.Duration {
 // Running is closed once Run has detected the engines and started restoring the placements
 // kept from the last run: from then on Placements shows every one of them.
 func (a *Agent) Running() <-chan struct{} { return a.runStarted }
-
-// DetectRounds receives after each periodic round of engine detection and host re-probing
-// (DetectInterval), a round that runs code nothing else runs; tokens of rounds not yet
-// received are merged into one.
-func (a *Agent) DetectRounds() <-chan struct{} { return a.detected }
 
 // Ready reports whether the agent is serving: Run has started and its housekeeping has ticked
 // recently. A stalled agent must say so rather than keep answering "ready".

@@ -1072,26 +1072,3 @@ func TestRealOllamaCreatedModelPlaces(t *testing.T) {
 		t.Fatal("empty answer")
 	}
 }
-
-// TestDetectRoundsAreTold: each periodic detection round gives a token on DetectRounds (the
-// agent's command hands the code such a round ran back to the kernel after it), and rounds
-// nobody received do not block housekeeping: the agent stays ready.
-func TestDetectRoundsAreTold(t *testing.T) {
-	dir := t.TempDir()
-	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{llamaDriver(t, dir)}, func(c *Config) {
-		c.DetectInterval = 20 * time.Millisecond
-	})
-	serve(t, a, nil)
-	for range 2 {
-		select {
-		case <-a.DetectRounds():
-		case <-time.After(10 * time.Second):
-			t.Fatal("no detection round told")
-		}
-	}
-	// Unread rounds pile up into one token and do not stall the loop.
-	waitFor(t, func() bool { return len(a.DetectRounds()) == 1 }, "a round's token to wait unread")
-	beat := func() time.Time { a.mu.Lock(); defer a.mu.Unlock(); return a.beat }
-	before := beat()
-	waitFor(t, func() bool { return beat().After(before) && a.Ready() == nil }, "housekeeping to go on beating")
-}

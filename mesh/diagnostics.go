@@ -20,12 +20,11 @@ import (
 //
 //   - what arrived and was dropped before it could be read, with the sender's address: another
 //     mesh's label or none, a packet that failed to decrypt, malformed messages (junkReason);
-//   - that our own failure detector's probe of a named member went unanswered, and that one was
-//     answered over TCP only (UDP blocked);
-//   - that we refuted a suspicion of ourselves.
+//   - that our failure detector's probe of a named member was answered over TCP only (UDP
+//     blocked).
 //
-// Everything else memberlist tells (probes, suspicions, bytes, acks and their round trip, name
-// conflicts) comes from its metrics and delegates: see metrics.go.
+// Everything else memberlist tells (probes, suspicions and their refutations, bytes, acks and
+// their round trip, name conflicts) comes from its metrics and delegates: see metrics.go.
 type diagnostics struct {
 	m *Mesh
 
@@ -83,9 +82,7 @@ type mlLine struct {
 	// (another llmkube mesh) rather than none (some other program).
 	foreign, labelled bool
 
-	probeFailed string // the member our failure detector's probe got no ack from
-	tcpOnly     string // the member that answered our probe over TCP only
-	refuted     bool   // we refuted a peer's suspicion of ourselves
+	tcpOnly string // the member that answered our probe over TCP only
 }
 
 // readLine parses one of memberlist v0.7.0's log lines.
@@ -119,12 +116,7 @@ func readLine(line string) mlLine {
 		// that there is one says another llmkube mesh sent it, not a stray program.
 		l.foreign, l.labelled = true, !strings.Contains(msg, `label "":`)
 	}
-	switch {
-	case strings.HasPrefix(msg, "Suspect ") && strings.HasSuffix(msg, " has failed, no acks received"):
-		l.probeFailed = strings.TrimSuffix(strings.TrimPrefix(msg, "Suspect "), " has failed, no acks received")
-	case strings.HasPrefix(msg, "Refuting a suspect message"):
-		l.refuted = true
-	case strings.Contains(msg, "over TCP but UDP probes failed"):
+	if strings.Contains(msg, "over TCP but UDP probes failed") {
 		if _, rest, ok := strings.Cut(msg, "Was able to connect to "); ok {
 			l.tcpOnly, _, _ = strings.Cut(rest, " over TCP")
 		}
@@ -139,16 +131,9 @@ func (d *diagnostics) line(line string) {
 	} else {
 		d.m.log.Log(context.Background(), l.level, l.msg, "component", "memberlist")
 	}
-	c := d.m.stats
 	switch {
-	case l.probeFailed != "":
-		c.probesFailed.Add(1)
-		d.m.suspected(l.probeFailed)
-	case l.refuted:
-		c.refutations.Add(1)
-		d.m.refute()
 	case l.tcpOnly != "":
-		c.probesTCPOnly.Add(1)
+		d.m.stats.probesTCPOnly.Add(1)
 		d.saw(d.udp, l.tcpOnly, "")
 	case l.foreign:
 		labelled := ""

@@ -278,11 +278,7 @@ func (m *Mesh) acceptLive(n liveNotice) {
 		if n.Seq > mb.liveSeq {
 			mb.liveSeq, news = n.Seq, true
 			if mb.state == api.Suspect {
-				// A refutation: the member was unable to answer for about a probe interval and
-				// this long. It counts as an ack that slow, for the grace of its next suspicion:
-				// memberlist reports no ack later than its probe timeout.
-				mb.rtt.add(m.mlc.ProbeInterval+now.Sub(mb.since), now)
-				mb.state, mb.since = api.Alive, now
+				m.refutedLocked(mb, now)
 			}
 		}
 	case liveSuspect:
@@ -378,6 +374,64 @@ const maxSeqAhead = 24 * time.Hour
 
 func plausibleSeq(seq uint64) bool {
 	return seq <= uint64(time.Now().Add(maxSeqAhead).UnixMicro())
+}
+
+// suspicions receives memberlist's suspicions (the fork's SuspicionDelegate, see
+// third_party/memberlist/LLMKUBE.md). NotifyCleared and NotifyRefuting run with memberlist's
+// node lock held, as the events do: they update our table and send, never call back into
+// memberlist for its state, never block.
+type suspicions Mesh
+
+func (s *suspicions) mesh() *Mesh { return (*Mesh)(s) }
+
+// NotifySuspect: our own probe of node went unanswered. A peer's suspicion reaches the mesh as
+// its own notice (acceptLive), numbered against the suspect's refutations.
+func (s *suspicions) NotifySuspect(node *memberlist.Node, from string) {
+	m := s.mesh()
+	if from != m.name {
+		return
+	}
+	m.stats.probesFailed.Add(1)
+	m.suspected(node.Name)
+}
+
+// NotifyCleared: node refuted a suspicion our memberlist held. Its own notice says so too, but
+// may never come: a member that counted us dead while we were cut off sends it only to the
+// members it holds alive, and gossips it for a few rounds, before we are back.
+func (s *suspicions) NotifyCleared(node *memberlist.Node) {
+	s.mesh().cleared(node.Name)
+}
+
+// NotifyRefuting: a peer suspects us, and memberlist refutes it; so does the mesh's notice.
+func (s *suspicions) NotifyRefuting(string) {
+	m := s.mesh()
+	m.stats.refutations.Add(1)
+	m.refute()
+}
+
+// cleared ends a suspicion of name at once: our memberlist saw it refuted.
+func (m *Mesh) cleared(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb := m.members[name]
+	if mb == nil || mb.hearsay || mb.state != api.Suspect {
+		return
+	}
+	now := time.Now()
+	m.refutedLocked(mb, now)
+	mb.updated = now
+	m.wakeKeepersLocked()
+	m.countAliveLocked()
+	m.emitLocked(mb)
+	signal(m.changed)
+}
+
+// refutedLocked makes a suspect member alive again. The suspicion counts as an ack as slow as
+// it lasted, about a probe interval and this long, for the grace of the member's next
+// suspicion: memberlist reports no ack later than its probe timeout.
+func (m *Mesh) refutedLocked(mb *member, now time.Time) {
+	mb.rtt.add(m.mlc.ProbeInterval+now.Sub(mb.since), now)
+	mb.state, mb.since = api.Alive, now
 }
 
 // suspected is called when our own memberlist's failure detector suspects a node.

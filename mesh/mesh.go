@@ -88,6 +88,7 @@ type Mesh struct {
 	queue      *memberlist.TransmitLimitedQueue
 	diag       *diagnostics
 	stats      *gossipCounters
+	unroute    func()           // stops routing memberlist's metrics to stats
 	discovered discovery.Source // from Config.NewDiscovery
 	subs       broker
 
@@ -161,9 +162,11 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 	guard, err := m.configure(mlc)
 	if err != nil {
+		m.unroute()
 		return nil, err
 	}
 	if err := m.listen(mlc, guard); err != nil {
+		m.unroute()
 		return nil, err
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -238,8 +241,8 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 }
 
 // configure sets memberlist up for this mesh: name, label and key from the secret, addresses,
-// the delegates that are the mesh, metrics to this member's counters, logs through the
-// diagnostics, and a guarded transport.
+// the delegates that are the mesh, metrics routed to this member's counters, logs through the
+// diagnostics, and a guarded transport. Whatever it returns, the route is set (see unroute).
 func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
 	cfg := m.cfg
 	mlc.Name = m.name
@@ -257,10 +260,11 @@ func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
 	if mlc.AdvertisePort == 0 {
 		mlc.AdvertisePort = cfg.BindPort
 	}
-	mlc.MetricSink = counterSink{m.stats}
+	mlc.MetricLabels, m.unroute = routeMetrics(m.stats)
 	mlc.Delegate = (*delegate)(m)
 	mlc.Events = (*events)(m)
 	mlc.Ping = (*pings)(m)
+	mlc.Suspicion = (*suspicions)(m)
 	mlc.Alive = (*aliveCheck)(m)
 	mlc.Conflict = (*events)(m)
 	mlc.LogOutput = nil
@@ -441,6 +445,7 @@ func (m *Mesh) Shutdown() error {
 	m.saveLastKnown()
 	m.cancel()
 	err := m.ml.Shutdown()
+	m.unroute()
 	m.wg.Wait()
 	m.subs.close()
 	close(m.done)

@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -9,24 +11,33 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 )
 
-// A member's gossip counters come from three places, each the one memberlist offers for the fact:
+// A member's gossip counters come from four places, each the one memberlist offers for the fact:
 //
 //   - memberlist's own metrics (fromMemberlist below): probes, degraded probes, suspicions, bytes
 //     sent by UDP and TCP and received by UDP;
 //   - its delegates: acked probes and their round trip (pings, the PingDelegate), name conflicts
-//     (the ConflictDelegate, see events.NotifyConflict);
+//     (the ConflictDelegate, see events.NotifyConflict), failed probes and our refutations (the
+//     fork's SuspicionDelegate, see suspicions);
 //   - the stream guard, which sees every gossip stream, whichever side opened it: bytes
 //     received by TCP;
-//   - its log lines, only for what it says nowhere else (see diagnostics.go).
+//   - its log lines, only for what it says nowhere else: probes answered over TCP only, and
+//     what was dropped (see diagnostics.go).
 //
-// memberlist v0.7.0 reports its metrics to go-metrics' process-wide sink; the fork in
-// third_party/memberlist (LLMKUBE.md) also takes a sink per member (Config.MetricSink, and its
-// transport's): each member hands its own counterSink, so several members in one process (the
-// tests run dozens at once; a console beside an agent) count each its own, nothing reaches
-// go-metrics' global sink, and a metric costs a name lookup and an atomic add. (Before, one
-// global sink routed each metric to its member by a label, through go-metrics' filters: a few
-// metrics a probe and gossip round, for as long as an agent runs, were a visible part of an
-// idle agent's CPU, BENCHMARKS.md.)
+// memberlist v0.7.0 reports its metrics only to go-metrics' process-wide sink (the package-level
+// IncrCounterWithLabels and the like), adding Config.MetricLabels to each: it has no sink per
+// instance. Several members run in one process (the tests run dozens at once; a console beside
+// an agent), so the first member to start installs one global sink that routes each metric to
+// its member by the memberLabel it carries, and hands every metric on, without that label, to
+// the sink installed before, so that a program's own go-metrics setup keeps working. A program
+// that installs another global sink after a member started cuts the route: memberlist's figures
+// then stop growing; the others keep counting.
+const memberLabel = "llmkube_member"
+
+var (
+	routeOnce sync.Once
+	routes    sync.Map // member id (string) → *gossipCounters
+	memberIDs atomic.Uint64
+)
 
 // gossipCounters are one member's counters; see api.GossipStats for what each counts.
 type gossipCounters struct {
@@ -50,46 +61,83 @@ var fromMemberlist = map[string]func(*gossipCounters) *atomic.Uint64{
 	"memberlist.tcp.sent":       func(c *gossipCounters) *atomic.Uint64 { return &c.tcpSent },
 }
 
-// counterSink is one member's go-metrics sink: it feeds the member's counters and drops the rest.
-type counterSink struct{ c *gossipCounters }
+// routeMetrics registers c under a new member id and returns the labels that route
+// memberlist's metrics to it, and the function that stops the route.
+func routeMetrics(c *gossipCounters) ([]gometrics.Label, func()) {
+	routeOnce.Do(func() {
+		conf := gometrics.DefaultConfig("")
+		conf.EnableHostname, conf.EnableRuntimeMetrics = false, false
+		_, _ = gometrics.NewGlobal(conf, &routeSink{next: gometrics.Default()}) // New never fails
+	})
+	id := strconv.FormatUint(memberIDs.Add(1), 10)
+	routes.Store(id, c)
+	return []gometrics.Label{{Name: memberLabel, Value: id}}, func() { routes.Delete(id) }
+}
 
-var _ gometrics.MetricSink = counterSink{}
+// routeSink is the process-wide go-metrics sink (see above).
+type routeSink struct{ next gometrics.MetricSink }
 
-// add counts one of memberlist's metrics.
-func (s counterSink) add(key []string, val float32) {
-	if val <= 0 {
-		return
-	}
-	// The name is joined in a buffer on the stack and looked up without making it a string
-	// (the compiler's m[string(b)]): an idle agent's garbage collections are a good part of its
-	// CPU (BENCHMARKS.md, the idle footprint).
-	var buf [64]byte
-	name := buf[:0]
-	for j, part := range key {
-		if j > 0 {
-			name = append(name, '.')
+// add counts one of memberlist's metrics for the member its labels name, and strips that
+// label for the next sink.
+func (s *routeSink) add(key []string, val float32, labels []gometrics.Label) []gometrics.Label {
+	i := -1
+	for j, l := range labels {
+		if l.Name == memberLabel {
+			i = j
+			break
 		}
-		name = append(name, part...)
 	}
-	if counter := fromMemberlist[string(name)]; counter != nil {
-		counter(s.c).Add(uint64(val))
+	if i < 0 {
+		return labels
+	}
+	if c, ok := routes.Load(labels[i].Value); ok && val > 0 {
+		// The name is joined in a buffer on the stack and looked up without making it a string
+		// (the compiler's m[string(b)]): memberlist emits a few metrics per probe and gossip
+		// round for as long as the agent runs, and an idle agent's garbage collections are a
+		// good part of its CPU (BENCHMARKS.md, the idle footprint).
+		var buf [64]byte
+		name := buf[:0]
+		for j, part := range key {
+			if j > 0 {
+				name = append(name, '.')
+			}
+			name = append(name, part...)
+		}
+		if counter := fromMemberlist[string(name)]; counter != nil {
+			counter(c.(*gossipCounters)).Add(uint64(val))
+		}
+	}
+	return append(labels[:i:i], labels[i+1:]...)
+}
+
+func (s *routeSink) IncrCounterWithLabels(key []string, val float32, labels []gometrics.Label) {
+	s.next.IncrCounterWithLabels(key, val, s.add(key, val, labels))
+}
+
+func (s *routeSink) AddSampleWithLabels(key []string, val float32, labels []gometrics.Label) {
+	s.next.AddSampleWithLabels(key, val, s.add(key, 1, labels))
+}
+
+func (s *routeSink) SetGaugeWithLabels(key []string, val float32, labels []gometrics.Label) {
+	s.next.SetGaugeWithLabels(key, val, s.add(key, 0, labels))
+}
+
+func (s *routeSink) SetPrecisionGaugeWithLabels(key []string, val float64, labels []gometrics.Label) {
+	if next, ok := s.next.(gometrics.PrecisionGaugeMetricSink); ok {
+		next.SetPrecisionGaugeWithLabels(key, val, s.add(key, 0, labels))
 	}
 }
 
-func (s counterSink) IncrCounterWithLabels(key []string, val float32, _ []gometrics.Label) {
-	s.add(key, val)
+func (s *routeSink) SetPrecisionGauge(key []string, val float64) {
+	if next, ok := s.next.(gometrics.PrecisionGaugeMetricSink); ok {
+		next.SetPrecisionGauge(key, val)
+	}
 }
 
-func (s counterSink) AddSampleWithLabels(key []string, _ float32, _ []gometrics.Label) {
-	s.add(key, 1)
-}
-
-func (s counterSink) IncrCounter(key []string, val float32) { s.add(key, val) }
-func (s counterSink) AddSample(key []string, _ float32)     { s.add(key, 1) }
-
-func (counterSink) SetGaugeWithLabels([]string, float32, []gometrics.Label) {}
-func (counterSink) SetGauge([]string, float32)                              {}
-func (counterSink) EmitKey([]string, float32)                               {}
+func (s *routeSink) SetGauge(key []string, val float32)    { s.next.SetGauge(key, val) }
+func (s *routeSink) EmitKey(key []string, val float32)     { s.next.EmitKey(key, val) }
+func (s *routeSink) IncrCounter(key []string, val float32) { s.next.IncrCounter(key, val) }
+func (s *routeSink) AddSample(key []string, val float32)   { s.next.AddSample(key, val) }
 
 // rttBuckets are the upper bounds of the probe round-trip histogram, in seconds: from a LAN's
 // fraction of a millisecond to the probe timeouts of the WAN profile.

@@ -69,9 +69,9 @@ func newStreamGuard(t memberlist.NodeAwareTransport, onDrop func(net.Addr, strin
 
 // newNetTransport makes the UDP and TCP sockets as memberlist.Create would (including its
 // retries while a dynamic port is taken on one protocol), guarded. It sets the bound port in
-// c when c asked for any free one. The sockets report their metrics to c's sink.
+// c when c asked for any free one. The sockets report their metrics with c's labels.
 func newNetTransport(c *memberlist.Config, onDrop func(net.Addr, string), read *atomic.Uint64) (*streamGuard, error) {
-	nc := &memberlist.NetTransportConfig{BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger, MetricSink: c.MetricSink}
+	nc := &memberlist.NetTransportConfig{BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger, MetricLabels: c.MetricLabels}
 	tries := 1
 	if c.BindPort == 0 {
 		tries = 10

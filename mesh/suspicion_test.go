@@ -244,3 +244,38 @@ func TestSuspicionGraceFollowsRoundTrips(t *testing.T) {
 	at = now.Add(2*rttWindow + time.Second)
 	assert.Equal(t, base, m.suspicionGraceLocked(slow, at, 0), "slow acks two windows old are forgotten")
 }
+
+// After a cut, a suspect's own refutation notice may never reach this member: the suspect
+// counted it dead meanwhile, so it sent the notice only to the members it held alive and
+// gossiped it for a few rounds. memberlist's refutation, which does arrive, ends the suspicion
+// at once, not the housekeeper's expiry of a suspicion memberlist no longer holds: that came
+// maxSuspicion after it began, 10 s on the LAN, so the peer was shown suspect for 9 s and more
+// once its grace was over (issue 42: "after a 15 s cut, a healthy peer suspect for 9 s"; had
+// memberlist not seen the refutation either, it would have declared the peer dead at 9 s).
+func TestMemberlistRefutationEndsSuspicion(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", api.RoleAgent)
+	cfg, link := c.config("b", api.RoleAgent)
+	b := c.start(cfg)
+	waitFor(t, 10*time.Second, []*Mesh{a}, "b alive", allAlive("b"))
+	b.leaving.Store(true) // b's own liveness notices are lost: it refutes through memberlist alone
+	member := func() (api.Liveness, time.Time) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		mb := a.members["b"]
+		return mb.state, mb.since
+	}
+
+	failed := a.GossipStats().ProbesFailed
+	link.Cut(true)
+	require.Eventually(t, func() bool { return a.GossipStats().ProbesFailed > failed }, 10*time.Second, time.Millisecond, "a's probe of b fails")
+	link.Cut(false) // at once: memberlist declares b dead if the suspicion outlasts its timeout
+	state, suspectedAt := member()
+	require.Equal(t, api.Suspect, state)
+	require.Eventually(t, func() bool { return b.GossipStats().Refutations > 0 }, 10*time.Second, time.Millisecond, "b refutes")
+	require.Eventually(t, func() bool { state, _ := member(); return state != api.Suspect }, 10*time.Second, time.Millisecond)
+	state, aliveAt := member()
+	assert.Equal(t, api.Alive, state)
+	assert.Less(t, aliveAt.Sub(suspectedAt), a.maxSuspicion(), "ended by the refutation, not expired")
+	waitFor(t, 5*time.Second, []*Mesh{a}, "b alive in the view", allAlive("b"))
+}

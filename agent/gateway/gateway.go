@@ -22,11 +22,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
-	"github.com/llmkube/mesh/internal/prom"
 	"github.com/llmkube/mesh/version"
 )
 
@@ -60,7 +61,7 @@ type Config struct {
 	Self string
 	Log  *slog.Logger
 	// Registerer receives the gateway's metrics; nil = the agent's own registry.
-	Registerer prom.Registerer
+	Registerer prometheus.Registerer
 	// QueueDepth is how many requests may wait for an engine that serves one at a time
 	// (hailo-ollama) behind the one it is serving; more are answered 429 with Retry-After.
 	QueueDepth int

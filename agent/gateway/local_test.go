@@ -9,12 +9,12 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
-	"github.com/llmkube/mesh/internal/prom"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
@@ -248,9 +248,10 @@ func TestOneGatewayPerRegistry(t *testing.T) {
 	_, err := gateway.New(gateway.Config{Agent: n.a})
 	require.ErrorContains(t, err, "metrics already registered")
 	// A registry of its own takes another gateway.
-	reg := prom.NewRegistry()
+	reg := prometheus.NewRegistry()
 	_, err = gateway.New(gateway.Config{Agent: n.a, Registerer: reg})
 	require.NoError(t, err)
-	assert.ErrorIs(t, reg.Register(prom.NewGaugeVec("llmkube_gateway_queued_requests", "Taken.")), prom.ErrAlreadyRegistered,
+	taken := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "llmkube_gateway_queued_requests", Help: "Taken."}, []string{"runtime", "engine"})
+	assert.ErrorContains(t, reg.Register(taken), "previously registered",
 		"the second gateway's metrics are in the registry it was given")
 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmkube/mesh/internal/prom"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // How a request was served, the "route" label.
@@ -19,12 +19,12 @@ const (
 // placements that exist (a request for an unknown model is counted without one), so a client
 // cannot grow the series without bound.
 type metrics struct {
-	ttft     *prom.HistogramVec
-	duration *prom.HistogramVec
-	tokens   *prom.CounterVec
-	errors   *prom.CounterVec
-	requests *prom.CounterVec
-	queued   *prom.GaugeVec
+	ttft     *prometheus.HistogramVec
+	duration *prometheus.HistogramVec
+	tokens   *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	requests *prometheus.CounterVec
+	queued   *prometheus.GaugeVec
 
 	mu    sync.RWMutex // every answer reads the cache: under the shared lock
 	cache map[[2]string]*observers
@@ -32,31 +32,31 @@ type metrics struct {
 
 // observers are one (model, route) pair's series, looked up once.
 type observers struct {
-	ttft, duration            *prom.Histogram
-	prompt, completion, count *prom.Counter
+	ttft, duration            prometheus.Observer
+	prompt, completion, count prometheus.Counter
 }
 
-func newMetrics(reg prom.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		ttft: prom.NewHistogramVec("llmkube_gateway_ttft_seconds",
-			"Time from a chat request's arrival to its first token (local) or first byte (forwarded), by model and route.",
-			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "model", "route"),
-		duration: prom.NewHistogramVec("llmkube_gateway_request_duration_seconds",
-			"Chat request duration, arrival to last byte, by model and route.",
-			[]float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}, "model", "route"),
-		tokens: prom.NewCounterVec("llmkube_gateway_tokens_total",
-			"Tokens served by local engines, by model and kind (prompt or completion).", "model", "kind"),
-		errors: prom.NewCounterVec("llmkube_gateway_errors_total",
-			"Chat and listing requests that ended in an error, by stable code and HTTP status (client_gone: the client left mid-answer).", "code", "status"),
-		requests: prom.NewCounterVec("llmkube_gateway_requests_total",
-			"Chat requests answered, by model and route.", "model", "route"),
-		queued: prom.NewGaugeVec("llmkube_gateway_queued_requests",
-			"Requests waiting for an engine that serves one at a time, by runtime and engine address.", "runtime", "engine"),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llmkube_gateway_ttft_seconds",
+			Help:    "Time from a chat request's arrival to its first token (local) or first byte (forwarded), by model and route.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"model", "route"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llmkube_gateway_request_duration_seconds",
+			Help:    "Chat request duration, arrival to last byte, by model and route.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"model", "route"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmkube_gateway_tokens_total",
+			Help: "Tokens served by local engines, by model and kind (prompt or completion)."}, []string{"model", "kind"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmkube_gateway_errors_total",
+			Help: "Chat and listing requests that ended in an error, by stable code and HTTP status (client_gone: the client left mid-answer)."}, []string{"code", "status"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmkube_gateway_requests_total",
+			Help: "Chat requests answered, by model and route."}, []string{"model", "route"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "llmkube_gateway_queued_requests",
+			Help: "Requests waiting for an engine that serves one at a time, by runtime and engine address."}, []string{"runtime", "engine"}),
 		cache: map[[2]string]*observers{},
 	}
-	for _, c := range []prom.Collector{m.ttft, m.duration, m.tokens, m.errors, m.requests, m.queued} {
+	for _, c := range []prometheus.Collector{m.ttft, m.duration, m.tokens, m.errors, m.requests, m.queued} {
 		if err := reg.Register(c); err != nil {
-			if errors.Is(err, prom.ErrAlreadyRegistered) {
+			if errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 				return nil, errors.New("gateway: metrics already registered (one gateway per registry)")
 			}
 			return nil, err
@@ -77,11 +77,11 @@ func (m *metrics) of(model, route string) *observers {
 	defer m.mu.Unlock()
 	if o, ok = m.cache[key]; !ok {
 		o = &observers{
-			ttft:       m.ttft.With(model, route),
-			duration:   m.duration.With(model, route),
-			prompt:     m.tokens.With(model, "prompt"),
-			completion: m.tokens.With(model, "completion"),
-			count:      m.requests.With(model, route),
+			ttft:       m.ttft.WithLabelValues(model, route),
+			duration:   m.duration.WithLabelValues(model, route),
+			prompt:     m.tokens.WithLabelValues(model, "prompt"),
+			completion: m.tokens.WithLabelValues(model, "completion"),
+			count:      m.requests.WithLabelValues(model, route),
 		}
 		m.cache[key] = o
 	}
@@ -89,11 +89,11 @@ func (m *metrics) of(model, route string) *observers {
 }
 
 func (m *metrics) fail(f *failure) {
-	m.errors.With(string(f.code), strconv.Itoa(f.status)).Inc()
+	m.errors.WithLabelValues(string(f.code), strconv.Itoa(f.status)).Inc()
 }
 
 func (m *metrics) clientGone() {
-	m.errors.With("client_gone", "").Inc()
+	m.errors.WithLabelValues("client_gone", "").Inc()
 }
 
 // served records one answered request.
@@ -105,9 +105,9 @@ func (m *metrics) served(model, route string, ttft, took time.Duration, prompt, 
 	}
 	o.duration.Observe(took.Seconds())
 	if prompt > 0 {
-		o.prompt.Add(uint64(prompt))
+		o.prompt.Add(float64(prompt))
 	}
 	if completion > 0 {
-		o.completion.Add(uint64(completion))
+		o.completion.Add(float64(completion))
 	}
 }

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmkube/mesh/internal/prom"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // BenchmarkServed is what every answered chat costs the metrics: its (model, route) series
 // found once, a request counted, TTFT and duration observed, prompt and completion tokens
 // added; from every CPU at once, as concurrent chats do it.
 func BenchmarkServed(b *testing.B) {
-	m, err := newMetrics(prom.NewRegistry())
+	m, err := newMetrics(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,8 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/internal/prom"
 )
 
 // serial reports whether a runtime serves one request at a time. hailo-ollama has one
@@ -19,14 +20,14 @@ func serial(r api.Runtime) bool { return r == api.RuntimeHailoOllama }
 
 // queue admits one request at a time to an engine, with a bounded number waiting behind it.
 type queue struct {
-	waitingGauge *prom.Gauge
+	waitingGauge prometheus.Gauge
 	slot         chan struct{}
 	waiting      atomic.Int64
 	depth        int64
 	avg          atomic.Int64 // rolling time one request holds the engine, ns: for Retry-After
 }
 
-func newQueue(depth int, waiting *prom.Gauge) *queue {
+func newQueue(depth int, waiting prometheus.Gauge) *queue {
 	return &queue{slot: make(chan struct{}, 1), depth: int64(depth), waitingGauge: waiting}
 }
 
@@ -41,7 +42,7 @@ func (g *Gateway) queueFor(p api.Placement) *queue {
 	defer g.mu.Unlock()
 	q, ok := g.queues[key]
 	if !ok {
-		q = newQueue(g.cfg.QueueDepth, g.m.queued.With(string(p.Runtime), p.Engine))
+		q = newQueue(g.cfg.QueueDepth, g.m.queued.WithLabelValues(string(p.Runtime), p.Engine))
 		g.queues[key] = q
 	}
 	return q

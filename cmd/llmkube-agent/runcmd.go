@@ -78,7 +78,6 @@ type runOptions struct {
 
 	healthInterval time.Duration
 	restartBackoff time.Duration
-	releaseAfter   time.Duration
 
 	logFormat, logLevel string
 }
@@ -146,7 +145,9 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 
 	f.DurationVar(&o.healthInterval, "health-interval", 5*time.Second, "how often each engine is health-checked")
 	f.DurationVar(&o.restartBackoff, "restart-backoff", time.Second, "first wait before restarting a failed engine (doubles up to a minute)")
-	f.DurationVar(&o.releaseAfter, "release-code-after", 5*time.Second, "Linux: once start-up, a placement's load or a member's arrival is over and this long has passed without another event, hand back the pages of code that work ran (they fault back in when run again); 0 keeps them")
+	// Taken and ignored, so a unit file written for an older agent still starts it.
+	f.Duration("release-code-after", 0, "")
+	_ = f.MarkDeprecated("release-code-after", "the agent no longer hands its code pages back; the flag does nothing")
 
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -266,9 +267,6 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go releaseWhenSettled(sctx, n.Agent, o.releaseAfter, log)
 	return n.Wait()
 }
 

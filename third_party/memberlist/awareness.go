@@ -27,16 +27,14 @@ type awareness struct {
 
 	// metricLabels is the slice of labels to put on all emitted metrics
 	metricLabels []metrics.Label
-	metrics      metricSink
 }
 
 // newAwareness returns a new awareness object.
-func newAwareness(max int, metricLabels []metrics.Label, sink metricSink) *awareness {
+func newAwareness(max int, metricLabels []metrics.Label) *awareness {
 	return &awareness{
 		max:          max,
 		score:        0,
 		metricLabels: metricLabels,
-		metrics:      sink,
 	}
 }
 
@@ -56,7 +54,7 @@ func (a *awareness) ApplyDelta(delta int) {
 	a.Unlock()
 
 	if initial != final {
-		a.metrics.SetGaugeWithLabels([]string{"memberlist", "health", "score"}, float32(final), a.metricLabels)
+		metrics.SetGaugeWithLabels([]string{"memberlist", "health", "score"}, float32(final), a.metricLabels)
 	}
 }
 

@@ -210,6 +210,7 @@ type Config struct {
 	Merge                   MergeDelegate
 	Ping                    PingDelegate
 	Alive                   AliveDelegate
+	Suspicion               SuspicionDelegate
 
 	// DNSConfigPath points to the system's DNS config file, usually located
 	// at /etc/resolv.conf. It can be overridden via config for easier testing.
@@ -256,10 +257,6 @@ type Config struct {
 
 	// MetricLabels is a map of optional labels to apply to all metrics emitted.
 	MetricLabels []metrics.Label
-
-	// MetricSink, when set, receives this member's metrics (and its default transport's)
-	// instead of go-metrics' process-wide sink. (llmkube patch, see LLMKUBE.md.)
-	MetricSink metrics.MetricSink
 
 	// QueueCheckInterval is the interval at which we check the message
 	// queue to apply the warning and max depth.

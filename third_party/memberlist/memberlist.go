@@ -84,7 +84,6 @@ type Memberlist struct {
 
 	// metricLabels is the slice of labels to put on all emitted metrics
 	metricLabels []metrics.Label
-	metrics      metricSink
 }
 
 // BuildVsnArray creates the array of Vsn
@@ -147,7 +146,6 @@ func newMemberlist(conf *Config) (*Memberlist, error) {
 			BindPort:     conf.BindPort,
 			Logger:       logger,
 			MetricLabels: conf.MetricLabels,
-			MetricSink:   conf.MetricSink,
 		}
 
 		// See comment below for details about the retry in here.
@@ -218,12 +216,11 @@ func newMemberlist(conf *Config) (*Memberlist, error) {
 		lowPriorityMsgQueue:  list.New(),
 		nodeMap:              make(map[string]*nodeState),
 		nodeTimers:           make(map[string]*suspicion),
-		awareness:            newAwareness(conf.AwarenessMaxMultiplier, conf.MetricLabels, metricSink{conf.MetricSink}),
+		awareness:            newAwareness(conf.AwarenessMaxMultiplier, conf.MetricLabels),
 		ackHandlers:          make(map[uint32]*ackHandler),
 		broadcasts:           &TransmitLimitedQueue{RetransmitMult: conf.RetransmitMult},
 		logger:               logger,
 		metricLabels:         conf.MetricLabels,
-		metrics:              metricSink{conf.MetricSink},
 	}
 	m.broadcasts.NumNodes = func() int {
 		return m.estNumNodes()
@@ -794,7 +791,7 @@ func (m *Memberlist) checkBroadcastQueueDepth() {
 		select {
 		case <-time.After(m.config.QueueCheckInterval):
 			numq := m.broadcasts.NumQueued()
-			m.metrics.AddSampleWithLabels([]string{"memberlist", "queue", "broadcasts"}, float32(numq), m.metricLabels)
+			metrics.AddSampleWithLabels([]string{"memberlist", "queue", "broadcasts"}, float32(numq), m.metricLabels)
 		case <-m.shutdownCh:
 			return
 		}

@@ -42,10 +42,6 @@ type NetTransportConfig struct {
 	// MetricLabels is a map of optional labels to apply to all metrics
 	// emitted by this transport.
 	MetricLabels []metrics.Label
-
-	// MetricSink, when set, receives this transport's metrics instead of go-metrics'
-	// process-wide sink. (llmkube patch, see LLMKUBE.md.)
-	MetricSink metrics.MetricSink
 }
 
 // NetTransport is a Transport implementation that uses connectionless UDP for
@@ -61,7 +57,6 @@ type NetTransport struct {
 	shutdown     atomic.Int32
 
 	metricLabels []metrics.Label
-	metrics      metricSink
 }
 
 var _ NodeAwareTransport = (*NetTransport)(nil)
@@ -83,7 +78,6 @@ func NewNetTransport(config *NetTransportConfig) (*NetTransport, error) {
 		streamCh:     make(chan net.Conn),
 		logger:       config.Logger,
 		metricLabels: config.MetricLabels,
-		metrics:      metricSink{config.MetricSink},
 	}
 
 	// Clean up listeners if there's an error.
@@ -361,7 +355,7 @@ func (t *NetTransport) udpListen(udpLn *net.UDPConn) {
 		}
 
 		// Ingest the packet.
-		t.metrics.IncrCounterWithLabels([]string{"memberlist", "udp", "received"}, float32(n), t.metricLabels)
+		metrics.IncrCounterWithLabels([]string{"memberlist", "udp", "received"}, float32(n), t.metricLabels)
 		t.packetCh <- &Packet{
 			Buf:       append([]byte(nil), buf[:n]...), // the receiver keeps it
 			From:      addr,

@@ -12,9 +12,8 @@
 // bare node with an HTTP API (barenode -http: what any member with an API holds); the agent
 // with one ready placement on the simulator (health-checked every 5 s; the engine's own process
 // is not counted); and an agent with a second agent joined to it beside a bare node with a bare
-// peer. An agent is measured once it is idle: it has logged that its start-up is over and,
-// after the join or the placement, that it has handed back the code pages that work ran
-// (execpages, after 5 s without an event); then each run settles for 5 s before its window.
+// peer. An agent is measured once it is idle: it serves its API and is a mesh member, the join
+// or the placement is done, and then each run settles for 5 s before its window.
 // Besides CPU time it counts how often the threads were put on a CPU (schedstat's third
 // field): the wakeups, a count the machine's other load hardly moves; and besides the resident
 // set at the window's end, its mean and maximum through the window, and the working set: the
@@ -24,7 +23,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -226,9 +224,7 @@ func startAgent(dir, agentBin, simBin string, peer *agentProc) (*agentProc, erro
 		return nil, err
 	}
 	a := &agentProc{cmd: cmd, log: logPath}
-	// "start-up over": the agent has handed back the code pages of its start-up (execpages);
-	// an idle agent is measured from then on.
-	fields, err := waitLog(logPath, 10*time.Second, map[string]string{"API listening": "addr", "mesh member started": "gossip", "start-up over": "msg"})
+	fields, err := waitLog(logPath, 10*time.Second, map[string]string{"API listening": "addr", "mesh member started": "gossip"})
 	if err == nil {
 		a.api, a.gossip = "http://"+fields["API listening"], fields["mesh member started"]
 		a.join, _, err = state.LoadJoinFile(filepath.Join(stateDir, state.JoinFile))
@@ -256,7 +252,6 @@ func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle ti
 	c := api.NewClient(a.api, api.AdminToken(a.join.Secret))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	released := logCount(a.log, "code pages released")
 	if withPeer {
 		dir2, err := os.MkdirTemp(tmp, "peer-")
 		if err != nil {
@@ -289,13 +284,6 @@ func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle ti
 			return nil, err
 		}
 		if _, err := c.WaitPlacement(ctx, p.ID, 50*time.Millisecond, nil); err != nil {
-			return nil, err
-		}
-	}
-	if withPeer || withPlacement {
-		// The agent hands back the code that work ran once it is over (execpages): wait for
-		// it, as for start-up, so the window measures an idle agent.
-		if err := waitLogCount(a.log, 30*time.Second, "code pages released", released+1); err != nil {
 			return nil, err
 		}
 	}
@@ -339,8 +327,8 @@ func window(pids []int, idle time.Duration) ([]usage, error) {
 		t0[i] = t
 	}
 	// The resident set is sampled through the window as well: an agent's moves with what it
-	// runs now and then (its code's pages come back and are handed back, execpages), so one
-	// reading at the end depends on when it falls.
+	// runs now and then (a detection round, a collection), so one reading at the end depends on
+	// when it falls.
 	sum, peak := make([]int64, len(pids)), make([]int64, len(pids))
 	samples := 0
 	tick := time.NewTicker(rssEvery)
@@ -409,22 +397,6 @@ func waitLog(path string, timeout time.Duration, want map[string]string) (map[st
 	}
 	b, _ := os.ReadFile(path)
 	return nil, fmt.Errorf("the agent did not start:\n%s", b)
-}
-
-// logCount counts the lines of the agent's JSON log with message msg.
-func logCount(path, msg string) int {
-	b, _ := os.ReadFile(path)
-	return bytes.Count(b, []byte(`"msg":`+strconv.Quote(msg)))
-}
-
-// waitLogCount waits until the agent's JSON log holds n lines with message msg.
-func waitLogCount(path string, timeout time.Duration, msg string, n int) error {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if logCount(path, msg) >= n {
-			return nil
-		}
-	}
-	return fmt.Errorf("the agent did not log %q %d times in %s", msg, n, timeout)
 }
 
 // sched is what a process's threads have run: CPU time and the number of times put on a CPU.
