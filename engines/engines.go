@@ -175,6 +175,11 @@ type (
 	Contexts interface {
 		Contexts(args []string) int
 	}
+	// TokenCounter is implemented by a driver whose engine can count a chat's prompt in the
+	// model's own tokens, chat template applied (llama-server: /apply-template, /tokenize).
+	TokenCounter interface {
+		CountTokens(ctx context.Context, m Model, req ChatRequest) (int, error)
+	}
 	// Measurer is implemented by an instance whose process the driver owns: what that process
 	// holds in memory now.
 	Measurer interface {

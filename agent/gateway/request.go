@@ -21,6 +21,7 @@ const (
 	dialectOllamaGenerate                // POST /api/generate
 	dialectResponses                     // POST /v1/responses
 	dialectCompletions                   // POST /v1/completions
+	dialectAnthropic                     // POST /v1/messages
 )
 
 // openAIShaped reports whether the dialect's errors are OpenAI's {"error":{message,type,code}}.
@@ -605,6 +606,8 @@ func parse(d dialect, body []byte) (*chatCall, *failure) {
 		return parseResponses(body)
 	case dialectCompletions:
 		return parseCompletions(body)
+	case dialectAnthropic:
+		return parseAnthropic(body)
 	}
 	return parseOpenAI(body)
 }
