@@ -327,13 +327,39 @@ func TestAnthropicOwnerLostMidStream(t *testing.T) {
 	assert.Regexp(t, `is dead|has been suspect`, e["message"])
 }
 
+// countTokens asks n's count_tokens for body and returns the count.
+func countTokens(t *testing.T, n *node, body string) int {
+	t.Helper()
+	resp, b := call(t, "POST", n.url+"/v1/messages/count_tokens", "", body, "X-Api-Key", adminToken)
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	var c struct {
+		InputTokens *int `json:"input_tokens"`
+	}
+	require.NoError(t, json.Unmarshal(b, &c), "%s", b)
+	require.NotNil(t, c.InputTokens, "%s", b)
+	return *c.InputTokens
+}
+
 // TestAnthropicCountTokens: count_tokens is the engine's own count where the driver can ask
-// its tokenizer, and a clear 501 in Anthropic's shape where it cannot.
+// its tokenizer (llama-server: the count its chat then reports, here and through another
+// agent), and a clear 501 in Anthropic's shape where it cannot (Ollama).
 func TestAnthropicCountTokens(t *testing.T) {
+	llama := llamaServerNode(t, "box")
 	sim := ollamaSim(t, nil, "llama3.2:1b")
 	a := ollamaNode(t, "node-a", sim, nil)
 	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
-	resp, body := call(t, "POST", a.url+"/v1/messages/count_tokens", "", `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`, "X-Api-Key", adminToken)
+	join(t, llama, a)
+
+	conv := `"system":"Be brief.","messages":[{"role":"user","content":"How many tokens is this prompt, rendered?"}]`
+	resp, body := anCall(t, llama.url, adminToken, `{"model":"tiny","max_tokens":2,`+conv+`}`)
+	require.Equal(t, 200, resp.StatusCode, "%s", body)
+	var whole anAnswer
+	require.NoError(t, json.Unmarshal(body, &whole))
+	require.Positive(t, whole.Usage.InputTokens)
+	assert.Equal(t, whole.Usage.InputTokens, countTokens(t, llama, `{"model":"tiny",`+conv+`}`), "the count the chat reports")
+	assert.Equal(t, whole.Usage.InputTokens, countTokens(t, a, `{"model":"tiny",`+conv+`}`), "through another agent")
+
+	resp, body = call(t, "POST", a.url+"/v1/messages/count_tokens", "", `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`, "X-Api-Key", adminToken)
 	require.Equal(t, 501, resp.StatusCode, "%s", body)
 	typ, msg := anErr(t, body)
 	assert.Equal(t, "api_error", typ)

@@ -118,6 +118,21 @@ func TestRealLlamaServer(t *testing.T) {
 	assert.Contains(t, string(b), `"family":"llama"`)
 	assert.Contains(t, string(b), `"quantization_level":"F16"`)
 
+	// Anthropic's Messages API, translated; count_tokens is the engine's own count, the one its
+	// chat reports.
+	conv := `"system":"Be brief.","messages":[{"role":"user","content":"Hello, llama."}]`
+	resp, b = anCall(t, n.url, adminToken, `{"model":"tiny","max_tokens":4,`+conv+`}`)
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	var an anAnswer
+	require.NoError(t, json.Unmarshal(b, &an))
+	assert.Equal(t, "max_tokens", an.StopReason)
+	assert.Equal(t, 4, an.Usage.OutputTokens)
+	assert.Equal(t, an.Usage.InputTokens, countTokens(t, n, `{"model":"tiny",`+conv+`}`))
+	resp, b = anCall(t, n.url, adminToken, `{"model":"tiny","max_tokens":4,"stream":true,`+conv+`}`)
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	events := anEvents(t, b)
+	assert.Equal(t, "message_stop", events[len(events)-1].name)
+
 	// The official JS clients; this model calls no tools.
 	t.Run("js clients", func(t *testing.T) { runJSClients(t, n.url, adminToken, "tiny", jsChecks{responses: true}) })
 }
