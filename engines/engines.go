@@ -62,6 +62,15 @@ type Message struct {
 	// ToolCallID is the call a "tool" message answers; ToolName the function it ran.
 	ToolCallID string `json:"-"`
 	ToolName   string `json:"-"`
+	// Images are the pictures a user message shows the model; only a driver that is an
+	// ImageReader is given any.
+	Images []Image `json:"-"`
+}
+
+// Image is one picture in a message: its bytes, decoded, and their media type (image/png, …).
+type Image struct {
+	MediaType string
+	Data      []byte
 }
 
 // Tool is a function the model may call.
@@ -174,6 +183,12 @@ type (
 	// sized for Contexts(args) × its context.
 	Contexts interface {
 		Contexts(args []string) int
+	}
+	// ImageReader is implemented by a driver whose engine can read images in a chat's
+	// messages; ReadsImages says why m cannot, or nil. The gateway refuses images for any
+	// other driver.
+	ImageReader interface {
+		ReadsImages(m Model) error
 	}
 	// TokenCounter is implemented by a driver whose engine can count a chat's prompt in the
 	// model's own tokens, chat template applied (llama-server: /apply-template, /tokenize).

@@ -60,6 +60,11 @@ type anBlock struct {
 	Input     json.RawMessage `json:"input"`       // tool_use
 	ToolUseID string          `json:"tool_use_id"` // tool_result
 	Content   json.RawMessage `json:"content"`     // tool_result: a string or text blocks
+	Source    *struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+	} `json:"source"` // image
 }
 
 // anTool is a client tool: {name, description, input_schema}. Anthropic's server tools (web
@@ -171,6 +176,7 @@ func parseAnthropic(body []byte) (*chatCall, *failure) {
 // tool calls.
 func anMessages(c *chatCall, msgs []anMessage) *failure {
 	names := map[string]string{} // tool_use id → tool name, for the results
+	var im images
 	for _, m := range msgs {
 		if m.Role != "user" && m.Role != "assistant" {
 			return badRequest(fmt.Sprintf("message role %q: want user or assistant (the system prompt goes in system)", m.Role))
@@ -182,10 +188,11 @@ func anMessages(c *chatCall, msgs []anMessage) *failure {
 		em := engines.Message{Role: m.Role}
 		var text strings.Builder
 		flush := func() {
-			if text.Len() > 0 {
+			if text.Len() > 0 || len(em.Images) > 0 {
 				em.Content = text.String()
 				c.req.Messages = append(c.req.Messages, em)
 				text.Reset()
+				em.Images = nil
 			}
 		}
 		for _, b := range blocks {
@@ -212,14 +219,23 @@ func anMessages(c *chatCall, msgs []anMessage) *failure {
 				}
 				flush()
 				c.req.Messages = append(c.req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: b.ToolUseID, ToolName: names[b.ToolUseID]})
+			case b.Type == "image" && m.Role == "user":
+				if b.Source == nil || b.Source.Type != "base64" {
+					return badRequest("an image block's source must be {\"type\":\"base64\",\"media_type\":…,\"data\":…}: the gateway does not fetch images")
+				}
+				img, err := im.add(b.Source.MediaType, b.Source.Data)
+				if err != nil {
+					return badRequest(err.Error())
+				}
+				em.Images = append(em.Images, img)
 			case b.Type == "thinking" || b.Type == "redacted_thinking":
 				// An earlier answer's reasoning, sent back as Claude's clients do: nothing here
 				// produces or reads it.
 			default:
-				return badRequest(fmt.Sprintf("content block of type %q in a %s message is not supported: the engines take text, tool_use and tool_result", b.Type, m.Role))
+				return badRequest(fmt.Sprintf("content block of type %q in a message from the %s is not supported: the engines take text, image (from the user), tool_use and tool_result", b.Type, m.Role))
 			}
 		}
-		if text.Len() > 0 || len(em.ToolCalls) > 0 || len(blocks) == 0 || (len(blocks) == 1 && blocks[0].Type == "text") {
+		if text.Len() > 0 || len(em.ToolCalls) > 0 || len(em.Images) > 0 || len(blocks) == 0 || (len(blocks) == 1 && blocks[0].Type == "text") {
 			em.Content = text.String()
 			c.req.Messages = append(c.req.Messages, em)
 		}

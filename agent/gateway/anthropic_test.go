@@ -169,7 +169,7 @@ func TestAnthropicMessages(t *testing.T) {
 			{"another namespace", b.url, nsToken(t, "other"), anBody("llama", false, ""), 404, "not_found_error", "llama"},
 			{"no max_tokens", b.url, team, `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error", "max_tokens is required"},
 			{"a bad role", a.url, team, `{"model":"llama","max_tokens":4,"messages":[{"role":"system","content":"hi"}]}`, 400, "invalid_request_error", "want user or assistant"},
-			{"an image", a.url, team, `{"model":"llama","max_tokens":4,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}`, 400, "invalid_request_error", "image"},
+			{"an image from the assistant", a.url, team, `{"model":"llama","max_tokens":4,"messages":[{"role":"assistant","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}`, 400, "invalid_request_error", `"image" in a message from the assistant`},
 			{"a server tool", a.url, team, anBody("llama", false, `"tools":[{"type":"web_search_20250305","name":"web_search"}]`), 400, "invalid_request_error", "web_search_20250305"},
 			{"a wrong key", b.url, "llmk_wrong", anBody("llama", false, ""), 401, "authentication_error", "token refused"},
 		} {
