@@ -20,8 +20,8 @@ func contentText(raw json.RawMessage, shape string, kinds ...string) (string, er
 	return text, err
 }
 
-// contentParts is contentText that also takes image_url parts (data URLs) into im, when im is
-// not nil.
+// contentParts is contentText that also takes image parts (Chat Completions' image_url, the
+// Responses API's input_image; data URLs) into im, when im is not nil.
 func contentParts(raw json.RawMessage, shape string, im *images, kinds ...string) (string, []engines.Image, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil, nil
@@ -44,8 +44,9 @@ func contentParts(raw json.RawMessage, shape string, im *images, kinds ...string
 		switch {
 		case slices.Contains(kinds, p.Type):
 			b.WriteString(p.Text)
-		case p.Type == "image_url" && im != nil:
-			// {"url": …, "detail": …}, or the URL alone as some clients send it.
+		case (p.Type == "image_url" || p.Type == "input_image") && im != nil:
+			// {"url": …, "detail": …}, or the URL alone as the Responses API's input_image and
+			// some chat clients send it.
 			var u struct {
 				URL string `json:"url"`
 			}

@@ -43,6 +43,18 @@ var imageChats = []struct {
 			require.NoError(t, json.Unmarshal(b, &a))
 			return a.PromptEvalCount
 		}},
+	{"openai", "/v1/responses",
+		`{"model":"%s","max_output_tokens":4,"input":[{"role":"user","content":[{"type":"input_text","text":"What is this?"},{"type":"input_image","image_url":"data:image/png;base64,` + pixel + `"}]}]}`,
+		`{"model":"%s","max_output_tokens":4,"input":[{"role":"user","content":"What is this?"}]}`,
+		func(t *testing.T, b []byte) int {
+			var a struct {
+				Usage struct {
+					InputTokens int `json:"input_tokens"`
+				}
+			}
+			require.NoError(t, json.Unmarshal(b, &a))
+			return a.Usage.InputTokens
+		}},
 	{"anthropic", "/v1/messages",
 		`{"model":"%s","max_tokens":4,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + pixel + `"}},{"type":"text","text":"What is this?"}]}]}`,
 		`{"model":"%s","max_tokens":4,"messages":[{"role":"user","content":"What is this?"}]}`,
@@ -82,7 +94,7 @@ func TestImages(t *testing.T) {
 	join(t, oll, llama)
 
 	for _, c := range imageChats {
-		t.Run(c.dialect, func(t *testing.T) {
+		t.Run(c.route, func(t *testing.T) {
 			for _, n := range []*node{oll, llama} { // llama forwards to oll
 				resp, with := call(t, "POST", n.url+c.route, adminToken, strings.ReplaceAll(c.with, "%s", "vision"))
 				require.Equal(t, 200, resp.StatusCode, "%s: %s", n.name, with)

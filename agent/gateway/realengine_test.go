@@ -213,7 +213,7 @@ func TestRealOllama(t *testing.T) {
 	assert.Contains(t, string(b), "does not support tools")
 	// An image for a model without vision: Ollama refuses it, and the client is told in its
 	// own dialect.
-	resp, b = anCall(t, n.url, adminToken, strings.ReplaceAll(imageChats[2].with, "%s", "tiny"))
+	resp, b = anCall(t, n.url, adminToken, strings.ReplaceAll(imageChats[3].with, "%s", "tiny"))
 	require.Equal(t, 400, resp.StatusCode, "%s", b)
 	typ, msg := anErr(t, b)
 	assert.Equal(t, "invalid_request_error", typ)
