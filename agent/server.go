@@ -195,7 +195,7 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := bearer(r)
-		if ns := s.a.AnonymousNamespace(); !ok && route.Anonymous && ns != "" && r.Header.Get("Authorization") == "" {
+		if ns := s.a.AnonymousNamespace(); !ok && route.Anonymous && ns != "" && r.Header.Get("Authorization") == "" && r.Header.Get("X-Api-Key") == "" {
 			// The caller sent no token at all (a wrong one is still refused below). It is
 			// served as the anonymous namespace, and carries that namespace's token from here
 			// on, so a request the gateway forwards to the model's owner is checked there as
@@ -224,8 +224,14 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 	})
 }
 
+// bearer is the request's token: Authorization: Bearer, or else x-api-key, which Anthropic's
+// clients send.
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
+	if h == "" {
+		k := strings.TrimSpace(r.Header.Get("X-Api-Key"))
+		return k, k != ""
+	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false

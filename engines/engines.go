@@ -63,6 +63,15 @@ type Message struct {
 	// ToolCallID is the call a "tool" message answers; ToolName the function it ran.
 	ToolCallID string `json:"-"`
 	ToolName   string `json:"-"`
+	// Images are the pictures a user message shows the model; only a driver that is an
+	// ImageReader is given any.
+	Images []Image `json:"-"`
+}
+
+// Image is one picture in a message: its bytes, decoded, and their media type (image/png, …).
+type Image struct {
+	MediaType string
+	Data      []byte
 }
 
 // Tool is a function the model may call.
@@ -176,6 +185,17 @@ type (
 	// error (MemoryCheckFailed).
 	RunSizer interface {
 		SizeRun(args []string) (sizing.Run, error)
+	}
+	// ImageReader is implemented by a driver whose engine can read images in a chat's
+	// messages; ReadsImages says why m cannot, or nil. The gateway refuses images for any
+	// other driver.
+	ImageReader interface {
+		ReadsImages(m Model) error
+	}
+	// TokenCounter is implemented by a driver whose engine can count a chat's prompt in the
+	// model's own tokens, chat template applied (llama-server: /apply-template, /tokenize).
+	TokenCounter interface {
+		CountTokens(ctx context.Context, m Model, req ChatRequest) (int, error)
 	}
 	// Measurer is implemented by an instance whose process the driver owns: what that process
 	// holds in memory now.

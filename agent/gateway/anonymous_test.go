@@ -63,6 +63,13 @@ func TestAnonymousHailoClients(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode, "%s", b)
 	resp, b = call(t, "POST", n.url+"/v1/chat/completions", "", chatBody("qwen2:1.5b", "hi", false, ""))
 	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	resp, b = call(t, "POST", n.url+"/v1/messages", "", anBody("qwen2:1.5b", false, ""))
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	// A wrong key is refused, in x-api-key as in Authorization.
+	resp, b = anCall(t, n.url, "llmk_wrong", anBody("qwen2:1.5b", false, ""))
+	require.Equal(t, 401, resp.StatusCode, "%s", b)
+	typ, _ := anErr(t, b)
+	assert.Equal(t, "authentication_error", typ)
 
 	// Another namespace's model is as absent as a model that does not exist.
 	resp, b = call(t, "POST", n.url+"/api/chat", "", `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`)

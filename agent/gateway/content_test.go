@@ -28,9 +28,9 @@ func TestContentText(t *testing.T) {
 	assert.Equal(t, "qa", got)
 
 	_, err = chat(`[{"type":"input_text","text":"q"}]`)
-	assert.EqualError(t, err, `content part of type "input_text" is not supported: the engines take text only`)
+	assert.EqualError(t, err, `content part of type "input_text" is not supported here: only text is taken`)
 	_, err = respText(json.RawMessage(`[{"type":"input_image","image_url":"x"}]`))
-	assert.EqualError(t, err, `content part of type "input_image" is not supported: the engines take text only`)
+	assert.EqualError(t, err, `content part of type "input_image" is not supported here: only text is taken`)
 	_, err = chat(`{}`)
 	assert.EqualError(t, err, "message content must be a string or an array of content parts")
 	_, err = respText(json.RawMessage(`{}`))

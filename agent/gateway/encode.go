@@ -186,6 +186,8 @@ func newEncoder(c *chatCall, w http.ResponseWriter, stall time.Duration, start t
 		return newRespEncoder(c, o, start)
 	case dialectCompletions:
 		return newCmplEncoder(c, o, start)
+	case dialectAnthropic:
+		return newAnEncoder(c, o)
 	}
 	if c.d == dialectOpenAI {
 		if c.stream {

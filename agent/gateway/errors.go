@@ -123,9 +123,12 @@ func writeFailure(w http.ResponseWriter, d dialect, f *failure) {
 		h.Set("Retry-After", strconv.Itoa(f.retryAfter))
 	}
 	var body any
-	if d.openAIShaped() {
+	switch {
+	case d.openAIShaped():
 		body = f.openAI()
-	} else {
+	case d == dialectAnthropic:
+		body = f.anthropic()
+	default:
 		body = ollamaErrorBody{Error: f.msg}
 	}
 	b, _ := json.Marshal(body)

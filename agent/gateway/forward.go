@@ -302,6 +302,8 @@ func (o *owners) check(now time.Time) bool {
 // on a fresh line, so the client sees an error rather than a silently short answer.
 func streamFailure(o *out, d dialect, contentType string, f *failure) {
 	switch {
+	case strings.HasPrefix(contentType, "text/event-stream") && d == dialectAnthropic:
+		o.send(anErrorEvent(f))
 	case strings.HasPrefix(contentType, "text/event-stream"):
 		b, _ := json.Marshal(f.openAI())
 		o.send(append(append([]byte("\n\ndata: "), b...), "\n\n"...))

@@ -175,12 +175,15 @@ func New(cfg Config) (*Gateway, error) {
 func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Route)) {
 	oa := agent.Route{Deny: denier(dialectOpenAI), Anonymous: true}
 	ol := agent.Route{Deny: denier(dialectOllamaChat), Anonymous: true}
+	an := agent.Route{Deny: denier(dialectAnthropic), Anonymous: true}
 	mount("GET /v1/models", http.HandlerFunc(g.openAIModels), oa)
 	mount("GET /v1/models/{id...}", http.HandlerFunc(g.openAIModel), oa)
 	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat), oa)
 	mount("POST /v1/responses", http.HandlerFunc(g.openAIResponses), oa)
 	mount("POST /v1/embeddings", http.HandlerFunc(g.openAIEmbeddings), oa)
 	mount("POST /v1/completions", http.HandlerFunc(g.openAICompletions), oa)
+	mount("POST /v1/messages", http.HandlerFunc(g.anthropicMessages), an)
+	mount("POST /v1/messages/count_tokens", http.HandlerFunc(g.anthropicCountTokens), an)
 	mount("GET /api/tags", http.HandlerFunc(g.ollamaTags), ol)
 	mount("GET /api/ps", http.HandlerFunc(g.ollamaPS), ol)
 	mount("GET /api/version", http.HandlerFunc(g.ollamaVersion), ol)
@@ -198,6 +201,7 @@ func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Ro
 		_, _ = io.WriteString(w, "Ollama is running")
 	}), agent.Route{Public: true})
 	mount("/v1/", noRoute(dialectOpenAI), agent.Route{Public: true})
+	mount("/v1/messages/", noRoute(dialectAnthropic), agent.Route{Public: true})
 	mount("/api/", noRoute(dialectOllamaChat), agent.Route{Public: true})
 }
 

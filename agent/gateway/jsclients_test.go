@@ -24,7 +24,7 @@ type jsChecks struct {
 	responses bool // run the AI SDK through /v1/responses
 }
 
-// runJSClients runs the official JS clients (OpenAI SDK, Ollama SDK, the AI SDK) against the
+// runJSClients runs the official JS clients (OpenAI SDK, Ollama SDK, Anthropic SDK, the AI SDK) against the
 // gateway at url, or skips, saying why, when node or the installed packages are missing.
 func runJSClients(t *testing.T, url, token, model string, with jsChecks) {
 	t.Helper()

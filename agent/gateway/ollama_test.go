@@ -196,7 +196,7 @@ func TestOllamaDialect(t *testing.T) {
 		}{
 			{`{"model":"llama","messages":[{"role":"user","content":"hi"}`, 400},
 			{`{"model":"nothing","messages":[{"role":"user","content":"hi"}]}`, 404},
-			{`{"model":"llama","messages":[{"role":"user","content":"hi","images":["aGk="]}]}`, 400},
+			{`{"model":"llama","messages":[{"role":"user","content":"hi","images":["not base64!"]}]}`, 400},
 			{`{"model":"llama","messages":[{"role":"user","content":"hi"}],"format":"xml"}`, 400},
 			{`{"model":"llama","messages":[{"role":"user","content":"hi"}],"options":{"temperature":-1}}`, 400},
 		} {

@@ -118,6 +118,28 @@ func TestRealLlamaServer(t *testing.T) {
 	assert.Contains(t, string(b), `"family":"llama"`)
 	assert.Contains(t, string(b), `"quantization_level":"F16"`)
 
+	// Anthropic's Messages API, translated; count_tokens is the engine's own count, the one its
+	// chat reports.
+	conv := `"system":"Be brief.","messages":[{"role":"user","content":"Hello, llama."}]`
+	resp, b = anCall(t, n.url, adminToken, `{"model":"tiny","max_tokens":4,`+conv+`}`)
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	var an anAnswer
+	require.NoError(t, json.Unmarshal(b, &an))
+	assert.Equal(t, "max_tokens", an.StopReason)
+	assert.Equal(t, 4, an.Usage.OutputTokens)
+	assert.Equal(t, an.Usage.InputTokens, countTokens(t, n, `{"model":"tiny",`+conv+`}`))
+	resp, b = anCall(t, n.url, adminToken, `{"model":"tiny","max_tokens":4,"stream":true,`+conv+`}`)
+	require.Equal(t, 200, resp.StatusCode, "%s", b)
+	events := anEvents(t, b)
+	assert.Equal(t, "message_stop", events[len(events)-1].name)
+	// An image: this agent starts llama-server without a projector, so the client is told so
+	// in its dialect, before the engine.
+	for _, c := range imageChats {
+		resp, b = call(t, "POST", n.url+c.route, adminToken, strings.ReplaceAll(c.with, "%s", "tiny"))
+		require.Equal(t, 400, resp.StatusCode, "%s", b)
+		assert.Contains(t, dialectErr(t, c.dialect, b), "projector")
+	}
+
 	// The official JS clients; this model calls no tools.
 	t.Run("js clients", func(t *testing.T) { runJSClients(t, n.url, adminToken, "tiny", jsChecks{responses: true}) })
 }
@@ -189,6 +211,13 @@ func TestRealOllama(t *testing.T) {
 	resp, b = call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"tiny","stream":false,"messages":[{"role":"user","content":"Weather?"}],"tools":`+weatherTool+`}`)
 	assert.Equal(t, 400, resp.StatusCode, "%s", b)
 	assert.Contains(t, string(b), "does not support tools")
+	// An image for a model without vision: Ollama refuses it, and the client is told in its
+	// own dialect.
+	resp, b = anCall(t, n.url, adminToken, strings.ReplaceAll(imageChats[3].with, "%s", "tiny"))
+	require.Equal(t, 400, resp.StatusCode, "%s", b)
+	typ, msg := anErr(t, b)
+	assert.Equal(t, "invalid_request_error", typ)
+	assert.Contains(t, msg, "does not support multimodal")
 	resp, b = call(t, "POST", n.url+"/v1/embeddings", adminToken, `{"model":"tiny","input":"hello"}`)
 	if resp.StatusCode != 200 {
 		assert.Equal(t, 400, resp.StatusCode, "%s", b)

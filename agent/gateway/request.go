@@ -21,6 +21,7 @@ const (
 	dialectOllamaGenerate                // POST /api/generate
 	dialectResponses                     // POST /v1/responses
 	dialectCompletions                   // POST /v1/completions
+	dialectAnthropic                     // POST /v1/messages
 )
 
 // openAIShaped reports whether the dialect's errors are OpenAI's {"error":{message,type,code}}.
@@ -285,6 +286,11 @@ func (m oaMessage) text() (string, error) {
 	return contentText(m.Content, "message content must be a string or an array of content parts", "text")
 }
 
+// parts is a message's content, its images (image_url parts) taken into im.
+func (m oaMessage) parts(im *images) (string, []engines.Image, error) {
+	return contentParts(m.Content, "message content must be a string or an array of content parts", im, "text")
+}
+
 func parseStop(raw json.RawMessage) ([]string, error) {
 	if !present(raw) {
 		return nil, nil
@@ -343,16 +349,17 @@ func parseOpenAI(body []byte) (*chatCall, *failure) {
 		}
 	}
 	c.req.Messages = make([]engines.Message, 0, len(req.Messages))
+	var im images
 	for _, m := range req.Messages {
 		r, err := role(m.Role)
 		if err != nil {
 			return nil, badRequest(err.Error())
 		}
-		text, err := m.text()
+		text, imgs, err := m.parts(&im)
 		if err != nil {
 			return nil, badRequest(err.Error())
 		}
-		em := engines.Message{Role: r, Content: text, ToolCallID: m.ToolCallID, ToolName: m.Name}
+		em := engines.Message{Role: r, Content: text, ToolCallID: m.ToolCallID, ToolName: m.Name, Images: imgs}
 		for _, tc := range m.ToolCalls {
 			if tc.Function.Name == "" {
 				return nil, badRequest("a tool call in the conversation has no function name")
@@ -394,9 +401,9 @@ type ollamaOptions struct {
 }
 
 type ollamaMessage struct {
-	Role      string          `json:"role"`
-	Content   string          `json:"content"`
-	Images    json.RawMessage `json:"images"`
+	Role      string   `json:"role"`
+	Content   string   `json:"content"`
+	Images    []string `json:"images"`
 	ToolCalls []struct {
 		ID       string `json:"id"`
 		Function struct {
@@ -423,7 +430,7 @@ type ollamaGenerateRequest struct {
 	Stream  *bool           `json:"stream"`
 	Options *ollamaOptions  `json:"options"`
 	Format  json.RawMessage `json:"format"`
-	Images  json.RawMessage `json:"images"`
+	Images  []string        `json:"images"`
 	Raw     bool            `json:"raw"`
 	Suffix  string          `json:"suffix"`
 }
@@ -468,15 +475,17 @@ func parseOllamaChat(body []byte) (*chatCall, *failure) {
 		return nil, badRequest(err.Error())
 	}
 	c.req.Messages = make([]engines.Message, 0, len(req.Messages))
+	var im images
 	for _, m := range req.Messages {
 		r, err := role(m.Role)
 		if err != nil {
 			return nil, badRequest(err.Error())
 		}
-		if present(m.Images) {
-			return nil, badRequest("images are not supported: the engines take text only")
+		imgs, err := im.ollama(m.Images)
+		if err != nil {
+			return nil, badRequest(err.Error())
 		}
-		em := engines.Message{Role: r, Content: m.Content, ToolName: m.ToolName}
+		em := engines.Message{Role: r, Content: m.Content, ToolName: m.ToolName, Images: imgs}
 		for _, tc := range m.ToolCalls {
 			args := bytes.TrimSpace(tc.Function.Arguments)
 			if tc.Function.Name == "" || (len(args) > 0 && !json.Valid(args)) {
@@ -501,11 +510,18 @@ func parseOllamaGenerate(body []byte) (*chatCall, *failure) {
 	if req.Model == "" {
 		return nil, badRequest("model is required")
 	}
-	if present(req.Images) || req.Suffix != "" {
-		return nil, badRequest("images and suffix are not supported by these engines")
+	if req.Suffix != "" {
+		return nil, badRequest("suffix is not supported by these engines")
+	}
+	if len(req.Images) > 0 && req.Raw {
+		return nil, badRequest("images with raw are not supported: a raw prompt goes through no template to place them")
+	}
+	var im images
+	imgs, err := im.ollama(req.Images)
+	if err != nil {
+		return nil, badRequest(err.Error())
 	}
 	c := &chatCall{d: dialectOllamaGenerate, model: req.Model, stream: req.Stream == nil || *req.Stream}
-	var err error
 	if c.req.Format, err = parseOllamaFormat(req.Format); err != nil {
 		return nil, badRequest(err.Error())
 	}
@@ -523,7 +539,7 @@ func parseOllamaGenerate(body []byte) (*chatCall, *failure) {
 		c.req.Messages = append(c.req.Messages, engines.Message{Role: "system", Content: req.System})
 		fallthrough
 	default:
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: *req.Prompt})
+		c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: *req.Prompt, Images: imgs})
 	}
 	if err := req.Options.apply(&c.req); err != nil {
 		return nil, badRequest(err.Error())
@@ -605,6 +621,8 @@ func parse(d dialect, body []byte) (*chatCall, *failure) {
 		return parseResponses(body)
 	case dialectCompletions:
 		return parseCompletions(body)
+	case dialectAnthropic:
+		return parseAnthropic(body)
 	}
 	return parseOpenAI(body)
 }

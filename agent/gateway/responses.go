@@ -68,8 +68,12 @@ type respItem struct {
 // respText is the text of a message's or an output's content: a string, or input_text /
 // output_text (or plain text) parts.
 func respText(raw json.RawMessage) (string, error) {
-	return contentText(raw, "content must be a string or an array of input_text parts", "input_text", "output_text", "text")
+	return contentText(raw, respShape, respKinds...)
 }
+
+const respShape = "content must be a string or an array of input_text parts"
+
+var respKinds = []string{"input_text", "output_text", "text"}
 
 const noStore = "this gateway keeps earlier answers only for a while, on the agent that gave them: send the earlier items themselves (with the AI SDK, providerOptions: {openai: {store: false}})"
 
@@ -153,6 +157,7 @@ func respInput(c *chatCall, raw json.RawMessage) *failure {
 		return badRequest("input must be a string or an array of items")
 	}
 	names := map[string]string{} // call id → function name, for the outputs
+	var im images
 	for _, it := range items {
 		switch {
 		case it.Type == "function_call":
@@ -183,11 +188,11 @@ func respInput(c *chatCall, raw json.RawMessage) *failure {
 			if err != nil || r == "tool" {
 				return badRequest(fmt.Sprintf("input message role %q: want system, developer, user or assistant", it.Role))
 			}
-			text, err := respText(it.Content)
+			text, imgs, err := contentParts(it.Content, respShape, &im, respKinds...)
 			if err != nil {
 				return badRequest(err.Error())
 			}
-			c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: text})
+			c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: text, Images: imgs})
 		default:
 			return badRequest(fmt.Sprintf("input item of type %q is not supported (messages, function_call and function_call_output are)", it.Type))
 		}

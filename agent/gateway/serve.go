@@ -270,6 +270,9 @@ func (run *relay) take(ch engines.ChatChunk) error {
 // as it comes. It returns committed once anything reached the client (the request is then
 // answered, error or not); otherwise err says why, and another replica may be tried.
 func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatCall, c route.Replica, start time.Time) (committed bool, err error) {
+	if f := refuseImages(call, c.Local.Driver, c.Local.Model, c.P); f != nil {
+		return false, f
+	}
 	c.Busy.Add(1)
 	defer c.Busy.Add(-1)
 	ctx := r.Context()

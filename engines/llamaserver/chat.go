@@ -395,6 +395,58 @@ func (d *Driver) Describe(_ context.Context, m engines.Model) (api.ModelDetails,
 	return sizing.DescribeGGUF(m.Path)
 }
 
+// maxTokenizeAnswer bounds a /tokenize answer: a context's worth of token ids.
+const maxTokenizeAnswer = 64 << 20
+
+// CountTokens counts a chat's prompt as m's llama-server evaluates it: /apply-template renders
+// the messages and tools through the model's chat template, and /tokenize counts the result,
+// special tokens included as the chat's own prompt has them.
+func (d *Driver) CountTokens(ctx context.Context, m engines.Model, req engines.ChatRequest) (int, error) {
+	inst, err := d.instance(m.ID)
+	if err != nil {
+		return 0, err
+	}
+	body := chatRequest{Model: inst.alias, Messages: openAIMessages(req.Messages)}
+	openAITools(req, &body)
+	body.ResponseFormat = nil // a grammar is not part of the prompt
+	var prompt struct {
+		Prompt *string `json:"prompt"`
+	}
+	if err := inst.postJSON(ctx, "/apply-template", body, &prompt); err != nil {
+		return 0, err
+	}
+	if prompt.Prompt == nil {
+		return 0, &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: /apply-template answered no prompt")}
+	}
+	var toks struct {
+		Tokens []json.RawMessage `json:"tokens"`
+	}
+	if err := inst.postJSON(ctx, "/tokenize", map[string]any{"content": *prompt.Prompt, "add_special": true, "parse_special": true}, &toks); err != nil {
+		return 0, err
+	}
+	return len(toks.Tokens), nil
+}
+
+// postJSON posts doc to one of inst's routes and decodes its answer into out.
+func (inst *Instance) postJSON(ctx context.Context, route string, doc, out any) error {
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return &engines.Error{Code: api.CodeInternal, Err: err}
+	}
+	resp, err := inst.post(ctx, route, b, false)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return answerError(resp)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxTokenizeAnswer)).Decode(out); err != nil {
+		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("llama-server: unreadable %s answer: %w", route, err)}
+	}
+	return nil
+}
+
 // maxEmbedAnswer bounds an embeddings answer: vectors of a few thousand floats, times inputs.
 const maxEmbedAnswer = 256 << 20
 

@@ -559,6 +559,7 @@ type chatMessage struct {
 	Content   string         `json:"content"`
 	ToolCalls []chatToolCall `json:"tool_calls,omitempty"`
 	ToolName  string         `json:"tool_name,omitempty"`
+	Images    [][]byte       `json:"images,omitempty"` // base64 in JSON, as Ollama takes them
 }
 
 type chatToolCall struct {
@@ -583,6 +584,9 @@ type chatTool struct {
 func ollamaChat(req engines.ChatRequest) (msgs []chatMessage, tools []chatTool, format json.RawMessage, err error) {
 	for _, m := range req.Messages {
 		cm := chatMessage{Role: m.Role, Content: m.Content, ToolName: m.ToolName}
+		for _, img := range m.Images {
+			cm.Images = append(cm.Images, img.Data)
+		}
 		for _, tc := range m.ToolCalls {
 			var call chatToolCall
 			call.ID, call.Function.Name = tc.ID, tc.Name

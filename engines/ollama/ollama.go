@@ -309,6 +309,10 @@ func (d *Driver) Describe(ctx context.Context, m engines.Model) (api.ModelDetail
 	return d.c.Describe(ctx, ref)
 }
 
+// ReadsImages: Ollama takes images with any model, and refuses them itself for a model without
+// vision (400, "model does not support multimodal requests"), which the client is told.
+func (d *Driver) ReadsImages(engines.Model) error { return nil }
+
 // Embed is the daemon's /api/embed for m.
 func (d *Driver) Embed(ctx context.Context, m engines.Model, inputs []string) (engines.Embeddings, error) {
 	ref, err := d.ref(m)

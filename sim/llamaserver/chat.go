@@ -145,6 +145,39 @@ func render(msgs []chatMessage) (string, error) {
 	return b.String(), nil
 }
 
+// handleApplyTemplate answers {"prompt":…}: the chat's messages through the template, as
+// handleChat renders them.
+func (s *Server) handleApplyTemplate(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusInternalServerError, "server_error", "parse error: "+err.Error(), nil)
+		return
+	}
+	prompt, err := render(req.Messages)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"prompt": prompt})
+}
+
+// handleTokenize answers {"tokens":[…]}: as many as the simulator counts for the content when
+// it evaluates a prompt (simtext.CountTokens).
+func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Content string `json:"content"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusInternalServerError, "server_error", "parse error: "+err.Error(), nil)
+		return
+	}
+	toks := make([]int, simtext.CountTokens(req.Content))
+	for i := range toks {
+		toks[i] = i + 1
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": toks})
+}
+
 // completion is one generation's outcome, for timings and counters.
 type completion struct {
 	kv           *lease // its share of a context the slots share

@@ -335,6 +335,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /completions", s.handleCompletions)
 	mux.HandleFunc("POST /embeddings", s.handleEmbeddings)
+	mux.HandleFunc("POST /apply-template", s.handleApplyTemplate)
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// llama-server (cpp-httplib) answers any unknown route or method with this 404.
 		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{

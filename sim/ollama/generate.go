@@ -2,6 +2,7 @@ package ollama
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,9 @@ type message struct {
 	Content   string          `json:"content"`
 	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
 	ToolName  string          `json:"tool_name,omitempty"`
+	// Images are decoded from base64 (a malformed one fails the request's decoding, as in
+	// Ollama); each takes its place in the prompt as a vision model's image tokens do.
+	Images [][]byte `json:"images,omitempty"`
 }
 
 type tool struct {
@@ -368,7 +372,11 @@ func render(system string, msgs []message) string {
 		fmt.Fprintf(&b, "<|system|>\n%s\n", system)
 	}
 	for _, m := range msgs {
-		fmt.Fprintf(&b, "<|%s|>\n%s%s\n", m.Role, m.Content, m.ToolCalls)
+		fmt.Fprintf(&b, "<|%s|>\n", m.Role)
+		for _, img := range m.Images {
+			fmt.Fprintf(&b, "<|image|>%x<|/image|>", sha256.Sum256(img))
+		}
+		fmt.Fprintf(&b, "%s%s\n", m.Content, m.ToolCalls)
 	}
 	b.WriteString("<|assistant|>\n")
 	return b.String()

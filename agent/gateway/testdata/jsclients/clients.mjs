@@ -1,6 +1,6 @@
 // The official JS clients against a running llmkube gateway: the OpenAI SDK (openai), the
-// Ollama SDK (ollama) and the AI SDK (ai + @ai-sdk/openai, whose openai(model) calls
-// /v1/responses). Run by the Go test TestJSClients, which starts the agents and sets:
+// Ollama SDK (ollama), Anthropic's SDK (@anthropic-ai/sdk, /v1/messages) and the AI SDK (ai +
+// @ai-sdk/openai, whose openai(model) calls /v1/responses). Run by the Go test TestJSClients, which starts the agents and sets:
 //   GATEWAY  the agent's base URL      TOKEN  a token for the model's namespace
 //   MODEL    the model to use          TOOLS  "1" when the engine calls tools
 //   EMBED    "1" when the model embeds  RESPONSES "1" to run the AI SDK (/v1/responses)
@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { Ollama } from 'ollama';
+import Anthropic from '@anthropic-ai/sdk';
 import { generateText, streamText, tool, jsonSchema, stepCountIs } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 
@@ -205,6 +206,68 @@ await check('ollama: errors are strings, not [object Object]', async () => {
   });
   const bad = new Ollama({ host: GATEWAY, headers: { Authorization: 'Bearer llmk_wrong' } });
   await assert.rejects(bad.list(), (err) => err.status_code === 401 && /token refused/.test(err.message));
+});
+
+// --- @anthropic-ai/sdk: /v1/messages, the key in x-api-key ---------------------------------
+const an = new Anthropic({ baseURL: GATEWAY, apiKey: TOKEN, maxRetries: 0 });
+
+await check('anthropic: messages, not streaming', async () => {
+  const r = await an.messages.create({ model: MODEL, max_tokens: 8, system: 'Be brief.', messages: [{ role: 'user', content: 'Hello, mesh.' }] });
+  assert.equal(r.type, 'message');
+  assert.equal(r.role, 'assistant');
+  assert.equal(r.content[0].type, 'text');
+  assert.ok(r.content[0].text.length > 0);
+  assert.ok(['end_turn', 'max_tokens'].includes(r.stop_reason), `stop_reason ${r.stop_reason}`);
+  assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0, JSON.stringify(r.usage));
+});
+
+await check('anthropic: messages, streaming (the SDK assembles the events)', async () => {
+  const stream = an.messages.stream({ model: MODEL, max_tokens: 8, messages: [{ role: 'user', content: 'Hello, mesh.' }] });
+  let text = '';
+  stream.on('text', (t) => { text += t; });
+  const final = await stream.finalMessage();
+  assert.ok(text.length > 0);
+  assert.equal(final.content[0].text, text);
+  assert.ok(['end_turn', 'max_tokens'].includes(final.stop_reason), `stop_reason ${final.stop_reason}`);
+  assert.ok(final.usage.output_tokens > 0);
+});
+
+if (TOOLS) {
+  const weatherTool = { name: 'weather', description: weather.function.description, input_schema: weather.function.parameters };
+  await check('anthropic: tools, not streaming, then the result', async () => {
+    const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+    const r = await an.messages.create({ model: MODEL, max_tokens: 64, messages, tools: [weatherTool] });
+    assert.equal(r.stop_reason, 'tool_use');
+    const use = r.content.find((b) => b.type === 'tool_use');
+    assert.equal(use.name, 'weather');
+    assert.deepEqual(use.input, { city: 'Paris' });
+    messages.push({ role: 'assistant', content: r.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'sunny' }] });
+    const after = await an.messages.create({ model: MODEL, max_tokens: 8, messages, tools: [weatherTool] });
+    assert.notEqual(after.stop_reason, 'tool_use');
+    assert.ok(after.content[0].text.length > 0);
+  });
+
+  await check('anthropic: tools, streaming', async () => {
+    const stream = an.messages.stream({ model: MODEL, max_tokens: 64, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: [weatherTool] });
+    const final = await stream.finalMessage();
+    assert.equal(final.stop_reason, 'tool_use');
+    const use = final.content.find((b) => b.type === 'tool_use');
+    assert.equal(use.name, 'weather');
+    assert.deepEqual(use.input, { city: 'Paris' });
+  });
+}
+
+await check('anthropic: errors carry status and type', async () => {
+  await assert.rejects(an.messages.create({ model: 'no-such-model', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }), (err) => {
+    assert.ok(err instanceof Anthropic.NotFoundError, `${err}`);
+    assert.equal(err.error.type, 'error');
+    assert.equal(err.error.error.type, 'not_found_error');
+    assert.match(err.message, /no-such-model/);
+    return true;
+  });
+  const bad = new Anthropic({ baseURL: GATEWAY, apiKey: 'llmk_wrong', maxRetries: 0 });
+  await assert.rejects(bad.messages.create({ model: MODEL, max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }),
+    (err) => err instanceof Anthropic.AuthenticationError && err.error.error.type === 'authentication_error');
 });
 
 // --- ai + @ai-sdk/openai: openai(model) speaks /v1/responses ------------------------------
