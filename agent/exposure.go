@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/engines/hailo/zoo"
+	"github.com/llmkube/mesh/internal/hailozoo"
 )
 
 // An engine that listens beyond loopback is reachable by anyone on the LAN, past every token,
@@ -177,7 +177,7 @@ func exposureFix(ep engineEndpoint, port int) string {
 	case api.RuntimeHailoOllama:
 		env := fmt.Sprintf("set OLLAMA_HOST=%s in hailo-ollama's environment (sudo systemctl edit hailo-ollama: [Service] Environment=OLLAMA_HOST=%s)", loop, loop)
 		json := fmt.Sprintf(`set "server": {"host": "127.0.0.1", "port": %d} in hailo-ollama.json (~/.config/hailo-ollama/ of the user it runs as)`, port)
-		if zoo.ReleaseOf(ep.version).BindsByEnv() {
+		if hailozoo.ReleaseOf(ep.version).BindsByEnv() {
 			return fmt.Sprintf("hailo-ollama %s binds by OLLAMA_HOST, not by its JSON: %s, then restart it", ep.version, env)
 		}
 		return fmt.Sprintf("hailo-ollama before 5.3 binds by its JSON: %s; 5.3 and later read OLLAMA_HOST instead, and this daemon reports version %q, which does not tell them apart, so also %s; then restart it",

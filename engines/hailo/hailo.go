@@ -14,7 +14,7 @@
 //     refused by the daemon itself, and its words pass through;
 //   - a model a later release renamed (5.1.1's qwen2.5-instruct:1.5b is 5.3.0's
 //     qwen2.5:1.5b) runs under the name the daemon lists, and the driver says which it used
-//     (package zoo).
+//     (package hailozoo).
 //
 // Requests that use the device (load, unload, chat, /api/ps) are serialised in the driver, one
 // at a time. The device runs one anyway, so nothing is lost, and it makes the driver's
@@ -35,8 +35,8 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/hailo/zoo"
 	"github.com/llmkube/mesh/engines/ollama"
+	"github.com/llmkube/mesh/internal/hailozoo"
 )
 
 // DefaultURL is where hailo-ollama listens by default (its config says 0.0.0.0:8000; the agent
@@ -54,7 +54,7 @@ type Driver struct {
 	pulls  atomic.Int32  // pulls in progress
 	served sync.Map      // a model's ref → the name the daemon lists it by, when they differ
 
-	// The swap defect (zoo.Release.SwapDefect): version is what the daemon last reported,
+	// The swap defect (hailozoo.Release.SwapDefect): version is what the daemon last reported,
 	// loadedBefore that it has loaded a model since the driver first saw it or last restarted
 	// it, and restart, when set, how to restart it.
 	version      atomic.Value // string
@@ -73,7 +73,7 @@ func (d *Driver) RestartBetweenModels(restart func(context.Context) error) { d.r
 // release the daemon last reported; "" when nothing is known to.
 func (d *Driver) SwapCost() string {
 	v, _ := d.version.Load().(string)
-	rel := zoo.ReleaseOf(v)
+	rel := hailozoo.ReleaseOf(v)
 	switch {
 	case !rel.SwapDefect():
 		return ""
@@ -97,7 +97,7 @@ func (d *Driver) restartIfDegrading(ctx context.Context, deviceHeld bool) error 
 		return err
 	}
 	d.version.Store(reported)
-	if !zoo.ReleaseOf(reported).SwapDefect() {
+	if !hailozoo.ReleaseOf(reported).SwapDefect() {
 		return nil
 	}
 	d.log.Warn("restarting hailo-ollama before loading another model: this release keeps the device between loads (hailo-rpi5-examples #197)", "version", reported)
@@ -173,7 +173,7 @@ func (d *Driver) name(ref string) string {
 // resolve finds the name the daemon lists ref by (list is its zoo) and remembers it, logging a
 // rename once so the owner sees which name ran.
 func (d *Driver) resolve(ref string, list []string) string {
-	n := zoo.ServedName(ref, list)
+	n := hailozoo.ServedName(ref, list)
 	if n == ref {
 		d.served.Delete(ref)
 		return ref
@@ -464,7 +464,7 @@ func (d *Driver) unsupported(ctx context.Context, req engines.ChatRequest) error
 		if err != nil {
 			return err
 		}
-		if rel := zoo.ReleaseOf(reported); !rel.ToolsByTemplate() {
+		if rel := hailozoo.ReleaseOf(reported); !rel.ToolsByTemplate() {
 			return &engines.Error{Code: api.CodeBadRequest, Err: fmt.Errorf(
 				"hailo-ollama cannot do tools at the version %s reports, %s (5.3 and later parse tool calls, for models whose template has a tools branch): %w; upgrade hailo-ollama, or place the model on llama-server or Ollama for tools",
 				d.c.URL(), rel.Name(), engines.ErrUnsupported)}

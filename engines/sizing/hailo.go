@@ -17,7 +17,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
-	"github.com/llmkube/mesh/engines/hailo/zoo"
+	"github.com/llmkube/mesh/internal/hailozoo"
 )
 
 // maxManifest bounds a hailo-ollama manifest read: real ones are about 2 KB (a chat template).
@@ -179,7 +179,7 @@ func (s *Sizer) hailo(ctx context.Context, src source.Source) (api.SizeEstimate,
 	data, err := readLimited(path, maxManifest)
 	if errors.Is(err, fs.ErrNotExist) {
 		known, lerr := HailoModels(dir)
-		name, offered := zoo.Offers(known, id)
+		name, offered := hailozoo.Offers(known, id)
 		switch {
 		case lerr != nil:
 			return api.SizeEstimate{}, failed("cannot size %s: hailo-ollama's manifests folder %s cannot be read: %v", src, dir, lerr)

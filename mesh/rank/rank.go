@@ -12,7 +12,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
-	"github.com/llmkube/mesh/engines/hailo/zoo"
+	"github.com/llmkube/mesh/internal/hailozoo"
 )
 
 // Request is a placement request plus what the console learned while preparing it.
@@ -254,7 +254,7 @@ func judge(r *api.Ranked, h *api.Host, native, rt api.Runtime, model, needStr st
 			r.Verdict, r.Score = api.VerdictSwap, bandSwap+weightMemory*fitTerm(hailo.Memory-need, req.Spread)
 			r.Reason = "swap: replaces " + hailo.Loaded + " on the Hailo-10H"
 			for _, e := range h.Engines {
-				if e.Runtime == api.RuntimeHailoOllama && zoo.ReleaseOf(e.Version).SwapDefect() {
+				if e.Runtime == api.RuntimeHailoOllama && hailozoo.ReleaseOf(e.Version).SwapDefect() {
 					// The agent's own estimate says whether it restarts the daemon for it.
 					r.Reason += "; hailo-ollama " + e.Version + " degrades answers after a swap until it restarts"
 				}
@@ -320,7 +320,7 @@ func hailoOffers(r *api.Ranked, es []api.Engine, raw string) (servedAs string, o
 		if e.Runtime != api.RuntimeHailoOllama || len(e.Models) == 0 {
 			continue
 		}
-		name, offered := zoo.Offers(e.Models, ref)
+		name, offered := hailozoo.Offers(e.Models, ref)
 		if !offered {
 			version := ""
 			if e.Version != "" {

@@ -1,9 +1,9 @@
-// Package zoo knows what differs between hailo-ollama releases: the model names (the renames
+// Package hailozoo knows what differs between hailo-ollama releases: the model names (the renames
 // between releases, and whether a daemon's own list, /hailo/v1/list, offers a model) and what
 // a reported version implies (tools, the swap defect, the bind setting). It has no
 // dependencies, so the ranker (mesh/rank) and the doctor ask it as the driver does. The public record behind
 // it is told in docs/raspberry-pi-hailo.md ("What changed between hailo-ollama releases").
-package zoo
+package hailozoo
 
 import (
 	"slices"
