@@ -187,6 +187,19 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 		deny = func(w http.ResponseWriter, e *api.Error) { WriteError(w, e) }
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, asserted, err := assertedBy(r); asserted {
+			if err != nil {
+				deny(w, api.Errorf(api.CodeUnauthorized, "hop refused: %v", err))
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+			return
+		}
+		plain := lanPlain(r)
+		if plain && !route.Anonymous {
+			WriteError(w, api.Errorf(api.CodeNamespaceNotAllow, "%s is served to other hosts over TLS only: use https:// with the mesh's CA certificate (llmkube-agent ca); plain HTTP from the LAN (--lan-http) reaches the gateway's routes alone", r.URL.Path))
+			return
+		}
 		tok, ok := bearer(r)
 		if ns := s.a.AnonymousNamespace(); !ok && route.Anonymous && ns != "" && r.Header.Get("Authorization") == "" {
 			// The caller sent no token at all (a wrong one is still refused below). It is
@@ -211,6 +224,12 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmkube", error="invalid_token"`)
 			deny(w, api.Errorf(api.CodeUnauthorized, "token refused: %v", err))
+			return
+		}
+		if plain && p.Admin {
+			// The admin token places, deletes and reads everything: it is not taken where the
+			// LAN reads it, and the user is told it was just sent where the LAN could read it.
+			deny(w, api.Errorf(api.CodeUnauthorized, "the admin token is refused in plain HTTP from the LAN, and anyone on the LAN may have read it now: use https:// with the mesh's CA certificate (llmkube-agent ca), and a namespace token on --lan-http"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))

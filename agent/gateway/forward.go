@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/seal"
 )
 
 // copyBufs are the buffers forwarded answers are copied through.
@@ -49,7 +52,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	defer c.busy.Add(-1)
 	k := &hopCut{}
 	defer g.owners.watch(k.end, c.p.Host, c.p.Model)()
-	resp, err := g.hop.do(r.Context(), newHopRequest(r, mb.Host.APIAddr, body), k, g.cfg.ResponseHeaderTimeout)
+	resp, err := g.hop.do(r.Context(), g.sealHop(newHopRequest(r, mb.Host.APIAddr, body), r, mb), k, g.cfg.ResponseHeaderTimeout)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return false, r.Context().Err()
@@ -287,4 +290,19 @@ func streamFailure(o *out, d dialect, contentType string, f *failure) {
 		b, _ := json.Marshal(ollamaErrorBody{Error: f.msg})
 		o.send(append(append([]byte("\n"), b...), '\n'))
 	}
+}
+
+// sealHop fits req for the sealed channel, when the gateway has one: the owner is checked to be
+// member mb with the key it gossips, and the caller's principal is asserted in place of its token.
+func (g *Gateway) sealHop(req *hopRequest, r *http.Request, mb api.Member) *hopRequest {
+	if g.cfg.Seal == nil {
+		return req
+	}
+	req.peer = seal.Peer{Name: mb.Name}
+	if k, err := hex.DecodeString(mb.SealKey); err == nil && len(k) > 0 {
+		req.peer.KeyID = k
+	}
+	p, _ := agent.PrincipalFrom(r.Context())
+	req.asserted = agent.AssertPrincipal(p)
+	return req
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/internal/prom"
+	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/version"
 )
 
@@ -100,6 +101,10 @@ type Config struct {
 	// ResponseHeaderTimeout bounds the wait for a forwarded request's answer to begin;
 	// DefaultResponseHeaderTimeout when zero.
 	ResponseHeaderTimeout time.Duration
+	// Seal carries hops to other agents over the mesh's sealed channel (internal/seal), where
+	// each hop asserts its caller's principal instead of passing the caller's token on; nil
+	// sends hops in plain HTTP with the token (in-process tests on loopback).
+	Seal *seal.Identity
 }
 
 // Gateway serves the chat and model-listing routes.
@@ -164,7 +169,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{
-		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hop: newHopClient(), m: m,
+		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), hop: newHopClient(cfg.Seal), m: m,
 		inflight: map[replica]*atomic.Int64{},
 		alone:    map[aloneKey]time.Time{},
 		queues:   map[string]*queue{},

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
@@ -14,7 +15,9 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/internal/netconn"
+	"github.com/llmkube/mesh/internal/seal"
 )
 
 // Sizes of the hop client.
@@ -46,6 +49,10 @@ const (
 type hopClient struct {
 	dialer  net.Dialer
 	idleFor time.Duration
+	// seal, when set, carries every hop over the sealed channel (TLS to the owner, checked to be
+	// the node meant with the key it gossips), and the hop asserts the caller's principal
+	// instead of passing its token on.
+	seal *seal.Identity
 
 	mu    sync.Mutex
 	idle  map[string][]*hopConn // by address, the most recently used last
@@ -73,8 +80,9 @@ func (hc *hopConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func newHopClient() *hopClient {
+func newHopClient(id *seal.Identity) *hopClient {
 	return &hopClient{
+		seal: id,
 		// A short dial timeout, so a dead owner fails over quickly.
 		dialer:  net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second},
 		idleFor: hopIdleFor,
@@ -94,6 +102,10 @@ type hopRequest struct {
 	header       http.Header // the client's request's, read and not changed
 	forwardedFor string
 	body         []byte
+	// peer is the owner as the mesh knows it (name, gossiped key), checked on a sealed dial;
+	// asserted, when set, replaces the caller's Authorization (agent.PrincipalHeader).
+	peer     seal.Peer
+	asserted string
 }
 
 // newHopRequest is r, forwarded with body to the agent at addr.
@@ -166,7 +178,7 @@ func (k *hopCut) release() bool {
 // leaving) and k's close the connection, which ends a wait for the head or a read of the body
 // with an error (the caller reads the reason from ctx and k).
 func (h *hopClient) do(ctx context.Context, req *hopRequest, k *hopCut, headWithin time.Duration) (*http.Response, error) {
-	hc, err := h.conn(ctx, req.addr, k)
+	hc, err := h.conn(ctx, req.addr, req.peer, k)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +248,10 @@ func writeRequest(bw *bufio.Writer, req *hopRequest) error {
 		switch k {
 		case "Host", "Content-Length", "Expect", "X-Forwarded-For":
 			continue // written here, or not passed on: the body is here already, not to be asked for
+		case "Authorization":
+			if req.asserted != "" {
+				continue // the caller's token stays here: the hop asserts its principal
+			}
 		}
 		// Go's server takes a name with a space in it (textproto is lenient there); the owner is
 		// not sent one, which no valid request carries and other parsers read otherwise.
@@ -255,6 +271,11 @@ func writeRequest(bw *bufio.Writer, req *hopRequest) error {
 	if !httpguts.ValidHeaderFieldValue(req.forwardedFor) {
 		return fmt.Errorf("invalid header field value for %q", "X-Forwarded-For")
 	}
+	if req.asserted != "" {
+		bw.WriteString(agent.PrincipalHeader + ": ")
+		bw.WriteString(req.asserted)
+		bw.WriteString("\r\n")
+	}
 	bw.WriteString(HopHeader + ": 1\r\nX-Forwarded-For: ")
 	bw.WriteString(req.forwardedFor)
 	bw.WriteString("\r\n\r\n")
@@ -264,7 +285,7 @@ func writeRequest(bw *bufio.Writer, req *hopRequest) error {
 
 // conn is a kept connection to addr that the owner has not closed, or a new one, dialed until
 // ctx or k ends.
-func (h *hopClient) conn(ctx context.Context, addr string, k *hopCut) (*hopConn, error) {
+func (h *hopClient) conn(ctx context.Context, addr string, peer seal.Peer, k *hopCut) (*hopConn, error) {
 	for {
 		h.mu.Lock()
 		cs := h.idle[addr]
@@ -276,7 +297,11 @@ func (h *hopClient) conn(ctx context.Context, addr string, k *hopCut) (*hopConn,
 		cs[len(cs)-1] = nil
 		h.idle[addr] = cs[:len(cs)-1]
 		h.mu.Unlock()
-		if time.Since(hc.since) < h.idleFor && netconn.Quiet(hc.c) {
+		raw := hc.c
+		if tc, ok := raw.(*tls.Conn); ok {
+			raw = tc.NetConn() // TLS records left unread would show on the socket all the same
+		}
+		if time.Since(hc.since) < h.idleFor && netconn.Quiet(raw) {
 			return hc, nil
 		}
 		hc.c.Close()
@@ -293,6 +318,14 @@ func (h *hopClient) conn(ctx context.Context, addr string, k *hopCut) (*hopConn,
 	c, err := h.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if h.seal != nil {
+		tc := tls.Client(c, h.seal.ClientConfig(peer))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c = tc
 	}
 	hc := &hopConn{c: c, bw: bufio.NewWriterSize(c, hopBuffer)}
 	hc.br = bufio.NewReaderSize(hc, hopBuffer)

@@ -104,7 +104,7 @@ func (h *hopClient) idleCount() int {
 // request; one left unread, or that the owner says it closes, is closed.
 func TestHopClientKeepsConnections(t *testing.T) {
 	s := newHopServer(t)
-	h := newHopClient()
+	h := newHopClient(nil)
 	for range 5 {
 		assert.Equal(t, "data: one\n\ndata: [DONE]\n\n", hopCall(t, h, s.url))
 	}
@@ -128,7 +128,7 @@ func TestHopClientKeepsConnections(t *testing.T) {
 // server's idle connections, as at a restart) is not sent a request: a new one is dialed.
 func TestHopClientDropsClosedConnections(t *testing.T) {
 	s := newHopServer(t)
-	h := newHopClient()
+	h := newHopClient(nil)
 	hopCall(t, h, s.url)
 	s.srv.SetKeepAlivesEnabled(false) // closes the idle connection
 	require.Eventually(t, func() bool { return s.closed.Load() == 1 }, 5*time.Second, time.Millisecond)
@@ -143,7 +143,7 @@ func TestHopClientContextEndsTheWait(t *testing.T) {
 	s := newHopServer(t)
 	s.hold = make(chan struct{})
 	t.Cleanup(func() { close(s.hold) })
-	h := newHopClient()
+	h := newHopClient(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
@@ -161,7 +161,7 @@ func TestHopClientContextEndsTheWait(t *testing.T) {
 // the connection, now another request's, alone; one ended before the body's close gives it up.
 func TestHopCutAfterTheAnswer(t *testing.T) {
 	s := newHopServer(t)
-	h := newHopClient()
+	h := newHopClient(nil)
 	k := &hopCut{}
 	resp, err := h.do(context.Background(), testHop(s.url), k, time.Minute)
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestHopCutAfterTheAnswer(t *testing.T) {
 // TestHopCutEndsADial: a request ended while its connection is being dialed (its owner lost)
 // gives up the dial at once, with the reason kept.
 func TestHopCutEndsADial(t *testing.T) {
-	h := newHopClient()
+	h := newHopClient(nil)
 	dialing := make(chan struct{})
 	h.dialer.ControlContext = func(ctx context.Context, _, _ string, _ syscall.RawConn) error {
 		close(dialing)
@@ -212,7 +212,7 @@ func TestHopClientHeadDeadline(t *testing.T) {
 	s := newHopServer(t)
 	s.hold = make(chan struct{})
 	t.Cleanup(func() { close(s.hold) })
-	h := newHopClient()
+	h := newHopClient(nil)
 	_, err := h.do(context.Background(), testHop(s.url), &hopCut{}, 50*time.Millisecond)
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
 	assert.Zero(t, h.idleCount())
@@ -222,7 +222,7 @@ func TestHopClientHeadDeadline(t *testing.T) {
 // stops once none is left.
 func TestHopClientExpiresIdleConnections(t *testing.T) {
 	s := newHopServer(t)
-	h := newHopClient()
+	h := newHopClient(nil)
 	h.idleFor = 50 * time.Millisecond
 	hopCall(t, h, s.url)
 	require.Eventually(t, func() bool { return s.closed.Load() == 1 }, 5*time.Second, time.Millisecond)
@@ -236,7 +236,7 @@ func TestHopClientExpiresIdleConnections(t *testing.T) {
 // give it back; the race detector watches the pool.
 func TestHopClientConcurrentRequests(t *testing.T) {
 	s := newHopServer(t)
-	h := newHopClient()
+	h := newHopClient(nil)
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Add(1)
@@ -264,7 +264,7 @@ func BenchmarkHopRoundTrip(b *testing.B) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true, WriteBufferSize: hopBuffer, ReadBufferSize: hopBuffer}
 	b.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: tr}
-	h := newHopClient()
+	h := newHopClient(nil)
 	viaT := func() (*http.Response, error) {
 		req, err := http.NewRequest("POST", s.url+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
 		if err != nil {
@@ -339,7 +339,7 @@ func TestHopClientBoundsTheHead(t *testing.T) {
 			}
 		}
 	}()
-	h := newHopClient()
+	h := newHopClient(nil)
 	_, err = h.send(context.Background(), "http://"+ln.Addr().String())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the answer's head is larger than")

@@ -1,0 +1,71 @@
+package node
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/state"
+	"github.com/llmkube/mesh/internal/seal"
+)
+
+// KeyFile is the agent's leaf key in its state dir (mode 0600). It outlives restarts, so the
+// key a node gossips stays the one its peers know.
+const KeyFile = "seal.key"
+
+// Identity is a program's side of the sealed channel: the mesh CA derived from j, and a leaf
+// for name in role, signed with the key kept in dir (made there on first use); dir "" makes a
+// key for this process alone (a console). apiAddr's host goes into the leaf for ordinary HTTPS
+// clients to check.
+func Identity(j api.Join, name, role, dir, apiAddr string) (*seal.Identity, error) {
+	ca, err := seal.NewCA(j.MeshID, j.Secret)
+	if err != nil {
+		return nil, err
+	}
+	var key ed25519.PrivateKey
+	if dir == "" {
+		key, err = seal.NewKey()
+	} else {
+		key, err = loadKey(filepath.Join(dir, KeyFile))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var hosts []string
+	if h, _, err := net.SplitHostPort(apiAddr); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	return ca.Identity(name, role, key, hosts...)
+}
+
+// loadKey reads the leaf key at path, or makes and writes one when there is none.
+func loadKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		k, err := seal.ParseKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (delete it and the agent makes a new key)", path, err)
+		}
+		return k, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	k, err := seal.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	b, err = seal.MarshalKey(k)
+	if err != nil {
+		return nil, err
+	}
+	if err := state.WriteFileAtomic(path, b, 0o600); err != nil {
+		return nil, fmt.Errorf("writing the sealed channel's key: %w", err)
+	}
+	return k, nil
+}
