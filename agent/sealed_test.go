@@ -107,4 +107,3 @@ func TestPlainHTTPFromTheLANReachesOnlyTheGatewaysRoutes(t *testing.T) {
 	}
 	require.True(t, found, "--lan-http is not shown by the doctor")
 }
-

@@ -19,8 +19,8 @@ import (
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
-	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/internal/seal"
+	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/mesh/discovery"
 )
 
