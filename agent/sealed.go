@@ -62,5 +62,9 @@ func lanPlain(r *http.Request) bool {
 		return true
 	}
 	ip := net.ParseIP(host)
-	return ip == nil || !ip.IsLoopback()
+	if ip == nil {
+		return true
+	}
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return !ip.IsLoopback() && !seal.SameHost(local, &net.TCPAddr{IP: ip})
 }

@@ -126,7 +126,7 @@ func (l *Listener) sort(c net.Conn) net.Conn {
 		c.SetDeadline(time.Time{})
 		return tc
 	}
-	if !l.local(c.RemoteAddr()) && !l.cfg.LANPlain {
+	if !l.local(c.RemoteAddr()) && !SameHost(c.LocalAddr(), c.RemoteAddr()) && !l.cfg.LANPlain {
 		l.refusedPlain.Add(1)
 		l.cfg.Log.Debug("plain connection from the LAN refused", "remote", c.RemoteAddr().String())
 		io.WriteString(c, plainRefusal)
@@ -193,6 +193,16 @@ func IsLoopback(a net.Addr) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// SameHost reports whether a connection between local and remote stays on this host: its peer
+// has the address it reached (an agent listening on its LAN address, asked by `llmkube-agent
+// join` on the same host). No packet from the LAN carries one of the host's own addresses as
+// its source (the kernel drops it as a martian), and a TCP handshake could not complete if it did.
+func SameHost(local, remote net.Addr) bool {
+	l, lok := local.(*net.TCPAddr)
+	r, rok := remote.(*net.TCPAddr)
+	return lok && rok && l.IP.Equal(r.IP)
 }
 
 // prefixConn gives back the first byte the listener read before the rest.
