@@ -43,6 +43,7 @@ func (e *env) startLAN(ctx context.Context, t *testing.T, n note) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.sealClients(t, pi, x86, box, e.laptop)
 
 	hailoHome := filepath.Join(pi.Dir, "hailo-home")
 	e.pi = e.newAgent(pi, e.join, demoRoot(t, pi, "pi5-hailo"), "linux", "arm64",
@@ -117,6 +118,7 @@ var checks = []struct {
 	{"interactive console by mDNS", checkInteractiveConsole},
 	{"place one model per runtime", checkPlace},
 	{"chat through another gateway", checkChat},
+	{"nothing crosses the LAN in the clear", checkSealed},
 	{".local names from the laptop", checkLocalNames},
 	{"doctor on a healthy mesh", checkHealthyDoctor},
 	{"namespace isolation", checkNamespaces},
@@ -174,7 +176,7 @@ func checkDialBack(ctx context.Context, t *testing.T, e *env, n note) {
 				if from == a.netHost {
 					continue
 				}
-				code, body, err := from.get(ctx, "http://"+adv+"/v1/host", e.admin)
+				code, body, err := from.get(ctx, "https://"+adv+"/v1/host", e.admin)
 				var h api.Host
 				if err == nil && code == http.StatusOK {
 					err = json.Unmarshal(body, &h)
@@ -305,8 +307,8 @@ func checkLocalNames(ctx context.Context, t *testing.T, e *env, n note) {
 		args []string
 		env  []string
 	}{
-		{"--agent", []string{"--agent", "http://" + name + ":7777"}, nil},
-		{"LLMKUBE_AGENT", nil, []string{"LLMKUBE_AGENT=http://" + name + ":7777"}},
+		{"--agent", []string{"--agent", "https://" + name + ":7777"}, nil},
+		{"LLMKUBE_AGENT", nil, []string{"LLMKUBE_AGENT=https://" + name + ":7777"}},
 	} {
 		t.Run(via.what, func(t *testing.T) {
 			start := time.Now()
@@ -316,7 +318,7 @@ func checkLocalNames(ctx context.Context, t *testing.T, e *env, n note) {
 			if err != nil || !hostsOK(r) {
 				t.Fatalf("%s %s: %v %s", via.what, name, err, r)
 			}
-			n("%s http://%s:7777: %.2fs", via.what, name, r.took.Seconds())
+			n("%s https://%s:7777: %.2fs", via.what, name, r.took.Seconds())
 		})
 	}
 }
