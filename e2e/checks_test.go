@@ -302,13 +302,18 @@ func checkLocalNames(ctx context.Context, t *testing.T, e *env, n note) {
 		t.Errorf("a .local seed: %s", r)
 	}
 	n("--join %s:7946: %.2fs", name, r.took.Seconds())
+	// A token holder without the join string reaches an agent over TLS with the mesh's CA.
+	caFile := filepath.Join(e.laptop.Dir, "mesh-ca.pem")
+	if err := e.writeCA(ctx, caFile); err != nil {
+		t.Fatal(err)
+	}
 	for _, via := range []struct {
 		what string
 		args []string
 		env  []string
 	}{
-		{"--agent", []string{"--agent", "https://" + name + ":7777"}, nil},
-		{"LLMKUBE_AGENT", nil, []string{"LLMKUBE_AGENT=https://" + name + ":7777"}},
+		{"--agent", []string{"--agent", "https://" + name + ":7777", "--ca-file", caFile}, nil},
+		{"LLMKUBE_AGENT", []string{"--ca-file", caFile}, []string{"LLMKUBE_AGENT=https://" + name + ":7777"}},
 	} {
 		t.Run(via.what, func(t *testing.T) {
 			start := time.Now()

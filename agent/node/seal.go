@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/internal/seal"
+	"github.com/llmkube/mesh/mesh/discovery"
 )
 
 // KeyFile is the agent's leaf key in its state dir (mode 0600). It outlives restarts, so the
@@ -36,7 +38,9 @@ func Identity(j api.Join, name, role, dir, apiAddr string) (*seal.Identity, erro
 	if err != nil {
 		return nil, err
 	}
-	var hosts []string
+	// The names an HTTPS client may use for the agent: its address, and its mDNS name, which the
+	// agent answers for itself.
+	hosts := []string{strings.TrimSuffix(discovery.MDNSHostName(name), ".")}
 	if h, _, err := net.SplitHostPort(apiAddr); err == nil && h != "" {
 		hosts = append(hosts, h)
 	}
