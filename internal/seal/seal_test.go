@@ -343,3 +343,23 @@ func TestIsLoopback(t *testing.T) {
 	require.False(t, IsLoopback(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)}))
 	require.False(t, IsLoopback(nil))
 }
+
+func TestASecondConnectionResumesTheSession(t *testing.T) {
+	ca := newCA(t, "home", secretA)
+	a := newIdentity(t, ca, "alpha", RoleAgent)
+	s := serve(t, a, true, false)
+	me := newIdentity(t, ca, "beta", RoleAgent)
+	var resumed []bool
+	for range 2 {
+		c, err := tls.Dial("tcp", s.addr, me.ClientConfig(Peer{Name: "alpha", KeyID: a.KeyID()}))
+		require.NoError(t, err)
+		// The session ticket comes after the handshake: a request and its answer read it.
+		_, err = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		require.NoError(t, err)
+		b, _ := io.ReadAll(c)
+		require.Contains(t, string(b), "hello beta agent")
+		resumed = append(resumed, c.ConnectionState().DidResume)
+		c.Close()
+	}
+	require.Equal(t, []bool{false, true}, resumed, "a reconnection paid a full handshake")
+}
