@@ -37,6 +37,9 @@ type ServerConfig struct {
 	// Doctor is the membership's report (mesh.Mesh.Doctor) when the agent runs in a mesh; GET
 	// /v1/doctor adds the agent's own findings to it.
 	Doctor func(ctx context.Context) api.DoctorReport
+	// Findings are more of this host's own findings for GET /v1/doctor (what its sealed
+	// listener refused); nil adds none.
+	Findings func() []api.Finding
 	// OpenMetrics serves /metrics without a token (for a scraper on a trusted network).
 	// By default /metrics needs the admin token: its labels name every namespace's models.
 	OpenMetrics bool
@@ -363,7 +366,11 @@ func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
 	} else {
 		rep = api.DoctorReport{Mesh: s.cfg.MeshID, Node: s.a.Name(), Members: 1, At: time.Now()}
 	}
-	rep.Findings = principal(r).ScopeFindings(append(rep.Findings, <-own...))
+	rep.Findings = append(rep.Findings, <-own...)
+	if s.cfg.Findings != nil {
+		rep.Findings = append(rep.Findings, s.cfg.Findings()...)
+	}
+	rep.Findings = principal(r).ScopeFindings(rep.Findings)
 	api.SortFindings(rep.Findings)
 	if rep.Findings == nil {
 		rep.Findings = []api.Finding{}

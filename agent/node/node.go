@@ -98,7 +98,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// leave reached it — and show a graceful leave as an unreachable host, or send it a chat.
 	runCtx, stopRun := gctx, context.CancelFunc(func() {})
 
-	sc := agent.ServerConfig{Agent: a, Secret: cfg.Join.Secret, MeshID: cfg.Join.MeshID, OpenMetrics: cfg.OpenMetrics, Log: cfg.Log.With("part", "api")}
+	sc := agent.ServerConfig{Agent: a, Secret: cfg.Join.Secret, MeshID: cfg.Join.MeshID, OpenMetrics: cfg.OpenMetrics, Log: cfg.Log.With("part", "api"),
+		Findings: func() []api.Finding { return refusals(sealed, a.Name(), time.Now()) }}
 	gc := gateway.Config{Agent: a, Version: cfg.Agent.Version, Seal: id, Log: cfg.Log.With("part", "gateway")}
 	if cfg.Mesh != nil {
 		m, err := startMesh(ctx, cfg, a, id)

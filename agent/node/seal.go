@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/state"
@@ -72,4 +73,27 @@ func loadKey(path string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("writing the sealed channel's key: %w", err)
 	}
 	return k, nil
+}
+
+// refusalRecent is how long a refused handshake stays a finding.
+const refusalRecent = 10 * time.Minute
+
+// refusals is the doctor's finding about handshakes l refused for a certificate lately: a host
+// of another mesh, one with an old join string, or a client without the mesh's CA.
+func refusals(l *seal.Listener, node string, now time.Time) []api.Finding {
+	last := l.LastRefused()
+	if last == nil || now.Sub(last.At) > refusalRecent {
+		return nil
+	}
+	n, _ := l.Refused()
+	from, _, err := net.SplitHostPort(last.From)
+	if err != nil {
+		from = last.From
+	}
+	return []api.Finding{{
+		Severity: api.SeverityWarning,
+		Problem:  fmt.Sprintf("%s refused TLS handshakes on its API port from %s: a program there holds no certificate of this mesh, or does not trust its CA (a host of another mesh, or with an old join string)", node, from),
+		Detail:   fmt.Sprintf("%d handshake(s) refused since the start, the last %s ago: %s", n, now.Sub(last.At).Round(time.Second), api.Printable(last.Err)),
+		Fix:      fmt.Sprintf("give the host at %s this mesh's join string (llmkube-agent join), or its HTTPS client the mesh's CA (llmkube-agent ca)", from),
+	}}
 }

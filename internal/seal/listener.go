@@ -49,17 +49,26 @@ type Listener struct {
 	once  sync.Once
 	errMu sync.Mutex
 	err   error // the inner listener's failure, set before ctx ends
-	// local tells a loopback peer (IsLoopback); tests on loopback stand in for the LAN with it.
-	local func(net.Addr) bool
+	// local tells a peer on this host (onThisHost); tests on loopback stand in for the LAN
+	// with it.
+	local func(net.Conn) bool
 
 	refusedTLS   atomic.Uint64
 	refusedPlain atomic.Uint64
+	lastRefused  atomic.Pointer[Refusal]
+}
+
+// Refusal is a handshake the listener refused: who tried, why, and when.
+type Refusal struct {
+	From string
+	Err  string
+	At   time.Time
 }
 
 // Listen serves cfg on inner.
-func Listen(inner net.Listener, cfg ListenConfig) *Listener { return listen(inner, cfg, IsLoopback) }
+func Listen(inner net.Listener, cfg ListenConfig) *Listener { return listen(inner, cfg, onThisHost) }
 
-func listen(inner net.Listener, cfg ListenConfig, local func(net.Addr) bool) *Listener {
+func listen(inner net.Listener, cfg ListenConfig, local func(net.Conn) bool) *Listener {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -119,6 +128,14 @@ func (l *Listener) sort(c net.Conn) net.Conn {
 		cancel()
 		if err != nil {
 			l.refusedTLS.Add(1)
+			// A certificate refused, by either end, is a program of another mesh (or one that
+			// does not trust this mesh's CA): the doctor names it. A peer that went away
+			// mid-handshake is not.
+			var remote *net.OpError // the client's alert (crypto/tls reports it so)
+			var verify *tls.CertificateVerificationError
+			if (errors.As(err, &remote) && remote.Op == "remote error") || errors.As(err, &verify) {
+				l.lastRefused.Store(&Refusal{From: c.RemoteAddr().String(), Err: err.Error(), At: time.Now()})
+			}
 			l.cfg.Log.Debug("sealed handshake refused", "remote", c.RemoteAddr().String(), "err", err)
 			c.Close()
 			return nil
@@ -126,7 +143,7 @@ func (l *Listener) sort(c net.Conn) net.Conn {
 		c.SetDeadline(time.Time{})
 		return tc
 	}
-	if !l.local(c.RemoteAddr()) && !SameHost(c.LocalAddr(), c.RemoteAddr()) && !l.cfg.LANPlain {
+	if !l.local(c) && !l.cfg.LANPlain {
 		l.refusedPlain.Add(1)
 		l.cfg.Log.Debug("plain connection from the LAN refused", "remote", c.RemoteAddr().String())
 		io.WriteString(c, plainRefusal)
@@ -149,6 +166,9 @@ func (l *Listener) sort(c net.Conn) net.Conn {
 func (l *Listener) Refused() (handshakes, plain uint64) {
 	return l.refusedTLS.Load(), l.refusedPlain.Load()
 }
+
+// LastRefused is the last handshake refused for a certificate, nil before any.
+func (l *Listener) LastRefused() *Refusal { return l.lastRefused.Load() }
 
 // Accept returns the next admitted connection.
 func (l *Listener) Accept() (net.Conn, error) {
@@ -193,6 +213,11 @@ func IsLoopback(a net.Addr) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// onThisHost reports whether c's peer runs on this host: loopback, or one of its own addresses.
+func onThisHost(c net.Conn) bool {
+	return IsLoopback(c.RemoteAddr()) || SameHost(c.LocalAddr(), c.RemoteAddr())
 }
 
 // SameHost reports whether a connection between local and remote stays on this host: its peer

@@ -51,9 +51,9 @@ func serve(t *testing.T, id *Identity, lan, lanPlain bool) *server {
 	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	local := IsLoopback
+	local := onThisHost
 	if lan {
-		local = func(net.Addr) bool { return false }
+		local = func(net.Conn) bool { return false }
 	}
 	s := &server{addr: inner.Addr().String()}
 	s.ln = listen(inner, ListenConfig{TLS: id.ServerConfig(), LANPlain: lanPlain}, local)
@@ -168,6 +168,10 @@ func TestStrangersAreRefusedBeforeAnyHandler(t *testing.T) {
 	hs, plain := s.ln.Refused()
 	require.Equal(t, uint64(5), hs)
 	require.Equal(t, uint64(1), plain)
+	last := s.ln.LastRefused()
+	require.NotNil(t, last)
+	require.Contains(t, last.From, "127.0.0.1:")
+	require.NotEmpty(t, last.Err)
 }
 
 func TestPlainIsServedOnLoopbackAndOnTheLANOnlyWhenAsked(t *testing.T) {
@@ -362,4 +366,11 @@ func TestASecondConnectionResumesTheSession(t *testing.T) {
 		c.Close()
 	}
 	require.Equal(t, []bool{false, true}, resumed, "a reconnection paid a full handshake")
+}
+
+func TestSameHost(t *testing.T) {
+	a := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 5), Port: 7777}
+	require.True(t, SameHost(a, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 5), Port: 40000}))
+	require.False(t, SameHost(a, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 6), Port: 40000}))
+	require.False(t, SameHost(nil, a))
 }
