@@ -271,6 +271,9 @@ func writeRequest(bw *bufio.Writer, req *hopRequest) error {
 	if !httpguts.ValidHeaderFieldValue(req.forwardedFor) {
 		return fmt.Errorf("invalid header field value for %q", "X-Forwarded-For")
 	}
+	if !httpguts.ValidHeaderFieldValue(req.asserted) {
+		return fmt.Errorf("invalid header field value for %q", agent.PrincipalHeader)
+	}
 	if req.asserted != "" {
 		bw.WriteString(agent.PrincipalHeader + ": ")
 		bw.WriteString(req.asserted)
