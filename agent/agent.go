@@ -79,6 +79,10 @@ type Config struct {
 	// token, as this one namespace: for clients that cannot send one (Home Assistant's
 	// hailo-ollama integration, hailo-ollama CLIs). Off by default; shown in GET /v1/host.
 	AnonymousNamespace string
+	// LANHTTP: the API also serves plain HTTP to other hosts (--lan-http), for clients that
+	// cannot speak TLS; only the gateway's routes, never the admin token. Shown in GET /v1/host
+	// and as a doctor's finding.
+	LANHTTP bool
 	// AllowHTTP accepts plain http:// sources (a LAN mirror, a test server).
 	AllowHTTP bool
 	// GGUFDirs are the folders file:// sources may name, besides the model store. Only the
@@ -627,6 +631,7 @@ func (a *Agent) hostLocked() api.Host {
 		Memory:     mem,
 		Namespaces: slices.Clone(a.cfg.Namespaces),
 		Anonymous:  a.cfg.AnonymousNamespace,
+		LANHTTP:    a.cfg.LANHTTP,
 		APIAddr:    a.cfg.APIAddr,
 		Version:    a.cfg.Version,
 		StartedAt:  a.started,

@@ -27,6 +27,12 @@ func (a *Agent) Findings(ctx context.Context) []api.Finding {
 			fmt.Sprintf("anonymous access is on on %s: its listing and inference routes answer requests without a token, as namespace %s", h.Name, ns),
 			fmt.Sprintf("meant for clients that cannot send a token (Home Assistant's hailo-ollama integration); to turn it off, run the agent on %s without --anonymous-namespace", h.Name))
 	}
+	if h.LANHTTP {
+		// Opt-in, and plainly shown: the LAN can read what crosses the plain listener.
+		add("", api.SeverityWarning,
+			fmt.Sprintf("plain HTTP is served to the LAN on %s (%s): the gateway's routes answer there in the clear, so anyone on the LAN reads those prompts, answers and the tokens sent with them (the admin token is refused there)", h.Name, h.APIAddr),
+			fmt.Sprintf("meant for clients that cannot speak TLS; others use https:// with the mesh's CA (llmkube-agent ca). To turn it off, run the agent on %s without --lan-http", h.Name))
+	}
 	waiting := map[api.Runtime]int{} // placements that need the runtime
 	for _, p := range ps {
 		if !p.State.Terminal() {

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/auth"
+	"github.com/llmkube/mesh/agent/hop"
+	"github.com/llmkube/mesh/internal/seal"
 )
 
 // Limits of the API. Bodies are small JSON documents; the gateway sets its own limits for chats.
@@ -40,6 +43,13 @@ type ServerConfig struct {
 	// Doctor is the membership's report (mesh.Mesh.Doctor) when the agent runs in a mesh; GET
 	// /v1/doctor adds the agent's own findings to it.
 	Doctor func(ctx context.Context) api.DoctorReport
+	// Seal is this agent's side of the mesh's sealed channel: calls forwarded to other hosts
+	// (api.HostHeader) go over it. Nil forwards in plain HTTP with the caller's token
+	// (in-process tests on loopback).
+	Seal *seal.Identity
+	// Findings are more of this host's own findings for GET /v1/doctor (what its sealed
+	// listener refused); nil adds none.
+	Findings func() []api.Finding
 	// OpenMetrics serves /metrics without a token (for a scraper on a trusted network).
 	// By default /metrics needs the admin token: its labels name every namespace's models.
 	OpenMetrics bool
@@ -57,8 +67,9 @@ type Server struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	subs   streamSlots
-	// viaTransport carries calls forwarded to other agents (via).
-	viaTransport *http.Transport
+	// onward carries calls forwarded to other agents (via): over the sealed channel when the
+	// agent has one, asserting the caller's principal.
+	onward *hop.Client
 }
 
 // NewServer builds the API's routes.
@@ -70,8 +81,7 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, a: cfg.Agent, tokens: auth.NewVerifier(cfg.Secret), log: cfg.Log, mux: http.NewServeMux(),
-		viaTransport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}}
+		onward: hop.NewClient(0, cfg.Seal, nil)}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// The name tells a member checking this agent's advertised address who answered.
 		w.Header().Set(api.NodeHeader, s.a.Name())
@@ -194,6 +204,19 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 		deny = func(w http.ResponseWriter, e *api.Error) { WriteError(w, e) }
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, asserted, err := assertedBy(r); asserted {
+			if err != nil {
+				deny(w, api.Errorf(api.CodeUnauthorized, "hop refused: %v", err))
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+			return
+		}
+		plain := lanPlain(r)
+		if plain && !route.Anonymous {
+			WriteError(w, api.Errorf(api.CodeNamespaceNotAllow, "%s is served to other hosts over TLS only: use https:// with the mesh's CA certificate (llmkube-agent ca); plain HTTP from the LAN (--lan-http) reaches the gateway's routes alone", r.URL.Path))
+			return
+		}
 		tok, ok := bearer(r)
 		if ns := s.a.AnonymousNamespace(); !ok && route.Anonymous && ns != "" && r.Header.Get("Authorization") == "" && r.Header.Get("X-Api-Key") == "" {
 			// The caller sent no token at all (a wrong one is still refused below). It is
@@ -218,6 +241,12 @@ func (s *Server) authenticate(next http.Handler, route Route) http.Handler {
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmkube", error="invalid_token"`)
 			deny(w, api.Errorf(api.CodeUnauthorized, "token refused: %v", err))
+			return
+		}
+		if plain && p.Admin {
+			// The admin token places, deletes and reads everything: it is not taken where the
+			// LAN reads it, and the user is told it was just sent where the LAN could read it.
+			deny(w, api.Errorf(api.CodeUnauthorized, "the admin token is refused in plain HTTP from the LAN, and anyone on the LAN may have read it now: use https:// with the mesh's CA certificate (llmkube-agent ca), and a namespace token on --lan-http"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
@@ -357,7 +386,11 @@ func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
 	} else {
 		rep = api.DoctorReport{Mesh: s.cfg.MeshID, Node: s.a.Name(), Members: 1, At: time.Now()}
 	}
-	rep.Findings = principal(r).ScopeFindings(append(rep.Findings, <-own...))
+	rep.Findings = append(rep.Findings, <-own...)
+	if s.cfg.Findings != nil {
+		rep.Findings = append(rep.Findings, s.cfg.Findings()...)
+	}
+	rep.Findings = principal(r).ScopeFindings(rep.Findings)
 	api.SortFindings(rep.Findings)
 	if rep.Findings == nil {
 		rep.Findings = []api.Finding{}
@@ -567,8 +600,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 }
 
 // via serves a call for this host, and forwards one for another host of the mesh
-// (api.HostHeader) to that host's API: the same method, path and body, the caller's own token
-// (checked here, and again there), marked as forwarded (api.ViaHeader) so it goes no further,
+// (api.HostHeader) to that host's API: the same method, path and body, over the sealed channel
+// with the caller's principal asserted (checked here; the token stays here), marked as
+// forwarded (api.ViaHeader) so it goes no further,
 // its answer streamed back as it comes (an event stream too).
 func (s *Server) via(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -582,19 +616,31 @@ func (s *Server) via(h http.HandlerFunc) http.Handler {
 				api.Clip(host, maxHostEcho), s.a.Name()))
 			return
 		}
-		addr, err := s.memberAPI(host)
+		mb, err := s.member(host)
 		if err != nil {
 			WriteError(w, err)
 			return
 		}
-		target := &url.URL{Scheme: "http", Host: addr}
+		addr := mb.Host.APIAddr
+		target := &url.URL{Scheme: s.onward.Scheme(), Host: addr}
+		peer := seal.Peer{Name: mb.Name}
+		if k, err := hex.DecodeString(mb.SealKey); err == nil && len(k) > 0 {
+			peer.KeyID = k
+		}
 		rp := &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(target)
 				pr.Out.Header.Del(api.HostHeader)
 				pr.Out.Header.Set(api.ViaHeader, s.a.Name())
+				if s.onward.Sealed() {
+					// The other host is told whom the call speaks for; the caller's token stays here.
+					pr.Out.Header.Del("Authorization")
+					pr.Out.Header.Del("X-Api-Key")
+					p, _ := PrincipalFrom(pr.In.Context())
+					pr.Out.Header.Set(PrincipalHeader, AssertPrincipal(p))
+				}
 			},
-			Transport:     s.viaTransport,
+			Transport:     roundTripper(func(req *http.Request) (*http.Response, error) { return s.onward.Do(req, peer) }),
 			FlushInterval: -1,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				if r.Context().Err() != nil {
@@ -610,18 +656,23 @@ func (s *Server) via(h http.HandlerFunc) http.Handler {
 // maxHostEcho bounds a host name echoed in a refusal.
 const maxHostEcho = 80
 
-// memberAPI is the API address of the mesh's agent named host, as this agent's view has it.
-func (s *Server) memberAPI(host string) (string, error) {
+// roundTripper is a function as an http.RoundTripper.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// member is the mesh's agent named host, alive with an API address, as this agent's view has it.
+func (s *Server) member(host string) (api.Member, error) {
 	if s.cfg.Mesh != nil {
 		for _, m := range s.cfg.Mesh().Members {
 			if m.Name != host || m.Role != api.RoleAgent || m.Host == nil {
 				continue
 			}
 			if m.Liveness != api.Alive || m.Host.APIAddr == "" {
-				return "", api.Errorf(api.CodeUnreachable, "host %s is %s in the mesh as %s sees it: %s", host, m.Liveness, s.a.Name(), m.Reason)
+				return api.Member{}, api.Errorf(api.CodeUnreachable, "host %s is %s in the mesh as %s sees it: %s", host, m.Liveness, s.a.Name(), m.Reason)
 			}
-			return m.Host.APIAddr, nil
+			return m, nil
 		}
 	}
-	return "", api.Errorf(api.CodeNotFound, "host %q is not in the mesh as %s sees it", api.Clip(host, maxHostEcho), s.a.Name())
+	return api.Member{}, api.Errorf(api.CodeNotFound, "host %q is not in the mesh as %s sees it", api.Clip(host, maxHostEcho), s.a.Name())
 }

@@ -43,6 +43,7 @@ func (e *env) startLAN(ctx context.Context, t *testing.T, n note) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.sealClients(t, pi, x86, box, e.laptop)
 
 	hailoHome := filepath.Join(pi.Dir, "hailo-home")
 	e.pi = e.newAgent(pi, e.join, demoRoot(t, pi, "pi5-hailo"), "linux", "arm64",
@@ -118,6 +119,7 @@ var checks = []struct {
 	{"place one model per runtime", checkPlace},
 	{"chat through another gateway", checkChat},
 	{"a laptop that reaches one agent", checkRemoteLaptop},
+	{"nothing crosses the LAN in the clear", checkSealed},
 	{".local names from the laptop", checkLocalNames},
 	{"doctor on a healthy mesh", checkHealthyDoctor},
 	{"namespace isolation", checkNamespaces},
@@ -175,7 +177,7 @@ func checkDialBack(ctx context.Context, t *testing.T, e *env, n note) {
 				if from == a.netHost {
 					continue
 				}
-				code, body, err := from.get(ctx, "http://"+adv+"/v1/host", e.admin)
+				code, body, err := from.get(ctx, "https://"+adv+"/v1/host", e.admin)
 				var h api.Host
 				if err == nil && code == http.StatusOK {
 					err = json.Unmarshal(body, &h)
@@ -301,13 +303,18 @@ func checkLocalNames(ctx context.Context, t *testing.T, e *env, n note) {
 		t.Errorf("a .local seed: %s", r)
 	}
 	n("--join %s:7946: %.2fs", name, r.took.Seconds())
+	// A token holder without the join string reaches an agent over TLS with the mesh's CA.
+	caFile := filepath.Join(e.laptop.Dir, "mesh-ca.pem")
+	if err := e.writeCA(ctx, caFile); err != nil {
+		t.Fatal(err)
+	}
 	for _, via := range []struct {
 		what string
 		args []string
 		env  []string
 	}{
-		{"--agent", []string{"--agent", "http://" + name + ":7777"}, nil},
-		{"LLMKUBE_AGENT", nil, []string{"LLMKUBE_AGENT=http://" + name + ":7777"}},
+		{"--agent", []string{"--agent", "https://" + name + ":7777", "--ca-file", caFile}, nil},
+		{"LLMKUBE_AGENT", []string{"--ca-file", caFile}, []string{"LLMKUBE_AGENT=https://" + name + ":7777"}},
 	} {
 		t.Run(via.what, func(t *testing.T) {
 			start := time.Now()
@@ -317,7 +324,7 @@ func checkLocalNames(ctx context.Context, t *testing.T, e *env, n note) {
 			if err != nil || !hostsOK(r) {
 				t.Fatalf("%s %s: %v %s", via.what, name, err, r)
 			}
-			n("%s http://%s:7777: %.2fs", via.what, name, r.took.Seconds())
+			n("%s https://%s:7777: %.2fs", via.what, name, r.took.Seconds())
 		})
 	}
 }

@@ -181,8 +181,8 @@ func (a *agentHost) start() error {
 	return nil
 }
 
-// apiURL is the agent's API on the LAN.
-func (a *agentHost) apiURL() string { return fmt.Sprintf("http://%s:%d", a.Addr, apiPort) }
+// apiURL is the agent's API on the LAN: TLS, the sealed channel.
+func (a *agentHost) apiURL() string { return fmt.Sprintf("https://%s:%d", a.Addr, apiPort) }
 
 // client is an API client of agent a, reaching it from host from.
 func (e *env) client(from *netHost, a *agentHost, token string) *api.Client {

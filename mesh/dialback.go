@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/seal"
 )
 
 // maxDialBacks bounds the checks in flight, so a mesh of 100 agents appearing at once does not
@@ -28,16 +29,30 @@ type reachState struct {
 	inflight bool
 }
 
-// defaultDialBack asks GET http://addr/healthz; any HTTP answer, whatever its status, shows the
+// defaultDialBack asks GET /healthz at addr; any HTTP answer, whatever its status, shows the
 // address answers (a 503 is an unhealthy agent, not an unreachable one) — unless it comes from
 // another agent than node (api.NodeHeader): an address that leads elsewhere, such as a loopback
-// advertisement that sends every checker to its own agent, is not node's.
-func defaultDialBack(ctx context.Context, node, addr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+// advertisement that sends every checker to its own agent, is not node's. With the sealed
+// channel (Config.Seal) it asks over TLS, and the handshake checks the answerer is node holding
+// the key node gossips.
+func (m *Mesh) defaultDialBack(ctx context.Context, node, addr string) error {
+	scheme, client := "http://", http.DefaultClient
+	if id := m.cfg.Seal; id != nil {
+		m.mu.Lock()
+		var key []byte
+		if mb := m.members[node]; mb != nil {
+			key = mb.meta.SealKey
+		}
+		m.mu.Unlock()
+		// One connection per check: a check every few minutes keeps nothing open between them.
+		scheme, client = "https://", &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+			TLSClientConfig: id.ClientConfig(seal.Peer{Name: node, KeyID: key})}}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+addr+"/healthz", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -53,7 +68,15 @@ func (m *Mesh) dialer() func(ctx context.Context, node, addr string) error {
 	if d := m.cfg.DialBack; d != nil {
 		return func(ctx context.Context, _, addr string) error { return d(ctx, addr) }
 	}
-	return defaultDialBack
+	return m.defaultDialBack
+}
+
+// sealKey is the fingerprint of this member's sealed-channel key, nil without one.
+func (m *Mesh) sealKey() []byte {
+	if m.cfg.Seal == nil {
+		return nil
+	}
+	return m.cfg.Seal.KeyID()
 }
 
 // scheduleDialBacksLocked starts the checks that are due: an agent that appeared or changed

@@ -86,6 +86,7 @@ func (m *Mesh) publishLocked(h *api.Host, ps []api.Placement, sig signature) (sm
 	nm.Seq = m.startSeq
 	hash := docHash(wire)
 	nm.DocHash = hash
+	nm.SealKey = m.sealKey()
 	meta, err := encodeMeta(nm)
 	if err != nil {
 		return false, err

@@ -31,6 +31,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh/discovery"
 )
 
@@ -73,7 +74,11 @@ type Config struct {
 	// where any HTTP response counts as an answer unless another agent gives its name
 	// (api.NodeHeader).
 	DialBack func(ctx context.Context, apiAddr string) error
-	Log      *slog.Logger
+	// Seal is this member's side of the sealed channel: its key's fingerprint is gossiped in
+	// the node metadata, and the dial-back speaks TLS with it. nil: plain HTTP (tests without
+	// agents' listeners).
+	Seal *seal.Identity
+	Log  *slog.Logger
 }
 
 // Mesh is a running member. Its methods are safe for concurrent use.
@@ -226,7 +231,7 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 	m.keepDue = m.lastKeep.Add(t.tick)
 	m.local.gen = uint64(time.Now().UnixMicro())
 	m.startSeq = m.liveSeq
-	initial, err := encodeMeta(nodeMeta{Role: cfg.Role, APIAddr: cfg.APIAddr, Seq: m.startSeq})
+	initial, err := encodeMeta(nodeMeta{Role: cfg.Role, APIAddr: cfg.APIAddr, Seq: m.startSeq, SealKey: m.sealKey()})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/seal"
 )
 
 // Node metadata is what every member needs about a node at a glance, carried in memberlist's
@@ -53,6 +55,7 @@ const (
 	tagVersion    = 13 // string: the agent's API version
 	tagSeq        = 14 // uvarint: the node's liveness sequence when it started (see liveNotice)
 	tagDocHash    = 15 // docHashSize bytes: names the node's current state document (doc.go)
+	tagSealKey    = 16 // seal.KeyIDSize bytes: the fingerprint of the node's sealed-channel key
 )
 
 // Figures from other members may be absurd (a bug, or a compromised keyholder): sizes are
@@ -92,6 +95,10 @@ type nodeMeta struct {
 	// DocHash names the node's current state document (docHash of its wire form); "" before
 	// the node published one.
 	DocHash string
+	// SealKey is the fingerprint of the key the node's API presents on the sealed channel
+	// (seal.KeyID): a peer dialling the node checks the key it meets is this one, so another
+	// keyholder cannot answer in its name.
+	SealKey []byte
 }
 
 type metaAccel struct {
@@ -216,6 +223,9 @@ func encodeMeta(m nodeMeta) ([]byte, error) {
 	if m.DocHash != "" {
 		b = appendField(b, tagDocHash, []byte(m.DocHash))
 	}
+	if len(m.SealKey) > 0 {
+		b = appendField(b, tagSealKey, m.SealKey)
+	}
 	return checkMetaSize(b)
 }
 
@@ -324,6 +334,11 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 				return nodeMeta{}, errors.New("node metadata: bad document hash")
 			}
 			m.DocHash = string(v)
+		case tagSealKey:
+			if len(v) != seal.KeyIDSize {
+				return nodeMeta{}, errors.New("node metadata: bad sealed-channel key fingerprint")
+			}
+			m.SealKey = bytes.Clone(v)
 		default:
 			continue // a newer member's field
 		}

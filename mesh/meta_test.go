@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/seal"
 )
 
 // worstHost reaches every cap of the metadata: the longest chip, every accelerator kind (and
@@ -46,6 +48,7 @@ func TestMetaWorstCaseFits(t *testing.T) {
 	worst := metaFromHost(h, ps, math.MaxUint64, true)
 	worst.Seq = math.MaxUint64
 	worst.DocHash = strings.Repeat("h", docHashSize)
+	worst.SealKey = bytes.Repeat([]byte{0xff}, seal.KeyIDSize)
 	b, err := encodeMeta(worst)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(b), memberlist.MetaMaxSize)
@@ -59,6 +62,7 @@ func TestMetaWorstCaseFits(t *testing.T) {
 	require.Equal(t, h.APIAddr, m.APIAddr)
 	require.Equal(t, uint64(math.MaxUint64), m.Gen)
 	require.Equal(t, worst.DocHash, m.DocHash)
+	require.Equal(t, worst.SealKey, m.SealKey)
 	require.Equal(t, 5000, m.Ready)
 }
 

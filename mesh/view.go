@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"cmp"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -218,7 +219,8 @@ func (m *Mesh) memberLocked(mb *member, alone bool) (api.Member, bool) {
 	case live == api.Alive && mb.isAgent() && !verified:
 		reasons = append(reasons, "API address "+mb.meta.APIAddr+" not checked yet")
 	}
-	out := api.Member{Name: mb.name, Role: mb.meta.Role, Addr: mb.addr, Liveness: live, Reason: strings.Join(reasons, "; "), Updated: mb.updated}
+	out := api.Member{Name: mb.name, Role: mb.meta.Role, Addr: mb.addr, Liveness: live, Reason: strings.Join(reasons, "; "), Updated: mb.updated,
+		SealKey: hex.EncodeToString(mb.meta.SealKey)}
 	if mb.isAgent() {
 		out.Host, out.Placements = m.hostLocked(mb, live)
 	}

@@ -339,7 +339,10 @@ type Host struct {
 	Namespaces   []string      `json:"namespaces,omitempty"` // allowlist; empty = any
 	// Anonymous is the one namespace whose models this agent serves without a token, on
 	// listing and inference routes only (opt-in, for clients that cannot send one); "" = off.
-	Anonymous  string    `json:"anonymous_namespace,omitempty"`
+	Anonymous string `json:"anonymous_namespace,omitempty"`
+	// LANHTTP: the API serves plain HTTP to other hosts too (the gateway's routes only), so
+	// what crosses it can be read on the LAN.
+	LANHTTP    bool      `json:"lan_http,omitempty"`
 	Placements int       `json:"placements"`
 	APIAddr    string    `json:"api_addr"` // host:port of this agent's API
 	Version    string    `json:"version"`
@@ -378,6 +381,9 @@ type Member struct {
 	Host       *Host       `json:"host,omitempty"`   // nil for consoles and before state arrives
 	Placements []Placement `json:"placements,omitempty"`
 	Updated    time.Time   `json:"updated"`
+	// SealKey is the hex fingerprint of the key the member's API presents on the sealed
+	// channel, as it gossips it; "" when it gossips none. A client dialling it checks the key.
+	SealKey string `json:"seal_key,omitempty"`
 }
 
 // MeshView is one member's picture of the whole mesh. GET /v1/mesh.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
+	"github.com/llmkube/mesh/internal/seal"
 )
 
 // copyBufs are the buffers forwarded answers are copied through.
@@ -59,11 +62,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 		f, _ := context.Cause(ctx).(*failure)
 		return f
 	}
-	req, err := hop.Request(ctx, r, g.hopScheme, mb.Host.APIAddr, body)
+	req, err := hop.Request(ctx, r, g.hop.Scheme(), mb.Host.APIAddr, body)
 	if err != nil {
 		return false, badRequest(err.Error())
 	}
-	resp, err := g.hop.RoundTrip(req)
+	resp, err := g.hop.Do(g.sealHop(req, r), peerOf(mb))
 	if err != nil {
 		if r.Context().Err() != nil {
 			return false, r.Context().Err()
@@ -311,4 +314,26 @@ func streamFailure(o *out, d dialect, contentType string, f *failure) {
 		b, _ := json.Marshal(ollamaErrorBody{Error: f.msg})
 		o.send(append(append([]byte("\n"), b...), '\n'))
 	}
+}
+
+// sealHop fits req for the sealed channel, when the gateway has one: the caller's principal is
+// asserted in place of its credentials, which stay here (DESIGN.md §4, "Sealed channel").
+func (g *Gateway) sealHop(req, r *http.Request) *http.Request {
+	if !g.hop.Sealed() {
+		return req
+	}
+	req.Header.Del("Authorization")
+	req.Header.Del("X-Api-Key") // Anthropic's clients send their token so
+	p, _ := agent.PrincipalFrom(r.Context())
+	req.Header.Set(agent.PrincipalHeader, agent.AssertPrincipal(p))
+	return req
+}
+
+// peerOf is member mb as the sealed channel checks it: its name and the key it gossips.
+func peerOf(mb api.Member) seal.Peer {
+	p := seal.Peer{Name: mb.Name}
+	if k, err := hex.DecodeString(mb.SealKey); err == nil && len(k) > 0 {
+		p.KeyID = k
+	}
+	return p
 }

@@ -10,13 +10,10 @@
 package gateway
 
 import (
-	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -28,6 +25,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
+	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/version"
 )
 
@@ -83,25 +81,22 @@ type Config struct {
 	// ResponseHeaderTimeout bounds the wait for a forwarded request's answer to begin;
 	// DefaultResponseHeaderTimeout when zero.
 	ResponseHeaderTimeout time.Duration
-	// HopTLS, when not nil, is the TLS configuration forwarded requests reach their owners
-	// with (https); nil forwards over plain HTTP. See hop.NewTransport.
-	HopTLS *tls.Config
-	// HopDial, when not nil, dials the owners in place of a plain TCP dial.
-	HopDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Seal carries hops to other agents over the mesh's sealed channel (internal/seal), where
+	// each hop asserts its caller's principal instead of passing the caller's token on; nil
+	// sends hops in plain HTTP with the token (in-process tests on loopback).
+	Seal *seal.Identity
 }
 
 // Gateway serves the chat and model-listing routes.
 type Gateway struct {
-	cfg  Config
-	a    *agent.Agent
-	self string
-	log  *slog.Logger
-	hop  *http.Transport // to the owners of forwarded requests (hop.NewTransport)
-	// hopScheme is the owners' URL scheme: https with Config.HopTLS, else http.
-	hopScheme string
-	owners    *owners
-	router    *route.Router
-	m         *metrics
+	cfg    Config
+	a      *agent.Agent
+	self   string
+	log    *slog.Logger
+	hop    *hop.Client // to the owners of forwarded requests
+	owners *owners
+	router *route.Router
+	m      *metrics
 
 	// mu guards the maps below. Every local chat reads speeds, under the shared lock.
 	mu     sync.RWMutex
@@ -149,14 +144,10 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, a: cfg.Agent, self: cfg.Self, log: cfg.Log.With("component", "gateway"), m: m,
-		hop:       hop.NewTransport(cfg.ResponseHeaderTimeout, cfg.HopTLS, cfg.HopDial),
-		hopScheme: "http",
-		queues:    map[string]*queue{},
-		speeds:    map[string]*speedBook{},
-		items:     newItemStore(),
-	}
-	if cfg.HopTLS != nil {
-		g.hopScheme = "https"
+		hop:    hop.NewClient(cfg.ResponseHeaderTimeout, cfg.Seal, nil),
+		queues: map[string]*queue{},
+		speeds: map[string]*speedBook{},
+		items:  newItemStore(),
 	}
 	g.router = route.New(cfg.Agent, cfg.Self, cfg.View)
 	g.owners = &owners{g: g, hosts: map[string]*owner{}}

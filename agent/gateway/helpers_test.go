@@ -32,6 +32,7 @@ import (
 	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/engines/sizing"
 	"github.com/llmkube/mesh/hwprobe"
+	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh"
 	hailosim "github.com/llmkube/mesh/sim/hailo"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
@@ -85,6 +86,9 @@ type node struct {
 	// advertise is the API address the node announces to the mesh when join runs (a proxy in
 	// front of it); addr when empty.
 	advertise string
+	// seal is the node's side of the sealed channel when its gateway config has one: its API
+	// then listens as an agent's does (internal/seal), and join gossips its key.
+	seal *seal.Identity
 }
 
 // newNode starts an agent and its API server until the test ends. The gateway reads the mesh
@@ -140,13 +144,18 @@ func newNode(t testing.TB, o nodeOpts) *node {
 	}
 	n.g, err = gateway.New(gc)
 	require.NoError(t, err)
+	var served net.Listener = ln
+	if gc.Seal != nil {
+		n.seal = gc.Seal
+		served = seal.Listen(ln, seal.ListenConfig{TLS: gc.Seal.ServerConfig()})
+	}
 	srv := agent.NewServer(agent.ServerConfig{Agent: a, Secret: secret, MeshID: "test", Log: gc.Log})
 	n.g.Register(srv.Mount)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone, srvDone := make(chan error, 1), make(chan error, 1)
 	go func() { runDone <- a.Run(ctx) }()
-	go func() { srvDone <- srv.Serve(ctx, ln) }()
+	go func() { srvDone <- srv.Serve(ctx, served) }()
 	t.Cleanup(func() {
 		cancel()
 		<-srvDone
@@ -171,7 +180,7 @@ func joinWith(t testing.TB, profile string, nodes ...*node) {
 	var seed string
 	for _, n := range nodes {
 		cfg := mesh.Config{MeshID: "test", Secret: secret, NodeName: n.name, Role: api.RoleAgent,
-			BindAddr: "127.0.0.1", BindPort: 0, APIAddr: cmp.Or(n.advertise, n.addr), Profile: profile, Log: testLog().With("node", n.name)}
+			BindAddr: "127.0.0.1", BindPort: 0, APIAddr: cmp.Or(n.advertise, n.addr), Profile: profile, Seal: n.seal, Log: testLog().With("node", n.name)}
 		if seed != "" {
 			cfg.Seeds = []string{seed}
 		}

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/llmkube/mesh/internal/seal"
 )
 
 // Header marks a request one agent forwarded to another. The owner serves such a request only
@@ -42,22 +45,29 @@ const (
 	maxHead = 1 << 20
 )
 
-// NewTransport is the one place the transport between agents is built: kept-alive connections
-// to the owner agents, HTTP/1.1 (a streamed answer is relayed as it is read, a read at a time),
-// no compression (the client's own Accept-Encoding is passed on as it is, and the owner's
-// encoded answer with it), and a bound on the wait for an owner's answer to begin
-// (headWithin; 0 waits as long as the request lasts). tlsConfig, when not nil, is used to reach
-// the owners over TLS (their URLs are then https: see Request); dial, when not nil, replaces
+// Client is the transport between agents: kept-alive connections to the owner agents,
+// HTTP/1.1 (a streamed answer is relayed as it is read, a read at a time), no compression (the
+// client's own Accept-Encoding is passed on as it is, and the owner's encoded answer with it),
+// and a bound on the wait for an owner's answer to begin. Sealed (with the agent's identity on
+// the mesh's sealed channel, internal/seal), every hop is TLS 1.3 to an owner checked to be the
+// node the mesh view names, holding the key it gossips.
+type Client struct {
+	t    *http.Transport
+	seal *seal.Identity
+}
+
+// NewClient is the one place the transport between agents is built. headWithin bounds the wait
+// for an owner's answer to begin (0 waits as long as the request lasts); id, when not nil,
+// seals every hop (the owners' URLs are then https: see Scheme); dial, when not nil, replaces
 // the plain TCP dial.
-func NewTransport(headWithin time.Duration, tlsConfig *tls.Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+func NewClient(headWithin time.Duration, id *seal.Identity, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *Client {
 	if dial == nil {
 		d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 		dial = d.DialContext
 	}
-	return &http.Transport{
+	t := &http.Transport{
 		Proxy:                  nil, // agents reach each other directly, never through a proxy from the environment
 		DialContext:            dial,
-		TLSClientConfig:        tlsConfig,
 		TLSHandshakeTimeout:    dialTimeout,
 		MaxIdleConnsPerHost:    idlePerAgent,
 		IdleConnTimeout:        idleFor,
@@ -65,7 +75,66 @@ func NewTransport(headWithin time.Duration, tlsConfig *tls.Config, dial func(ctx
 		MaxResponseHeaderBytes: maxHead,
 		DisableCompression:     true,
 	}
+	if id != nil {
+		// The peer a dial must reach rides the request's context (Do): the handshake checks it.
+		t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			raw, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			peer, _ := ctx.Value(peerKey{}).(seal.Peer)
+			tc := tls.Client(raw, id.ClientConfig(peer))
+			hctx, cancel := context.WithTimeout(ctx, dialTimeout)
+			defer cancel()
+			if err := tc.HandshakeContext(hctx); err != nil {
+				raw.Close()
+				return nil, err
+			}
+			return tc, nil
+		}
+	}
+	return &Client{t: t, seal: id}
 }
+
+// peerKey keys the seal.Peer a sealed request is for in its context.
+type peerKey struct{}
+
+// Sealed reports whether hops go over the sealed channel.
+func (c *Client) Sealed() bool { return c.seal != nil }
+
+// Scheme is the owners' URL scheme for Request: https when sealed.
+func (c *Client) Scheme() string {
+	if c.seal != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// Do sends req to its owner, peer. Sealed, the connection it went on (new or kept) is checked
+// to be peer's: a kept connection was checked when it was dialed, but possibly for another
+// request to the same address.
+func (c *Client) Do(req *http.Request, peer seal.Peer) (*http.Response, error) {
+	if c.seal == nil {
+		return c.t.RoundTrip(req)
+	}
+	req = req.WithContext(context.WithValue(req.Context(), peerKey{}, peer))
+	resp, err := c.t.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.TLS == nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("the hop to %s was not sealed", req.URL.Host)
+	}
+	if err := c.seal.CA().Verify(resp.TLS.PeerCertificates, peer, time.Now()); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// CloseIdleConnections closes the kept connections (tests, shutdown).
+func (c *Client) CloseIdleConnections() { c.t.CloseIdleConnections() }
 
 // Request is r, forwarded with body to the agent at addr (host:port) over scheme (http, or
 // https with a TLS transport): the client's method, path and body, its end-to-end headers

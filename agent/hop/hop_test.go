@@ -10,38 +10,71 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmkube/mesh/internal/seal"
 )
 
+// identity is an agent's side of a test mesh's sealed channel.
+func identity(t *testing.T, name string) *seal.Identity {
+	t.Helper()
+	ca, err := seal.NewCA("hop-test", []byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := seal.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ca.Identity(name, seal.RoleAgent, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// owner serves h as an agent does: over the sealed channel as the agent named name when name
+// is not empty, else in plain HTTP. It returns the owner's address.
+func owner(t *testing.T, name string, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "" {
+		ln = tls.NewListener(ln, identity(t, name).ServerConfig())
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
 // hopTo sends in, as the gateway forwards it, to an owner that answers with what it received;
-// tlsOwner serves the owner over TLS and forwards with its client configuration.
-func hopTo(t *testing.T, in *http.Request, body string, tlsOwner bool) http.Header {
+// sealed serves the owner on the sealed channel and forwards over it.
+func hopTo(t *testing.T, in *http.Request, body string, sealed bool) http.Header {
 	t.Helper()
 	got := make(chan *http.Request, 1)
-	owner := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if string(b) != body {
 			t.Errorf("the owner read body %q, want %q", b, body)
 		}
 		got <- r
 		io.WriteString(w, "ok")
-	}))
-	var tc *tls.Config
-	scheme := "http"
-	if tlsOwner {
-		owner.StartTLS()
-		tc = owner.Client().Transport.(*http.Transport).TLSClientConfig
-		scheme = "https"
-	} else {
-		owner.Start()
+	})
+	var id *seal.Identity
+	name := ""
+	if sealed {
+		id, name = identity(t, "me"), "owner"
 	}
-	t.Cleanup(owner.Close)
-	tr := NewTransport(5*time.Second, tc, nil)
-	t.Cleanup(tr.CloseIdleConnections)
-	req, err := Request(context.Background(), in, scheme, owner.Listener.Addr().String(), []byte(body))
+	addr := owner(t, name, h)
+	c := NewClient(5*time.Second, id, nil)
+	t.Cleanup(c.CloseIdleConnections)
+	req, err := Request(context.Background(), in, c.Scheme(), addr, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := tr.RoundTrip(req)
+	resp, err := c.Do(req, seal.Peer{Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +87,35 @@ func hopTo(t *testing.T, in *http.Request, body string, tlsOwner bool) http.Head
 		t.Fatalf("the owner was asked %s %s, want %s %s", r.Method, r.URL.RequestURI(), in.Method, in.URL.RequestURI())
 	}
 	return r.Header
+}
+
+// TestSealedHopReachesOnlyTheNodeMeant: a sealed hop to an address where another agent of the
+// mesh answers fails, whether its connection is dialed for it or kept from a hop to the node
+// that does answer there.
+func TestSealedHopReachesOnlyTheNodeMeant(t *testing.T) {
+	addr := owner(t, "owner", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	hop := func(c *Client, peer string) error {
+		req, _ := http.NewRequest("GET", c.Scheme()+"://"+addr+"/", nil)
+		resp, err := c.Do(req, seal.Peer{Name: peer})
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	fresh := NewClient(5*time.Second, identity(t, "me"), nil)
+	t.Cleanup(fresh.CloseIdleConnections)
+	if err := hop(fresh, "someone-else"); err == nil || !strings.Contains(err.Error(), "not someone-else") {
+		t.Fatalf("a dial to the wrong node: %v", err)
+	}
+	kept := NewClient(5*time.Second, identity(t, "me"), nil)
+	t.Cleanup(kept.CloseIdleConnections)
+	if err := hop(kept, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	if err := hop(kept, "someone-else"); err == nil || !strings.Contains(err.Error(), "not someone-else") {
+		t.Fatalf("a kept connection to the wrong node: %v", err)
+	}
 }
 
 // TestRequestHeaders: a forwarded request carries the client's end-to-end headers, the hop
@@ -95,7 +157,7 @@ func TestRequestHeaders(t *testing.T) {
 	}
 }
 
-// TestTransportDial: a dial given to NewTransport is the one owners are reached with.
+// TestTransportDial: a dial given to NewClient is the one owners are reached with.
 func TestTransportDial(t *testing.T) {
 	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(owner.Close)
@@ -105,10 +167,10 @@ func TestTransportDial(t *testing.T) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, owner.Listener.Addr().String())
 	}
-	tr := NewTransport(5*time.Second, nil, dial)
-	t.Cleanup(tr.CloseIdleConnections)
+	c := NewClient(5*time.Second, nil, dial)
+	t.Cleanup(c.CloseIdleConnections)
 	req, _ := http.NewRequest("GET", "http://owner.invalid:1/", nil)
-	resp, err := tr.RoundTrip(req)
+	resp, err := c.Do(req, seal.Peer{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/mesh/discovery"
 )
@@ -45,7 +46,11 @@ type Config struct {
 	// Mesh joins the gossip mesh; nil runs a single host without gossip.
 	Mesh        *MeshConfig
 	OpenMetrics bool
-	Log         *slog.Logger
+	// LANHTTP serves plain HTTP to other hosts as well (--lan-http), limited to the gateway's
+	// routes; without it the LAN is served over the sealed channel only (internal/seal), and
+	// loopback in plain always.
+	LANHTTP bool
+	Log     *slog.Logger
 }
 
 // Node is a running host.
@@ -75,10 +80,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("node: no API listener")
 	}
 	cfg.Agent.APIAddr = cfg.APIAddr
+	cfg.Agent.LANHTTP = cfg.LANHTTP
 	a, err := agent.New(cfg.Agent)
 	if err != nil {
 		return nil, err
 	}
+	id, err := Identity(cfg.Join, a.Name(), seal.RoleAgent, cfg.Agent.State.Path(), cfg.APIAddr)
+	if err != nil {
+		return nil, err
+	}
+	sealed := seal.Listen(cfg.Listener, seal.ListenConfig{TLS: id.ServerConfig(), LANPlain: cfg.LANHTTP, Log: cfg.Log.With("part", "seal")})
 	ctx, stop := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	n := &Node{Agent: a, apiAddr: cfg.APIAddr, g: g, stop: stop}
@@ -87,12 +98,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// leave reached it — and show a graceful leave as an unreachable host, or send it a chat.
 	runCtx, stopRun := gctx, context.CancelFunc(func() {})
 
-	sc := agent.ServerConfig{Agent: a, Secret: cfg.Join.Secret, MeshID: cfg.Join.MeshID, OpenMetrics: cfg.OpenMetrics, Log: cfg.Log.With("part", "api")}
-	gc := gateway.Config{Agent: a, Version: cfg.Agent.Version, Log: cfg.Log.With("part", "gateway")}
+	sc := agent.ServerConfig{Agent: a, Secret: cfg.Join.Secret, MeshID: cfg.Join.MeshID, OpenMetrics: cfg.OpenMetrics, Log: cfg.Log.With("part", "api"),
+		Seal: id, Findings: func() []api.Finding { return refusals(sealed, a.Name(), time.Now()) }}
+	gc := gateway.Config{Agent: a, Version: cfg.Agent.Version, Seal: id, Log: cfg.Log.With("part", "gateway")}
 	if cfg.Mesh != nil {
-		m, err := startMesh(ctx, cfg, a)
+		m, err := startMesh(ctx, cfg, a, id)
 		if err != nil {
 			stop()
+			sealed.Close()
 			return nil, err
 		}
 		n.Mesh = m
@@ -120,12 +133,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		stop()
 		stopRun()
+		sealed.Close()
 		return nil, err
 	}
 	gw.Register(srv.Mount)
 	g.Go(func() error { return a.Run(runCtx) })
-	g.Go(func() error { return srv.Serve(runCtx, cfg.Listener) })
-	cfg.Log.Info("API listening", "addr", cfg.Listener.Addr().String(), "advertise", cfg.APIAddr, "mesh", cfg.Join.MeshID, "node", a.Name(), "metrics_open", cfg.OpenMetrics)
+	g.Go(func() error { return srv.Serve(runCtx, sealed) })
+	cfg.Log.Info("API listening", "addr", cfg.Listener.Addr().String(), "advertise", cfg.APIAddr, "mesh", cfg.Join.MeshID, "node", a.Name(), "metrics_open", cfg.OpenMetrics, "lan_http", cfg.LANHTTP)
 	return n, nil
 }
 
@@ -149,7 +163,7 @@ func (n *Node) Close() error {
 	return n.Wait()
 }
 
-func startMesh(ctx context.Context, cfg Config, a *agent.Agent) (*mesh.Mesh, error) {
+func startMesh(ctx context.Context, cfg Config, a *agent.Agent, id *seal.Identity) (*mesh.Mesh, error) {
 	mc := cfg.Mesh
 	log := cfg.Log
 	var disc discovery.Source
@@ -178,6 +192,7 @@ func startMesh(ctx context.Context, cfg Config, a *agent.Agent) (*mesh.Mesh, err
 		StateDir:      cfg.Agent.State.Path(),
 		Discovery:     disc,
 		Profile:       mc.Profile,
+		Seal:          id,
 		Log:           log.With("part", "mesh"),
 	})
 	if err != nil {

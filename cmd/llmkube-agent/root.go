@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(runCommand(e), initCommand(e), probeHostCommand(e), probeCommand(e), serviceCommand(e), joinCommand(e), leaveCommand(e), versionCommand(e))
+	root.AddCommand(runCommand(e), initCommand(e), probeHostCommand(e), probeCommand(e), serviceCommand(e), joinCommand(e), leaveCommand(e), caCommand(e), versionCommand(e))
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK

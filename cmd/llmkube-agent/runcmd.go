@@ -43,6 +43,7 @@ type runOptions struct {
 
 	listen, advertise string
 	metricsOpen       bool
+	lanHTTP           bool
 
 	joinString, joinFile string
 	noMesh               bool
@@ -106,6 +107,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 
 	f.StringVar(&o.listen, "listen", ":7777", "API address; every route but /healthz and /readyz needs a token, engines stay on loopback")
 	f.StringVar(&o.advertise, "advertise", "", "API address peers reach this host at (default: the listen address, or this host's address on its default route)")
+	f.BoolVar(&o.lanHTTP, "lan-http", false, "also serve plain HTTP to other hosts, for clients that cannot speak TLS: the gateway's routes only, never the admin token; the LAN reads what crosses it (the doctor shows it). Without it the LAN is served over TLS with the mesh's CA (llmkube-agent ca), loopback in plain")
 	f.BoolVar(&o.metricsOpen, "metrics-open", false, "serve /metrics without a token (by default it needs the admin token: it shows every namespace)")
 
 	f.StringVar(&o.joinString, "join-string", "", "the mesh's join string (from `llmkube-agent init`); also $"+envJoin)
@@ -256,7 +258,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		RestartBackoff:     o.restartBackoff,
 		Log:                log.With("part", "agent"),
 	}
-	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, Log: log}
+	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, Log: log}
 	if !o.noMesh {
 		nc.Mesh = &node.MeshConfig{
 			Bind: o.bind, Advertise: lan.String(), Port: o.gossipPort, Seeds: o.seeds,

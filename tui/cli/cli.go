@@ -58,6 +58,8 @@ type globals struct {
 	joinString, joinFile string
 	token, tokenFile     string
 	agent                string
+	caFile               string
+	insecureHTTP         bool
 	seeds                []string
 	mdns                 bool
 	mdnsInterface        string
@@ -182,7 +184,9 @@ with --agent URL and a token (--token, ` + EnvToken + ` or --token-file). Secret
 	f.StringVar(&a.g.joinFile, "join-file", "", "read the join string from this file")
 	f.StringVar(&a.g.token, "token", "", "API token, admin or namespace (prefer "+EnvToken+" or --token-file); default: the admin token of the join string")
 	f.StringVar(&a.g.tokenFile, "token-file", "", "read the API token from this file")
-	f.StringVar(&a.g.agent, "agent", "", "act through this agent's API (URL or host:port) instead of joining the mesh (env "+EnvAgent+")")
+	f.StringVar(&a.g.agent, "agent", "", "act through this agent's API (URL or host:port) instead of joining the mesh (env "+EnvAgent+"); across the network https://, which agents serve with the mesh's CA")
+	f.StringVar(&a.g.caFile, "ca-file", "", "the mesh's CA certificate (llmkube-agent ca), to reach an agent over https:// with a token and no join string")
+	f.BoolVar(&a.g.insecureHTTP, "insecure-http", false, "allow --agent http:// to a host other than this one (an agent run with --lan-http): tokens and chats cross the network readable")
 	f.StringSliceVar(&a.g.seeds, "join", nil, "gossip host:port of an agent to join (repeat or comma-separate; adds to the join string's seeds)")
 	f.BoolVar(&a.g.mdns, "mdns", false, "find mesh members with mDNS on the LAN")
 	f.StringVar(&a.g.mdnsInterface, "mdns-interface", "", "network interface for mDNS (default: every multicast-capable one)")
@@ -397,7 +401,7 @@ func (a *app) consoleOptions(c creds, log *slog.Logger) (console.Options, error)
 		return console.Options{}, usagef("--mesh-profile %q: want lan, wan or local", profile)
 	}
 	o := console.Options{
-		Join: c.join, Token: c.token, AgentURL: c.agent, Seeds: a.g.seeds,
+		Join: c.join, Token: c.token, AgentURL: c.agent, CAFile: a.g.caFile, InsecureHTTP: a.g.insecureHTTP, Seeds: a.g.seeds,
 		MDNS: a.g.mdns, MDNSInterface: a.g.mdnsInterface, NodeName: a.g.nodeName, Bind: a.g.bind,
 		Profile: profile, Timeout: a.callTimeout(), Log: log,
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/internal/netnslab"
+	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/sim/simtest"
 	"github.com/llmkube/mesh/tui/cli"
 	"github.com/llmkube/mesh/tui/console"
@@ -193,18 +194,29 @@ func TestLANAdvertisesTheLANAddress(t *testing.T) {
 
 // TestLANAgentByLocalName: --agent and LLMKUBE_AGENT take an agent's .local name, resolved
 // over mDNS by the console itself (Go's resolver, the only one in a static build, never asks
-// mDNS), and a name nobody answers is a clear error, exit 5.
+// mDNS), over TLS with the mesh's CA (a token holder without the join string; the agents'
+// leaves name their .local names), and a name nobody answers is a clear error, exit 5. Plain
+// http:// to another host is refused before anything is sent.
 func TestLANAgentByLocalName(t *testing.T) {
 	l := newLAN(t)
-	token := "LLMKUBE_TOKEN=" + api.AdminToken(mustJoin(t, l.join).Secret)
-	doc := l.hosts(t, []string{token, "LLMKUBE_AGENT=http://alpha.llmkube.local:7777"})
+	j := mustJoin(t, l.join)
+	token := "LLMKUBE_TOKEN=" + api.AdminToken(j.Secret)
+	ca, err := seal.NewCA(j.MeshID, j.Secret)
+	require.NoError(t, err)
+	caFile := filepath.Join(t.TempDir(), "mesh-ca.pem")
+	require.NoError(t, os.WriteFile(caFile, ca.PEM(), 0o644))
+	doc := l.hosts(t, []string{token, "LLMKUBE_AGENT=https://alpha.llmkube.local:7777"}, "--ca-file", caFile)
 	assert.Equal(t, console.ModeAgent, doc.Mode)
 	assert.Len(t, doc.Hosts, len(lanAgents))
-	doc = l.hosts(t, []string{token}, "--agent", "beta.llmkube.local:7777")
+	doc = l.hosts(t, []string{token}, "--agent", "beta.llmkube.local:7777", "--ca-file", caFile)
 	assert.Equal(t, console.ModeAgent, doc.Mode)
 	assert.Len(t, doc.Hosts, len(lanAgents))
 
-	r := l.console(t, []string{token}, "mesh", "hosts", "--agent", "http://nobody.llmkube.local:7777")
+	r := l.console(t, []string{token}, "mesh", "hosts", "--agent", "http://alpha.llmkube.local:7777")
+	assert.NotEqual(t, cli.ExitOK, r.code)
+	assert.Contains(t, r.stderr, "--insecure-http")
+
+	r = l.console(t, []string{token}, "mesh", "hosts", "--agent", "https://nobody.llmkube.local:7777", "--ca-file", caFile)
 	assert.Equal(t, cli.ExitUnreachable, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "resolving nobody.llmkube.local over mDNS: no answer")
 }

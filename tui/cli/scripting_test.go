@@ -122,7 +122,7 @@ func TestScriptingExamplesParse(t *testing.T) {
 
 // exampleURLs are the addresses the examples use for a real mesh, and which host of the local
 // mesh stands for each.
-var exampleURLs = map[string]string{"http://gpu-server.local:7777": "gpu-server"}
+var exampleURLs = map[string]string{"https://gpu-server.local:7777": "gpu-server"}
 
 // TestScriptingExamples runs every ```sh example of the section with sh -eu, as a reader would
 // paste it: llmkube-tui on the PATH (this test binary, acting as the program), LLMKUBE_JOIN set

@@ -24,6 +24,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/internal/backoff"
+	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh/discovery"
 	"github.com/llmkube/mesh/mesh/rank"
 )
@@ -37,6 +38,12 @@ type Options struct {
 	Token string
 	// AgentURL watches and acts through one agent's API without joining the mesh.
 	AgentURL string
+	// CAFile is the mesh's CA certificate (llmkube-agent ca), for reaching agents over TLS
+	// without the join string (a namespace token holder); the join string derives it itself.
+	CAFile string
+	// InsecureHTTP lets an http:// AgentURL cross the network in plain (an agent run with
+	// --lan-http); without it only loopback is called in plain.
+	InsecureHTTP bool
 	// Seeds are gossip addresses to join (member mode); they add to the join string's seeds.
 	Seeds []string
 	// MDNS turns on mDNS discovery in member mode (off by default in tests and the demo).
@@ -103,6 +110,7 @@ type Conn struct {
 
 	transport *http.Transport // shared by every client, so connections are reused
 	agent     *api.Client     // in agent mode, the one agent every call goes to
+	scheme    string          // agents' API addresses are called with: https when sealed
 
 	mu      sync.Mutex
 	clients map[string]*api.Client // by API address (member mode) or host name (agent mode)
@@ -124,6 +132,7 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	c.transport = http.DefaultTransport.(*http.Transport).Clone()
 	c.transport.DialContext = discovery.DialContext(opts.MDNSInterface)
 	var join api.Join
+	var id *seal.Identity
 	if opts.Join != "" {
 		j, err := api.ParseJoin(opts.Join)
 		if err != nil {
@@ -133,6 +142,16 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 		if c.token == "" {
 			c.token = api.AdminToken(j.Secret)
 		}
+		if id, err = consoleIdentity(j, opts.NodeName); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.sealTransport(id, opts.CAFile); err != nil {
+		return nil, err
+	}
+	c.scheme = "http"
+	if id != nil || opts.CAFile != "" {
+		c.scheme = "https"
 	}
 	mode, err := opts.Mode()
 	if err != nil {
@@ -140,18 +159,22 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	}
 	switch mode {
 	case ModeAgent:
-		c.agent = c.newClient(opts.AgentURL)
+		u, err := agentURL(opts.AgentURL, c.scheme == "https", opts.InsecureHTTP)
+		if err != nil {
+			return nil, err
+		}
+		c.agent = c.newClient(u)
 		src, err := newAgentSource(ctx, c.agent, opts.Poll, opts.Timeout, c.bell, opts.Log)
 		if err != nil {
 			return nil, err
 		}
-		c.src = src
+		c.setSource(src)
 	case ModeMember:
-		src, err := newMemberSource(ctx, join, opts, c.bell)
+		src, err := newMemberSource(ctx, join, opts, id, c.bell)
 		if err != nil {
 			return nil, err
 		}
-		c.src = src
+		c.setSource(src)
 	}
 	c.mode = mode
 	return c, nil
@@ -227,6 +250,9 @@ func (f forHost) RoundTrip(r *http.Request) (*http.Response, error) {
 // newClient is an API client whose dials resolve .local names over mDNS: Go's own resolver, the
 // only one in a static build, never asks mDNS.
 func (c *Conn) newClient(addr string) *api.Client {
+	if !strings.Contains(addr, "://") {
+		addr = c.scheme + "://" + addr
+	}
 	cl := api.NewClient(addr, c.token)
 	cl.HTTP = &http.Client{Transport: c.transport}
 	return cl

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/mesh/discovery"
 )
@@ -23,7 +24,7 @@ type memberSource struct {
 	last api.MeshView
 }
 
-func newMemberSource(ctx context.Context, join api.Join, opts Options, bell *notifier) (*memberSource, error) {
+func newMemberSource(ctx context.Context, join api.Join, opts Options, id *seal.Identity, bell *notifier) (*memberSource, error) {
 	var newDisc func(string, int) (discovery.Source, error)
 	if opts.MDNS {
 		// Made once the member has its name (given or generated): mDNS needs it to tell its
@@ -47,6 +48,7 @@ func newMemberSource(ctx context.Context, join api.Join, opts Options, bell *not
 		Seeds:        seeds,
 		NewDiscovery: newDisc,
 		Profile:      opts.Profile,
+		Seal:         id,
 		Log:          opts.Log.With(slog.String("part", "mesh")),
 	})
 	if err != nil {
