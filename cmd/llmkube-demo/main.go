@@ -22,7 +22,7 @@ func main() {
 		}
 		return cli.Run(ctx, append([]string{"--demo"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr, cli.Options{
 			RunConsole: func(ctx context.Context, conn *console.Conn, _ *slog.Logger) error {
-				return tui.Run(ctx, conn, tui.Options{})
+				return tui.Run(ctx, conn, tui.Options{QuitStops: "the demo mesh"})
 			},
 			Demo: startDemo,
 		})

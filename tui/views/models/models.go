@@ -224,7 +224,7 @@ func (m *Model) deleteCmd(p api.Placement) tea.Cmd {
 	conn := m.ctx.Conn
 	return func() tea.Msg {
 		if conn == nil {
-			return deletedMsg{p: p, err: errNotConnected}
+			return deletedMsg{p: p, err: common.ErrNotConnected}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
 		defer cancel()
@@ -232,8 +232,6 @@ func (m *Model) deleteCmd(p api.Placement) tea.Cmd {
 		return deletedMsg{p: p, err: err}
 	}
 }
-
-var errNotConnected = fmt.Errorf("not connected to a mesh")
 
 func (m *Model) clamp(n int) { m.cur.Clamp(n, m.tableHeight()) }
 

@@ -104,7 +104,7 @@ func TestDeleteAsksFirst(t *testing.T) {
 	assert.Contains(t, m.View(), "deleting…")
 	msg := cmd()
 	require.IsType(t, deletedMsg{}, msg)
-	assert.ErrorIs(t, msg.(deletedMsg).err, errNotConnected, "no connection: an error, not a crash")
+	assert.ErrorIs(t, msg.(deletedMsg).err, common.ErrNotConnected, "no connection: an error, not a crash")
 
 	_, cmd = m.Update(msg)
 	assert.Equal(t, common.StatusMsg{Text: "delete qwen2:1.5b on pi5 failed: not connected to a mesh", Err: true}, cmd())

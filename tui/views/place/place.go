@@ -87,6 +87,10 @@ type Model struct {
 	placement *api.Placement
 	placeErr  error
 	pollErr   error // the last look failed: the host is asked again
+
+	// srcErr is why enter did not leave the source field: the source as the agent's own
+	// validator (source.Parse) judges it, shown under the field until the next edit.
+	srcErr error
 }
 
 type (
@@ -137,13 +141,21 @@ func (m *Model) Init() tea.Cmd { return nil }
 
 // Open pre-fills the source (from ":place hailo://…") and starts ranking it. Opened without
 // one (a tab switch), the view stays as it was left.
-func (m *Model) Open(source string) tea.Cmd {
-	if source == "" || m.placing {
-		return nil // a placement being followed keeps the screen; esc leaves it first
+func (m *Model) Open(src string) tea.Cmd {
+	if m.placing || (src == "" && (m.placement != nil || m.placeErr != nil)) {
+		return nil // a placement being followed or its outcome keeps the screen; esc leaves it first
+	}
+	if src == "" {
+		// Coming back to the view gives the form to type in, never a list out of sight.
+		return m.setFocus(fieldSource)
 	}
 	m.clearDone()
-	m.inputs[fieldSource].SetValue(source)
+	m.inputs[fieldSource].SetValue(src)
 	m.inputs[fieldSource].CursorEnd()
+	m.srcErr = nil
+	if _, err := m.Request(); errors.Is(err, errIncomplete) {
+		m.srcErr = sourceError(src) // ":place olama://x" says what is wrong at once
+	}
 	return tea.Batch(m.setFocus(fieldSource), m.changed())
 }
 
@@ -215,6 +227,9 @@ func (m *Model) Request() (api.PlacementRequest, error) {
 	if !LooksLikeSource(req.Source) {
 		return req, errIncomplete
 	}
+	if _, err := source.Parse(req.Source); err != nil {
+		return req, errors.New(apiMessage(err))
+	}
 	if c := strings.TrimSpace(m.inputs[fieldContext].Value()); c != "" {
 		n, err := strconv.Atoi(c)
 		if err != nil || n <= 0 {
@@ -281,7 +296,7 @@ func (m *Model) rankCmd(seq int) tea.Cmd {
 	conn, spread := m.ctx.Conn, m.spread
 	return func() tea.Msg {
 		if conn == nil {
-			return rankedMsg{seq: seq, err: errNotConnected}
+			return rankedMsg{seq: seq, err: common.ErrNotConnected}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), rankTimeout)
 		defer cancel()
@@ -290,8 +305,25 @@ func (m *Model) rankCmd(seq int) tea.Cmd {
 	}
 }
 
+// sourceError is what the agent's validator says of s: the same words as the CLI's, so a bare
+// "qwen2.5:0.5b" gets "did you mean ollama://qwen2.5:0.5b" and "olama://x" its unknown scheme.
+func sourceError(s string) error {
+	if _, err := source.Parse(strings.TrimSpace(s)); err != nil {
+		return errors.New(apiMessage(err))
+	}
+	return nil
+}
+
+// apiMessage is an API error's message without its code, which the form does not need.
+func apiMessage(err error) string {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Message
+	}
+	return err.Error()
+}
+
 var (
-	errNotConnected = errors.New("not connected to a mesh")
 	// errIncomplete: the source field does not hold a source yet (being typed); nothing is
 	// asked of the mesh for it.
 	errIncomplete = errors.New("a source looks like hailo://name:tag, ollama://name:tag, hf://owner/repo/file.gguf, https://…/file.gguf or /abs/file.gguf")
@@ -388,7 +420,7 @@ func (m *Model) watch() tea.Cmd {
 	return func() tea.Msg {
 		if conn == nil {
 			cancel()
-			return waitedMsg{seq: seq, p: p, err: errNotConnected}
+			return waitedMsg{seq: seq, p: p, err: common.ErrNotConnected}
 		}
 		ch := make(chan tea.Msg, 1)
 		send := func(msg tea.Msg) error {
@@ -453,7 +485,7 @@ func (m *Model) place(host string) tea.Cmd {
 	seq, conn := m.placeSeq, m.ctx.Conn
 	return func() tea.Msg {
 		if conn == nil {
-			return placedMsg{seq: seq, err: errNotConnected}
+			return placedMsg{seq: seq, err: common.ErrNotConnected}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), placeTimeout)
 		defer cancel()
@@ -521,9 +553,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			m.clearDone()
 			return common.Navigate(common.PageChat, model)
 		case key.Matches(msg, keyDone):
-			// Out of the form: the global keys work again; enter or tab edits it.
+			// Back to the form, to place another; esc there gives the global keys back.
 			m.clearDone()
-			return m.setFocus(fieldHosts)
+			return m.setFocus(fieldSource)
 		case key.Matches(msg, k.Open):
 			m.clearDone()
 			return m.setFocus(fieldSource)
@@ -595,7 +627,7 @@ func (m *Model) hostsKey(msg tea.KeyMsg) tea.Cmd {
 		return m.setFocus(fieldSource)
 	case key.Matches(msg, k.Open):
 		if m.hostCur.Pos >= len(m.hosts) {
-			return nil
+			return m.setFocus(fieldSource) // nothing to choose: back to the form
 		}
 		h := m.hosts[m.hostCur.Pos]
 		switch h.Verdict {
@@ -642,8 +674,7 @@ func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
 			m.sugg = -1
 			return m.changed()
 		}
-		m.hostCur.Pos = m.bestIndex()
-		return m.setFocus(fieldHosts)
+		return m.enter()
 	case "esc":
 		// Leaving the form gives the global keys back (tab to other views, q).
 		return m.setFocus(fieldHosts)
@@ -655,9 +686,32 @@ func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
 		return cmd
 	}
 	if m.focus == fieldSource {
-		m.sugg = -1
+		m.sugg, m.srcErr = -1, nil
 	}
 	return tea.Batch(cmd, m.changed())
+}
+
+// enter in the form moves to the ranked hosts, and only when there are some to choose: an
+// invalid source keeps the focus in its field with the reason under it, and a ranking still
+// on its way says so. Text typed on then stays text, never a burst of global keys.
+func (m *Model) enter() tea.Cmd {
+	_, err := m.Request()
+	switch {
+	case errors.Is(err, errIncomplete):
+		m.srcErr = sourceError(m.inputs[fieldSource].Value())
+		if m.srcErr == nil {
+			m.srcErr = errIncomplete
+		}
+		return m.setFocus(fieldSource)
+	case err != nil:
+		return nil // the form shows why under its fields
+	case m.sizing:
+		return common.Status("still sizing the model: enter again once the hosts are ranked", false)
+	case len(m.hosts) == 0:
+		return nil // why there is nothing to choose is on screen (cannot size it, no agent)
+	}
+	m.hostCur.Pos = m.bestIndex()
+	return m.setFocus(fieldHosts)
 }
 
 // Suggestion is a source the form offers, with where it comes from.

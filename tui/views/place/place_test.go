@@ -130,7 +130,7 @@ func TestTypingDebouncesTheEstimate(t *testing.T) {
 	require.NotNil(t, cmd, "the last pause asks an agent")
 	msg := cmd()
 	require.IsType(t, rankedMsg{}, msg)
-	assert.ErrorIs(t, msg.(rankedMsg).err, errNotConnected)
+	assert.ErrorIs(t, msg.(rankedMsg).err, common.ErrNotConnected)
 	m.Update(msg)
 	assert.Contains(t, m.View(), "not connected to a mesh")
 }
@@ -317,9 +317,15 @@ func TestOpenPrefills(t *testing.T) {
 	assert.True(t, m.sizing)
 	assert.Equal(t, fieldSource, m.focus)
 
+	cmd = press(m, "enter")
+	assert.Equal(t, fieldSource, m.focus, "enter while sizing keeps the form")
+	assert.Equal(t, common.StatusMsg{Text: "still sizing the model: enter again once the hosts are ranked"}, cmd())
+	ranked(m, hailoEstimate, "pi5")
 	press(m, "enter")
-	assert.Nil(t, m.Open(""), "a tab switch back leaves the form as it was")
-	assert.Equal(t, fieldHosts, m.focus)
+	require.Equal(t, fieldHosts, m.focus)
+	m.Open("")
+	assert.Equal(t, fieldSource, m.focus, "coming back to the view gives the form")
+	assert.True(t, m.Capturing())
 	assert.Equal(t, "hailo://qwen2.5-instruct:1.5b", m.inputs[fieldSource].Value())
 }
 
@@ -355,7 +361,7 @@ func TestChoosingHosts(t *testing.T) {
 	assert.Equal(t, "pi5", m.target)
 	assert.Contains(t, m.View(), "asking pi5 to admit it…")
 	placed := cmd()
-	assert.Equal(t, placedMsg{seq: m.placeSeq, err: errNotConnected}, placed)
+	assert.Equal(t, placedMsg{seq: m.placeSeq, err: common.ErrNotConnected}, placed)
 	m.Update(placed)
 	assert.False(t, m.placing)
 	assert.Contains(t, m.View(), "✗ refused")
@@ -363,9 +369,11 @@ func TestChoosingHosts(t *testing.T) {
 
 	press(m, "up")
 	press(m, "esc")
-	assert.Equal(t, fieldHosts, m.focus, "esc leaves the result with the form unfocused, so global keys work")
-	assert.False(t, m.Capturing())
+	assert.Equal(t, fieldSource, m.focus, "esc leaves the result for the form, to place another")
+	assert.True(t, m.Capturing())
 	assert.Nil(t, m.placeErr)
+	press(m, "esc")
+	assert.False(t, m.Capturing(), "esc in the form gives the global keys back")
 }
 
 func pullingPlacement(progress float64) api.Placement {
@@ -394,7 +402,7 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 
 	_, cmd := m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.1)})
 	require.NotNil(t, cmd, "admitted: follow it")
-	assert.Equal(t, waitedMsg{seq: m.placeSeq, p: pullingPlacement(0.1), err: errNotConnected}, cmd(), "the wait is a command")
+	assert.Equal(t, waitedMsg{seq: m.placeSeq, p: pullingPlacement(0.1), err: common.ErrNotConnected}, cmd(), "the wait is a command")
 
 	ch := make(chan tea.Msg)
 	_, cmd = m.Update(progressMsg{seq: m.placeSeq, ch: ch, err: &api.UnreachableError{URL: "http://192.168.1.30:7777", Err: fmt.Errorf("i/o timeout")}})
