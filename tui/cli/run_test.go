@@ -236,8 +236,11 @@ func TestNotInThisBuild(t *testing.T) {
 
 	_, join := newJoin(t, "demo", "127.0.0.1:1")
 	r = runCLI(t, t.Context(), map[string]string{"LLMKUBE_JOIN": join}, "", "mesh", "hosts", "--demo")
-	assert.Equal(t, cli.ExitFailed, r.code)
-	assert.Contains(t, r.stderr, "--demo is not available in this build")
+	assert.Equal(t, cli.ExitUsage, r.code, "--demo is no flag of llmkube-tui")
+	assert.Contains(t, r.stderr, "unknown flag: --demo: the demo mesh is its own program, llmkube-demo")
+	r = runCLI(t, t.Context(), nil, "", "--help")
+	assert.Equal(t, cli.ExitOK, r.code)
+	assert.NotContains(t, r.stdout, "--demo", "the help offers no flag this program refuses")
 }
 
 func TestCompletionScripts(t *testing.T) {
