@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -38,6 +39,8 @@ type Options struct {
 	// QuitStops names what quitting also stops (llmkube-demo: "the demo mesh"): while models
 	// run, q asks before it ends them all. "": quitting leaves the mesh as it is, q quits.
 	QuitStops string
+	// Note is a short line the title carries (llmkube-demo: where scripts find the mesh).
+	Note string
 }
 
 // opener is a view that opens with an argument (a host, a model, a source).
@@ -67,6 +70,7 @@ type App struct {
 	statusErr bool
 	statusAt  time.Time
 
+	note      string // Options.Note
 	quitStops string // Options.QuitStops
 	quitAsk   int    // q asked: the models quitting would stop, until the next key answers
 
@@ -106,7 +110,7 @@ func New(conn *console.Conn, opts Options) *App {
 	if conn != nil {
 		ctx.Mesh, viewErr = scoped(conn)
 	}
-	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, tick: opts.Tick, quitStops: opts.QuitStops}
+	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, tick: opts.Tick, quitStops: opts.QuitStops, note: opts.Note}
 	a.cmdline = cmdline.New(ctx.Styles, "hosts · models · place SOURCE · chat MODEL · host NAME · … · tab completes", a.completions)
 	if opts.HistoryFile != "" {
 		a.history = &cmdline.File{Path: opts.HistoryFile}
@@ -521,6 +525,9 @@ func (a *App) titleLine() string {
 		mesh = "—"
 	}
 	line := st.Title.Render("llmkube mesh") + st.Muted.Render(" · "+mesh+" · "+mode)
+	if a.note != "" {
+		line += st.Muted.Render(" · " + a.note)
+	}
 	if a.mouseOff {
 		line += st.Warn.Render(" · mouse off (ctrl+y)")
 	}
@@ -620,11 +627,15 @@ func Run(ctx context.Context, conn *console.Conn, opts Options) error {
 		}
 	}
 	app := New(conn, opts)
+	ctx, hangUp := context.WithCancel(ctx)
+	defer hangUp()
+	stopWatch := watchHangup(os.Stdin, hangUp)
+	defer stopWatch()
 	p := tea.NewProgram(app, tea.WithAltScreen(), tea.WithMouseCellMotion(), tea.WithContext(ctx))
 	_, err := p.Run()
 	app.stop()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
-		return nil
+		return nil // a signal, or the terminal gone: the caller cleans up as after q
 	}
 	return err
 }

@@ -2,7 +2,9 @@
 // on loopback with simulated engines (a Pi 5 with a Hailo-10H, a Mac-like host, a GPU server).
 // `make demo` runs it. It is its own program so that the console users install, llmkube-tui,
 // links no agent, engine driver or simulator. Arguments are llmkube-tui's: `llmkube-demo` opens
-// the console, `llmkube-demo mesh hosts` runs a headless command against the demo mesh.
+// the console, `llmkube-demo mesh hosts` runs a headless command against a demo mesh of its
+// own. While the console runs, scripts reach its mesh through the env file it names
+// (`. $TMPDIR/llmkube-demo.env`, then `llmkube-tui mesh …`).
 package main
 
 import (
@@ -16,15 +18,18 @@ import (
 )
 
 func main() {
-	os.Exit(cli.WithSignals(func(ctx context.Context) int {
-		if code, ok := runAsLlamaServer(ctx); ok {
-			return code
-		}
-		return cli.Run(ctx, append([]string{"--demo"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr, cli.Options{
-			RunConsole: func(ctx context.Context, conn *console.Conn, _ *slog.Logger) error {
-				return tui.Run(ctx, conn, tui.Options{QuitStops: "the demo mesh"})
-			},
-			Demo: startDemo,
-		})
-	}))
+	os.Exit(cli.WithSignals(run))
+}
+
+// run is the program: the llama-server simulator under that name, else the console.
+func run(ctx context.Context) int {
+	if code, ok := runAsLlamaServer(ctx); ok {
+		return code
+	}
+	return cli.Run(ctx, append([]string{"--demo"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr, cli.Options{
+		RunConsole: func(ctx context.Context, conn *console.Conn, _ *slog.Logger) error {
+			return tui.Run(ctx, conn, tui.Options{QuitStops: "the demo mesh", Note: "scripts: . " + envFile()})
+		},
+		Demo: startDemo,
+	})
 }
