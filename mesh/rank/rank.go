@@ -19,6 +19,9 @@ type Request struct {
 	api.PlacementRequest
 	// Estimate is an agent's answer to POST /v1/estimate; Bytes 0 means the size is unknown.
 	Estimate api.SizeEstimate
+	// SizeErr is why the size is unknown, as the sizing agent refused it. A cause other than
+	// the size itself (no such model: NotFound) is every capable host's refusal, in its words.
+	SizeErr *api.Error
 	// Spread places on the host with the most memory left instead of the tightest fit.
 	Spread bool
 	// HasFiles names the hosts that already hold the model's files (no download).
@@ -211,6 +214,10 @@ func judge(r *api.Ranked, h *api.Host, native, rt api.Runtime, model, needStr st
 	warn := req.MemoryCheck == api.MemoryCheckWarn
 	if need <= 0 {
 		r.Need = 0
+		if e := req.SizeErr; e != nil && e.Code != "" && e.Code != api.CodeMemoryCheckFailed {
+			refuse(r, e.Code, "refused: "+e.Message)
+			return
+		}
 		if !warn {
 			refuse(r, api.CodeMemoryCheckFailed, `refused: size unknown, not loading blind (memory check "warn" loads anyway)`)
 			return

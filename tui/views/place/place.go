@@ -284,7 +284,7 @@ func (m *Model) rerank() {
 	if err != nil {
 		return
 	}
-	m.hosts = rank.Rank(m.ctx.Mesh.Members, rank.Request{PlacementRequest: req, Estimate: m.estimate.Estimate, Spread: m.spread})
+	m.hosts = rank.Rank(m.ctx.Mesh.Members, m.estimate.Request(req, m.spread))
 	m.hostCur.Pos = max(0, min(m.hostCur.Pos, len(m.hosts)-1))
 }
 
@@ -790,23 +790,14 @@ func trimVerdict(h api.Ranked) string {
 	return strings.TrimPrefix(h.Reason, string(h.Verdict)+": ")
 }
 
-// Hint says what would make a refused request fit, by the code most hosts refused it with.
+// Hint says what would make a refused request fit, by the refusal of the host that came
+// nearest to taking it (console.Nearest: the cause, not the most common verdict).
 func Hint(hosts []api.Ranked) string {
-	counts := map[api.Code]int{}
-	var top api.Code
-	for _, h := range hosts {
-		if h.Verdict != api.VerdictRefused {
-			return ""
-		}
-		if h.Code == api.CodeUnreachable {
-			continue // a host that is down says nothing about the request
-		}
-		counts[h.Code]++
-		if counts[h.Code] > counts[top] {
-			top = h.Code
-		}
+	near, ok := console.Nearest(hosts)
+	if !ok {
+		return ""
 	}
-	switch top {
+	switch near.Code {
 	case api.CodeInsufficientMemory:
 		return "free memory (delete a model in Models), or pick a smaller quantisation or context"
 	case api.CodeAcceleratorMissing:
@@ -819,6 +810,8 @@ func Hint(hosts []api.Ranked) string {
 		return "ctrl+r until the runtime is inferred from the source"
 	case api.CodeMemoryCheckFailed:
 		return "the size could not be read before pulling: check the source"
+	case api.CodeNotFound:
+		return "check the model's name and tag: ↓ in the source field lists what the hosts offer"
 	case api.CodeInvalidSource:
 		return "sources look like hailo://name:tag, ollama://name:tag, hf://owner/repo/file.gguf or /abs/file.gguf"
 	}

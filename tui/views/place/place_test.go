@@ -523,7 +523,12 @@ func TestDeletedWhileWatching(t *testing.T) {
 func TestHint(t *testing.T) {
 	refused := func(code api.Code) api.Ranked { return api.Ranked{Verdict: api.VerdictRefused, Code: code} }
 	assert.Empty(t, Hint([]api.Ranked{refused(api.CodeInsufficientMemory), {Verdict: api.VerdictFits}}), "a host fits: no hint")
-	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeUnreachable), refused(api.CodeAcceleratorMissing), refused(api.CodeAcceleratorMissing), refused(api.CodeEngineUnavailable)}), "Hailo-10H")
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeUnreachable), refused(api.CodeAcceleratorMissing), refused(api.CodeAcceleratorMissing)}), "Hailo-10H")
+	// The advice follows the host that came nearest, not the most common verdict: the Hailo
+	// host lacks its runtime; the one host with the runtime is out of memory.
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeAcceleratorMissing), refused(api.CodeAcceleratorMissing), refused(api.CodeEngineUnavailable)}), "install the runtime")
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeEngineUnavailable), refused(api.CodeEngineUnavailable), refused(api.CodeInsufficientMemory)}), "free memory")
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeAcceleratorMissing), refused(api.CodeNotFound)}), "check the model's name")
 	assert.Empty(t, Hint([]api.Ranked{refused(api.CodeUnreachable)}), "only dead hosts: nothing to say about the request")
 }
 

@@ -216,6 +216,9 @@ var methods = map[string]string{
 func Estimate(r console.Ranking) string {
 	e := r.Estimate
 	if e.Bytes <= 0 {
+		if r.SizeCode == api.CodeNotFound {
+			return "no such model (asked " + r.SizedBy + "): " + r.SizeError
+		}
 		if r.SizeError != "" {
 			return "size unknown (sized by " + r.SizedBy + "): " + r.SizeError
 		}
