@@ -61,6 +61,13 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 	// Text shared by many hosts is built once: Rank runs on every gossip update.
 	nsRefusal := "refused: namespace " + ns + " not allowed"
 	needStr := api.FormatBytes(req.Estimate.Bytes)
+	// Past the context the model was trained for, the engine caps every request there while
+	// holding the memory of the whole: every agent refuses it (ContextTooLong), so every host
+	// does here.
+	tooLong := ""
+	if tc := req.Estimate.TrainContext; tc > 0 && req.Context > tc {
+		tooLong = "refused: trained for a " + strconv.Itoa(tc) + "-token context, " + strconv.Itoa(req.Context) + " asked"
+	}
 
 	out := make([]api.Ranked, 0, len(members))
 	speeds := make([]float64, 0, len(members))
@@ -85,6 +92,8 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 			refuse(&r, api.CodeUnreachable, "refused: no state from this host yet")
 		case mismatch.Code != "":
 			refuse(&r, mismatch.Code, mismatch.Reason)
+		case tooLong != "":
+			refuse(&r, api.CodeContextLimit, tooLong)
 		case !nsAllowed(m.Host.Namespaces, ns):
 			refuse(&r, api.CodeNamespaceNotAllow, nsRefusal)
 		default:

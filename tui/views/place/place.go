@@ -130,7 +130,6 @@ func New(ctx *common.Context) *Model {
 	m.inputs[fieldContext] = common.NewInput(st, "", strconv.Itoa(api.DefaultContext))
 	m.inputs[fieldPriority] = common.NewInput(st, "", string(api.PriorityNormal))
 	m.inputs[fieldNamespace].CharLimit = 63
-	m.inputs[fieldContext].CharLimit = 7
 	m.inputs[fieldPriority].CharLimit = 8
 	m.inputs[fieldSource].Focus()
 	m.layout()
@@ -231,9 +230,9 @@ func (m *Model) Request() (api.PlacementRequest, error) {
 		return req, errors.New(apiMessage(err))
 	}
 	if c := strings.TrimSpace(m.inputs[fieldContext].Value()); c != "" {
-		n, err := strconv.Atoi(c)
-		if err != nil || n <= 0 {
-			return req, fmt.Errorf("context %q is not a number of tokens", c)
+		n, err := api.ParseContext(c) // 8192, 8k, 0: as the CLI's --context reads it
+		if err != nil {
+			return req, err
 		}
 		req.Context = n
 	}
@@ -810,6 +809,8 @@ func Hint(hosts []api.Ranked) string {
 		return "ctrl+r until the runtime is inferred from the source"
 	case api.CodeMemoryCheckFailed:
 		return "the size could not be read before pulling: check the source"
+	case api.CodeContextLimit:
+		return "lower the context (tab to it) to the one the model was trained for"
 	case api.CodeNotFound:
 		return "check the model's name and tag: ↓ in the source field lists what the hosts offer"
 	case api.CodeInvalidSource:

@@ -281,11 +281,17 @@ func TestRuntimeInferredAndCycled(t *testing.T) {
 	assert.True(t, inferred, "the cycle comes back to inferred")
 }
 
-func TestBadOptionsAreSaid(t *testing.T) {
+// contextField is the form with a source typed and the context field focused.
+func contextField() *Model {
 	m := New(testCtx())
 	m.SetSize(80, 24)
 	typeText(m, "ollama://llama3.2:3b")
 	press(m, "tab", "tab")
+	return m
+}
+
+func TestBadOptionsAreSaid(t *testing.T) {
+	m := contextField()
 	typeText(m, "lots")
 	assert.Contains(t, m.View(), `context "lots" is not a number of tokens`)
 	assert.False(t, m.sizing, "nothing is asked for a request that is not one")
@@ -782,4 +788,26 @@ func TestMemoryCheckFixIsOneTheUserCanRun(t *testing.T) {
 	assert.Contains(t, view, "from a shell: llmkube-tui mesh place hf://TheBloke/")
 	assert.Contains(t, view, "--host mac-mini --load-anyway")
 	assert.NotContains(t, view, "memory-check-mode")
+}
+
+// The context field reads what the CLI's --context reads: 8k, 0 for the default, nothing cut;
+// the breakdown adds up to the total, prompt cache included.
+func TestContextFieldAndBreakdown(t *testing.T) {
+	m := contextField()
+	typeText(m, "8k")
+	req, err := m.Request()
+	require.NoError(t, err)
+	assert.Equal(t, 8192, req.Context)
+	press(m, "backspace", "backspace")
+	typeText(m, "0")
+	req, err = m.Request()
+	require.NoError(t, err, "0 is the default, as the message says")
+	assert.Equal(t, 0, req.Context)
+	press(m, "backspace")
+	typeText(m, "104857600")
+	assert.Equal(t, "104857600", m.inputs[fieldContext].Value(), "nothing is cut silently")
+	assert.Contains(t, m.View(), `context "104857600" is past the limit`)
+
+	e := api.SizeEstimate{Bytes: 17 * 1024 * mib, Weights: 4 * 1024 * mib, KV: 4 * 1024 * mib, Compute: 1024 * mib, Cache: 7 * 1024 * mib, Overhead: 1024 * mib}
+	assert.Equal(t, "weights 4.0 GiB + KV cache 4.0 GiB + compute 1.0 GiB + prompt cache 7.0 GiB + overhead 1.0 GiB", Breakdown(e))
 }

@@ -245,6 +245,9 @@ func Breakdown(e api.SizeEstimate) string {
 		if e.Compute > 0 {
 			parts = append(parts, "compute "+render.Bytes(e.Compute))
 		}
+		if e.Cache > 0 {
+			parts = append(parts, "prompt cache "+render.Bytes(e.Cache))
+		}
 		if e.Overhead > 0 {
 			parts = append(parts, "overhead "+render.Bytes(e.Overhead))
 		}
