@@ -192,6 +192,7 @@ func TestGoldenStates(t *testing.T) {
 		{"chat-picker", []string{"4"}},
 		{"command-completing", []string{":", "chat qw"}},
 		{"place-help", []string{"3", "esc", "?"}},
+		{"models", []string{"2"}}, // its alerts and its main keys (x delete, / filter) at 80 columns too
 	} {
 		for _, size := range [][2]int{{80, 24}, {120, 35}} {
 			t.Run(fmt.Sprintf("%s/%dx%d", st.name, size[0], size[1]), func(t *testing.T) {

@@ -234,8 +234,8 @@ func Summary(v api.MeshView) string {
 			s += "s"
 		}
 	}
-	// Nothing held is "0 B", not the "—" of an unknown figure.
-	s += fmt.Sprintf(" · %s of %s budget used (%s RAM) · %d ready", api.FormatBytes(committed), render.Bytes(budget), render.Bytes(total), ready)
+	// The alerts come before the memory: a narrow terminal cuts the line's end, and what needs
+	// attention must stay in sight.
 	switch alerts {
 	case 0:
 		s += " · no alerts"
@@ -244,7 +244,8 @@ func Summary(v api.MeshView) string {
 	default:
 		s += fmt.Sprintf(" · %d alerts", alerts)
 	}
-	return s
+	// Nothing held is "0 B", not the "—" of an unknown figure.
+	return s + fmt.Sprintf(" · %d ready · %s of %s budget used (%s RAM)", ready, api.FormatBytes(committed), render.Bytes(budget), render.Bytes(total))
 }
 
 // columns of the hosts table, in order. On a narrow terminal the least telling go first: the

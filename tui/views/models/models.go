@@ -78,7 +78,8 @@ func (m *Model) ShortHelp() []key.Binding {
 	case m.filter.Active():
 		return []key.Binding{keyApply, keyClear}
 	}
-	return []key.Binding{k.Up, k.Down, keyChat, k.Delete, k.Filter, k.Place}
+	// The view's own actions first: the footer keeps what fits, and ↑/↓ go without saying.
+	return []key.Binding{keyChat, k.Delete, k.Filter, k.Place, k.Up, k.Down}
 }
 
 // FullHelp lists every key of the view, for the help view.
