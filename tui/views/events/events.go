@@ -171,6 +171,10 @@ func (m *Model) lines() []string {
 	var out []string
 	for _, e := range m.Rows() {
 		text := e.Message
+		if p := e.Placement; p != nil && p.Model != "" && !strings.Contains(text, p.Model) {
+			// "placement ready at …" on a host with two models says which one, as the CLI does.
+			text = p.Model + ": " + text
+		}
 		if e.Code != "" {
 			text += " (" + string(e.Code) + ")"
 		}

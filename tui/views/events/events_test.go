@@ -168,3 +168,20 @@ func TestLongHostNamesAreNotCut(t *testing.T) {
 	m.SetSize(80, 24)
 	assert.Contains(t, m.View(), "rack2-gpu-node-0042 dead")
 }
+
+// An event about a placement names its model: "placement ready at …" on a host with two
+// models says which one; a message that names it already is left alone.
+func TestPlacementEventNamesItsModel(t *testing.T) {
+	ctx := testCtx()
+	ctx.Events = nil
+	ctx.AddEvent(api.Event{Seq: 1, Time: now, Type: api.EventPlacement, Host: "gpu-server", Message: "placement gpu-server ready at http://127.0.0.1:38003",
+		Placement: &api.Placement{ID: "p-1", Model: "llama3.2:1b", State: api.StateReady}})
+	ctx.AddEvent(api.Event{Seq: 2, Time: now, Type: api.EventPlacement, Host: "gpu-server", Message: "qwen2.5:0.5b pulling",
+		Placement: &api.Placement{ID: "p-2", Model: "qwen2.5:0.5b", State: api.StatePulling}})
+	m := New(ctx)
+	m.SetSize(120, 35)
+	view := m.View()
+	assert.Contains(t, view, "llama3.2:1b: placement gpu-server ready at http://127.0.0.1:38003")
+	assert.Contains(t, view, " qwen2.5:0.5b pulling")
+	assert.NotContains(t, view, "qwen2.5:0.5b: qwen2.5:0.5b")
+}
