@@ -106,7 +106,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.StringVar(&o.advertise, "advertise", "", "API address peers reach this host at (default: the listen address, or this host's address on its default route)")
 	f.BoolVar(&o.metricsOpen, "metrics-open", false, "serve /metrics without a token (by default it needs the admin token: it shows every namespace)")
 
-	f.StringVar(&o.joinString, "join-string", "", "the mesh's join string (from `llmkube-agent init`); also $"+envJoin)
+	f.StringVar(&o.joinString, "join-string", "", "the mesh's join string (from 'llmkube-agent init'); also $"+envJoin)
 	f.StringVar(&o.joinFile, "join-file", "", "read the join string from this file (mode 0600)")
 	f.BoolVar(&o.noMesh, "no-mesh", false, "run as a single host without gossip (the API still works)")
 	f.StringVar(&o.bind, "bind", "", "gossip bind address (default: every interface)")
