@@ -111,6 +111,10 @@ func (a *app) modelsCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if host != "" && !hasAgent(v, host) {
+			// No placements of a host that is not there is a typo, not an empty list (exit 4).
+			return api.Errorf(api.CodeNotFound, "no agent %q in mesh %q", host, v.Mesh)
+		}
 		ps := []api.Placement{}
 		for _, p := range console.Placements(v) {
 			if (namespace == "" || p.Namespace == namespace) && (host == "" || p.Host == host) {
@@ -232,4 +236,14 @@ func (a *app) rankCmd() *cobra.Command {
 		return refusal
 	})
 	return c
+}
+
+// hasAgent says whether the view holds an agent named host, whatever its liveness.
+func hasAgent(v api.MeshView, host string) bool {
+	for _, m := range v.Members {
+		if m.Name == host && m.Role == api.RoleAgent {
+			return true
+		}
+	}
+	return false
 }
