@@ -68,6 +68,8 @@ var (
 	keyApply = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply"))
 	keyClear = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear"))
 	keyChat  = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "chat"))
+	keyLog   = key.NewBinding(key.WithKeys("l"), key.WithHelp("l", "log"))
+	keyAgain = key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "place again"))
 )
 
 func (m *Model) ShortHelp() []key.Binding {
@@ -79,7 +81,7 @@ func (m *Model) ShortHelp() []key.Binding {
 		return []key.Binding{keyApply, keyClear}
 	}
 	// The view's own actions first: the footer keeps what fits, and ↑/↓ go without saying.
-	return []key.Binding{keyChat, k.Delete, k.Filter, k.Place, k.Up, k.Down}
+	return []key.Binding{keyChat, k.Delete, k.Filter, keyLog, keyAgain, k.Up, k.Down}
 }
 
 // FullHelp lists every key of the view, for the help view.
@@ -88,6 +90,7 @@ func (m *Model) FullHelp() []common.HelpSection {
 	return []common.HelpSection{{Title: "Models", Keys: []key.Binding{
 		k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom,
 		common.As(k.Open, "chat with a ready model"), k.Delete, k.Confirm, k.Cancel,
+		common.As(keyLog, "its engine log (the host's detail)"), common.As(keyAgain, "place its source again (evicted, failed, elsewhere)"),
 		k.Filter, common.As(k.Back, "clear the filter"),
 	}}}
 }
@@ -187,6 +190,14 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			}
 			m.confirm = &p
 		}
+	case key.Matches(msg, keyLog):
+		if p, ok := m.Selected(); ok {
+			return common.Navigate(common.PageHostDetail, p.Host) // its log tail is there
+		}
+	case key.Matches(msg, keyAgain):
+		if p, ok := m.Selected(); ok {
+			return common.Navigate(common.PagePlace, p.Source)
+		}
 	case key.Matches(msg, k.Open):
 		if p, ok := m.Selected(); ok {
 			if p.State != api.StateReady {
@@ -211,13 +222,13 @@ func NotReady(p api.Placement) (text string, stuck bool) {
 	case api.StateSizing, api.StatePulling, api.StateLoading, api.StateRestarting:
 		return fmt.Sprintf("%s on %s is %s: chat opens once it is ready", p.Model, p.Host, p.State), false
 	case api.StateEvicted:
-		return fmt.Sprintf("%s on %s was evicted%s: place it again (p), or x removes it from the list", p.Model, p.Host, why), true
+		return fmt.Sprintf("%s on %s was evicted%s: place it again (r), or x removes it from the list", p.Model, p.Host, why), true
 	case api.StateUnavailable:
-		return fmt.Sprintf("%s on %s is unavailable%s: it comes back with its host, or place it elsewhere (p)", p.Model, p.Host, why), true
+		return fmt.Sprintf("%s on %s is unavailable%s: it comes back with its host, or place it elsewhere (r)", p.Model, p.Host, why), true
 	case api.StateStopping:
 		return fmt.Sprintf("%s on %s is being stopped", p.Model, p.Host), true
 	}
-	return fmt.Sprintf("%s on %s is %s%s: place it again (p), or x removes it", p.Model, p.Host, p.State, why), true
+	return fmt.Sprintf("%s on %s is %s%s: place it again (r), or x removes it", p.Model, p.Host, p.State, why), true
 }
 
 // deleteCmd deletes by id, so a second placement of the same model is never hit by mistake.

@@ -210,7 +210,7 @@ func TestNotReadySaysWhatToDo(t *testing.T) {
 	p := api.Placement{Model: "qwen2:1.5b", Host: "pi5", State: api.StateEvicted, Reason: "evicted for llama3 (priority high)"}
 	text, stuck := NotReady(p)
 	assert.True(t, stuck)
-	assert.Equal(t, "qwen2:1.5b on pi5 was evicted (evicted for llama3 (priority high)): place it again (p), or x removes it from the list", text)
+	assert.Equal(t, "qwen2:1.5b on pi5 was evicted (evicted for llama3 (priority high)): place it again (r), or x removes it from the list", text)
 	assert.NotContains(t, text, "once it is ready")
 
 	for _, st := range []api.PlacementState{api.StateFailed, api.StateUnavailable, api.StateStopping} {
@@ -240,4 +240,15 @@ func TestNarrowKeepsHostNames(t *testing.T) {
 	assert.Contains(t, view, "rack2-mac-mini-gpu")
 	assert.Contains(t, view, "rack2-tower-gpu")
 	assert.NotContains(t, view, "NAMESPACE", "the namespace goes before names are cut")
+}
+
+// A placement's log is one key away (its host's detail tails it), and so is placing its
+// source again: an evicted or failed model is not a dead end.
+func TestLogAndPlaceAgain(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	p, ok := m.Selected()
+	require.True(t, ok)
+	assert.Equal(t, common.NavigateMsg{Page: common.PageHostDetail, Arg: p.Host}, press(m, "l")())
+	assert.Equal(t, common.NavigateMsg{Page: common.PagePlace, Arg: p.Source}, press(m, "r")())
 }
