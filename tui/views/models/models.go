@@ -3,8 +3,10 @@
 package models
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +32,7 @@ type Model struct {
 	cur    common.Cursor
 
 	filter common.Filter
+	sortBy int // index in sortNames
 
 	// confirm is the placement a delete waits on a yes for.
 	confirm *api.Placement
@@ -81,7 +84,7 @@ func (m *Model) ShortHelp() []key.Binding {
 		return []key.Binding{keyApply, keyClear}
 	}
 	// The view's own actions first: the footer keeps what fits, and ↑/↓ go without saying.
-	return []key.Binding{keyChat, k.Delete, k.Filter, keyLog, keyAgain, k.Up, k.Down}
+	return []key.Binding{keyChat, k.Delete, k.Filter, keyLog, keyAgain, k.Sort, k.Up, k.Down}
 }
 
 // FullHelp lists every key of the view, for the help view.
@@ -91,23 +94,49 @@ func (m *Model) FullHelp() []common.HelpSection {
 		k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom,
 		common.As(k.Open, "chat with a ready model"), k.Delete, k.Confirm, k.Cancel,
 		common.As(keyLog, "its engine log (the host's detail)"), common.As(keyAgain, "place its source again (evicted, failed, elsewhere)"),
-		k.Filter, common.As(k.Back, "clear the filter"),
+		k.Filter, common.As(k.Back, "clear the filter"), common.As(k.Sort, "sort: host, memory, state"),
 	}}}
 }
 
-// Rows are the placements shown, filtered, host then model.
+// Sort orders of the list: by host then model (the mesh's own order), the largest first, or
+// the ones that need attention first (not ready, by state).
+const (
+	SortHost = iota
+	SortMemory
+	SortState
+	sortCount
+)
+
+var sortNames = [sortCount]string{"host", "memory", "state"}
+
+// Rows are the placements shown, filtered and sorted (host then model unless s chose another).
 func (m *Model) Rows() []api.Placement {
 	all := console.Placements(m.ctx.Mesh)
 	q := m.filter.Query()
-	if q == "" {
-		return all
-	}
-	var rows []api.Placement
-	for _, p := range all {
-		text := strings.ToLower(strings.Join([]string{p.Model, p.Host, string(p.Runtime), p.Namespace, string(p.State), p.Source, p.ID}, " "))
-		if strings.Contains(text, q) {
-			rows = append(rows, p)
+	rows := all
+	if q != "" {
+		rows = nil
+		for _, p := range all {
+			text := strings.ToLower(strings.Join([]string{p.Model, p.Host, string(p.Runtime), p.Namespace, string(p.State), p.Source, p.ID}, " "))
+			if strings.Contains(text, q) {
+				rows = append(rows, p)
+			}
 		}
+	}
+	switch m.sortBy {
+	case SortMemory:
+		slices.SortStableFunc(rows, func(a, b api.Placement) int { return cmp.Compare(b.Memory.Bytes, a.Memory.Bytes) })
+	case SortState:
+		ready := func(p api.Placement) bool { return p.State == api.StateReady }
+		slices.SortStableFunc(rows, func(a, b api.Placement) int {
+			if ready(a) != ready(b) {
+				if ready(b) {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(string(a.State), string(b.State))
+		})
 	}
 	return rows
 }
@@ -181,6 +210,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	switch {
 	case key.Matches(msg, k.Filter):
 		return m.filter.Start()
+	case key.Matches(msg, k.Sort):
+		m.sortBy = (m.sortBy + 1) % sortCount
+		return common.Status("sorted by "+sortNames[m.sortBy], false)
 	case key.Matches(msg, k.Back):
 		m.filter.Clear()
 	case key.Matches(msg, k.Delete):

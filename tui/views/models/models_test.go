@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
@@ -251,4 +252,21 @@ func TestLogAndPlaceAgain(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, common.NavigateMsg{Page: common.PageHostDetail, Arg: p.Host}, press(m, "l")())
 	assert.Equal(t, common.NavigateMsg{Page: common.PagePlace, Arg: p.Source}, press(m, "r")())
+}
+
+// s sorts: the largest first, then what needs attention (not ready) first, then back to host.
+func TestSortCycles(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(120, 35)
+	assert.Equal(t, common.StatusMsg{Text: "sorted by memory"}, press(m, "s")())
+	rows := m.Rows()
+	for i := 1; i < len(rows); i++ {
+		assert.GreaterOrEqual(t, rows[i-1].Memory.Bytes, rows[i].Memory.Bytes)
+	}
+	press(m, "s")
+	rows = m.Rows()
+	assert.NotEqual(t, api.StateReady, rows[0].State, "what needs attention first")
+	assert.Equal(t, api.StateReady, rows[len(rows)-1].State)
+	assert.Equal(t, common.StatusMsg{Text: "sorted by host"}, press(m, "s")())
+	assert.Equal(t, console.Placements(m.ctx.Mesh), m.Rows())
 }
