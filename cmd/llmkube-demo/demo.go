@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/llmkube/mesh/agent/localmesh"
 	"github.com/llmkube/mesh/agent/state"
@@ -52,11 +54,52 @@ func scriptEnv(m *localmesh.Mesh) []byte {
 	fmt.Fprintf(&b, "export LLMKUBE_JOIN=%s\n", shellQuote(m.JoinString()))
 	fmt.Fprintf(&b, "export LLMKUBE_TOKEN=%s\n", shellQuote(m.AdminToken()))
 	b.WriteString("export LLMKUBE_MESH_PROFILE=local\n")
+	fmt.Fprintf(&b, "export %s=%d\n", envDemoPID, os.Getpid())
 	if len(m.Hosts) > 0 {
 		b.WriteString("# An OpenAI- and Ollama-compatible gateway: curl \"$LLMKUBE_DEMO_URL/v1/models\" -H \"Authorization: Bearer $LLMKUBE_TOKEN\"\n")
 		fmt.Fprintf(&b, "export LLMKUBE_DEMO_URL=%s\n", shellQuote(m.Hosts[0].URL))
 	}
 	return b.Bytes()
+}
+
+// envDemoPID in the env file names the demo's process, so a stale file is known as such.
+const envDemoPID = "LLMKUBE_DEMO_PID"
+
+// readScriptEnv reads the exports of an env file as a shell sourcing it would (the values are
+// single-quoted by shellQuote, or bare).
+func readScriptEnv(b []byte) map[string]string {
+	env := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok || strings.HasPrefix(k, "#") {
+			continue
+		}
+		if uq, isQuoted := strings.CutPrefix(v, "'"); isQuoted {
+			v = strings.ReplaceAll(strings.TrimSuffix(uq, "'"), `'\''`, "'")
+		}
+		env[k] = v
+	}
+	return env
+}
+
+// runningDemo is the env of the demo running on this machine, if one is: `llmkube-demo mesh …`
+// then acts on its mesh, so `place` and then `chat` share it, rather than on a new mesh of its
+// own that lives for one command.
+func runningDemo() (map[string]string, bool) {
+	b, err := os.ReadFile(envFile())
+	if err != nil {
+		return nil, false
+	}
+	env := readScriptEnv(b)
+	pid, err := strconv.Atoi(env[envDemoPID])
+	if err != nil || pid <= 0 {
+		return nil, false
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil || p.Signal(syscall.Signal(0)) != nil {
+		return nil, false // the demo that wrote it is gone
+	}
+	return env, true
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

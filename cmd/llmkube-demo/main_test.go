@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"os"
@@ -37,15 +36,7 @@ func readEnv(t *testing.T, name string) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(name)
 	require.NoError(t, err)
-	env := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
-		if ok && !strings.HasPrefix(k, "#") {
-			env[k] = strings.Trim(v, "'")
-		}
-	}
-	return env
+	return readScriptEnv(b)
 }
 
 // demoOnPTY starts the demo on a fresh pseudo-terminal with its own $TMPDIR — directly, or
@@ -145,6 +136,17 @@ func TestDemoReachableFromScriptsAndGoneWithItsTerminal(t *testing.T) {
 	for _, model := range []string{"qwen2.5-instruct:1.5b", "llama-sim-1b", "llama3.2:1b"} {
 		assert.Contains(t, out.String(), model, "the demo's own placements")
 	}
+
+	// llmkube-demo mesh … acts on the running demo too, not on a mesh of its own.
+	place := exec.CommandContext(ctx, os.Args[0], "mesh", "place", "ollama://qwen2.5:0.5b", "--auto", "--wait")
+	place.Env = append(os.Environ(), asMain+"=1", "TMPDIR="+d.tmp)
+	b, err := place.CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	assert.Contains(t, string(b), "on the running demo mesh")
+	out.Reset()
+	code = cli.Run(ctx, []string{"mesh", "models"}, strings.NewReader(""), &out, &errOut, cli.Options{Getenv: func(k string) string { return env[k] }})
+	require.Equal(t, cli.ExitOK, code, errOut.String())
+	assert.Contains(t, out.String(), "qwen2.5:0.5b", "placed by llmkube-demo mesh place, seen in the running demo")
 	d.closeTerminal(t, true)
 }
 
