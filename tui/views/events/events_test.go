@@ -184,4 +184,12 @@ func TestPlacementEventNamesItsModel(t *testing.T) {
 	assert.Contains(t, view, "llama3.2:1b: placement gpu-server ready at http://127.0.0.1:38003")
 	assert.Contains(t, view, " qwen2.5:0.5b pulling")
 	assert.NotContains(t, view, "qwen2.5:0.5b: qwen2.5:0.5b")
+	lines := strings.Split(view, "\n")
+	assert.Equal(t, "p-2 · qwen2.5:0.5b on gpu-server · pulling", strings.TrimSpace(lines[len(lines)-1]),
+		"the newest event in view has its detail line")
+	m.SetSize(120, 4) // one event in view
+	press(m, "up")
+	lines = strings.Split(m.View(), "\n")
+	assert.Equal(t, "p-1 · llama3.2:1b on gpu-server · ready", strings.TrimSpace(lines[len(lines)-1]),
+		"scrolled up, the detail follows the last event shown")
 }
