@@ -249,7 +249,8 @@ func Summary(v api.MeshView) string {
 }
 
 // columns of the hosts table, in order. On a narrow terminal the least telling go first: the
-// chip, the engines, the speed, the accelerator; the name and the state stay whole.
+// chip, the speed, the accelerator, the OS; the engines (what can run where) stay longer, and
+// the name and the state stay whole.
 func columns(st *styles.Styles) []render.Col[api.Member] {
 	text := func(f func(api.Member) string) func(api.Member, int) string {
 		return func(mb api.Member, _ int) string { return f(mb) }
@@ -268,7 +269,7 @@ func columns(st *styles.Styles) []render.Col[api.Member] {
 			return mb.Host.Chip
 		})},
 		{Title: "ACCEL", Min: 5, Max: 16, Priority: 40, Cell: text(accel)},
-		{Title: "ENGINES", Min: 7, Max: 28, Priority: 20, Cell: text(engines)},
+		{Title: "ENGINES", Min: 7, Max: 28, Priority: 55, Cell: text(engines)},
 		{Title: "MEMORY", Min: 8, Max: 24, Fixed: 12, Priority: 80, Cell: func(mb api.Member, w int) string {
 			if h := mb.Host; h != nil {
 				return render.MemBar(st, w, h.Memory.Committed, h.Memory.Reserved, h.Memory.Budget, h.Memory.Total)
