@@ -139,7 +139,8 @@ func New(ctx *common.Context) *Model {
 func (m *Model) Init() tea.Cmd { return nil }
 
 // Open pre-fills the source (from ":place hailo://…") and starts ranking it. Opened without
-// one (a tab switch), the view stays as it was left.
+// one (a tab switch), it gives the form back to type in, unless a placement being followed or
+// its outcome is on screen.
 func (m *Model) Open(src string) tea.Cmd {
 	if m.placing || (src == "" && (m.placement != nil || m.placeErr != nil)) {
 		return nil // a placement being followed or its outcome keeps the screen; esc leaves it first
@@ -226,8 +227,8 @@ func (m *Model) Request() (api.PlacementRequest, error) {
 	if !LooksLikeSource(req.Source) {
 		return req, errIncomplete
 	}
-	if _, err := source.Parse(req.Source); err != nil {
-		return req, errors.New(apiMessage(err))
+	if err := sourceError(req.Source); err != nil {
+		return req, err
 	}
 	if c := strings.TrimSpace(m.inputs[fieldContext].Value()); c != "" {
 		n, err := api.ParseContext(c) // 8192, 8k, 0: as the CLI's --context reads it
