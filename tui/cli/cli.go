@@ -196,7 +196,9 @@ with --agent URL and a token (--token, ` + EnvToken + ` or --token-file). Secret
 	f.StringVar(&a.g.logFile, "log-file", "", "append logs to this file (the interactive console logs only there)")
 	f.BoolVar(&a.g.logJSON, "log-json", false, "write logs as JSON lines")
 	if a.opts.Demo != nil {
+		// llmkube-demo sets it itself: its help need not offer it.
 		f.BoolVar(&a.g.demo, "demo", false, "start a local demo mesh of simulated hosts and use it")
+		_ = f.MarkHidden("demo")
 	} else {
 		// Only a build with a demo offers it: llmkube-tui refuses --demo as the unknown flag
 		// it is there (a usage error, exit 2) and says which program starts one.
