@@ -45,7 +45,7 @@ func (a *Agent) Findings(ctx context.Context) []api.Finding {
 				fmt.Sprintf("start %s on %s (for a daemon, e.g. systemctl status %s); the agent restarts the placements once it answers", e.Runtime, h.Name, e.Runtime))
 		}
 	}
-	out = append(out, runtimeFindings(h, waiting)...)
+	out = append(out, runtimeFindings(h, waiting, a.cfg.Chosen)...)
 	for _, p := range ps {
 		switch p.State {
 		case api.StateRestarting:

@@ -10,9 +10,10 @@ import (
 
 // runtimeFindings names what cannot run on this host although the doctor would otherwise find
 // nothing wrong: no engine answers at all (a Pi whose hailo-ollama is not running saw "no
-// problems found"), or the host has a Hailo-10H while hailo-ollama does not answer. Engines
-// that placements wait for are already findings of their own (waiting).
-func runtimeFindings(h api.Host, waiting map[api.Runtime]int) []api.Finding {
+// problems found"), a runtime the operator chose (chosen: --runtimes) does not run, or the
+// host has a Hailo-10H while hailo-ollama does not. Engines that placements wait for are
+// already findings of their own (waiting).
+func runtimeFindings(h api.Host, waiting map[api.Runtime]int, chosen bool) []api.Finding {
 	hailo := false
 	for _, acc := range h.Accelerators {
 		hailo = hailo || acc.Kind == hwprobe.KindHailo
@@ -51,12 +52,24 @@ func runtimeFindings(h api.Host, waiting map[api.Runtime]int) []api.Finding {
 		}
 		return []api.Finding{{Severity: api.SeverityError, Problem: problem, Fix: fix}}
 	}
-	if e, ok := absent[api.RuntimeHailoOllama]; ok && hailo && waiting[api.RuntimeHailoOllama] == 0 {
-		return []api.Finding{{Severity: api.SeverityWarning,
-			Problem: fmt.Sprintf("%s has a Hailo-10H, but hailo-ollama does not run there (%s): hailo:// models cannot be placed on it", h.Name, e.Detail),
-			Fix:     startFix(api.RuntimeHailoOllama, h.Name)}}
+	var out []api.Finding
+	for _, r := range api.Runtimes {
+		e, ok := absent[r]
+		if !ok || waiting[r] > 0 {
+			continue
+		}
+		switch {
+		case chosen:
+			out = append(out, api.Finding{Severity: api.SeverityWarning,
+				Problem: fmt.Sprintf("%s does not run on %s (%s), although the agent was started to use it (--runtimes)", r, h.Name, e.Detail),
+				Fix:     startFix(r, h.Name) + "; or leave it out of --runtimes"})
+		case r == api.RuntimeHailoOllama && hailo:
+			out = append(out, api.Finding{Severity: api.SeverityWarning,
+				Problem: fmt.Sprintf("%s has a Hailo-10H, but hailo-ollama does not run there (%s): hailo:// models cannot be placed on it", h.Name, e.Detail),
+				Fix:     startFix(r, h.Name)})
+		}
 	}
-	return nil
+	return out
 }
 
 // startFix is how to make runtime r run on host.

@@ -22,7 +22,7 @@ func TestRuntimeFindings(t *testing.T) {
 	pi := api.Host{Name: "pi5", Accelerators: hailo, Engines: []api.Engine{
 		down(api.RuntimeLlamaServer, "llama-server not found on PATH"), down(api.RuntimeOllama, "nothing answers on 127.0.0.1:11434"),
 		down(api.RuntimeHailoOllama, "nothing answers on 127.0.0.1:8000")}}
-	fs := runtimeFindings(pi, nil)
+	fs := runtimeFindings(pi, nil, false)
 	require.Len(t, fs, 1)
 	assert.Equal(t, api.SeverityError, fs[0].Severity)
 	assert.Equal(t, "no engine runs on pi5, so no model can be placed there (hailo-ollama: nothing answers on 127.0.0.1:8000; "+
@@ -30,14 +30,18 @@ func TestRuntimeFindings(t *testing.T) {
 	assert.Regexp(t, `^start hailo-ollama on pi5 .*; or install llama.cpp's llama-server on pi5`, fs[0].Fix, "the Hailo's runtime first")
 
 	pi.Engines[0] = up(api.RuntimeLlamaServer)
-	fs = runtimeFindings(pi, nil)
+	fs = runtimeFindings(pi, nil, false)
 	require.Len(t, fs, 1)
 	assert.Equal(t, api.SeverityWarning, fs[0].Severity)
 	assert.Contains(t, fs[0].Problem, "pi5 has a Hailo-10H, but hailo-ollama does not run there (nothing answers on 127.0.0.1:8000)")
-	assert.Empty(t, runtimeFindings(pi, map[api.Runtime]int{api.RuntimeHailoOllama: 1}), "placements waiting for it are their own finding")
+	assert.Empty(t, runtimeFindings(pi, map[api.Runtime]int{api.RuntimeHailoOllama: 1}, false), "placements waiting for it are their own finding")
 
 	mac := api.Host{Name: "mac", Engines: []api.Engine{up(api.RuntimeLlamaServer), down(api.RuntimeOllama, "nothing answers")}}
-	assert.Empty(t, runtimeFindings(mac, nil), "an engine runs and no hardware calls for another")
+	assert.Empty(t, runtimeFindings(mac, nil, false), "an engine runs and no hardware calls for another")
+	fs = runtimeFindings(mac, nil, true)
+	require.Len(t, fs, 1, "a runtime the operator chose that does not run")
+	assert.Equal(t, "ollama does not run on mac (nothing answers), although the agent was started to use it (--runtimes)", fs[0].Problem)
+	assert.Contains(t, fs[0].Fix, "or leave it out of --runtimes")
 }
 
 // An agent with no engine configured at all says so through the doctor.

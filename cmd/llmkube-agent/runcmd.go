@@ -236,6 +236,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 			return hwprobe.ProbeMemory(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
 		},
 		Drivers:            drivers,
+		Chosen:             explicit,
 		Sizer:              sizer,
 		Budget:             budget,
 		MemoryFraction:     o.memoryFraction,
