@@ -91,7 +91,7 @@ func (m *Model) Rows() []api.Member {
 				return fa > fb
 			}
 		case SortModels:
-			if la, lb := len(a.Placements), len(b.Placements); la != lb {
+			if la, lb := held(a), held(b); la != lb {
 				return la > lb
 			}
 		}
@@ -286,7 +286,7 @@ func columns(st *styles.Styles) []render.Col[api.Member] {
 			if mb.Role != api.RoleAgent {
 				return ""
 			}
-			return fmt.Sprint(len(mb.Placements))
+			return fmt.Sprint(held(mb))
 		})},
 		{Title: "TOK/S", Min: 5, Priority: 30, Right: true, Cell: text(tokS)},
 	}
@@ -403,4 +403,16 @@ func emptyState(ctx *common.Context) string {
 		lines = append(lines, "", st.Muted.Render("Watching through one agent's API: its view has no agents yet."))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// held counts the models a member holds: an evicted or failed placement stays listed (in
+// Models, to place again) but holds nothing, so a Hailo-10H that swapped twice shows one.
+func held(mb api.Member) int {
+	n := 0
+	for _, p := range mb.Placements {
+		if !p.State.Terminal() {
+			n++
+		}
+	}
+	return n
 }
