@@ -86,7 +86,8 @@ type Model struct {
 	target    string
 	placement *api.Placement
 	placeErr  error
-	pollErr   error // the last look failed: the host is asked again
+	pollErr   error  // the last look failed: the host is asked again
+	replaces  string // the model a confirmed swap replaces on the target's device
 
 	// srcErr is why enter did not leave the source field: the source as the agent's own
 	// validator (source.Parse) judges it, shown under the field until the next edit.
@@ -460,7 +461,25 @@ func (m *Model) waited(msg waitedMsg) tea.Cmd {
 		return nil
 	}
 	m.remember(m.req.Source)
+	if m.replaces != "" && m.replaces != m.placement.Model {
+		return common.Status(fmt.Sprintf("replaced %s on %s by %s, ready", m.replaces, m.placement.Host, m.placement.Model), false)
+	}
 	return common.Status(fmt.Sprintf("%s is ready on %s", m.placement.Model, m.placement.Host), false)
+}
+
+// loadedOn is the model on host's Hailo-10H as the mesh last said, which a swap replaces.
+func loadedOn(v api.MeshView, host string) string {
+	for _, mb := range v.Members {
+		if mb.Name != host || mb.Host == nil {
+			continue
+		}
+		for _, acc := range mb.Host.Accelerators {
+			if acc.Loaded != "" {
+				return acc.Loaded
+			}
+		}
+	}
+	return ""
 }
 
 func (m *Model) remember(source string) {
@@ -480,7 +499,7 @@ func (m *Model) place(host string) tea.Cmd {
 		return common.Status(err.Error(), true)
 	}
 	m.placeSeq++
-	m.placing, m.req, m.target = true, req, host
+	m.placing, m.req, m.target, m.replaces = true, req, host, ""
 	m.placement, m.placeErr, m.pollErr = nil, nil, nil
 	seq, conn := m.placeSeq, m.ctx.Conn
 	return func() tea.Msg {
@@ -529,7 +548,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		h := *m.swapping
 		m.swapping = nil
 		if key.Matches(msg, k.Confirm) {
-			return m.place(h.Host)
+			cmd := m.place(h.Host)
+			m.replaces = loadedOn(m.ctx.Mesh, h.Host)
+			return cmd
 		}
 		return common.Status("not placed on "+h.Host, false)
 	}

@@ -811,3 +811,16 @@ func TestContextFieldAndBreakdown(t *testing.T) {
 	e := api.SizeEstimate{Bytes: 17 * 1024 * mib, Weights: 4 * 1024 * mib, KV: 4 * 1024 * mib, Compute: 1024 * mib, Cache: 7 * 1024 * mib, Overhead: 1024 * mib}
 	assert.Equal(t, "weights 4.0 GiB + KV cache 4.0 GiB + compute 1.0 GiB + prompt cache 7.0 GiB + overhead 1.0 GiB", Breakdown(e))
 }
+
+// A confirmed swap says what it replaced once the new model is ready.
+func TestSwapSaysWhatItReplaced(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("hailo://qwen2.5-instruct:1.5b")
+	ranked(m, hailoEstimate, "pi5")
+	press(m, "enter", "enter") // pi5 swaps: it asks
+	require.NotNil(t, press(m, "y"))
+	require.True(t, m.placing)
+	cmd := m.waited(waitedMsg{seq: m.placeSeq, p: api.Placement{ID: "p-9", Model: "qwen2.5-instruct:1.5b", Host: "pi5", State: api.StateReady}})
+	assert.Equal(t, common.StatusMsg{Text: "replaced qwen2:1.5b on pi5 by qwen2.5-instruct:1.5b, ready"}, cmd())
+}
