@@ -43,8 +43,13 @@ e2e:
 	LLMKUBE_E2E=1 LLMKUBE_E2E_REPORT=$(E2E_REPORT) $(GO) test -count=1 -timeout 6m -v -run '^TestLAN$$' ./e2e/
 
 # A local mesh of simulated hosts (a Pi 5 with a Hailo-10H, a Mac-like host, a Linux box) and the console.
+# Built, then run by exec: no `go run` or shell stays between the terminal and the demo, so
+# closing the terminal hangs up the demo itself, which stops its mesh and removes its folders.
 demo:
-	$(GO) run ./cmd/llmkube-demo
+	@mkdir -p $(BIN)
+	@test -x $(BIN)/llmkube-demo || echo "building llmkube-demo (first run ≈ 2 min)…"
+	@$(GO) build -o $(BIN)/llmkube-demo ./cmd/llmkube-demo
+	@exec $(BIN)/llmkube-demo
 
 # Benchmarks; figures are recorded by hand in BENCHMARKS.md with the date, machine and method.
 bench:

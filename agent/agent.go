@@ -62,6 +62,11 @@ type Config struct {
 	// Drivers are the selected runtimes, one driver each.
 	Drivers []engines.Driver
 	Sizer   Sizer
+
+	// Chosen says the operator named the runtimes (--runtimes): each one that does not run is
+	// a doctor finding. Otherwise every runtime is tried and an absent one is only unused.
+	Chosen bool
+
 	// Budget overrides the memory budget in bytes; MemoryFraction overrides the fraction of
 	// the host's total (0.67 up to 36 GiB, 0.75 above).
 	Budget         int64

@@ -53,6 +53,7 @@ func (a *Agent) Findings(ctx context.Context) []api.Finding {
 	}
 	out = append(out, exposureFindings(h, ps)...)
 	out = append(out, a.skewFindings(h.Name)...)
+	out = append(out, runtimeFindings(h, waiting, a.cfg.Chosen)...)
 	for _, p := range ps {
 		switch p.State {
 		case api.StateRestarting:

@@ -6,6 +6,8 @@ package tui
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -34,6 +36,11 @@ type Options struct {
 	// HistoryFile keeps the `:` command history between runs; "" keeps it for this run only
 	// (Run uses cmdline.DefaultPath).
 	HistoryFile string
+	// QuitStops names what quitting also stops (llmkube-demo: "the demo mesh"): while models
+	// run, q asks before it ends them all. "": quitting leaves the mesh as it is, q quits.
+	QuitStops string
+	// Note is a short line the title carries (llmkube-demo: where scripts find the mesh).
+	Note string
 }
 
 // opener is a view that opens with an argument (a host, a model, a source).
@@ -62,6 +69,10 @@ type App struct {
 	status    string
 	statusErr bool
 	statusAt  time.Time
+
+	note      string // Options.Note
+	quitStops string // Options.QuitStops
+	quitAsk   int    // q asked: the models quitting would stop, until the next key answers
 
 	changed    <-chan struct{}
 	stopChange func()
@@ -99,7 +110,7 @@ func New(conn *console.Conn, opts Options) *App {
 	if conn != nil {
 		ctx.Mesh, viewErr = scoped(conn)
 	}
-	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, tick: opts.Tick}
+	a := &App{ctx: ctx, conn: conn, pages: map[common.Page]common.Component{}, tick: opts.Tick, quitStops: opts.QuitStops, note: opts.Note}
 	a.cmdline = cmdline.New(ctx.Styles, "hosts · models · place SOURCE · chat MODEL · host NAME · … · tab completes", a.completions)
 	if opts.HistoryFile != "" {
 		a.history = &cmdline.File{Path: opts.HistoryFile}
@@ -265,19 +276,26 @@ func (a *App) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 // broadcast sends msg to every view (mesh changes, events, ticks, tagged async results).
 func (a *App) broadcast(msg tea.Msg) tea.Cmd {
 	var cmds []tea.Cmd
-	for _, p := range a.pages {
-		_, cmd := p.Update(msg)
-		cmds = append(cmds, cmd)
+	for page := range a.pages {
+		cmds = append(cmds, a.update(page, msg))
 	}
 	return tea.Batch(cmds...)
 }
 
 func (a *App) forward(msg tea.Msg) tea.Cmd {
-	p := a.page()
-	if p == nil {
+	if a.page() == nil {
 		return nil
 	}
-	_, cmd := p.Update(msg)
+	return a.update(a.active, msg)
+}
+
+// update hands msg to one view and keeps the model its Update returns, as bubbletea's
+// contract has it: a view may answer with a new value rather than change itself.
+func (a *App) update(page common.Page, msg tea.Msg) tea.Cmd {
+	next, cmd := a.pages[page].Update(msg)
+	if c, ok := next.(common.Component); ok {
+		a.pages[page] = c
+	}
 	return cmd
 }
 
@@ -359,6 +377,13 @@ func (a *App) key(msg tea.KeyMsg) tea.Cmd {
 	if msg.String() == "ctrl+c" {
 		return a.quit()
 	}
+	if a.quitAsk > 0 {
+		a.quitAsk = 0
+		if key.Matches(msg, k.Confirm) {
+			return a.quit()
+		}
+		return common.Status("not quitting: "+a.quitStops+" runs on", false)
+	}
 	if key.Matches(msg, k.Mouse) {
 		return a.toggleMouse()
 	}
@@ -375,6 +400,10 @@ func (a *App) key(msg tea.KeyMsg) tea.Cmd {
 	}
 	switch {
 	case key.Matches(msg, k.Quit):
+		if n := a.running(); n > 0 && a.quitStops != "" {
+			a.quitAsk = n // a stray q in text meant for a field must not end every placement
+			return nil
+		}
 		return a.quit()
 	case key.Matches(msg, k.Command):
 		a.cmdActive = true
@@ -445,6 +474,15 @@ func (a *App) tabStep(d int) common.Page {
 	return common.Tabs[((i+d)%n+n)%n]
 }
 
+// running counts the models placed in the mesh as this console sees it.
+func (a *App) running() int {
+	n := 0
+	for _, m := range a.ctx.Mesh.Members {
+		n += len(m.Placements)
+	}
+	return n
+}
+
 func (a *App) quit() tea.Cmd {
 	a.stop()
 	return tea.Quit
@@ -487,6 +525,9 @@ func (a *App) titleLine() string {
 		mesh = "—"
 	}
 	line := st.Title.Render("llmkube mesh") + st.Muted.Render(" · "+mesh+" · "+mode)
+	if a.note != "" {
+		line += st.Muted.Render(" · " + a.note)
+	}
 	if a.mouseOff {
 		line += st.Warn.Render(" · mouse off (ctrl+y)")
 	}
@@ -515,6 +556,13 @@ func (a *App) header() string {
 
 func (a *App) footer() string {
 	st := a.ctx.Styles
+	if a.quitAsk > 0 {
+		models := "models"
+		if a.quitAsk == 1 {
+			models = "model"
+		}
+		return render.Cut(st.Danger.Render(fmt.Sprintf("quit? it stops %s and its %d %s (y/n)", a.quitStops, a.quitAsk, models)), a.width)
+	}
 	if a.cmdActive {
 		// bubbles pads the line to its width before the completion: what passes the width is
 		// that padding, cut without an ellipsis.
@@ -579,11 +627,15 @@ func Run(ctx context.Context, conn *console.Conn, opts Options) error {
 		}
 	}
 	app := New(conn, opts)
+	ctx, hangUp := context.WithCancel(ctx)
+	defer hangUp()
+	stopWatch := watchHangup(os.Stdin, hangUp)
+	defer stopWatch()
 	p := tea.NewProgram(app, tea.WithAltScreen(), tea.WithMouseCellMotion(), tea.WithContext(ctx))
 	_, err := p.Run()
 	app.stop()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
-		return nil
+		return nil // a signal, or the terminal gone: the caller cleans up as after q
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/exp/golden"
@@ -29,26 +30,17 @@ func newApp(t *testing.T, w, h int) *App {
 
 func keys(a *App, ks ...string) {
 	for _, k := range ks {
-		var msg tea.KeyMsg
-		switch k {
-		case "enter":
-			msg = tea.KeyMsg{Type: tea.KeyEnter}
-		case "esc":
-			msg = tea.KeyMsg{Type: tea.KeyEsc}
-		case "tab":
-			msg = tea.KeyMsg{Type: tea.KeyTab}
-		case "shift+tab":
-			msg = tea.KeyMsg{Type: tea.KeyShiftTab}
-		case "up":
-			msg = tea.KeyMsg{Type: tea.KeyUp}
-		case "down":
-			msg = tea.KeyMsg{Type: tea.KeyDown}
-		default:
-			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
-		}
-		_, cmd := a.Update(msg)
+		_, cmd := a.Update(press(k))
 		drain(a, cmd)
 	}
+}
+
+// press is the message of one named key (the names bindings use), or of the runes k.
+func press(k string) tea.KeyMsg {
+	if msg, ok := keyMsg(k); ok {
+		return msg
+	}
+	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
 }
 
 // drain runs the commands a key returned and feeds navigation and status messages back into
@@ -200,6 +192,7 @@ func TestGoldenStates(t *testing.T) {
 		{"chat-picker", []string{"4"}},
 		{"command-completing", []string{":", "chat qw"}},
 		{"place-help", []string{"3", "esc", "?"}},
+		{"models", []string{"2"}}, // its alerts and its main keys (x delete, / filter) at 80 columns too
 	} {
 		for _, size := range [][2]int{{80, 24}, {120, 35}} {
 			t.Run(fmt.Sprintf("%s/%dx%d", st.name, size[0], size[1]), func(t *testing.T) {
@@ -212,4 +205,25 @@ func TestGoldenStates(t *testing.T) {
 			})
 		}
 	}
+}
+
+// valueView is a view written the way bubbletea's contract allows: Update returns a changed
+// copy rather than changing itself.
+type valueView struct{ seen int }
+
+func (v valueView) Init() tea.Cmd                       { return nil }
+func (v valueView) Update(tea.Msg) (tea.Model, tea.Cmd) { v.seen++; return v, nil }
+func (v valueView) View() string                        { return fmt.Sprintf("seen %d", v.seen) }
+func (v valueView) SetSize(int, int)                    {}
+func (v valueView) ShortHelp() []key.Binding            { return nil }
+func (v valueView) Capturing() bool                     { return false }
+
+// The root keeps what a view's Update returns, for broadcast messages and forwarded keys alike.
+func TestRootKeepsTheModelAViewReturns(t *testing.T) {
+	a := newApp(t, 80, 24)
+	a.pages[common.PageEvents] = valueView{}
+	a.Update(common.TickMsg(now))
+	keys(a, "5", "j")
+	assert.Equal(t, valueView{seen: 2}, a.pages[common.PageEvents])
+	assert.Contains(t, a.View(), "seen 2")
 }

@@ -206,3 +206,82 @@ func TestEscThenAKeyInOneRead(t *testing.T) {
 	drain(a, cmd)
 	assert.True(t, a.page().Capturing(), "still typing the filter")
 }
+
+// typeKeys sends each rune of s as its own key press, as a person types, and reports whether
+// any of the commands they gave was the program's end.
+func typeKeys(a *App, s string) (quit bool) {
+	names := map[rune]string{'\r': "enter", '\x1b': "esc"}
+	for _, r := range s {
+		msg := press(string(r))
+		if name, ok := names[r]; ok {
+			msg = press(name)
+		}
+		_, cmd := a.Update(msg)
+		quit = drainQuit(a, cmd) || quit
+	}
+	return quit
+}
+
+// drainQuit is drain that also says whether a command ended the program.
+func drainQuit(a *App, cmd tea.Cmd) bool {
+	if cmd == nil {
+		return false
+	}
+	switch msg := cmd().(type) {
+	case tea.QuitMsg:
+		return true
+	case tea.BatchMsg:
+		q := false
+		for _, c := range msg {
+			q = drainQuit(a, c) || q
+		}
+		return q
+	case common.NavigateMsg, common.StatusMsg:
+		_, next := a.Update(msg)
+		return drainQuit(a, next)
+	}
+	return false
+}
+
+// The trap of issue 46: "3", a source with ':' and 'q' in it, enter, and typing on. An invalid
+// source keeps the focus in its field with the validator's own words under it, so what is
+// typed next stays text: the ':' opens no command line and the 'q' quits nothing.
+func TestPlaceKeySequenceNeverQuits(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		a := newApp(t, size[0], size[1])
+		require.False(t, typeKeys(a, "3qwen2.5:0.5b\r"))
+		assert.Equal(t, common.PagePlace, a.Active())
+		view := a.View()
+		assert.Contains(t, view, `source "qwen2.5:0.5b" has no scheme; did you mean`, "the CLI's words, under the field")
+		require.False(t, typeKeys(a, "\x1b"), "esc: out of the form, nothing quits")
+		assert.Contains(t, a.View(), "› out of the form", "where the keys go is on screen")
+		require.False(t, typeKeys(a, "\r"))
+		assert.True(t, a.page().Capturing(), "enter with no host to choose is the form again")
+
+		// Back to the view: the form takes text again, ':' and 'q' included.
+		a = newApp(t, size[0], size[1])
+		require.False(t, typeKeys(a, "3olama://qwen\r"))
+		assert.Contains(t, a.View(), `unknown scheme "olama"`)
+		require.False(t, typeKeys(a, ":q,more"))
+		assert.False(t, a.cmdActive, "':' in a field is text")
+		assert.Equal(t, common.PagePlace, a.Active())
+		assert.Contains(t, a.View(), "olama://qwen:q,more")
+	}
+}
+
+// Quitting the demo console stops the demo mesh and its placements: q asks while models run,
+// any key but y keeps it running, and ctrl+c (a deliberate chord) quits at once.
+func TestQuitAsksWhenItStopsTheMesh(t *testing.T) {
+	a := New(nil, Options{Renderer: tuitest.Renderer(), Now: func() time.Time { return now }, QuitStops: "the demo mesh"})
+	a.ctx.Mesh = tuitest.SampleMesh(now)
+	a.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	require.False(t, typeKeys(a, "q"))
+	assert.Contains(t, a.View(), "quit? it stops the demo mesh and its 6 models (y/n)")
+	require.False(t, typeKeys(a, "w"), "any other key answers no")
+	assert.Contains(t, a.View(), "not quitting: the demo mesh runs on")
+	require.False(t, typeKeys(a, "2"), "the key after the answer is a key again")
+	assert.Equal(t, common.PageModels, a.Active())
+	assert.True(t, typeKeys(a, "qy"))
+	_, cmd := a.Update(tea.KeyMsg{Type: tea.KeyCtrlC})
+	assert.Equal(t, tea.Quit(), cmd())
+}

@@ -79,7 +79,7 @@ the service. ` + "`llmkube-agent leave`" + ` undoes it.`,
 	f := cmd.Flags()
 	serviceFlags(f, &jo.svc, false)
 	f.DurationVar(&jo.timeout, "timeout", 60*time.Second, "how long to wait for the agent to answer")
-	f.DurationVar(&jo.peersTimeout, "peers-timeout", 30*time.Second, "how long to wait for a peer after the agent answers (0: do not wait; the first host of a mesh has none)")
+	f.DurationVar(&jo.peersTimeout, "peers-timeout", 30*time.Second, "how long to wait for a peer after the agent answers; given, join fails without one (not given, no peer is a warning, and the first host of a mesh listens 5s for mDNS peers)")
 	f.BoolVar(&jo.replace, "replace", false, "replace a service that join installed before (stops it first)")
 	f.AddFlagSet(run.Flags())
 	return cmd
@@ -179,26 +179,58 @@ func (jo *joinOptions) join(ctx context.Context, cmd *cobra.Command, run *cobra.
 	}
 	fmt.Fprintf(w, "the agent answers at %s (%.1fs)\n", apiURL, time.Since(started).Seconds())
 	joinErr := error(nil)
-	if !ro.noMesh && jo.peersTimeout > 0 {
-		peers, err := waitPeers(ctx, client, jo.peersTimeout)
-		switch {
-		case err != nil:
-			joinErr = err
-		case len(peers) == 0:
-			joinErr = fmt.Errorf("the agent runs, but found no other member of mesh %q within %v", j.MeshID, jo.peersTimeout)
-		default:
-			fmt.Fprintf(w, "joined mesh %q: %s (%.1fs)\n", j.MeshID, strings.Join(peers, ", "), time.Since(started).Seconds())
-		}
-	}
-	if joinErr != nil {
-		fmt.Fprintf(w, "\n%v. What the doctor sees:\n", joinErr)
-		writeDoctor(ctx, w, client)
+	if !ro.noMesh {
+		joinErr = jo.awaitPeers(ctx, w, client, j, ro, cmd.Flags().Changed("peers-timeout"), started)
 	}
 	if hint := plan.mgr.lingerHint(ctx); hint != "" {
 		fmt.Fprintf(w, "\n%s\n", hint)
 	}
 	fmt.Fprintf(w, "\nLogs:  %s\nUndo:  llmkube-agent leave%s   (--purge also deletes the state folder and the model store)\n", plan.mgr.logs(plan.params.LogDir), leaveFlags(plan))
 	return joinErr
+}
+
+// firstHostMDNSWait is how long the first host of a mesh (no seed to join) listens for peers
+// that mDNS may find before it says it is the first.
+const firstHostMDNSWait = 5 * time.Second
+
+// awaitPeers waits for another member of the mesh and says what it found. No peer fails join
+// only when the user asked to wait for one (--peers-timeout given): the first host of a mesh
+// (a Pi beside a laptop) has none, which is a fact to state, and a host whose seeds do not
+// answer yet gets a warning with the agent's doctor, since the agent keeps looking.
+func (jo *joinOptions) awaitPeers(ctx context.Context, w io.Writer, client *api.Client, j api.Join, ro runFlagsView, asked bool, started time.Time) error {
+	wait := jo.peersTimeout
+	first := len(j.Seeds) == 0 && len(ro.seeds) == 0
+	if first && !asked {
+		wait = min(wait, firstHostMDNSWait)
+		if ro.noMDNS {
+			wait = 0
+		}
+	}
+	var peers []string
+	if wait > 0 {
+		var err error
+		if peers, err = waitPeers(ctx, client, wait); err != nil {
+			return err
+		}
+	}
+	switch {
+	case len(peers) > 0:
+		fmt.Fprintf(w, "joined mesh %q: %s (%.1fs)\n", j.MeshID, strings.Join(peers, ", "), time.Since(started).Seconds())
+		return nil
+	case wait == 0 && !first:
+		return nil // --peers-timeout 0: not waited for, nothing to say
+	case asked:
+		err := fmt.Errorf("the agent runs, but found no other member of mesh %q within %v", j.MeshID, wait)
+		fmt.Fprintf(w, "\n%v. What the doctor sees:\n", err)
+		writeDoctor(ctx, w, client)
+		return err
+	case first:
+		fmt.Fprintf(w, "this is the first host of mesh %q: no other member yet. Other hosts join it with the same join string (`llmkube-agent join` there).\n", j.MeshID)
+		return nil
+	}
+	fmt.Fprintf(w, "\nwarning: no other member of mesh %q answered within %v; the agent keeps looking (--peers-timeout makes this an error). What the doctor sees:\n", j.MeshID, wait)
+	writeDoctor(ctx, w, client)
+	return nil
 }
 
 // writeRecord saves what join installed, for leave.
@@ -212,9 +244,10 @@ func writeRecord(stateDir string, r serviceRecordDoc) error {
 
 // runFlagsView is the part of run's options join reads to check ports and wait for the agent.
 type runFlagsView struct {
-	listen, bind string
-	gossipPort   int
-	noMesh       bool
+	listen, bind   string
+	gossipPort     int
+	noMesh, noMDNS bool
+	seeds          []string
 }
 
 func runFlags(run *cobra.Command) runFlagsView {
@@ -224,6 +257,8 @@ func runFlags(run *cobra.Command) runFlagsView {
 	v.bind, _ = f.GetString("bind")
 	v.gossipPort, _ = f.GetInt("gossip-port")
 	v.noMesh, _ = f.GetBool("no-mesh")
+	v.noMDNS, _ = f.GetBool("no-mdns")
+	v.seeds, _ = f.GetStringSlice("join")
 	return v
 }
 

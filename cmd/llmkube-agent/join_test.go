@@ -325,3 +325,32 @@ func TestJoinWithoutPeersShowsTheDoctor(t *testing.T) {
 	code, _, errOut = runEnv(t, vars, "leave")
 	assert.Equal(t, exitOK, code, errOut)
 }
+
+// The first host of a mesh (a Pi beside a laptop): a join string from init, no seed and no
+// mDNS peer. join succeeds and says the host is the first, without waiting 30 s for nobody.
+// A host whose seed does not answer gets a warning with the doctor, and still succeeds.
+func TestJoinFirstHostSucceeds(t *testing.T) {
+	tmp := t.TempDir()
+	code, out, errOut := runCmd(t, "init", "--mesh-id", "first", "--state-dir", filepath.Join(tmp, "a"), "--allow-temp-store")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "next:        llmkube-agent join JOIN-STRING, on this host", "init names the next step")
+	join := strings.TrimSpace(strings.SplitN(strings.SplitN(out, "join string: ", 2)[1], "\n", 2)[0])
+	fake := newFakeManager(t, fakeConfig{UnitDir: filepath.Join(tmp, "home", ".config", "systemd", "user"), UserManager: true, Linger: "yes"})
+	vars := userHome(t, tmp, fake)
+	args := joinArgs(join, "", freePort(t), freePort(t))
+	i := slices.Index(args, "--join")
+	args = slices.Delete(args, i, i+2) // no seed
+	code, out, errOut = runEnv(t, vars, args...)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, out, `this is the first host of mesh "first"`)
+	assert.NotContains(t, out, "What the doctor sees")
+	code, _, errOut = runEnv(t, vars, "leave")
+	require.Equal(t, exitOK, code, errOut)
+
+	code, out, errOut = runEnv(t, vars, joinArgs(join, "127.0.0.1:"+freePort(t), freePort(t), freePort(t))...)
+	require.Equal(t, exitOK, code, "a seed that does not answer yet is a warning; stderr:\n%s", errOut)
+	assert.Contains(t, out, `warning: no other member of mesh "first" answered`)
+	assert.Contains(t, out, "What the doctor sees:")
+	code, _, errOut = runEnv(t, vars, "leave")
+	assert.Equal(t, exitOK, code, errOut)
+}

@@ -168,6 +168,7 @@ or LLMKUBE_JOIN) and the admin token (for the console and scripts). Keep both se
 			}
 			fmt.Fprintf(e.stdout, "mesh:        %s\njoin string: %s\nadmin token: %s\nsaved in:    %s/%s\n",
 				meshID, j.String(), api.AdminToken(secret), sd.Path(), state.JoinFile)
+			fmt.Fprintln(e.stdout, "next:        llmkube-agent join JOIN-STRING, on this host (the mesh's first) and then on each other one")
 			return nil
 		},
 	}

@@ -110,7 +110,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.BoolVar(&o.lanHTTP, "lan-http", false, "also serve plain HTTP to other hosts, for clients that cannot speak TLS: the gateway's routes only, never the admin token; the LAN reads what crosses it (the doctor shows it). Without it the LAN is served over TLS with the mesh's CA (llmkube-agent ca), loopback in plain")
 	f.BoolVar(&o.metricsOpen, "metrics-open", false, "serve /metrics without a token (by default it needs the admin token: it shows every namespace)")
 
-	f.StringVar(&o.joinString, "join-string", "", "the mesh's join string (from `llmkube-agent init`); also $"+envJoin)
+	f.StringVar(&o.joinString, "join-string", "", "the mesh's join string (from 'llmkube-agent init'); also $"+envJoin)
 	f.StringVar(&o.joinFile, "join-file", "", "read the join string from this file (mode 0600)")
 	f.BoolVar(&o.noMesh, "no-mesh", false, "run as a single host without gossip (the API still works)")
 	f.StringVar(&o.bind, "bind", "", "gossip bind address (default: every interface)")
@@ -243,6 +243,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 			return hwprobe.ProbeMemory(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
 		},
 		Drivers:            drivers,
+		Chosen:             explicit,
 		Sizer:              sizer,
 		Budget:             budget,
 		MemoryFraction:     o.memoryFraction,

@@ -55,8 +55,8 @@ func serviceFlags(f *pflag.FlagSet, o *serviceOptions, withDirs bool) {
 	f.StringVar(&o.user, "user", "", "with --system: the account the agent runs as (default: $SUDO_USER, else the current user)")
 	f.StringVar(&o.binary, "binary", "", "absolute path of llmkube-agent (default: this program)")
 	if withDirs {
-		f.StringVar(&o.stateDir, "state-dir", "", "state folder (default: the user's, as `run` picks it)")
-		f.StringVar(&o.modelsDir, "models-dir", "", "model store (default: the user's, as `run` picks it)")
+		f.StringVar(&o.stateDir, "state-dir", "", "state folder (default: the user's, as 'run' picks it)")
+		f.StringVar(&o.modelsDir, "models-dir", "", "model store (default: the user's, as 'run' picks it)")
 		f.StringVar(&o.join, "join-file", "", "file holding the join string, mode 0600 (default: the state folder's "+state.JoinFile+")")
 	}
 }

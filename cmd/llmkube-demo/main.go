@@ -2,11 +2,15 @@
 // on loopback with simulated engines (a Pi 5 with a Hailo-10H, a Mac-like host, a GPU server).
 // `make demo` runs it. It is its own program so that the console users install, llmkube-tui,
 // links no agent, engine driver or simulator. Arguments are llmkube-tui's: `llmkube-demo` opens
-// the console, `llmkube-demo mesh hosts` runs a headless command against the demo mesh.
+// the console, `llmkube-demo mesh hosts` runs a headless command: on the demo mesh that runs
+// on this machine, or on a demo mesh of its own when none does. While the console runs,
+// scripts reach its mesh through the env file it names (`. $TMPDIR/llmkube-demo.env`, then
+// `llmkube-tui mesh …`).
 package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -16,15 +20,29 @@ import (
 )
 
 func main() {
-	os.Exit(cli.WithSignals(func(ctx context.Context) int {
-		if code, ok := runAsLlamaServer(ctx); ok {
-			return code
+	os.Exit(cli.WithSignals(run))
+}
+
+// run is the program: the llama-server simulator under that name, else the console.
+func run(ctx context.Context) int {
+	if code, ok := runAsLlamaServer(ctx); ok {
+		return code
+	}
+	if len(os.Args) > 1 && os.Args[1] == "mesh" {
+		if env, ok := runningDemo(); ok {
+			fmt.Fprintf(os.Stderr, "llmkube-demo: on the running demo mesh (%s)\n", envFile())
+			return cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, cli.Options{Getenv: func(k string) string {
+				if v, ok := env[k]; ok {
+					return v
+				}
+				return os.Getenv(k)
+			}})
 		}
-		return cli.Run(ctx, append([]string{"--demo"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr, cli.Options{
-			RunConsole: func(ctx context.Context, conn *console.Conn, _ *slog.Logger) error {
-				return tui.Run(ctx, conn, tui.Options{})
-			},
-			Demo: startDemo,
-		})
-	}))
+	}
+	return cli.Run(ctx, append([]string{"--demo"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr, cli.Options{
+		RunConsole: func(ctx context.Context, conn *console.Conn, _ *slog.Logger) error {
+			return tui.Run(ctx, conn, tui.Options{QuitStops: "the demo mesh", Note: "scripts: . " + envFile()})
+		},
+		Demo: startDemo,
+	})
 }

@@ -159,6 +159,12 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 	url := reg + "/v2/" + repo + "/manifests/" + src.Tag
 	var m ollamaManifest
 	if err := getJSON(ctx, s.do, url, ollamaManifestType, &m); err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeNotFound {
+			// The cause in the user's terms; the URL is in the agent's log, not the advice.
+			s.log().Info("the Ollama registry has no such model", "model", src.Ref(), "err", err)
+			return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "the Ollama registry has no model %s: check its name and tag", src.Ref())
+		}
 		return api.SizeEstimate{}, err
 	}
 	var weights int64

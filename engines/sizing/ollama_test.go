@@ -82,7 +82,7 @@ func TestOllamaRegistryRefusals(t *testing.T) {
 	ctx := context.Background()
 
 	_, err := s.Estimate(ctx, parse(t, "ollama://nosuch:7b"), 0)
-	requireCode(t, err, api.CodeNotFound, "GET "+reg.URL+"/v2/library/nosuch/manifests/7b: HTTP 404")
+	requireCode(t, err, api.CodeNotFound, "the Ollama registry has no model nosuch:7b: check its name and tag")
 
 	_, err = s.Estimate(ctx, parse(t, "ollama://empty"), 0)
 	requireCode(t, err, api.CodeMemoryCheckFailed, "has no application/vnd.ollama.image.model layer")
@@ -270,7 +270,7 @@ func TestOllamaAgainstSimulator(t *testing.T) {
 	assert.Contains(t, est.Detail, "from the model blob's GGUF header")
 
 	_, err = s.Estimate(ctx, parse(t, "ollama://nosuch:1b"), 0)
-	requireCode(t, err, api.CodeNotFound, "/v2/library/nosuch/manifests/1b: HTTP 404")
+	requireCode(t, err, api.CodeNotFound, "the Ollama registry has no model nosuch:1b")
 
 	st := sim.Stats()
 	assert.Zero(t, st.Pulls)

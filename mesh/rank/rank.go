@@ -20,6 +20,9 @@ type Request struct {
 	api.PlacementRequest
 	// Estimate is an agent's answer to POST /v1/estimate; Bytes 0 means the size is unknown.
 	Estimate api.SizeEstimate
+	// SizeErr is why the size is unknown, as the sizing agent refused it. A cause other than
+	// the size itself (no such model: NotFound) is every capable host's refusal, in its words.
+	SizeErr *api.Error
 	// Spread places on the host with the most memory left instead of the tightest fit.
 	Spread bool
 	// HasFiles names the hosts that already hold the model's files (no download).
@@ -59,6 +62,13 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 	// Text shared by many hosts is built once: Rank runs on every gossip update.
 	nsRefusal := "refused: namespace " + ns + " not allowed"
 	needStr := api.FormatBytes(req.Estimate.Bytes)
+	// Past the context the model was trained for, the engine caps every request there while
+	// holding the memory of the whole: every agent refuses it (ContextTooLong), so every host
+	// does here.
+	tooLong := ""
+	if tc := req.Estimate.TrainContext; tc > 0 && req.Context > tc {
+		tooLong = "refused: trained for a " + strconv.Itoa(tc) + "-token context, " + strconv.Itoa(req.Context) + " asked"
+	}
 
 	out := make([]api.Ranked, 0, len(members))
 	speeds := make([]float64, 0, len(members))
@@ -83,6 +93,8 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 			refuse(&r, api.CodeUnreachable, "refused: no state from this host yet")
 		case mismatch.Code != "":
 			refuse(&r, mismatch.Code, mismatch.Reason)
+		case tooLong != "":
+			refuse(&r, api.CodeContextLimit, tooLong)
 		case !nsAllowed(m.Host.Namespaces, ns):
 			refuse(&r, api.CodeNamespaceNotAllow, nsRefusal)
 		default:
@@ -224,6 +236,10 @@ func judge(r *api.Ranked, h *api.Host, native, rt api.Runtime, model, needStr st
 	warn := req.MemoryCheck == api.MemoryCheckWarn
 	if need <= 0 {
 		r.Need = 0
+		if e := req.SizeErr; e != nil && e.Code != "" && e.Code != api.CodeMemoryCheckFailed {
+			refuse(r, e.Code, "refused: "+e.Message)
+			return
+		}
 		if !warn {
 			refuse(r, api.CodeMemoryCheckFailed, `refused: size unknown, not loading blind (memory check "warn" loads anyway)`)
 			return

@@ -412,3 +412,27 @@ func TestHailoRanksAgainstEachHostsOwnList(t *testing.T) {
 	assert.Equal(t, api.VerdictFits, rs["pi-511"].Verdict)
 	assert.Equal(t, api.VerdictRefused, rs["pi-530"].Verdict, "5.3.0 no longer offers llama3.2:3b")
 }
+
+// A context past the one the model was trained for is refused on every host, as every agent
+// refuses it: it would "fit" while the engine caps each request at the trained context.
+// A size error with its own cause (no such model) is the capable host's refusal.
+func TestContextPastTrainingAndSizeErrors(t *testing.T) {
+	req := gguf(3 * gib)
+	req.Estimate.TrainContext = 32768
+	req.Context = 1 << 20
+	for _, r := range Rank([]api.Member{agent("a", 10), agent("b", 20)}, req) {
+		assert.Equal(t, api.VerdictRefused, r.Verdict, r.Host)
+		assert.Equal(t, api.CodeContextLimit, r.Code, r.Host)
+		assert.Equal(t, "refused: trained for a 32768-token context, 1048576 asked", r.Reason)
+	}
+	req.Context = 32768
+	assert.Equal(t, api.VerdictFits, Rank([]api.Member{agent("a", 10)}, req)[0].Verdict, "up to the trained context fits")
+
+	missing := gguf(0)
+	missing.SizeErr = &api.Error{Code: api.CodeNotFound, Message: "model file /x.gguf does not exist"}
+	r := Rank([]api.Member{agent("a", 10)}, missing)[0]
+	assert.Equal(t, api.CodeNotFound, r.Code)
+	assert.Equal(t, "refused: model file /x.gguf does not exist", r.Reason)
+	missing.SizeErr.Code = api.CodeMemoryCheckFailed
+	assert.Contains(t, Rank([]api.Member{agent("a", 10)}, missing)[0].Reason, "size unknown, not loading blind", "a size that could not be read stays that")
+}

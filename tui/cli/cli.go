@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -198,7 +199,20 @@ with --agent URL and a token (--token, ` + EnvToken + ` or --token-file). Secret
 	f.BoolVarP(&a.g.verbose, "verbose", "v", false, "log what happens to stderr (headless commands are quiet without it), or to --log-file")
 	f.StringVar(&a.g.logFile, "log-file", "", "append logs to this file (the interactive console logs only there)")
 	f.BoolVar(&a.g.logJSON, "log-json", false, "write logs as JSON lines")
-	f.BoolVar(&a.g.demo, "demo", false, "start a local demo mesh of simulated hosts and use it")
+	if a.opts.Demo != nil {
+		// llmkube-demo sets it itself: its help need not offer it.
+		f.BoolVar(&a.g.demo, "demo", false, "start a local demo mesh of simulated hosts and use it")
+		_ = f.MarkHidden("demo")
+	} else {
+		// Only a build with a demo offers it: llmkube-tui refuses --demo as the unknown flag
+		// it is there (a usage error, exit 2) and says which program starts one.
+		root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+			if strings.Contains(err.Error(), "--demo") {
+				return fmt.Errorf("%w: the demo mesh is its own program, llmkube-demo (make demo)", err)
+			}
+			return err
+		})
+	}
 	root.AddCommand(a.meshCmd())
 	return root
 }
@@ -338,10 +352,6 @@ func (a *app) connect(ctx context.Context, mode settleMode, interactive bool) (*
 		closeLog()
 	}
 	if a.g.demo {
-		if a.opts.Demo == nil {
-			cleanup()
-			return nil, errors.New("--demo is not available in this build of llmkube-tui: the demo mesh is the program llmkube-demo (make demo)")
-		}
 		join, stop, err := a.opts.Demo(ctx)
 		if err != nil {
 			cleanup()

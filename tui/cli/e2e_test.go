@@ -207,16 +207,17 @@ func TestE2ERefusalsAndNotFound(t *testing.T) {
 			assert.NotEmpty(t, e.Fix)
 			assert.Contains(t, r.stderr, "AcceleratorMissing: "+e.Message)
 
-			// Too big for every host: place --auto and rank refuse alike.
-			huge := []string{"ollama://llama3.2:3b", "--context", "1048576"}
+			// Past the context the model was trained for (128k): every host refuses, as every
+			// agent would; place --auto and rank refuse alike.
+			huge := []string{"ollama://llama3.2:3b", "--context", "1024k"}
 			r = runCLI(t, ctx, c.env, "", append([]string{"mesh", "place", "--auto", "--json"}, huge...)...)
 			assert.Equal(t, cli.ExitRefused, r.code, r.stderr)
-			assert.Equal(t, api.CodeInsufficientMemory, decodeError(t, r.stdout).Code)
+			assert.Equal(t, api.CodeContextLimit, decodeError(t, r.stdout).Code)
 			r = runCLI(t, ctx, c.env, "", append([]string{"mesh", "rank", "--json"}, huge...)...)
 			assert.Equal(t, cli.ExitRefused, r.code, r.stderr)
 			rk := decode[cli.RankingDoc](t, r)
 			require.NotNil(t, rk.Error, "the ranking carries the refusal")
-			assert.Equal(t, api.CodeInsufficientMemory, rk.Error.Code)
+			assert.Equal(t, api.CodeContextLimit, rk.Error.Code)
 			assert.Len(t, rk.Ranking.Hosts, 3)
 			assert.Contains(t, r.stderr, "no host can take it")
 
@@ -229,6 +230,9 @@ func TestE2ERefusalsAndNotFound(t *testing.T) {
 			r = runCLI(t, ctx, c.env, "", "mesh", "place", "ollama://qwen2.5:0.5b", "--host", "no-such-host", "--json")
 			assert.Equal(t, cli.ExitNotFound, r.code, r.stderr)
 			assert.Equal(t, api.CodeNotFound, decodeError(t, r.stdout).Code)
+			r = runCLI(t, ctx, c.env, "", "mesh", "models", "--host", "no-such-host")
+			assert.Equal(t, cli.ExitNotFound, r.code, r.stderr)
+			assert.Contains(t, r.stderr, `no agent "no-such-host"`)
 			r = runCLI(t, ctx, c.env, "", "mesh", "delete", "p-0123456789ab")
 			assert.Equal(t, cli.ExitNotFound, r.code, r.stderr)
 			r = runCLI(t, ctx, c.env, "", "mesh", "chat", "no-such-model", "hi", "--json")

@@ -64,6 +64,7 @@ var refusals = map[api.Code]bool{
 	api.CodeMemoryCheckFailed:  true,
 	api.CodeNamespaceNotAllow:  true,
 	api.CodeEngineUnavailable:  true,
+	api.CodeContextLimit:       true, // past the context the model was trained for
 }
 
 // failure is how an error is reported: its exit code and the JSON error object.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -110,6 +111,10 @@ func (a *app) modelsCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if host != "" && !hasAgent(v, host) {
+			// No placements of a host that is not there is a typo, not an empty list (exit 4).
+			return api.Errorf(api.CodeNotFound, "no agent %q in mesh %q", host, v.Mesh)
+		}
 		ps := []api.Placement{}
 		for _, p := range console.Placements(v) {
 			if (namespace == "" || p.Namespace == namespace) && (host == "" || p.Host == host) {
@@ -137,7 +142,7 @@ func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
 	f := c.Flags()
 	f.StringVar(&r.runtime, "runtime", "", "llama-server, ollama or hailo-ollama (default: from the source)")
 	f.StringVar(&r.namespace, "namespace", "", "namespace of the placement (default \"default\")")
-	f.IntVar(&r.context, "context", 0, "context size in tokens (default: the runtime's, 2048)")
+	f.Var(contextValue{&r.context}, "context", "context size in tokens, e.g. 8192 or 8k (default: the runtime's, 2048)")
 	f.StringVar(&r.priority, "priority", "", "batch, low, normal, high or critical (eviction order; default normal)")
 	f.BoolVar(&r.spread, "spread", false, "prefer the host with the most room left (default: the tightest fit)")
 	if forPlace {
@@ -152,6 +157,26 @@ func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
 	_ = c.RegisterFlagCompletionFunc("priority", cobra.FixedCompletions(
 		[]string{"batch", "low", "normal", "high", "critical"}, cobra.ShellCompDirectiveNoFileComp))
 }
+
+// contextValue is --context: tokens as api.ParseContext reads them (8192, 8k, 0 for the default).
+type contextValue struct{ n *int }
+
+func (v contextValue) String() string {
+	if v.n == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.n)
+}
+
+func (v contextValue) Set(s string) error {
+	n, err := api.ParseContext(s)
+	if err == nil {
+		*v.n = n
+	}
+	return err
+}
+
+func (contextValue) Type() string { return "tokens" }
 
 // request checks the flags and builds the request; a bad value is a usage error, found before
 // anything reaches the mesh.
@@ -171,9 +196,6 @@ func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
 		if err := api.ValidNamespace(req.Namespace); err != nil {
 			return req, &usageError{fmt.Errorf("--namespace: %w", err)}
 		}
-	}
-	if req.Context < 0 {
-		return req, usagef("--context %d: want a positive number of tokens", req.Context)
 	}
 	if req.Priority.Level() < 0 {
 		return req, usagef("--priority %q: want batch, low, normal, high or critical", r.priority)
@@ -214,4 +236,14 @@ func (a *app) rankCmd() *cobra.Command {
 		return refusal
 	})
 	return c
+}
+
+// hasAgent says whether the view holds an agent named host, whatever its liveness.
+func hasAgent(v api.MeshView, host string) bool {
+	for _, m := range v.Members {
+		if m.Name == host && m.Role == api.RoleAgent {
+			return true
+		}
+	}
+	return false
 }

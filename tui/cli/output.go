@@ -232,11 +232,20 @@ func placementsTable(w io.Writer, ps []api.Placement) error {
 // rankingTable renders `mesh rank`: the size, then every host's verdict, best first.
 func rankingTable(w io.Writer, r console.Ranking) error {
 	est := r.Estimate
-	line := "size: " + size(est.Bytes) + " (" + est.Method
-	if est.Device != "" && est.Device != api.DeviceHost {
-		line += ", on the " + est.Device + " device"
+	var how []string // what is known of how it was sized: never an empty "( , …)"
+	if est.Method != "" {
+		how = append(how, est.Method)
+	} else if est.Bytes <= 0 {
+		how = append(how, "unknown")
 	}
-	line += ", sized by " + r.SizedBy + ")"
+	if est.Device != "" && est.Device != api.DeviceHost {
+		how = append(how, "on the "+est.Device+" device")
+	}
+	how = append(how, "sized by "+r.SizedBy)
+	line := "size: " + size(est.Bytes) + " (" + strings.Join(how, ", ") + ")"
+	if r.SizeCode == api.CodeNotFound {
+		line = "no such model (asked " + r.SizedBy + ")"
+	}
 	if est.Detail != "" {
 		line += ": " + est.Detail
 	}

@@ -72,6 +72,20 @@ mac   fits                          2.0 GiB  6.0 GiB  llama-server  fits: needs 
 pi5   refused (InsufficientMemory)  2.0 GiB  1.0 GiB  -             refused: needs 2.0 GiB, 1.0 GiB free
 `
 	assert.Equal(t, want, b.String())
+
+	// Unsized: no empty "( , sized by …)"; no such model says so.
+	for _, c := range []struct {
+		r    console.Ranking
+		want string
+	}{
+		{console.Ranking{SizedBy: "mac", SizeError: "cannot resolve host"}, "size: - (unknown, sized by mac): cannot resolve host\n"},
+		{console.Ranking{SizedBy: "pi5", SizeError: "hailo model x:1b is not in hailo-ollama's zoo", SizeCode: api.CodeNotFound},
+			"no such model (asked pi5): hailo model x:1b is not in hailo-ollama's zoo\n"},
+	} {
+		b.Reset()
+		require.NoError(t, rankingTable(&b, c.r))
+		assert.Equal(t, c.want, strings.SplitAfter(b.String(), "\n")[0])
+	}
 }
 
 func TestEventTextAndDoctor(t *testing.T) {

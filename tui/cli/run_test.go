@@ -88,7 +88,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"bad priority", []string{"mesh", "place", "ollama://qwen2:0.5b", "--auto", "--priority", "urgent"}, `--priority "urgent"`},
 		{"bad runtime", []string{"mesh", "rank", "ollama://qwen2:0.5b", "--runtime", "vllm"}, `--runtime "vllm"`},
 		{"bad namespace", []string{"mesh", "rank", "ollama://qwen2:0.5b", "--namespace", "Team_A"}, "--namespace"},
-		{"negative context", []string{"mesh", "rank", "ollama://qwen2:0.5b", "--context", "-1"}, "--context -1"},
+		{"negative context", []string{"mesh", "rank", "ollama://qwen2:0.5b", "--context", "-1"}, `context "-1" is not a number of tokens`},
+		{"context past the limit", []string{"mesh", "rank", "ollama://qwen2:0.5b", "--context", "2048k"}, "past the limit of 1048576 tokens"},
 		{"empty source", []string{"mesh", "rank", " "}, "the source is empty"},
 		{"bad event type", []string{"mesh", "watch", "--type", "placement,gossip"}, `--type "gossip"`},
 		{"token without namespace", []string{"mesh", "token"}, "--namespace is required"},
@@ -236,8 +237,11 @@ func TestNotInThisBuild(t *testing.T) {
 
 	_, join := newJoin(t, "demo", "127.0.0.1:1")
 	r = runCLI(t, t.Context(), map[string]string{"LLMKUBE_JOIN": join}, "", "mesh", "hosts", "--demo")
-	assert.Equal(t, cli.ExitFailed, r.code)
-	assert.Contains(t, r.stderr, "--demo is not available in this build")
+	assert.Equal(t, cli.ExitUsage, r.code, "--demo is no flag of llmkube-tui")
+	assert.Contains(t, r.stderr, "unknown flag: --demo: the demo mesh is its own program, llmkube-demo")
+	r = runCLI(t, t.Context(), nil, "", "--help")
+	assert.Equal(t, cli.ExitOK, r.code)
+	assert.NotContains(t, r.stdout, "--demo", "the help offers no flag this program refuses")
 }
 
 func TestCompletionScripts(t *testing.T) {

@@ -4,6 +4,7 @@
 package common
 
 import (
+	"errors"
 	"time"
 
 	"github.com/charmbracelet/bubbles/key"
@@ -43,6 +44,9 @@ type Context struct {
 	// Conn reaches the mesh. Views call it only inside tea.Cmd closures, never in Update.
 	Conn *console.Conn
 }
+
+// ErrNotConnected is what a view's action answers when the console has no connection.
+var ErrNotConnected = errors.New("not connected to a mesh")
 
 // MaxEvents bounds Context.Events.
 const MaxEvents = 500

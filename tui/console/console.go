@@ -325,6 +325,7 @@ type Ranking struct {
 	// SizeError is why the size is unknown, in the sizer's words (a registry it could not
 	// reach, a file it could not read): the cause reaches the user, not only the agent's log.
 	SizeError string       `json:"size_error,omitempty"`
+	SizeCode  api.Code     `json:"size_code,omitempty"` // its cause: NotFound for no such model
 	Hosts     []api.Ranked `json:"hosts"`
 }
 
@@ -371,11 +372,11 @@ func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) 
 		if est.Verdict == api.VerdictRefused && est.Code == api.CodeInvalidSource {
 			return Ranking{}, &api.Error{Code: est.Code, Message: est.Reason}
 		}
-		hosts := rank.Rank(v.Members, rank.Request{PlacementRequest: req, Estimate: est.Estimate, Spread: spread})
-		r := Ranking{Estimate: est.Estimate, SizedBy: a.Name, Hosts: hosts}
+		r := Ranking{Estimate: est.Estimate, SizedBy: a.Name}
 		if est.Estimate.Bytes <= 0 && est.Verdict == api.VerdictRefused {
-			r.SizeError = est.Reason
+			r.SizeError, r.SizeCode = est.Reason, est.Code
 		}
+		r.Hosts = rank.Rank(v.Members, r.Request(req, spread))
 		return r, nil
 	}
 	return Ranking{}, firstErr

@@ -98,8 +98,7 @@ type (
 )
 
 var (
-	errNotConnected = errors.New("not connected to a mesh")
-	errSilent       = fmt.Errorf("no token for %s: the host stopped answering", maxSilence)
+	errSilent = fmt.Errorf("no token for %s: the host stopped answering", maxSilence)
 )
 
 // New returns the chat view.
@@ -377,7 +376,7 @@ func stream(ctx context.Context, cancel context.CancelFunc, conn *console.Conn, 
 			defer close(ch)
 			defer cancel()
 			if conn == nil {
-				ch <- endMsg{seq: seq, err: errNotConnected, at: now()}
+				ch <- endMsg{seq: seq, err: common.ErrNotConnected, at: now()}
 				return
 			}
 			// A watchdog ends a stream that falls silent: a host that died mid-answer.

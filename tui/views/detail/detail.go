@@ -93,14 +93,10 @@ func (m *Model) fetchLogs() tea.Cmd {
 	m.logSeq++
 	seq, host := m.logSeq, mb.Name
 	return func() tea.Msg {
-		cl, err := conn.Client(host)
-		if err != nil {
-			return logsMsg{seq: seq, err: err}
-		}
 		tails := map[string]string{}
 		for _, id := range ids {
 			ctx, cancel := context.WithTimeout(context.Background(), logTimeout)
-			tail, err := cl.PlacementLog(ctx, id, logBytes)
+			tail, err := conn.PlacementLog(ctx, host, id, logBytes)
 			cancel()
 			if err != nil {
 				return logsMsg{seq: seq, err: err}

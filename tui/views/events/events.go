@@ -147,7 +147,7 @@ func (m *Model) listHeight() int {
 	if m.filter.Shown() {
 		top = m.filter.View()
 	}
-	return max(m.height-common.RowsOf(top, render.Head(st, nil)), 1)
+	return max(m.height-common.RowsOf(top, render.Head(st, nil))-1, 1) // the detail line under it
 }
 
 // columns are the list's: HOST as wide as the longest member named (between 10 and 24), so
@@ -163,14 +163,25 @@ func (m *Model) columns() []render.Column {
 
 // lines renders every shown event, a long message wrapped under itself.
 func (m *Model) lines() []string {
+	lines, _ := m.render()
+	return lines
+}
+
+// render draws every shown event's lines and says which event (its index in Rows) each line
+// belongs to.
+func (m *Model) render() (lines []string, owner []int) {
 	st := m.ctx.Styles
 	cs := m.columns()
 	msgWidth := cs[3].Width
 	indent := strings.Repeat(" ", m.width-msgWidth)
 	now := m.ctx.Now()
 	var out []string
-	for _, e := range m.Rows() {
+	for i, e := range m.Rows() {
 		text := e.Message
+		if p := e.Placement; p != nil && p.Model != "" && !strings.Contains(text, p.Model) {
+			// "placement ready at …" on a host with two models says which one, as the CLI does.
+			text = p.Model + ": " + text
+		}
 		if e.Code != "" {
 			text += " (" + string(e.Code) + ")"
 		}
@@ -179,11 +190,40 @@ func (m *Model) lines() []string {
 		}
 		wrapped := strings.Split(ansi.Wrap(text, msgWidth, " "), "\n")
 		out = append(out, render.Row(cs, []string{Clock(now, e.Time), TypeStyle(st, e.Type).Render(e.Type), e.Subject(), wrapped[0]}))
+		owner = append(owner, i)
 		for _, w := range wrapped[1:] {
 			out = append(out, indent+w)
+			owner = append(owner, i)
 		}
 	}
-	return out
+	return out, owner
+}
+
+// Detail is the line under the list about the newest event in view (the last one shown while
+// following): which placement, model, host and state it concerns, or which member.
+func Detail(e api.Event) string {
+	if p := e.Placement; p != nil {
+		host := p.Host
+		if host == "" {
+			host = e.Subject()
+		}
+		parts := []string{p.ID, p.Model + " on " + host, string(p.State)}
+		if p.Source != "" {
+			parts = append(parts, p.Source)
+		}
+		if p.Reason != "" {
+			parts = append(parts, p.Reason)
+		}
+		return strings.Join(parts, " · ")
+	}
+	parts := []string{e.Type}
+	if s := e.Subject(); s != "" {
+		parts = append(parts, s)
+	}
+	if e.Code != "" {
+		parts = append(parts, string(e.Code))
+	}
+	return strings.Join(parts, " · ") + ": " + e.Message
 }
 
 // Clock is an event's time in the console's zone (the zone of now): the time of day, or the
@@ -240,8 +280,16 @@ func (m *Model) View() string {
 	case len(rows) == 0:
 		b.WriteString("\n" + st.Muted.Render(render.Cut("no event matches (esc clears the filters)", m.width)))
 	default:
-		for _, l := range m.scroll.Window(m.lines(), m.listHeight()) {
+		lines, owner := m.render()
+		shown := m.scroll.Window(lines, m.listHeight())
+		for _, l := range shown {
 			b.WriteString("\n" + l)
+		}
+		for range m.listHeight() - len(shown) {
+			b.WriteString("\n")
+		}
+		if last := m.scroll.Offset + len(shown) - 1; last >= 0 && last < len(owner) {
+			b.WriteString("\n" + st.Muted.Render(render.Cut(Detail(rows[owner[last]]), m.width)))
 		}
 	}
 	return render.Place(b.String(), m.width, m.height)

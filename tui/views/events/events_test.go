@@ -168,3 +168,28 @@ func TestLongHostNamesAreNotCut(t *testing.T) {
 	m.SetSize(80, 24)
 	assert.Contains(t, m.View(), "rack2-gpu-node-0042 dead")
 }
+
+// An event about a placement names its model: "placement ready at …" on a host with two
+// models says which one; a message that names it already is left alone.
+func TestPlacementEventNamesItsModel(t *testing.T) {
+	ctx := testCtx()
+	ctx.Events = nil
+	ctx.AddEvent(api.Event{Seq: 1, Time: now, Type: api.EventPlacement, Host: "gpu-server", Message: "placement gpu-server ready at http://127.0.0.1:38003",
+		Placement: &api.Placement{ID: "p-1", Model: "llama3.2:1b", State: api.StateReady}})
+	ctx.AddEvent(api.Event{Seq: 2, Time: now, Type: api.EventPlacement, Host: "gpu-server", Message: "qwen2.5:0.5b pulling",
+		Placement: &api.Placement{ID: "p-2", Model: "qwen2.5:0.5b", State: api.StatePulling}})
+	m := New(ctx)
+	m.SetSize(120, 35)
+	view := m.View()
+	assert.Contains(t, view, "llama3.2:1b: placement gpu-server ready at http://127.0.0.1:38003")
+	assert.Contains(t, view, " qwen2.5:0.5b pulling")
+	assert.NotContains(t, view, "qwen2.5:0.5b: qwen2.5:0.5b")
+	lines := strings.Split(view, "\n")
+	assert.Equal(t, "p-2 · qwen2.5:0.5b on gpu-server · pulling", strings.TrimSpace(lines[len(lines)-1]),
+		"the newest event in view has its detail line")
+	m.SetSize(120, 4) // one event in view
+	press(m, "up")
+	lines = strings.Split(m.View(), "\n")
+	assert.Equal(t, "p-1 · llama3.2:1b on gpu-server · ready", strings.TrimSpace(lines[len(lines)-1]),
+		"scrolled up, the detail follows the last event shown")
+}

@@ -91,7 +91,7 @@ func (m *Model) Rows() []api.Member {
 				return fa > fb
 			}
 		case SortModels:
-			if la, lb := len(a.Placements), len(b.Placements); la != lb {
+			if la, lb := held(a), held(b); la != lb {
 				return la > lb
 			}
 		}
@@ -234,8 +234,8 @@ func Summary(v api.MeshView) string {
 			s += "s"
 		}
 	}
-	// Nothing held is "0 B", not the "—" of an unknown figure.
-	s += fmt.Sprintf(" · %s of %s budget used (%s RAM) · %d ready", api.FormatBytes(committed), render.Bytes(budget), render.Bytes(total), ready)
+	// The alerts come before the memory: a narrow terminal cuts the line's end, and what needs
+	// attention must stay in sight.
 	switch alerts {
 	case 0:
 		s += " · no alerts"
@@ -244,11 +244,13 @@ func Summary(v api.MeshView) string {
 	default:
 		s += fmt.Sprintf(" · %d alerts", alerts)
 	}
-	return s
+	// Nothing held is "0 B", not the "—" of an unknown figure.
+	return s + fmt.Sprintf(" · %d ready · %s of %s budget used (%s RAM)", ready, api.FormatBytes(committed), render.Bytes(budget), render.Bytes(total))
 }
 
 // columns of the hosts table, in order. On a narrow terminal the least telling go first: the
-// chip, the engines, the speed, the accelerator; the name and the state stay whole.
+// chip, the speed, the accelerator, the OS; the engines (what can run where) stay longer, and
+// the name and the state stay whole.
 func columns(st *styles.Styles) []render.Col[api.Member] {
 	text := func(f func(api.Member) string) func(api.Member, int) string {
 		return func(mb api.Member, _ int) string { return f(mb) }
@@ -267,7 +269,7 @@ func columns(st *styles.Styles) []render.Col[api.Member] {
 			return mb.Host.Chip
 		})},
 		{Title: "ACCEL", Min: 5, Max: 16, Priority: 40, Cell: text(accel)},
-		{Title: "ENGINES", Min: 7, Max: 28, Priority: 20, Cell: text(engines)},
+		{Title: "ENGINES", Min: 7, Max: 28, Priority: 55, Cell: text(engines)},
 		{Title: "MEMORY", Min: 8, Max: 24, Fixed: 12, Priority: 80, Cell: func(mb api.Member, w int) string {
 			if h := mb.Host; h != nil {
 				return render.MemBar(st, w, h.Memory.Committed, h.Memory.Reserved, h.Memory.Budget, h.Memory.Total)
@@ -284,7 +286,7 @@ func columns(st *styles.Styles) []render.Col[api.Member] {
 			if mb.Role != api.RoleAgent {
 				return ""
 			}
-			return fmt.Sprint(len(mb.Placements))
+			return fmt.Sprint(held(mb))
 		})},
 		{Title: "TOK/S", Min: 5, Priority: 30, Right: true, Cell: text(tokS)},
 	}
@@ -401,4 +403,16 @@ func emptyState(ctx *common.Context) string {
 		lines = append(lines, "", st.Muted.Render("Watching through one agent's API: its view has no agents yet."))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// held counts the models a member holds: an evicted or failed placement stays listed (in
+// Models, to place again) but holds nothing, so a Hailo-10H that swapped twice shows one.
+func held(mb api.Member) int {
+	n := 0
+	for _, p := range mb.Placements {
+		if !p.State.Terminal() {
+			n++
+		}
+	}
+	return n
 }

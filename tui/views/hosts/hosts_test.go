@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
@@ -45,4 +46,12 @@ func TestClickSelectsAndOpens(t *testing.T) {
 	assert.Equal(t, m.Rows()[1].Name, sel.Name)
 	_, cmd = m.Update(press)
 	require.NotNil(t, cmd, "a second click opens the host")
+}
+
+// MODELS counts what a host holds: placements evicted by swaps stay listed in Models (to place
+// again) but a Hailo-10H that swapped twice holds one model, not three.
+func TestModelsCountsWhatIsHeld(t *testing.T) {
+	mb := api.Member{Name: "pi5", Role: api.RoleAgent, Placements: []api.Placement{
+		{State: api.StateReady}, {State: api.StateEvicted}, {State: api.StateEvicted}, {State: api.StateFailed}, {State: api.StatePulling}}}
+	assert.Equal(t, 2, held(mb))
 }

@@ -3,8 +3,10 @@
 package models
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +32,7 @@ type Model struct {
 	cur    common.Cursor
 
 	filter common.Filter
+	sortBy int // index in sortNames
 
 	// confirm is the placement a delete waits on a yes for.
 	confirm *api.Placement
@@ -68,6 +71,8 @@ var (
 	keyApply = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply"))
 	keyClear = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear"))
 	keyChat  = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "chat"))
+	keyLog   = key.NewBinding(key.WithKeys("l"), key.WithHelp("l", "log"))
+	keyAgain = key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "place again"))
 )
 
 func (m *Model) ShortHelp() []key.Binding {
@@ -78,7 +83,8 @@ func (m *Model) ShortHelp() []key.Binding {
 	case m.filter.Active():
 		return []key.Binding{keyApply, keyClear}
 	}
-	return []key.Binding{k.Up, k.Down, keyChat, k.Delete, k.Filter, k.Place}
+	// The view's own actions first: the footer keeps what fits, and ↑/↓ go without saying.
+	return []key.Binding{keyChat, k.Delete, k.Filter, keyLog, keyAgain, k.Sort, k.Up, k.Down}
 }
 
 // FullHelp lists every key of the view, for the help view.
@@ -87,23 +93,50 @@ func (m *Model) FullHelp() []common.HelpSection {
 	return []common.HelpSection{{Title: "Models", Keys: []key.Binding{
 		k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom,
 		common.As(k.Open, "chat with a ready model"), k.Delete, k.Confirm, k.Cancel,
-		k.Filter, common.As(k.Back, "clear the filter"),
+		common.As(keyLog, "its engine log (the host's detail)"), common.As(keyAgain, "place its source again (evicted, failed, elsewhere)"),
+		k.Filter, common.As(k.Back, "clear the filter"), common.As(k.Sort, "sort: host, memory, state"),
 	}}}
 }
 
-// Rows are the placements shown, filtered, host then model.
+// Sort orders of the list: by host then model (the mesh's own order), the largest first, or
+// the ones that need attention first (not ready, by state).
+const (
+	SortHost = iota
+	SortMemory
+	SortState
+	sortCount
+)
+
+var sortNames = [sortCount]string{"host", "memory", "state"}
+
+// Rows are the placements shown, filtered and sorted (host then model unless s chose another).
 func (m *Model) Rows() []api.Placement {
 	all := console.Placements(m.ctx.Mesh)
 	q := m.filter.Query()
-	if q == "" {
-		return all
-	}
-	var rows []api.Placement
-	for _, p := range all {
-		text := strings.ToLower(strings.Join([]string{p.Model, p.Host, string(p.Runtime), p.Namespace, string(p.State), p.Source, p.ID}, " "))
-		if strings.Contains(text, q) {
-			rows = append(rows, p)
+	rows := all
+	if q != "" {
+		rows = nil
+		for _, p := range all {
+			text := strings.ToLower(strings.Join([]string{p.Model, p.Host, string(p.Runtime), p.Namespace, string(p.State), p.Source, p.ID}, " "))
+			if strings.Contains(text, q) {
+				rows = append(rows, p)
+			}
 		}
+	}
+	switch m.sortBy {
+	case SortMemory:
+		slices.SortStableFunc(rows, func(a, b api.Placement) int { return cmp.Compare(b.Memory.Bytes, a.Memory.Bytes) })
+	case SortState:
+		ready := func(p api.Placement) bool { return p.State == api.StateReady }
+		slices.SortStableFunc(rows, func(a, b api.Placement) int {
+			if ready(a) != ready(b) {
+				if ready(b) {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(string(a.State), string(b.State))
+		})
 	}
 	return rows
 }
@@ -177,6 +210,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	switch {
 	case key.Matches(msg, k.Filter):
 		return m.filter.Start()
+	case key.Matches(msg, k.Sort):
+		m.sortBy = (m.sortBy + 1) % sortCount
+		return common.Status("sorted by "+sortNames[m.sortBy], false)
 	case key.Matches(msg, k.Back):
 		m.filter.Clear()
 	case key.Matches(msg, k.Delete):
@@ -185,6 +221,14 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 				return common.Status(p.Model+" on "+p.Host+" is already being deleted", false)
 			}
 			m.confirm = &p
+		}
+	case key.Matches(msg, keyLog):
+		if p, ok := m.Selected(); ok {
+			return common.Navigate(common.PageHostDetail, p.Host) // its log tail is there
+		}
+	case key.Matches(msg, keyAgain):
+		if p, ok := m.Selected(); ok {
+			return common.Navigate(common.PagePlace, p.Source)
 		}
 	case key.Matches(msg, k.Open):
 		if p, ok := m.Selected(); ok {
@@ -210,13 +254,13 @@ func NotReady(p api.Placement) (text string, stuck bool) {
 	case api.StateSizing, api.StatePulling, api.StateLoading, api.StateRestarting:
 		return fmt.Sprintf("%s on %s is %s: chat opens once it is ready", p.Model, p.Host, p.State), false
 	case api.StateEvicted:
-		return fmt.Sprintf("%s on %s was evicted%s: place it again (p), or x removes it from the list", p.Model, p.Host, why), true
+		return fmt.Sprintf("%s on %s was evicted%s: place it again (r), or x removes it from the list", p.Model, p.Host, why), true
 	case api.StateUnavailable:
-		return fmt.Sprintf("%s on %s is unavailable%s: it comes back with its host, or place it elsewhere (p)", p.Model, p.Host, why), true
+		return fmt.Sprintf("%s on %s is unavailable%s: it comes back with its host, or place it elsewhere (r)", p.Model, p.Host, why), true
 	case api.StateStopping:
 		return fmt.Sprintf("%s on %s is being stopped", p.Model, p.Host), true
 	}
-	return fmt.Sprintf("%s on %s is %s%s: place it again (p), or x removes it", p.Model, p.Host, p.State, why), true
+	return fmt.Sprintf("%s on %s is %s%s: place it again (r), or x removes it", p.Model, p.Host, p.State, why), true
 }
 
 // deleteCmd deletes by id, so a second placement of the same model is never hit by mistake.
@@ -224,7 +268,7 @@ func (m *Model) deleteCmd(p api.Placement) tea.Cmd {
 	conn := m.ctx.Conn
 	return func() tea.Msg {
 		if conn == nil {
-			return deletedMsg{p: p, err: errNotConnected}
+			return deletedMsg{p: p, err: common.ErrNotConnected}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
 		defer cancel()
@@ -232,8 +276,6 @@ func (m *Model) deleteCmd(p api.Placement) tea.Cmd {
 		return deletedMsg{p: p, err: err}
 	}
 }
-
-var errNotConnected = fmt.Errorf("not connected to a mesh")
 
 func (m *Model) clamp(n int) { m.cur.Clamp(n, m.tableHeight()) }
 

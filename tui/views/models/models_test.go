@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
+	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
@@ -104,7 +105,7 @@ func TestDeleteAsksFirst(t *testing.T) {
 	assert.Contains(t, m.View(), "deleting…")
 	msg := cmd()
 	require.IsType(t, deletedMsg{}, msg)
-	assert.ErrorIs(t, msg.(deletedMsg).err, errNotConnected, "no connection: an error, not a crash")
+	assert.ErrorIs(t, msg.(deletedMsg).err, common.ErrNotConnected, "no connection: an error, not a crash")
 
 	_, cmd = m.Update(msg)
 	assert.Equal(t, common.StatusMsg{Text: "delete qwen2:1.5b on pi5 failed: not connected to a mesh", Err: true}, cmd())
@@ -210,7 +211,7 @@ func TestNotReadySaysWhatToDo(t *testing.T) {
 	p := api.Placement{Model: "qwen2:1.5b", Host: "pi5", State: api.StateEvicted, Reason: "evicted for llama3 (priority high)"}
 	text, stuck := NotReady(p)
 	assert.True(t, stuck)
-	assert.Equal(t, "qwen2:1.5b on pi5 was evicted (evicted for llama3 (priority high)): place it again (p), or x removes it from the list", text)
+	assert.Equal(t, "qwen2:1.5b on pi5 was evicted (evicted for llama3 (priority high)): place it again (r), or x removes it from the list", text)
 	assert.NotContains(t, text, "once it is ready")
 
 	for _, st := range []api.PlacementState{api.StateFailed, api.StateUnavailable, api.StateStopping} {
@@ -240,4 +241,32 @@ func TestNarrowKeepsHostNames(t *testing.T) {
 	assert.Contains(t, view, "rack2-mac-mini-gpu")
 	assert.Contains(t, view, "rack2-tower-gpu")
 	assert.NotContains(t, view, "NAMESPACE", "the namespace goes before names are cut")
+}
+
+// A placement's log is one key away (its host's detail tails it), and so is placing its
+// source again: an evicted or failed model is not a dead end.
+func TestLogAndPlaceAgain(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	p, ok := m.Selected()
+	require.True(t, ok)
+	assert.Equal(t, common.NavigateMsg{Page: common.PageHostDetail, Arg: p.Host}, press(m, "l")())
+	assert.Equal(t, common.NavigateMsg{Page: common.PagePlace, Arg: p.Source}, press(m, "r")())
+}
+
+// s sorts: the largest first, then what needs attention (not ready) first, then back to host.
+func TestSortCycles(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(120, 35)
+	assert.Equal(t, common.StatusMsg{Text: "sorted by memory"}, press(m, "s")())
+	rows := m.Rows()
+	for i := 1; i < len(rows); i++ {
+		assert.GreaterOrEqual(t, rows[i-1].Memory.Bytes, rows[i].Memory.Bytes)
+	}
+	press(m, "s")
+	rows = m.Rows()
+	assert.NotEqual(t, api.StateReady, rows[0].State, "what needs attention first")
+	assert.Equal(t, api.StateReady, rows[len(rows)-1].State)
+	assert.Equal(t, common.StatusMsg{Text: "sorted by host"}, press(m, "s")())
+	assert.Equal(t, console.Placements(m.ctx.Mesh), m.Rows())
 }

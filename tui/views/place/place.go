@@ -86,7 +86,12 @@ type Model struct {
 	target    string
 	placement *api.Placement
 	placeErr  error
-	pollErr   error // the last look failed: the host is asked again
+	pollErr   error  // the last look failed: the host is asked again
+	replaces  string // the model a confirmed swap replaces on the target's device
+
+	// srcErr is why enter did not leave the source field: the source as the agent's own
+	// validator (source.Parse) judges it, shown under the field until the next edit.
+	srcErr error
 }
 
 type (
@@ -126,7 +131,6 @@ func New(ctx *common.Context) *Model {
 	m.inputs[fieldContext] = common.NewInput(st, "", strconv.Itoa(api.DefaultContext))
 	m.inputs[fieldPriority] = common.NewInput(st, "", string(api.PriorityNormal))
 	m.inputs[fieldNamespace].CharLimit = 63
-	m.inputs[fieldContext].CharLimit = 7
 	m.inputs[fieldPriority].CharLimit = 8
 	m.inputs[fieldSource].Focus()
 	m.layout()
@@ -136,14 +140,23 @@ func New(ctx *common.Context) *Model {
 func (m *Model) Init() tea.Cmd { return nil }
 
 // Open pre-fills the source (from ":place hailo://…") and starts ranking it. Opened without
-// one (a tab switch), the view stays as it was left.
-func (m *Model) Open(source string) tea.Cmd {
-	if source == "" || m.placing {
-		return nil // a placement being followed keeps the screen; esc leaves it first
+// one (a tab switch), it gives the form back to type in, unless a placement being followed or
+// its outcome is on screen.
+func (m *Model) Open(src string) tea.Cmd {
+	if m.placing || (src == "" && (m.placement != nil || m.placeErr != nil)) {
+		return nil // a placement being followed or its outcome keeps the screen; esc leaves it first
+	}
+	if src == "" {
+		// Coming back to the view gives the form to type in, never a list out of sight.
+		return m.setFocus(fieldSource)
 	}
 	m.clearDone()
-	m.inputs[fieldSource].SetValue(source)
+	m.inputs[fieldSource].SetValue(src)
 	m.inputs[fieldSource].CursorEnd()
+	m.srcErr = nil
+	if _, err := m.Request(); errors.Is(err, errIncomplete) {
+		m.srcErr = sourceError(src) // ":place olama://x" says what is wrong at once
+	}
 	return tea.Batch(m.setFocus(fieldSource), m.changed())
 }
 
@@ -215,10 +228,13 @@ func (m *Model) Request() (api.PlacementRequest, error) {
 	if !LooksLikeSource(req.Source) {
 		return req, errIncomplete
 	}
+	if err := sourceError(req.Source); err != nil {
+		return req, err
+	}
 	if c := strings.TrimSpace(m.inputs[fieldContext].Value()); c != "" {
-		n, err := strconv.Atoi(c)
-		if err != nil || n <= 0 {
-			return req, fmt.Errorf("context %q is not a number of tokens", c)
+		n, err := api.ParseContext(c) // 8192, 8k, 0: as the CLI's --context reads it
+		if err != nil {
+			return req, err
 		}
 		req.Context = n
 	}
@@ -269,7 +285,7 @@ func (m *Model) rerank() {
 	if err != nil {
 		return
 	}
-	m.hosts = rank.Rank(m.ctx.Mesh.Members, rank.Request{PlacementRequest: req, Estimate: m.estimate.Estimate, Spread: m.spread})
+	m.hosts = rank.Rank(m.ctx.Mesh.Members, m.estimate.Request(req, m.spread))
 	m.hostCur.Pos = max(0, min(m.hostCur.Pos, len(m.hosts)-1))
 }
 
@@ -281,7 +297,7 @@ func (m *Model) rankCmd(seq int) tea.Cmd {
 	conn, spread := m.ctx.Conn, m.spread
 	return func() tea.Msg {
 		if conn == nil {
-			return rankedMsg{seq: seq, err: errNotConnected}
+			return rankedMsg{seq: seq, err: common.ErrNotConnected}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), rankTimeout)
 		defer cancel()
@@ -290,8 +306,25 @@ func (m *Model) rankCmd(seq int) tea.Cmd {
 	}
 }
 
+// sourceError is what the agent's validator says of s: the same words as the CLI's, so a bare
+// "qwen2.5:0.5b" gets "did you mean ollama://qwen2.5:0.5b" and "olama://x" its unknown scheme.
+func sourceError(s string) error {
+	if _, err := source.Parse(strings.TrimSpace(s)); err != nil {
+		return errors.New(apiMessage(err))
+	}
+	return nil
+}
+
+// apiMessage is an API error's message without its code, which the form does not need.
+func apiMessage(err error) string {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Message
+	}
+	return err.Error()
+}
+
 var (
-	errNotConnected = errors.New("not connected to a mesh")
 	// errIncomplete: the source field does not hold a source yet (being typed); nothing is
 	// asked of the mesh for it.
 	errIncomplete = errors.New("a source looks like hailo://name:tag, ollama://name:tag, hf://owner/repo/file.gguf, https://…/file.gguf or /abs/file.gguf")
@@ -388,7 +421,7 @@ func (m *Model) watch() tea.Cmd {
 	return func() tea.Msg {
 		if conn == nil {
 			cancel()
-			return waitedMsg{seq: seq, p: p, err: errNotConnected}
+			return waitedMsg{seq: seq, p: p, err: common.ErrNotConnected}
 		}
 		ch := make(chan tea.Msg, 1)
 		send := func(msg tea.Msg) error {
@@ -428,7 +461,25 @@ func (m *Model) waited(msg waitedMsg) tea.Cmd {
 		return nil
 	}
 	m.remember(m.req.Source)
+	if m.replaces != "" && m.replaces != m.placement.Model {
+		return common.Status(fmt.Sprintf("replaced %s on %s by %s, ready", m.replaces, m.placement.Host, m.placement.Model), false)
+	}
 	return common.Status(fmt.Sprintf("%s is ready on %s", m.placement.Model, m.placement.Host), false)
+}
+
+// loadedOn is the model on host's Hailo-10H as the mesh last said, which a swap replaces.
+func loadedOn(v api.MeshView, host string) string {
+	for _, mb := range v.Members {
+		if mb.Name != host || mb.Host == nil {
+			continue
+		}
+		for _, acc := range mb.Host.Accelerators {
+			if acc.Loaded != "" {
+				return acc.Loaded
+			}
+		}
+	}
+	return ""
 }
 
 func (m *Model) remember(source string) {
@@ -448,12 +499,12 @@ func (m *Model) place(host string) tea.Cmd {
 		return common.Status(err.Error(), true)
 	}
 	m.placeSeq++
-	m.placing, m.req, m.target = true, req, host
+	m.placing, m.req, m.target, m.replaces = true, req, host, ""
 	m.placement, m.placeErr, m.pollErr = nil, nil, nil
 	seq, conn := m.placeSeq, m.ctx.Conn
 	return func() tea.Msg {
 		if conn == nil {
-			return placedMsg{seq: seq, err: errNotConnected}
+			return placedMsg{seq: seq, err: common.ErrNotConnected}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), placeTimeout)
 		defer cancel()
@@ -497,7 +548,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		h := *m.swapping
 		m.swapping = nil
 		if key.Matches(msg, k.Confirm) {
-			return m.place(h.Host)
+			cmd := m.place(h.Host)
+			m.replaces = loadedOn(m.ctx.Mesh, h.Host)
+			return cmd
 		}
 		return common.Status("not placed on "+h.Host, false)
 	}
@@ -521,9 +574,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			m.clearDone()
 			return common.Navigate(common.PageChat, model)
 		case key.Matches(msg, keyDone):
-			// Out of the form: the global keys work again; enter or tab edits it.
+			// Back to the form, to place another; esc there gives the global keys back.
 			m.clearDone()
-			return m.setFocus(fieldHosts)
+			return m.setFocus(fieldSource)
 		case key.Matches(msg, k.Open):
 			m.clearDone()
 			return m.setFocus(fieldSource)
@@ -595,7 +648,7 @@ func (m *Model) hostsKey(msg tea.KeyMsg) tea.Cmd {
 		return m.setFocus(fieldSource)
 	case key.Matches(msg, k.Open):
 		if m.hostCur.Pos >= len(m.hosts) {
-			return nil
+			return m.setFocus(fieldSource) // nothing to choose: back to the form
 		}
 		h := m.hosts[m.hostCur.Pos]
 		switch h.Verdict {
@@ -642,8 +695,7 @@ func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
 			m.sugg = -1
 			return m.changed()
 		}
-		m.hostCur.Pos = m.bestIndex()
-		return m.setFocus(fieldHosts)
+		return m.enter()
 	case "esc":
 		// Leaving the form gives the global keys back (tab to other views, q).
 		return m.setFocus(fieldHosts)
@@ -655,9 +707,32 @@ func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
 		return cmd
 	}
 	if m.focus == fieldSource {
-		m.sugg = -1
+		m.sugg, m.srcErr = -1, nil
 	}
 	return tea.Batch(cmd, m.changed())
+}
+
+// enter in the form moves to the ranked hosts, and only when there are some to choose: an
+// invalid source keeps the focus in its field with the reason under it, and a ranking still
+// on its way says so. Text typed on then stays text, never a burst of global keys.
+func (m *Model) enter() tea.Cmd {
+	_, err := m.Request()
+	switch {
+	case errors.Is(err, errIncomplete):
+		m.srcErr = sourceError(m.inputs[fieldSource].Value())
+		if m.srcErr == nil {
+			m.srcErr = errIncomplete
+		}
+		return m.setFocus(fieldSource)
+	case err != nil:
+		return nil // the form shows why under its fields
+	case m.sizing:
+		return common.Status("still sizing the model: enter again once the hosts are ranked", false)
+	case len(m.hosts) == 0:
+		return nil // why there is nothing to choose is on screen (cannot size it, no agent)
+	}
+	m.hostCur.Pos = m.bestIndex()
+	return m.setFocus(fieldHosts)
 }
 
 // Suggestion is a source the form offers, with where it comes from.
@@ -736,23 +811,14 @@ func trimVerdict(h api.Ranked) string {
 	return strings.TrimPrefix(h.Reason, string(h.Verdict)+": ")
 }
 
-// Hint says what would make a refused request fit, by the code most hosts refused it with.
+// Hint says what would make a refused request fit, by the refusal of the host that came
+// nearest to taking it (console.Nearest: the cause, not the most common verdict).
 func Hint(hosts []api.Ranked) string {
-	counts := map[api.Code]int{}
-	var top api.Code
-	for _, h := range hosts {
-		if h.Verdict != api.VerdictRefused {
-			return ""
-		}
-		if h.Code == api.CodeUnreachable {
-			continue // a host that is down says nothing about the request
-		}
-		counts[h.Code]++
-		if counts[h.Code] > counts[top] {
-			top = h.Code
-		}
+	near, ok := console.Nearest(hosts)
+	if !ok {
+		return ""
 	}
-	switch top {
+	switch near.Code {
 	case api.CodeInsufficientMemory:
 		return "free memory (delete a model in Models), or pick a smaller quantisation or context"
 	case api.CodeAcceleratorMissing:
@@ -765,6 +831,10 @@ func Hint(hosts []api.Ranked) string {
 		return "ctrl+r until the runtime is inferred from the source"
 	case api.CodeMemoryCheckFailed:
 		return "the size could not be read before pulling: check the source"
+	case api.CodeContextLimit:
+		return "lower the context (tab to it) to the one the model was trained for"
+	case api.CodeNotFound:
+		return "check the model's name and tag: ↓ in the source field lists what the hosts offer"
 	case api.CodeInvalidSource:
 		return "sources look like hailo://name:tag, ollama://name:tag, hf://owner/repo/file.gguf or /abs/file.gguf"
 	}

@@ -130,7 +130,7 @@ func TestTypingDebouncesTheEstimate(t *testing.T) {
 	require.NotNil(t, cmd, "the last pause asks an agent")
 	msg := cmd()
 	require.IsType(t, rankedMsg{}, msg)
-	assert.ErrorIs(t, msg.(rankedMsg).err, errNotConnected)
+	assert.ErrorIs(t, msg.(rankedMsg).err, common.ErrNotConnected)
 	m.Update(msg)
 	assert.Contains(t, m.View(), "not connected to a mesh")
 }
@@ -281,11 +281,17 @@ func TestRuntimeInferredAndCycled(t *testing.T) {
 	assert.True(t, inferred, "the cycle comes back to inferred")
 }
 
-func TestBadOptionsAreSaid(t *testing.T) {
+// contextField is the form with a source typed and the context field focused.
+func contextField() *Model {
 	m := New(testCtx())
 	m.SetSize(80, 24)
 	typeText(m, "ollama://llama3.2:3b")
 	press(m, "tab", "tab")
+	return m
+}
+
+func TestBadOptionsAreSaid(t *testing.T) {
+	m := contextField()
 	typeText(m, "lots")
 	assert.Contains(t, m.View(), `context "lots" is not a number of tokens`)
 	assert.False(t, m.sizing, "nothing is asked for a request that is not one")
@@ -317,9 +323,15 @@ func TestOpenPrefills(t *testing.T) {
 	assert.True(t, m.sizing)
 	assert.Equal(t, fieldSource, m.focus)
 
+	cmd = press(m, "enter")
+	assert.Equal(t, fieldSource, m.focus, "enter while sizing keeps the form")
+	assert.Equal(t, common.StatusMsg{Text: "still sizing the model: enter again once the hosts are ranked"}, cmd())
+	ranked(m, hailoEstimate, "pi5")
 	press(m, "enter")
-	assert.Nil(t, m.Open(""), "a tab switch back leaves the form as it was")
-	assert.Equal(t, fieldHosts, m.focus)
+	require.Equal(t, fieldHosts, m.focus)
+	m.Open("")
+	assert.Equal(t, fieldSource, m.focus, "coming back to the view gives the form")
+	assert.True(t, m.Capturing())
 	assert.Equal(t, "hailo://qwen2.5-instruct:1.5b", m.inputs[fieldSource].Value())
 }
 
@@ -355,7 +367,7 @@ func TestChoosingHosts(t *testing.T) {
 	assert.Equal(t, "pi5", m.target)
 	assert.Contains(t, m.View(), "asking pi5 to admit it…")
 	placed := cmd()
-	assert.Equal(t, placedMsg{seq: m.placeSeq, err: errNotConnected}, placed)
+	assert.Equal(t, placedMsg{seq: m.placeSeq, err: common.ErrNotConnected}, placed)
 	m.Update(placed)
 	assert.False(t, m.placing)
 	assert.Contains(t, m.View(), "✗ refused")
@@ -363,9 +375,11 @@ func TestChoosingHosts(t *testing.T) {
 
 	press(m, "up")
 	press(m, "esc")
-	assert.Equal(t, fieldHosts, m.focus, "esc leaves the result with the form unfocused, so global keys work")
-	assert.False(t, m.Capturing())
+	assert.Equal(t, fieldSource, m.focus, "esc leaves the result for the form, to place another")
+	assert.True(t, m.Capturing())
 	assert.Nil(t, m.placeErr)
+	press(m, "esc")
+	assert.False(t, m.Capturing(), "esc in the form gives the global keys back")
 }
 
 func pullingPlacement(progress float64) api.Placement {
@@ -394,7 +408,7 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 
 	_, cmd := m.Update(placedMsg{seq: m.placeSeq, p: pullingPlacement(0.1)})
 	require.NotNil(t, cmd, "admitted: follow it")
-	assert.Equal(t, waitedMsg{seq: m.placeSeq, p: pullingPlacement(0.1), err: errNotConnected}, cmd(), "the wait is a command")
+	assert.Equal(t, waitedMsg{seq: m.placeSeq, p: pullingPlacement(0.1), err: common.ErrNotConnected}, cmd(), "the wait is a command")
 
 	ch := make(chan tea.Msg)
 	_, cmd = m.Update(progressMsg{seq: m.placeSeq, ch: ch, err: &api.UnreachableError{URL: "http://192.168.1.30:7777", Err: fmt.Errorf("i/o timeout")}})
@@ -515,7 +529,12 @@ func TestDeletedWhileWatching(t *testing.T) {
 func TestHint(t *testing.T) {
 	refused := func(code api.Code) api.Ranked { return api.Ranked{Verdict: api.VerdictRefused, Code: code} }
 	assert.Empty(t, Hint([]api.Ranked{refused(api.CodeInsufficientMemory), {Verdict: api.VerdictFits}}), "a host fits: no hint")
-	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeUnreachable), refused(api.CodeAcceleratorMissing), refused(api.CodeAcceleratorMissing), refused(api.CodeEngineUnavailable)}), "Hailo-10H")
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeUnreachable), refused(api.CodeAcceleratorMissing), refused(api.CodeAcceleratorMissing)}), "Hailo-10H")
+	// The advice follows the host that came nearest, not the most common verdict: the Hailo
+	// host lacks its runtime; the one host with the runtime is out of memory.
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeAcceleratorMissing), refused(api.CodeAcceleratorMissing), refused(api.CodeEngineUnavailable)}), "install the runtime")
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeEngineUnavailable), refused(api.CodeEngineUnavailable), refused(api.CodeInsufficientMemory)}), "free memory")
+	assert.Contains(t, Hint([]api.Ranked{refused(api.CodeAcceleratorMissing), refused(api.CodeNotFound)}), "check the model's name")
 	assert.Empty(t, Hint([]api.Ranked{refused(api.CodeUnreachable)}), "only dead hosts: nothing to say about the request")
 }
 
@@ -769,4 +788,39 @@ func TestMemoryCheckFixIsOneTheUserCanRun(t *testing.T) {
 	assert.Contains(t, view, "from a shell: llmkube-tui mesh place hf://TheBloke/")
 	assert.Contains(t, view, "--host mac-mini --load-anyway")
 	assert.NotContains(t, view, "memory-check-mode")
+}
+
+// The context field reads what the CLI's --context reads: 8k, 0 for the default, nothing cut;
+// the breakdown adds up to the total, prompt cache included.
+func TestContextFieldAndBreakdown(t *testing.T) {
+	m := contextField()
+	typeText(m, "8k")
+	req, err := m.Request()
+	require.NoError(t, err)
+	assert.Equal(t, 8192, req.Context)
+	press(m, "backspace", "backspace")
+	typeText(m, "0")
+	req, err = m.Request()
+	require.NoError(t, err, "0 is the default, as the message says")
+	assert.Equal(t, 0, req.Context)
+	press(m, "backspace")
+	typeText(m, "104857600")
+	assert.Equal(t, "104857600", m.inputs[fieldContext].Value(), "nothing is cut silently")
+	assert.Contains(t, m.View(), `context "104857600" is past the limit`)
+
+	e := api.SizeEstimate{Bytes: 17 * 1024 * mib, Weights: 4 * 1024 * mib, KV: 4 * 1024 * mib, Compute: 1024 * mib, Cache: 7 * 1024 * mib, Overhead: 1024 * mib}
+	assert.Equal(t, "weights 4.0 GiB + KV cache 4.0 GiB + compute 1.0 GiB + prompt cache 7.0 GiB + overhead 1.0 GiB", Breakdown(e))
+}
+
+// A confirmed swap says what it replaced once the new model is ready.
+func TestSwapSaysWhatItReplaced(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("hailo://qwen2.5-instruct:1.5b")
+	ranked(m, hailoEstimate, "pi5")
+	press(m, "enter", "enter") // pi5 swaps: it asks
+	require.NotNil(t, press(m, "y"))
+	require.True(t, m.placing)
+	cmd := m.waited(waitedMsg{seq: m.placeSeq, p: api.Placement{ID: "p-9", Model: "qwen2.5-instruct:1.5b", Host: "pi5", State: api.StateReady}})
+	assert.Equal(t, common.StatusMsg{Text: "replaced qwen2:1.5b on pi5 by qwen2.5-instruct:1.5b, ready"}, cmd())
 }

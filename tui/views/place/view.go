@@ -48,6 +48,11 @@ func (m *Model) screen() ([]string, hostRows) {
 	}
 	add(render.Cut(st.Title.Render("Place a model")+st.Muted.Render(" · "+mode), m.width))
 	add(render.Cut(m.label("source", fieldSource)+m.inputs[fieldSource].View(), m.width))
+	if m.srcErr != nil {
+		for _, l := range strings.Split(ansi.Wrap(m.srcErr.Error(), max(m.width-labelWidth, 20), " "), "\n") {
+			add(st.Error.Render(strings.Repeat(" ", labelWidth) + l))
+		}
+	}
 	if m.focus == fieldSource && !m.placing && m.placement == nil && m.placeErr == nil {
 		add(m.suggestionLines()...)
 	}
@@ -73,6 +78,10 @@ func (m *Model) screen() ([]string, hostRows) {
 		add(st.Error.Render(render.Cut(strings.Repeat(" ", labelWidth)+err.Error(), m.width)))
 	}
 	add("")
+	if m.focus == fieldHosts && len(m.hosts) == 0 && !m.placing && m.placement == nil && m.placeErr == nil {
+		// Out of the form with no host to choose: say where the keys go, so none is a surprise.
+		add(st.Prompt.Render(render.Cut("› out of the form: the keys are the console's · enter edits the form", m.width)))
+	}
 	var where hostRows
 	if m.placing || m.placement != nil || m.placeErr != nil {
 		add(m.progressLines()...)
@@ -128,7 +137,7 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	switch {
 	case errors.Is(reqErr, errIncomplete):
 		out = append(out, st.Muted.Render(render.Cut("Type a source or pick one: every host is ranked for it here as you type.", m.width)))
-		if req.Source != "" {
+		if req.Source != "" && m.srcErr == nil {
 			for _, l := range strings.Split(ansi.Wrap(errIncomplete.Error(), max(m.width-2, 20), " "), "\n") {
 				out = append(out, st.Muted.Render("  "+l))
 			}
@@ -207,6 +216,9 @@ var methods = map[string]string{
 func Estimate(r console.Ranking) string {
 	e := r.Estimate
 	if e.Bytes <= 0 {
+		if r.SizeCode == api.CodeNotFound {
+			return "no such model (asked " + r.SizedBy + "): " + r.SizeError
+		}
 		if r.SizeError != "" {
 			return "size unknown (sized by " + r.SizedBy + "): " + r.SizeError
 		}
@@ -232,6 +244,9 @@ func Breakdown(e api.SizeEstimate) string {
 		}
 		if e.Compute > 0 {
 			parts = append(parts, "compute "+render.Bytes(e.Compute))
+		}
+		if e.Cache > 0 {
+			parts = append(parts, "prompt cache "+render.Bytes(e.Cache))
 		}
 		if e.Overhead > 0 {
 			parts = append(parts, "overhead "+render.Bytes(e.Overhead))
