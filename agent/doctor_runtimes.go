@@ -50,7 +50,14 @@ func runtimeFindings(h api.Host, waiting map[api.Runtime]int, chosen bool) []api
 			problem += " (" + strings.Join(why, "; ") + ")"
 			fix = strings.Join(fixes, "; or ")
 		}
-		return []api.Finding{{Severity: api.SeverityError, Problem: problem, Fix: fix}}
+		// An error where an engine was asked for (--runtimes) or the hardware calls for one (a
+		// Hailo-10H without hailo-ollama); otherwise a warning: a host without engines still
+		// serves the gateway, routing every chat to the hosts that run the models.
+		sev := api.SeverityWarning
+		if chosen || hailo {
+			sev = api.SeverityError
+		}
+		return []api.Finding{{Severity: sev, Problem: problem, Fix: fix}}
 	}
 	var out []api.Finding
 	for _, r := range api.Runtimes {

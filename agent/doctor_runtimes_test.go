@@ -11,8 +11,9 @@ import (
 	"github.com/llmkube/mesh/hwprobe"
 )
 
-// The doctor is not silent when nothing can run: no engine at all is an error with a fix for
-// each runtime (the Hailo's first on a Pi with one), and a Hailo-10H without hailo-ollama is a
+// The doctor is not silent when nothing can run: no engine at all is a finding with a fix for
+// each runtime (the Hailo's first on a Pi with one), an error where the hardware or --runtimes
+// asked for one, and a Hailo-10H without hailo-ollama is a
 // warning even while other engines run.
 func TestRuntimeFindings(t *testing.T) {
 	hailo := []api.Accelerator{{Kind: hwprobe.KindHailo, Name: "Hailo-10H"}}
@@ -38,6 +39,13 @@ func TestRuntimeFindings(t *testing.T) {
 
 	mac := api.Host{Name: "mac", Engines: []api.Engine{up(api.RuntimeLlamaServer), down(api.RuntimeOllama, "nothing answers")}}
 	assert.Empty(t, runtimeFindings(mac, nil, false), "an engine runs and no hardware calls for another")
+	box := api.Host{Name: "box", Engines: []api.Engine{down(api.RuntimeLlamaServer, "not found"), down(api.RuntimeOllama, "nothing answers")}}
+	fs = runtimeFindings(box, nil, false)
+	require.Len(t, fs, 1)
+	assert.Equal(t, api.SeverityWarning, fs[0].Severity, "a host without engines still serves the gateway: nothing asked for one")
+	fs = runtimeFindings(box, nil, true)
+	require.Len(t, fs, 1)
+	assert.Equal(t, api.SeverityError, fs[0].Severity, "an engine was asked for (--runtimes) and none runs")
 	fs = runtimeFindings(mac, nil, true)
 	require.Len(t, fs, 1, "a runtime the operator chose that does not run")
 	assert.Equal(t, "ollama does not run on mac (nothing answers), although the agent was started to use it (--runtimes)", fs[0].Problem)

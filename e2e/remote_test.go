@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,14 @@ const remoteModel = "gemma3:1b"
 // "loading").
 func checkRemoteLaptop(ctx context.Context, t *testing.T, e *env, n note) {
 	remote := e.lab.addHost("remote", true)
+	e.sealClients(t, remote)
+	caFile := filepath.Join(remote.Dir, "mesh-ca.pem")
+	if err := e.writeCA(ctx, caFile); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, err := remote.get(ctx, e.box.apiURL()+"/healthz", ""); err != nil || code != 200 {
+		t.Fatalf("the remote laptop does not reach box: HTTP %d, %v", code, err)
+	}
 	for _, a := range []*agentHost{e.pi, e.x86} {
 		e.lab.must("-n", remote.NS, "route", "add", "blackhole", a.Addr+"/32")
 	}
@@ -31,7 +40,7 @@ func checkRemoteLaptop(ctx context.Context, t *testing.T, e *env, n note) {
 	}
 	run := func(args ...string) cliResult {
 		start := time.Now()
-		full := append([]string{"mesh"}, append(args, "--agent", e.box.apiURL(), "--json")...)
+		full := append([]string{"mesh"}, append(args, "--agent", e.box.apiURL(), "--ca-file", caFile, "--json")...)
 		out, errOut, code, err := remote.run(ctx, []string{"LLMKUBE_TOKEN=" + e.admin}, e.prog("llmkube-tui"), full...)
 		if err != nil {
 			errOut += "\n(could not run: " + err.Error() + ")"
