@@ -83,6 +83,9 @@ type Config struct {
 	// ResponseHeaderTimeout bounds the wait for a forwarded request's answer to begin;
 	// DefaultResponseHeaderTimeout when zero.
 	ResponseHeaderTimeout time.Duration
+	// WakeTimeout bounds a request's wait for a sleeping model to load again; DefaultWakeTimeout
+	// when zero.
+	WakeTimeout time.Duration
 	// HopTLS, when not nil, is the TLS configuration forwarded requests reach their owners
 	// with (https); nil forwards over plain HTTP. See hop.NewTransport.
 	HopTLS *tls.Config
@@ -129,6 +132,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.ResponseHeaderTimeout <= 0 {
 		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if cfg.WakeTimeout <= 0 {
+		cfg.WakeTimeout = DefaultWakeTimeout
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
