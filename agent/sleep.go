@@ -85,8 +85,12 @@ func (a *Agent) dozeOff(pl *placement, w idleWatch) bool {
 		return false
 	}
 	ttl, _ := a.ttlLocked(pl)
+	why := fmt.Sprintf("idle for %s", ttl)
+	if ttl == 0 {
+		why = "unloaded as asked (keep_alive 0)"
+	}
 	// The budget is freed as the engine is told to let go: the unload follows at once.
-	a.sleepLocked(pl, fmt.Sprintf("idle for %s", ttl), nil)
+	a.sleepLocked(pl, why, nil)
 	return true
 }
 
