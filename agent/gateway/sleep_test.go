@@ -51,6 +51,13 @@ func TestSleepingModelWakesForAChat(t *testing.T) {
 	resp, b := call(t, "GET", n.url+"/v1/placements/"+p.ID, adminToken, "")
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
 	assert.Contains(t, string(b), `"state":"sleeping"`)
+	// Listed, as Ollama lists a model it has, but not running.
+	resp, b = call(t, "GET", n.url+"/v1/models", adminToken, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(b), `"id":"llama"`)
+	resp, b = call(t, "GET", n.url+"/api/ps", adminToken, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.JSONEq(t, `{"models":[]}`, string(b))
 
 	resp, b = call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("llama", "Wake up.", true, ""))
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
