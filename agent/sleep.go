@@ -179,13 +179,11 @@ func (a *Agent) wakeLocked(pl *placement) error {
 		return api.Errorf(api.CodeNotFound, "placement %s of %s is being deleted", pl.p.ID, pl.p.Model)
 	}
 	warn := pl.p.MemoryCheck == api.MemoryCheckWarn || a.cfg.MemoryCheckMode == MemoryCheckWarn
-	pl.p.State = api.StateSizing // holds nothing while it is decided, as when it was placed
 	verdict, aerr := a.admitLocked(pl, pl.p.Memory, nil, warn, false)
 	if aerr == nil && verdict.swap != nil {
 		aerr = api.Errorf(api.CodeInsufficientMemory, "the Hailo-10H runs %s (%s) now", verdict.swap.p.Model, verdict.swap.p.ID)
 	}
 	if aerr != nil {
-		pl.p.State = api.StateSleeping
 		e := *aerr
 		e.Message = fmt.Sprintf("%s is sleeping and cannot wake on host %s: %s", pl.p.Model, a.identity.NodeName, aerr.Message)
 		a.metrics.Refused(e.Code)
