@@ -93,12 +93,13 @@ func (s PlacementState) Terminal() bool {
 }
 
 // Outcome is what a placement's state means to one waiting for it: done with a nil error once
-// it is ready; done with its refusal (an *Error, EngineError when the agent named no code) once
-// it failed or was evicted; not done while it is pulling, loading or starting. `place --wait`
-// and the console's Place view (both through Client.FollowPlacement) decide by it.
+// it is ready (or sleeping: it was, and a request wakes it); done with its refusal (an *Error,
+// EngineError when the agent named no code) once it failed or was evicted; not done while it is
+// pulling, loading or starting. `place --wait` and the console's Place view (both through
+// Client.FollowPlacement) decide by it.
 func (p Placement) Outcome() (done bool, err error) {
 	switch {
-	case p.State == StateReady:
+	case p.State == StateReady, p.State == StateSleeping: // it loaded, and went idle since
 		return true, nil
 	case p.State.Terminal():
 		code := p.Code
