@@ -297,6 +297,7 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			}
 			if asleep {
 				a.unload(pl)
+				a.fallAsleep(pl)
 				a.saveOrLog()
 				restart.Reset()
 				restarting = false
@@ -385,7 +386,8 @@ func (a *Agent) asleepAgain(pl *placement, err error) bool {
 	}
 	e := &api.Error{Code: codeOf(err, api.CodeEngineError), Message: fmt.Sprintf("%s: %v", errWakeFailed, err)}
 	a.log.Warn("waking failed", "placement", pl.p.ID, "model", pl.p.Model, "err", err)
-	a.sleepLocked(pl, "waking failed: "+err.Error(), e)
+	a.sleepLocked(pl, "waking failed: "+err.Error())
+	a.endWakeLocked(pl, e)
 	return true
 }
 

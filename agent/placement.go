@@ -55,7 +55,9 @@ type placement struct {
 	scope string
 
 	// Sleep when idle (sleep.go): requests in flight, when the last one ended, kick (the idle
-	// countdown changed), wake (a request woke it) and the wake in progress.
+	// countdown changed), wake (a request woke it), the wake in progress, and why it is dozing
+	// off (its engine being unloaded before it sleeps; "" when not).
+	dozing   string
 	inflight int
 	lastDone time.Time
 	kick     chan struct{}

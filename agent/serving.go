@@ -106,7 +106,7 @@ func (a *Agent) Dormant(who api.Principal, model string) []Local {
 	defer a.mu.RUnlock()
 	var out []Local
 	for _, pl := range a.placements {
-		if pl.p.Model != model || !who.Allows(pl.p.Namespace) || !Dormant(pl.p) {
+		if pl.p.Model != model || !who.Allows(pl.p.Namespace) || (!Dormant(pl.p) && pl.dozing == "") {
 			continue
 		}
 		out = append(out, Local{Placement: pl.p, Driver: pl.driver, Model: pl.model})

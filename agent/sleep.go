@@ -70,8 +70,10 @@ func newIdleWatch() idleWatch {
 	return idleWatch{t}
 }
 
-// dozeOff puts pl to sleep when it has been idle for its TTL, or re-arms the countdown. It
-// reports whether pl now sleeps; the caller unloads the engine.
+// dozeOff starts putting pl to sleep when it has been idle for its TTL, or re-arms the
+// countdown. It reports whether pl is dozing off: no longer served, its engine for the caller
+// to unload before fallAsleep frees its budget (so no placement is admitted into memory the
+// engine still holds). A request meanwhile asks for a wake, made once it sleeps.
 func (a *Agent) dozeOff(pl *placement, w idleWatch) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -89,19 +91,35 @@ func (a *Agent) dozeOff(pl *placement, w idleWatch) bool {
 	if ttl == 0 {
 		why = "unloaded as asked (keep_alive 0)"
 	}
-	// The budget is freed as the engine is told to let go: the unload follows at once.
-	a.sleepLocked(pl, why, nil)
+	pl.dozing, pl.inst = why, nil
 	return true
 }
 
-// sleepLocked moves pl to sleeping, ending any wake in progress with wakeErr.
-func (a *Agent) sleepLocked(pl *placement, reason string, wakeErr error) {
+// fallAsleep ends a doze once the engine let go: pl sleeps, its budget freed, and a request
+// that came meanwhile wakes it at once.
+func (a *Agent) fallAsleep(pl *placement) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	why := pl.dozing
+	pl.dozing = ""
+	if pl.ctx.Err() != nil {
+		return // deleted meanwhile: stopping, not sleeping
+	}
+	a.sleepLocked(pl, why)
+	if pl.waking != nil {
+		if err := a.wakeLocked(pl); err != nil {
+			a.endWakeLocked(pl, err)
+		}
+	}
+}
+
+// sleepLocked moves pl to sleeping.
+func (a *Agent) sleepLocked(pl *placement, reason string) {
 	pl.p.State, pl.p.Reason, pl.p.Engine = api.StateSleeping, api.Clip(reason, maxReason), ""
 	pl.p.Progress = 0
 	pl.inst = nil
 	forgetMeasuredLocked(pl)
 	pl.p.UpdatedAt = time.Now().UTC()
-	a.endWakeLocked(pl, wakeErr)
 	a.changedLocked()
 	a.publishLocked(api.EventPlacement, pl, "sleeping: "+pl.p.Reason, "")
 	a.log.Info("placement sleeping", "placement", pl.p.ID, "model", pl.p.Model, "reason", pl.p.Reason)
@@ -120,6 +138,13 @@ func (a *Agent) endWakeLocked(pl *placement, err error) {
 func (a *Agent) awaitWake(ctx context.Context, pl *placement) bool {
 	a.mu.Lock()
 	asleep := pl.p.State == api.StateSleeping
+	if !asleep {
+		// A wake made while the lifecycle was busy (unloading) left its signal: it is spent.
+		select {
+		case <-pl.wake:
+		default:
+		}
+	}
 	a.mu.Unlock()
 	if !asleep {
 		return true
@@ -144,10 +169,13 @@ func (a *Agent) Acquire(id string) (release func(), wait func(context.Context) e
 	if !ok {
 		return nil, nil, api.Errorf(api.CodeNotFound, "no placement %q on host %s", id, a.identity.NodeName)
 	}
-	if pl.p.State == api.StateSleeping {
+	switch {
+	case pl.p.State == api.StateSleeping:
 		if err := a.wakeLocked(pl); err != nil {
 			return nil, nil, err
 		}
+	case pl.dozing != "" && pl.waking == nil:
+		pl.waking = &wakeup{ready: make(chan struct{})} // woken by fallAsleep
 	}
 	pl.inflight++
 	release = func() {
@@ -192,7 +220,9 @@ func (a *Agent) wakeLocked(pl *placement) error {
 	}
 	pl.p.State, pl.p.Reason = api.StateLoading, reasonWaking
 	pl.p.UpdatedAt = time.Now().UTC()
-	pl.waking = &wakeup{ready: make(chan struct{})}
+	if pl.waking == nil {
+		pl.waking = &wakeup{ready: make(chan struct{})}
+	}
 	a.changedLocked()
 	a.publishLocked(api.EventPlacement, pl, "waking: "+verdict.reason, "")
 	select {
