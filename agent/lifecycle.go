@@ -384,7 +384,12 @@ func (a *Agent) asleepAgain(pl *placement, err error) bool {
 	if pl.waking == nil || pl.ctx.Err() != nil {
 		return false
 	}
-	e := &api.Error{Code: codeOf(err, api.CodeEngineError), Message: fmt.Sprintf("%s: %v", errWakeFailed, err)}
+	why := err.Error()
+	var ee *engines.Error
+	if errors.As(err, &ee) && ee.Err != nil {
+		why = ee.Err.Error() // the code goes on e, not twice in its message
+	}
+	e := &api.Error{Code: codeOf(err, api.CodeEngineError), Message: fmt.Sprintf("%s: %s", errWakeFailed, why)}
 	a.log.Warn("waking failed", "placement", pl.p.ID, "model", pl.p.Model, "err", err)
 	a.sleepLocked(pl, "waking failed: "+err.Error())
 	a.endWakeLocked(pl, e)

@@ -187,3 +187,22 @@ func TestWakeFirstTokenVersusLoadTime(t *testing.T) {
 	}
 	t.Logf("slept model: first token after %s; the engine's load takes %s (target: within load + 1s)", time.Since(start).Round(time.Millisecond), load)
 }
+
+// A wake whose load fails (the daemon lost the model) answers the client at once, saying so, and
+// the placement sleeps on rather than restarting in a loop.
+func TestWakeThatFailsToLoad(t *testing.T) {
+	sim := ollamaSim(t, nil, "llama3.2:1b")
+	n := ollamaNode(t, "node-a", sim, nil)
+	p := place(t, n, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama", TTL: "100ms"})
+	waitAsleep(t, n, p.ID)
+	resp, b := call(t, "DELETE", sim.URL()+"/api/delete", "", `{"model":"llama3.2:1b"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+
+	resp, b = call(t, "POST", n.url+"/api/chat", adminToken, `{"model":"llama","messages":[{"role":"user","content":"hi"}],"stream":false}`)
+	assert.NotEqual(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(b), "the model failed to load again")
+	got, err := n.a.Get(admin, p.ID)
+	require.NoError(t, err)
+	assert.Equal(t, api.StateSleeping, got.State)
+	assert.Contains(t, got.Reason, "waking failed")
+}
