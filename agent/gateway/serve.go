@@ -290,30 +290,29 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	}
 	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
 	defer enc.stop()
+	// Once ": loading" went out (a sleeping model woke), the answer is committed: a failure
+	// goes in the stream.
+	refused := func(err error) (bool, error) {
+		if !enc.started() {
+			return false, err
+		}
+		if ctx.Err() == nil {
+			f := failureOf(err)
+			g.m.fail(f)
+			enc.fail(f)
+		}
+		return true, nil
+	}
 	c, release, err := g.acquire(ctx, c, enc)
 	if err != nil {
-		if enc.started() {
-			if ctx.Err() == nil {
-				f := failureOf(err)
-				g.m.fail(f)
-				enc.fail(f)
-			}
-			return true, nil
-		}
-		return false, err
+		return refused(err)
 	}
 	defer release()
 	p := c.P
 	if q := g.queueFor(p); q != nil {
 		release, err := q.acquire(ctx)
 		if err != nil {
-			if enc.started() { // ": loading" went out: the answer is committed
-				f := failureOf(err)
-				g.m.fail(f)
-				enc.fail(f)
-				return true, nil
-			}
-			return false, err
+			return refused(err)
 		}
 		defer release()
 	}
