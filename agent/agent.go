@@ -78,6 +78,10 @@ type Config struct {
 	Evict bool
 	// IdleAfter is how long a ready placement must go unused to count as idle for eviction.
 	IdleAfter time.Duration
+	// IdleTTL is how long a ready placement may go with no request before it sleeps (its engine
+	// unloaded, its budget freed, loaded again by the next request); 0 never sleeps. A
+	// placement's own ttl, or a request's keep_alive, overrides it.
+	IdleTTL time.Duration
 	// Namespaces is the allowlist; empty allows any.
 	Namespaces []string
 	// AnonymousNamespace, when set, serves the gateway's listing and inference routes without a

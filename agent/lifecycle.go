@@ -48,6 +48,10 @@ func (a *Agent) lifecycle(pl *placement, restored bool) {
 	for _, v := range pl.victims {
 		a.unloadEvicted(ctx, v)
 	}
+	// One restored asleep is pulled (its file found) only when a request wakes it.
+	if !a.awaitWake(ctx, pl) {
+		return
+	}
 	if !a.pull(ctx, pl) {
 		return
 	}
@@ -216,6 +220,9 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 	restart := backoff.New(a.cfg.RestartBackoff, a.cfg.RestartBackoffMax)
 	restarting := false
 	for {
+		if !a.awaitWake(ctx, pl) {
+			return
+		}
 		if !restarting {
 			if !a.update(pl, func(p *api.Placement) {
 				p.State, p.Progress = api.StateLoading, 0
@@ -237,6 +244,14 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			}
 		}
 		var failure string
+		if err != nil && a.asleepAgain(pl, err) {
+			if inst != nil {
+				a.unload(pl)
+			}
+			a.saveOrLog()
+			restarting = false
+			continue
+		}
 		if err != nil {
 			if !retry && !restarting {
 				a.mu.Lock()
@@ -263,6 +278,7 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			}
 			a.mu.Lock()
 			pl.inst, pl.readyAt = inst, readyAt
+			a.endWakeLocked(pl, nil)
 			a.mu.Unlock()
 			a.measure(pl, inst, true)
 			ready := "ready at " + inst.Endpoint()
@@ -274,9 +290,18 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			a.log.Info("placement ready", "placement", pl.p.ID, "model", pl.p.Model, "engine", inst.Endpoint())
 			a.saveOrLog()
 			retry = true
-			failure = a.supervise(ctx, pl, inst)
+			var asleep bool
+			failure, asleep = a.supervise(ctx, pl, inst)
 			if ctx.Err() != nil {
 				return
+			}
+			if asleep {
+				a.unload(pl)
+				a.fallAsleep(pl)
+				a.saveOrLog()
+				restart.Reset()
+				restarting = false
+				continue
 			}
 			if time.Since(readyAt) > a.cfg.RestartBackoffMax {
 				restart.Reset() // it ran well for a while: start the backoff over
@@ -312,29 +337,63 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 	}
 }
 
-// supervise watches a ready instance until it fails (returning why) or ctx ends ("").
-func (a *Agent) supervise(ctx context.Context, pl *placement, inst engines.Instance) string {
+// supervise watches a ready instance until it fails (returning why), ctx ends (""), or it
+// has been idle for its TTL (asleep: the placement sleeps, and the caller unloads it).
+func (a *Agent) supervise(ctx context.Context, pl *placement, inst engines.Instance) (failure string, asleep bool) {
 	tick := time.NewTicker(a.cfg.HealthInterval)
 	defer tick.Stop()
+	idle := newIdleWatch()
+	defer idle.t.Stop()
+	if a.dozeOff(pl, idle) {
+		return "", true
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return ""
+			return "", false
 		case <-inst.Done():
 			if err := inst.Err(); err != nil {
-				return "engine exited: " + err.Error()
+				return "engine exited: " + err.Error(), false
 			}
-			return "engine exited"
+			return "engine exited", false
+		case <-pl.kick:
+			if a.dozeOff(pl, idle) {
+				return "", true
+			}
+		case <-idle.t.C:
+			if a.dozeOff(pl, idle) {
+				return "", true
+			}
 		case <-tick.C:
 			if err := a.check(ctx, pl); err != nil {
 				if ctx.Err() != nil {
-					return ""
+					return "", false
 				}
-				return "health check failed: " + err.Error()
+				return "health check failed: " + err.Error(), false
 			}
 			a.measure(pl, inst, false)
 		}
 	}
+}
+
+// asleepAgain puts a placement whose wake failed to load back to sleep, telling its waiting
+// requests why; false when pl was not waking (the failure is handled as any load failure).
+func (a *Agent) asleepAgain(pl *placement, err error) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if pl.waking == nil || pl.ctx.Err() != nil {
+		return false
+	}
+	why := err.Error()
+	var ee *engines.Error
+	if errors.As(err, &ee) && ee.Err != nil {
+		why = ee.Err.Error() // the code goes on e, not twice in its message
+	}
+	e := &api.Error{Code: codeOf(err, api.CodeEngineError), Message: fmt.Sprintf("%s: %s", errWakeFailed, why)}
+	a.log.Warn("waking failed", "placement", pl.p.ID, "model", pl.p.Model, "err", err)
+	a.sleepLocked(pl, "waking failed: "+err.Error())
+	a.endWakeLocked(pl, e)
+	return true
 }
 
 // check runs one health check with a deadline and records when it last passed.

@@ -53,6 +53,16 @@ type placement struct {
 	// name in its reasons: its own for a namespace token; "" (any) for the admin token and for
 	// placements restored after a restart. Not saved: it matters only at admission.
 	scope string
+
+	// Sleep when idle (sleep.go): requests in flight, when the last one ended, kick (the idle
+	// countdown changed), wake (a request woke it), the wake in progress, and why it is dozing
+	// off (its engine being unloaded before it sleeps; "" when not).
+	dozing   string
+	inflight int
+	lastDone time.Time
+	kick     chan struct{}
+	wake     chan struct{}
+	waking   *wakeup
 }
 
 // hold is what a state holds of the budget.
@@ -218,6 +228,9 @@ func checkOptions(who api.Principal, req *api.PlacementRequest, src source.Sourc
 	if err := validName(req.Name); err != nil {
 		return api.Errorf(api.CodeBadRequest, "name %q: %v", req.Name, err)
 	}
+	if err := checkTTL(req); err != nil {
+		return err
+	}
 	if req.Protected && !who.Admin {
 		// Protection keeps a model from eviction and swaps mesh-wide policy: the operator's call.
 		return api.Errorf(api.CodeForbidden, "protected placements need the admin token")
@@ -325,6 +338,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 			ID: newID(), Model: c.req.Name, Source: c.src.String(), Runtime: c.runtime,
 			Namespace: c.req.Namespace, Context: c.req.Context, Priority: c.req.Priority,
 			Protected: c.req.Protected, MemoryCheck: c.req.MemoryCheck, SHA256: c.req.SHA256, Args: c.req.Args,
+			TTL:       c.req.TTL,
 			State:     api.StateSizing,
 			CreatedAt: now, UpdatedAt: now,
 		},
@@ -332,6 +346,8 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		driver:  c.driver,
 		deleted: make(chan struct{}),
 		scope:   scopeOf(who, c.req.Namespace),
+		kick:    make(chan struct{}, 1),
+		wake:    make(chan struct{}, 1),
 	}
 	pl.ctx, pl.cancel = context.WithCancel(context.Background())
 	pl.p.Host = a.Name()
@@ -625,7 +641,7 @@ func (a *Agent) restore(saved []api.Placement) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, p := range saved {
-		pl := &placement{p: p, deleted: make(chan struct{})}
+		pl := &placement{p: p, deleted: make(chan struct{}), kick: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 		pl.ctx, pl.cancel = context.WithCancel(context.Background())
 		pl.p.Host = a.identity.NodeName
 		a.placements[p.ID] = pl
@@ -645,6 +661,13 @@ func (a *Agent) restore(saved []api.Placement) {
 			continue
 		}
 		pl.driver = d
+		if p.State == api.StateSleeping {
+			// It held nothing when saved: it waits for a request, admitted again then.
+			pl.p.Engine = ""
+			forgetMeasuredLocked(pl)
+			a.pending = append(a.pending, pl)
+			continue
+		}
 		// Re-admit with the recorded estimate.
 		pl.p.State = api.StateSizing
 		verdict, aerr := a.admitLocked(pl, p.Memory, nil, p.MemoryCheck == api.MemoryCheckWarn || a.cfg.MemoryCheckMode == MemoryCheckWarn, false)
@@ -708,6 +731,7 @@ func (a *Agent) failLocked(pl *placement, code api.Code, reason string) {
 	pl.p.Engine = ""
 	forgetMeasuredLocked(pl)
 	unswapLocked(pl)
+	a.endWakeLocked(pl, &api.Error{Code: code, Message: pl.p.Reason})
 	pl.p.UpdatedAt = time.Now().UTC()
 	a.changedLocked()
 	a.publishLocked(api.EventPlacement, pl, "failed: "+pl.p.Reason, code)

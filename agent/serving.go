@@ -98,3 +98,41 @@ func (a *Agent) RecordSpeed(id string, ttft time.Duration, tokensPerSec float64)
 	pl.p.LastUsed = time.Now().UTC()
 	a.changedLocked()
 }
+
+// Dormant lists who's placements of model that sleep or are waking, oldest first: a request
+// for one wakes it (Acquire) and waits, where one for a model merely loading is told to retry.
+func (a *Agent) Dormant(who api.Principal, model string) []Local {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []Local
+	for _, pl := range a.placements {
+		if pl.p.Model != model || !who.Allows(pl.p.Namespace) || (!Dormant(pl.p) && pl.dozing == "") {
+			continue
+		}
+		out = append(out, Local{Placement: pl.p, Driver: pl.driver, Model: pl.model})
+	}
+	slices.SortFunc(out, func(x, y Local) int { return oldestFirst(&x.Placement, &y.Placement) })
+	return out
+}
+
+// Dormant reports whether a placement sleeps or is waking for a request: a request for it goes
+// to its owner, which wakes it, rather than being told the model is not ready.
+func Dormant(p api.Placement) bool {
+	return p.State == api.StateSleeping || (p.State == api.StateLoading && p.Reason == reasonWaking)
+}
+
+// ServingID is the local placement id as the gateway needs it, when it is ready: a woken
+// placement is served as it loaded (its engine, its file's path).
+func (a *Agent) ServingID(id string) (Local, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	pl, ok := a.placements[id]
+	if !ok || pl.inst == nil {
+		return Local{}, false
+	}
+	v := a.viewLocked(pl)
+	if v.State != api.StateReady {
+		return Local{}, false
+	}
+	return Local{Placement: v, Driver: pl.driver, Model: pl.model}, true
+}

@@ -7,6 +7,9 @@ package api
 
 import (
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -76,6 +79,9 @@ const (
 	StateFailed     PlacementState = "failed"
 	StateEvicted    PlacementState = "evicted"
 	StateStopping   PlacementState = "stopping"
+	// StateSleeping: idle for its TTL, the engine was unloaded and the budget freed; the files
+	// and the record stay, and the next request for the model loads it again.
+	StateSleeping PlacementState = "sleeping"
 	// StateUnavailable is never set by an agent: a member's view marks the placements of a
 	// suspect, dead, left or unreachable host so, so nothing stale is shown as ready.
 	StateUnavailable PlacementState = "unavailable"
@@ -87,12 +93,13 @@ func (s PlacementState) Terminal() bool {
 }
 
 // Outcome is what a placement's state means to one waiting for it: done with a nil error once
-// it is ready; done with its refusal (an *Error, EngineError when the agent named no code) once
-// it failed or was evicted; not done while it is pulling, loading or starting. `place --wait`
-// and the console's Place view (both through Client.FollowPlacement) decide by it.
+// it is ready (or sleeping: it was, and a request wakes it); done with its refusal (an *Error,
+// EngineError when the agent named no code) once it failed or was evicted; not done while it is
+// pulling, loading or starting. `place --wait` and the console's Place view (both through
+// Client.FollowPlacement) decide by it.
 func (p Placement) Outcome() (done bool, err error) {
 	switch {
-	case p.State == StateReady:
+	case p.State == StateReady, p.State == StateSleeping: // it loaded, and went idle since
 		return true, nil
 	case p.State.Terminal():
 		code := p.Code
@@ -172,7 +179,31 @@ type PlacementRequest struct {
 	// Args are extra engine arguments (llama-server only: "-ngl", "99"); the agent passes only
 	// those on the driver's allowlist and refuses the request otherwise.
 	Args []string `json:"args,omitempty"`
+	// TTL is how long the placement stays loaded with no request before it sleeps (its engine
+	// unloaded, its budget freed, loaded again by the next request): a duration ("10m") or
+	// seconds ("600"); negative never sleeps; empty takes the agent's --idle-ttl.
+	TTL string `json:"ttl,omitempty"`
 }
+
+// ParseTTL reads a TTL the way Ollama reads keep_alive: a duration string ("5m", "1h30m"), or a
+// number of seconds ("300", "-1"). Negative means never; 0 means at once.
+func ParseTTL(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(n) || math.Abs(n) > maxTTLSeconds {
+			return 0, fmt.Errorf("ttl %q: want a duration or up to %d seconds", s, maxTTLSeconds)
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("ttl %q: want a duration (\"5m\") or a number of seconds", s)
+	}
+	return d, nil
+}
+
+// maxTTLSeconds bounds a TTL given in seconds (ten years), so it fits a time.Duration.
+const maxTTLSeconds = 10 * 365 * 24 * 3600
 
 // DefaultNamespace is the namespace of requests that name none.
 const DefaultNamespace = "default"
@@ -219,22 +250,25 @@ type SizeEstimate struct {
 
 // Placement is one model on one host.
 type Placement struct {
-	ID          string         `json:"id"`
-	Host        string         `json:"host"`  // node name of the owning agent
-	Model       string         `json:"model"` // name the gateway serves it under
-	Source      string         `json:"source"`
-	Runtime     Runtime        `json:"runtime"`
-	Namespace   string         `json:"namespace"`
-	Context     int            `json:"context"`
-	Priority    Priority       `json:"priority"`
-	Protected   bool           `json:"protected,omitempty"`
-	MemoryCheck string         `json:"memory_check,omitempty"`
-	SHA256      string         `json:"sha256,omitempty"` // expected digest of a downloaded file
-	Args        []string       `json:"args,omitempty"`   // extra engine arguments, allowlisted
-	State       PlacementState `json:"state"`
-	Progress    float64        `json:"progress,omitempty"` // 0..1 while pulling
-	Code        Code           `json:"code,omitempty"`     // why it failed or was evicted
-	Reason      string         `json:"reason,omitempty"`
+	ID          string   `json:"id"`
+	Host        string   `json:"host"`  // node name of the owning agent
+	Model       string   `json:"model"` // name the gateway serves it under
+	Source      string   `json:"source"`
+	Runtime     Runtime  `json:"runtime"`
+	Namespace   string   `json:"namespace"`
+	Context     int      `json:"context"`
+	Priority    Priority `json:"priority"`
+	Protected   bool     `json:"protected,omitempty"`
+	MemoryCheck string   `json:"memory_check,omitempty"`
+	SHA256      string   `json:"sha256,omitempty"` // expected digest of a downloaded file
+	Args        []string `json:"args,omitempty"`   // extra engine arguments, allowlisted
+	// TTL is the placement's idle time before it sleeps, as a Go duration ("5m0s"; negative:
+	// never); empty takes the agent's --idle-ttl. A request's keep_alive changes it.
+	TTL      string         `json:"ttl,omitempty"`
+	State    PlacementState `json:"state"`
+	Progress float64        `json:"progress,omitempty"` // 0..1 while pulling
+	Code     Code           `json:"code,omitempty"`     // why it failed or was evicted
+	Reason   string         `json:"reason,omitempty"`
 	// Was is the state an unavailable placement (State StateUnavailable, set by a member's view,
 	// never by its agent) had before its host stopped answering: "ready" is a model that will
 	// serve again when the host comes back.

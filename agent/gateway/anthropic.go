@@ -577,6 +577,11 @@ func (g *Gateway) anthropicCountTokens(w http.ResponseWriter, r *http.Request) {
 			return false, &failure{status: http.StatusNotImplemented, code: api.CodeEngineError,
 				msg: fmt.Sprintf("count_tokens: model %q runs on %s, whose tokenizer the gateway cannot ask; only llama-server's can be", c.P.Model, c.P.Runtime)}
 		}
+		c, release, err := g.acquire(r.Context(), c, nil) // the tokenizer is the engine's: a sleeping one wakes
+		if err != nil {
+			return false, err
+		}
+		defer release()
 		n, err := tc.CountTokens(r.Context(), c.Local.Model, call.req)
 		if err != nil {
 			return false, err

@@ -157,6 +157,11 @@ func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embed
 	}
 	c.Busy.Add(1)
 	defer c.Busy.Add(-1)
+	c, done, err := g.acquire(r.Context(), c, nil)
+	if err != nil {
+		return false, err
+	}
+	defer done()
 	if q := g.queueFor(c.P); q != nil {
 		release, err := q.acquire(r.Context())
 		if err != nil {

@@ -308,6 +308,13 @@ func (s *oaStream) finish(st stats) error {
 
 func (s *oaStream) started() bool { return s.begun }
 
+// comment sends an SSE comment (": loading"), which clients skip: it keeps a stream alive
+// while the model loads, before the first token.
+func (s *oaStream) comment(text string) error {
+	s.start()
+	return s.send([]byte(": " + text + "\n\n"))
+}
+
 func (s *oaStream) fail(f *failure) {
 	b, _ := json.Marshal(f.openAI())
 	s.send(append(append([]byte("data: "), b...), "\n\n"...))

@@ -85,6 +85,9 @@ type Config struct {
 	// each hop asserts its caller's principal instead of passing the caller's token on; nil
 	// sends hops in plain HTTP with the token (in-process tests on loopback).
 	Seal *seal.Identity
+	// WakeTimeout bounds a request's wait for a sleeping model to load again; DefaultWakeTimeout
+	// when zero.
+	WakeTimeout time.Duration
 }
 
 // Gateway serves the chat and model-listing routes.
@@ -124,6 +127,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.ResponseHeaderTimeout <= 0 {
 		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if cfg.WakeTimeout <= 0 {
+		cfg.WakeTimeout = DefaultWakeTimeout
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
@@ -53,6 +54,26 @@ func (g *Gateway) served(who api.Principal) []listed {
 					add(q)
 				}
 			}
+		}
+	}
+	// A sleeping model is listed too, as Ollama lists a model it has but has not loaded: a
+	// request for it wakes it. (Not in /api/ps: nothing of it is loaded.)
+	var dormant []api.Placement
+	for _, p := range g.a.List(who) {
+		if agent.Dormant(p) {
+			dormant = append(dormant, p)
+		}
+	}
+	if v := g.router.View(); v != nil {
+		for _, p := range v.Placements() {
+			if p.Host != g.self && who.Allows(p.Namespace) && agent.Dormant(p) {
+				dormant = append(dormant, p)
+			}
+		}
+	}
+	for _, p := range dormant {
+		if l, ok := byName[route.ListedName(who, p)]; !ok || agent.Dormant(l.placements[0]) {
+			add(p)
 		}
 	}
 	slices.Sort(names)
@@ -225,8 +246,8 @@ func (g *Gateway) ollamaTags(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// neverExpires is the expiry /api/ps shows: placements, not keep_alive, decide what stays
-// loaded, so a served model stays until it is deleted. Ollama shows a model kept with
+// neverExpires is the expiry /api/ps shows: a model stays loaded until it is deleted, or
+// sleeps after its idle TTL when it has one. Ollama shows a model kept with
 // keep_alive -1 the same way: now plus the longest duration (`ollama ps` prints "Forever").
 func neverExpires() time.Time { return time.Now().Add(math.MaxInt64).UTC().Truncate(time.Second) }
 
@@ -237,6 +258,9 @@ func (g *Gateway) ollamaPS(w http.ResponseWriter, r *http.Request) {
 		expires := neverExpires()
 		for _, l := range g.served(who) {
 			p := l.placements[0]
+			if agent.Dormant(p) {
+				continue
+			}
 			m := ollamaRunning{Name: l.name, Model: l.name, Size: p.Memory.Bytes, Digest: digestOf(p),
 				Details: detailsOf(p), ExpiresAt: expires, ContextLength: p.Context}
 			if p.Memory.Device == api.DeviceHailo {

@@ -8,7 +8,9 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 
+	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
 )
 
@@ -47,6 +49,9 @@ type chatCall struct {
 	// load: an Ollama request without messages (or prompt) asks to load the model; a ready
 	// placement is loaded already, so the gateway answers it without the engine.
 	load bool
+	// keepAlive is an Ollama request's keep_alive, nil when absent: the placement's idle TTL
+	// from then on (negative: never sleep; 0: sleep once this request is answered).
+	keepAlive *time.Duration
 	// refs are /v1/responses item references, resolved by the agent that serves the request;
 	// remember keeps what it answers, for later references.
 	refs     []itemRef
@@ -418,21 +423,24 @@ type ollamaChatRequest struct {
 	Model    string          `json:"model"`
 	Messages []ollamaMessage `json:"messages"`
 	Stream   *bool           `json:"stream"` // Ollama streams unless told not to
-	Options  *ollamaOptions  `json:"options"`
-	Format   json.RawMessage `json:"format"`
-	Tools    json.RawMessage `json:"tools"`
+	// KeepAlive is Ollama's keep_alive: "5m", 300, 0 (unload now), negative (never).
+	KeepAlive json.RawMessage `json:"keep_alive"`
+	Options   *ollamaOptions  `json:"options"`
+	Format    json.RawMessage `json:"format"`
+	Tools     json.RawMessage `json:"tools"`
 }
 
 type ollamaGenerateRequest struct {
-	Model   string          `json:"model"`
-	Prompt  *string         `json:"prompt"`
-	System  string          `json:"system"`
-	Stream  *bool           `json:"stream"`
-	Options *ollamaOptions  `json:"options"`
-	Format  json.RawMessage `json:"format"`
-	Images  []string        `json:"images"`
-	Raw     bool            `json:"raw"`
-	Suffix  string          `json:"suffix"`
+	Model     string          `json:"model"`
+	Prompt    *string         `json:"prompt"`
+	System    string          `json:"system"`
+	Stream    *bool           `json:"stream"`
+	KeepAlive json.RawMessage `json:"keep_alive"` // as ollamaChatRequest's
+	Options   *ollamaOptions  `json:"options"`
+	Format    json.RawMessage `json:"format"`
+	Images    []string        `json:"images"`
+	Raw       bool            `json:"raw"`
+	Suffix    string          `json:"suffix"`
 }
 
 func (o *ollamaOptions) apply(req *engines.ChatRequest) error {
@@ -463,6 +471,9 @@ func parseOllamaChat(body []byte) (*chatCall, *failure) {
 		return nil, badRequest("model is required")
 	}
 	c := &chatCall{d: dialectOllamaChat, model: req.Model, stream: req.Stream == nil || *req.Stream}
+	if f := c.parseKeepAlive(req.KeepAlive); f != nil {
+		return nil, f
+	}
 	if len(req.Messages) == 0 {
 		c.load = true
 		return c, nil
@@ -522,6 +533,9 @@ func parseOllamaGenerate(body []byte) (*chatCall, *failure) {
 		return nil, badRequest(err.Error())
 	}
 	c := &chatCall{d: dialectOllamaGenerate, model: req.Model, stream: req.Stream == nil || *req.Stream}
+	if f := c.parseKeepAlive(req.KeepAlive); f != nil {
+		return nil, f
+	}
 	if c.req.Format, err = parseOllamaFormat(req.Format); err != nil {
 		return nil, badRequest(err.Error())
 	}
@@ -625,4 +639,21 @@ func parse(d dialect, body []byte) (*chatCall, *failure) {
 		return parseAnthropic(body)
 	}
 	return parseOpenAI(body)
+}
+
+// parseKeepAlive reads Ollama's keep_alive: a duration string or a number of seconds.
+func (c *chatCall) parseKeepAlive(raw json.RawMessage) *failure {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		s = string(raw) // a number
+	}
+	d, err := api.ParseTTL(s)
+	if err != nil {
+		return badRequest("keep_alive: " + err.Error())
+	}
+	c.keepAlive = &d
+	return nil
 }

@@ -98,8 +98,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 			return true, nil
 		}
 		if call.load {
-			g.answerLoad(w, call)
-			return true, nil
+			return g.load(w, r, call, c)
 		}
 		return g.serveLocal(w, r, call, c, start)
 	})
@@ -196,12 +195,12 @@ func explain(f *failure, p api.Placement, call *chatCall) *failure {
 			p.Context, f.msg, call.promptTokens, bytesPerToken)}
 }
 
-// answerLoad answers an Ollama load request (no messages, no prompt): a ready placement is
-// loaded, and placements, not keep_alive, decide what stays loaded.
-func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall) {
+// answerLoad answers an Ollama load request (no messages, no prompt) done for reason ("load",
+// "unload").
+func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall, reason string) {
 	b := appendOllamaHead(nil, call.model)
 	b = appendOllamaContent(b, call.d == dialectOllamaGenerate, "")
-	b = append(b, `,"done_reason":"load","done":true}`+"\n"...)
+	b = append(b, `,"done_reason":"`+reason+`","done":true}`+"\n"...)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", fmt.Sprint(len(b)))
 	w.WriteHeader(http.StatusOK)
@@ -276,14 +275,6 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	c.Busy.Add(1)
 	defer c.Busy.Add(-1)
 	ctx := r.Context()
-	p := c.P
-	if q := g.queueFor(p); q != nil {
-		release, err := q.acquire(ctx)
-		if err != nil {
-			return false, err
-		}
-		defer release()
-	}
 	req := call.req
 	if call.d == dialectResponses {
 		who, _ := principal(r)
@@ -299,6 +290,35 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	}
 	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
 	defer enc.stop()
+	// Once ": loading" went out (a sleeping model woke), the answer is committed: a failure
+	// goes in the stream.
+	refused := func(err error) (bool, error) {
+		if !enc.started() {
+			return false, err
+		}
+		if ctx.Err() == nil {
+			f := failureOf(err)
+			g.m.fail(f)
+			enc.fail(f)
+		}
+		return true, nil
+	}
+	c, release, err := g.acquire(ctx, c, enc)
+	if err != nil {
+		return refused(err)
+	}
+	defer release()
+	p := c.P
+	if q := g.queueFor(p); q != nil {
+		release, err := q.acquire(ctx)
+		if err != nil {
+			return refused(err)
+		}
+		defer release()
+	}
+	if call.keepAlive != nil {
+		g.a.SetTTL(p.ID, *call.keepAlive)
+	}
 
 	engineStart := time.Now()
 	run := newRelay(enc)

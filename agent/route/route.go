@@ -121,6 +121,9 @@ func (rt *Router) candidates(who api.Principal, model string, forwarded bool, v 
 			out = append(out, c)
 		}
 	}
+	if len(out) == 0 {
+		out = rt.dormant(who, model, forwarded, v)
+	}
 	slices.SortStableFunc(out, func(a, b Replica) int {
 		return cmp.Or(
 			cmp.Compare(a.load, b.load),
@@ -129,6 +132,26 @@ func (rt *Router) candidates(who api.Principal, model string, forwarded bool, v 
 			cmp.Compare(a.P.TTFTMillis, b.P.TTFTMillis),
 		)
 	})
+	return out
+}
+
+// dormant lists the sleeping (or waking) replicas of model the caller may use, for when none
+// is ready: a request for one wakes it on its owner. Local ones first, which wake without a hop.
+func (rt *Router) dormant(who api.Principal, model string, forwarded bool, v View) []Replica {
+	var out []Replica
+	locals := rt.a.Dormant(who, model)
+	for i := range locals {
+		l := &locals[i]
+		out = append(out, Replica{P: l.Placement, Local: l, Busy: rt.counter(l.Placement.Host, l.Placement.ID)})
+	}
+	if forwarded || v == nil {
+		return out
+	}
+	for _, p := range v.Placements() {
+		if p.Model == model && p.Host != rt.self && who.Allows(p.Namespace) && agent.Dormant(p) {
+			out = append(out, Replica{P: p, Busy: rt.counter(p.Host, p.ID)})
+		}
+	}
 	return out
 }
 

@@ -74,6 +74,7 @@ type runOptions struct {
 	memoryCheckMode    string
 	evict              bool
 	idleAfter          time.Duration
+	idleTTL            time.Duration
 	namespaces         []string
 	anonymousNamespace string
 
@@ -142,6 +143,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.StringVar(&o.memoryCheckMode, "memory-check-mode", agent.MemoryCheckFail, "fail: refuse a model whose size cannot be known or that does not fit; warn: admit it with a warning")
 	f.BoolVar(&o.evict, "evict", false, "make room for a placement by unloading idle placements of lower priority, least recently used first (never a protected one)")
 	f.DurationVar(&o.idleAfter, "idle-after", 10*time.Minute, "how long a placement must go unused to count as idle for --evict")
+	f.DurationVar(&o.idleTTL, "idle-ttl", 0, "how long a placement may go with no request before it sleeps (engine unloaded, budget freed, loaded again by the next request); 0 never sleeps")
 	f.StringSliceVar(&o.namespaces, "namespaces", nil, "namespaces allowed on this host, comma-separated (default: any)")
 	f.StringVar(&o.anonymousNamespace, "anonymous-namespace", "", "serve the listing and inference routes without a token as this one namespace, for clients that cannot send one (Home Assistant's hailo-ollama integration); off by default, shown in /v1/host")
 
@@ -250,6 +252,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		MemoryCheckMode:    o.memoryCheckMode,
 		Evict:              o.evict,
 		IdleAfter:          o.idleAfter,
+		IdleTTL:            o.idleTTL,
 		Namespaces:         o.namespaces,
 		AnonymousNamespace: o.anonymousNamespace,
 		AllowHTTP:          o.allowHTTP,

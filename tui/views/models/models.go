@@ -232,7 +232,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		}
 	case key.Matches(msg, k.Open):
 		if p, ok := m.Selected(); ok {
-			if p.State != api.StateReady {
+			if p.State != api.StateReady && p.State != api.StateSleeping { // a chat wakes a sleeping model
 				text, stuck := NotReady(p)
 				return common.Status(text, stuck)
 			}
@@ -317,7 +317,7 @@ func Summary(ps []api.Placement) string {
 	}
 	parts := []string{fmt.Sprintf("%d placement%s", len(ps), plural(len(ps)))}
 	for _, st := range []api.PlacementState{api.StateReady, api.StateSizing, api.StatePulling, api.StateLoading, api.StateRestarting,
-		api.StateStopping, api.StateFailed, api.StateEvicted, api.StateUnavailable} {
+		api.StateStopping, api.StateSleeping, api.StateFailed, api.StateEvicted, api.StateUnavailable} {
 		if n := counts[st]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, st))
 		}

@@ -1,0 +1,115 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/route"
+)
+
+// Defaults of the wait for a sleeping model to load again.
+const (
+	// DefaultWakeTimeout bounds a request's wait for a sleeping model to load: under the
+	// forwarder's DefaultResponseHeaderTimeout, so a forwarded request hears the owner's answer.
+	DefaultWakeTimeout = 4 * time.Minute
+	// wakeKeepAlive spaces the SSE comments a streaming client gets while the model loads.
+	wakeKeepAlive = 5 * time.Second
+	// wakeRetryAfter is the Retry-After of a wake refused for memory: long enough for a
+	// placement to go idle or be deleted, short enough to notice.
+	wakeRetryAfter = 30
+)
+
+// commenter is an encoder that can send an SSE comment before the answer: a stream in an
+// SSE dialect, which tells a waiting client the connection is alive.
+type commenter interface {
+	comment(text string) error
+}
+
+// acquire counts a request on a local replica (see agent.Acquire), waking it when it sleeps.
+// It returns the replica as it serves now (reloaded after a wake), the release, and the
+// failure to answer; a wait for the load sends ": loading" comments on an SSE stream.
+func (g *Gateway) acquire(ctx context.Context, c route.Replica, enc encoder) (route.Replica, func(), error) {
+	release, wait, err := g.a.Acquire(c.P.ID)
+	if err != nil {
+		return c, nil, wakeFailure(err)
+	}
+	if wait == nil {
+		return c, release, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.cfg.WakeTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- wait(wctx) }()
+	cm, _ := enc.(commenter)
+	var tick <-chan time.Time
+	if cm != nil {
+		cm.comment("loading")
+		t := time.NewTicker(wakeKeepAlive)
+		defer t.Stop()
+		tick = t.C
+	}
+	for waiting := true; waiting; {
+		select {
+		case <-tick:
+			cm.comment("loading")
+		case err = <-done:
+			waiting = false
+		}
+	}
+	if err == nil {
+		l, ok := g.a.ServingID(c.P.ID)
+		if !ok {
+			err = api.Errorf(api.CodeEngineUnavailable, "model %q loaded and went away again", c.P.Model)
+		} else {
+			c.P, c.Local = l.Placement, &l
+			return c, release, nil
+		}
+	}
+	release()
+	if ctx.Err() != nil {
+		return c, nil, ctx.Err()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = &failure{status: http.StatusServiceUnavailable, code: api.CodeEngineUnavailable, oaCode: "model_not_ready",
+			msg: "model " + c.P.Model + " is still loading after " + g.cfg.WakeTimeout.String() + "; retry later", retryAfter: wakeRetryAfter}
+	}
+	return c, nil, wakeFailure(err)
+}
+
+// wakeFailure is the answer to a wake that failed: one refused for memory is a 503 with
+// Retry-After (the memory may free up), keeping its code, so the client can tell why.
+func wakeFailure(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	f := failureOf(err)
+	if f.code == api.CodeInsufficientMemory {
+		f = &failure{status: http.StatusServiceUnavailable, code: f.code, oaCode: "model_not_ready", msg: f.msg, retryAfter: wakeRetryAfter}
+	}
+	return f
+}
+
+// load answers an Ollama load request on a local replica, as Ollama does: keep_alive 0 unloads
+// the model (it sleeps at once, unless a request is in flight: then once it ends); otherwise
+// keep_alive, when given, is the model's TTL from now on, and a sleeping model is woken.
+func (g *Gateway) load(w http.ResponseWriter, r *http.Request, call *chatCall, c route.Replica) (bool, error) {
+	if call.keepAlive != nil {
+		if err := g.a.SetTTL(c.P.ID, *call.keepAlive); err != nil {
+			return false, failureOf(err)
+		}
+		if *call.keepAlive == 0 {
+			g.answerLoad(w, call, "unload")
+			return true, nil
+		}
+	}
+	_, release, err := g.acquire(r.Context(), c, nil)
+	if err != nil {
+		return false, err
+	}
+	release()
+	g.answerLoad(w, call, "load")
+	return true, nil
+}
