@@ -9,7 +9,7 @@ package gateway_test
 //
 //	direct    client → llama-server
 //	one hop   client → agent A → llama-server
-//	two hops  client → agent B → agent A → llama-server
+//	two hops  client → agent B → agent A → llama-server, B to A over the sealed channel (TLS)
 //
 // and the dialect adaptations, one hop each: an Ollama NDJSON client on llama-server (SSE); an
 // OpenAI client and an Ollama client on the Ollama simulator (NDJSON); an OpenAI client on the
@@ -151,7 +151,7 @@ func benchNodeA(b *testing.B) (a *node, lp api.Placement, ollamaURL string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a = newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld, od},
+	a = newNode(b, nodeOpts{name: "node-a", drivers: []engines.Driver{ld, od}, gateway: sealedAs(b, "node-a"),
 		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: ollamaURL, OllamaRegistry: registry}})
 	lp = place(b, a, api.PlacementRequest{Source: model, Name: "tiny", Context: 2048, Args: []string{"--parallel", "16"}})
 	place(b, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
@@ -167,7 +167,9 @@ type cmpEnv struct {
 
 func newCmpEnv(b *testing.B) *cmpEnv {
 	a, lp, osim := benchNodeA(b)
-	nb := newNode(b, nodeOpts{name: "node-b"})
+	// node-b reaches node-a over the sealed channel, as agents on two hosts do: the two-hop path's
+	// second hop is TLS, its connections kept, each request asserting its principal.
+	nb := newNode(b, nodeOpts{name: "node-b", gateway: sealedAs(b, "node-b")})
 	joinWith(b, mesh.ProfileLAN, a, nb)
 
 	// FinalChunks: hailo-ollama 5.1.1 cuts its streams before their last chunk, which the

@@ -13,7 +13,7 @@ import (
 )
 
 // sealedAs gives a node's gateway an agent's side of the test mesh's sealed channel.
-func sealedAs(t *testing.T, name string) func(*gateway.Config) {
+func sealedAs(t testing.TB, name string) func(*gateway.Config) {
 	ca, err := seal.NewCA("test", secret)
 	require.NoError(t, err)
 	k, err := seal.NewKey()
