@@ -72,6 +72,11 @@ type nodeOpts struct {
 	sizer   *sizing.Sizer
 	gateway func(*gateway.Config)
 	agent   func(*agent.Config)
+	// listener is the API's, made by the test (in a network namespace); a loopback port when
+	// nil. lanHTTP serves it as --lan-http does: plain HTTP to other hosts too (the node needs
+	// a sealed identity, set by the gateway option).
+	listener net.Listener
+	lanHTTP  bool
 }
 
 // node is an agent with its API server, the gateway mounted, on a loopback port.
@@ -112,13 +117,16 @@ func newNode(t testing.TB, o nodeOpts) *node {
 	sd, err := state.Open(filepath.Join(dir, "state"))
 	require.NoError(t, err)
 	t.Cleanup(func() { sd.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln := o.listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+	}
 	ac := agent.Config{
 		State: sd, ModelsDir: filepath.Join(dir, "models"), AllowTempStore: true, NodeName: o.name,
 		Host:    hwprobe.Probe(context.Background(), hwprobe.Options{Root: filepath.Join("..", "..", "hwprobe", "testdata", o.fixture), OS: "linux", Arch: arch}),
 		Drivers: o.drivers, Sizer: o.sizer, Budget: 32 << 30, APIAddr: ln.Addr().String(), Version: api.Version,
-		Log: testLog().With("node", o.name),
+		LANHTTP: o.lanHTTP, Log: testLog().With("node", o.name),
 	}
 	if o.agent != nil {
 		o.agent(&ac)
@@ -144,10 +152,11 @@ func newNode(t testing.TB, o nodeOpts) *node {
 	}
 	n.g, err = gateway.New(gc)
 	require.NoError(t, err)
+	require.False(t, o.lanHTTP && gc.Seal == nil, "lanHTTP needs a sealed identity (sealedAs)")
 	var served net.Listener = ln
 	if gc.Seal != nil {
 		n.seal = gc.Seal
-		served = seal.Listen(ln, seal.ListenConfig{TLS: gc.Seal.ServerConfig()})
+		served = seal.Listen(ln, seal.ListenConfig{TLS: gc.Seal.ServerConfig(), LANPlain: o.lanHTTP})
 	}
 	srv := agent.NewServer(agent.ServerConfig{Agent: a, Secret: secret, MeshID: "test", Log: gc.Log})
 	n.g.Register(srv.Mount)
@@ -287,14 +296,21 @@ func ollamaSim(t testing.TB, tune func(*ollamasim.Config), models ...string) *ol
 // ollamaNode is a node whose agent drives sim's Ollama daemon.
 func ollamaNode(t testing.TB, name string, sim *ollamasim.Server, gw func(*gateway.Config), ag ...func(*agent.Config)) *node {
 	t.Helper()
+	o := ollamaOpts(t, name, sim)
+	o.gateway = gw
+	if len(ag) > 0 {
+		o.agent = ag[0]
+	}
+	return newNode(t, o)
+}
+
+// ollamaOpts are the options of a node whose agent drives sim's Ollama daemon.
+func ollamaOpts(t testing.TB, name string, sim *ollamasim.Server) nodeOpts {
+	t.Helper()
 	d, err := ollama.New(ollama.Config{URL: sim.URL()}, nil)
 	require.NoError(t, err)
-	var agentCfg func(*agent.Config)
-	if len(ag) > 0 {
-		agentCfg = ag[0]
-	}
-	return newNode(t, nodeOpts{name: name, drivers: []engines.Driver{d}, gateway: gw, agent: agentCfg,
-		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}})
+	return nodeOpts{name: name, drivers: []engines.Driver{d},
+		sizer: &sizing.Sizer{Guard: download.Options{AllowPrivate: true}, OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL()}}
 }
 
 // hailoSim starts a simulated hailo-ollama with the zoo models downloaded.

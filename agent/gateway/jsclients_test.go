@@ -22,6 +22,9 @@ type jsChecks struct {
 	tools     bool // it calls tools
 	embed     bool // it embeds
 	responses bool // run the AI SDK through /v1/responses
+	// netns runs the clients inside that network namespace, as another host on the LAN; on
+	// this host when empty.
+	netns string
 }
 
 // runJSClients runs the official JS clients (OpenAI SDK, Ollama SDK, Anthropic SDK, the AI SDK) against the
@@ -37,7 +40,11 @@ func runJSClients(t *testing.T, url, token, model string, with jsChecks) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "clients.mjs")
+	name, args := node, []string{"clients.mjs"}
+	if with.netns != "" {
+		name, args = "ip", append([]string{"netns", "exec", with.netns, node}, args...)
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = jsClients
 	flag := map[bool]string{true: "1", false: "0"}
 	cmd.Env = append(os.Environ(), "GATEWAY="+url, "TOKEN="+token, "MODEL="+model,

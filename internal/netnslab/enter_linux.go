@@ -1,7 +1,9 @@
 package netnslab
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -59,5 +61,30 @@ func (l *Lab) Shape(i int, qdisc ...string) {
 	args := append([]string{"-n", l.NS(i), "qdisc", "add", "dev", "eth0", "root"}, qdisc...)
 	if out, err := exec.Command("tc", args...).CombinedOutput(); err != nil {
 		l.t.Fatalf("tc %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+}
+
+// Listen is a TCP listener on host i's LAN address, on a port the kernel picks.
+func (l *Lab) Listen(i int) net.Listener {
+	l.t.Helper()
+	var ln net.Listener
+	if err := l.In(i, func() (err error) {
+		ln, err = net.Listen("tcp", net.JoinHostPort(l.Addr(i), "0"))
+		return err
+	}); err != nil {
+		l.t.Fatal(err)
+	}
+	return ln
+}
+
+// Dial is a DialContext (for an http.Transport) whose connections leave from host i.
+func (l *Lab) Dial(i int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		err = l.In(i, func() (err error) {
+			var d net.Dialer
+			c, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
 	}
 }

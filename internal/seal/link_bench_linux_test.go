@@ -1,9 +1,9 @@
 package seal
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -29,13 +29,7 @@ func BenchmarkCopyOverALink(b *testing.B) {
 	const size = 256 << 20
 	// Host 1 serves: a raw copy on one port, a sealed one on another.
 	serve := func(sealed bool) string {
-		var inner net.Listener
-		if err := lab.In(1, func() (err error) {
-			inner, err = net.Listen("tcp", net.JoinHostPort(lab.Addr(1), "0"))
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
+		inner := lab.Listen(1)
 		ln := inner
 		if sealed {
 			ln = Listen(inner, ListenConfig{TLS: server.ServerConfig()})
@@ -48,16 +42,20 @@ func BenchmarkCopyOverALink(b *testing.B) {
 
 	// Host 2 fetches; the connection is made in its namespace, the copy runs from here.
 	fetch := func(sealed bool) time.Duration {
-		var c net.Conn
-		if err := lab.In(2, func() (err error) {
-			if sealed {
-				c, err = tls.Dial("tcp", sealedAddr, client.ClientConfig(Peer{Name: "alpha", KeyID: server.KeyID()}))
-			} else {
-				c, err = net.Dial("tcp", rawAddr)
-			}
-			return err
-		}); err != nil {
+		addr := rawAddr
+		if sealed {
+			addr = sealedAddr
+		}
+		c, err := lab.Dial(2)(context.Background(), "tcp", addr)
+		if err != nil {
 			b.Fatal(err)
+		}
+		if sealed {
+			tc := tls.Client(c, client.ClientConfig(Peer{Name: "alpha", KeyID: server.KeyID()}))
+			if err := tc.Handshake(); err != nil {
+				b.Fatal(err)
+			}
+			c = tc
 		}
 		defer c.Close()
 		start := time.Now()
