@@ -265,8 +265,10 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	}
 	log := opts.Log.With("host", spec.Name)
 	h := &Host{Spec: spec}
-	// Every engine, registry and library of a local mesh is on loopback: its sources may be too.
-	guard := download.Options{AllowPrivate: true}
+	// Every engine, registry and library of a local mesh is on loopback, and nothing else is
+	// reached: an hf:// or https:// source naming an internet host is refused before any
+	// connection, with the allowlist in its message, so the demo is offline by construction.
+	guard := download.Options{AllowPrivate: true, AllowHosts: loopbackHosts}
 	if opts.Fast {
 		guard.RetryBackoff = 20 * time.Millisecond
 	}
@@ -490,6 +492,9 @@ func (m *Mesh) seenReady(pl api.Placement) bool {
 	}
 	return true
 }
+
+// loopbackHosts are the only hosts a local mesh downloads or sizes from.
+var loopbackHosts = []string{"127.0.0.1", "::1", "localhost"}
 
 // FileSource is a file:// source for a path.
 func FileSource(path string) string {

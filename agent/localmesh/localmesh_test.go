@@ -3,6 +3,7 @@ package localmesh
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/sim/simtest"
 )
 
@@ -181,4 +183,47 @@ func engineModels(h *api.Host, r api.Runtime) []string {
 		}
 	}
 	return nil
+}
+
+// The demo is offline by construction: its own placements name no internet host, and an hf://
+// or https:// source a user types is refused before any connection, saying why, with nothing
+// pulled.
+func TestDemoReachesNoInternetHost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := Start(ctx, Options{Dir: t.TempDir(), LlamaServer: llamaServer, Fast: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, m.Close()) })
+
+	placements := DemoPlacements(m)
+	require.Len(t, placements, len(m.Hosts))
+	for _, p := range placements {
+		s, err := source.Parse(p.Request.Source)
+		require.NoError(t, err, p.Request.Source)
+		switch s.Kind {
+		case source.KindFile, source.KindOllama, source.KindHailo: // served by the host's own simulator
+		default:
+			t.Errorf("the demo places %s, a %s source that a simulator cannot serve", p.Request.Source, s.Kind)
+		}
+	}
+
+	for _, src := range []string{
+		"hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf",
+		"https://example.com/models/x.gguf",
+	} {
+		p, err := m.Client("mac-mini").Place(ctx, api.PlacementRequest{Source: src})
+		if err == nil {
+			// Accepted for later: the placement must fail on the allowlist, not on a network.
+			require.Eventually(t, func() bool {
+				got, gerr := m.Client("mac-mini").Placement(ctx, p.ID)
+				if gerr == nil && got.State == api.StateFailed {
+					err = errors.New(got.Reason)
+					return true
+				}
+				return false
+			}, time.Minute, 20*time.Millisecond, src)
+		}
+		require.Error(t, err, src)
+		assert.Contains(t, err.Error(), "not on the download allowlist", src)
+	}
 }
