@@ -268,7 +268,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	// Every engine, registry and library of a local mesh is on loopback, and nothing else is
 	// reached: an hf:// or https:// source naming an internet host is refused before any
 	// connection, with the allowlist in its message, so the demo is offline by construction.
-	guard := download.Options{AllowPrivate: true, AllowHosts: loopbackHosts}
+	guard := download.Options{AllowPrivate: true, AllowHosts: loopbackHosts, AllowHostsWhy: offlineWhy}
 	if opts.Fast {
 		guard.RetryBackoff = 20 * time.Millisecond
 	}
@@ -495,6 +495,9 @@ func (m *Mesh) seenReady(pl api.Placement) bool {
 
 // loopbackHosts are the only hosts a local mesh downloads or sizes from.
 var loopbackHosts = []string{"127.0.0.1", "::1", "localhost"}
+
+// offlineWhy follows a refused download: what a local mesh places instead.
+const offlineWhy = "this local mesh is offline: place a GGUF file on its llama-server host (file://…), or an ollama:// or hailo:// model its simulators serve"
 
 // FileSource is a file:// source for a path.
 func FileSource(path string) string {

@@ -225,5 +225,6 @@ func TestDemoReachesNoInternetHost(t *testing.T) {
 		}
 		require.Error(t, err, src)
 		assert.Contains(t, err.Error(), "not on the download allowlist", src)
+		assert.Contains(t, err.Error(), "this local mesh is offline: place a GGUF file", src)
 	}
 }

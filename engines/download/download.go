@@ -41,6 +41,9 @@ type Options struct {
 	// reach: exact names or addresses, or ".example.com" for example.com's subdomains. Naming a
 	// host is also consent for it to resolve to a private address (a NAS on the LAN).
 	AllowHosts []string
+	// AllowHostsWhy is said after a refusal by AllowHosts: why the list is what it is and what
+	// to do instead ("the demo is offline: …"); "" says nothing more.
+	AllowHostsWhy string
 	// MaxRedirects limits the redirects followed; 0 means DefaultMaxRedirects.
 	MaxRedirects int
 	// Header is sent with the first request only, never to another host: the place for a
@@ -249,8 +252,12 @@ func checkTarget(u *url.URL, opts Options) error {
 		return fmt.Errorf("%w: %s: the URL has no host", ErrRefused, u.Redacted())
 	}
 	if !hostAllowed(u.Hostname(), opts.AllowHosts) {
-		return fmt.Errorf("%w: %s: host %s is not on the download allowlist (%s)",
-			ErrRefused, u.Redacted(), u.Hostname(), strings.Join(opts.AllowHosts, ", "))
+		why := ""
+		if opts.AllowHostsWhy != "" {
+			why = "; " + opts.AllowHostsWhy
+		}
+		return fmt.Errorf("%w: %s: host %s is not on the download allowlist (%s)%s",
+			ErrRefused, u.Redacted(), u.Hostname(), strings.Join(opts.AllowHosts, ", "), why)
 	}
 	return nil
 }

@@ -168,6 +168,13 @@ func TestAllowHosts(t *testing.T) {
 	err := Fetch(t.Context(), "http://localhost:"+port+"/m.gguf", filepath.Join(dir, "b.gguf"), Want{}, opts, nil)
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "host localhost is not on the download allowlist (127.0.0.1)")
+	assert.NotContains(t, err.Error(), "; ", "no reason given, none said")
+
+	// The reason for the list follows the refusal.
+	opts.AllowHostsWhy = "this mesh is offline"
+	err = Fetch(t.Context(), "http://localhost:"+port+"/m.gguf", filepath.Join(dir, "b.gguf"), Want{}, opts, nil)
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), "not on the download allowlist (127.0.0.1); this mesh is offline")
 
 	assert.True(t, hostAllowed("cdn-lfs.hf.co", []string{".hf.co"}))
 	assert.False(t, hostAllowed("evilhf.co", []string{".hf.co"}))
