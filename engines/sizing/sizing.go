@@ -83,13 +83,10 @@ func (s *Sizer) EstimateRun(ctx context.Context, src source.Source, contextSize 
 	if contextSize <= 0 {
 		contextSize = api.DefaultContext
 	}
-	var (
-		est api.SizeEstimate
-		err error
-	)
+	var est api.SizeEstimate
+	err := run.check()
 	switch {
-	case run.check() != nil:
-		err = run.check()
+	case err != nil:
 	case src.Kind == source.KindFile:
 		est, err = s.localGGUF(ctx, src.Path, contextSize, run)
 	case src.Kind == source.KindHTTPS, src.Kind == source.KindHF:
