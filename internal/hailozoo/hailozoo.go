@@ -88,7 +88,8 @@ func (r Release) ToolsByTemplate() bool { return r.atLeast(5, 3) }
 // count as affected until a release says otherwise.
 func (r Release) SwapDefect() bool { return r.atLeast(5, 3) }
 
-// Name says the release for messages: "5.3.0", or "0.5.1 (5.1-era, or not a release number)".
+// Name says the release for messages: "5.3.0", or, for a version that is not a 5.x release
+// number, it quoted with "(5.1-era: hailo-ollama 5.1.1 reports 0.5.1)".
 func (r Release) Name() string {
 	if r.major == 0 {
 		return strconv.Quote(r.reported) + " (5.1-era: hailo-ollama 5.1.1 reports 0.5.1)"
