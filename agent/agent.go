@@ -181,7 +181,6 @@ type Agent struct {
 	runCtx     context.Context // set by Run; lifecycles started before Run wait for it
 	pending    []*placement    // restored placements whose lifecycles Run starts
 	running    bool
-	runStarted chan struct{} // closed by Run once the engines are detected and restoring began
 	closed     bool
 	beat       time.Time // last housekeeping tick: /readyz fails when it stalls
 	wg         sync.WaitGroup
@@ -235,7 +234,6 @@ func New(cfg Config) (*Agent, error) {
 		placements: make(map[string]*placement),
 		engines:    make(map[api.Runtime]api.Engine),
 		watchers:   make(map[chan struct{}]struct{}),
-		runStarted: make(chan struct{}),
 		started:    time.Now().UTC(),
 	}
 	for _, d := range cfg.Drivers {
@@ -370,7 +368,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	if len(pending) > 0 {
 		a.log.Info("restoring placements", "count", len(pending))
 	}
-	close(a.runStarted)
 
 	a.wg.Add(1)
 	go func() {
@@ -487,10 +484,6 @@ func (a *Agent) housekeeping(ctx context.Context) {
 func (a *Agent) heartbeatEvery() time.Duration {
 	return min(a.cfg.HealthInterval, 5*time.Second)
 }
-
-// Running is closed once Run has detected the engines and started restoring the placements
-// kept from the last run: from then on Placements shows every one of them.
-func (a *Agent) Running() <-chan struct{} { return a.runStarted }
 
 // Ready reports whether the agent is serving: Run has started and its housekeeping has ticked
 // recently. A stalled agent must say so rather than keep answering "ready".

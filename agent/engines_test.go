@@ -366,33 +366,8 @@ func TestRestartRestoresPlacements(t *testing.T) {
 	dir := t.TempDir()
 	model := tinyModel(t, dir, "tiny")
 	secret, _ := api.NewSecret()
-	start := func() (*Agent, *api.Client, context.CancelFunc, chan error) {
-		ld := llamaDriver(t, dir)
-		cfg := Config{
-			State:          nil,
-			ModelsDir:      filepath.Join(dir, "models"),
-			AllowTempStore: true,
-			Host:           probeFixture(t, "x86-nvidia"),
-			Drivers:        []engines.Driver{ld},
-			Sizer:          &sizing.Sizer{},
-			Log:            testLog(t),
-		}
-		fast(&cfg)
-		sd := openState(t, filepath.Join(dir, "state"))
-		cfg.State = sd
-		a, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := serveWith(t, a, secret)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		waitReady(t, a)
-		return a, s, func() { cancel(); sd.Close() }, done
-	}
 
-	a1, c1, stop1, done1 := start()
+	a1, c1, stop1, done1 := startPersisted(t, dir, secret)
 	p, err := c1.Place(context.Background(), api.PlacementRequest{Source: model, Namespace: "team-a", Priority: api.PriorityHigh})
 	if err != nil {
 		t.Fatal(err)
@@ -418,7 +393,7 @@ func TestRestartRestoresPlacements(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, c2, stop2, done2 := start()
+	_, c2, stop2, done2 := startPersisted(t, dir, secret)
 	defer func() { stop2(); <-done2 }()
 	q := waitState(t, c2, p.ID, api.StateReady)
 	if q.Namespace != "team-a" || q.Priority != api.PriorityHigh || q.Memory != p.Memory || !q.CreatedAt.Equal(p.CreatedAt) {
@@ -427,6 +402,31 @@ func TestRestartRestoresPlacements(t *testing.T) {
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
 		t.Fatalf("orphaned partial download not cleaned: %v", err)
 	}
+}
+
+// startPersisted runs an agent on dir's models and state with llama-server, served with
+// secret, as a restart test starts it again and again: stop cancels it and closes its state,
+// and done has what Run returned.
+func startPersisted(t *testing.T, dir string, secret []byte) (a *Agent, c *api.Client, stop context.CancelFunc, done chan error) {
+	t.Helper()
+	cfg := Config{
+		ModelsDir: filepath.Join(dir, "models"), AllowTempStore: true,
+		Host:    probeFixture(t, "x86-nvidia"),
+		Drivers: []engines.Driver{llamaDriver(t, dir)}, Sizer: &sizing.Sizer{}, Log: testLog(t),
+	}
+	fast(&cfg)
+	sd := openState(t, filepath.Join(dir, "state"))
+	cfg.State = sd
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = serveWith(t, a, secret)
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	waitReady(t, a)
+	return a, c, func() { cancel(); sd.Close() }, done
 }
 
 // serveWith serves a's API with a given secret (Run is the caller's).

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -67,4 +68,13 @@ func lanPlain(r *http.Request) bool {
 	}
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	return !ip.IsLoopback() && !seal.SameHost(local, &net.TCPAddr{IP: ip})
+}
+
+// SealPeer is member mb as the sealed channel checks it: its name and the key it gossips.
+func SealPeer(mb api.Member) seal.Peer {
+	p := seal.Peer{Name: mb.Name}
+	if k, err := hex.DecodeString(mb.SealKey); err == nil && len(k) > 0 {
+		p.KeyID = k
+	}
+	return p
 }

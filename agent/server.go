@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -623,10 +622,7 @@ func (s *Server) via(h http.HandlerFunc) http.Handler {
 		}
 		addr := mb.Host.APIAddr
 		target := &url.URL{Scheme: s.onward.Scheme(), Host: addr}
-		peer := seal.Peer{Name: mb.Name}
-		if k, err := hex.DecodeString(mb.SealKey); err == nil && len(k) > 0 {
-			peer.KeyID = k
-		}
+		peer := SealPeer(mb)
 		rp := &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(target)

@@ -2,13 +2,11 @@ package agent
 
 import (
 	"context"
-	"path/filepath"
 	"syscall"
 	"testing"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines"
-	"github.com/llmkube/mesh/engines/sizing"
 )
 
 // A placement idle for its TTL sleeps: its engine process ends and its budget is freed, the
@@ -83,28 +81,8 @@ func TestRestartKeepsASleepingPlacementAsleep(t *testing.T) {
 	dir := t.TempDir()
 	model := tinyModel(t, dir, "tiny")
 	secret, _ := api.NewSecret()
-	start := func() (*Agent, *api.Client, context.CancelFunc, chan error) {
-		cfg := Config{
-			ModelsDir: filepath.Join(dir, "models"), AllowTempStore: true,
-			Host:    probeFixture(t, "x86-nvidia"),
-			Drivers: []engines.Driver{llamaDriver(t, dir)}, Sizer: &sizing.Sizer{}, Log: testLog(t),
-		}
-		fast(&cfg)
-		sd := openState(t, filepath.Join(dir, "state"))
-		cfg.State = sd
-		a, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := serveWith(t, a, secret)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		waitReady(t, a)
-		return a, c, func() { cancel(); sd.Close() }, done
-	}
 
-	a1, c1, stop1, done1 := start()
+	a1, c1, stop1, done1 := startPersisted(t, dir, secret)
 	p, err := c1.Place(context.Background(), api.PlacementRequest{Source: model})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +95,7 @@ func TestRestartKeepsASleepingPlacementAsleep(t *testing.T) {
 	stop1()
 	<-done1
 
-	a2, c2, stop2, done2 := start()
+	a2, c2, stop2, done2 := startPersisted(t, dir, secret)
 	defer func() { stop2(); <-done2 }()
 	q, err := c2.Placement(context.Background(), p.ID)
 	if err != nil {
