@@ -23,6 +23,7 @@ import (
 	"github.com/llmkube/mesh/tui/keymap"
 	"github.com/llmkube/mesh/tui/render"
 	"github.com/llmkube/mesh/tui/styles"
+	"github.com/llmkube/mesh/tui/views/hosts"
 )
 
 // Options tune the console.
@@ -474,11 +475,12 @@ func (a *App) tabStep(d int) common.Page {
 	return common.Tabs[((i+d)%n+n)%n]
 }
 
-// running counts the models placed in the mesh as this console sees it.
+// running counts the models the mesh holds as this console sees it: a failed or evicted
+// placement holds nothing, and quitting stops nothing of it.
 func (a *App) running() int {
 	n := 0
 	for _, m := range a.ctx.Mesh.Members {
-		n += len(m.Placements)
+		n += hosts.Held(m)
 	}
 	return n
 }

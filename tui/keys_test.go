@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
 	"github.com/llmkube/mesh/tui/views/chat"
@@ -284,4 +285,15 @@ func TestQuitAsksWhenItStopsTheMesh(t *testing.T) {
 	assert.True(t, typeKeys(a, "qy"))
 	_, cmd := a.Update(tea.KeyMsg{Type: tea.KeyCtrlC})
 	assert.Equal(t, tea.Quit(), cmd())
+
+	// Failed and evicted placements hold nothing: with only those, q quits at once.
+	a = New(nil, Options{Renderer: tuitest.Renderer(), Now: func() time.Time { return now }, QuitStops: "the demo mesh"})
+	a.ctx.Mesh = tuitest.SampleMesh(now)
+	for _, m := range a.ctx.Mesh.Members {
+		for j := range m.Placements {
+			m.Placements[j].State = api.StateFailed
+		}
+	}
+	a.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	assert.True(t, typeKeys(a, "q"), "nothing runs: q quits without asking")
 }

@@ -52,23 +52,17 @@ not secret; the join string it is derived from is. It reads the join string as r
 // caJoin finds the join string for ca, without opening (and locking) the state folder: the
 // agent running there holds it.
 func caJoin(e env, stateDir, joinString, joinFile string) (api.Join, error) {
-	switch {
-	case joinString != "":
-		return api.ParseJoin(joinString)
-	case e.getenv(envJoin) != "":
-		return api.ParseJoin(e.getenv(envJoin))
+	if j, from, err := givenJoin(e, joinString, joinFile); err != nil || from != "" {
+		return j, err
 	}
-	path := joinFile
-	if path == "" {
-		if stateDir == "" {
-			d, err := defaultDirs(e, runtime.GOOS)
-			if err != nil {
-				return api.Join{}, err
-			}
-			stateDir = d.State
+	if stateDir == "" {
+		d, err := defaultDirs(e, runtime.GOOS)
+		if err != nil {
+			return api.Join{}, err
 		}
-		path = filepath.Join(stateDir, state.JoinFile)
+		stateDir = d.State
 	}
+	path := filepath.Join(stateDir, state.JoinFile)
 	j, ok, err := state.LoadJoinFile(path)
 	if err != nil {
 		return api.Join{}, err

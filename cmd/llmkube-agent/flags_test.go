@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -16,7 +15,7 @@ import (
 func TestFlagHelpHasNoBogusPlaceholders(t *testing.T) {
 	placeholders := map[string]bool{"host:port": true}
 	e := env{getenv: os.Getenv, stdout: io.Discard, stderr: io.Discard}
-	cmds := []*cobra.Command{runCommand(e), initCommand(e), probeHostCommand(e), probeCommand(e), serviceCommand(e), joinCommand(e), leaveCommand(e), versionCommand(e)}
+	cmds := commands(e) // every one, so a command added later is checked too
 	for len(cmds) > 0 {
 		c := cmds[0]
 		cmds = append(cmds[1:], c.Commands()...)

@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(runCommand(e), initCommand(e), probeHostCommand(e), probeCommand(e), serviceCommand(e), joinCommand(e), leaveCommand(e), caCommand(e), versionCommand(e))
+	root.AddCommand(commands(e)...)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
@@ -69,6 +69,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // newLogger builds the process logger: text or JSON on stderr.
+// commands are llmkube-agent's subcommands.
+func commands(e env) []*cobra.Command {
+	return []*cobra.Command{runCommand(e), initCommand(e), probeHostCommand(e), probeCommand(e), serviceCommand(e), joinCommand(e), leaveCommand(e), caCommand(e), versionCommand(e)}
+}
+
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {

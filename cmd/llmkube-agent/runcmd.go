@@ -350,32 +350,37 @@ func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit
 	return out, nil
 }
 
-// loadJoin finds the mesh's join string: --join-string, $LLMKUBE_JOIN, --join-file, the state
-// folder's mesh.json; without any it makes a new single-host mesh and saves it there. A join
-// string given from outside is saved when the state folder has none, so a restart needs no flag.
-func loadJoin(o *runOptions, e env, sd *state.Dir, log *slog.Logger) (api.Join, error) {
-	var (
-		j    api.Join
-		from string
-		err  error
-	)
+// givenJoin is the join string given from outside the state folder, and where from:
+// --join-string, $LLMKUBE_JOIN, then --join-file; from is "" when none is given.
+func givenJoin(e env, joinString, joinFile string) (j api.Join, from string, err error) {
 	switch {
-	case o.joinString != "":
-		j, err = api.ParseJoin(o.joinString)
+	case joinString != "":
+		j, err = api.ParseJoin(joinString)
 		from = "--join-string"
 	case e.getenv(envJoin) != "":
 		j, err = api.ParseJoin(e.getenv(envJoin))
 		from = "$" + envJoin
-	case o.joinFile != "":
+	case joinFile != "":
 		var ok bool
-		j, ok, err = state.LoadJoinFile(o.joinFile)
+		j, ok, err = state.LoadJoinFile(joinFile)
 		if err == nil && !ok {
-			err = fmt.Errorf("--join-file %s does not exist", o.joinFile)
+			err = fmt.Errorf("--join-file %s does not exist", joinFile)
 		}
-		from = o.joinFile
+		from = joinFile
 	}
 	if err != nil {
-		return api.Join{}, usageError{fmt.Errorf("%s: %w", from, err)}
+		return api.Join{}, from, usageError{fmt.Errorf("%s: %w", from, err)}
+	}
+	return j, from, nil
+}
+
+// loadJoin finds the mesh's join string: --join-string, $LLMKUBE_JOIN, --join-file, the state
+// folder's mesh.json; without any it makes a new single-host mesh and saves it there. A join
+// string given from outside is saved when the state folder has none, so a restart needs no flag.
+func loadJoin(o *runOptions, e env, sd *state.Dir, log *slog.Logger) (api.Join, error) {
+	j, from, err := givenJoin(e, o.joinString, o.joinFile)
+	if err != nil {
+		return api.Join{}, err
 	}
 	saved, ok, err := sd.LoadJoin()
 	if err != nil {

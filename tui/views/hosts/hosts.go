@@ -91,7 +91,7 @@ func (m *Model) Rows() []api.Member {
 				return fa > fb
 			}
 		case SortModels:
-			if la, lb := held(a), held(b); la != lb {
+			if la, lb := Held(a), Held(b); la != lb {
 				return la > lb
 			}
 		}
@@ -286,7 +286,7 @@ func columns(st *styles.Styles) []render.Col[api.Member] {
 			if mb.Role != api.RoleAgent {
 				return ""
 			}
-			return fmt.Sprint(held(mb))
+			return fmt.Sprint(Held(mb))
 		})},
 		{Title: "TOK/S", Min: 5, Priority: 30, Right: true, Cell: text(tokS)},
 	}
@@ -405,9 +405,9 @@ func emptyState(ctx *common.Context) string {
 	return strings.Join(lines, "\n")
 }
 
-// held counts the models a member holds: an evicted or failed placement stays listed (in
+// Held counts the models a member holds: an evicted or failed placement stays listed (in
 // Models, to place again) but holds nothing, so a Hailo-10H that swapped twice shows one.
-func held(mb api.Member) int {
+func Held(mb api.Member) int {
 	n := 0
 	for _, p := range mb.Placements {
 		if !p.State.Terminal() {

@@ -53,5 +53,5 @@ func TestClickSelectsAndOpens(t *testing.T) {
 func TestModelsCountsWhatIsHeld(t *testing.T) {
 	mb := api.Member{Name: "pi5", Role: api.RoleAgent, Placements: []api.Placement{
 		{State: api.StateReady}, {State: api.StateEvicted}, {State: api.StateEvicted}, {State: api.StateFailed}, {State: api.StatePulling}}}
-	assert.Equal(t, 2, held(mb))
+	assert.Equal(t, 2, Held(mb))
 }
