@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/llmkube/mesh/internal/netnslab"
 )
 
 // The LAN is one hub namespace holding a bridge, and one namespace per host wired to it by a
@@ -160,48 +160,16 @@ func (h *netHost) setLink(up bool) error {
 	return ipCmd("-n", h.lab.hub, "link", "set", h.Name, state)
 }
 
-// nsDialer dials from inside the network namespace ns: the socket is made on an OS thread that
-// entered ns, and a socket stays in the namespace it was made in. The thread goes back to its own
-// namespace before it is unlocked; should that fail it stays locked, and the runtime ends it
-// with the goroutine instead of reusing it.
+// nsDialer dials from inside the network namespace ns: a socket stays in the namespace it was
+// made in (netnslab.Enter).
 func nsDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	path := filepath.Join("/run/netns", ns)
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, fmt.Errorf("opening this thread's namespace: %w", err)}
-				return
-			}
-			defer unix.Close(own)
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, fmt.Errorf("opening namespace %s: %w", ns, err)}
-				return
-			}
-			defer unix.Close(fd)
-			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, fmt.Errorf("entering namespace %s: %w", ns, err)}
-				return
-			}
+	return func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		err = netnslab.Enter(ns, func() (err error) {
 			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
-			ch <- result{c, err}
-			if unix.Setns(own, unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-		}()
-		r := <-ch
-		return r.c, r.err
+			c, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/internal/netnslab"
 	"github.com/llmkube/mesh/internal/seal"
 )
 
@@ -59,45 +59,13 @@ type capture struct {
 const maxCapture = 256 << 20
 
 func startCapture(ns string) (*capture, error) {
-	fdc := make(chan int, 1)
-	errc := make(chan error, 1)
-	go func() {
-		// The socket is made on a thread that entered the hub's namespace, and stays there.
-		runtime.LockOSThread()
-		own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(own)
-		target, err := unix.Open(filepath.Join("/run/netns", ns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(target)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		proto := int(htons(unix.ETH_P_ALL))
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, proto)
-		if err == nil {
-			fdc <- fd
-		} else {
-			errc <- err
-		}
-		if unix.Setns(own, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
+	// The socket is made on a thread that entered the hub's namespace, and stays there.
 	var fd int
-	select {
-	case fd = <-fdc:
-	case err := <-errc:
+	err := netnslab.Enter(ns, func() (err error) {
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("a packet socket in %s: %w", ns, err)
 	}
 	c := &capture{f: os.NewFile(uintptr(fd), "capture"), done: make(chan struct{})}

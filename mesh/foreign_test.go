@@ -14,21 +14,11 @@ import (
 // that traffic stops and a healthy member at the address answers our probes, within seconds —
 // not when the finding's ten minutes (one here, the local profile's) run out (issue 42).
 func TestForeignFindingEndsWithItsCause(t *testing.T) {
-	start := func(name string, secret []byte, seeds ...string) *Mesh {
-		m, err := Start(context.Background(), Config{
-			MeshID: "test", Secret: secret, NodeName: name, Role: api.RoleAgent, Profile: ProfileLocal,
-			BindAddr: "127.0.0.1", APIAddr: "127.0.0.1:1", Seeds: seeds, Log: testLog(),
-			DialBack: func(context.Context, string) error { return nil },
-		})
-		require.NoError(t, err)
-		t.Cleanup(func() { m.Shutdown() })
-		return m
-	}
-	a := start("a", testSecret)
-	b := start("b", testSecret, a.GossipAddr())
+	a := startReal(t, "a", api.RoleAgent)
+	b := startReal(t, "b", api.RoleAgent, a.GossipAddr())
 	waitFor(t, 10*time.Second, []*Mesh{a, b}, "formed over real sockets", allAlive("a", "b"))
 	// Another mesh's member at the same address as b (127.0.0.1), trying to join a.
-	intruder := start("intruder", make([]byte, api.SecretSize), a.GossipAddr())
+	intruder := startForeign(t, "intruder", a.GossipAddr())
 	require.Eventually(t, func() bool {
 		_, ok := findingWith(a.Doctor(context.Background()), "gossip from 127.0.0.1")
 		return ok

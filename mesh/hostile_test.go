@@ -19,8 +19,19 @@ import (
 // startReal starts a member on 127.0.0.1 with real UDP and TCP sockets.
 func startReal(t *testing.T, name string, role api.Role, seeds ...string) *Mesh {
 	t.Helper()
+	return startRealWith(t, testSecret, name, role, seeds...)
+}
+
+// startForeign starts an agent of another mesh (its own secret) on 127.0.0.1, joining seeds.
+func startForeign(t *testing.T, name string, seeds ...string) *Mesh {
+	t.Helper()
+	return startRealWith(t, make([]byte, api.SecretSize), name, api.RoleAgent, seeds...)
+}
+
+func startRealWith(t *testing.T, secret []byte, name string, role api.Role, seeds ...string) *Mesh {
+	t.Helper()
 	cfg := Config{
-		MeshID: "test", Secret: testSecret, NodeName: name, Role: role, Profile: ProfileLocal,
+		MeshID: "test", Secret: secret, NodeName: name, Role: role, Profile: ProfileLocal,
 		BindAddr: "127.0.0.1", Seeds: seeds, Log: testLog(),
 		DialBack: func(context.Context, string) error { return nil },
 	}

@@ -93,20 +93,10 @@ func TestAnotherMeshIDIsReported(t *testing.T) {
 }
 
 func TestAnotherSecretOnRealSockets(t *testing.T) {
-	start := func(name string, secret []byte, seeds ...string) *Mesh {
-		m, err := Start(context.Background(), Config{
-			MeshID: "test", Secret: secret, NodeName: name, Role: api.RoleAgent, Profile: ProfileLocal,
-			BindAddr: "127.0.0.1", APIAddr: "127.0.0.1:1", Seeds: seeds, Log: testLog(),
-			DialBack: func(context.Context, string) error { return nil },
-		})
-		require.NoError(t, err)
-		t.Cleanup(func() { m.Shutdown() })
-		return m
-	}
-	a := start("a", testSecret)
-	b := start("b", testSecret, a.GossipAddr())
+	a := startReal(t, "a", api.RoleAgent)
+	b := startReal(t, "b", api.RoleAgent, a.GossipAddr())
 	waitFor(t, 10*time.Second, []*Mesh{a, b}, "formed over real sockets", allAlive("a", "b"))
-	intruder := start("intruder", make([]byte, api.SecretSize), a.GossipAddr())
+	intruder := startForeign(t, "intruder", a.GossipAddr())
 	wrongKey(t, []*Mesh{a, b}, intruder)
 }
 
