@@ -482,8 +482,6 @@ func anErrorType(status int) string {
 		return "rate_limit_error"
 	case http.StatusServiceUnavailable:
 		return "overloaded_error"
-	case http.StatusNotImplemented:
-		return "api_error"
 	}
 	if status >= 500 {
 		return "api_error"

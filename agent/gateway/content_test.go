@@ -11,7 +11,10 @@ import (
 // TestContentText pins the one reading of OpenAI content both dialects had a copy of: the
 // Responses copy read an object ({}) as empty text where Chat Completions refused it.
 func TestContentText(t *testing.T) {
-	chat := func(raw string) (string, error) { return oaMessage{Content: json.RawMessage(raw)}.text() }
+	chat := func(raw string) (string, error) {
+		text, _, err := oaMessage{Content: json.RawMessage(raw)}.parts(&images{})
+		return text, err
+	}
 	for raw, want := range map[string]string{
 		``: "", `null`: "", `""`: "", `[]`: "", `"hi"`: "hi",
 		`[{"type":"text","text":"a"},{"type":"text","text":"b"}]`: "ab",

@@ -38,7 +38,7 @@ func (im *images) add(mediaType, b64 string) (engines.Image, error) {
 		return engines.Image{}, fmt.Errorf("an image is not valid base64: %v", err)
 	}
 	if im.total += len(data); im.total > maxImageBytes {
-		return engines.Image{}, imageBound()
+		return engines.Image{}, fmt.Errorf("the images of one request may take at most %d bytes (%d MiB) decoded", maxImageBytes, maxImageBytes>>20)
 	}
 	return engines.Image{MediaType: mediaType, Data: data}, nil
 }
@@ -54,10 +54,6 @@ func (im *images) ollama(b64 []string) ([]engines.Image, error) {
 		out = append(out, img)
 	}
 	return out, nil
-}
-
-func imageBound() error {
-	return fmt.Errorf("the images of one request may take at most %d bytes (%d MiB) decoded", maxImageBytes, maxImageBytes>>20)
 }
 
 // dataURL decodes an OpenAI image_url: a data URL with base64 data.

@@ -42,22 +42,9 @@ func (g *Gateway) served(who api.Principal) []listed {
 	for _, l := range g.a.ServingAll(who) {
 		add(l.Placement)
 	}
-	if v := g.router.View(); v != nil {
-		seen := map[string]bool{}
-		for _, p := range v.Placements() {
-			if p.Host == g.self || p.State != api.StateReady || !who.Allows(p.Namespace) || seen[p.Model] {
-				continue
-			}
-			seen[p.Model] = true
-			for _, q := range v.Ready(route.NSFilter(who), p.Model) {
-				if q.Host != g.self && who.Allows(q.Namespace) {
-					add(q)
-				}
-			}
-		}
-	}
 	// A sleeping model is listed too, as Ollama lists a model it has but has not loaded: a
-	// request for it wakes it. (Not in /api/ps: nothing of it is loaded.)
+	// request for it wakes it. (Not in /api/ps: nothing of it is loaded.) Dormant ones are
+	// added after every ready one, which they do not displace.
 	var dormant []api.Placement
 	for _, p := range g.a.List(who) {
 		if agent.Dormant(p) {
@@ -65,9 +52,23 @@ func (g *Gateway) served(who api.Principal) []listed {
 		}
 	}
 	if v := g.router.View(); v != nil {
+		seen := map[string]bool{}
 		for _, p := range v.Placements() {
-			if p.Host != g.self && who.Allows(p.Namespace) && agent.Dormant(p) {
+			if p.Host == g.self || !who.Allows(p.Namespace) {
+				continue
+			}
+			if agent.Dormant(p) {
 				dormant = append(dormant, p)
+				continue
+			}
+			if p.State != api.StateReady || seen[p.Model] {
+				continue
+			}
+			seen[p.Model] = true
+			for _, q := range v.Ready(route.NSFilter(who), p.Model) {
+				if q.Host != g.self && who.Allows(q.Namespace) {
+					add(q)
+				}
 			}
 		}
 	}

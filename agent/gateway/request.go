@@ -286,11 +286,6 @@ type oaMessage struct {
 	Name       string          `json:"name"`
 }
 
-// text is a message's content: a string, or the text of an array of content parts.
-func (m oaMessage) text() (string, error) {
-	return contentText(m.Content, "message content must be a string or an array of content parts", "text")
-}
-
 // parts is a message's content, its images (image_url parts) taken into im.
 func (m oaMessage) parts(im *images) (string, []engines.Image, error) {
 	return contentParts(m.Content, "message content must be a string or an array of content parts", im, "text")

@@ -133,9 +133,6 @@ func (c *Client) Do(req *http.Request, peer seal.Peer) (*http.Response, error) {
 	return resp, nil
 }
 
-// CloseIdleConnections closes the kept connections (tests, shutdown).
-func (c *Client) CloseIdleConnections() { c.t.CloseIdleConnections() }
-
 // Request is r, forwarded with body to the agent at addr (host:port) over scheme (http, or
 // https with a TLS transport): the client's method, path and body, its end-to-end headers
 // (CopyHeaders, less its Expect: the body is here already, not to be asked for), the hop mark,

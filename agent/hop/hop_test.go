@@ -69,7 +69,7 @@ func hopTo(t *testing.T, in *http.Request, body string, sealed bool) http.Header
 	}
 	addr := owner(t, name, h)
 	c := NewClient(5*time.Second, id, nil)
-	t.Cleanup(c.CloseIdleConnections)
+	t.Cleanup(c.t.CloseIdleConnections)
 	req, err := Request(context.Background(), in, c.Scheme(), addr, []byte(body))
 	if err != nil {
 		t.Fatal(err)
@@ -104,12 +104,12 @@ func TestSealedHopReachesOnlyTheNodeMeant(t *testing.T) {
 		return resp.Body.Close()
 	}
 	fresh := NewClient(5*time.Second, identity(t, "me"), nil)
-	t.Cleanup(fresh.CloseIdleConnections)
+	t.Cleanup(fresh.t.CloseIdleConnections)
 	if err := hop(fresh, "someone-else"); err == nil || !strings.Contains(err.Error(), "not someone-else") {
 		t.Fatalf("a dial to the wrong node: %v", err)
 	}
 	kept := NewClient(5*time.Second, identity(t, "me"), nil)
-	t.Cleanup(kept.CloseIdleConnections)
+	t.Cleanup(kept.t.CloseIdleConnections)
 	if err := hop(kept, "owner"); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestTransportDial(t *testing.T) {
 		return d.DialContext(ctx, network, owner.Listener.Addr().String())
 	}
 	c := NewClient(5*time.Second, nil, dial)
-	t.Cleanup(c.CloseIdleConnections)
+	t.Cleanup(c.t.CloseIdleConnections)
 	req, _ := http.NewRequest("GET", "http://owner.invalid:1/", nil)
 	resp, err := c.Do(req, seal.Peer{})
 	if err != nil {

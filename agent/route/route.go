@@ -51,8 +51,6 @@ type Unserved struct {
 	Msg      string
 }
 
-func (u *Unserved) Error() string { return u.Msg }
-
 // View is what routing reads of the mesh. *mesh.Mesh satisfies it, answering each call
 // from the mesh's state at that moment, without building a whole view (an agent asks per
 // request, and building one copied every member's state); mesh.View, a snapshot, does too.
