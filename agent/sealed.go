@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"encoding/hex"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -70,11 +70,11 @@ func lanPlain(r *http.Request) bool {
 	return !ip.IsLoopback() && !seal.SameHost(local, &net.TCPAddr{IP: ip})
 }
 
-// SealPeer is member mb as the sealed channel checks it: its name and the key it gossips.
-func SealPeer(mb api.Member) seal.Peer {
-	p := seal.Peer{Name: mb.Name}
-	if k, err := hex.DecodeString(mb.SealKey); err == nil && len(k) > 0 {
-		p.KeyID = k
-	}
-	return p
+// AssertOn fits h, a request another agent is sent over the sealed channel, to carry the
+// principal of the caller in ctx in place of the caller's credentials, which stay here.
+func AssertOn(ctx context.Context, h http.Header) {
+	h.Del("Authorization")
+	h.Del("X-Api-Key") // Anthropic's clients send their token so
+	p, _ := PrincipalFrom(ctx)
+	h.Set(PrincipalHeader, AssertPrincipal(p))
 }

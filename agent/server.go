@@ -622,18 +622,14 @@ func (s *Server) via(h http.HandlerFunc) http.Handler {
 		}
 		addr := mb.Host.APIAddr
 		target := &url.URL{Scheme: s.onward.Scheme(), Host: addr}
-		peer := SealPeer(mb)
+		peer := seal.PeerNamed(mb.Name, mb.SealKey)
 		rp := &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(target)
 				pr.Out.Header.Del(api.HostHeader)
 				pr.Out.Header.Set(api.ViaHeader, s.a.Name())
 				if s.onward.Sealed() {
-					// The other host is told whom the call speaks for; the caller's token stays here.
-					pr.Out.Header.Del("Authorization")
-					pr.Out.Header.Del("X-Api-Key")
-					p, _ := PrincipalFrom(pr.In.Context())
-					pr.Out.Header.Set(PrincipalHeader, AssertPrincipal(p))
+					AssertOn(pr.In.Context(), pr.Out.Header)
 				}
 			},
 			Transport:     roundTripper(func(req *http.Request) (*http.Response, error) { return s.onward.Do(req, peer) }),

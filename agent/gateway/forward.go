@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,7 +65,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	if err != nil {
 		return false, badRequest(err.Error())
 	}
-	resp, err := g.hop.Do(g.sealHop(req, r), peerOf(mb))
+	resp, err := g.hop.Do(g.sealHop(req, r), seal.PeerNamed(mb.Name, mb.SealKey))
 	if err != nil {
 		if r.Context().Err() != nil {
 			return false, r.Context().Err()
@@ -322,18 +321,6 @@ func (g *Gateway) sealHop(req, r *http.Request) *http.Request {
 	if !g.hop.Sealed() {
 		return req
 	}
-	req.Header.Del("Authorization")
-	req.Header.Del("X-Api-Key") // Anthropic's clients send their token so
-	p, _ := agent.PrincipalFrom(r.Context())
-	req.Header.Set(agent.PrincipalHeader, agent.AssertPrincipal(p))
+	agent.AssertOn(r.Context(), req.Header)
 	return req
-}
-
-// peerOf is member mb as the sealed channel checks it: its name and the key it gossips.
-func peerOf(mb api.Member) seal.Peer {
-	p := seal.Peer{Name: mb.Name}
-	if k, err := hex.DecodeString(mb.SealKey); err == nil && len(k) > 0 {
-		p.KeyID = k
-	}
-	return p
 }

@@ -260,6 +260,16 @@ type Peer struct {
 	KeyID []byte
 }
 
+// PeerNamed is the node name as the sealed channel checks it, with the key fingerprint it
+// gossips (hex; "" or malformed: not known yet, so the name alone is checked).
+func PeerNamed(name, keyHex string) Peer {
+	p := Peer{Name: name}
+	if k, err := hex.DecodeString(keyHex); err == nil && len(k) > 0 {
+		p.KeyID = k
+	}
+	return p
+}
+
 // Who is the verified other end of a sealed connection.
 type Who struct {
 	Name string

@@ -374,3 +374,11 @@ func TestSameHost(t *testing.T) {
 	require.False(t, SameHost(a, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 6), Port: 40000}))
 	require.False(t, SameHost(nil, a))
 }
+
+// PeerNamed checks the key a node gossips when it gossips a well-formed one, and the name alone
+// while it gossips none (or junk), as a node that has not yet gossiped its key.
+func TestPeerNamed(t *testing.T) {
+	require.Equal(t, Peer{Name: "pi5", KeyID: []byte{0xab, 0xcd}}, PeerNamed("pi5", "abcd"))
+	require.Equal(t, Peer{Name: "pi5"}, PeerNamed("pi5", ""))
+	require.Equal(t, Peer{Name: "pi5"}, PeerNamed("pi5", "not hex"))
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -80,11 +79,7 @@ func (c *Conn) peerAt(addr string) seal.Peer {
 		if m.Host == nil || m.Host.APIAddr != addr {
 			continue
 		}
-		p := seal.Peer{Name: m.Name}
-		if k, err := hex.DecodeString(m.SealKey); err == nil && len(k) > 0 {
-			p.KeyID = k
-		}
-		return p
+		return seal.PeerNamed(m.Name, m.SealKey)
 	}
 	return seal.Peer{}
 }
