@@ -164,7 +164,11 @@ type Agent struct {
 	drivers  map[api.Runtime]engines.Driver
 	budget   int64
 	hailoMem int64 // 0: no Hailo device
-	started  time.Time
+	// hailoLoad is how long the Hailo-10H's last load took, from the load's start to ready
+	// (hailo-ollama's pause, the load, a restart before it): a swap's silence, said before the
+	// next one (api.Accelerator.LastLoadMillis). 0 before the first.
+	hailoLoad time.Duration
+	started   time.Time
 
 	saveMu sync.Mutex // orders state saves, so an older snapshot never overwrites a newer one
 
@@ -654,6 +658,7 @@ func (a *Agent) hostLocked() api.Host {
 		if acc.Kind == hwprobe.KindHailo {
 			x.Memory = a.hailoMem
 			x.Loaded = loaded
+			x.LastLoadMillis = a.hailoLoad.Milliseconds()
 		}
 		out.Accelerators = append(out.Accelerators, x)
 	}

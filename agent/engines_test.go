@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -675,7 +676,9 @@ func hailoRigWith(t testing.TB, tune func(*hailosim.Config), mod func(*Config)) 
 }
 
 func TestHailoPlaceChatAndSwap(t *testing.T) {
-	a, s, sim := hailoRig(t, nil)
+	// A switch that takes a while, so the host's measure of it has something to show.
+	const switchDelay = 300 * time.Millisecond
+	a, s, sim := hailoRigWith(t, func(c *hailosim.Config) { c.SwitchDelay = switchDelay }, nil)
 	ctx := context.Background()
 	first, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://qwen2:1.5b"})
 	if err != nil {
@@ -707,6 +710,30 @@ func TestHailoPlaceChatAndSwap(t *testing.T) {
 	}
 	if got := sim.Stats().Loaded; got != "llama3.2:3b" {
 		t.Fatalf("device holds %q", got)
+	}
+	// The host says how long its last switch took: what the next swap leaves unanswered.
+	if h, _ := s.admin.Host(ctx); h.Accelerators[0].LastLoadMillis < switchDelay.Milliseconds() {
+		t.Fatalf("last load on the Hailo-10H: %d ms, want at least the switch's %v", h.Accelerators[0].LastLoadMillis, switchDelay)
+	}
+
+	// Swapping back places the first model again: one row for it, not its evicted record beside
+	// the new placement.
+	again, err := s.admin.Place(ctx, api.PlacementRequest{Source: "hailo://qwen2:1.5b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.admin, again.ID, api.StateReady)
+	list, err := s.admin.Placements(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, p := range list {
+		rows = append(rows, p.Model+" "+string(p.State))
+	}
+	slices.Sort(rows)
+	if want := []string{"llama3.2:3b evicted", "qwen2:1.5b ready"}; !slices.Equal(rows, want) {
+		t.Fatalf("placements after swapping back: %q, want %q", rows, want)
 	}
 }
 

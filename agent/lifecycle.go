@@ -233,6 +233,7 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			a.publish(pl, "loading on "+string(pl.p.Runtime))
 			a.saveOrLog()
 		}
+		loadStart := time.Now()
 		inst, err := pl.driver.Load(ctx, pl.model)
 		if ctx.Err() != nil {
 			return
@@ -272,6 +273,9 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 				p.State, p.Reason, p.Code = api.StateReady, "", ""
 				p.Engine, p.LogPath = inst.Endpoint(), inst.LogPath()
 				p.Details = details
+				if s, ok := inst.(interface{ Switched() bool }); ok && s.Switched() {
+					a.hailoLoad = readyAt.Sub(loadStart) // a.mu is held: gossiped with the ready state
+				}
 			})
 			if !ok {
 				return

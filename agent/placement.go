@@ -387,6 +387,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 	pl.p.Reason = verdict.note
 	pl.p.UpdatedAt = time.Now().UTC()
 	pl.victims = verdict.victims
+	a.forgetEndedLocked(pl)
 	a.evictLocked(pl, verdict)
 	a.changedLocked()
 	a.publishLocked(api.EventPlacement, pl, verdict.reason, "")
@@ -745,6 +746,19 @@ const (
 	maxRecordsPerNamespace = 32
 	maxReason              = 2048
 )
+
+// forgetEndedLocked drops the evicted and failed records of pl's model in its namespace on
+// this host, which pl places again: one row per model, where a Hailo swap there and back would
+// otherwise leave a record at every turn. A partial download stays (pl resumes it).
+func (a *Agent) forgetEndedLocked(pl *placement) {
+	for id, o := range a.placements {
+		if o != pl && o.p.Namespace == pl.p.Namespace && o.p.Model == pl.p.Model && o.p.State.Terminal() {
+			delete(a.placements, id)
+			v := o.p
+			a.hub.Publish(api.Event{Type: api.EventDeleted, Message: "forgotten: placed again as " + pl.p.ID, Placement: &v})
+		}
+	}
+}
 
 // pruneLocked forgets the oldest failed and evicted records of namespace ns beyond
 // maxRecordsPerNamespace, with their partial downloads.

@@ -344,6 +344,9 @@ type Accelerator struct {
 	Memory int64  `json:"memory,omitempty"` // device memory in bytes, when known
 	// Loaded is the model on a one-model-at-a-time device (a Hailo-10H), if any.
 	Loaded string `json:"loaded,omitempty"`
+	// LastLoadMillis is how long the last load on a one-model device took, as its agent
+	// measured it (start to ready): what a swap onto it leaves unanswered. 0 before any.
+	LastLoadMillis int64 `json:"last_load_ms,omitempty"`
 }
 
 // Engine is a runtime as seen on one host.

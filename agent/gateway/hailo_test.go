@@ -160,3 +160,17 @@ func TestHailoQueueFullIs429(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, 2.0, metricSum(t, n, "llmkube_gateway_errors_total", "TooBusy"))
 }
+
+// TestHailoReplacedModelSaysSo: a model a swap took off the Hailo-10H is refused with what
+// replaced it and what to do, not as a model the token's namespace lacks.
+func TestHailoReplacedModelSaysSo(t *testing.T) {
+	n, _ := hailoSetup(t, nil, nil)
+	next := place(t, n, api.PlacementRequest{Source: "hailo://llama3.2:3b"})
+	resp, b := call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("qwen2:1.5b", "hi", false, ""))
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", b)
+	code, _, msg := oaErr(t, b)
+	assert.Equal(t, "model_not_found", code)
+	assert.Contains(t, msg, `model "qwen2:1.5b" is not served: it was evicted on pi: replaced by llama3.2:3b (`+next.ID)
+	assert.Contains(t, msg, "place it again")
+	assert.NotContains(t, msg, "namespace")
+}

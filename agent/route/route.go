@@ -164,8 +164,8 @@ func boolOrder(a, b bool) int {
 }
 
 // NotServed is why no replica of model takes the request: not ready when the caller may see a
-// placement of it that is not ready (loading, restarting, on an unreachable host), no such
-// model when there is none — the same answer whether the model exists in a namespace the caller may
+// placement of it that is not ready (loading, restarting, on an unreachable host), evicted or
+// failed (with why) when it may see only such a record, no such model when there is none — the same answer whether the model exists in a namespace the caller may
 // not see or nowhere, so a token learns nothing of other namespaces.
 func (rt *Router) NotServed(who api.Principal, model string, forwarded bool, v View) *Unserved {
 	var seen []api.Placement
@@ -181,8 +181,12 @@ func (rt *Router) NotServed(who api.Principal, model string, forwarded bool, v V
 			}
 		}
 	}
+	var ended *api.Placement
 	for _, p := range seen {
 		if p.State.Terminal() {
+			if ended == nil {
+				ended = &p
+			}
 			continue
 		}
 		why := string(p.State)
@@ -190,6 +194,11 @@ func (rt *Router) NotServed(who api.Principal, model string, forwarded bool, v V
 			why += ": " + p.Reason
 		}
 		return &Unserved{NotReady: true, Msg: fmt.Sprintf("model %q is not ready on %s (%s)", model, p.Host, why)}
+	}
+	if ended != nil {
+		// Evicted (a swap replaced it on a one-model device, or memory ran short) or failed: the
+		// caller may see the record, so it learns why, not that its namespace lacks the model.
+		return &Unserved{Msg: fmt.Sprintf("model %q is not served: it was %s on %s: %s; place it again to use it", model, ended.State, ended.Host, ended.Reason)}
 	}
 	where := "in the mesh"
 	if forwarded || v == nil {

@@ -338,7 +338,8 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		inst.servedAs = ref
 	}
 	err = d.onDevice(ctx, func(before []string) error {
-		if len(before) == 0 || !ollama.SameModel(before[0], ref) {
+		inst.switched = len(before) == 0 || !ollama.SameModel(before[0], ref)
+		if inst.switched {
 			if err := d.restartIfDegrading(ctx, len(before) > 0); err != nil {
 				return err
 			}
@@ -487,7 +488,12 @@ type Instance struct {
 	*ollama.Instance
 	replaced string
 	servedAs string
+	switched bool
 }
+
+// Switched reports whether this load put the model on the device (which held none or another),
+// so its time is what a swap costs; false when the model was there already.
+func (i *Instance) Switched() bool { return i.switched }
 
 // ServedAs is the name the daemon runs the model by when it is not the one asked for (a known
 // rename across releases: a restored hailo://qwen2.5-instruct:1.5b runs as qwen2.5:1.5b on

@@ -268,7 +268,7 @@ func judge(r *api.Ranked, h *api.Host, native, rt api.Runtime, model, needStr st
 			r.Reason = "fits: " + hailo.Loaded + " is already on the Hailo-10H"
 		default:
 			r.Verdict, r.Score = api.VerdictSwap, bandSwap+weightMemory*fitTerm(hailo.Memory-need, req.Spread)
-			r.Reason = "swap: replaces " + hailo.Loaded + " on the Hailo-10H"
+			r.Reason = "swap: replaces " + hailo.Loaded + " on the Hailo-10H; " + swapSilence(*hailo)
 			for _, e := range h.Engines {
 				if e.Runtime == api.RuntimeHailoOllama && hailozoo.ReleaseOf(e.Version).SwapDefect() {
 					// The agent's own estimate says whether it restarts the daemon for it.
@@ -382,4 +382,16 @@ func modelName(raw string) string {
 		return ""
 	}
 	return src.ModelName()
+}
+
+// swapSilence says when a swap leaves the device unanswered: the agent pulls the new model
+// while the old one answers, then nothing answers while the device switches (hailo-ollama's
+// pause, the load, a restart on a release with the swap defect). How long that takes is the
+// device's last load as its agent measured it, or Hailo's published load times before one.
+func swapSilence(hailo api.Accelerator) string {
+	if hailo.LastLoadMillis <= 0 {
+		return "it answers until the pull ends, then nothing does for 7–13 s (Hailo's figures)"
+	}
+	secs := max(1, (hailo.LastLoadMillis+500)/1000)
+	return "it answers until the pull ends, then nothing does for ≈ " + strconv.FormatInt(secs, 10) + " s (last load there)"
 }

@@ -134,7 +134,9 @@ func TestRules(t *testing.T) {
 			api.VerdictRefused, api.CodeInvalidSource, "refused: no model source"},
 
 		{"hailo empty device", pi("h", 0.5, ""), hailo("qwen2:1.5b", gibs(1.6)), api.VerdictFits, "", "fits: needs 1.6 GiB, the Hailo-10H is free"},
-		{"hailo occupied", pi("h", 5, "qwen2:1.5b"), hailo("llama3.2:3b", gibs(2.9)), api.VerdictSwap, "", "swap: replaces qwen2:1.5b on the Hailo-10H"},
+		{"hailo occupied", pi("h", 5, "qwen2:1.5b"), hailo("llama3.2:3b", gibs(2.9)), api.VerdictSwap, "", "swap: replaces qwen2:1.5b on the Hailo-10H; it answers until the pull ends, then nothing does for 7–13 s (Hailo's figures)"},
+		{"hailo occupied, its last load measured", with(pi("h", 5, "qwen2:1.5b"), func(m *api.Member) { m.Host.Accelerators[0].LastLoadMillis = 9400 }), hailo("llama3.2:3b", gibs(2.9)),
+			api.VerdictSwap, "", "swap: replaces qwen2:1.5b on the Hailo-10H; it answers until the pull ends, then nothing does for ≈ 9 s (last load there)"},
 		{"hailo already loaded", pi("h", 5, "qwen2:1.5b"), hailo("qwen2:1.5b", gibs(1.6)), api.VerdictFits, "", "fits: qwen2:1.5b is already on the Hailo-10H"},
 		{"hailo too big for the device", pi("h", 5, ""), hailo("huge:70b", 9*gib),
 			api.VerdictRefused, api.CodeInsufficientMemory, "refused: needs 9.0 GiB, the Hailo-10H has 8.0 GiB"},
@@ -142,7 +144,7 @@ func TestRules(t *testing.T) {
 			`refused: size unknown, not loading blind (memory check "warn" loads anyway)`},
 		{"hailo device inferred from runtime", pi("h", 0.5, "x:1b"),
 			Request{PlacementRequest: api.PlacementRequest{Source: "hailo://qwen2:1.5b"}, Estimate: api.SizeEstimate{Bytes: gibs(1.6)}},
-			api.VerdictSwap, "", "swap: replaces x:1b on the Hailo-10H"},
+			api.VerdictSwap, "", "swap: replaces x:1b on the Hailo-10H; it answers until the pull ends, then nothing does for 7–13 s (Hailo's figures)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -291,7 +293,7 @@ nas        refused: host is suspect [Unreachable]`)
 
 	check(hailo("llama3.2:3b", gibs(2.9)), `
 pi-garage  fits: needs 2.9 GiB, the Hailo-10H is free
-pi-kitchen swap: replaces qwen2:1.5b on the Hailo-10H
+pi-kitchen swap: replaces qwen2:1.5b on the Hailo-10H; it answers until the pull ends, then nothing does for 7–13 s (Hailo's figures)
 linux-box  refused: hailo:// needs a Hailo-10H [AcceleratorMissing]
 mac-mini   refused: namespace default not allowed [NamespaceNotAllowed]
 nas        refused: host is suspect [Unreachable]`)
@@ -398,7 +400,7 @@ func TestHailoRanksAgainstEachHostsOwnList(t *testing.T) {
 	assert.Equal(t, api.CodeNotFound, rs["pi-511"].Code)
 	assert.Equal(t, "refused: this host's hailo-ollama (version 0.5.1) does not offer qwen3:1.7b; it offers deepseek_r1_distill_qwen:1.5b, llama3.2:3b, qwen2.5-coder:1.5b, qwen2.5-instruct:1.5b, qwen2:1.5b", rs["pi-511"].Reason)
 	assert.Equal(t, api.VerdictSwap, rs["pi-530"].Verdict)
-	assert.Equal(t, "swap: replaces qwen2.5:1.5b on the Hailo-10H; hailo-ollama 5.3.0 degrades answers after a swap until it restarts", rs["pi-530"].Reason)
+	assert.Equal(t, "swap: replaces qwen2.5:1.5b on the Hailo-10H; it answers until the pull ends, then nothing does for 7–13 s (Hailo's figures); hailo-ollama 5.3.0 degrades answers after a swap until it restarts", rs["pi-530"].Reason)
 	assert.Equal(t, api.VerdictFits, rs["pi-new"].Verdict)
 
 	// A restored placement's old name: the upgraded Pi has it on the device already, as qwen2.5:1.5b.

@@ -349,6 +349,8 @@ func TestChoosingHosts(t *testing.T) {
 	assert.Nil(t, press(m, "enter"), "a swap asks first")
 	assert.True(t, m.Capturing())
 	assert.Contains(t, m.View(), "place on pi5? it replaces qwen2:1.5b on the Hailo-10H (y/n)")
+	assert.Contains(t, m.View(), "  it answers until the pull ends, then nothing does for 7–13 s (Hailo's figures)\n",
+		"the swap's cost, whole, under the question")
 	cmd := press(m, "n")
 	assert.Equal(t, common.StatusMsg{Text: "not placed on pi5"}, cmd())
 	assert.False(t, m.placing)
@@ -547,6 +549,11 @@ func TestView(t *testing.T) {
 			ranked(m, hailoEstimate, "pi5")
 			press(m, "enter")
 			golden.RequireEqual(t, []byte(m.View()))
+			// The swap's question, with what the swap costs under it.
+			t.Run("swap question", func(t *testing.T) {
+				press(m, "enter")
+				golden.RequireEqual(t, []byte(m.View()))
+			})
 		})
 	}
 }

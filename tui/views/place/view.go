@@ -173,7 +173,15 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 		under = append(under, st.Warn.Render(render.Cut("no host can take it: "+hint, m.width)))
 	}
 	if h := m.swapping; h != nil {
-		under = append(under, st.Danger.Render(render.Cut(fmt.Sprintf("place on %s? it %s (y/n)", h.Host, trimVerdict(*h)), m.width)))
+		// The question first, uncut by what follows it: then what the swap costs (how long
+		// nothing answers, a release's defect), a line each.
+		what, costs, _ := strings.Cut(trimVerdict(*h), "; ")
+		under = append(under, st.Danger.Render(render.Cut(fmt.Sprintf("place on %s? it %s (y/n)", h.Host, what), m.width)))
+		for c := range strings.SplitSeq(costs, "; ") {
+			if c != "" {
+				under = append(under, st.Warn.Render(render.Cut("  "+c, m.width)))
+			}
+		}
 	}
 	head := common.RowsOf(strings.Join(out, "\n"))
 	rows := room - head
