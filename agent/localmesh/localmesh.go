@@ -297,6 +297,9 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 			drivers = append(drivers, d)
 		case api.RuntimeOllama:
 			cfg := ollamasim.DefaultConfig()
+			// The daemon's blobs on disk, as Ollama keeps them: a model sizes from its blob's
+			// header once pulled, as it did from the registry before.
+			cfg.ModelsDir = filepath.Join(dir, "ollama")
 			if !opts.Fast {
 				cfg.PullBytesPerSec = 400 << 20
 				cfg.LoadDelay = 1500 * time.Millisecond

@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.NumCtx, "num-ctx", cfg.NumCtx, "default num_ctx ("+ollama.EnvNumCtx+")")
 	fs.Int64Var(&cfg.VRAM, "vram", cfg.VRAM, "GPU memory in bytes, 0 = CPU only ("+ollama.EnvVRAM+")")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of answers whose request has none ("+ollama.EnvSeed+")")
+	fs.StringVar(&cfg.ModelsDir, "models", cfg.ModelsDir, "folder the pulled models' blobs are written to, like OLLAMA_MODELS ("+ollama.EnvModelsDir+")")
 	if len(args) > 0 && args[0] == "serve" {
 		args = args[1:]
 	}

@@ -37,40 +37,53 @@ func readOptions() []parser.GGUFReadOption {
 
 // localGGUF sizes a GGUF file on this host from its header.
 func (s *Sizer) localGGUF(ctx context.Context, path string, contextSize int, run Run) (api.SizeEstimate, error) {
+	gf, size, perr, err := openGGUF(ctx, path)
+	if err != nil {
+		return api.SizeEstimate{}, err
+	}
+	if gf == nil {
+		// A GGUF this parser cannot read (a newer version, a damaged header) is still a GGUF:
+		// size it by the file, and say so.
+		return fallback(size, fmt.Sprintf("GGUF header of %s could not be parsed (%v)", path, perr)), nil
+	}
+	return fromHeader(gf, contextSize, run, "header read from "+path)
+}
+
+// openGGUF parses the header of the GGUF file at path, a regular file on this host. A header
+// this parser cannot read gives a nil gf, the parser's error as perr, and the file's size.
+func openGGUF(ctx context.Context, path string) (gf *parser.GGUFFile, size int64, perr, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return api.SizeEstimate{}, api.Errorf(api.CodeNotFound, "model file %s does not exist", path)
+		return nil, 0, nil, api.Errorf(api.CodeNotFound, "model file %s does not exist", path)
 	}
 	if err != nil {
-		return api.SizeEstimate{}, failed("cannot read model file: %v", err)
+		return nil, 0, nil, failed("cannot read model file: %v", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return api.SizeEstimate{}, failed("cannot read model file: %v", err)
+		return nil, 0, nil, failed("cannot read model file: %v", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return api.SizeEstimate{}, api.Errorf(api.CodeInvalidSource, "%s is not a regular file", path)
+		return nil, 0, nil, api.Errorf(api.CodeInvalidSource, "%s is not a regular file", path)
 	}
 	if err := CheckMagic(f, path); err != nil {
-		return api.SizeEstimate{}, err
+		return nil, 0, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return api.SizeEstimate{}, failed("sizing %s: %v", path, err)
+		return nil, 0, nil, failed("sizing %s: %v", path, err)
 	}
 	// mmap: the header is a few hundred thousand small reads (one per vocabulary token), ~20×
 	// faster from a mapping than by read calls. A file truncated while mapped cannot crash the
 	// agent: gguf-parser-go copies out of the mapping with debug.SetPanicOnFault and reports a
 	// fault as an error.
-	gf, err := safeParse(func() (*parser.GGUFFile, error) {
+	gf, perr = safeParse(func() (*parser.GGUFFile, error) {
 		return parser.ParseGGUFFile(path, append(readOptions(), parser.UseMMap())...)
 	})
-	if err != nil {
-		// A GGUF this parser cannot read (a newer version, a damaged header) is still a GGUF:
-		// size it by the file, and say so.
-		return fallback(fi.Size(), fmt.Sprintf("GGUF header of %s could not be parsed (%v)", path, err)), nil
+	if perr != nil {
+		return nil, fi.Size(), perr, nil
 	}
-	return fromHeader(gf, contextSize, run, "header read from "+path)
+	return gf, fi.Size(), nil, nil
 }
 
 // remoteGGUF sizes a GGUF behind an HTTP URL from its header, fetched by range requests.

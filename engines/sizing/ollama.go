@@ -2,6 +2,7 @@ package sizing
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"path/filepath"
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -43,6 +45,7 @@ func (s *Sizer) ollama(ctx context.Context, src source.Source, contextSize int) 
 // ollamaModelInfo is the part of /api/show's answer the sizer reads.
 type ollamaModelInfo struct {
 	ModelInfo map[string]any `json:"model_info"`
+	Modelfile string         `json:"modelfile"` // its FROM line names the daemon's model blob
 	Details   struct {
 		ParameterSize     string `json:"parameter_size"`
 		QuantizationLevel string `json:"quantization_level"`
@@ -80,18 +83,66 @@ func (s *Sizer) ollamaShow(ctx context.Context, src source.Source, contextSize i
 	if size <= 0 {
 		return api.SizeEstimate{}, false, fmt.Errorf("the daemon shows %s but lists no size for it in /api/tags", src.Ref())
 	}
-	kv, kvWords := ollamaKV(show.ModelInfo, contextSize)
-	return api.SizeEstimate{
+	est := api.SizeEstimate{
 		TrainContext: ollamaTrainContext(show.ModelInfo),
-		Bytes:        size + kv + Overhead,
 		Weights:      size,
-		KV:           kv,
 		Overhead:     Overhead,
 		Method:       api.SizeShow,
 		Device:       api.DeviceHost,
-		Detail: fmt.Sprintf("weights %s + %s + overhead %s; from the local Ollama daemon (/api/show, /api/tags)",
-			api.FormatBytes(size), kvWords, api.FormatBytes(Overhead)),
-	}, true, nil
+	}
+	// The daemon's own blob holds the GGUF header the registry path reads by range requests:
+	// read here, the model sizes the same before its pull and after.
+	blob := ollamaBlob(show.Modelfile)
+	p, err := blobParts(ctx, blob, contextSize)
+	if err == nil {
+		est.KV, est.Compute, est.TrainContext = p.kv, p.compute, cmp.Or(p.trainContext, est.TrainContext)
+		est.Bytes = size + p.kv + p.compute + Overhead
+		est.Detail = fmt.Sprintf("weights %s + %s + compute %s + overhead %s; weights from the local Ollama daemon (/api/tags), the rest from its model blob's GGUF header (%s)",
+			api.FormatBytes(size), p.kvWords, api.FormatBytes(p.compute), api.FormatBytes(Overhead), blob)
+		return est, true, nil
+	}
+	s.log().Info("the Ollama daemon's model blob not read; compute buffers not counted", "model", src.Ref(), "err", err)
+	kv, kvWords := ollamaKV(show.ModelInfo, contextSize)
+	est.KV, est.Bytes = kv, size+kv+Overhead
+	est.Detail = fmt.Sprintf("weights %s + %s + overhead %s; from the local Ollama daemon (/api/show, /api/tags); compute unknown: %v",
+		api.FormatBytes(size), kvWords, api.FormatBytes(Overhead), err)
+	return est, true, nil
+}
+
+// ollamaBlob is the model blob a daemon's Modelfile names ("FROM <models>/blobs/sha256-<hex>",
+// as /api/show writes it), or "" when its first FROM line names no such file (a model the
+// Modelfile builds FROM another by name).
+func ollamaBlob(modelfile string) string {
+	for line := range strings.Lines(modelfile) {
+		path, ok := strings.CutPrefix(strings.TrimSpace(line), "FROM ")
+		if !ok {
+			continue
+		}
+		path = strings.TrimSpace(path)
+		hex, ok := strings.CutPrefix(filepath.Base(path), "sha256-")
+		if filepath.IsAbs(path) && ok && isSHA256Hex(hex) && filepath.Base(filepath.Dir(path)) == "blobs" {
+			return path
+		}
+		return ""
+	}
+	return ""
+}
+
+// blobParts reads the KV cache and compute buffers from the GGUF header of the daemon's blob
+// at path, on this host (the agent and the daemon share it).
+func blobParts(ctx context.Context, path string, contextSize int) (parts, error) {
+	if path == "" {
+		return parts{}, errors.New("the daemon's Modelfile names no model blob")
+	}
+	gf, _, perr, err := openGGUF(ctx, path)
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae): // openGGUF's every error
+		return parts{}, errors.New(ae.Message) // said in the estimate's words, without a code
+	case gf == nil:
+		return parts{}, fmt.Errorf("the GGUF header of %s could not be parsed (%v)", path, perr)
+	}
+	return headerParts(gf, contextSize, Run{})
 }
 
 // sameOllamaModel compares a daemon's model name with the source, ignoring the default

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines/enginetest"
 	"github.com/llmkube/mesh/sim/gguf"
 	simollama "github.com/llmkube/mesh/sim/ollama"
 )
@@ -275,4 +276,93 @@ func TestOllamaAgainstSimulator(t *testing.T) {
 	st := sim.Stats()
 	assert.Zero(t, st.Pulls)
 	t.Logf("registry requests: %v", st.Registry)
+}
+
+// A model sizes the same before its pull (the registry's manifest and the blob's header by
+// range requests) and after it (the daemon's /api/tags and its own blob's header, read from its
+// models folder): the compute buffers count both times, and the registry is not asked again.
+func TestOllamaSameSizeBeforeAndAfterThePull(t *testing.T) {
+	cfg := simollama.DefaultConfig()
+	cfg.ModelsDir = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sim, err := simollama.Start(ctx, cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	s := &Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL(), Guard: allowLoopback(nil)}
+
+	before, err := s.Estimate(ctx, parse(t, "ollama://qwen2.5:0.5b"), 4096)
+	require.NoError(t, err)
+	require.Equal(t, api.SizeRegistry, before.Method)
+	require.Positive(t, before.Compute)
+
+	resp, err := http.Post(sim.URL()+"/api/pull", "application/json", strings.NewReader(`{"model":"qwen2.5:0.5b","stream":false}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	asked := sim.Stats().Registry
+
+	after, err := s.Estimate(ctx, parse(t, "ollama://qwen2.5:0.5b"), 4096)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeShow, after.Method)
+	assert.Equal(t, before.KV, after.KV)
+	assert.Equal(t, before.Compute, after.Compute, "the compute buffers count after the pull too")
+	assert.Equal(t, before.TrainContext, after.TrainContext)
+	// The daemon's size is the whole model (its template, license and config too): a few KiB.
+	assert.InDelta(t, before.Bytes, after.Bytes, 64<<10, "before %s, after %s", api.FormatBytes(before.Bytes), api.FormatBytes(after.Bytes))
+	assert.Contains(t, after.Detail, "the rest from its model blob's GGUF header ("+cfg.ModelsDir+"/blobs/sha256-")
+	assert.Equal(t, asked, sim.Stats().Registry, "a model the daemon holds is sized without the registry")
+
+	// A daemon whose blob this host cannot read (another machine's folder): the estimate says
+	// the compute buffers are unknown, and why.
+	cfg.ModelsDir = ""
+	cfg.Preloaded = []string{"qwen2.5:0.5b"}
+	elsewhere, err := simollama.Start(ctx, cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { elsewhere.Close() })
+	s.OllamaDaemon = elsewhere.URL()
+	est, err := s.Estimate(ctx, parse(t, "ollama://qwen2.5:0.5b"), 4096)
+	require.NoError(t, err)
+	assert.Equal(t, api.SizeShow, est.Method)
+	assert.Zero(t, est.Compute)
+	assert.Contains(t, est.Detail, "compute unknown: model file /root/.ollama/models/blobs/sha256-")
+}
+
+func TestOllamaBlob(t *testing.T) {
+	hex := strings.Repeat("0a", 32)
+	for modelfile, want := range map[string]string{
+		"# FROM qwen2:1.5b\n\nFROM /var/lib/ollama/models/blobs/sha256-" + hex + "\nTEMPLATE x\n": "/var/lib/ollama/models/blobs/sha256-" + hex,
+		"FROM qwen2:1.5b\n":                  "", // built from another model by name
+		"FROM ./blobs/sha256-" + hex + "\n":  "", // relative
+		"FROM /etc/passwd\n":                 "",
+		"FROM /x/blobs/sha256-abc\n":         "",
+		"FROM /x/other/sha256-" + hex + "\n": "",
+		"":                                   "",
+		"FROM qwen2\nFROM /x/blobs/sha256-" + hex + "\n":        "", // only the first FROM is the model
+		"  FROM   /x/blobs/sha256-" + hex + "  \r\nPARAMETER\n": "/x/blobs/sha256-" + hex,
+	} {
+		assert.Equal(t, want, ollamaBlob(modelfile), "%q", modelfile)
+	}
+}
+
+// The real Ollama (../shared/engines; skipped without it): a model made with `ollama create`
+// sizes from the daemon's own blob as the same GGUF file sizes by its path, with no registry.
+func TestRealOllamaSizesFromItsBlob(t *testing.T) {
+	gguf := enginetest.TinyGGUF(t)
+	daemon := enginetest.StartOllama(t)
+	daemon.Create(t, "tiny", gguf)
+	// A registry on a closed loopback port: were the sizer to ask one, it would fail.
+	s := &Sizer{OllamaDaemon: daemon.URL, OllamaRegistry: "http://127.0.0.1:9", Guard: allowLoopback(nil)}
+	est, err := s.Estimate(context.Background(), parse(t, "ollama://tiny"), 1024)
+	require.NoError(t, err)
+	require.Equal(t, api.SizeShow, est.Method)
+	file, err := s.Estimate(context.Background(), parse(t, gguf), 1024)
+	require.NoError(t, err)
+	assert.Equal(t, file.KV, est.KV)
+	// Within bytes: ollama create writes its own copy of the file, whose header the estimator's
+	// footprint counts (32 bytes apart with Ollama 0.33 and tiny.gguf).
+	assert.InDelta(t, file.Compute, est.Compute, 4096)
+	assert.Positive(t, est.Compute)
+	assert.Contains(t, est.Detail, "the rest from its model blob's GGUF header (")
+	t.Logf("daemon: %s", est.Detail)
 }

@@ -1,6 +1,7 @@
 package ollama
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -8,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -325,6 +328,44 @@ func ggufHeader(m *modelSpec) []byte {
 		b = append(b, 0)
 	}
 	return b
+}
+
+// blobPath is where the daemon keeps m's model blob, as Ollama names it: blobs/sha256-<hex>
+// under its models folder.
+func (s *Server) blobPath(m *modelSpec) string {
+	dir := cmp.Or(s.cfg.ModelsDir, "/root/.ollama/models")
+	return filepath.Join(dir, "blobs", strings.Replace(m.layers[0].Digest, ":", "-", 1))
+}
+
+// writeBlob keeps m's model blob in cfg.ModelsDir, when set: its GGUF header, then a hole up to
+// the layer's size. Written whole before it is renamed into place, as Ollama's are.
+func (s *Server) writeBlob(m *modelSpec) error {
+	if s.cfg.ModelsDir == "" {
+		return nil
+	}
+	path := s.blobPath(m)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("ollama sim: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "partial-")
+	if err != nil {
+		return fmt.Errorf("ollama sim: %w", err)
+	}
+	_, err = f.Write(m.ggufHead)
+	if err == nil {
+		err = f.Truncate(m.layers[0].Size)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("ollama sim: writing the blob of %s: %w", m.name, err)
+	}
+	return nil
 }
 
 // blob serves a layer's bytes: a small layer's content, or for the model layer its GGUF header

@@ -41,6 +41,11 @@ type Config struct {
 	// LongestAnswer is the most tokens an answer runs before the simulated model ends it on its
 	// own (simtext.AnswerLengthUpTo); 0 = simtext.MaxAnswer.
 	LongestAnswer int
+	// ModelsDir is where the daemon keeps its blobs (OLLAMA_MODELS): when set, a pulled model's
+	// blob is written to <ModelsDir>/blobs/sha256-<hex> (its GGUF header, the rest a hole, so
+	// nothing is allocated for the weights) and /api/show's Modelfile names it, as Ollama's does.
+	// Empty: no blob is written, and the Modelfile names /root/.ollama/models.
+	ModelsDir string
 }
 
 // Forever is the keep-alive of a model that never unloads (keep_alive < 0), as Ollama stores it.
@@ -75,6 +80,7 @@ const (
 	EnvSeed            = "OLLAMA_SIM_SEED"
 	EnvStampTokens     = "OLLAMA_SIM_STAMP_TOKENS"   // true or false
 	EnvLongestAnswer   = "OLLAMA_SIM_LONGEST_ANSWER" // tokens: 0 or 8 to 100000
+	EnvModelsDir       = "OLLAMA_SIM_MODELS"         // a folder, like OLLAMA_MODELS
 )
 
 // ConfigFromEnv returns base with settings from the environment (read through getenv); unset
@@ -90,6 +96,7 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 	str(EnvAddr, &cfg.Addr)
 	str(EnvRegistryAddr, &cfg.RegistryAddr)
 	str(EnvVersion, &cfg.Version)
+	str(EnvModelsDir, &cfg.ModelsDir)
 	if v := getenv(EnvPreloaded); v != "" {
 		cfg.Preloaded = SplitList(v)
 	}

@@ -98,6 +98,9 @@ func (s *Server) pull(ctx context.Context, name string, emit func(progress) erro
 			return err
 		}
 	}
+	if err := s.writeBlob(spec); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.pulled[name] = &pulledModel{name: name, spec: spec, modified: time.Now()}
 	s.stats.Pulls++
