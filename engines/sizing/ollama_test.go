@@ -245,16 +245,22 @@ func TestOllamaRegistryReadsBlobHeader(t *testing.T) {
 	}
 }
 
+// startOllamaSim starts the Ollama simulator, tuned, until t ends.
+func startOllamaSim(t *testing.T, tune func(*simollama.Config)) *simollama.Server {
+	t.Helper()
+	cfg := simollama.DefaultConfig()
+	tune(&cfg)
+	sim, err := simollama.Start(context.Background(), cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	return sim
+}
+
 // The Ollama simulator's daemon and registry: a model the daemon has is sized by /api/show, the
 // others by the registry manifest and the model blob's header, and nothing is pulled.
 func TestOllamaAgainstSimulator(t *testing.T) {
-	cfg := simollama.DefaultConfig()
-	cfg.Preloaded = []string{"llama3.2:1b"}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	sim, err := simollama.Start(ctx, cfg, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	ctx := context.Background()
+	sim := startOllamaSim(t, func(c *simollama.Config) { c.Preloaded = []string{"llama3.2:1b"} })
 	s := &Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL(), Guard: allowLoopback(nil)}
 
 	est, err := s.Estimate(ctx, parse(t, "ollama://llama3.2:1b"), 0)
@@ -282,13 +288,9 @@ func TestOllamaAgainstSimulator(t *testing.T) {
 // range requests) and after it (the daemon's /api/tags and its own blob's header, read from its
 // models folder): the compute buffers count both times, and the registry is not asked again.
 func TestOllamaSameSizeBeforeAndAfterThePull(t *testing.T) {
-	cfg := simollama.DefaultConfig()
-	cfg.ModelsDir = t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	sim, err := simollama.Start(ctx, cfg, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	ctx := context.Background()
+	models := t.TempDir()
+	sim := startOllamaSim(t, func(c *simollama.Config) { c.ModelsDir = models })
 	s := &Sizer{OllamaDaemon: sim.URL(), OllamaRegistry: sim.RegistryURL(), Guard: allowLoopback(nil)}
 
 	before, err := s.Estimate(ctx, parse(t, "ollama://qwen2.5:0.5b"), 4096)
@@ -310,16 +312,12 @@ func TestOllamaSameSizeBeforeAndAfterThePull(t *testing.T) {
 	assert.Equal(t, before.TrainContext, after.TrainContext)
 	// The daemon's size is the whole model (its template, license and config too): a few KiB.
 	assert.InDelta(t, before.Bytes, after.Bytes, 64<<10, "before %s, after %s", api.FormatBytes(before.Bytes), api.FormatBytes(after.Bytes))
-	assert.Contains(t, after.Detail, "the rest from its model blob's GGUF header ("+cfg.ModelsDir+"/blobs/sha256-")
+	assert.Contains(t, after.Detail, "the rest from its model blob's GGUF header ("+models+"/blobs/sha256-")
 	assert.Equal(t, asked, sim.Stats().Registry, "a model the daemon holds is sized without the registry")
 
 	// A daemon whose blob this host cannot read (another machine's folder): the estimate says
 	// the compute buffers are unknown, and why.
-	cfg.ModelsDir = ""
-	cfg.Preloaded = []string{"qwen2.5:0.5b"}
-	elsewhere, err := simollama.Start(ctx, cfg, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { elsewhere.Close() })
+	elsewhere := startOllamaSim(t, func(c *simollama.Config) { c.Preloaded = []string{"qwen2.5:0.5b"} })
 	s.OllamaDaemon = elsewhere.URL()
 	est, err := s.Estimate(ctx, parse(t, "ollama://qwen2.5:0.5b"), 4096)
 	require.NoError(t, err)
