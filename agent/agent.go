@@ -92,6 +92,10 @@ type Config struct {
 	// cannot speak TLS; only the gateway's routes, never the admin token. Shown in GET /v1/host
 	// and as a doctor's finding.
 	LANHTTP bool
+	// Offline: downloads reach only an allowlist of hosts that are not the internet's (a local
+	// mesh's loopback), so hf:// and https:// sources are refused. Gossiped, so a console
+	// suggests what does work.
+	Offline bool
 	// AllowHTTP accepts plain http:// sources (a LAN mirror, a test server).
 	AllowHTTP bool
 	// GGUFDirs are the folders file:// sources may name, besides the model store. Only the
@@ -638,6 +642,7 @@ func (a *Agent) hostLocked() api.Host {
 		Namespaces: slices.Clone(a.cfg.Namespaces),
 		Anonymous:  a.cfg.AnonymousNamespace,
 		LANHTTP:    a.cfg.LANHTTP,
+		Offline:    a.cfg.Offline,
 		APIAddr:    a.cfg.APIAddr,
 		Version:    a.cfg.Version,
 		StartedAt:  a.started,

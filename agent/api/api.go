@@ -379,7 +379,10 @@ type Host struct {
 	Anonymous string `json:"anonymous_namespace,omitempty"`
 	// LANHTTP: the API serves plain HTTP to other hosts too (the gateway's routes only), so
 	// what crosses it can be read on the LAN.
-	LANHTTP    bool      `json:"lan_http,omitempty"`
+	LANHTTP bool `json:"lan_http,omitempty"`
+	// Offline: the agent downloads from no internet host (a local mesh): hf:// and https://
+	// sources are refused there.
+	Offline    bool      `json:"offline,omitempty"`
 	Placements int       `json:"placements"`
 	APIAddr    string    `json:"api_addr"` // host:port of this agent's API
 	Version    string    `json:"version"`

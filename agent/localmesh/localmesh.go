@@ -371,6 +371,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		Namespaces:     spec.Namespaces,
 		AllowHTTP:      true,
 		GGUFDirs:       nonEmpty(h.Models),
+		Offline:        true, // guard's allowlist: loopback only
 		Version:        "local",
 		Log:            log.With("part", "agent"),
 	}

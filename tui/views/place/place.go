@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -126,7 +127,7 @@ type (
 func New(ctx *common.Context) *Model {
 	st := ctx.Styles
 	m := &Model{ctx: ctx, sugg: -1}
-	m.inputs[fieldSource] = common.NewInput(st, "", "hailo://qwen2:1.5b · ollama://llama3.2:3b · hf://owner/repo/file.gguf · /path/x.gguf")
+	m.inputs[fieldSource] = common.NewInput(st, "", SourceHint(ctx.Mesh))
 	m.inputs[fieldNamespace] = common.NewInput(st, "", api.DefaultNamespace)
 	m.inputs[fieldContext] = common.NewInput(st, "", strconv.Itoa(api.DefaultContext))
 	m.inputs[fieldPriority] = common.NewInput(st, "", string(api.PriorityNormal))
@@ -358,6 +359,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.hostCur.Move(m.ctx.Keys, msg, len(m.hosts), where.rows)
 		}
 	case common.MeshMsg:
+		m.inputs[fieldSource].Placeholder = m.ctx.Styles.Placeholder(SourceHint(m.ctx.Mesh))
 		m.rerank()
 	case debounceMsg:
 		if msg.seq == m.seq {
@@ -733,6 +735,30 @@ func (m *Model) enter() tea.Cmd {
 	}
 	m.hostCur.Pos = m.bestIndex()
 	return m.setFocus(fieldHosts)
+}
+
+// SourceHint is the source field's placeholder: examples of each kind of source, or, when every
+// agent is offline (a local mesh, which refuses hf:// and https://), what its hosts hold.
+func SourceHint(v api.MeshView) string {
+	const examples = "hailo://qwen2:1.5b · ollama://llama3.2:3b · hf://owner/repo/file.gguf · /path/x.gguf"
+	kindOf := map[api.Runtime]string{api.RuntimeHailoOllama: "hailo://", api.RuntimeOllama: "ollama://", api.RuntimeLlamaServer: "GGUF files"}
+	agents := console.Agents(v)
+	var kinds []string
+	for _, a := range agents {
+		if !a.Host.Offline {
+			return examples
+		}
+		for _, e := range a.Host.Engines {
+			if k := kindOf[e.Runtime]; e.Present && k != "" && !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	if len(kinds) == 0 {
+		return examples
+	}
+	slices.Sort(kinds) // the same whatever the hosts' order
+	return "offline mesh: ↓ lists its " + strings.Join(kinds, ", ")
 }
 
 // Suggestion is a source the form offers, with where it comes from.

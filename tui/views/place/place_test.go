@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -830,4 +831,29 @@ func TestSwapSaysWhatItReplaced(t *testing.T) {
 	require.True(t, m.placing)
 	cmd := m.waited(waitedMsg{seq: m.placeSeq, p: api.Placement{ID: "p-9", Model: "qwen2.5-instruct:1.5b", Host: "pi5", State: api.StateReady}})
 	assert.Equal(t, common.StatusMsg{Text: "replaced qwen2:1.5b on pi5 by qwen2.5-instruct:1.5b, ready"}, cmd())
+}
+
+// In a mesh whose every agent is offline (the demo's), the source field's placeholder offers
+// what its hosts hold, not an hf:// source they would refuse; elsewhere it shows every kind.
+func TestSourceHintOffline(t *testing.T) {
+	ctx := testCtx()
+	m := New(ctx)
+	m.SetSize(120, 35)
+	assert.Contains(t, m.View(), "hf://owner/repo/file.gguf", "an online mesh: hf:// is an example")
+	m.SetSize(80, 24)
+
+	offline := ctx.Mesh
+	offline.Members = slices.Clone(offline.Members)
+	for i, mb := range offline.Members {
+		if mb.Host != nil {
+			h := *mb.Host
+			h.Offline = true
+			offline.Members[i].Host = &h
+		}
+	}
+	ctx.Mesh = offline
+	m.Update(common.MeshMsg{})
+	v := m.View()
+	assert.NotContains(t, v, "hf://")
+	assert.Contains(t, v, "offline mesh: ↓ lists its GGUF files, hailo://, ollama://")
 }
