@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/engines/enginetest"
@@ -98,7 +99,7 @@ func engineAgent(t testing.TB, dir, fixture string, drivers []engines.Driver, mo
 }
 
 // waitState waits for a placement to reach want, failing at once if it fails instead.
-func waitState(t testing.TB, c *api.Client, id string, want api.PlacementState) api.Placement {
+func waitState(t testing.TB, c *apiclient.Client, id string, want api.PlacementState) api.Placement {
 	t.Helper()
 	var p api.Placement
 	waitFor(t, func() bool {
@@ -408,7 +409,7 @@ func TestRestartRestoresPlacements(t *testing.T) {
 // startPersisted runs an agent on dir's models and state with llama-server, served with
 // secret, as a restart test starts it again and again: stop cancels it and closes its state,
 // and done has what Run returned.
-func startPersisted(t *testing.T, dir string, secret []byte) (a *Agent, c *api.Client, stop context.CancelFunc, done chan error) {
+func startPersisted(t *testing.T, dir string, secret []byte) (a *Agent, c *apiclient.Client, stop context.CancelFunc, done chan error) {
 	t.Helper()
 	cfg := Config{
 		ModelsDir: filepath.Join(dir, "models"), AllowTempStore: true,
@@ -431,7 +432,7 @@ func startPersisted(t *testing.T, dir string, secret []byte) (a *Agent, c *api.C
 }
 
 // serveWith serves a's API with a given secret (Run is the caller's).
-func serveWith(t testing.TB, a *Agent, secret []byte) *api.Client {
+func serveWith(t testing.TB, a *Agent, secret []byte) *apiclient.Client {
 	t.Helper()
 	ln, err := netListen()
 	if err != nil {
@@ -442,7 +443,7 @@ func serveWith(t testing.TB, a *Agent, secret []byte) *api.Client {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return api.NewClient("http://"+ln.Addr().String(), api.AdminToken(secret))
+	return apiclient.New("http://"+ln.Addr().String(), api.AdminToken(secret))
 }
 
 func TestNamespaceTokenSeesOnlyItsNamespace(t *testing.T) {
@@ -531,7 +532,7 @@ func (u unmeasured) Load(ctx context.Context, m engines.Model) (engines.Instance
 }
 
 // waitMeasured waits for a placement's engine memory to be measured.
-func waitMeasured(t testing.TB, c *api.Client, id string) api.Placement {
+func waitMeasured(t testing.TB, c *apiclient.Client, id string) api.Placement {
 	t.Helper()
 	var p api.Placement
 	waitFor(t, func() bool {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/engines/sizing"
 	"github.com/llmkube/mesh/hwprobe"
@@ -81,7 +82,7 @@ type served struct {
 	srv    *Server
 	url    string
 	secret []byte
-	admin  *api.Client
+	admin  *apiclient.Client
 }
 
 // serve runs a (Run) and its API server until the test ends.
@@ -113,7 +114,7 @@ func serve(t testing.TB, a *Agent, mod func(*ServerConfig)) *served {
 		}
 	})
 	s := &served{a: a, srv: srv, url: "http://" + ln.Addr().String(), secret: secret}
-	s.admin = api.NewClient(s.url, api.AdminToken(secret))
+	s.admin = apiclient.New(s.url, api.AdminToken(secret))
 	waitReady(t, a)
 	return s
 }
@@ -124,13 +125,13 @@ func waitReady(t testing.TB, a *Agent) {
 }
 
 // nsClient is a client holding namespace ns's token.
-func (s *served) nsClient(t testing.TB, ns string) *api.Client {
+func (s *served) nsClient(t testing.TB, ns string) *apiclient.Client {
 	t.Helper()
 	tok, err := api.NamespaceToken(api.AdminToken(s.secret), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return api.NewClient(s.url, tok)
+	return apiclient.New(s.url, tok)
 }
 
 // codeOfErr is the API error code of err, or "".

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 )
 
 func do(t *testing.T, method, url, token, body string) (*http.Response, api.ErrorBody) {
@@ -99,7 +100,7 @@ func TestRefusalsBeforeSizing(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		name   string
-		client *api.Client
+		client *apiclient.Client
 		req    api.PlacementRequest
 		code   api.Code
 		status int
@@ -210,7 +211,7 @@ func TestEventsStreamReplayAndNamespaces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	stream := func(c *api.Client, after uint64) <-chan api.Event {
+	stream := func(c *apiclient.Client, after uint64) <-chan api.Event {
 		ch := make(chan api.Event, 16)
 		go func() {
 			_ = c.Events(ctx, after, nil, func(ev api.Event) error {
@@ -333,7 +334,7 @@ func TestDoctorShowsAnonymousAccess(t *testing.T) {
 		}
 		return false
 	}
-	for name, c := range map[string]*api.Client{"admin": s.admin, "home": s.nsClient(t, "home"), "team-a": s.nsClient(t, "team-a")} {
+	for name, c := range map[string]*apiclient.Client{"admin": s.admin, "home": s.nsClient(t, "home"), "team-a": s.nsClient(t, "team-a")} {
 		r, err := c.Doctor(context.Background())
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/assets"
 	"github.com/llmkube/mesh/sim/gguf"
 )
@@ -185,8 +186,8 @@ func (a *agentHost) start() error {
 func (a *agentHost) apiURL() string { return fmt.Sprintf("https://%s:%d", a.Addr, apiPort) }
 
 // client is an API client of agent a, reaching it from host from.
-func (e *env) client(from *netHost, a *agentHost, token string) *api.Client {
-	return &api.Client{BaseURL: a.apiURL(), Token: token, HTTP: from.HTTP}
+func (e *env) client(from *netHost, a *agentHost, token string) *apiclient.Client {
+	return &apiclient.Client{BaseURL: a.apiURL(), Token: token, HTTP: from.HTTP}
 }
 
 // get fetches url from inside the host's namespace and returns the status and body.

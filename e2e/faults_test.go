@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 )
 
 // Detection bounds: on an idle LAN suspect within about 2 s, dead within about 5 s (DESIGN.md,
@@ -218,7 +219,7 @@ func checkLinkCut(ctx context.Context, t *testing.T, e *env, n note) {
 		t.Fatal(err)
 	}
 	// x86's own API, which only x86 itself reaches while its link is down.
-	own := &api.Client{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Token: e.admin, HTTP: e.x86.HTTP}
+	own := &apiclient.Client{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Token: e.admin, HTTP: e.x86.HTTP}
 	alone := watchAlone(ctx, e, own, cut)
 	restored := false
 	restore := func() {
@@ -325,7 +326,7 @@ type aloneResult struct {
 }
 
 // watchAlone watches, from the cut, x86's own view until it sees no other member alive.
-func watchAlone(ctx context.Context, e *env, own *api.Client, cut time.Time) <-chan aloneResult {
+func watchAlone(ctx context.Context, e *env, own *apiclient.Client, cut time.Time) <-chan aloneResult {
 	alone := make(chan aloneResult, 1)
 	go func() {
 		_, err := eventually(ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
@@ -346,7 +347,7 @@ func watchAlone(ctx context.Context, e *env, own *api.Client, cut time.Time) <-c
 }
 
 // checkOwnDoctor: x86's own doctor says it is cut off before the link is back.
-func checkOwnDoctor(ctx context.Context, t *testing.T, own *api.Client, cut, back time.Time, n note) {
+func checkOwnDoctor(ctx context.Context, t *testing.T, own *apiclient.Client, cut, back time.Time, n note) {
 	var found string
 	took, err := eventually(ctx, time.Until(back)-time.Second, func(ctx context.Context) (bool, string) {
 		rep, err := own.Doctor(ctx)

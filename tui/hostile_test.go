@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
@@ -92,7 +93,7 @@ func TestRemoteEscapesNeverReachTheScreen(t *testing.T) {
 	var got []api.Event
 	ectx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_ = api.NewClient(srv.URL, "t").Events(ectx, 0, nil, func(e api.Event) error {
+	_ = apiclient.New(srv.URL, "t").Events(ectx, 0, nil, func(e api.Event) error {
 		got = append(got, e)
 		cancel()
 		return nil

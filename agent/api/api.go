@@ -500,3 +500,17 @@ type Ranked struct {
 	Score   float64 `json:"score"`
 	Runtime Runtime `json:"runtime,omitempty"`
 }
+
+// Estimation is the answer to POST /v1/estimate: the size and whether this host would admit it now.
+type Estimation struct {
+	Estimate SizeEstimate `json:"estimate"`
+	Verdict  Verdict      `json:"verdict"`
+	Code     Code         `json:"code,omitempty"`
+	Reason   string       `json:"reason"`
+	Free     int64        `json:"free"`
+}
+
+// PlacementList is GET /v1/placements.
+type PlacementList struct {
+	Placements []Placement `json:"placements"`
+}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmkube/mesh/agent/dialect"
 	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/ollama"
 )
@@ -29,8 +30,8 @@ func BenchmarkAdaptTokens(b *testing.B) {
 	for _, shape := range []struct{ name, end string }{{"ollama", "\n"}, {"hailo", "\r\n"}} {
 		for _, client := range []struct {
 			name string
-			d    dialect
-		}{{"sse", dialectOpenAI}, {"ndjson", dialectOllamaChat}} {
+			d    dialect.Dialect
+		}{{"sse", dialect.OpenAI}, {"ndjson", dialect.OllamaChat}} {
 			b.Run(shape.name+"/"+client.name, func(b *testing.B) {
 				answer := func(n int) string {
 					var body strings.Builder
@@ -50,7 +51,7 @@ func BenchmarkAdaptTokens(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				call := &chatCall{d: client.d, model: "llama", stream: true}
+				call := &dialect.Call{Dialect: client.d, Model: "llama", Stream: true}
 				req := engines.ChatRequest{Messages: []engines.Message{{Role: "user", Content: "hi"}}}
 				var w dropWriter
 				one := func(c *ollama.Client) (time.Duration, uint64) {
@@ -58,14 +59,14 @@ func BenchmarkAdaptTokens(b *testing.B) {
 					runtime.ReadMemStats(&ms)
 					m0 := ms.Mallocs
 					t0 := time.Now()
-					run := newRelay(newEncoder(call, &w, time.Minute, t0))
+					run := newRelay(dialect.NewEncoder(call, &w, time.Minute, t0))
 					if err := c.Chat(context.Background(), "llama3.2:1b", req, nil, run.take); err != nil {
 						b.Fatal(err)
 					}
-					if err := run.enc.finish(stats{finish: "stop"}); err != nil {
+					if err := run.enc.Finish(dialect.Stats{Finish: "stop"}); err != nil {
 						b.Fatal(err)
 					}
-					run.enc.stop()
+					run.enc.Stop()
 					took := time.Since(t0)
 					runtime.ReadMemStats(&ms)
 					if run.count != 1 && run.count != 33 {
@@ -96,9 +97,9 @@ func BenchmarkAdaptTokens(b *testing.B) {
 //
 //	go test -run '^$' -bench OAChunk -benchmem ./agent/gateway/
 func BenchmarkOAChunk(b *testing.B) {
-	call := &chatCall{d: dialectOpenAI, model: "tiny", stream: true}
+	call := &dialect.Call{Dialect: dialect.OpenAI, Model: "tiny", Stream: true}
 	var w dropWriter
-	run := newRelay(newEncoder(call, &w, time.Minute, time.Now()))
+	run := newRelay(dialect.NewEncoder(call, &w, time.Minute, time.Now()))
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := run.take(engines.ChatChunk{Content: " word12", More: true}); err != nil {
@@ -108,7 +109,7 @@ func BenchmarkOAChunk(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	run.enc.stop()
+	run.enc.Stop()
 }
 
 // memAnswer answers every request with its NDJSON body.

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/dialect"
 	"github.com/llmkube/mesh/agent/route"
 	"github.com/llmkube/mesh/engines"
 )
@@ -19,9 +19,6 @@ import (
 // Embeddings: OpenAI's POST /v1/embeddings, Ollama's POST /api/embed and its older
 // /api/embeddings, served by the engines that embed (engines.Embedder: Ollama, llama-server
 // started with --embeddings) and refused clearly by the others (hailo-ollama).
-
-// maxEmbedInputs bounds the inputs of one request (OpenAI's own limit).
-const maxEmbedInputs = 2048
 
 type embedForm int
 
@@ -38,33 +35,14 @@ type embedCall struct {
 	base64 bool // OpenAI encoding_format "base64" (the OpenAI JS SDK's default)
 }
 
-func (f embedForm) dialect() dialect {
+func (f embedForm) dialect() dialect.Dialect {
 	if f == embedOpenAI {
-		return dialectOpenAI
+		return dialect.OpenAI
 	}
-	return dialectOllamaChat
+	return dialect.OllamaChat
 }
 
-// textInputs reads an input that is a string or an array of strings.
-func textInputs(raw json.RawMessage) ([]string, error) {
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		return []string{one}, nil
-	}
-	var many []string
-	if err := json.Unmarshal(raw, &many); err != nil {
-		return nil, errors.New("input must be a string or an array of strings (token arrays are not supported: send text)")
-	}
-	if len(many) == 0 {
-		return nil, errors.New("input is empty")
-	}
-	if len(many) > maxEmbedInputs {
-		return nil, fmt.Errorf("%d inputs: at most %d", len(many), maxEmbedInputs)
-	}
-	return many, nil
-}
-
-func parseEmbed(form embedForm, body []byte) (*embedCall, *failure) {
+func parseEmbed(form embedForm, body []byte) (*embedCall, *dialect.Failure) {
 	var req struct {
 		Model          string          `json:"model"`
 		Input          json.RawMessage `json:"input"`
@@ -72,14 +50,14 @@ func parseEmbed(form embedForm, body []byte) (*embedCall, *failure) {
 		EncodingFormat string          `json:"encoding_format"`
 		Dimensions     *int            `json:"dimensions"`
 	}
-	if f := decodeJSON(body, &req); f != nil {
+	if f := dialect.DecodeJSON(body, &req); f != nil {
 		return nil, f
 	}
 	if req.Model == "" {
-		return nil, badRequest("model is required")
+		return nil, dialect.BadRequest("model is required")
 	}
 	if req.Dimensions != nil {
-		return nil, badRequest("dimensions is not supported: the engines answer with the model's own")
+		return nil, dialect.BadRequest("dimensions is not supported: the engines answer with the model's own")
 	}
 	c := &embedCall{form: form, model: req.Model}
 	switch req.EncodingFormat {
@@ -87,21 +65,21 @@ func parseEmbed(form embedForm, body []byte) (*embedCall, *failure) {
 	case "base64":
 		c.base64 = true
 	default:
-		return nil, badRequest(fmt.Sprintf("encoding_format %q: want float or base64", req.EncodingFormat))
+		return nil, dialect.BadRequest(fmt.Sprintf("encoding_format %q: want float or base64", req.EncodingFormat))
 	}
 	if form == embedOllamaLegacy {
 		if req.Prompt == nil {
-			return nil, badRequest("prompt is required")
+			return nil, dialect.BadRequest("prompt is required")
 		}
 		c.inputs = []string{*req.Prompt}
 		return c, nil
 	}
-	if !present(req.Input) {
-		return nil, badRequest("input is required")
+	if !dialect.Present(req.Input) {
+		return nil, dialect.BadRequest("input is required")
 	}
 	var err error
-	if c.inputs, err = textInputs(req.Input); err != nil {
-		return nil, badRequest(err.Error())
+	if c.inputs, err = dialect.TextInputs(req.Input); err != nil {
+		return nil, dialect.BadRequest(err.Error())
 	}
 	return c, nil
 }
@@ -136,8 +114,8 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 	}
 	err := route.Failover(r.Context(), rt.cands, route.Policy{
 		Judge: func(_ route.Replica, err error) (error, bool) {
-			f := failureOf(err)
-			return f, f.retryable() || f.code == api.CodeBadRequest // a replica that cannot embed may sit beside one that can
+			f := dialect.FailureOf(err)
+			return f, f.Retryable() || f.Code == api.CodeBadRequest // a replica that cannot embed may sit beside one that can
 		},
 		Log: g.log,
 	}, func(c route.Replica, final bool) (bool, error) {
@@ -153,7 +131,7 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embedCall, c route.Replica, start time.Time) (bool, error) {
 	emb, ok := c.Local.Driver.(engines.Embedder)
 	if !ok {
-		return false, badRequest(fmt.Sprintf("model %q runs on %s, which cannot embed text: %v", c.P.Model, c.P.Runtime, engines.ErrUnsupported))
+		return false, dialect.BadRequest(fmt.Sprintf("model %q runs on %s, which cannot embed text: %v", c.P.Model, c.P.Runtime, engines.ErrUnsupported))
 	}
 	c.Busy.Add(1)
 	defer c.Busy.Add(-1)
@@ -178,7 +156,7 @@ func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embed
 		for i, in := range call.inputs {
 			msgs[i].Content = in
 		}
-		res.PromptTokens = estimateTokens(msgs)
+		res.PromptTokens = dialect.EstimateTokens(msgs)
 	}
 	var body any
 	switch call.form {
@@ -200,7 +178,7 @@ func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embed
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return false, &failure{status: http.StatusBadGateway, code: api.CodeEngineError, msg: "the engine's embeddings cannot be written: " + err.Error()}
+		return false, &dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeEngineError, Msg: "the engine's embeddings cannot be written: " + err.Error()}
 	}
 	g.m.served(c.P.Model, routeLocal, 0, time.Since(start), res.PromptTokens, 0)
 	w.Header().Set("Content-Type", "application/json")

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/dialect"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
 	"github.com/llmkube/mesh/internal/seal"
@@ -44,11 +44,11 @@ func retryableStatus(code int) bool {
 // nothing written, so the caller can fail over; otherwise the owner's answer, error or not, is
 // the client's. An owner lost mid-answer (see Config.Liveness) ends the answer with an error in
 // the stream's own form, instead of leaving the client on a silent socket.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, body []byte, c route.Replica, v View, final bool, start time.Time) (committed bool, err error) {
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect.Dialect, body []byte, c route.Replica, v View, final bool, start time.Time) (committed bool, err error) {
 	mb, ok := v.Member(c.P.Host)
 	if !ok || mb.Host == nil || mb.Host.APIAddr == "" {
-		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("host %s serves %q but the mesh view has no API address for it", c.P.Host, c.P.Model)}
+		return false, &dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeUnreachable,
+			Msg: fmt.Sprintf("host %s serves %q but the mesh view has no API address for it", c.P.Host, c.P.Model)}
 	}
 	c.Busy.Add(1)
 	defer c.Busy.Add(-1)
@@ -57,13 +57,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	defer g.owners.watch(cancel, c.P.Host, c.P.Model)()
-	lost := func() *failure {
-		f, _ := context.Cause(ctx).(*failure)
+	lost := func() *dialect.Failure {
+		f, _ := context.Cause(ctx).(*dialect.Failure)
 		return f
 	}
 	req, err := hop.Request(ctx, r, g.hop.Scheme(), mb.Host.APIAddr, body)
 	if err != nil {
-		return false, badRequest(err.Error())
+		return false, dialect.BadRequest(err.Error())
 	}
 	resp, err := g.hop.Do(g.sealHop(req, r), seal.PeerNamed(mb.Name, mb.SealKey))
 	if err != nil {
@@ -74,32 +74,32 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			return false, f
 		}
 		if headTimeout(err) {
-			return false, &failure{status: http.StatusGatewayTimeout, code: api.CodeUnreachable, retryAfter: 1,
-				msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.P.Host, mb.Host.APIAddr, c.P.Model, g.cfg.ResponseHeaderTimeout)}
+			return false, &dialect.Failure{Status: http.StatusGatewayTimeout, Code: api.CodeUnreachable, RetryAfter: 1,
+				Msg: fmt.Sprintf("agent %s (%s) serving %q did not begin its answer within %s", c.P.Host, mb.Host.APIAddr, c.P.Model, g.cfg.ResponseHeaderTimeout)}
 		}
-		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
-			msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.P.Host, mb.Host.APIAddr, c.P.Model, err)}
+		return false, &dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeUnreachable, RetryAfter: 1,
+			Msg: fmt.Sprintf("agent %s (%s) serving %q did not answer: %v", c.P.Host, mb.Host.APIAddr, c.P.Model, err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 {
 		// A protocol switch, or an interim answer nothing here asked for.
-		return false, &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("agent %s answered with status %d, which the gateway does not pass on", c.P.Host, resp.StatusCode)}
+		return false, &dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeUnreachable,
+			Msg: fmt.Sprintf("agent %s answered with status %d, which the gateway does not pass on", c.P.Host, resp.StatusCode)}
 	}
 	if !final && retryableStatus(resp.StatusCode) {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // bounded by the owner's watch too
-		return false, &failure{status: resp.StatusCode, code: api.CodeUnreachable,
-			msg: fmt.Sprintf("agent %s answered %d: %s", c.P.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
+		return false, &dialect.Failure{Status: resp.StatusCode, Code: api.CodeUnreachable,
+			Msg: fmt.Sprintf("agent %s answered %d: %s", c.P.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
 
 	if resp.StatusCode >= 400 {
 		// The owner counted it by its code; here it is one of the owner's refusals passed on.
-		g.m.fail(&failure{status: resp.StatusCode, code: "Forwarded"})
+		g.m.fail(&dialect.Failure{Status: resp.StatusCode, Code: "Forwarded"})
 	}
 	hop.CopyHeaders(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
-	o := newOut(w, g.cfg.StallTimeout)
-	defer o.stop()
+	o := dialect.NewOut(w, g.cfg.StallTimeout)
+	defer o.Stop()
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -121,11 +121,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			if first.IsZero() {
 				first = time.Now()
 			}
-			send := o.send
+			send := o.Send
 			if rerr == io.EOF {
 				// The owner's last bytes, read with its answer's end: they go out with the
-				// chunked body's terminator as the handler returns, in one write (see out.end).
-				send = o.end
+				// chunked body's terminator as the handler returns, in one write (see Out.End).
+				send = o.End
 			}
 			if send(buf[:n]) != nil {
 				g.m.clientGone()
@@ -147,12 +147,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect, bod
 			}
 			f := lost()
 			if f == nil {
-				f = &failure{status: http.StatusBadGateway, code: api.CodeUnreachable,
-					msg: fmt.Sprintf("agent %s broke off its answer: %v", c.P.Host, rerr)}
+				f = &dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeUnreachable,
+					Msg: fmt.Sprintf("agent %s broke off its answer: %v", c.P.Host, rerr)}
 			}
 			g.m.fail(f)
 			g.log.Warn("forwarded answer broke off", "host", c.P.Host, "model", c.P.Model, "err", rerr)
-			streamFailure(&o, d, resp.Header.Get("Content-Type"), f)
+			dialect.StreamFailure(&o, d, resp.Header.Get("Content-Type"), f)
 			return true, nil
 		}
 	}
@@ -292,27 +292,12 @@ func (o *owners) check(now time.Time) bool {
 		}
 		for w := range h.reqs {
 			o.g.log.Warn("owner of a forwarded request lost; ending the request", "host", host, "model", w.model, "liveness", live)
-			w.cancel(&failure{status: http.StatusBadGateway, code: api.CodeUnreachable, retryAfter: 1,
-				msg: fmt.Sprintf("agent %s serving %q %s in the mesh: the request to it was ended", host, w.model, why)})
+			w.cancel(&dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeUnreachable, RetryAfter: 1,
+				Msg: fmt.Sprintf("agent %s serving %q %s in the mesh: the request to it was ended", host, w.model, why)})
 		}
 		delete(o.hosts, host)
 	}
 	return true
-}
-
-// streamFailure ends a streamed answer that broke off with an error in the stream's own form,
-// on a fresh line, so the client sees an error rather than a silently short answer.
-func streamFailure(o *out, d dialect, contentType string, f *failure) {
-	switch {
-	case strings.HasPrefix(contentType, "text/event-stream") && d == dialectAnthropic:
-		o.send(anErrorEvent(f))
-	case strings.HasPrefix(contentType, "text/event-stream"):
-		b, _ := json.Marshal(f.openAI())
-		o.send(append(append([]byte("\n\ndata: "), b...), "\n\n"...))
-	case strings.HasPrefix(contentType, "application/x-ndjson") && d != dialectOpenAI:
-		b, _ := json.Marshal(ollamaErrorBody{Error: f.msg})
-		o.send(append(append([]byte("\n"), b...), '\n'))
-	}
 }
 
 // sealHop fits req for the sealed channel, when the gateway has one: the caller's principal is

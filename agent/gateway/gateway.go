@@ -15,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/dialect"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
 	"github.com/llmkube/mesh/internal/seal"
@@ -170,9 +170,9 @@ func New(cfg Config) (*Gateway, error) {
 // namespace when the operator set one (agent.Config.AnonymousNamespace); nothing that places,
 // deletes or pulls is among them.
 func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Route)) {
-	oa := agent.Route{Deny: denier(dialectOpenAI), Anonymous: true}
-	ol := agent.Route{Deny: denier(dialectOllamaChat), Anonymous: true}
-	an := agent.Route{Deny: denier(dialectAnthropic), Anonymous: true}
+	oa := agent.Route{Deny: denier(dialect.OpenAI), Anonymous: true}
+	ol := agent.Route{Deny: denier(dialect.OllamaChat), Anonymous: true}
+	an := agent.Route{Deny: denier(dialect.Anthropic), Anonymous: true}
 	mount("GET /v1/models", http.HandlerFunc(g.openAIModels), oa)
 	mount("GET /v1/models/{id...}", http.HandlerFunc(g.openAIModel), oa)
 	mount("POST /v1/chat/completions", http.HandlerFunc(g.openAIChat), oa)
@@ -197,38 +197,24 @@ func (g *Gateway) Register(mount func(pattern string, h http.Handler, r agent.Ro
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "Ollama is running")
 	}), agent.Route{Public: true})
-	mount("/v1/", noRoute(dialectOpenAI), agent.Route{Public: true})
-	mount("/v1/messages/", noRoute(dialectAnthropic), agent.Route{Public: true})
-	mount("/api/", noRoute(dialectOllamaChat), agent.Route{Public: true})
+	mount("/v1/", noRoute(dialect.OpenAI), agent.Route{Public: true})
+	mount("/v1/messages/", noRoute(dialect.Anthropic), agent.Route{Public: true})
+	mount("/api/", noRoute(dialect.OllamaChat), agent.Route{Public: true})
 }
 
 // denier answers a refused token in dialect d.
-func denier(d dialect) func(http.ResponseWriter, *api.Error) {
+func denier(d dialect.Dialect) func(http.ResponseWriter, *api.Error) {
 	return func(w http.ResponseWriter, e *api.Error) {
-		writeFailure(w, d, &failure{status: http.StatusUnauthorized, code: e.Code, oaCode: "invalid_api_key", msg: e.Message})
+		dialect.WriteFailure(w, d, &dialect.Failure{Status: http.StatusUnauthorized, Code: e.Code, OACode: "invalid_api_key", Msg: e.Message})
 	}
 }
 
 // noRoute answers a path the gateway does not serve: 404 in dialect d, saying what was asked.
-func noRoute(d dialect) http.Handler {
+func noRoute(d dialect.Dialect) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeFailure(w, d, &failure{status: http.StatusNotFound, code: api.CodeNotFound, oaCode: "unknown_url",
-			msg: fmt.Sprintf("no route %s %s on this gateway", r.Method, sanitizePath(r.URL.Path))})
+		dialect.WriteFailure(w, d, &dialect.Failure{Status: http.StatusNotFound, Code: api.CodeNotFound, OACode: "unknown_url",
+			Msg: fmt.Sprintf("no route %s %s on this gateway", r.Method, dialect.SanitizePath(r.URL.Path))})
 	})
-}
-
-// sanitizePath keeps a requested path printable and short for an error message.
-func sanitizePath(p string) string {
-	p = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return -1
-		}
-		return r
-	}, strings.ToValidUTF8(p, ""))
-	if len(p) > 200 {
-		p = strings.ToValidUTF8(p[:200], "") + "…"
-	}
-	return p
 }
 
 // principal is the authenticated caller. A request that reached a gateway route without one

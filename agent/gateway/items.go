@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/llmkube/mesh/agent/dialect"
+	"github.com/llmkube/mesh/engines"
 )
 
 // itemStore keeps the messages this agent answered through /v1/responses for a while, so a
@@ -64,4 +68,29 @@ func (s *itemStore) get(scope, id string) (string, bool) {
 		return "", false
 	}
 	return it.text, true
+}
+
+// itemScope is the item store's scope for a caller: its namespace, or the admin's own.
+func itemScope(ns string, admin bool) string {
+	if admin {
+		return "\x00admin"
+	}
+	return ns
+}
+
+// withReferences returns call's messages with each item_reference replaced by the answer this
+// agent gave, or a refusal naming the first it does not have.
+func (g *Gateway) withReferences(call *dialect.Call, scope string) ([]engines.Message, *dialect.Failure) {
+	if len(call.Refs) == 0 {
+		return call.Req.Messages, nil
+	}
+	msgs := slices.Clone(call.Req.Messages)
+	for _, ref := range call.Refs {
+		text, ok := g.items.get(scope, ref.ID)
+		if !ok {
+			return nil, dialect.BadRequest("item_reference " + ref.ID + ": " + dialect.NoStore)
+		}
+		msgs[ref.Index].Content = text
+	}
+	return msgs, nil
 }

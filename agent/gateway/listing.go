@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/dialect"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
 )
@@ -86,15 +87,15 @@ func (g *Gateway) served(who api.Principal) []listed {
 }
 
 // listWith answers a listing to an authenticated caller.
-func (g *Gateway) listWith(w http.ResponseWriter, r *http.Request, d dialect, f func(api.Principal) any) {
+func (g *Gateway) listWith(w http.ResponseWriter, r *http.Request, d dialect.Dialect, f func(api.Principal) any) {
 	who, ok := principal(r)
 	if !ok {
-		g.fail(w, d, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		g.fail(w, d, &dialect.Failure{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Msg: "no authenticated caller"})
 		return
 	}
 	b, err := json.Marshal(f(who))
 	if err != nil {
-		g.fail(w, d, &failure{status: http.StatusInternalServerError, code: api.CodeInternal, msg: err.Error()})
+		g.fail(w, d, &dialect.Failure{Status: http.StatusInternalServerError, Code: api.CodeInternal, Msg: err.Error()})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -136,7 +137,7 @@ func oaModelOf(l listed) oaModel {
 func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
 	who, ok := principal(r)
 	if !ok {
-		g.fail(w, dialectOpenAI, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		g.fail(w, dialect.OpenAI, &dialect.Failure{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Msg: "no authenticated caller"})
 		return
 	}
 	v := g.router.View()
@@ -146,17 +147,17 @@ func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
 	for _, l := range g.served(in) {
 		if l.name == name {
 			l.name = route.ListedName(who, l.placements[0]) // as the caller's own listing spells it
-			g.listWith(w, r, dialectOpenAI, func(api.Principal) any { return oaModelOf(l) })
+			g.listWith(w, r, dialect.OpenAI, func(api.Principal) any { return oaModelOf(l) })
 			return
 		}
 	}
-	g.fail(w, dialectOpenAI, unserved(g.router.NotServed(in, name, forwarded, v)))
+	g.fail(w, dialect.OpenAI, unserved(g.router.NotServed(in, name, forwarded, v)))
 }
 
 // openAIModels is GET /v1/models: every model the caller may use, owned_by the host serving it
 // (a local replica first; replicas on several hosts are listed once, their hosts joined by ",").
 func (g *Gateway) openAIModels(w http.ResponseWriter, r *http.Request) {
-	g.listWith(w, r, dialectOpenAI, func(who api.Principal) any {
+	g.listWith(w, r, dialect.OpenAI, func(who api.Principal) any {
 		list := oaModelList{Object: "list", Data: []oaModel{}}
 		for _, l := range g.served(who) {
 			list.Data = append(list.Data, oaModelOf(l))
@@ -236,7 +237,7 @@ func diskSize(p api.Placement) int64 {
 
 // ollamaTags is GET /api/tags over the same set as /v1/models.
 func (g *Gateway) ollamaTags(w http.ResponseWriter, r *http.Request) {
-	g.listWith(w, r, dialectOllamaChat, func(who api.Principal) any {
+	g.listWith(w, r, dialect.OllamaChat, func(who api.Principal) any {
 		models := []ollamaTag{}
 		for _, l := range g.served(who) {
 			p := l.placements[0]
@@ -254,7 +255,7 @@ func neverExpires() time.Time { return time.Now().Add(math.MaxInt64).UTC().Trunc
 
 // ollamaPS is GET /api/ps: what is loaded and ready, which is every served model.
 func (g *Gateway) ollamaPS(w http.ResponseWriter, r *http.Request) {
-	g.listWith(w, r, dialectOllamaChat, func(who api.Principal) any {
+	g.listWith(w, r, dialect.OllamaChat, func(who api.Principal) any {
 		models := []ollamaRunning{}
 		expires := neverExpires()
 		for _, l := range g.served(who) {
@@ -275,7 +276,7 @@ func (g *Gateway) ollamaPS(w http.ResponseWriter, r *http.Request) {
 
 // ollamaVersion is GET /api/version.
 func (g *Gateway) ollamaVersion(w http.ResponseWriter, r *http.Request) {
-	g.listWith(w, r, dialectOllamaChat, func(api.Principal) any {
+	g.listWith(w, r, dialect.OllamaChat, func(api.Principal) any {
 		return map[string]string{"version": g.cfg.Version}
 	})
 }
@@ -284,7 +285,7 @@ func (g *Gateway) ollamaVersion(w http.ResponseWriter, r *http.Request) {
 // integration, hailo-ollama CLIs): every model the caller may use now, on any runtime — what
 // this gateway can answer, rather than Hailo's whole zoo.
 func (g *Gateway) hailoList(w http.ResponseWriter, r *http.Request) {
-	g.listWith(w, r, dialectOllamaChat, func(who api.Principal) any {
+	g.listWith(w, r, dialect.OllamaChat, func(who api.Principal) any {
 		names := []string{}
 		for _, l := range g.served(who) {
 			names = append(names, l.name)
@@ -308,22 +309,22 @@ type ollamaShowAnswer struct {
 func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	who, ok := principal(r)
 	if !ok {
-		g.fail(w, dialectOllamaChat, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		g.fail(w, dialect.OllamaChat, &dialect.Failure{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Msg: "no authenticated caller"})
 		return
 	}
-	body, f := readBody(w, r, 64<<10)
+	body, f := dialect.ReadBody(w, r, 64<<10)
 	if f != nil {
-		g.fail(w, dialectOllamaChat, f)
+		g.fail(w, dialect.OllamaChat, f)
 		return
 	}
 	var req struct{ Model, Name string }
-	if f := decodeJSON(body, &req); f != nil {
-		g.fail(w, dialectOllamaChat, f)
+	if f := dialect.DecodeJSON(body, &req); f != nil {
+		g.fail(w, dialect.OllamaChat, f)
 		return
 	}
 	model := cmp.Or(req.Model, req.Name)
 	if model == "" {
-		g.fail(w, dialectOllamaChat, badRequest("model is required"))
+		g.fail(w, dialect.OllamaChat, dialect.BadRequest("model is required"))
 		return
 	}
 	forwarded := r.Header.Get(hop.Header) != ""
@@ -338,7 +339,7 @@ func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if found == nil {
-		g.fail(w, dialectOllamaChat, unserved(g.router.NotServed(who, name, forwarded, v)))
+		g.fail(w, dialect.OllamaChat, unserved(g.router.NotServed(who, name, forwarded, v)))
 		return
 	}
 	p := found.placements[0]
@@ -350,7 +351,7 @@ func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 			info[d.Family+".context_length"] = p.Context
 		}
 	}
-	g.listWith(w, r, dialectOllamaChat, func(api.Principal) any {
+	g.listWith(w, r, dialect.OllamaChat, func(api.Principal) any {
 		return ollamaShowAnswer{Modelfile: "# served by llmkube mesh on " + p.Host + "\nFROM " + name + "\n",
 			Details: d, ModelInfo: info, Capabilities: capabilities(p.Runtime), ModifiedAt: p.CreatedAt}
 	})

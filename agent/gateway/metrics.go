@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmkube/mesh/agent/dialect"
 )
 
 // How a request was served, the "route" label.
@@ -88,8 +90,8 @@ func (m *metrics) of(model, route string) *observers {
 	return o
 }
 
-func (m *metrics) fail(f *failure) {
-	m.errors.WithLabelValues(string(f.code), strconv.Itoa(f.status)).Inc()
+func (m *metrics) fail(f *dialect.Failure) {
+	m.errors.WithLabelValues(string(f.Code), strconv.Itoa(f.Status)).Inc()
 }
 
 func (m *metrics) clientGone() {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/dialect"
 )
 
 // livenessBoard is a mesh's liveness as a test sets it.
@@ -52,8 +53,8 @@ func TestOwnersWatch(t *testing.T) {
 		return ctx, o.watch(cancel, host, "m")
 	}
 	// lost is why the watch ended a request.
-	lost := func(ctx context.Context) *failure {
-		var f *failure
+	lost := func(ctx context.Context) *dialect.Failure {
+		var f *dialect.Failure
 		errors.As(context.Cause(ctx), &f)
 		return f
 	}
@@ -68,7 +69,7 @@ func TestOwnersWatch(t *testing.T) {
 		<-ctx.Done()
 		f := lost(ctx)
 		require.NotNil(t, f)
-		assert.Equal(t, `agent a serving "m" is dead in the mesh: the request to it was ended`, f.msg)
+		assert.Equal(t, `agent a serving "m" is dead in the mesh: the request to it was ended`, f.Msg)
 	}
 	assert.NoError(t, onB.Err(), "b is alive")
 	assert.NoError(t, ended.Err(), "a request that ended is not watched")
@@ -79,7 +80,7 @@ func TestOwnersWatch(t *testing.T) {
 	board.set("b", api.Suspect)
 	<-onB.Done()
 	assert.GreaterOrEqual(t, time.Since(suspectAt), 300*time.Millisecond, "ended after the grace, not before")
-	assert.Contains(t, lost(onB).msg, "has been suspect for")
+	assert.Contains(t, lost(onB).Msg, "has been suspect for")
 	stopB()
 
 	require.Eventually(t, func() bool { return !o.watching() }, 5*time.Second, time.Millisecond, "the watch stops with nothing in flight")
@@ -88,5 +89,5 @@ func TestOwnersWatch(t *testing.T) {
 	assert.True(t, o.watching(), "and starts again with the next request")
 	board.set("b", api.Left)
 	<-again.Done()
-	assert.Contains(t, lost(again).msg, "is left")
+	assert.Contains(t, lost(again).Msg, "is left")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/dialect"
 )
 
 // serial reports whether a runtime serves one request at a time. hailo-ollama has one
@@ -58,9 +59,9 @@ func (q *queue) acquire(ctx context.Context) (release func(), err error) {
 	}
 	if n := q.waiting.Add(1); n > q.depth {
 		q.waiting.Add(-1)
-		return nil, &failure{status: http.StatusTooManyRequests, code: api.CodeTooBusy, oaCode: "rate_limit_exceeded",
-			msg:        fmt.Sprintf("the engine serves one request at a time and %d are already waiting; retry later", q.depth),
-			retryAfter: q.retryAfter(n)}
+		return nil, &dialect.Failure{Status: http.StatusTooManyRequests, Code: api.CodeTooBusy, OACode: "rate_limit_exceeded",
+			Msg:        fmt.Sprintf("the engine serves one request at a time and %d are already waiting; retry later", q.depth),
+			RetryAfter: q.retryAfter(n)}
 	}
 	q.waitingGauge.Inc()
 	defer func() {

@@ -6,21 +6,34 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/dialect"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
 	"github.com/llmkube/mesh/engines"
 )
 
+func (g *Gateway) openAICompletions(w http.ResponseWriter, r *http.Request) {
+	g.chat(w, r, dialect.Completions)
+}
+
+func (g *Gateway) anthropicMessages(w http.ResponseWriter, r *http.Request) {
+	g.chat(w, r, dialect.Anthropic)
+}
+
+func (g *Gateway) openAIResponses(w http.ResponseWriter, r *http.Request) {
+	g.chat(w, r, dialect.Responses)
+}
+
 func (g *Gateway) openAIChat(w http.ResponseWriter, r *http.Request) {
-	g.chat(w, r, dialectOpenAI)
+	g.chat(w, r, dialect.OpenAI)
 }
 
 func (g *Gateway) ollamaChat(w http.ResponseWriter, r *http.Request) {
-	g.chat(w, r, dialectOllamaChat)
+	g.chat(w, r, dialect.OllamaChat)
 }
 
 func (g *Gateway) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
-	g.chat(w, r, dialectOllamaGenerate)
+	g.chat(w, r, dialect.OllamaGenerate)
 }
 
 // chat answers a chat in any dialect: parse, find the replicas, serve from the least busy one
@@ -34,7 +47,7 @@ func (g *Gateway) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 // round trip per chat while still missing the template's tokens). The engine's refusal is
 // answered as a clear context-length error (400, context_length_exceeded), after trying any
 // replica with a larger context.
-func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect.Dialect) {
 	start := time.Now()
 	in, ok := g.receive(w, r, d)
 	if !ok {
@@ -45,11 +58,11 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	// here, or refused here (a malformed request is answered 400 before an unknown model's
 	// 404); one forwarded is parsed by its owner, which answers a malformed one the same 400.
 	// One forwarded here is served here or not at all: it is parsed whole at once.
-	var call *chatCall
+	var call *dialect.Call
 	parsed := func() bool {
 		if call == nil {
-			var f *failure
-			if call, f = parse(d, body); f != nil {
+			var f *dialect.Failure
+			if call, f = dialect.Parse(d, body); f != nil {
 				g.fail(w, d, f)
 				return false
 			}
@@ -59,13 +72,13 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 	var model string
 	ok = false
 	if !in.forwarded {
-		model, ok = modelName(body)
+		model, ok = dialect.ModelName(body)
 	}
 	if !ok {
 		if !parsed() {
 			return
 		}
-		model = call.model
+		model = call.Model
 	}
 	rt, f := g.replicas(in, model)
 	if f != nil {
@@ -79,15 +92,15 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		// Only a replica with a larger context can take a prompt one found too long.
 		Skip: func(c route.Replica) bool { return refused > 0 && c.P.Context <= refused },
 		Judge: func(c route.Replica, err error) (error, bool) {
-			f := failureOf(err)
+			f := dialect.FailureOf(err)
 			if c.Local != nil {
 				f = explain(f, c.P, call)
 			}
-			if f.code == api.CodeContextLimit && c.P.Context > 0 {
+			if f.Code == api.CodeContextLimit && c.P.Context > 0 {
 				refused = c.P.Context
 				return f, true
 			}
-			return f, f.retryable()
+			return f, f.Retryable()
 		},
 		Log: g.log,
 	}, func(c route.Replica, final bool) (bool, error) {
@@ -97,7 +110,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 		if !parsed() {
 			return true, nil
 		}
-		if call.load {
+		if call.Load {
 			return g.load(w, r, call, c)
 		}
 		return g.serveLocal(w, r, call, c, start)
@@ -107,13 +120,13 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect) {
 
 // failedOver ends a request after its failover (route.Failover's err): nothing more when a
 // replica answered, the client's leaving counted, or the last failure answered.
-func (g *Gateway) failedOver(w http.ResponseWriter, r *http.Request, d dialect, err error) {
+func (g *Gateway) failedOver(w http.ResponseWriter, r *http.Request, d dialect.Dialect, err error) {
 	switch {
 	case err == nil:
 	case r.Context().Err() != nil:
 		g.m.clientGone()
 	default:
-		g.fail(w, d, failureOf(err))
+		g.fail(w, d, dialect.FailureOf(err))
 	}
 }
 
@@ -126,17 +139,17 @@ type inbound struct {
 
 // receive reads what every model route reads first, refusing in the fixed order: no caller
 // (401), a protocol upgrade (400), a body too large or unreadable (413, 400).
-func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect) (inbound, bool) {
+func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect.Dialect) (inbound, bool) {
 	who, ok := principal(r)
 	if !ok {
-		g.fail(w, d, &failure{status: http.StatusUnauthorized, code: api.CodeUnauthorized, msg: "no authenticated caller"})
+		g.fail(w, d, &dialect.Failure{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Msg: "no authenticated caller"})
 		return inbound{}, false
 	}
 	if r.Header.Get("Upgrade") != "" {
-		g.fail(w, d, badRequest("protocol upgrades are not served"))
+		g.fail(w, d, dialect.BadRequest("protocol upgrades are not served"))
 		return inbound{}, false
 	}
-	body, f := readBody(w, r, g.cfg.MaxBody)
+	body, f := dialect.ReadBody(w, r, g.cfg.MaxBody)
 	if f != nil {
 		g.fail(w, d, f)
 		return inbound{}, false
@@ -154,7 +167,7 @@ type routing struct {
 // resolves across namespaces — and says why it is not served (404, or why not ready) when there
 // are none. The view is the mesh's, taken only if needed (empty for a forwarded request, which
 // is served locally or not at all).
-func (g *Gateway) replicas(in inbound, model string) (routing, *failure) {
+func (g *Gateway) replicas(in inbound, model string) (routing, *dialect.Failure) {
 	var v View
 	if !in.forwarded {
 		v = g.router.View()
@@ -169,42 +182,30 @@ func (g *Gateway) replicas(in inbound, model string) (routing, *failure) {
 
 // unserved is the client's answer when no replica takes a request: 503 while the caller's
 // model is not ready, 404 when the caller may see none.
-func unserved(u *route.Unserved) *failure {
+func unserved(u *route.Unserved) *dialect.Failure {
 	if u.NotReady {
-		return &failure{status: http.StatusServiceUnavailable, code: api.CodeEngineUnavailable, oaCode: "model_not_ready", msg: u.Msg, retryAfter: 1}
+		return &dialect.Failure{Status: http.StatusServiceUnavailable, Code: api.CodeEngineUnavailable, OACode: "model_not_ready", Msg: u.Msg, RetryAfter: 1}
 	}
-	return &failure{status: http.StatusNotFound, code: api.CodeNotFound, oaCode: "model_not_found", msg: u.Msg}
+	return &dialect.Failure{Status: http.StatusNotFound, Code: api.CodeNotFound, OACode: "model_not_found", Msg: u.Msg}
 }
 
 // fail answers an error and counts it.
-func (g *Gateway) fail(w http.ResponseWriter, d dialect, f *failure) {
+func (g *Gateway) fail(w http.ResponseWriter, d dialect.Dialect, f *dialect.Failure) {
 	g.m.fail(f)
-	writeFailure(w, d, f)
+	dialect.WriteFailure(w, d, f)
 }
 
 // explain names the likely cause of an engine failure that does not say it: hailo-ollama
 // answers a prompt longer than its context with a bare HTTP 500, so a failure on a prompt that
 // is over the context by the rough count is reported as a context-length error, saying that
 // the count is rough.
-func explain(f *failure, p api.Placement, call *chatCall) *failure {
-	if f.code != api.CodeEngineError || p.Runtime != api.RuntimeHailoOllama || p.Context <= 0 || call.promptTokens <= p.Context {
+func explain(f *dialect.Failure, p api.Placement, call *dialect.Call) *dialect.Failure {
+	if f.Code != api.CodeEngineError || p.Runtime != api.RuntimeHailoOllama || p.Context <= 0 || call.PromptTokens <= p.Context {
 		return f
 	}
-	return &failure{status: http.StatusBadRequest, code: api.CodeContextLimit, oaCode: "context_length_exceeded",
-		msg: fmt.Sprintf("the prompt is likely longer than the model's %d-token context: hailo-ollama failed without a reason (%s) on a prompt of about %d tokens by a rough count (%d bytes per token); shorten the conversation",
-			p.Context, f.msg, call.promptTokens, bytesPerToken)}
-}
-
-// answerLoad answers an Ollama load request (no messages, no prompt) done for reason ("load",
-// "unload").
-func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall, reason string) {
-	b := appendOllamaHead(nil, call.model)
-	b = appendOllamaContent(b, call.d == dialectOllamaGenerate, "")
-	b = append(b, `,"done_reason":"`+reason+`","done":true}`+"\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", fmt.Sprint(len(b)))
-	w.WriteHeader(http.StatusOK)
-	w.Write(b)
+	return &dialect.Failure{Status: http.StatusBadRequest, Code: api.CodeContextLimit, OACode: "context_length_exceeded",
+		Msg: fmt.Sprintf("the prompt is likely longer than the model's %d-token context: hailo-ollama failed without a reason (%s) on a prompt of about %d tokens by a rough count (%d bytes per token); shorten the conversation",
+			p.Context, f.Msg, call.PromptTokens, dialect.BytesPerToken)}
 }
 
 // relay passes a driver's chunks to a chat's encoder and keeps what they tell: when the first
@@ -214,14 +215,14 @@ func (g *Gateway) answerLoad(w http.ResponseWriter, call *chatCall, reason strin
 // (47 ns a read on this machine): the last chunk follows the last piece at once (Ollama's
 // done line, llama-server's last event with its timings, hailo's end of stream).
 type relay struct {
-	enc         encoder
+	enc         dialect.Encoder
 	first, last time.Time
 	count       int
 	final       engines.ChatChunk
 	done        bool // final is the last chunk
 }
 
-func newRelay(enc encoder) *relay {
+func newRelay(enc dialect.Encoder) *relay {
 	return &relay{enc: enc}
 }
 
@@ -232,18 +233,18 @@ func (run *relay) take(ch engines.ChatChunk) error {
 		return nil // nothing follows the last chunk
 	}
 	if !ch.More {
-		if err := enc.release(); err != nil {
+		if err := enc.Release(); err != nil {
 			return err
 		}
 	}
 	// The first piece always goes out at once: the time to it is what a client waits.
-	enc.hold(ch.More && !ch.Done && !run.first.IsZero())
+	enc.Hold(ch.More && !ch.Done && !run.first.IsZero())
 	if ch.Content != "" {
 		if run.first.IsZero() {
 			run.first = time.Now()
 		}
 		run.count++
-		if err := enc.chunk(ch.Content); err != nil {
+		if err := enc.Chunk(ch.Content); err != nil {
 			return err
 		}
 	}
@@ -252,7 +253,7 @@ func (run *relay) take(ch engines.ChatChunk) error {
 			run.first = time.Now()
 		}
 		run.last = time.Now()
-		if err := enc.toolCalls(ch.ToolCalls); err != nil {
+		if err := enc.ToolCalls(ch.ToolCalls); err != nil {
 			return err
 		}
 	}
@@ -268,15 +269,15 @@ func (run *relay) take(ch engines.ChatChunk) error {
 // serveLocal runs a chat on a local placement's engine through its driver, writing each chunk
 // as it comes. It returns committed once anything reached the client (the request is then
 // answered, error or not); otherwise err says why, and another replica may be tried.
-func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatCall, c route.Replica, start time.Time) (committed bool, err error) {
-	if f := refuseImages(call, c.Local.Driver, c.Local.Model, c.P); f != nil {
+func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *dialect.Call, c route.Replica, start time.Time) (committed bool, err error) {
+	if f := dialect.RefuseImages(call, c.Local.Driver, c.Local.Model, c.P); f != nil {
 		return false, f
 	}
 	c.Busy.Add(1)
 	defer c.Busy.Add(-1)
 	ctx := r.Context()
-	req := call.req
-	if call.d == dialectResponses {
+	req := call.Req
+	if call.Dialect == dialect.Responses {
 		who, _ := principal(r)
 		scope := itemScope(who.Namespace, who.Admin)
 		msgs, f := g.withReferences(call, scope)
@@ -285,21 +286,21 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		}
 		req.Messages = msgs
 		withItems := *call
-		withItems.remember = func(id, text string) { g.items.put(scope, id, text) }
+		withItems.Remember = func(id, text string) { g.items.put(scope, id, text) }
 		call = &withItems
 	}
-	enc := newEncoder(call, w, g.cfg.StallTimeout, start)
-	defer enc.stop()
+	enc := dialect.NewEncoder(call, w, g.cfg.StallTimeout, start)
+	defer enc.Stop()
 	// Once ": loading" went out (a sleeping model woke), the answer is committed: a failure
 	// goes in the stream.
 	refused := func(err error) (bool, error) {
-		if !enc.started() {
+		if !enc.Started() {
 			return false, err
 		}
 		if ctx.Err() == nil {
-			f := failureOf(err)
+			f := dialect.FailureOf(err)
 			g.m.fail(f)
-			enc.fail(f)
+			enc.Fail(f)
 		}
 		return true, nil
 	}
@@ -316,56 +317,56 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 		}
 		defer release()
 	}
-	if call.keepAlive != nil {
-		g.a.SetTTL(p.ID, *call.keepAlive)
+	if call.KeepAlive != nil {
+		g.a.SetTTL(p.ID, *call.KeepAlive)
 	}
 
 	engineStart := time.Now()
 	run := newRelay(enc)
 	err = c.Local.Driver.Chat(ctx, c.Local.Model, req, run.take)
-	enc.hold(false) // what follows is the end or an error: it goes out at once, with anything held
+	enc.Hold(false) // what follows is the end or an error: it goes out at once, with anything held
 	if err == nil && !run.done {
 		err = &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s ended the answer without its last chunk", p.Runtime)}
 	}
 	if err != nil {
-		if ctx.Err() != nil || enc.writeFailed() {
+		if ctx.Err() != nil || enc.WriteFailed() {
 			g.m.clientGone()
 			g.log.Debug("client left mid-answer; engine request cancelled", "model", p.Model, "placement", p.ID, "client", hop.ClientAddr(r))
 			return true, nil
 		}
-		if !enc.started() {
+		if !enc.Started() {
 			return false, err
 		}
-		f := failureOf(err)
+		f := dialect.FailureOf(err)
 		g.m.fail(f)
-		enc.fail(f)
+		enc.Fail(f)
 		g.log.Warn("engine failed mid-answer", "model", p.Model, "placement", p.ID, "err", err)
 		return true, nil
 	}
 
-	st := stats{
-		finish:           run.final.FinishReason,
-		promptTokens:     run.final.PromptTokens,
-		completionTokens: run.final.CompletionTokens,
-		total:            time.Since(start),
+	st := dialect.Stats{
+		Finish:           run.final.FinishReason,
+		PromptTokens:     run.final.PromptTokens,
+		CompletionTokens: run.final.CompletionTokens,
+		Total:            time.Since(start),
 	}
-	if st.finish == "" {
-		st.finish = "stop"
+	if st.Finish == "" {
+		st.Finish = "stop"
 	}
-	if st.promptTokens == 0 {
-		st.promptTokens = call.promptTokens // the engine gave no count: the estimate
+	if st.PromptTokens == 0 {
+		st.PromptTokens = call.PromptTokens // the engine gave no count: the estimate
 	}
-	if st.completionTokens == 0 {
-		st.completionTokens = run.count
+	if st.CompletionTokens == 0 {
+		st.CompletionTokens = run.count
 	}
 	var ttft time.Duration
 	var tps float64
 	if !run.first.IsZero() {
 		ttft = run.first.Sub(engineStart)
-		st.promptEval, st.eval = ttft, run.last.Sub(run.first)
+		st.PromptEval, st.Eval = ttft, run.last.Sub(run.first)
 		// Speed over the tokens after the first: the first one's wait is the TTFT.
-		if st.completionTokens > 1 && st.eval > 0 {
-			tps = float64(st.completionTokens-1) / st.eval.Seconds()
+		if st.CompletionTokens > 1 && st.Eval > 0 {
+			tps = float64(st.CompletionTokens-1) / st.Eval.Seconds()
 		}
 	}
 	// Measured before the last write, so that whoever sees the answer end sees its figures too.
@@ -374,8 +375,8 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *chatC
 	if !run.first.IsZero() {
 		clientTTFT = run.first.Sub(start)
 	}
-	g.m.served(p.Model, routeLocal, clientTTFT, time.Since(start), st.promptTokens, st.completionTokens)
-	if err := enc.finish(st); err != nil {
+	g.m.served(p.Model, routeLocal, clientTTFT, time.Since(start), st.PromptTokens, st.CompletionTokens)
+	if err := enc.Finish(st); err != nil {
 		g.m.clientGone()
 	}
 	return true, nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/dialect"
 	"github.com/llmkube/mesh/agent/route"
 )
 
@@ -25,13 +26,13 @@ const (
 // commenter is an encoder that can send an SSE comment before the answer: a stream in an
 // SSE dialect, which tells a waiting client the connection is alive.
 type commenter interface {
-	comment(text string) error
+	Comment(text string) error
 }
 
 // acquire counts a request on a local replica (see agent.Acquire), waking it when it sleeps.
 // It returns the replica as it serves now (reloaded after a wake), the release, and the
 // failure to answer; a wait for the load sends ": loading" comments on an SSE stream.
-func (g *Gateway) acquire(ctx context.Context, c route.Replica, enc encoder) (route.Replica, func(), error) {
+func (g *Gateway) acquire(ctx context.Context, c route.Replica, enc dialect.Encoder) (route.Replica, func(), error) {
 	release, wait, err := g.a.Acquire(c.P.ID)
 	if err != nil {
 		return c, nil, wakeFailure(err)
@@ -46,7 +47,7 @@ func (g *Gateway) acquire(ctx context.Context, c route.Replica, enc encoder) (ro
 	cm, _ := enc.(commenter)
 	var tick <-chan time.Time
 	if cm != nil {
-		cm.comment("loading")
+		cm.Comment("loading")
 		t := time.NewTicker(wakeKeepAlive)
 		defer t.Stop()
 		tick = t.C
@@ -54,7 +55,7 @@ func (g *Gateway) acquire(ctx context.Context, c route.Replica, enc encoder) (ro
 	for waiting := true; waiting; {
 		select {
 		case <-tick:
-			cm.comment("loading")
+			cm.Comment("loading")
 		case err = <-done:
 			waiting = false
 		}
@@ -73,8 +74,8 @@ func (g *Gateway) acquire(ctx context.Context, c route.Replica, enc encoder) (ro
 		return c, nil, ctx.Err()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = &failure{status: http.StatusServiceUnavailable, code: api.CodeEngineUnavailable, oaCode: "model_not_ready",
-			msg: "model " + c.P.Model + " is still loading after " + g.cfg.WakeTimeout.String() + "; retry later", retryAfter: wakeRetryAfter}
+		err = &dialect.Failure{Status: http.StatusServiceUnavailable, Code: api.CodeEngineUnavailable, OACode: "model_not_ready",
+			Msg: "model " + c.P.Model + " is still loading after " + g.cfg.WakeTimeout.String() + "; retry later", RetryAfter: wakeRetryAfter}
 	}
 	return c, nil, wakeFailure(err)
 }
@@ -85,9 +86,9 @@ func wakeFailure(err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	f := failureOf(err)
-	if f.code == api.CodeInsufficientMemory {
-		f = &failure{status: http.StatusServiceUnavailable, code: f.code, oaCode: "model_not_ready", msg: f.msg, retryAfter: wakeRetryAfter}
+	f := dialect.FailureOf(err)
+	if f.Code == api.CodeInsufficientMemory {
+		f = &dialect.Failure{Status: http.StatusServiceUnavailable, Code: f.Code, OACode: "model_not_ready", Msg: f.Msg, RetryAfter: wakeRetryAfter}
 	}
 	return f
 }
@@ -95,13 +96,13 @@ func wakeFailure(err error) error {
 // load answers an Ollama load request on a local replica, as Ollama does: keep_alive 0 unloads
 // the model (it sleeps at once, unless a request is in flight: then once it ends); otherwise
 // keep_alive, when given, is the model's TTL from now on, and a sleeping model is woken.
-func (g *Gateway) load(w http.ResponseWriter, r *http.Request, call *chatCall, c route.Replica) (bool, error) {
-	if call.keepAlive != nil {
-		if err := g.a.SetTTL(c.P.ID, *call.keepAlive); err != nil {
-			return false, failureOf(err)
+func (g *Gateway) load(w http.ResponseWriter, r *http.Request, call *dialect.Call, c route.Replica) (bool, error) {
+	if call.KeepAlive != nil {
+		if err := g.a.SetTTL(c.P.ID, *call.KeepAlive); err != nil {
+			return false, dialect.FailureOf(err)
 		}
-		if *call.keepAlive == 0 {
-			g.answerLoad(w, call, "unload")
+		if *call.KeepAlive == 0 {
+			dialect.AnswerLoad(w, call, "unload")
 			return true, nil
 		}
 	}
@@ -110,6 +111,6 @@ func (g *Gateway) load(w http.ResponseWriter, r *http.Request, call *chatCall, c
 		return false, err
 	}
 	release()
-	g.answerLoad(w, call, "load")
+	dialect.AnswerLoad(w, call, "load")
 	return true, nil
 }

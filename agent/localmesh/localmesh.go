@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/node"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/assets"
@@ -172,12 +173,12 @@ func (m *Mesh) Host(name string) *Host {
 }
 
 // Client is an admin client of a host's API.
-func (m *Mesh) Client(name string) *api.Client {
+func (m *Mesh) Client(name string) *apiclient.Client {
 	h := m.Host(name)
 	if h == nil {
 		return nil
 	}
-	return api.NewClient(h.URL, m.AdminToken())
+	return apiclient.New(h.URL, m.AdminToken())
 }
 
 // WaitConverged waits until every host's view shows every host alive with its state and its

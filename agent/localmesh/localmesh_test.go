@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/sim/simtest"
 )
@@ -50,7 +51,7 @@ func TestDemoMeshEndToEnd(t *testing.T) {
 	for _, from := range m.Hosts {
 		for _, model := range []string{"qwen2:1.5b", "tiny", "qwen2.5:0.5b"} {
 			var text strings.Builder
-			err := m.Client(from.Spec.Name).ChatStream(ctx, model, []api.ChatMessage{{Role: "user", Content: "hello"}}, api.ChatOptions{}, func(d api.ChatDelta) error {
+			err := m.Client(from.Spec.Name).ChatStream(ctx, model, []apiclient.ChatMessage{{Role: "user", Content: "hello"}}, apiclient.ChatOptions{}, func(d apiclient.ChatDelta) error {
 				text.WriteString(d.Content)
 				return nil
 			})
@@ -144,7 +145,7 @@ func TestNamespaceTokenSeesOnlyItsNamespace(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the admin sees the four placements through every host")
 
 	for _, h := range m.Hosts {
-		c := api.NewClient(h.URL, tokA)
+		c := apiclient.New(h.URL, tokA)
 		v, err := c.Mesh(ctx)
 		require.NoError(t, err)
 		b, err := json.Marshal(v)

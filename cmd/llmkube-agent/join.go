@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/store"
 	"github.com/llmkube/mesh/assets"
 	"github.com/llmkube/mesh/engines/llamaserver"
@@ -172,7 +173,7 @@ func (jo *joinOptions) join(ctx context.Context, cmd *cobra.Command, run *cobra.
 	fmt.Fprintf(w, "started %s\n", plan.mgr.unitName())
 
 	// Wait until it answers and has joined.
-	client := api.NewClient(apiURL, api.AdminToken(j.Secret))
+	client := apiclient.New(apiURL, api.AdminToken(j.Secret))
 	started := time.Now()
 	if err := waitHealthy(ctx, apiURL, jo.timeout); err != nil {
 		return fmt.Errorf("the agent did not answer at %s within %v: %w\nits log: %s\nundo: llmkube-agent leave", apiURL, jo.timeout, err, plan.mgr.logs(plan.params.LogDir))
@@ -197,7 +198,7 @@ const firstHostMDNSWait = 5 * time.Second
 // only when the user asked to wait for one (--peers-timeout given): the first host of a mesh
 // (a Pi beside a laptop) has none, which is a fact to state, and a host whose seeds do not
 // answer yet gets a warning with the agent's doctor, since the agent keeps looking.
-func (jo *joinOptions) awaitPeers(ctx context.Context, w io.Writer, client *api.Client, j api.Join, ro runFlagsView, asked bool, started time.Time) error {
+func (jo *joinOptions) awaitPeers(ctx context.Context, w io.Writer, client *apiclient.Client, j api.Join, ro runFlagsView, asked bool, started time.Time) error {
 	wait := jo.peersTimeout
 	first := len(j.Seeds) == 0 && len(ro.seeds) == 0
 	if first && !asked {
@@ -442,7 +443,7 @@ func waitHealthy(ctx context.Context, url string, timeout time.Duration) error {
 }
 
 // waitPeers waits until the agent's view holds another agent alive, and names them.
-func waitPeers(ctx context.Context, c *api.Client, timeout time.Duration) ([]string, error) {
+func waitPeers(ctx context.Context, c *apiclient.Client, timeout time.Duration) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -474,7 +475,7 @@ func waitPeers(ctx context.Context, c *api.Client, timeout time.Duration) ([]str
 }
 
 // writeDoctor prints the agent's own doctor findings (GET /v1/doctor), or why they could not be read.
-func writeDoctor(ctx context.Context, w io.Writer, c *api.Client) {
+func writeDoctor(ctx context.Context, w io.Writer, c *apiclient.Client) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rep, err := c.Doctor(ctx)

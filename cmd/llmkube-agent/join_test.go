@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/assets"
 )
 
@@ -70,12 +71,12 @@ func joinArgs(join, seed, apiPort, gossipPort string) []string {
 		"--join", seed, "--runtimes", "llama-server", "--llama-server", bins.llamaSim, "--health-interval", "100ms", "--timeout", "30s"}
 }
 
-func memberLiveness(t *testing.T, c *api.Client, name string) api.Liveness {
+func memberLiveness(t *testing.T, c *apiclient.Client, name string) api.Liveness {
 	live, _ := memberLivenessWhy(c, name)
 	return live
 }
 
-func memberLivenessWhy(c *api.Client, name string) (api.Liveness, string) {
+func memberLivenessWhy(c *apiclient.Client, name string) (api.Liveness, string) {
 	v, err := c.Mesh(context.Background())
 	if err != nil {
 		return "", err.Error()
@@ -91,7 +92,7 @@ func memberLivenessWhy(c *api.Client, name string) (api.Liveness, string) {
 // requireLeftGracefully waits until c's agent shows name left, after that host's leave
 // returned: its leave notice may still be in flight to c, so name may show alive until it
 // lands, but never anything else (unreachable, suspect, dead) on the way.
-func requireLeftGracefully(t *testing.T, c *api.Client, name string) {
+func requireLeftGracefully(t *testing.T, c *apiclient.Client, name string) {
 	t.Helper()
 	var seen []string
 	deadline := time.Now().Add(10 * time.Second)
@@ -147,7 +148,7 @@ func TestJoinAndLeaveUserUnit(t *testing.T) {
 	// The new host is in the mesh, and runs a model.
 	ca := adminClient(t, alpha.api, filepath.Join(tmp, "a"))
 	assert.Equal(t, api.Alive, memberLiveness(t, ca, "beta"))
-	beta := api.NewClient("http://127.0.0.1:"+apiPort, ca.Token)
+	beta := apiclient.New("http://127.0.0.1:"+apiPort, ca.Token)
 	ctx := context.Background()
 	p, err := beta.Place(ctx, api.PlacementRequest{Source: tinyGGUF(t, tmp, "tiny")})
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/sim/gguf"
 	"github.com/llmkube/mesh/sim/simtest"
@@ -218,12 +219,12 @@ func logField(log, msg, field string) string {
 	return ""
 }
 
-func adminClient(t *testing.T, url, stateDir string) *api.Client {
+func adminClient(t *testing.T, url, stateDir string) *apiclient.Client {
 	t.Helper()
 	j, ok, err := state.LoadJoinFile(filepath.Join(stateDir, state.JoinFile))
 	require.NoError(t, err)
 	require.True(t, ok)
-	return api.NewClient(url, api.AdminToken(j.Secret))
+	return apiclient.New(url, api.AdminToken(j.Secret))
 }
 
 func tinyGGUF(t *testing.T, dir, name string) string {
@@ -259,8 +260,8 @@ func TestRunInProcessSingleHost(t *testing.T) {
 	assert.Equal(t, api.StateReady, p.State)
 	// Chat through the gateway, as any OpenAI client would.
 	var answer strings.Builder
-	err = c.ChatStream(ctx, "tiny", []api.ChatMessage{{Role: "user", Content: "Say hello."}}, api.ChatOptions{MaxTokens: 8},
-		func(d api.ChatDelta) error {
+	err = c.ChatStream(ctx, "tiny", []apiclient.ChatMessage{{Role: "user", Content: "Say hello."}}, apiclient.ChatOptions{MaxTokens: 8},
+		func(d apiclient.ChatDelta) error {
 			answer.WriteString(d.Content)
 			return nil
 		})
@@ -291,7 +292,7 @@ func TestRunInProcessTwoAgentsFormAMesh(t *testing.T) {
 	ca := adminClient(t, a.api, filepath.Join(tmp, "a"))
 	cb := adminClient(t, b.api, filepath.Join(tmp, "b"))
 	require.Equal(t, ca.Token, cb.Token, "one mesh, one admin token")
-	for _, c := range []*api.Client{ca, cb} {
+	for _, c := range []*apiclient.Client{ca, cb} {
 		require.Eventually(t, func() bool {
 			v, err := c.Mesh(context.Background())
 			if err != nil || len(v.Members) != 2 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/console"
 )
 
@@ -82,7 +83,7 @@ func classify(err error, interrupted bool) failure {
 	var (
 		ue  *usageError
 		ae  *api.Error
-		unr *api.UnreachableError
+		unr *apiclient.UnreachableError
 		me  *errUnreachable
 	)
 	switch {

@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/console"
 )
 
 func TestClassify(t *testing.T) {
-	unreachable := &api.UnreachableError{URL: "http://127.0.0.1:1", Err: errors.New("connection refused")}
+	unreachable := &apiclient.UnreachableError{URL: "http://127.0.0.1:1", Err: errors.New("connection refused")}
 	cases := []struct {
 		name        string
 		err         error
@@ -32,7 +33,7 @@ func TestClassify(t *testing.T) {
 		{"transport", unreachable, false, ExitUnreachable, api.CodeUnreachable},
 		{"wrapped transport", fmt.Errorf("reading the mesh: %w", unreachable), false, ExitUnreachable, api.CodeUnreachable},
 		{"deadline", fmt.Errorf("waiting: %w", context.DeadlineExceeded), false, ExitUnreachable, CodeTimeout},
-		{"transport deadline", &api.UnreachableError{URL: "x", Err: context.DeadlineExceeded}, false, ExitUnreachable, CodeTimeout},
+		{"transport deadline", &apiclient.UnreachableError{URL: "x", Err: context.DeadlineExceeded}, false, ExitUnreachable, CodeTimeout},
 		{"no agents", console.ErrNoAgents, false, ExitUnreachable, api.CodeUnreachable},
 		{"no agent seen", &errUnreachable{msg: "no agent", fix: "doctor"}, false, ExitUnreachable, api.CodeUnreachable},
 		{"other", errors.New("disk full"), false, ExitFailed, CodeFailed},

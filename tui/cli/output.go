@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/console"
 )
 
@@ -82,13 +83,13 @@ type (
 	// ChatLine is one line of `mesh chat --json`: a piece of the answer as it arrives, then a
 	// last line with Done set, the host that answered, why it stopped and the token usage.
 	ChatLine struct {
-		Schema       string         `json:"schema"`
-		Delta        string         `json:"delta,omitempty"`
-		Done         bool           `json:"done,omitempty"`
-		Model        string         `json:"model,omitempty"`
-		Host         string         `json:"host,omitempty"`
-		FinishReason string         `json:"finish_reason,omitempty"`
-		Usage        *api.ChatUsage `json:"usage,omitempty"`
+		Schema       string               `json:"schema"`
+		Delta        string               `json:"delta,omitempty"`
+		Done         bool                 `json:"done,omitempty"`
+		Model        string               `json:"model,omitempty"`
+		Host         string               `json:"host,omitempty"`
+		FinishReason string               `json:"finish_reason,omitempty"`
+		Usage        *apiclient.ChatUsage `json:"usage,omitempty"`
 	}
 )
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/console"
 )
 
@@ -130,5 +131,5 @@ func TestJSONSchemaFields(t *testing.T) {
 		keys(EventLine{Schema: Schema, Event: api.Event{Host: "pi5"}}))
 	assert.ElementsMatch(t, []string{"schema", "delta"}, keys(ChatLine{Schema: Schema, Delta: "Hi"}))
 	assert.ElementsMatch(t, []string{"schema", "done", "model", "host", "finish_reason", "usage"},
-		keys(ChatLine{Schema: Schema, Done: true, Model: "m", Host: "h", FinishReason: "stop", Usage: &api.ChatUsage{}}))
+		keys(ChatLine{Schema: Schema, Done: true, Model: "m", Host: "h", FinishReason: "stop", Usage: &apiclient.ChatUsage{}}))
 }

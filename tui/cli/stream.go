@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/console"
 )
 
@@ -48,7 +49,7 @@ terminal). Ctrl-C stops the generation on the host that runs it.`,
 		if err != nil {
 			return err
 		}
-		var opt api.ChatOptions
+		var opt apiclient.ChatOptions
 		if cmd.Flags().Changed("seed") {
 			opt.Seed = &seed
 		}
@@ -62,11 +63,11 @@ terminal). Ctrl-C stops the generation on the host that runs it.`,
 			return usagef("--max-tokens %d: want a positive number", maxTokens)
 		}
 		opt.MaxTokens = maxTokens
-		var msgs []api.ChatMessage
+		var msgs []apiclient.ChatMessage
 		if system != "" {
-			msgs = append(msgs, api.ChatMessage{Role: "system", Content: system})
+			msgs = append(msgs, apiclient.ChatMessage{Role: "system", Content: system})
 		}
-		msgs = append(msgs, api.ChatMessage{Role: "user", Content: prompt})
+		msgs = append(msgs, apiclient.ChatMessage{Role: "user", Content: prompt})
 
 		return a.withSession(cmd, true, needAgents, func(ctx context.Context, s *session) error {
 			out := chatOut{a: a}
@@ -114,10 +115,10 @@ type chatOut struct {
 	last   byte // last byte written in text mode
 	wrote  bool
 	finish string
-	usage  *api.ChatUsage
+	usage  *apiclient.ChatUsage
 }
 
-func (o *chatOut) delta(d api.ChatDelta) error {
+func (o *chatOut) delta(d apiclient.ChatDelta) error {
 	if d.FinishReason != "" {
 		o.finish = d.FinishReason
 	}

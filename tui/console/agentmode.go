@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 )
 
 // agentSource watches the mesh through one agent's API: GET /v1/mesh, re-read every poll. It is
 // for consoles that cannot join the gossip mesh (another subnet, a firewall).
 type agentSource struct {
-	client *api.Client
+	client *apiclient.Client
 	bell   *notifier
 	log    *slog.Logger
 	cancel context.CancelFunc
@@ -25,7 +26,7 @@ type agentSource struct {
 	err  error // the last poll's failure, for the doctor
 }
 
-func newAgentSource(ctx context.Context, client *api.Client, poll, timeout time.Duration, bell *notifier, log *slog.Logger) (*agentSource, error) {
+func newAgentSource(ctx context.Context, client *apiclient.Client, poll, timeout time.Duration, bell *notifier, log *slog.Logger) (*agentSource, error) {
 	url := client.BaseURL
 	s := &agentSource{client: client, bell: bell, log: log, done: make(chan struct{})}
 	cctx, cancel := context.WithTimeout(ctx, timeout)

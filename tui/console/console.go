@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/internal/backoff"
 	"github.com/llmkube/mesh/internal/seal"
@@ -108,12 +109,12 @@ type Conn struct {
 	mode  Mode
 	bell  *notifier
 
-	transport *http.Transport // shared by every client, so connections are reused
-	agent     *api.Client     // in agent mode, the one agent every call goes to
-	scheme    string          // agents' API addresses are called with: https when sealed
+	transport *http.Transport   // shared by every client, so connections are reused
+	agent     *apiclient.Client // in agent mode, the one agent every call goes to
+	scheme    string            // agents' API addresses are called with: https when sealed
 
 	mu      sync.Mutex
-	clients map[string]*api.Client // by API address (member mode) or host name (agent mode)
+	clients map[string]*apiclient.Client // by API address (member mode) or host name (agent mode)
 }
 
 // Connect reaches the mesh as Options say. In agent mode it checks the agent answers before
@@ -128,7 +129,7 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second
 	}
-	c := &Conn{opts: opts, token: opts.Token, log: opts.Log, clients: map[string]*api.Client{}, bell: newNotifier()}
+	c := &Conn{opts: opts, token: opts.Token, log: opts.Log, clients: map[string]*apiclient.Client{}, bell: newNotifier()}
 	c.transport = http.DefaultTransport.(*http.Transport).Clone()
 	c.transport.DialContext = discovery.DialContext(opts.MDNSInterface)
 	var join api.Join
@@ -197,7 +198,7 @@ func (c *Conn) Subscribe() (<-chan struct{}, func()) { return c.bell.subscribe()
 func (c *Conn) Close(ctx context.Context) error { return c.src.close(ctx) }
 
 // Client returns an API client for a host of the view.
-func (c *Conn) Client(host string) (*api.Client, error) {
+func (c *Conn) Client(host string) (*apiclient.Client, error) {
 	v := c.View()
 	for _, m := range v.Members {
 		if m.Name == host && m.Host != nil {
@@ -210,21 +211,21 @@ func (c *Conn) Client(host string) (*api.Client, error) {
 // clientOf is the API client for member m of view v: its own agent's in member mode; in agent
 // mode the agent's, for m itself or, for another host, marked for that host (api.HostHeader),
 // so the agent forwards it — the console never dials a host but that agent.
-func (c *Conn) clientOf(v api.MeshView, m api.Member) *api.Client {
+func (c *Conn) clientOf(v api.MeshView, m api.Member) *apiclient.Client {
 	if c.agent == nil {
-		return c.cached(m.Host.APIAddr, func() *api.Client { return c.newClient(m.Host.APIAddr) })
+		return c.cached(m.Host.APIAddr, func() *apiclient.Client { return c.newClient(m.Host.APIAddr) })
 	}
 	if m.Name == v.Self {
 		return c.agent
 	}
-	return c.cached(m.Name, func() *api.Client {
-		cl := api.NewClient(c.agent.BaseURL, c.token)
+	return c.cached(m.Name, func() *apiclient.Client {
+		cl := apiclient.New(c.agent.BaseURL, c.token)
 		cl.HTTP = &http.Client{Transport: forHost{base: c.transport, host: m.Name}}
 		return cl
 	})
 }
 
-func (c *Conn) cached(key string, make func() *api.Client) *api.Client {
+func (c *Conn) cached(key string, make func() *apiclient.Client) *apiclient.Client {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cl, ok := c.clients[key]
@@ -249,11 +250,11 @@ func (f forHost) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // newClient is an API client whose dials resolve .local names over mDNS: Go's own resolver, the
 // only one in a static build, never asks mDNS.
-func (c *Conn) newClient(addr string) *api.Client {
+func (c *Conn) newClient(addr string) *apiclient.Client {
 	if !strings.Contains(addr, "://") {
 		addr = c.scheme + "://" + addr
 	}
-	cl := api.NewClient(addr, c.token)
+	cl := apiclient.New(addr, c.token)
 	cl.HTTP = &http.Client{Transport: c.transport}
 	return cl
 }
@@ -420,7 +421,7 @@ func (c *Conn) Place(ctx context.Context, host string, req api.PlacementRequest)
 
 // Wait follows a placement until it is ready or has failed (api.Placement.Outcome): the one
 // wait of `place --wait` and the Place view, looking every lookEvery, each look bounded by
-// api.WaitLookTimeout (api.Client.FollowPlacement). look hears each change and each failed
+// apiclient.WaitLookTimeout (apiclient.Client.FollowPlacement). look hears each change and each failed
 // look, and decides whether a failed look ends the wait: a script's does (nobody is there to
 // give up on a host that stopped answering); the Place view's asks again and shows why. A
 // placement gone from its host (deleted) ends the wait with its CodeNotFound error. A ready
@@ -554,7 +555,7 @@ func ChatTarget(v api.MeshView, model string) (api.Member, error) {
 
 // Chat streams an answer from model through the gateway. Cancelling ctx cancels the generation.
 // In agent mode the agent's own gateway takes it, and forwards it to the model's owner.
-func (c *Conn) Chat(ctx context.Context, model string, msgs []api.ChatMessage, opt api.ChatOptions, emit func(api.ChatDelta) error) (host string, err error) {
+func (c *Conn) Chat(ctx context.Context, model string, msgs []apiclient.ChatMessage, opt apiclient.ChatOptions, emit func(apiclient.ChatDelta) error) (host string, err error) {
 	target, err := ChatTarget(c.View(), model)
 	if err != nil {
 		return "", err
@@ -564,7 +565,7 @@ func (c *Conn) Chat(ctx context.Context, model string, msgs []api.ChatMessage, o
 		cl = c.clientOf(c.View(), target)
 	}
 	started := false
-	err = cl.ChatStream(ctx, model, msgs, opt, func(d api.ChatDelta) error {
+	err = cl.ChatStream(ctx, model, msgs, opt, func(d apiclient.ChatDelta) error {
 		started = started || d.Content != ""
 		return emit(d)
 	})
@@ -635,7 +636,7 @@ func (c *Conn) Events(ctx context.Context, ready func(), emit func(api.Event)) {
 
 // followEvents streams one agent's events until ctx ends, resuming after the last one seen when
 // the stream breaks. settled is called when the first stream opens or the first try fails.
-func (c *Conn) followEvents(ctx context.Context, cl *api.Client, settled func(), emit func(api.Event)) {
+func (c *Conn) followEvents(ctx context.Context, cl *apiclient.Client, settled func(), emit func(api.Event)) {
 	var last uint64
 	retry := backoff.New(200*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {

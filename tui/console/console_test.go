@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/console"
 )
 
@@ -413,10 +414,10 @@ func TestChat(t *testing.T) {
 		_, _ = w.Write([]byte("data: [DONE]\n\n"))
 	}
 	c := a.connect(t, console.Options{Token: "t"})
-	msgs := []api.ChatMessage{{Role: "user", Content: "hi"}}
+	msgs := []apiclient.ChatMessage{{Role: "user", Content: "hi"}}
 
 	var text strings.Builder
-	host, err := c.Chat(t.Context(), "qwen2:1.5b", msgs, api.ChatOptions{}, func(d api.ChatDelta) error {
+	host, err := c.Chat(t.Context(), "qwen2:1.5b", msgs, apiclient.ChatOptions{}, func(d apiclient.ChatDelta) error {
 		text.WriteString(d.Content)
 		return nil
 	})
@@ -427,7 +428,7 @@ func TestChat(t *testing.T) {
 	assert.Zero(t, a.dialled("tower"), "the console never dials the owner itself (issue 42)")
 
 	breakOff.Store(true)
-	host, err = c.Chat(t.Context(), "qwen2:1.5b", msgs, api.ChatOptions{}, func(api.ChatDelta) error { return nil })
+	host, err = c.Chat(t.Context(), "qwen2:1.5b", msgs, apiclient.ChatOptions{}, func(apiclient.ChatDelta) error { return nil })
 	require.Error(t, err)
 	assert.Equal(t, "tower", host)
 	assert.Contains(t, err.Error(), "the answer broke off: the connection to tower closed mid-answer")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 )
 
 // agentDoctorTimeout bounds one agent's report: an agent's own fresh checks take up to 5 s
@@ -43,7 +44,7 @@ func (c *Conn) Doctor(ctx context.Context) Doctor {
 
 	type answer struct {
 		name   string
-		client *api.Client
+		client *apiclient.Client
 		rep    api.DoctorReport
 		err    error
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/localmesh"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/tui/console"
@@ -38,7 +39,7 @@ func TestAgentModeActsThroughTheAgentAndWaitMeansRouted(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	require.Eventually(t, func() bool { return len(console.Agents(c.View())) == 3 }, 30*time.Second, 20*time.Millisecond)
 
-	msgs := []api.ChatMessage{{Role: "user", Content: "hello"}}
+	msgs := []apiclient.ChatMessage{{Role: "user", Content: "hello"}}
 	for i := range 5 {
 		p, err := c.Place(ctx, "owner", api.PlacementRequest{Source: "ollama://qwen2.5:0.5b"})
 		require.NoError(t, err, "try %d", i)
@@ -47,10 +48,10 @@ func TestAgentModeActsThroughTheAgentAndWaitMeansRouted(t *testing.T) {
 		require.NoError(t, err, "try %d", i)
 		require.Equal(t, api.StateReady, p.State)
 		for _, h := range m.Hosts {
-			err := m.Client(h.Spec.Name).ChatStream(ctx, "qwen2.5:0.5b", msgs, api.ChatOptions{}, func(api.ChatDelta) error { return nil })
+			err := m.Client(h.Spec.Name).ChatStream(ctx, "qwen2.5:0.5b", msgs, apiclient.ChatOptions{}, func(apiclient.ChatDelta) error { return nil })
 			require.NoError(t, err, "try %d: a chat through %s as the wait returned", i, h.Spec.Name)
 		}
-		_, err = c.Chat(ctx, "qwen2.5:0.5b", msgs, api.ChatOptions{}, func(api.ChatDelta) error { return nil })
+		_, err = c.Chat(ctx, "qwen2.5:0.5b", msgs, apiclient.ChatOptions{}, func(apiclient.ChatDelta) error { return nil })
 		require.NoError(t, err, "try %d: the console's chat, through door's gateway", i)
 		gone, err := c.Delete(ctx, p.ID)
 		require.NoError(t, err, "try %d", i)

@@ -16,6 +16,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 )
@@ -86,7 +87,7 @@ type (
 	chunkMsg struct {
 		seq   int
 		ch    <-chan tea.Msg
-		delta api.ChatDelta
+		delta apiclient.ChatDelta
 		at    time.Time
 	}
 	endMsg struct {
@@ -339,13 +340,13 @@ func (m *Model) send() tea.Cmd {
 		return nil
 	}
 	model := m.model
-	var msgs []api.ChatMessage
+	var msgs []apiclient.ChatMessage
 	for _, t := range m.convs[model] {
 		if t.Err == "" && t.Text != "" {
-			msgs = append(msgs, api.ChatMessage{Role: t.Role, Content: t.Text})
+			msgs = append(msgs, apiclient.ChatMessage{Role: t.Role, Content: t.Text})
 		}
 	}
-	msgs = append(msgs, api.ChatMessage{Role: "user", Content: text})
+	msgs = append(msgs, apiclient.ChatMessage{Role: "user", Content: text})
 	answer := Turn{Role: "assistant"}
 	if target, err := console.ChatTarget(m.ctx.Mesh, model); err == nil {
 		answer.Host = target.Name
@@ -369,7 +370,7 @@ func (m *Model) send() tea.Cmd {
 
 // stream runs the request in a goroutine started by the command (the view's Update does no
 // I/O) and returns its first message; each later one is read by a re-armed command.
-func stream(ctx context.Context, cancel context.CancelFunc, conn *console.Conn, now func() time.Time, seq int, model string, msgs []api.ChatMessage) tea.Cmd {
+func stream(ctx context.Context, cancel context.CancelFunc, conn *console.Conn, now func() time.Time, seq int, model string, msgs []apiclient.ChatMessage) tea.Cmd {
 	return func() tea.Msg {
 		ch := make(chan tea.Msg, 64)
 		go func() {
@@ -384,7 +385,7 @@ func stream(ctx context.Context, cancel context.CancelFunc, conn *console.Conn, 
 			defer silent(nil)
 			watchdog := time.AfterFunc(maxSilence, func() { silent(errSilent) })
 			defer watchdog.Stop()
-			host, err := conn.Chat(sctx, model, msgs, api.ChatOptions{}, func(d api.ChatDelta) error {
+			host, err := conn.Chat(sctx, model, msgs, apiclient.ChatOptions{}, func(d apiclient.ChatDelta) error {
 				watchdog.Reset(maxSilence)
 				select {
 				case ch <- chunkMsg{seq: seq, ch: ch, delta: d, at: now()}:
@@ -441,7 +442,7 @@ const minSpan = 250 * time.Millisecond
 // speed is tokens per second after the first token: the gateway's count when it gives one,
 // else the number of pieces received (close to one token each); 0 (unknown) until the pieces
 // span minSpan.
-func speed(deltas int, first, last time.Time, usage *api.ChatUsage) float64 {
+func speed(deltas int, first, last time.Time, usage *apiclient.ChatUsage) float64 {
 	span := last.Sub(first)
 	if span < minSpan {
 		return 0

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
@@ -176,7 +177,7 @@ func TestStreamingMeasuresTTFTAndSpeed(t *testing.T) {
 	ch := make(chan tea.Msg)
 	at := func(ms int) time.Time { return now.Add(time.Duration(ms) * time.Millisecond) }
 	for i, piece := range []string{"Rayleigh", " scattering", ":", " blue", " light"} {
-		_, cmd := m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{Content: piece}, at: at(320 + 100*i)})
+		_, cmd := m.Update(chunkMsg{seq: m.seq, ch: ch, delta: apiclient.ChatDelta{Content: piece}, at: at(320 + 100*i)})
 		assert.NotNil(t, cmd, "the reader is re-armed after each piece")
 	}
 	a := m.Conversation("qwen2:1.5b")[1]
@@ -186,7 +187,7 @@ func TestStreamingMeasuresTTFTAndSpeed(t *testing.T) {
 	assert.Contains(t, m.View(), "TTFT 320 ms · 10.0 tok/s")
 	assert.Contains(t, m.View(), "generating (esc stops)")
 
-	m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{FinishReason: "stop", Usage: &api.ChatUsage{CompletionTokens: 9}}, at: at(800)})
+	m.Update(chunkMsg{seq: m.seq, ch: ch, delta: apiclient.ChatDelta{FinishReason: "stop", Usage: &apiclient.ChatUsage{CompletionTokens: 9}}, at: at(800)})
 	assert.InDelta(t, 20.0, m.Conversation("qwen2:1.5b")[1].TokPS, 0.01, "the gateway's token count wins when given")
 	m.Update(endMsg{seq: m.seq, host: "pi5", at: at(800)})
 	assert.False(t, m.Streaming())
@@ -196,9 +197,9 @@ func TestStreamingMeasuresTTFTAndSpeed(t *testing.T) {
 	typeText(m, "Again?")
 	press(m, "enter")
 	for i, piece := range []string{"Rayleigh", " scattering", " again"} {
-		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{Content: piece}, at: at(1400).Add(time.Duration(i) * 30 * time.Microsecond)})
+		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: apiclient.ChatDelta{Content: piece}, at: at(1400).Add(time.Duration(i) * 30 * time.Microsecond)})
 	}
-	m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{FinishReason: "stop", Usage: &api.ChatUsage{CompletionTokens: 24}}, at: at(1401)})
+	m.Update(chunkMsg{seq: m.seq, ch: ch, delta: apiclient.ChatDelta{FinishReason: "stop", Usage: &apiclient.ChatUsage{CompletionTokens: 24}}, at: at(1401)})
 	m.Update(endMsg{seq: m.seq, host: "pi5", at: at(1401)})
 	burst := m.Conversation("qwen2:1.5b")[3]
 	assert.Zero(t, burst.TokPS)
@@ -219,11 +220,11 @@ func TestStaleChunksAreDrained(t *testing.T) {
 	typeText(m, "hi")
 	press(m, "enter")
 	ch := make(chan tea.Msg)
-	m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{Content: "Hel"}, at: now})
+	m.Update(chunkMsg{seq: m.seq, ch: ch, delta: apiclient.ChatDelta{Content: "Hel"}, at: now})
 	old := m.seq
 	press(m, "esc")
 	assert.False(t, m.Streaming())
-	_, cmd := m.Update(chunkMsg{seq: old, ch: ch, delta: api.ChatDelta{Content: "lo"}, at: now})
+	_, cmd := m.Update(chunkMsg{seq: old, ch: ch, delta: apiclient.ChatDelta{Content: "lo"}, at: now})
 	assert.NotNil(t, cmd, "a stopped stream is still read until it closes")
 	a := m.Conversation("qwen2:1.5b")[1]
 	assert.Equal(t, "Hel", a.Text, "but nothing it sends is shown")
@@ -263,7 +264,7 @@ type gateway struct {
 	cancelled chan struct{}
 
 	mu       sync.Mutex
-	requests [][]api.ChatMessage
+	requests [][]apiclient.ChatMessage
 }
 
 func (g *gateway) start(t *testing.T) *console.Conn {
@@ -282,7 +283,7 @@ func (g *gateway) start(t *testing.T) *console.Conn {
 	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
-			Messages []api.ChatMessage `json:"messages"`
+			Messages []apiclient.ChatMessage `json:"messages"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		g.mu.Lock()
@@ -344,7 +345,7 @@ func TestChatsThroughTheGateway(t *testing.T) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	require.Len(t, g.requests, 2)
-	assert.Equal(t, []api.ChatMessage{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "Hello!"}, {Role: "user", Content: "again"}},
+	assert.Equal(t, []apiclient.ChatMessage{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "Hello!"}, {Role: "user", Content: "again"}},
 		g.requests[1], "the conversation so far goes with each message")
 }
 
@@ -405,7 +406,7 @@ func TestViewStreaming(t *testing.T) {
 	press(m, "enter")
 	ch := make(chan tea.Msg)
 	for i, p := range []string{"func Reverse(s string) string {\n", "\tr := []rune(s)\n", "\tfor i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {"} {
-		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: api.ChatDelta{Content: p}, at: now.Add(145*time.Millisecond + time.Duration(i)*150*time.Millisecond)})
+		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: apiclient.ChatDelta{Content: p}, at: now.Add(145*time.Millisecond + time.Duration(i)*150*time.Millisecond)})
 	}
 	golden.RequireEqual(t, []byte(m.View()))
 }
@@ -440,7 +441,7 @@ func TestWheelAndPagesScrollTheTranscript(t *testing.T) {
 	press(m, "enter")
 	m.Update(tea.MouseMsg{Button: tea.MouseButtonWheelUp, Action: tea.MouseActionPress})
 	view, offset := m.View(), m.scroll.Offset
-	m.Update(chunkMsg{seq: m.seq, ch: make(chan tea.Msg), delta: api.ChatDelta{Content: "x"}, at: now})
+	m.Update(chunkMsg{seq: m.seq, ch: make(chan tea.Msg), delta: apiclient.ChatDelta{Content: "x"}, at: now})
 	assert.Equal(t, offset, m.scroll.Offset)
 	assert.Equal(t, view, m.View())
 

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/console"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
@@ -414,7 +415,7 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 	assert.Equal(t, waitedMsg{seq: m.placeSeq, p: pullingPlacement(0.1), err: common.ErrNotConnected}, cmd(), "the wait is a command")
 
 	ch := make(chan tea.Msg)
-	_, cmd = m.Update(progressMsg{seq: m.placeSeq, ch: ch, err: &api.UnreachableError{URL: "http://192.168.1.30:7777", Err: fmt.Errorf("i/o timeout")}})
+	_, cmd = m.Update(progressMsg{seq: m.placeSeq, ch: ch, err: &apiclient.UnreachableError{URL: "http://192.168.1.30:7777", Err: fmt.Errorf("i/o timeout")}})
 	assert.NotNil(t, cmd, "the wait goes on: its next message is read")
 	assert.True(t, m.placing, "a host that does not answer once is asked again")
 	assert.Contains(t, m.View(), "does not answer, asking again")

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/sim/gguf"
 )
@@ -261,7 +262,7 @@ func measure(tmp, agentBin, simBin string, withPlacement, withPeer bool, idle ti
 		return nil, err
 	}
 	defer stop(a.cmd)
-	c := api.NewClient(a.api, api.AdminToken(a.join.Secret))
+	c := apiclient.New(a.api, api.AdminToken(a.join.Secret))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if withPeer {

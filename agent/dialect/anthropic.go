@@ -1,4 +1,4 @@
-package gateway
+package dialect
 
 import (
 	"bytes"
@@ -8,10 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/agent/route"
 	"github.com/llmkube/mesh/engines"
 )
 
@@ -24,10 +21,6 @@ import (
 //
 // stop_reason "stop_sequence" is never reported: no driver tells a stop sequence's match from
 // the model's own end of turn, so both are "end_turn" (with stop_sequence null).
-
-func (g *Gateway) anthropicMessages(w http.ResponseWriter, r *http.Request) {
-	g.chat(w, r, dialectAnthropic)
-}
 
 type anRequest struct {
 	Model         string          `json:"model"`
@@ -94,49 +87,49 @@ func anBlocks(raw json.RawMessage) ([]anBlock, error) {
 	return blocks, nil
 }
 
-func parseAnthropic(body []byte) (*chatCall, *failure) {
+func ParseAnthropic(body []byte) (*Call, *Failure) {
 	var req anRequest
-	if f := decodeJSON(body, &req); f != nil {
+	if f := DecodeJSON(body, &req); f != nil {
 		return nil, f
 	}
 	if req.Model == "" {
-		return nil, badRequest("model is required")
+		return nil, BadRequest("model is required")
 	}
 	if req.MaxTokens == nil {
-		return nil, badRequest("max_tokens is required")
+		return nil, BadRequest("max_tokens is required")
 	}
 	if *req.MaxTokens < 1 {
-		return nil, badRequest(fmt.Sprintf("max_tokens %d: want at least 1", *req.MaxTokens))
+		return nil, BadRequest(fmt.Sprintf("max_tokens %d: want at least 1", *req.MaxTokens))
 	}
 	if len(req.Messages) == 0 {
-		return nil, badRequest("messages is required: send at least one message")
+		return nil, BadRequest("messages is required: send at least one message")
 	}
-	c := &chatCall{d: dialectAnthropic, model: req.Model, stream: req.Stream}
-	c.req.MaxTokens = *req.MaxTokens
-	if present(req.System) {
+	c := &Call{Dialect: Anthropic, Model: req.Model, Stream: req.Stream}
+	c.Req.MaxTokens = *req.MaxTokens
+	if Present(req.System) {
 		sys, err := anText(req.System, "system")
 		if err != nil {
-			return nil, badRequest(err.Error())
+			return nil, BadRequest(err.Error())
 		}
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: "system", Content: sys})
+		c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "system", Content: sys})
 	}
 	if f := anMessages(c, req.Messages); f != nil {
 		return nil, f
 	}
 	if len(req.Tools) > maxTools {
-		return nil, badRequest(fmt.Sprintf("%d tools: at most %d", len(req.Tools), maxTools))
+		return nil, BadRequest(fmt.Sprintf("%d tools: at most %d", len(req.Tools), maxTools))
 	}
 	for i, t := range req.Tools {
 		if t.Type != "" && t.Type != "custom" {
-			return nil, badRequest(fmt.Sprintf("tool %d is of type %q: only client tools (name, description, input_schema) are supported", i, t.Type))
+			return nil, BadRequest(fmt.Sprintf("tool %d is of type %q: only client tools (name, description, input_schema) are supported", i, t.Type))
 		}
 		if t.Name == "" {
-			return nil, badRequest(fmt.Sprintf("tool %d has no name", i))
+			return nil, BadRequest(fmt.Sprintf("tool %d has no name", i))
 		}
 		if s := bytes.TrimSpace(t.InputSchema); len(s) == 0 || s[0] != '{' || !json.Valid(s) {
-			return nil, badRequest(fmt.Sprintf("the input_schema of tool %q must be a JSON Schema object", t.Name))
+			return nil, BadRequest(fmt.Sprintf("the input_schema of tool %q must be a JSON Schema object", t.Name))
 		}
-		c.req.Tools = append(c.req.Tools, engines.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
+		c.Req.Tools = append(c.Req.Tools, engines.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
 	}
 	if tc := req.ToolChoice; tc != nil {
 		// As OpenAI's tool_choice, which the drivers take.
@@ -149,48 +142,48 @@ func parseAnthropic(body []byte) (*chatCall, *failure) {
 		case "tool":
 			choice = map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}}
 		default:
-			return nil, badRequest(fmt.Sprintf("tool_choice type %q: want auto, any, tool or none", tc.Type))
+			return nil, BadRequest(fmt.Sprintf("tool_choice type %q: want auto, any, tool or none", tc.Type))
 		}
 		raw, _ := json.Marshal(choice)
 		var err error
-		if c.req.ToolChoice, err = parseToolChoice(raw, c.req.Tools); err != nil {
-			return nil, badRequest(err.Error())
+		if c.Req.ToolChoice, err = parseToolChoice(raw, c.Req.Tools); err != nil {
+			return nil, BadRequest(err.Error())
 		}
 	}
 	if err := errors.Join(checkTemperature(req.Temperature), checkTopP(req.TopP)); err != nil {
-		return nil, badRequest(err.Error())
+		return nil, BadRequest(err.Error())
 	}
-	c.req.Temperature, c.req.TopP, c.req.TopK = req.Temperature, req.TopP, req.TopK
+	c.Req.Temperature, c.Req.TopP, c.Req.TopK = req.Temperature, req.TopP, req.TopK
 	for _, s := range req.StopSequences {
 		if s == "" {
-			return nil, badRequest("stop_sequences: a sequence is empty")
+			return nil, BadRequest("stop_sequences: a sequence is empty")
 		}
 	}
-	c.req.Stop = req.StopSequences
-	c.promptTokens = estimateTokens(c.req.Messages)
+	c.Req.Stop = req.StopSequences
+	c.PromptTokens = EstimateTokens(c.Req.Messages)
 	return c, nil
 }
 
 // anMessages adds the conversation to c's messages. A user message's tool_result blocks become
 // tool messages (in order, around its text); an assistant message's tool_use blocks become its
 // tool calls.
-func anMessages(c *chatCall, msgs []anMessage) *failure {
+func anMessages(c *Call, msgs []anMessage) *Failure {
 	names := map[string]string{} // tool_use id → tool name, for the results
 	var im images
 	for _, m := range msgs {
 		if m.Role != "user" && m.Role != "assistant" {
-			return badRequest(fmt.Sprintf("message role %q: want user or assistant (the system prompt goes in system)", m.Role))
+			return BadRequest(fmt.Sprintf("message role %q: want user or assistant (the system prompt goes in system)", m.Role))
 		}
 		blocks, err := anBlocks(m.Content)
 		if err != nil {
-			return badRequest(err.Error())
+			return BadRequest(err.Error())
 		}
 		em := engines.Message{Role: m.Role}
 		var text strings.Builder
 		flush := func() {
 			if text.Len() > 0 || len(em.Images) > 0 {
 				em.Content = text.String()
-				c.req.Messages = append(c.req.Messages, em)
+				c.Req.Messages = append(c.Req.Messages, em)
 				text.Reset()
 				em.Images = nil
 			}
@@ -201,43 +194,43 @@ func anMessages(c *chatCall, msgs []anMessage) *failure {
 				text.WriteString(b.Text)
 			case b.Type == "tool_use" && m.Role == "assistant":
 				if b.Name == "" {
-					return badRequest("a tool_use block has no name")
+					return BadRequest("a tool_use block has no name")
 				}
 				args := bytes.TrimSpace(b.Input)
 				if len(args) == 0 {
 					args = []byte("{}")
 				}
 				if args[0] != '{' || !json.Valid(args) {
-					return badRequest(fmt.Sprintf("the input of tool_use %q must be a JSON object", b.Name))
+					return BadRequest(fmt.Sprintf("the input of tool_use %q must be a JSON object", b.Name))
 				}
 				names[b.ID] = b.Name
 				em.ToolCalls = append(em.ToolCalls, engines.ToolCall{ID: b.ID, Name: b.Name, Arguments: string(args)})
 			case b.Type == "tool_result" && m.Role == "user":
 				out, err := anText(b.Content, "a tool_result's content")
 				if err != nil {
-					return badRequest(err.Error())
+					return BadRequest(err.Error())
 				}
 				flush()
-				c.req.Messages = append(c.req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: b.ToolUseID, ToolName: names[b.ToolUseID]})
+				c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: b.ToolUseID, ToolName: names[b.ToolUseID]})
 			case b.Type == "image" && m.Role == "user":
 				if b.Source == nil || b.Source.Type != "base64" {
-					return badRequest("an image block's source must be {\"type\":\"base64\",\"media_type\":…,\"data\":…}: the gateway does not fetch images")
+					return BadRequest("an image block's source must be {\"type\":\"base64\",\"media_type\":…,\"data\":…}: the gateway does not fetch images")
 				}
 				img, err := im.add(b.Source.MediaType, b.Source.Data)
 				if err != nil {
-					return badRequest(err.Error())
+					return BadRequest(err.Error())
 				}
 				em.Images = append(em.Images, img)
 			case b.Type == "thinking" || b.Type == "redacted_thinking":
 				// An earlier answer's reasoning, sent back as Claude's clients do: nothing here
 				// produces or reads it.
 			default:
-				return badRequest(fmt.Sprintf("content block of type %q in a message from the %s is not supported: the engines take text, image (from the user), tool_use and tool_result", b.Type, m.Role))
+				return BadRequest(fmt.Sprintf("content block of type %q in a message from the %s is not supported: the engines take text, image (from the user), tool_use and tool_result", b.Type, m.Role))
 			}
 		}
 		if text.Len() > 0 || len(em.ToolCalls) > 0 || len(em.Images) > 0 || len(blocks) == 0 || (len(blocks) == 1 && blocks[0].Type == "text") {
 			em.Content = text.String()
-			c.req.Messages = append(c.req.Messages, em)
+			c.Req.Messages = append(c.Req.Messages, em)
 		}
 	}
 	return nil
@@ -300,51 +293,51 @@ type anTextBlock struct {
 
 // anWhole answers a Messages request that did not ask to stream.
 type anWhole struct {
-	out
+	Out
 	model string
 	text  []byte
 	calls []engines.ToolCall
 }
 
-func (s *anWhole) chunk(content string) error {
+func (s *anWhole) Chunk(content string) error {
 	s.text = append(s.text, content...)
 	return nil
 }
 
-func (s *anWhole) toolCalls(calls []engines.ToolCall) error {
+func (s *anWhole) ToolCalls(calls []engines.ToolCall) error {
 	s.calls = append(s.calls, calls...)
 	return nil
 }
 
-func (s *anWhole) finish(st stats) error {
+func (s *anWhole) Finish(st Stats) error {
 	a := anAnswer{ID: anMessageID(), Type: "message", Role: "assistant", Model: s.model, Content: []any{},
-		Usage: anUsage{st.promptTokens, st.completionTokens}}
+		Usage: anUsage{st.PromptTokens, st.CompletionTokens}}
 	if len(s.text) > 0 || len(s.calls) == 0 {
 		a.Content = append(a.Content, anTextBlock{Type: "text", Text: string(s.text)})
 	}
 	for _, c := range s.calls {
 		a.Content = append(a.Content, newAnToolUse(c))
 	}
-	reason := anStopReason(st.finish, len(s.calls) > 0)
+	reason := anStopReason(st.Finish, len(s.calls) > 0)
 	a.StopReason = &reason
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
 	}
 	s.w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	s.begin("application/json")
-	return s.send(append(b, '\n'))
+	s.Begin("application/json")
+	return s.Send(append(b, '\n'))
 }
 
-func (s *anWhole) started() bool { return s.begun }
-func (s *anWhole) fail(*failure) {}
+func (s *anWhole) Started() bool { return s.begun }
+func (s *anWhole) Fail(*Failure) {}
 
 // anStream writes Anthropic's event stream: message_start; per content block its
 // content_block_start, deltas (text_delta, input_json_delta) and content_block_stop; then
 // message_delta with the stop reason and usage, and message_stop. A text delta is assembled
 // into a reused buffer, without reflection, as OpenAI's chunks are.
 type anStream struct {
-	out
+	Out
 	model  string
 	prompt int // the estimated prompt size, for message_start: the engine counts at the end
 	index  int // the next block's index
@@ -357,7 +350,7 @@ func (s *anStream) start() error {
 	if s.begun {
 		return nil
 	}
-	s.begin("text/event-stream")
+	s.Begin("text/event-stream")
 	a := anAnswer{ID: anMessageID(), Type: "message", Role: "assistant", Model: s.model, Content: []any{},
 		Usage: anUsage{InputTokens: s.prompt}}
 	return s.event("message_start", map[string]any{"type": "message_start", "message": a})
@@ -370,7 +363,7 @@ func (s *anStream) event(typ string, v any) error {
 	}
 	s.buf = append(append(append(append(s.buf[:0], "event: "...), typ...), "\ndata: "...), b...)
 	s.buf = append(s.buf, "\n\n"...)
-	return s.send(s.buf)
+	return s.Send(s.buf)
 }
 
 func (s *anStream) stopBlock() error {
@@ -380,7 +373,7 @@ func (s *anStream) stopBlock() error {
 	return err
 }
 
-func (s *anStream) chunk(content string) error {
+func (s *anStream) Chunk(content string) error {
 	if err := s.start(); err != nil {
 		return err
 	}
@@ -397,10 +390,10 @@ func (s *anStream) chunk(content string) error {
 	b = appendJSONString(b, content)
 	b = append(b, "}}\n\n"...)
 	s.buf = b
-	return s.send(b)
+	return s.Send(b)
 }
 
-func (s *anStream) toolCalls(calls []engines.ToolCall) error {
+func (s *anStream) ToolCalls(calls []engines.ToolCall) error {
 	if err := s.start(); err != nil {
 		return err
 	}
@@ -428,12 +421,12 @@ func (s *anStream) toolCalls(calls []engines.ToolCall) error {
 	return nil
 }
 
-func (s *anStream) finish(st stats) error {
+func (s *anStream) Finish(st Stats) error {
 	if err := s.start(); err != nil {
 		return err
 	}
 	if !s.called && !s.inText && s.index == 0 {
-		if err := s.chunk(""); err != nil { // an empty answer is still one text block
+		if err := s.Chunk(""); err != nil { // an empty answer is still one text block
 			return err
 		}
 	}
@@ -443,26 +436,26 @@ func (s *anStream) finish(st stats) error {
 		}
 	}
 	if err := s.event("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": anStopReason(st.finish, s.called), "stop_sequence": nil},
-		"usage": anUsage{st.promptTokens, st.completionTokens}}); err != nil {
+		"delta": map[string]any{"stop_reason": anStopReason(st.Finish, s.called), "stop_sequence": nil},
+		"usage": anUsage{st.PromptTokens, st.CompletionTokens}}); err != nil {
 		return err
 	}
 	s.buf = append(s.buf[:0], "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
-	return s.end(s.buf)
+	return s.End(s.buf)
 }
 
-func (s *anStream) started() bool { return s.begun }
+func (s *anStream) Started() bool { return s.begun }
 
 // fail ends a stream that broke off with Anthropic's error event.
-func (s *anStream) fail(f *failure) {
-	s.send(anErrorEvent(f))
+func (s *anStream) Fail(f *Failure) {
+	s.Send(anErrorEvent(f))
 }
 
-func newAnEncoder(c *chatCall, o out) encoder {
-	if c.stream {
-		return &anStream{out: o, model: c.model, prompt: c.promptTokens}
+func newAnEncoder(c *Call, o Out) Encoder {
+	if c.Stream {
+		return &anStream{Out: o, model: c.Model, prompt: c.PromptTokens}
 	}
-	return &anWhole{out: o, model: c.model}
+	return &anWhole{Out: o, model: c.Model}
 }
 
 // anErrorType is Anthropic's error type for a status.
@@ -497,100 +490,14 @@ type anErrorBody struct {
 	} `json:"error"`
 }
 
-func (f *failure) anthropic() anErrorBody {
+func (f *Failure) anthropic() anErrorBody {
 	e := anErrorBody{Type: "error"}
-	e.Error.Type, e.Error.Message = anErrorType(f.status), f.msg
+	e.Error.Type, e.Error.Message = anErrorType(f.Status), f.Msg
 	return e
 }
 
 // anErrorEvent is f as Anthropic's in-stream error event, on a fresh line.
-func anErrorEvent(f *failure) []byte {
+func anErrorEvent(f *Failure) []byte {
 	b, _ := json.Marshal(f.anthropic())
 	return append(append([]byte("\n\nevent: error\ndata: "), b...), "\n\n"...)
-}
-
-// anthropicCountTokens answers POST /v1/messages/count_tokens with {"input_tokens":N}: the
-// request's messages, system prompt and tools as the serving engine's own tokenizer counts
-// them, with the model's chat template applied (engines.TokenCounter). An engine without a
-// tokenizer the gateway can ask (Ollama, hailo-ollama) is answered 501 saying so: a count by
-// the rule of thumb would be a guess passed off as the engine's.
-func (g *Gateway) anthropicCountTokens(w http.ResponseWriter, r *http.Request) {
-	const d = dialectAnthropic
-	start := time.Now()
-	in, ok := g.receive(w, r, d)
-	if !ok {
-		return
-	}
-	// The body is a Messages request without max_tokens: parsed with a placeholder one.
-	var call *chatCall
-	parsed := func() *failure {
-		if call != nil {
-			return nil
-		}
-		var req map[string]json.RawMessage
-		if f := decodeJSON(in.body, &req); f != nil {
-			return f
-		}
-		if _, ok := req["max_tokens"]; !ok {
-			req["max_tokens"] = json.RawMessage("1")
-		}
-		delete(req, "stream")
-		body, _ := json.Marshal(req)
-		var f *failure
-		call, f = parseAnthropic(body)
-		return f
-	}
-	model, ok := modelName(in.body)
-	if !ok || in.forwarded {
-		if f := parsed(); f != nil {
-			g.fail(w, d, f)
-			return
-		}
-		model = call.model
-	}
-	rt, f := g.replicas(in, model)
-	if f != nil {
-		if pf := parsed(); pf != nil {
-			f = pf // a malformed request is answered 400 before an unknown model's 404
-		}
-		g.fail(w, d, f)
-		return
-	}
-	err := route.Failover(r.Context(), rt.cands, route.Policy{
-		// Another replica may run on an engine that can count.
-		Judge: func(_ route.Replica, err error) (error, bool) {
-			f := failureOf(err)
-			return f, f.retryable()
-		},
-		Log: g.log,
-	}, func(c route.Replica, final bool) (bool, error) {
-		if c.Local == nil {
-			return g.forward(w, r, d, in.body, c, rt.v, final, start)
-		}
-		if f := parsed(); f != nil {
-			return false, f
-		}
-		tc, ok := c.Local.Driver.(engines.TokenCounter)
-		if !ok {
-			return false, &failure{status: http.StatusNotImplemented, code: api.CodeEngineError,
-				msg: fmt.Sprintf("count_tokens: model %q runs on %s, whose tokenizer the gateway cannot ask; only llama-server's can be", c.P.Model, c.P.Runtime)}
-		}
-		c, release, err := g.acquire(r.Context(), c, nil) // the tokenizer is the engine's: a sleeping one wakes
-		if err != nil {
-			return false, err
-		}
-		defer release()
-		n, err := tc.CountTokens(r.Context(), c.Local.Model, call.req)
-		if err != nil {
-			return false, err
-		}
-		b := strconv.AppendInt([]byte(`{"input_tokens":`), int64(n), 10)
-		b = append(b, "}\n"...)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusOK)
-		w.Write(b)
-		return true, nil
-	})
-	g.failedOver(w, r, d, err)
 }

@@ -1,4 +1,6 @@
-package api
+// Package apiclient is the HTTP client of an agent's API (agent/api is its contract: types, codes
+// and pure functions).
+package apiclient
 
 import (
 	"bytes"
@@ -12,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmkube/mesh/agent/api"
 )
 
 // Client speaks an agent's HTTP API. The console, the headless commands and agents forwarding
@@ -22,8 +26,8 @@ type Client struct {
 	HTTP    *http.Client
 }
 
-// NewClient returns a client for the agent at addr ("host:port" or a URL).
-func NewClient(addr, token string) *Client {
+// New returns a client for the agent at addr ("host:port" or a URL).
+func New(addr, token string) *Client {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
@@ -82,44 +86,44 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 
 // openAICodes are the OpenAI error codes the gateway answers with (clients check for them),
 // in this API's terms.
-var openAICodes = map[string]Code{
-	"model_not_found":         CodeNotFound,
-	"context_length_exceeded": CodeContextLimit,
-	"rate_limit_exceeded":     CodeTooBusy,
-	"request_too_large":       CodeBadRequest,
-	"invalid_request":         CodeBadRequest,
-	"model_not_ready":         CodeEngineUnavailable,
+var openAICodes = map[string]api.Code{
+	"model_not_found":         api.CodeNotFound,
+	"context_length_exceeded": api.CodeContextLimit,
+	"rate_limit_exceeded":     api.CodeTooBusy,
+	"request_too_large":       api.CodeBadRequest,
+	"invalid_request":         api.CodeBadRequest,
+	"model_not_ready":         api.CodeEngineUnavailable,
 }
 
 // decodeError turns an error response into *Error, keeping the status for callers that care.
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var body ErrorBody
+	var body api.ErrorBody
 	if json.Unmarshal(b, &body) == nil && body.Error != nil && body.Error.Code != "" {
 		if c, ok := openAICodes[string(body.Error.Code)]; ok {
 			body.Error.Code = c
 		}
-		Sanitize(body.Error)
+		api.Sanitize(body.Error)
 		return body.Error
 	}
-	code := CodeInternal
+	code := api.CodeInternal
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
-		code = CodeUnauthorized
+		code = api.CodeUnauthorized
 	case http.StatusForbidden:
-		code = CodeForbidden
+		code = api.CodeForbidden
 	case http.StatusNotFound:
-		code = CodeNotFound
+		code = api.CodeNotFound
 	case http.StatusBadRequest:
-		code = CodeBadRequest
+		code = api.CodeBadRequest
 	case http.StatusTooManyRequests:
-		code = CodeTooBusy
+		code = api.CodeTooBusy
 	}
-	msg := Printable(strings.TrimSpace(string(b)))
+	msg := api.Printable(strings.TrimSpace(string(b)))
 	if msg == "" {
 		msg = resp.Status
 	}
-	return &Error{Code: code, Message: msg}
+	return &api.Error{Code: code, Message: msg}
 }
 
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
@@ -139,63 +143,49 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("decoding %s %s: %w", method, path, err)
 	}
-	Sanitize(out) // what an agent says may come from any member: it reaches terminals
+	api.Sanitize(out) // what an agent says may come from any member: it reaches terminals
 	return nil
 }
 
 // Host returns the agent's capacity and state.
-func (c *Client) Host(ctx context.Context) (Host, error) {
-	var h Host
+func (c *Client) Host(ctx context.Context) (api.Host, error) {
+	var h api.Host
 	return h, c.call(ctx, http.MethodGet, "/v1/host", nil, &h)
 }
 
 // Mesh returns the agent's view of the whole mesh.
-func (c *Client) Mesh(ctx context.Context) (MeshView, error) {
-	var v MeshView
+func (c *Client) Mesh(ctx context.Context) (api.MeshView, error) {
+	var v api.MeshView
 	return v, c.call(ctx, http.MethodGet, "/v1/mesh", nil, &v)
 }
 
 // Doctor returns what the agent finds wrong, on its host and in the mesh as it sees it.
-func (c *Client) Doctor(ctx context.Context) (DoctorReport, error) {
-	var r DoctorReport
+func (c *Client) Doctor(ctx context.Context) (api.DoctorReport, error) {
+	var r api.DoctorReport
 	return r, c.call(ctx, http.MethodGet, "/v1/doctor", nil, &r)
 }
 
-// Estimation is the answer to POST /v1/estimate: the size and whether this host would admit it now.
-type Estimation struct {
-	Estimate SizeEstimate `json:"estimate"`
-	Verdict  Verdict      `json:"verdict"`
-	Code     Code         `json:"code,omitempty"`
-	Reason   string       `json:"reason"`
-	Free     int64        `json:"free"`
-}
-
 // Estimate sizes a request on the agent without reserving anything.
-func (c *Client) Estimate(ctx context.Context, req PlacementRequest) (Estimation, error) {
-	var e Estimation
+func (c *Client) Estimate(ctx context.Context, req api.PlacementRequest) (api.Estimation, error) {
+	var e api.Estimation
 	return e, c.call(ctx, http.MethodPost, "/v1/estimate", req, &e)
 }
 
 // Place asks the agent to run a model. The placement comes back at once, in its first state.
-func (c *Client) Place(ctx context.Context, req PlacementRequest) (Placement, error) {
-	var p Placement
+func (c *Client) Place(ctx context.Context, req api.PlacementRequest) (api.Placement, error) {
+	var p api.Placement
 	return p, c.call(ctx, http.MethodPost, "/v1/placements", req, &p)
 }
 
-// PlacementList is GET /v1/placements.
-type PlacementList struct {
-	Placements []Placement `json:"placements"`
-}
-
 // Placements lists the placements the token may see.
-func (c *Client) Placements(ctx context.Context) ([]Placement, error) {
-	var l PlacementList
+func (c *Client) Placements(ctx context.Context) ([]api.Placement, error) {
+	var l api.PlacementList
 	return l.Placements, c.call(ctx, http.MethodGet, "/v1/placements", nil, &l)
 }
 
 // Placement returns one placement.
-func (c *Client) Placement(ctx context.Context, id string) (Placement, error) {
-	var p Placement
+func (c *Client) Placement(ctx context.Context, id string) (api.Placement, error) {
+	var p api.Placement
 	return p, c.call(ctx, http.MethodGet, "/v1/placements/"+url.PathEscape(id), nil, &p)
 }
 
@@ -215,7 +205,7 @@ func (c *Client) PlacementLog(ctx context.Context, id string, bytes int) (string
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 2<<20))
-	return PrintableText(string(b)), err
+	return api.PrintableText(string(b)), err
 }
 
 // Delete stops and removes a placement.
@@ -227,7 +217,7 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 // what the agent's ring still holds after it) until ctx ends or the stream breaks; emit
 // returning an error stops it. opened, when not nil, is called once the agent has subscribed
 // the stream: no later event is missed.
-func (c *Client) Events(ctx context.Context, after uint64, opened func(), emit func(Event) error) error {
+func (c *Client) Events(ctx context.Context, after uint64, opened func(), emit func(api.Event) error) error {
 	req, err := c.newRequest(ctx, http.MethodGet, "/v1/events", nil)
 	if err != nil {
 		return err
@@ -244,12 +234,12 @@ func (c *Client) Events(ctx context.Context, after uint64, opened func(), emit f
 	if opened != nil {
 		opened()
 	}
-	return ReadSSE(resp.Body, func(data []byte) error {
-		var ev Event
+	return api.ReadSSE(resp.Body, func(data []byte) error {
+		var ev api.Event
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fmt.Errorf("malformed event: %w", err)
 		}
-		Sanitize(&ev)
+		api.Sanitize(&ev)
 		return emit(ev)
 	})
 }
@@ -301,9 +291,9 @@ func (c *Client) ChatStream(ctx context.Context, model string, msgs []ChatMessag
 		return err
 	}
 	defer resp.Body.Close()
-	return ReadSSE(resp.Body, func(data []byte) error {
+	return api.ReadSSE(resp.Body, func(data []byte) error {
 		if bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
-			return ErrSSEDone
+			return api.ErrSSEDone
 		}
 		var chunk struct {
 			Choices []struct {
@@ -313,20 +303,20 @@ func (c *Client) ChatStream(ctx context.Context, model string, msgs []ChatMessag
 				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
 			Usage *ChatUsage `json:"usage"`
-			Error *Error     `json:"error"`
+			Error *api.Error `json:"error"`
 		}
 		if err := json.Unmarshal(data, &chunk); err != nil {
 			return fmt.Errorf("malformed chat chunk: %w", err)
 		}
 		if chunk.Error != nil {
-			Sanitize(chunk.Error)
+			api.Sanitize(chunk.Error)
 			return chunk.Error
 		}
 		d := ChatDelta{Usage: chunk.Usage}
 		if len(chunk.Choices) > 0 {
-			d.Content = PrintableText(chunk.Choices[0].Delta.Content)
+			d.Content = api.PrintableText(chunk.Choices[0].Delta.Content)
 			if fr := chunk.Choices[0].FinishReason; fr != nil {
-				d.FinishReason = Printable(*fr)
+				d.FinishReason = api.Printable(*fr)
 			}
 		}
 		if d.Content == "" && d.FinishReason == "" && d.Usage == nil {
@@ -343,8 +333,8 @@ const WaitLookTimeout = 10 * time.Second
 // WaitPlacement polls a placement until it is ready or terminal, calling progress on each change.
 // It returns the final placement; a failed one comes back with an *Error carrying its code. A
 // look that fails ends the wait with its error.
-func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Duration, progress func(Placement)) (Placement, error) {
-	return c.FollowPlacement(ctx, id, every, func(p Placement, err error) error {
+func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Duration, progress func(api.Placement)) (api.Placement, error) {
+	return c.FollowPlacement(ctx, id, every, func(p api.Placement, err error) error {
 		if err == nil && progress != nil {
 			progress(p)
 		}
@@ -359,8 +349,8 @@ func (c *Client) WaitPlacement(ctx context.Context, id string, every time.Durati
 // that failed ends the wait (its error returned) or is asked again (nil). A placement its host
 // no longer knows (CodeNotFound: deleted) ends the wait after look heard it, whatever look says:
 // it cannot come back.
-func (c *Client) FollowPlacement(ctx context.Context, id string, every time.Duration, look func(Placement, error) error) (Placement, error) {
-	var last Placement
+func (c *Client) FollowPlacement(ctx context.Context, id string, every time.Duration, look func(api.Placement, error) error) (api.Placement, error) {
+	var last api.Placement
 	failed := false
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -373,7 +363,7 @@ func (c *Client) FollowPlacement(ctx context.Context, id string, every time.Dura
 			if lerr := look(last, err); lerr != nil {
 				return last, lerr
 			}
-			if ae := (*Error)(nil); errors.As(err, &ae) && ae.Code == CodeNotFound {
+			if ae := (*api.Error)(nil); errors.As(err, &ae) && ae.Code == api.CodeNotFound {
 				return last, err
 			}
 		} else {

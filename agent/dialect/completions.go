@@ -1,9 +1,8 @@
-package gateway
+package dialect
 
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -12,10 +11,6 @@ import (
 
 // OpenAI's legacy POST /v1/completions: a prompt continued as it is (engines.ChatRequest's
 // Prompt: llama-server's /v1/completions, Ollama's raw generate; hailo-ollama refuses).
-
-func (g *Gateway) openAICompletions(w http.ResponseWriter, r *http.Request) {
-	g.chat(w, r, dialectCompletions)
-}
 
 type cmplChoice struct {
 	Text         string  `json:"text"`
@@ -35,21 +30,21 @@ type cmplDoc struct {
 
 // cmpl writes a completion, whole or as server-sent events of choices[].text.
 type cmpl struct {
-	out
+	Out
 	stream bool
 	usage  bool // stream_options.include_usage
 	doc    cmplDoc
 	text   []byte
 }
 
-func newCmplEncoder(c *chatCall, o out, start time.Time) encoder {
-	return &cmpl{out: o, stream: c.stream, usage: c.usageChunk,
-		doc: cmplDoc{ID: "cmpl-" + completionID()[len("chatcmpl-"):], Object: "text_completion", Created: start.Unix(), Model: c.model}}
+func newCmplEncoder(c *Call, o Out, start time.Time) Encoder {
+	return &cmpl{Out: o, stream: c.Stream, usage: c.usageChunk,
+		doc: cmplDoc{ID: "cmpl-" + completionID()[len("chatcmpl-"):], Object: "text_completion", Created: start.Unix(), Model: c.Model}}
 }
 
 func (s *cmpl) event(choice cmplChoice, usage *oaUsage) error {
 	if !s.begun {
-		s.begin("text/event-stream")
+		s.Begin("text/event-stream")
 	}
 	d := s.doc
 	d.Choices, d.Usage = []cmplChoice{choice}, usage
@@ -60,10 +55,10 @@ func (s *cmpl) event(choice cmplChoice, usage *oaUsage) error {
 	if err != nil {
 		return err
 	}
-	return s.send(append(append([]byte("data: "), b...), "\n\n"...))
+	return s.Send(append(append([]byte("data: "), b...), "\n\n"...))
 }
 
-func (s *cmpl) chunk(content string) error {
+func (s *cmpl) Chunk(content string) error {
 	if !s.stream {
 		s.text = append(s.text, content...)
 		return nil
@@ -72,24 +67,24 @@ func (s *cmpl) chunk(content string) error {
 }
 
 // toolCalls cannot happen: a raw completion offers no tools.
-func (s *cmpl) toolCalls([]engines.ToolCall) error {
+func (s *cmpl) ToolCalls([]engines.ToolCall) error {
 	return fmt.Errorf("a completion cannot call tools")
 }
 
-func (s *cmpl) finish(st stats) error {
-	u := &oaUsage{st.promptTokens, st.completionTokens, st.promptTokens + st.completionTokens}
+func (s *cmpl) Finish(st Stats) error {
+	u := &oaUsage{st.PromptTokens, st.CompletionTokens, st.PromptTokens + st.CompletionTokens}
 	if !s.stream {
 		d := s.doc
-		d.Choices, d.Usage = []cmplChoice{{Text: string(s.text), FinishReason: &st.finish}}, u
+		d.Choices, d.Usage = []cmplChoice{{Text: string(s.text), FinishReason: &st.Finish}}, u
 		b, err := json.Marshal(d)
 		if err != nil {
 			return err
 		}
 		s.w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-		s.begin("application/json")
-		return s.send(append(b, '\n'))
+		s.Begin("application/json")
+		return s.Send(append(b, '\n'))
 	}
-	if err := s.event(cmplChoice{FinishReason: &st.finish}, nil); err != nil {
+	if err := s.event(cmplChoice{FinishReason: &st.Finish}, nil); err != nil {
 		return err
 	}
 	if s.usage {
@@ -97,14 +92,14 @@ func (s *cmpl) finish(st stats) error {
 			return err
 		}
 	}
-	return s.send([]byte("data: [DONE]\n\n"))
+	return s.Send([]byte("data: [DONE]\n\n"))
 }
 
-func (s *cmpl) started() bool { return s.begun }
+func (s *cmpl) Started() bool { return s.begun }
 
-func (s *cmpl) fail(f *failure) {
+func (s *cmpl) Fail(f *Failure) {
 	if s.stream {
 		b, _ := json.Marshal(f.openAI())
-		s.send(append(append([]byte("data: "), b...), "\n\n"...))
+		s.Send(append(append([]byte("data: "), b...), "\n\n"...))
 	}
 }

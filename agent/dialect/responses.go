@@ -1,12 +1,10 @@
-package gateway
+package dialect
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -18,10 +16,6 @@ import (
 // tools, text.format → a JSON answer), and the chat's answer becomes a response object, or its
 // stream of typed events. Answered messages are kept a while (itemStore) for item_reference;
 // previous_response_id is refused, saying how to send the items instead.
-
-func (g *Gateway) openAIResponses(w http.ResponseWriter, r *http.Request) {
-	g.chat(w, r, dialectResponses)
-}
 
 type respRequest struct {
 	Model              string          `json:"model"`
@@ -75,36 +69,36 @@ const respShape = "content must be a string or an array of input_text parts"
 
 var respKinds = []string{"input_text", "output_text", "text"}
 
-const noStore = "this gateway keeps earlier answers only for a while, on the agent that gave them: send the earlier items themselves (with the AI SDK, providerOptions: {openai: {store: false}})"
+const NoStore = "this gateway keeps earlier answers only for a while, on the agent that gave them: send the earlier items themselves (with the AI SDK, providerOptions: {openai: {store: false}})"
 
-func parseResponses(body []byte) (*chatCall, *failure) {
+func parseResponses(body []byte) (*Call, *Failure) {
 	var req respRequest
-	if f := decodeJSON(body, &req); f != nil {
+	if f := DecodeJSON(body, &req); f != nil {
 		return nil, f
 	}
 	if req.Model == "" {
-		return nil, badRequest("model is required")
+		return nil, BadRequest("model is required")
 	}
 	if req.PreviousResponseID != "" {
-		return nil, badRequest("previous_response_id: " + noStore)
+		return nil, BadRequest("previous_response_id: " + NoStore)
 	}
-	c := &chatCall{d: dialectResponses, model: req.Model, stream: req.Stream}
+	c := &Call{Dialect: Responses, Model: req.Model, Stream: req.Stream}
 	if req.Instructions != "" {
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: "system", Content: req.Instructions})
+		c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "system", Content: req.Instructions})
 	}
 	if f := respInput(c, req.Input); f != nil {
 		return nil, f
 	}
-	if len(c.req.Messages) == 0 || (len(c.req.Messages) == 1 && req.Instructions != "") {
-		return nil, badRequest("input is required: send a string or at least one message")
+	if len(c.Req.Messages) == 0 || (len(c.Req.Messages) == 1 && req.Instructions != "") {
+		return nil, BadRequest("input is required: send a string or at least one message")
 	}
 	if f := respTools(c, req.Tools); f != nil {
 		return nil, f
 	}
-	if len(c.req.Tools) > maxTools {
-		return nil, badRequest(fmt.Sprintf("%d tools: at most %d", len(c.req.Tools), maxTools))
+	if len(c.Req.Tools) > maxTools {
+		return nil, BadRequest(fmt.Sprintf("%d tools: at most %d", len(c.Req.Tools), maxTools))
 	}
-	if present(req.ToolChoice) {
+	if Present(req.ToolChoice) {
 		var named struct {
 			Type, Name string
 		}
@@ -113,48 +107,48 @@ func parseResponses(body []byte) (*chatCall, *failure) {
 			choice, _ = json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": named.Name}})
 		}
 		var err error
-		if c.req.ToolChoice, err = parseToolChoice(choice, c.req.Tools); err != nil {
-			return nil, badRequest(err.Error())
+		if c.Req.ToolChoice, err = parseToolChoice(choice, c.Req.Tools); err != nil {
+			return nil, BadRequest(err.Error())
 		}
 	}
 	if req.Text != nil && req.Text.Format != nil {
 		switch f := req.Text.Format; f.Type {
 		case "", "text":
 		case "json_object":
-			c.req.Format = &engines.Format{}
+			c.Req.Format = &engines.Format{}
 		case "json_schema":
 			var err error
-			if c.req.Format, err = schemaFormat(f.Name, f.Schema, f.Strict); err != nil {
-				return nil, badRequest(err.Error())
+			if c.Req.Format, err = schemaFormat(f.Name, f.Schema, f.Strict); err != nil {
+				return nil, BadRequest(err.Error())
 			}
 		default:
-			return nil, badRequest(fmt.Sprintf("text.format %q: want text, json_object or json_schema", f.Type))
+			return nil, BadRequest(fmt.Sprintf("text.format %q: want text, json_object or json_schema", f.Type))
 		}
 	}
 	if err := errors.Join(checkTemperature(req.Temperature), checkTopP(req.TopP)); err != nil {
-		return nil, badRequest(err.Error())
+		return nil, BadRequest(err.Error())
 	}
-	c.req.Temperature, c.req.TopP = req.Temperature, req.TopP
+	c.Req.Temperature, c.Req.TopP = req.Temperature, req.TopP
 	if mt := req.MaxOutputTokens; mt != nil {
 		if *mt < 1 {
-			return nil, badRequest(fmt.Sprintf("max_output_tokens %d: want at least 1", *mt))
+			return nil, BadRequest(fmt.Sprintf("max_output_tokens %d: want at least 1", *mt))
 		}
-		c.req.MaxTokens = *mt
+		c.Req.MaxTokens = *mt
 	}
-	c.promptTokens = estimateTokens(c.req.Messages)
+	c.PromptTokens = EstimateTokens(c.Req.Messages)
 	return c, nil
 }
 
 // respInput adds a Responses request's input to c's messages: a string, or an array of items.
-func respInput(c *chatCall, raw json.RawMessage) *failure {
+func respInput(c *Call, raw json.RawMessage) *Failure {
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: one})
+		c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "user", Content: one})
 		return nil
 	}
 	var items []respItem
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return badRequest("input must be a string or an array of items")
+		return BadRequest("input must be a string or an array of items")
 	}
 	names := map[string]string{} // call id → function name, for the outputs
 	var im images
@@ -162,57 +156,57 @@ func respInput(c *chatCall, raw json.RawMessage) *failure {
 		switch {
 		case it.Type == "function_call":
 			if it.Name == "" {
-				return badRequest("a function_call item has no name")
+				return BadRequest("a function_call item has no name")
 			}
 			names[it.CallID] = it.Name
 			call := engines.ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments}
-			if n := len(c.req.Messages); n > 0 && c.req.Messages[n-1].Role == "assistant" {
-				c.req.Messages[n-1].ToolCalls = append(c.req.Messages[n-1].ToolCalls, call)
+			if n := len(c.Req.Messages); n > 0 && c.Req.Messages[n-1].Role == "assistant" {
+				c.Req.Messages[n-1].ToolCalls = append(c.Req.Messages[n-1].ToolCalls, call)
 			} else {
-				c.req.Messages = append(c.req.Messages, engines.Message{Role: "assistant", ToolCalls: []engines.ToolCall{call}})
+				c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "assistant", ToolCalls: []engines.ToolCall{call}})
 			}
 		case it.Type == "function_call_output":
 			out, err := respText(it.Output)
 			if err != nil {
-				return badRequest(err.Error())
+				return BadRequest(err.Error())
 			}
-			c.req.Messages = append(c.req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: it.CallID, ToolName: names[it.CallID]})
+			c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: it.CallID, ToolName: names[it.CallID]})
 		case it.Type == "item_reference":
 			// Resolved by the agent that serves the request (serveLocal): it answered it.
-			c.refs = append(c.refs, itemRef{index: len(c.req.Messages), id: it.ID})
-			c.req.Messages = append(c.req.Messages, engines.Message{Role: "assistant"})
+			c.Refs = append(c.Refs, itemRef{Index: len(c.Req.Messages), ID: it.ID})
+			c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "assistant"})
 		case it.Type == "reasoning":
 			// An earlier answer's reasoning: nothing here produces or reads it.
 		case it.Type == "" || it.Type == "message":
 			r, err := role(it.Role)
 			if err != nil || r == "tool" {
-				return badRequest(fmt.Sprintf("input message role %q: want system, developer, user or assistant", it.Role))
+				return BadRequest(fmt.Sprintf("input message role %q: want system, developer, user or assistant", it.Role))
 			}
 			text, imgs, err := contentParts(it.Content, respShape, &im, respKinds...)
 			if err != nil {
-				return badRequest(err.Error())
+				return BadRequest(err.Error())
 			}
-			c.req.Messages = append(c.req.Messages, engines.Message{Role: r, Content: text, Images: imgs})
+			c.Req.Messages = append(c.Req.Messages, engines.Message{Role: r, Content: text, Images: imgs})
 		default:
-			return badRequest(fmt.Sprintf("input item of type %q is not supported (messages, function_call and function_call_output are)", it.Type))
+			return BadRequest(fmt.Sprintf("input item of type %q is not supported (messages, function_call and function_call_output are)", it.Type))
 		}
 	}
 	return nil
 }
 
 // respTools takes a Responses request's function tools into c.
-func respTools(c *chatCall, tools []respTool) *failure {
+func respTools(c *Call, tools []respTool) *Failure {
 	for _, t := range tools {
 		if t.Type != "function" {
-			return badRequest(fmt.Sprintf("tool of type %q is not supported: only function tools", t.Type))
+			return BadRequest(fmt.Sprintf("tool of type %q is not supported: only function tools", t.Type))
 		}
 		if t.Name == "" {
-			return badRequest("a function tool has no name")
+			return BadRequest("a function tool has no name")
 		}
 		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && string(p) != "null" && p[0] != '{' {
-			return badRequest(fmt.Sprintf("the parameters of tool %q must be a JSON Schema object", t.Name))
+			return BadRequest(fmt.Sprintf("the parameters of tool %q must be a JSON Schema object", t.Name))
 		}
-		c.req.Tools = append(c.req.Tools, engines.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		c.Req.Tools = append(c.Req.Tools, engines.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 	}
 	return nil
 }
@@ -290,15 +284,15 @@ type respAnswer struct {
 	remember func(id, text string) // keeps an answered message for item_reference
 }
 
-func (a *respAnswer) object(status string, st *stats) respObject {
+func (a *respAnswer) object(status string, st *Stats) respObject {
 	o := respObject{ID: a.id, Object: "response", CreatedAt: a.created, Status: status, Model: a.model, Output: a.output}
 	if o.Output == nil {
 		o.Output = []any{}
 	}
 	if st != nil {
-		o.Usage = &respUsage{InputTokens: st.promptTokens, OutputTokens: st.completionTokens, TotalTokens: st.promptTokens + st.completionTokens,
+		o.Usage = &respUsage{InputTokens: st.PromptTokens, OutputTokens: st.CompletionTokens, TotalTokens: st.PromptTokens + st.CompletionTokens,
 			InputTokensDetails: map[string]int{"cached_tokens": 0}, OutputTokensDetails: map[string]int{"reasoning_tokens": 0}}
-		if st.finish == "length" {
+		if st.Finish == "length" {
 			o.Status, o.IncompleteDetails = "incomplete", &respIncomplet{Reason: "max_output_tokens"}
 		}
 	}
@@ -307,23 +301,23 @@ func (a *respAnswer) object(status string, st *stats) respObject {
 
 // respWhole answers a Responses request that did not ask to stream.
 type respWhole struct {
-	out
+	Out
 	respAnswer
 	text  []byte
 	calls []engines.ToolCall
 }
 
-func (s *respWhole) chunk(content string) error {
+func (s *respWhole) Chunk(content string) error {
 	s.text = append(s.text, content...)
 	return nil
 }
 
-func (s *respWhole) toolCalls(calls []engines.ToolCall) error {
+func (s *respWhole) ToolCalls(calls []engines.ToolCall) error {
 	s.calls = append(s.calls, calls...)
 	return nil
 }
 
-func (s *respWhole) finish(st stats) error {
+func (s *respWhole) Finish(st Stats) error {
 	if len(s.text) > 0 || len(s.calls) == 0 {
 		m := respMessage{Type: "message", ID: respID("msg_"), Status: "completed", Role: "assistant",
 			Content: []respPart{{Type: "output_text", Text: string(s.text), Annotations: []any{}}}}
@@ -338,17 +332,17 @@ func (s *respWhole) finish(st stats) error {
 		return err
 	}
 	s.w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	s.begin("application/json")
-	return s.send(append(b, '\n'))
+	s.Begin("application/json")
+	return s.Send(append(b, '\n'))
 }
 
-func (s *respWhole) started() bool { return s.begun }
-func (s *respWhole) fail(*failure) {}
+func (s *respWhole) Started() bool { return s.begun }
+func (s *respWhole) Fail(*Failure) {}
 
 // respStream writes the Responses API's typed server-sent events: response.created, then per
 // output item its added, delta and done events, then response.completed (or .incomplete).
 type respStream struct {
-	out
+	Out
 	respAnswer
 	seq  int
 	msg  *respMessage // the message item being written, if any
@@ -357,7 +351,7 @@ type respStream struct {
 
 func (s *respStream) event(typ string, fields map[string]any) error {
 	if !s.begun {
-		s.begin("text/event-stream")
+		s.Begin("text/event-stream")
 		if err := s.event("response.created", map[string]any{"response": s.object("in_progress", nil)}); err != nil {
 			return err
 		}
@@ -371,10 +365,10 @@ func (s *respStream) event(typ string, fields map[string]any) error {
 	if err != nil {
 		return err
 	}
-	return s.send([]byte("event: " + typ + "\ndata: " + string(b) + "\n\n"))
+	return s.Send([]byte("event: " + typ + "\ndata: " + string(b) + "\n\n"))
 }
 
-func (s *respStream) chunk(content string) error {
+func (s *respStream) Chunk(content string) error {
 	if s.msg == nil {
 		s.msg = &respMessage{Type: "message", ID: respID("msg_"), Status: "in_progress", Role: "assistant", Content: []respPart{}}
 		if err := s.event("response.output_item.added", map[string]any{"output_index": len(s.output), "item": s.msg}); err != nil {
@@ -415,7 +409,7 @@ func (s *respStream) closeMessage() error {
 	return nil
 }
 
-func (s *respStream) toolCalls(calls []engines.ToolCall) error {
+func (s *respStream) ToolCalls(calls []engines.ToolCall) error {
 	if err := s.closeMessage(); err != nil {
 		return err
 	}
@@ -441,9 +435,9 @@ func (s *respStream) toolCalls(calls []engines.ToolCall) error {
 	return nil
 }
 
-func (s *respStream) finish(st stats) error {
+func (s *respStream) Finish(st Stats) error {
 	if len(s.output) == 0 && s.msg == nil {
-		if err := s.chunk(""); err != nil { // an empty answer is still one message
+		if err := s.Chunk(""); err != nil { // an empty answer is still one message
 			return err
 		}
 	}
@@ -458,52 +452,27 @@ func (s *respStream) finish(st stats) error {
 	return s.event(typ, map[string]any{"response": o})
 }
 
-func (s *respStream) started() bool { return s.begun }
+func (s *respStream) Started() bool { return s.begun }
 
 // fail ends a stream that broke off with the Responses API's error event.
-func (s *respStream) fail(f *failure) {
+func (s *respStream) Fail(f *Failure) {
 	e := f.openAI().Error
 	s.event("error", map[string]any{"code": e.Code, "message": e.Message, "param": nil})
 }
 
-func newRespEncoder(c *chatCall, o out, start time.Time) encoder {
-	a := respAnswer{id: respID("resp_"), model: c.model, created: start.Unix(), remember: c.remember}
+func newRespEncoder(c *Call, o Out, start time.Time) Encoder {
+	a := respAnswer{id: respID("resp_"), model: c.Model, created: start.Unix(), remember: c.Remember}
 	if a.remember == nil {
 		a.remember = func(string, string) {}
 	}
-	if c.stream {
-		return &respStream{out: o, respAnswer: a}
+	if c.Stream {
+		return &respStream{Out: o, respAnswer: a}
 	}
-	return &respWhole{out: o, respAnswer: a}
+	return &respWhole{Out: o, respAnswer: a}
 }
 
 // itemRef is an item_reference in a request's input: the message at index stands for it.
 type itemRef struct {
-	index int
-	id    string
-}
-
-// itemScope is the item store's scope for a caller: its namespace, or the admin's own.
-func itemScope(ns string, admin bool) string {
-	if admin {
-		return "\x00admin"
-	}
-	return ns
-}
-
-// withReferences returns call's messages with each item_reference replaced by the answer this
-// agent gave, or a refusal naming the first it does not have.
-func (g *Gateway) withReferences(call *chatCall, scope string) ([]engines.Message, *failure) {
-	if len(call.refs) == 0 {
-		return call.req.Messages, nil
-	}
-	msgs := slices.Clone(call.req.Messages)
-	for _, ref := range call.refs {
-		text, ok := g.items.get(scope, ref.id)
-		if !ok {
-			return nil, badRequest("item_reference " + ref.id + ": " + noStore)
-		}
-		msgs[ref.index].Content = text
-	}
-	return msgs, nil
+	Index int
+	ID    string
 }

@@ -1,4 +1,4 @@
-package gateway
+package dialect
 
 import (
 	"encoding/base64"
@@ -60,7 +60,7 @@ func (im *images) ollama(b64 []string) ([]engines.Image, error) {
 func (im *images) dataURL(url string) (engines.Image, error) {
 	rest, ok := strings.CutPrefix(url, "data:")
 	if !ok {
-		return engines.Image{}, fmt.Errorf("image_url %q: only data URLs (data:image/png;base64,…) are taken; the gateway does not fetch images", sanitizePath(url))
+		return engines.Image{}, fmt.Errorf("image_url %q: only data URLs (data:image/png;base64,…) are taken; the gateway does not fetch images", SanitizePath(url))
 	}
 	meta, data, ok := strings.Cut(rest, ",")
 	mediaType, isBase64 := strings.CutSuffix(meta, ";base64")
@@ -80,10 +80,10 @@ func hasImages(msgs []engines.Message) bool {
 	return false
 }
 
-// refuseImages is the answer for images sent to a model whose engine cannot read them, or nil
+// RefuseImages is the answer for images sent to a model whose engine cannot read them, or nil
 // when it can.
-func refuseImages(c *chatCall, local engines.Driver, m engines.Model, p api.Placement) *failure {
-	if !hasImages(c.req.Messages) {
+func RefuseImages(c *Call, local engines.Driver, m engines.Model, p api.Placement) *Failure {
+	if !hasImages(c.Req.Messages) {
 		return nil
 	}
 	var why string
@@ -103,7 +103,7 @@ func refuseImages(c *chatCall, local engines.Driver, m engines.Model, p api.Plac
 			why = "its engine reads text only"
 		}
 	}
-	return &failure{status: http.StatusBadRequest, code: api.CodeBadRequest, oaCode: "image_not_supported",
-		msg: fmt.Sprintf("model %q (%s on %s) cannot read images: %s; send text only, or use a vision model on Ollama (images up to %d MiB a request)",
+	return &Failure{Status: http.StatusBadRequest, Code: api.CodeBadRequest, OACode: "image_not_supported",
+		Msg: fmt.Sprintf("model %q (%s on %s) cannot read images: %s; send text only, or use a vision model on Ollama (images up to %d MiB a request)",
 			p.Model, p.Runtime, p.Host, why, maxImageBytes>>20)}
 }

@@ -1,4 +1,4 @@
-package gateway
+package dialect
 
 import (
 	"encoding/json"

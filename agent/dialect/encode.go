@@ -1,10 +1,11 @@
-package gateway
+package dialect
 
 import (
 	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,11 +16,11 @@ import (
 	"github.com/llmkube/mesh/engines"
 )
 
-// out writes a response chunk by chunk, flushing each one unless the next is already at hand
+// Out writes a response chunk by chunk, flushing each one unless the next is already at hand
 // (see hold), with a write deadline so that a client that stops reading is cut instead of
 // holding the engine. (net/http clears the deadline when the handler returns, before the
 // connection's next request.)
-type out struct {
+type Out struct {
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	stall time.Duration
@@ -35,8 +36,8 @@ type out struct {
 	err     error // the first write error: the client is gone or stalled
 }
 
-func newOut(w http.ResponseWriter, stall time.Duration) out {
-	return out{w: w, rc: http.NewResponseController(w), stall: stall}
+func NewOut(w http.ResponseWriter, stall time.Duration) Out {
+	return Out{w: w, rc: http.NewResponseController(w), stall: stall}
 }
 
 // Header values every answer shares, set as they are rather than through Header.Set, which
@@ -51,7 +52,7 @@ var (
 )
 
 // begin sends the status line and headers with the first chunk.
-func (o *out) begin(contentType string) {
+func (o *Out) Begin(contentType string) {
 	h := o.w.Header()
 	switch contentType {
 	case eventStream[0]:
@@ -73,7 +74,7 @@ func (o *out) begin(contentType string) {
 // then only when a quarter of the stall timeout has passed since it last was, which keeps a
 // timer update and the clock off the per-token path while still cutting a stalled client after
 // between 3/4 and all of the stall timeout. The answer's writer calls stop when it is done.
-func (o *out) send(b []byte) error {
+func (o *Out) Send(b []byte) error {
 	if o.err != nil {
 		return o.err
 	}
@@ -98,13 +99,13 @@ func (o *out) send(b []byte) error {
 	return o.flush()
 }
 
-func (o *out) pushDeadline() {
+func (o *Out) pushDeadline() {
 	// An error here means the writer has no deadlines (a test recorder): writes still work.
 	_ = o.rc.SetWriteDeadline(time.Now().Add(o.stall))
 }
 
 // stop ends the deadline's timer; the deadline last set stays for what net/http still writes.
-func (o *out) stop() {
+func (o *Out) Stop() {
 	if o.timer != nil {
 		o.timer.Stop()
 	}
@@ -113,14 +114,14 @@ func (o *out) stop() {
 // end writes the answer's last bytes without flushing them: the handler returns right after,
 // and net/http then flushes them with the chunked body's terminator in one write, where a flush
 // here would cost a write (and the client a read) of its own for the five bytes of "0\r\n\r\n".
-func (o *out) end(b []byte) error {
+func (o *Out) End(b []byte) error {
 	o.holding = true
-	err := o.send(b)
+	err := o.Send(b)
 	o.holding = false
 	return err
 }
 
-func (o *out) flush() error {
+func (o *Out) flush() error {
 	o.held = false
 	if err := o.rc.Flush(); err != nil {
 		o.err = err
@@ -132,10 +133,10 @@ func (o *out) flush() error {
 // hold tells whether the driver has the next chunk at hand (engines.ChatChunk.More): while it
 // does, chunks are written into the buffer and go out together, one system call for several
 // tokens when the engine is ahead of the client; a chunk that is not followed goes out at once.
-func (o *out) hold(more bool) { o.holding = more }
+func (o *Out) Hold(more bool) { o.holding = more }
 
 // release sends what is held: the driver is about to wait on the engine.
-func (o *out) release() error {
+func (o *Out) Release() error {
 	o.holding = false
 	if !o.held || o.err != nil {
 		return o.err
@@ -143,62 +144,62 @@ func (o *out) release() error {
 	return o.flush()
 }
 
-func (o *out) writeFailed() bool { return o.err != nil }
+func (o *Out) WriteFailed() bool { return o.err != nil }
 
-// stats closes an answer: token counts and timings.
-type stats struct {
-	finish           string
-	promptTokens     int
-	completionTokens int
-	total            time.Duration // since the request arrived
-	promptEval       time.Duration // engine start to first token
-	eval             time.Duration // first token to last
+// Stats closes an answer: token counts and timings.
+type Stats struct {
+	Finish           string
+	PromptTokens     int
+	CompletionTokens int
+	Total            time.Duration // since the request arrived
+	PromptEval       time.Duration // engine start to first token
+	Eval             time.Duration // first token to last
 }
 
-// encoder writes an answer in a client's dialect.
-type encoder interface {
-	// chunk writes (or, not streaming, keeps) one piece of the answer.
-	chunk(content string) error
-	// toolCalls writes (or keeps) the tool calls the model made; the answer's finish reason
+// Encoder writes an answer in a client's dialect.
+type Encoder interface {
+	// Chunk writes (or, not streaming, keeps) one piece of the answer.
+	Chunk(content string) error
+	// ToolCalls writes (or keeps) the tool calls the model made; the answer's finish reason
 	// is then "tool_calls" in OpenAI's dialect.
-	toolCalls(calls []engines.ToolCall) error
-	// finish writes the end of the answer (all of it, not streaming). The handler returns
-	// right after: a stream's last bytes are left for net/http to flush (see out.end).
-	finish(st stats) error
-	// started reports whether anything was written: before, the request can still fail over
+	ToolCalls(calls []engines.ToolCall) error
+	// Finish writes the end of the answer (all of it, not streaming). The handler returns
+	// right after: a stream's last bytes are left for net/http to flush (see Out.End).
+	Finish(st Stats) error
+	// Started reports whether anything was written: before, the request can still fail over
 	// or be answered with an error status.
-	started() bool
-	// fail reports an error after the answer started, in the dialect's in-stream form.
-	fail(f *failure)
-	// writeFailed reports whether a write failed: the client left or stopped reading.
-	writeFailed() bool
-	// hold and release coalesce writes while the driver has more at hand (see out.hold).
-	hold(more bool)
-	release() error
-	// stop is called when the answer is done with, written or not (see out.stop).
-	stop()
+	Started() bool
+	// Fail reports an error after the answer started, in the dialect's in-stream form.
+	Fail(f *Failure)
+	// WriteFailed reports whether a write failed: the client left or stopped reading.
+	WriteFailed() bool
+	// Hold and Release coalesce writes while the driver has more at hand (see Out.Hold).
+	Hold(more bool)
+	Release() error
+	// Stop is called when the answer is done with, written or not (see Out.Stop).
+	Stop()
 }
 
-func newEncoder(c *chatCall, w http.ResponseWriter, stall time.Duration, start time.Time) encoder {
-	o := newOut(w, stall)
-	switch c.d {
-	case dialectResponses:
+func NewEncoder(c *Call, w http.ResponseWriter, stall time.Duration, start time.Time) Encoder {
+	o := NewOut(w, stall)
+	switch c.Dialect {
+	case Responses:
 		return newRespEncoder(c, o, start)
-	case dialectCompletions:
+	case Completions:
 		return newCmplEncoder(c, o, start)
-	case dialectAnthropic:
+	case Anthropic:
 		return newAnEncoder(c, o)
 	}
-	if c.d == dialectOpenAI {
-		if c.stream {
+	if c.Dialect == OpenAI {
+		if c.Stream {
 			return newOAStream(o, c, start)
 		}
-		return &oaWhole{out: o, model: c.model, created: start.Unix()}
+		return &oaWhole{Out: o, model: c.Model, created: start.Unix()}
 	}
-	if c.stream {
-		return &ollamaStream{out: o, model: c.model, generate: c.d == dialectOllamaGenerate}
+	if c.Stream {
+		return &ollamaStream{Out: o, model: c.Model, generate: c.Dialect == OllamaGenerate}
 	}
-	return &ollamaWhole{out: o, model: c.model, generate: c.d == dialectOllamaGenerate}
+	return &ollamaWhole{Out: o, model: c.Model, generate: c.Dialect == OllamaGenerate}
 }
 
 // completionID is an OpenAI-style id.
@@ -214,7 +215,7 @@ func appendCompletionID(b []byte) []byte {
 // oaStream writes OpenAI server-sent events. Chunks are assembled from a prefix made once per
 // request, so a token costs an escape and two writes into a reused buffer, no reflection.
 type oaStream struct {
-	out
+	Out
 	prefix  []byte // `data: {"id":…,"choices":[{"index":0,"delta":{`
 	head    []byte // `data: {"id":…` up to the choices, for the usage chunk
 	buf     []byte
@@ -224,18 +225,18 @@ type oaStream struct {
 	created int64
 }
 
-func newOAStream(o out, c *chatCall, start time.Time) *oaStream {
-	s := &oaStream{out: o, usage: c.usageChunk, created: start.Unix()}
+func newOAStream(o Out, c *Call, start time.Time) *oaStream {
+	s := &oaStream{Out: o, usage: c.usageChunk, created: start.Unix()}
 	// One allocation for the head, the prefix after it and the chunks' buffer: the prefix is
 	// the head and the choices' start, so it is written once and the head is its beginning.
 	const choices = `,"choices":[{"index":0,"delta":{`
-	b := make([]byte, 0, 640+2*len(c.model))
+	b := make([]byte, 0, 640+2*len(c.Model))
 	b = append(b, `data: {"id":"`...)
 	b = appendCompletionID(b)
 	b = append(b, `","object":"chat.completion.chunk","created":`...)
 	b = strconv.AppendInt(b, s.created, 10)
 	b = append(b, `,"model":`...)
-	b = appendJSONString(b, c.model)
+	b = appendJSONString(b, c.Model)
 	b = append(b, `,"system_fingerprint":null`...)
 	n := len(b)
 	b = append(b, choices...)
@@ -246,11 +247,11 @@ func newOAStream(o out, c *chatCall, start time.Time) *oaStream {
 
 func (s *oaStream) start() {
 	if !s.begun {
-		s.begin("text/event-stream")
+		s.Begin("text/event-stream")
 	}
 }
 
-func (s *oaStream) chunk(content string) error {
+func (s *oaStream) Chunk(content string) error {
 	s.start()
 	b := append(s.buf[:0], s.prefix...)
 	if !s.role {
@@ -261,10 +262,10 @@ func (s *oaStream) chunk(content string) error {
 	b = appendJSONString(b, content)
 	b = append(b, `},"finish_reason":null}]}`+"\n\n"...)
 	s.buf = b
-	return s.send(b)
+	return s.Send(b)
 }
 
-func (s *oaStream) toolCalls(calls []engines.ToolCall) error {
+func (s *oaStream) ToolCalls(calls []engines.ToolCall) error {
 	s.start()
 	b := append(s.buf[:0], s.prefix...)
 	if !s.role {
@@ -280,10 +281,10 @@ func (s *oaStream) toolCalls(calls []engines.ToolCall) error {
 	b = append(b, `},"finish_reason":null}]}`+"\n\n"...)
 	s.buf = b
 	s.called = true
-	return s.send(b)
+	return s.Send(b)
 }
 
-func (s *oaStream) finish(st stats) error {
+func (s *oaStream) Finish(st Stats) error {
 	s.start()
 	b := append(s.buf[:0], s.prefix...)
 	if !s.role {
@@ -291,9 +292,9 @@ func (s *oaStream) finish(st stats) error {
 	}
 	b = append(b, `},"finish_reason":`...)
 	if s.called {
-		st.finish = "tool_calls"
+		st.Finish = "tool_calls"
 	}
-	b = appendJSONString(b, st.finish)
+	b = appendJSONString(b, st.Finish)
 	b = append(b, "}]}\n\n"...)
 	if s.usage {
 		b = append(b, s.head...)
@@ -303,48 +304,48 @@ func (s *oaStream) finish(st stats) error {
 	}
 	b = append(b, "data: [DONE]\n\n"...)
 	s.buf = b
-	return s.end(b)
+	return s.End(b)
 }
 
-func (s *oaStream) started() bool { return s.begun }
+func (s *oaStream) Started() bool { return s.begun }
 
 // comment sends an SSE comment (": loading"), which clients skip: it keeps a stream alive
 // while the model loads, before the first token.
-func (s *oaStream) comment(text string) error {
+func (s *oaStream) Comment(text string) error {
 	s.start()
-	return s.send([]byte(": " + text + "\n\n"))
+	return s.Send([]byte(": " + text + "\n\n"))
 }
 
-func (s *oaStream) fail(f *failure) {
+func (s *oaStream) Fail(f *Failure) {
 	b, _ := json.Marshal(f.openAI())
-	s.send(append(append([]byte("data: "), b...), "\n\n"...))
+	s.Send(append(append([]byte("data: "), b...), "\n\n"...))
 }
 
-func appendUsage(b []byte, st stats) []byte {
+func appendUsage(b []byte, st Stats) []byte {
 	b = append(b, `{"prompt_tokens":`...)
-	b = strconv.AppendInt(b, int64(st.promptTokens), 10)
+	b = strconv.AppendInt(b, int64(st.PromptTokens), 10)
 	b = append(b, `,"completion_tokens":`...)
-	b = strconv.AppendInt(b, int64(st.completionTokens), 10)
+	b = strconv.AppendInt(b, int64(st.CompletionTokens), 10)
 	b = append(b, `,"total_tokens":`...)
-	b = strconv.AppendInt(b, int64(st.promptTokens+st.completionTokens), 10)
+	b = strconv.AppendInt(b, int64(st.PromptTokens+st.CompletionTokens), 10)
 	return append(b, '}')
 }
 
 // oaWhole answers an OpenAI request that did not ask to stream: one JSON document at the end.
 type oaWhole struct {
-	out
+	Out
 	model   string
 	created int64
 	text    []byte
 	calls   []engines.ToolCall
 }
 
-func (s *oaWhole) chunk(content string) error {
+func (s *oaWhole) Chunk(content string) error {
 	s.text = append(s.text, content...)
 	return nil
 }
 
-func (s *oaWhole) toolCalls(calls []engines.ToolCall) error {
+func (s *oaWhole) ToolCalls(calls []engines.ToolCall) error {
 	s.calls = append(s.calls, calls...)
 	return nil
 }
@@ -405,35 +406,35 @@ type oaAnswer struct {
 	ToolCalls any     `json:"tool_calls,omitempty"`
 }
 
-func (s *oaWhole) finish(st stats) error {
+func (s *oaWhole) Finish(st Stats) error {
 	text := string(s.text)
 	answer := oaAnswer{Role: "assistant", Content: &text}
 	if len(s.calls) > 0 {
-		answer.ToolCalls, st.finish = oaToolCalls(s.calls, false), "tool_calls"
+		answer.ToolCalls, st.Finish = oaToolCalls(s.calls, false), "tool_calls"
 		if text == "" {
 			answer.Content = nil
 		}
 	}
 	b, err := json.Marshal(oaCompletion{
 		ID: completionID(), Object: "chat.completion", Created: s.created, Model: s.model,
-		Choices: []oaChoice{{Message: answer, FinishReason: st.finish}},
-		Usage:   oaUsage{st.promptTokens, st.completionTokens, st.promptTokens + st.completionTokens},
+		Choices: []oaChoice{{Message: answer, FinishReason: st.Finish}},
+		Usage:   oaUsage{st.PromptTokens, st.CompletionTokens, st.PromptTokens + st.CompletionTokens},
 	})
 	if err != nil {
 		return err
 	}
 	s.w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	s.begin("application/json")
-	return s.send(append(b, '\n'))
+	s.Begin("application/json")
+	return s.Send(append(b, '\n'))
 }
 
-func (s *oaWhole) started() bool { return s.begun }
-func (s *oaWhole) fail(*failure) {}
+func (s *oaWhole) Started() bool { return s.begun }
+func (s *oaWhole) Fail(*Failure) {}
 
 // ollamaStream writes Ollama's NDJSON: one object per piece, then a last one with done:true
 // and the counts and durations (nanoseconds) Ollama reports.
 type ollamaStream struct {
-	out
+	Out
 	model    string
 	generate bool
 	buf      []byte
@@ -484,92 +485,92 @@ func appendOllamaMessage(b []byte, generate bool, content string, calls []engine
 	return append(b, '}')
 }
 
-func appendOllamaDone(b []byte, st stats) []byte {
+func appendOllamaDone(b []byte, st Stats) []byte {
 	b = append(b, `,"done_reason":`...)
-	b = appendJSONString(b, st.finish)
+	b = appendJSONString(b, st.Finish)
 	b = append(b, `,"done":true,"total_duration":`...)
-	b = strconv.AppendInt(b, st.total.Nanoseconds(), 10)
+	b = strconv.AppendInt(b, st.Total.Nanoseconds(), 10)
 	b = append(b, `,"load_duration":0,"prompt_eval_count":`...)
-	b = strconv.AppendInt(b, int64(st.promptTokens), 10)
+	b = strconv.AppendInt(b, int64(st.PromptTokens), 10)
 	b = append(b, `,"prompt_eval_duration":`...)
-	b = strconv.AppendInt(b, st.promptEval.Nanoseconds(), 10)
+	b = strconv.AppendInt(b, st.PromptEval.Nanoseconds(), 10)
 	b = append(b, `,"eval_count":`...)
-	b = strconv.AppendInt(b, int64(st.completionTokens), 10)
+	b = strconv.AppendInt(b, int64(st.CompletionTokens), 10)
 	b = append(b, `,"eval_duration":`...)
-	b = strconv.AppendInt(b, st.eval.Nanoseconds(), 10)
+	b = strconv.AppendInt(b, st.Eval.Nanoseconds(), 10)
 	return append(b, "}\n"...)
 }
 
 func (s *ollamaStream) start() {
 	if !s.begun {
-		s.begin("application/x-ndjson")
+		s.Begin("application/x-ndjson")
 	}
 }
 
-func (s *ollamaStream) chunk(content string) error {
+func (s *ollamaStream) Chunk(content string) error {
 	s.start()
 	b := appendOllamaHead(s.buf[:0], s.model)
 	b = appendOllamaContent(b, s.generate, content)
 	b = append(b, `,"done":false}`+"\n"...)
 	s.buf = b
-	return s.send(b)
+	return s.Send(b)
 }
 
-func (s *ollamaStream) toolCalls(calls []engines.ToolCall) error {
+func (s *ollamaStream) ToolCalls(calls []engines.ToolCall) error {
 	s.start()
 	b := appendOllamaHead(s.buf[:0], s.model)
 	b = appendOllamaMessage(b, s.generate, "", calls)
 	b = append(b, `,"done":false}`+"\n"...)
 	s.buf = b
-	return s.send(b)
+	return s.Send(b)
 }
 
-func (s *ollamaStream) finish(st stats) error {
+func (s *ollamaStream) Finish(st Stats) error {
 	s.start()
 	b := appendOllamaHead(s.buf[:0], s.model)
 	b = appendOllamaContent(b, s.generate, "")
 	b = appendOllamaDone(b, st)
 	s.buf = b
-	return s.end(b)
+	return s.End(b)
 }
 
-func (s *ollamaStream) started() bool { return s.begun }
+func (s *ollamaStream) Started() bool { return s.begun }
 
-func (s *ollamaStream) fail(f *failure) {
-	b, _ := json.Marshal(ollamaErrorBody{Error: f.msg})
-	s.send(append(b, '\n'))
+func (s *ollamaStream) Fail(f *Failure) {
+	b, _ := json.Marshal(ollamaErrorBody{Error: f.Msg})
+	s.Send(append(b, '\n'))
 }
 
 // ollamaWhole answers an Ollama request with "stream": false.
 type ollamaWhole struct {
-	out
+	Out
 	model    string
 	generate bool
 	text     []byte
 	calls    []engines.ToolCall
 }
 
-func (s *ollamaWhole) chunk(content string) error {
+func (s *ollamaWhole) Chunk(content string) error {
 	s.text = append(s.text, content...)
 	return nil
 }
 
-func (s *ollamaWhole) toolCalls(calls []engines.ToolCall) error {
+func (s *ollamaWhole) ToolCalls(calls []engines.ToolCall) error {
 	s.calls = append(s.calls, calls...)
 	return nil
 }
 
-func (s *ollamaWhole) finish(st stats) error {
+func (s *ollamaWhole) Finish(st Stats) error {
 	b := appendOllamaHead(make([]byte, 0, len(s.text)+256), s.model)
 	b = appendOllamaMessage(b, s.generate, string(s.text), s.calls)
 	b = appendOllamaDone(b, st)
 	s.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	s.begin("application/json")
-	return s.send(b)
+	s.Begin("application/json")
+	return s.Send(b)
 }
 
-func (s *ollamaWhole) started() bool { return s.begun }
-func (s *ollamaWhole) fail(*failure) {}
+func (s *ollamaWhole) Started() bool { return s.begun }
+func (s *ollamaWhole) Fail(*Failure) {}
 
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, and U+2028 and
 // U+2029 are escaped, as encoding/json does; HTML characters are left alone (these are API
@@ -621,4 +622,16 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// AnswerLoad answers an Ollama load request (no messages, no prompt) done for reason ("load",
+// "unload").
+func AnswerLoad(w http.ResponseWriter, call *Call, reason string) {
+	b := appendOllamaHead(nil, call.Model)
+	b = appendOllamaContent(b, call.Dialect == OllamaGenerate, "")
+	b = append(b, `,"done_reason":"`+reason+`","done":true}`+"\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 }

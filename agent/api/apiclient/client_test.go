@@ -1,4 +1,4 @@
-package api
+package apiclient
 
 import (
 	"context"
@@ -11,25 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
 )
-
-func TestReadSSE(t *testing.T) {
-	in := ": heartbeat\n\nevent: placement\nid: 4\ndata: {\"a\":1}\n\ndata: line1\ndata: line2\n\ndata: tail"
-	var got []string
-	require.NoError(t, ReadSSE(strings.NewReader(in), func(b []byte) error {
-		got = append(got, string(b))
-		return nil
-	}))
-	assert.Equal(t, []string{`{"a":1}`, "line1\nline2", "tail"}, got)
-
-	// The route probe's own reader counted only "data: " with the space.
-	got = nil
-	require.NoError(t, ReadSSE(strings.NewReader("data:{}\n\ndata:[DONE]\n\n"), func(b []byte) error {
-		got = append(got, string(b))
-		return nil
-	}))
-	assert.Equal(t, []string{"{}", "[DONE]"}, got)
-}
 
 func TestClientErrors(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -51,24 +35,24 @@ func TestClientErrors(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ctx := context.Background()
 
-	h, err := NewClient(srv.URL, "tok").Host(ctx)
+	h, err := New(srv.URL, "tok").Host(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, "pi", h.Name)
 	assert.EqualValues(t, 45, h.Memory.Free())
 
-	_, err = NewClient(srv.URL, "wrong").Host(ctx)
-	var apiErr *Error
+	_, err = New(srv.URL, "wrong").Host(ctx)
+	var apiErr *api.Error
 	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, CodeUnauthorized, apiErr.Code)
+	assert.Equal(t, api.CodeUnauthorized, apiErr.Code)
 
-	_, err = NewClient(srv.URL, "tok").Placement(ctx, "x")
+	_, err = New(srv.URL, "tok").Placement(ctx, "x")
 	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, CodeNotFound, apiErr.Code)
+	assert.Equal(t, api.CodeNotFound, apiErr.Code)
 	assert.Equal(t, "no such thing", apiErr.Message)
 
 	addr := srv.Listener.Addr().String()
 	srv.Close()
-	_, err = NewClient(addr, "tok").Host(ctx)
+	_, err = New(addr, "tok").Host(ctx)
 	var unreachable *UnreachableError
 	assert.True(t, errors.As(err, &unreachable), "%v", err)
 }
@@ -88,7 +72,7 @@ func TestChatStream(t *testing.T) {
 	var text strings.Builder
 	var finish string
 	var usage *ChatUsage
-	err := NewClient(srv.URL, "").ChatStream(context.Background(), "m", []ChatMessage{{Role: "user", Content: "hi"}}, ChatOptions{}, func(d ChatDelta) error {
+	err := New(srv.URL, "").ChatStream(context.Background(), "m", []ChatMessage{{Role: "user", Content: "hi"}}, ChatOptions{}, func(d ChatDelta) error {
 		text.WriteString(d.Content)
 		if d.FinishReason != "" {
 			finish = d.FinishReason
@@ -113,9 +97,9 @@ func TestOpenAIErrorCodes(t *testing.T) {
 		fmt.Fprint(w, `{"error":{"message":"model \"x\" is not served in this mesh","type":"invalid_request_error","param":"model","code":"model_not_found"}}`)
 	}))
 	t.Cleanup(srv.Close)
-	err := NewClient(srv.URL, "").ChatStream(context.Background(), "x", nil, ChatOptions{}, func(ChatDelta) error { return nil })
-	var apiErr *Error
+	err := New(srv.URL, "").ChatStream(context.Background(), "x", nil, ChatOptions{}, func(ChatDelta) error { return nil })
+	var apiErr *api.Error
 	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, CodeNotFound, apiErr.Code)
+	assert.Equal(t, api.CodeNotFound, apiErr.Code)
 	assert.Contains(t, apiErr.Message, "not served")
 }

@@ -1,4 +1,8 @@
-package gateway
+// Package dialect is the client dialects the gateway speaks: it reads a chat request in any of
+// them (OpenAI chat, completions and responses; Ollama chat and generate; Anthropic messages)
+// into the engines' neutral chat, and writes an engine's answer, or a failure, back in the
+// client's dialect. Routing, failover and transport are the gateway's.
+package dialect
 
 import (
 	"bytes"
@@ -14,56 +18,56 @@ import (
 	"github.com/llmkube/mesh/engines"
 )
 
-// dialect is the protocol a client speaks on a route.
-type dialect int
+// Dialect is the protocol a client speaks on a route.
+type Dialect int
 
 const (
-	dialectOpenAI         dialect = iota // POST /v1/chat/completions
-	dialectOllamaChat                    // POST /api/chat
-	dialectOllamaGenerate                // POST /api/generate
-	dialectResponses                     // POST /v1/responses
-	dialectCompletions                   // POST /v1/completions
-	dialectAnthropic                     // POST /v1/messages
+	OpenAI         Dialect = iota // POST /v1/chat/completions
+	OllamaChat                    // POST /api/chat
+	OllamaGenerate                // POST /api/generate
+	Responses                     // POST /v1/responses
+	Completions                   // POST /v1/completions
+	Anthropic                     // POST /v1/messages
 )
 
 // openAIShaped reports whether the dialect's errors are OpenAI's {"error":{message,type,code}}.
-func (d dialect) openAIShaped() bool {
-	return d == dialectOpenAI || d == dialectResponses || d == dialectCompletions
+func (d Dialect) openAIShaped() bool {
+	return d == OpenAI || d == Responses || d == Completions
 }
 
-// bytesPerToken is the rule of thumb (about four bytes of English per token) behind the prompt
+// BytesPerToken is the rule of thumb (about four bytes of English per token) behind the prompt
 // count reported when an engine gives none. It never refuses a prompt: the engine does that.
-const bytesPerToken = 4
+const BytesPerToken = 4
 
-// chatCall is a parsed chat request in any dialect.
-type chatCall struct {
-	d      dialect
-	model  string
-	req    engines.ChatRequest
-	stream bool
+// Call is a parsed chat request in any dialect.
+type Call struct {
+	Dialect Dialect
+	Model   string
+	Req     engines.ChatRequest
+	Stream  bool
 	// usageChunk: OpenAI stream_options.include_usage, a last chunk with the token counts.
 	usageChunk bool
-	// promptTokens is the prompt's estimated size in tokens (see bytesPerToken), reported as
+	// promptTokens is the prompt's estimated size in tokens (see BytesPerToken), reported as
 	// usage when the engine gives no count.
-	promptTokens int
+	PromptTokens int
 	// load: an Ollama request without messages (or prompt) asks to load the model; a ready
 	// placement is loaded already, so the gateway answers it without the engine.
-	load bool
+	Load bool
 	// keepAlive is an Ollama request's keep_alive, nil when absent: the placement's idle TTL
 	// from then on (negative: never sleep; 0: sleep once this request is answered).
-	keepAlive *time.Duration
+	KeepAlive *time.Duration
 	// refs are /v1/responses item references, resolved by the agent that serves the request;
 	// remember keeps what it answers, for later references.
-	refs     []itemRef
-	remember func(id, text string)
+	Refs     []itemRef
+	Remember func(id, text string)
 }
 
-// readBody reads a bounded body: 413 when it is larger than max.
-func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *failure) {
+// ReadBody reads a bounded body: 413 when it is larger than max.
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *Failure) {
 	// A function, not a value: made on every request, its message cost a Sprintf each.
-	tooLarge := func() *failure {
-		return &failure{status: http.StatusRequestEntityTooLarge, code: "BodyTooLarge", oaCode: "request_too_large",
-			msg: fmt.Sprintf("request body larger than %d bytes", max)}
+	tooLarge := func() *Failure {
+		return &Failure{Status: http.StatusRequestEntityTooLarge, Code: "BodyTooLarge", OACode: "request_too_large",
+			Msg: fmt.Sprintf("request body larger than %d bytes", max)}
 	}
 	if r.ContentLength > max {
 		return nil, tooLarge()
@@ -79,25 +83,25 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *failu
 		if errors.As(err, &mbe) {
 			return nil, tooLarge()
 		}
-		return nil, badRequest("reading the request body: " + err.Error())
+		return nil, BadRequest("reading the request body: " + err.Error())
 	}
 	return buf.Bytes(), nil
 }
 
-// decodeJSON decodes one JSON document, refusing trailing data. Unknown fields are ignored:
+// DecodeJSON decodes one JSON document, refusing trailing data. Unknown fields are ignored:
 // clients send many the engines do not use.
-func decodeJSON(body []byte, v any) *failure {
+func DecodeJSON(body []byte, v any) *Failure {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return badRequest("empty request body: send a JSON document")
+		return BadRequest("empty request body: send a JSON document")
 	}
 	// Unmarshal, not a Decoder: the body is in memory already, and Unmarshal refuses trailing
 	// data itself.
 	if err := json.Unmarshal(body, v); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) && strings.Contains(se.Error(), "after top-level value") {
-			return badRequest("malformed JSON body: trailing data after the JSON document")
+			return BadRequest("malformed JSON body: trailing data after the JSON document")
 		}
-		return badRequest("malformed JSON body: " + err.Error())
+		return BadRequest("malformed JSON body: " + err.Error())
 	}
 	return nil
 }
@@ -131,7 +135,7 @@ type oaTool struct {
 
 // parseTools checks tools: functions only, each named, parameters a JSON object.
 func parseTools(raw json.RawMessage) ([]engines.Tool, error) {
-	if !present(raw) {
+	if !Present(raw) {
 		return nil, nil
 	}
 	var ts []oaTool
@@ -159,7 +163,7 @@ func parseTools(raw json.RawMessage) ([]engines.Tool, error) {
 
 // parseToolChoice checks OpenAI's tool_choice: "auto", "none", "required", or a named function.
 func parseToolChoice(raw json.RawMessage, tools []engines.Tool) (json.RawMessage, error) {
-	if !present(raw) {
+	if !Present(raw) {
 		return nil, nil
 	}
 	var s string
@@ -208,7 +212,7 @@ func schemaFormat(name string, schema json.RawMessage, strict bool) (*engines.Fo
 
 // parseOllamaFormat reads Ollama's format: "json", or a JSON Schema object.
 func parseOllamaFormat(raw json.RawMessage) (*engines.Format, error) {
-	if !present(raw) {
+	if !Present(raw) {
 		return nil, nil
 	}
 	var s string
@@ -221,13 +225,13 @@ func parseOllamaFormat(raw json.RawMessage) (*engines.Format, error) {
 	return schemaFormat("", raw, false)
 }
 
-// estimateTokens is the prompt's size by the bytesPerToken rule, rounded up.
-func estimateTokens(msgs []engines.Message) int {
+// EstimateTokens is the prompt's size by the BytesPerToken rule, rounded up.
+func EstimateTokens(msgs []engines.Message) int {
 	n := 0
 	for _, m := range msgs {
 		n += len(m.Content)
 	}
-	return (n + bytesPerToken - 1) / bytesPerToken
+	return (n + BytesPerToken - 1) / BytesPerToken
 }
 
 func checkTemperature(t *float64) error {
@@ -244,8 +248,8 @@ func checkTopP(p *float64) error {
 	return nil
 }
 
-// present reports whether a raw JSON member carries something other than null, "", [] or {}.
-func present(raw json.RawMessage) bool {
+// Present reports whether a raw JSON member carries something other than null, "", [] or {}.
+func Present(raw json.RawMessage) bool {
 	s := string(bytes.TrimSpace(raw))
 	return s != "" && s != "null" && s != `""` && s != "[]" && s != "{}"
 }
@@ -292,7 +296,7 @@ func (m oaMessage) parts(im *images) (string, []engines.Image, error) {
 }
 
 func parseStop(raw json.RawMessage) ([]string, error) {
-	if !present(raw) {
+	if !Present(raw) {
 		return nil, nil
 	}
 	var one string
@@ -309,84 +313,84 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 	return many, nil
 }
 
-func parseOpenAI(body []byte) (*chatCall, *failure) {
+func parseOpenAI(body []byte) (*Call, *Failure) {
 	var req oaRequest
-	if f := decodeJSON(body, &req); f != nil {
+	if f := DecodeJSON(body, &req); f != nil {
 		return nil, f
 	}
 	if req.Model == "" {
-		return nil, badRequest("model is required")
+		return nil, BadRequest("model is required")
 	}
 	if len(req.Messages) == 0 {
-		return nil, badRequest("messages is required: send at least one message")
+		return nil, BadRequest("messages is required: send at least one message")
 	}
 	if req.N != nil && *req.N != 1 {
-		return nil, badRequest("n must be 1: one choice per request")
+		return nil, BadRequest("n must be 1: one choice per request")
 	}
-	c := &chatCall{d: dialectOpenAI, model: req.Model, stream: req.Stream,
+	c := &Call{Dialect: OpenAI, Model: req.Model, Stream: req.Stream,
 		usageChunk: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	var err error
-	if c.req.Tools, err = parseTools(req.Tools); err != nil {
-		return nil, badRequest(err.Error())
+	if c.Req.Tools, err = parseTools(req.Tools); err != nil {
+		return nil, BadRequest(err.Error())
 	}
-	if c.req.ToolChoice, err = parseToolChoice(req.ToolChoice, c.req.Tools); err != nil {
-		return nil, badRequest(err.Error())
+	if c.Req.ToolChoice, err = parseToolChoice(req.ToolChoice, c.Req.Tools); err != nil {
+		return nil, BadRequest(err.Error())
 	}
 	if rf := req.ResponseFormat; rf != nil {
 		switch rf.Type {
 		case "", "text":
 		case "json_object":
-			c.req.Format = &engines.Format{}
+			c.Req.Format = &engines.Format{}
 		case "json_schema":
 			if rf.JSONSchema == nil {
-				return nil, badRequest("response_format json_schema needs json_schema.schema")
+				return nil, BadRequest("response_format json_schema needs json_schema.schema")
 			}
-			if c.req.Format, err = schemaFormat(rf.JSONSchema.Name, rf.JSONSchema.Schema, rf.JSONSchema.Strict); err != nil {
-				return nil, badRequest(err.Error())
+			if c.Req.Format, err = schemaFormat(rf.JSONSchema.Name, rf.JSONSchema.Schema, rf.JSONSchema.Strict); err != nil {
+				return nil, BadRequest(err.Error())
 			}
 		default:
-			return nil, badRequest(fmt.Sprintf("response_format %q: want text, json_object or json_schema", rf.Type))
+			return nil, BadRequest(fmt.Sprintf("response_format %q: want text, json_object or json_schema", rf.Type))
 		}
 	}
-	c.req.Messages = make([]engines.Message, 0, len(req.Messages))
+	c.Req.Messages = make([]engines.Message, 0, len(req.Messages))
 	var im images
 	for _, m := range req.Messages {
 		r, err := role(m.Role)
 		if err != nil {
-			return nil, badRequest(err.Error())
+			return nil, BadRequest(err.Error())
 		}
 		text, imgs, err := m.parts(&im)
 		if err != nil {
-			return nil, badRequest(err.Error())
+			return nil, BadRequest(err.Error())
 		}
 		em := engines.Message{Role: r, Content: text, ToolCallID: m.ToolCallID, ToolName: m.Name, Images: imgs}
 		for _, tc := range m.ToolCalls {
 			if tc.Function.Name == "" {
-				return nil, badRequest("a tool call in the conversation has no function name")
+				return nil, BadRequest("a tool call in the conversation has no function name")
 			}
 			em.ToolCalls = append(em.ToolCalls, engines.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
-		c.req.Messages = append(c.req.Messages, em)
+		c.Req.Messages = append(c.Req.Messages, em)
 	}
 	if err := errors.Join(checkTemperature(req.Temperature), checkTopP(req.TopP)); err != nil {
-		return nil, badRequest(err.Error())
+		return nil, BadRequest(err.Error())
 	}
-	c.req.Temperature, c.req.TopP, c.req.TopK, c.req.Seed = req.Temperature, req.TopP, req.TopK, req.Seed
+	c.Req.Temperature, c.Req.TopP, c.Req.TopK, c.Req.Seed = req.Temperature, req.TopP, req.TopK, req.Seed
 	for _, mt := range []*int{req.MaxTokens, req.MaxCompletionTokens} {
 		if mt == nil {
 			continue
 		}
 		if *mt < 1 {
-			return nil, badRequest(fmt.Sprintf("max_tokens %d: want at least 1", *mt))
+			return nil, BadRequest(fmt.Sprintf("max_tokens %d: want at least 1", *mt))
 		}
-		c.req.MaxTokens = *mt
+		c.Req.MaxTokens = *mt
 	}
 	stop, err := parseStop(req.Stop)
 	if err != nil {
-		return nil, badRequest(err.Error())
+		return nil, BadRequest(err.Error())
 	}
-	c.req.Stop = stop
-	c.promptTokens = estimateTokens(c.req.Messages)
+	c.Req.Stop = stop
+	c.PromptTokens = EstimateTokens(c.Req.Messages)
 	return c, nil
 }
 
@@ -457,110 +461,110 @@ func (o *ollamaOptions) apply(req *engines.ChatRequest) error {
 	return nil
 }
 
-func parseOllamaChat(body []byte) (*chatCall, *failure) {
+func parseOllamaChat(body []byte) (*Call, *Failure) {
 	var req ollamaChatRequest
-	if f := decodeJSON(body, &req); f != nil {
+	if f := DecodeJSON(body, &req); f != nil {
 		return nil, f
 	}
 	if req.Model == "" {
-		return nil, badRequest("model is required")
+		return nil, BadRequest("model is required")
 	}
-	c := &chatCall{d: dialectOllamaChat, model: req.Model, stream: req.Stream == nil || *req.Stream}
+	c := &Call{Dialect: OllamaChat, Model: req.Model, Stream: req.Stream == nil || *req.Stream}
 	if f := c.parseKeepAlive(req.KeepAlive); f != nil {
 		return nil, f
 	}
 	if len(req.Messages) == 0 {
-		c.load = true
+		c.Load = true
 		return c, nil
 	}
 	var err error
-	if c.req.Tools, err = parseTools(req.Tools); err != nil {
-		return nil, badRequest(err.Error())
+	if c.Req.Tools, err = parseTools(req.Tools); err != nil {
+		return nil, BadRequest(err.Error())
 	}
-	if c.req.Format, err = parseOllamaFormat(req.Format); err != nil {
-		return nil, badRequest(err.Error())
+	if c.Req.Format, err = parseOllamaFormat(req.Format); err != nil {
+		return nil, BadRequest(err.Error())
 	}
-	c.req.Messages = make([]engines.Message, 0, len(req.Messages))
+	c.Req.Messages = make([]engines.Message, 0, len(req.Messages))
 	var im images
 	for _, m := range req.Messages {
 		r, err := role(m.Role)
 		if err != nil {
-			return nil, badRequest(err.Error())
+			return nil, BadRequest(err.Error())
 		}
 		imgs, err := im.ollama(m.Images)
 		if err != nil {
-			return nil, badRequest(err.Error())
+			return nil, BadRequest(err.Error())
 		}
 		em := engines.Message{Role: r, Content: m.Content, ToolName: m.ToolName, Images: imgs}
 		for _, tc := range m.ToolCalls {
 			args := bytes.TrimSpace(tc.Function.Arguments)
 			if tc.Function.Name == "" || (len(args) > 0 && !json.Valid(args)) {
-				return nil, badRequest("a tool call in the conversation needs a function name and JSON arguments")
+				return nil, BadRequest("a tool call in the conversation needs a function name and JSON arguments")
 			}
 			em.ToolCalls = append(em.ToolCalls, engines.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: string(args)})
 		}
-		c.req.Messages = append(c.req.Messages, em)
+		c.Req.Messages = append(c.Req.Messages, em)
 	}
-	if err := req.Options.apply(&c.req); err != nil {
-		return nil, badRequest(err.Error())
+	if err := req.Options.apply(&c.Req); err != nil {
+		return nil, BadRequest(err.Error())
 	}
-	c.promptTokens = estimateTokens(c.req.Messages)
+	c.PromptTokens = EstimateTokens(c.Req.Messages)
 	return c, nil
 }
 
-func parseOllamaGenerate(body []byte) (*chatCall, *failure) {
+func parseOllamaGenerate(body []byte) (*Call, *Failure) {
 	var req ollamaGenerateRequest
-	if f := decodeJSON(body, &req); f != nil {
+	if f := DecodeJSON(body, &req); f != nil {
 		return nil, f
 	}
 	if req.Model == "" {
-		return nil, badRequest("model is required")
+		return nil, BadRequest("model is required")
 	}
 	if req.Suffix != "" {
-		return nil, badRequest("suffix is not supported by these engines")
+		return nil, BadRequest("suffix is not supported by these engines")
 	}
 	if len(req.Images) > 0 && req.Raw {
-		return nil, badRequest("images with raw are not supported: a raw prompt goes through no template to place them")
+		return nil, BadRequest("images with raw are not supported: a raw prompt goes through no template to place them")
 	}
 	var im images
 	imgs, err := im.ollama(req.Images)
 	if err != nil {
-		return nil, badRequest(err.Error())
+		return nil, BadRequest(err.Error())
 	}
-	c := &chatCall{d: dialectOllamaGenerate, model: req.Model, stream: req.Stream == nil || *req.Stream}
+	c := &Call{Dialect: OllamaGenerate, Model: req.Model, Stream: req.Stream == nil || *req.Stream}
 	if f := c.parseKeepAlive(req.KeepAlive); f != nil {
 		return nil, f
 	}
-	if c.req.Format, err = parseOllamaFormat(req.Format); err != nil {
-		return nil, badRequest(err.Error())
+	if c.Req.Format, err = parseOllamaFormat(req.Format); err != nil {
+		return nil, BadRequest(err.Error())
 	}
 	if req.Prompt == nil || (*req.Prompt == "" && req.System == "") {
 		// Ollama loads the model for a generate without a prompt (an empty one too).
-		c.load = true
+		c.Load = true
 		return c, nil
 	}
 	switch {
 	case req.Raw:
 		// The prompt as it is, through no template (and so without the system prompt).
-		c.req.Prompt = *req.Prompt
-		c.promptTokens = estimateTokens([]engines.Message{{Content: c.req.Prompt}})
+		c.Req.Prompt = *req.Prompt
+		c.PromptTokens = EstimateTokens([]engines.Message{{Content: c.Req.Prompt}})
 	case req.System != "":
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: "system", Content: req.System})
+		c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "system", Content: req.System})
 		fallthrough
 	default:
-		c.req.Messages = append(c.req.Messages, engines.Message{Role: "user", Content: *req.Prompt, Images: imgs})
+		c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "user", Content: *req.Prompt, Images: imgs})
 	}
-	if err := req.Options.apply(&c.req); err != nil {
-		return nil, badRequest(err.Error())
+	if err := req.Options.apply(&c.Req); err != nil {
+		return nil, BadRequest(err.Error())
 	}
 	if !req.Raw {
-		c.promptTokens = estimateTokens(c.req.Messages)
+		c.PromptTokens = EstimateTokens(c.Req.Messages)
 	}
 	return c, nil
 }
 
 // parseCompletions reads OpenAI's legacy POST /v1/completions: one prompt continued as it is.
-func parseCompletions(body []byte) (*chatCall, *failure) {
+func parseCompletions(body []byte) (*Call, *Failure) {
 	var req struct {
 		oaRequest
 		Prompt   json.RawMessage `json:"prompt"`
@@ -569,48 +573,48 @@ func parseCompletions(body []byte) (*chatCall, *failure) {
 		Logprobs *int            `json:"logprobs"`
 		BestOf   *int            `json:"best_of"`
 	}
-	if f := decodeJSON(body, &req); f != nil {
+	if f := DecodeJSON(body, &req); f != nil {
 		return nil, f
 	}
 	if req.Model == "" {
-		return nil, badRequest("model is required")
+		return nil, BadRequest("model is required")
 	}
 	if req.Echo || req.Suffix != "" || req.Logprobs != nil || (req.BestOf != nil && *req.BestOf != 1) {
-		return nil, badRequest("echo, suffix, logprobs and best_of are not supported by these engines")
+		return nil, BadRequest("echo, suffix, logprobs and best_of are not supported by these engines")
 	}
 	if req.N != nil && *req.N != 1 {
-		return nil, badRequest("n must be 1: one choice per request")
+		return nil, BadRequest("n must be 1: one choice per request")
 	}
-	prompts, err := textInputs(req.Prompt)
+	prompts, err := TextInputs(req.Prompt)
 	if err != nil || len(prompts) != 1 || prompts[0] == "" {
-		return nil, badRequest("prompt must be one non-empty string (token arrays and several prompts are not supported)")
+		return nil, BadRequest("prompt must be one non-empty string (token arrays and several prompts are not supported)")
 	}
-	c := &chatCall{d: dialectCompletions, model: req.Model, stream: req.Stream,
+	c := &Call{Dialect: Completions, Model: req.Model, Stream: req.Stream,
 		usageChunk: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
-	c.req.Prompt = prompts[0]
+	c.Req.Prompt = prompts[0]
 	if err := errors.Join(checkTemperature(req.Temperature), checkTopP(req.TopP)); err != nil {
-		return nil, badRequest(err.Error())
+		return nil, BadRequest(err.Error())
 	}
-	c.req.Temperature, c.req.TopP, c.req.TopK, c.req.Seed = req.Temperature, req.TopP, req.TopK, req.Seed
+	c.Req.Temperature, c.Req.TopP, c.Req.TopK, c.Req.Seed = req.Temperature, req.TopP, req.TopK, req.Seed
 	if mt := req.MaxTokens; mt != nil {
 		if *mt < 1 {
-			return nil, badRequest(fmt.Sprintf("max_tokens %d: want at least 1", *mt))
+			return nil, BadRequest(fmt.Sprintf("max_tokens %d: want at least 1", *mt))
 		}
-		c.req.MaxTokens = *mt
+		c.Req.MaxTokens = *mt
 	}
-	if c.req.Stop, err = parseStop(req.Stop); err != nil {
-		return nil, badRequest(err.Error())
+	if c.Req.Stop, err = parseStop(req.Stop); err != nil {
+		return nil, BadRequest(err.Error())
 	}
-	c.promptTokens = estimateTokens([]engines.Message{{Content: c.req.Prompt}})
+	c.PromptTokens = EstimateTokens([]engines.Message{{Content: c.Req.Prompt}})
 	return c, nil
 }
 
-// modelName is the model a chat request names, read alone: a gateway that forwards the
+// ModelName is the model a chat request names, read alone: a gateway that forwards the
 // request needs nothing else of it, and the owner parses it whole (a malformed request is the
 // owner's to refuse, with the same 400). The member is decoded as in parse, by
 // encoding/json, so both read the same name. False for a body that has no model or is
 // malformed: parse says why.
-func modelName(body []byte) (string, bool) {
+func ModelName(body []byte) (string, bool) {
 	var m struct {
 		Model string `json:"model"`
 	}
@@ -620,24 +624,24 @@ func modelName(body []byte) (string, bool) {
 	return m.Model, true
 }
 
-func parse(d dialect, body []byte) (*chatCall, *failure) {
+func Parse(d Dialect, body []byte) (*Call, *Failure) {
 	switch d {
-	case dialectOllamaChat:
+	case OllamaChat:
 		return parseOllamaChat(body)
-	case dialectOllamaGenerate:
+	case OllamaGenerate:
 		return parseOllamaGenerate(body)
-	case dialectResponses:
+	case Responses:
 		return parseResponses(body)
-	case dialectCompletions:
+	case Completions:
 		return parseCompletions(body)
-	case dialectAnthropic:
-		return parseAnthropic(body)
+	case Anthropic:
+		return ParseAnthropic(body)
 	}
 	return parseOpenAI(body)
 }
 
 // parseKeepAlive reads Ollama's keep_alive: a duration string or a number of seconds.
-func (c *chatCall) parseKeepAlive(raw json.RawMessage) *failure {
+func (c *Call) parseKeepAlive(raw json.RawMessage) *Failure {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
@@ -647,8 +651,44 @@ func (c *chatCall) parseKeepAlive(raw json.RawMessage) *failure {
 	}
 	d, err := api.ParseTTL(s)
 	if err != nil {
-		return badRequest("keep_alive: " + err.Error())
+		return BadRequest("keep_alive: " + err.Error())
 	}
-	c.keepAlive = &d
+	c.KeepAlive = &d
 	return nil
+}
+
+// SanitizePath keeps a requested path printable and short for an error message.
+func SanitizePath(p string) string {
+	p = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(p, ""))
+	if len(p) > 200 {
+		p = strings.ToValidUTF8(p[:200], "") + "…"
+	}
+	return p
+}
+
+// maxEmbedInputs bounds the inputs of one request (OpenAI's own limit).
+const maxEmbedInputs = 2048
+
+// TextInputs reads an input that is a string or an array of strings.
+func TextInputs(raw json.RawMessage) ([]string, error) {
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, errors.New("input must be a string or an array of strings (token arrays are not supported: send text)")
+	}
+	if len(many) == 0 {
+		return nil, errors.New("input is empty")
+	}
+	if len(many) > maxEmbedInputs {
+		return nil, fmt.Errorf("%d inputs: at most %d", len(many), maxEmbedInputs)
+	}
+	return many, nil
 }

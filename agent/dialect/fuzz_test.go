@@ -1,4 +1,4 @@
-package gateway
+package dialect
 
 import (
 	"encoding/json"
@@ -63,23 +63,23 @@ func FuzzParse(f *testing.F) {
 		if d < 0 || d > 2 {
 			return
 		}
-		c, fail := parse(dialect(d), body)
+		c, fail := Parse(Dialect(d), body)
 		if (c == nil) == (fail == nil) {
 			t.Fatalf("parse gave %v and %v", c, fail)
 		}
 		if fail != nil {
-			if fail.status != 400 || fail.msg == "" {
+			if fail.Status != 400 || fail.Msg == "" {
 				t.Fatalf("refusal %+v", fail)
 			}
 			return
 		}
-		if c.model == "" {
+		if c.Model == "" {
 			t.Fatal("accepted without a model")
 		}
-		if !c.load && len(c.req.Messages) == 0 {
+		if !c.Load && len(c.Req.Messages) == 0 {
 			t.Fatal("accepted a chat without messages")
 		}
-		if c.promptTokens < 0 || c.req.MaxTokens < 0 {
+		if c.PromptTokens < 0 || c.Req.MaxTokens < 0 {
 			t.Fatalf("negative counts: %+v", c)
 		}
 	})
