@@ -19,8 +19,8 @@ import (
 // event stream. Every engine behind any agent answers it so, hailo-ollama included, and a
 // forwarded request is translated by the agent that serves it.
 //
-// stop_reason "stop_sequence" is never reported: no driver tells a stop sequence's match from
-// the model's own end of turn, so both are "end_turn" (with stop_sequence null).
+// stop_reason "stop_sequence", with the sequence, comes from the serving agent's own match
+// (Call.MatchStop): the engine is not given the sequences, and the answer ends where one occurs.
 
 type anRequest struct {
 	Model         string          `json:"model"`
@@ -159,7 +159,7 @@ func ParseAnthropic(body []byte) (*Call, *Failure) {
 			return nil, BadRequest("stop_sequences: a sequence is empty")
 		}
 	}
-	c.Req.Stop = req.StopSequences
+	c.MatchStop = req.StopSequences
 	c.PromptTokens = EstimateTokens(c.Req.Messages)
 	return c, nil
 }
@@ -236,8 +236,17 @@ func anMessages(c *Call, msgs []anMessage) *Failure {
 	return nil
 }
 
-// anStopReason is Anthropic's stop_reason for a chat's finish.
-func anStopReason(finish string, called bool) string {
+// anStopReason is Anthropic's stop_reason for a chat's end, and its stop_sequence (nil unless
+// one ended it).
+func anStopReason(st Stats, called bool) (string, *string) {
+	if st.StopSequence != "" {
+		seq := st.StopSequence
+		return "stop_sequence", &seq
+	}
+	return anFinish(st.Finish, called), nil
+}
+
+func anFinish(finish string, called bool) string {
 	switch {
 	case called || finish == "tool_calls":
 		return "tool_use"
@@ -318,8 +327,8 @@ func (s *anWhole) Finish(st Stats) error {
 	for _, c := range s.calls {
 		a.Content = append(a.Content, newAnToolUse(c))
 	}
-	reason := anStopReason(st.Finish, len(s.calls) > 0)
-	a.StopReason = &reason
+	reason, seq := anStopReason(st, len(s.calls) > 0)
+	a.StopReason, a.StopSequence = &reason, seq
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -435,8 +444,9 @@ func (s *anStream) Finish(st Stats) error {
 			return err
 		}
 	}
+	reason, seq := anStopReason(st, s.called)
 	if err := s.event("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": anStopReason(st.Finish, s.called), "stop_sequence": nil},
+		"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq},
 		"usage": anUsage{st.PromptTokens, st.CompletionTokens}}); err != nil {
 		return err
 	}

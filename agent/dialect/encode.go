@@ -148,7 +148,9 @@ func (o *Out) WriteFailed() bool { return o.err != nil }
 
 // Stats closes an answer: token counts and timings.
 type Stats struct {
-	Finish           string
+	Finish string
+	// StopSequence is the one of Call.MatchStop that ended the answer, "" when none did.
+	StopSequence     string
 	PromptTokens     int
 	CompletionTokens int
 	Total            time.Duration // since the request arrived

@@ -60,6 +60,11 @@ type Call struct {
 	// remember keeps what it answers, for later references.
 	Refs     []itemRef
 	Remember func(id, text string)
+	// MatchStop are Anthropic's stop_sequences, which the agent that serves the request matches
+	// in the answer itself instead of passing them to the engine: no engine says which sequence
+	// it stopped on (Ollama's done_reason and llama-server's finish_reason say "stop" for a
+	// sequence and for the model's own end alike), and Anthropic's answer names it.
+	MatchStop []string
 }
 
 // ReadBody reads a bounded body: 413 when it is larger than max.

@@ -59,7 +59,7 @@ func BenchmarkAdaptTokens(b *testing.B) {
 					runtime.ReadMemStats(&ms)
 					m0 := ms.Mallocs
 					t0 := time.Now()
-					run := newRelay(dialect.NewEncoder(call, &w, time.Minute, t0))
+					run := newRelay(dialect.NewEncoder(call, &w, time.Minute, t0), nil)
 					if err := c.Chat(context.Background(), "llama3.2:1b", req, nil, run.take); err != nil {
 						b.Fatal(err)
 					}
@@ -99,7 +99,7 @@ func BenchmarkAdaptTokens(b *testing.B) {
 func BenchmarkOAChunk(b *testing.B) {
 	call := &dialect.Call{Dialect: dialect.OpenAI, Model: "tiny", Stream: true}
 	var w dropWriter
-	run := newRelay(dialect.NewEncoder(call, &w, time.Minute, time.Now()))
+	run := newRelay(dialect.NewEncoder(call, &w, time.Minute, time.Now()), nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := run.take(engines.ChatChunk{Content: " word12", More: true}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +96,65 @@ func anBody(model string, stream bool, extra string) string {
 		s += "," + extra
 	}
 	return s + "}"
+}
+
+// stopSequences: an answer that reaches one of the request's stop_sequences ends before it,
+// with stop_reason "stop_sequence" and the sequence named, streamed and not, on a (serving
+// "llama") and through b (forwarding it). The sequence spans two of the engine's pieces.
+func stopSequences(t *testing.T, a, b *node, token string) {
+	// The simulator answers the same prompt the same way: the answer without stop sequences
+	// gives one to stop on, across a word boundary.
+	resp, body := anCall(t, a.url, token, anBody("llama", false, ""))
+	require.Equal(t, 200, resp.StatusCode, "%s", body)
+	var full anAnswer
+	require.NoError(t, json.Unmarshal(body, &full))
+	text := full.Content[0].Text
+	words := strings.SplitAfter(text, " ")
+	require.Greater(t, len(words), 5, "an answer of several words: %q", text)
+	cut := len(strings.Join(words[:4], "")) // just after the 4th word's trailing space
+	stop := text[cut-3 : cut+2]
+	want := text[:strings.Index(text, stop)]
+	extra := `"stop_sequences":["never in it",` + strconv.Quote(stop) + `]`
+
+	for _, n := range []*node{a, b} {
+		t.Run(n.name, func(t *testing.T) {
+			resp, body := anCall(t, n.url, token, anBody("llama", false, extra))
+			require.Equal(t, 200, resp.StatusCode, "%s", body)
+			var whole struct {
+				anAnswer
+				StopSequence *string `json:"stop_sequence"`
+			}
+			require.NoError(t, json.Unmarshal(body, &whole))
+			assert.Equal(t, "stop_sequence", whole.StopReason)
+			require.NotNil(t, whole.StopSequence)
+			assert.Equal(t, stop, *whole.StopSequence)
+			assert.Equal(t, want, whole.Content[0].Text, "the answer up to the sequence, without it")
+			assert.Positive(t, whole.Usage.OutputTokens)
+
+			resp, body = anCall(t, n.url, token, anBody("llama", true, extra))
+			require.Equal(t, 200, resp.StatusCode, "%s", body)
+			events := anEvents(t, body)
+			var streamed string
+			for _, e := range events {
+				if e.name == "content_block_delta" {
+					streamed += e.data["delta"].(map[string]any)["text"].(string)
+				}
+			}
+			assert.Equal(t, want, streamed)
+			require.Equal(t, "message_stop", events[len(events)-1].name)
+			delta := events[len(events)-2].data["delta"].(map[string]any)
+			assert.Equal(t, "stop_sequence", delta["stop_reason"])
+			assert.Equal(t, stop, delta["stop_sequence"])
+		})
+	}
+
+	// A sequence the answer never reaches changes nothing.
+	resp, body = anCall(t, a.url, token, anBody("llama", false, `"stop_sequences":["never in it"]`))
+	require.Equal(t, 200, resp.StatusCode, "%s", body)
+	var whole anAnswer
+	require.NoError(t, json.Unmarshal(body, &whole))
+	assert.Equal(t, text, whole.Content[0].Text)
+	assert.Equal(t, full.StopReason, whole.StopReason)
 }
 
 const anWeather = `"tools":[{"name":"weather","description":"the weather in a city","input_schema":{"type":"object","properties":{"city":{"type":"string","enum":["Paris"]}},"required":["city"]}}]`
@@ -189,6 +249,8 @@ func TestAnthropicMessages(t *testing.T) {
 		typ, _ = anErr(t, body)
 		assert.Equal(t, "not_found_error", typ)
 	})
+
+	t.Run("stop sequences", func(t *testing.T) { stopSequences(t, a, b, team) })
 
 	t.Run("Authorization: Bearer works too", func(t *testing.T) {
 		resp, body := call(t, "POST", b.url+"/v1/messages", team, anBody("llama", false, ""))

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -220,10 +222,57 @@ type relay struct {
 	count       int
 	final       engines.ChatChunk
 	done        bool // final is the last chunk
+	// stops are the sequences that end the answer where they occur (dialect.Call.MatchStop);
+	// held is the answer's tail that may begin one, not written yet; stopped is the one that
+	// ended the answer.
+	stops         []string
+	held, stopped string
 }
 
-func newRelay(enc dialect.Encoder) *relay {
-	return &relay{enc: enc}
+func newRelay(enc dialect.Encoder, stops []string) *relay {
+	return &relay{enc: enc, stops: stops}
+}
+
+// errStopped ends the engine's answer once a stop sequence occurred in it.
+var errStopped = errors.New("a stop sequence ended the answer")
+
+// matchStop adds piece to the held tail and returns the text that may be written now. When a
+// stop sequence occurs, stopped names it and the text before it is the answer's last; otherwise
+// the longest tail that begins a sequence is held back. (A held tail starts where a sequence's
+// first byte does, a rune's start: no rune is split.)
+func (run *relay) matchStop(piece string) string {
+	s := run.held + piece
+	at := -1
+	for _, seq := range run.stops {
+		if i := strings.Index(s, seq); i >= 0 && (at < 0 || i < at) {
+			at, run.stopped = i, seq
+		}
+	}
+	if at >= 0 {
+		run.held = ""
+		return s[:at]
+	}
+	keep := 0
+	for _, seq := range run.stops {
+		for n := min(len(seq)-1, len(s)); n > keep; n-- {
+			if strings.HasSuffix(s, seq[:n]) {
+				keep = n
+				break
+			}
+		}
+	}
+	run.held = s[len(s)-keep:]
+	return s[:len(s)-keep]
+}
+
+// flushHeld writes a held tail that no stop sequence followed.
+func (run *relay) flushHeld() error {
+	if run.held == "" {
+		return nil
+	}
+	held := run.held
+	run.held = ""
+	return run.enc.Chunk(held)
 }
 
 // take is the driver's emit.
@@ -244,7 +293,22 @@ func (run *relay) take(ch engines.ChatChunk) error {
 			run.first = time.Now()
 		}
 		run.count++
-		if err := enc.Chunk(ch.Content); err != nil {
+		text := ch.Content
+		if len(run.stops) > 0 {
+			text = run.matchStop(text)
+		}
+		if text != "" {
+			if err := enc.Chunk(text); err != nil {
+				return err
+			}
+		}
+		if run.stopped != "" {
+			run.last, run.done = time.Now(), true
+			return errStopped // the engine is cut off: its counts are lost, the relay's stand in
+		}
+	}
+	if ch.Done || len(ch.ToolCalls) > 0 {
+		if err := run.flushHeld(); err != nil {
 			return err
 		}
 	}
@@ -322,9 +386,12 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *diale
 	}
 
 	engineStart := time.Now()
-	run := newRelay(enc)
+	run := newRelay(enc, call.MatchStop)
 	err = c.Local.Driver.Chat(ctx, c.Local.Model, req, run.take)
 	enc.Hold(false) // what follows is the end or an error: it goes out at once, with anything held
+	if run.stopped != "" && ctx.Err() == nil && !enc.WriteFailed() {
+		err = nil // the relay ended the answer (errStopped), whatever the driver made of it
+	}
 	if err == nil && !run.done {
 		err = &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s ended the answer without its last chunk", p.Runtime)}
 	}
@@ -345,6 +412,7 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *diale
 	}
 
 	st := dialect.Stats{
+		StopSequence:     run.stopped,
 		Finish:           run.final.FinishReason,
 		PromptTokens:     run.final.PromptTokens,
 		CompletionTokens: run.final.CompletionTokens,
