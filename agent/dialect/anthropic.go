@@ -456,6 +456,17 @@ func (s *anStream) Finish(st Stats) error {
 
 func (s *anStream) Started() bool { return s.begun }
 
+// Comment keeps the stream alive while the model loads, in Anthropic's way: message_start,
+// then a ping event each time (its clients skip pings; the text is the SSE dialects' and is not
+// sent).
+func (s *anStream) Comment(string) error {
+	if err := s.start(); err != nil {
+		return err
+	}
+	s.buf = append(s.buf[:0], "event: ping\ndata: {\"type\":\"ping\"}\n\n"...)
+	return s.Send(s.buf)
+}
+
 // fail ends a stream that broke off with Anthropic's error event.
 func (s *anStream) Fail(f *Failure) {
 	s.Send(anErrorEvent(f))

@@ -72,6 +72,23 @@ func TestSleepingModelWakesForAChat(t *testing.T) {
 	resp, b = call(t, "POST", n.url+"/v1/chat/completions", adminToken, chatBody("llama", "Wake up.", false, ""))
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
 	assert.Contains(t, string(b), `"chat.completion"`)
+
+	// An Anthropic stream is kept alive its own way: message_start, then ping events.
+	waitAsleep(t, n, p.ID)
+	resp, b = anCall(t, n.url, adminToken, anBody("llama", true, ""))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	events := anEvents(t, b)
+	require.Greater(t, len(events), 3, "%s", b)
+	assert.Equal(t, "message_start", events[0].name)
+	assert.Equal(t, "ping", events[1].name, "%s", b)
+	assert.Equal(t, "message_stop", events[len(events)-1].name)
+	starts := 0
+	for _, e := range events {
+		if e.name == "message_start" {
+			starts++
+		}
+	}
+	assert.Equal(t, 1, starts)
 }
 
 // A chat at another agent is forwarded to the sleeping model's owner, which wakes it: the

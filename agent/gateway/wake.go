@@ -23,8 +23,8 @@ const (
 	wakeRetryAfter = 30
 )
 
-// commenter is an encoder that can send an SSE comment before the answer: a stream in an
-// SSE dialect, which tells a waiting client the connection is alive.
+// commenter is an encoder that can send an SSE comment before the answer (Anthropic's: a ping
+// event): a stream in an SSE dialect, which tells a waiting client the connection is alive.
 type commenter interface {
 	Comment(text string) error
 }
