@@ -57,6 +57,7 @@ type anBlock struct {
 		Type      string `json:"type"`
 		MediaType string `json:"media_type"`
 		Data      string `json:"data"`
+		URL       string `json:"url"`
 	} `json:"source"` // image
 }
 
@@ -169,7 +170,7 @@ func ParseAnthropic(body []byte) (*Call, *Failure) {
 // tool calls.
 func anMessages(c *Call, msgs []anMessage) *Failure {
 	names := map[string]string{} // tool_use id → tool name, for the results
-	var im images
+	im := images{remote: &c.RemoteImages}
 	for _, m := range msgs {
 		if m.Role != "user" && m.Role != "assistant" {
 			return BadRequest(fmt.Sprintf("message role %q: want user or assistant (the system prompt goes in system)", m.Role))
@@ -213,10 +214,16 @@ func anMessages(c *Call, msgs []anMessage) *Failure {
 				flush()
 				c.Req.Messages = append(c.Req.Messages, engines.Message{Role: "tool", Content: out, ToolCallID: b.ToolUseID, ToolName: names[b.ToolUseID]})
 			case b.Type == "image" && m.Role == "user":
-				if b.Source == nil || b.Source.Type != "base64" {
-					return BadRequest("an image block's source must be {\"type\":\"base64\",\"media_type\":…,\"data\":…}: the gateway does not fetch images")
+				var img engines.Image
+				var err error
+				switch {
+				case b.Source != nil && b.Source.Type == "base64":
+					img, err = im.add(b.Source.MediaType, b.Source.Data)
+				case b.Source != nil && b.Source.Type == "url":
+					img, err = im.url(b.Source.URL)
+				default:
+					err = errors.New(`an image block's source must be {"type":"base64","media_type":…,"data":…} or {"type":"url","url":…}`)
 				}
-				img, err := im.add(b.Source.MediaType, b.Source.Data)
 				if err != nil {
 					return BadRequest(err.Error())
 				}

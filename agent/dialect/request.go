@@ -65,6 +65,10 @@ type Call struct {
 	// it stopped on (Ollama's done_reason and llama-server's finish_reason say "stop" for a
 	// sequence and for the model's own end alike), and Anthropic's answer names it.
 	MatchStop []string
+	// RemoteImages are the URLs of the images the request names by URL, in the order they
+	// appear; each is a placeholder in its message (MediaType pendingFetch) until FetchImages
+	// fills it, on the agent that serves the request.
+	RemoteImages []string
 }
 
 // ReadBody reads a bounded body: 413 when it is larger than max.
@@ -358,7 +362,7 @@ func parseOpenAI(body []byte) (*Call, *Failure) {
 		}
 	}
 	c.Req.Messages = make([]engines.Message, 0, len(req.Messages))
-	var im images
+	im := images{remote: &c.RemoteImages}
 	for _, m := range req.Messages {
 		r, err := role(m.Role)
 		if err != nil {

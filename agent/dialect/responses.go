@@ -151,7 +151,7 @@ func respInput(c *Call, raw json.RawMessage) *Failure {
 		return BadRequest("input must be a string or an array of items")
 	}
 	names := map[string]string{} // call id → function name, for the outputs
-	var im images
+	im := images{remote: &c.RemoteImages}
 	for _, it := range items {
 		switch {
 		case it.Type == "function_call":

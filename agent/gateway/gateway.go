@@ -25,6 +25,7 @@ import (
 	"github.com/llmkube/mesh/agent/dialect"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/route"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/version"
 )
@@ -88,6 +89,10 @@ type Config struct {
 	// WakeTimeout bounds a request's wait for a sleeping model to load again; DefaultWakeTimeout
 	// when zero.
 	WakeTimeout time.Duration
+	// FetchImages, when not nil, lets the agent fetch the images a chat names by http(s) URL,
+	// through the download guard with these options (public addresses only unless they allow
+	// more), at most 5 MiB a request with its other images; nil (the default) refuses them.
+	FetchImages *download.Options
 }
 
 // Gateway serves the chat and model-listing routes.
@@ -96,7 +101,8 @@ type Gateway struct {
 	a      *agent.Agent
 	self   string
 	log    *slog.Logger
-	hop    *hop.Client // to the owners of forwarded requests
+	hop    *hop.Client  // to the owners of forwarded requests
+	images *http.Client // fetches images named by URL (Config.FetchImages); nil: refused
 	owners *owners
 	router *route.Router
 	m      *metrics
@@ -154,6 +160,11 @@ func New(cfg Config) (*Gateway, error) {
 		queues: map[string]*queue{},
 		speeds: map[string]*speedBook{},
 		items:  newItemStore(),
+	}
+	if cfg.FetchImages != nil {
+		if g.images, err = download.NewClient(*cfg.FetchImages); err != nil {
+			return nil, err
+		}
 	}
 	g.router = route.New(cfg.Agent, cfg.Self, cfg.View)
 	g.owners = &owners{g: g, hosts: map[string]*owner{}}

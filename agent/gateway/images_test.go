@@ -3,13 +3,18 @@ package gateway_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/engines/download"
 )
 
 // pixel is a 1×1 PNG, base64.
@@ -135,4 +140,86 @@ func TestImages(t *testing.T) {
 			assert.Contains(t, dialectErr(t, tc.dialect, b), tc.says)
 		}
 	})
+}
+
+// TestImagesByURL: an agent whose operator allowed it fetches the images a chat names by URL
+// (OpenAI image_url, Anthropic url sources) through the download guard, within the request's
+// 5 MiB, and passes them on as if sent inline; what is not an image, too big, missing or beyond
+// the guard is refused, saying which URL and why.
+func TestImagesByURL(t *testing.T) {
+	png, err := base64.StdEncoding.DecodeString(pixel)
+	require.NoError(t, err)
+	var fetched atomic.Int32
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched.Add(1)
+		switch r.URL.Path {
+		case "/cat.png":
+			w.Header().Set("Content-Type", "image/png")
+			w.Write(png)
+		case "/big.png":
+			w.Header().Set("Content-Type", "image/png")
+			w.Write(make([]byte, 5<<20+1))
+		case "/page":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Write([]byte("<html>"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(images.Close)
+	sim := ollamaSim(t, nil, "llama3.2:1b")
+	// The test's image server is on loopback: the guard lets this agent reach it.
+	oll := ollamaNode(t, "node-o", sim, func(c *gateway.Config) { c.FetchImages = &download.Options{AllowPrivate: true} })
+	place(t, oll, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "vision"})
+
+	openAI := func(url string) string {
+		return `{"model":"vision","max_tokens":4,"messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"` + url + `"}}]}]}`
+	}
+	anthropic := `{"model":"vision","max_tokens":4,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"` + images.URL + `/cat.png"}},{"type":"text","text":"What is this?"}]}]}`
+	for _, c := range []struct{ dialect, route, with string }{
+		{"openai", "/v1/chat/completions", openAI(images.URL + "/cat.png")},
+		{"anthropic", "/v1/messages", anthropic},
+	} {
+		before := fetched.Load()
+		resp, with := call(t, "POST", oll.url+c.route, adminToken, c.with)
+		require.Equal(t, 200, resp.StatusCode, "%s", with)
+		assert.Equal(t, before+1, fetched.Load(), "fetched once")
+		inline := strings.Replace(c.with, `{"url":"`+images.URL+`/cat.png"}`, `{"url":"data:image/png;base64,`+pixel+`"}`, 1)
+		inline = strings.Replace(inline, `{"type":"url","url":"`+images.URL+`/cat.png"}`, `{"type":"base64","media_type":"image/png","data":"`+pixel+`"}`, 1)
+		require.NotEqual(t, c.with, inline)
+		resp, sent := call(t, "POST", oll.url+c.route, adminToken, inline)
+		require.Equal(t, 200, resp.StatusCode, "%s", sent)
+		assert.Equal(t, answerOf(t, sent), answerOf(t, with), "%s: the fetched image reached the engine as the one sent inline", c.route)
+	}
+
+	for _, tc := range []struct{ path, says string }{
+		{"/page", `the server sent "text/html", not one of image/png`},
+		{"/big.png", "at most 5242880 bytes"},
+		{"/gone.png", "could not be fetched: HTTP 404"},
+	} {
+		resp, b := call(t, "POST", oll.url+"/v1/chat/completions", adminToken, openAI(images.URL+tc.path))
+		require.Equal(t, 400, resp.StatusCode, "%s", b)
+		msg := dialectErr(t, "openai", b)
+		assert.Contains(t, msg, "image "+images.URL+tc.path+": ")
+		assert.Contains(t, msg, tc.says)
+	}
+
+	// The guard as downloads have it by default: a loopback address is not reached.
+	guarded := ollamaNode(t, "node-g", sim, func(c *gateway.Config) { c.FetchImages = &download.Options{} })
+	place(t, guarded, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "vision"})
+	before := fetched.Load()
+	resp, b := call(t, "POST", guarded.url+"/v1/chat/completions", adminToken, openAI(images.URL+"/cat.png"))
+	require.Equal(t, 400, resp.StatusCode, "%s", b)
+	assert.Contains(t, dialectErr(t, "openai", b), "loopback")
+	assert.Equal(t, before, fetched.Load(), "nothing reached the image server")
+}
+
+// answerOf is an answer without what differs from one request to the next (its id and time).
+func answerOf(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var a map[string]any
+	require.NoError(t, json.Unmarshal(b, &a), "%s", b)
+	delete(a, "id")
+	delete(a, "created")
+	return a
 }

@@ -337,6 +337,9 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *diale
 	if f := dialect.RefuseImages(call, c.Local.Driver, c.Local.Model, c.P); f != nil {
 		return false, f
 	}
+	if f := dialect.FetchImages(r.Context(), call, g.images); f != nil {
+		return false, f
+	}
 	c.Busy.Add(1)
 	defer c.Busy.Add(-1)
 	ctx := r.Context()

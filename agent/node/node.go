@@ -19,6 +19,7 @@ import (
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/mesh/discovery"
@@ -50,7 +51,9 @@ type Config struct {
 	// routes; without it the LAN is served over the sealed channel only (internal/seal), and
 	// loopback in plain always.
 	LANHTTP bool
-	Log     *slog.Logger
+	// FetchImages lets the gateway fetch images chats name by URL (gateway.Config.FetchImages).
+	FetchImages *download.Options
+	Log         *slog.Logger
 }
 
 // Node is a running host.
@@ -100,7 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	sc := agent.ServerConfig{Agent: a, Secret: cfg.Join.Secret, MeshID: cfg.Join.MeshID, OpenMetrics: cfg.OpenMetrics, Log: cfg.Log.With("part", "api"),
 		Seal: id, Findings: func() []api.Finding { return refusals(sealed, a.Name(), time.Now()) }}
-	gc := gateway.Config{Agent: a, Version: cfg.Agent.Version, Seal: id, Log: cfg.Log.With("part", "gateway")}
+	gc := gateway.Config{Agent: a, Version: cfg.Agent.Version, Seal: id, FetchImages: cfg.FetchImages, Log: cfg.Log.With("part", "gateway")}
 	if cfg.Mesh != nil {
 		m, err := startMesh(ctx, cfg, a, id)
 		if err != nil {

@@ -66,6 +66,7 @@ type runOptions struct {
 	ollamaRegistry    string
 	allowPrivate      bool
 	allowHTTP         bool
+	fetchImages       bool
 
 	hwRoot, hwOS, hwArch string
 
@@ -133,6 +134,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.StringVar(&o.ollamaRegistry, "ollama-registry", "", "Ollama registry for sizing ollama:// models (default: "+sizing.DefaultOllamaRegistry+")")
 	f.BoolVar(&o.allowPrivate, "allow-private-downloads", false, "let model sizing and downloads reach loopback, private and link-local addresses (a LAN mirror; off: a model URL is user input)")
 	f.BoolVar(&o.allowHTTP, "allow-http", false, "accept plain http:// model sources (a LAN mirror)")
+	f.BoolVar(&o.fetchImages, "fetch-image-urls", false, "fetch the images chats name by http(s) URL, through the same guard as downloads (public addresses only unless --allow-private-downloads), at most 5 MiB a request; off: only images sent in the request are taken")
 
 	f.StringVar(&o.hwRoot, "hwprobe-root", "/", "read the host's files under this folder: a recorded host for demos (the simulated Pi 5 + Hailo)")
 	f.StringVar(&o.hwOS, "hwprobe-os", "", "OS of the recorded host under --hwprobe-root (default: this one)")
@@ -263,6 +265,9 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		Log:                log.With("part", "agent"),
 	}
 	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, Log: log}
+	if o.fetchImages {
+		nc.FetchImages = &guard
+	}
 	if !o.noMesh {
 		nc.Mesh = &node.MeshConfig{
 			Bind: o.bind, Advertise: lan.String(), Port: o.gossipPort, Seeds: o.seeds,
