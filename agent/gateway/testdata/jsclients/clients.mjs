@@ -232,6 +232,24 @@ await check('anthropic: messages, streaming (the SDK assembles the events)', asy
   assert.ok(final.usage.output_tokens > 0);
 });
 
+await check('anthropic: stop_sequences end the answer and are named', async () => {
+  // Greedy: an engine answers the same prompt the same way each time (the simulators always do).
+  const ask = { model: MODEL, max_tokens: 16, temperature: 0, messages: [{ role: 'user', content: 'Hello, mesh.' }] };
+  const full = (await an.messages.create(ask)).content[0].text;
+  const chars = Array.from(full); // by code point: a sequence never splits one
+  assert.ok(chars.length > 8, `an answer to stop in: ${JSON.stringify(full)}`);
+  const seq = chars.slice(4, 8).join('');
+  const want = full.slice(0, full.indexOf(seq));
+  const r = await an.messages.create({ ...ask, stop_sequences: [seq] });
+  assert.equal(r.stop_reason, 'stop_sequence');
+  assert.equal(r.stop_sequence, seq);
+  assert.equal(r.content[0].text, want);
+  const final = await an.messages.stream({ ...ask, stop_sequences: [seq] }).finalMessage();
+  assert.equal(final.stop_reason, 'stop_sequence');
+  assert.equal(final.stop_sequence, seq);
+  assert.equal(final.content[0].text, want);
+});
+
 if (TOOLS) {
   const weatherTool = { name: 'weather', description: weather.function.description, input_schema: weather.function.parameters };
   await check('anthropic: tools, not streaming, then the result', async () => {
