@@ -168,11 +168,7 @@ type Agent struct {
 	drivers  map[api.Runtime]engines.Driver
 	budget   int64
 	hailoMem int64 // 0: no Hailo device
-	// hailoLoad is how long the Hailo-10H's last load took, from the load's start to ready
-	// (hailo-ollama's pause, the load, a restart before it): a swap's silence, said before the
-	// next one (api.Accelerator.LastLoadMillis). 0 before the first.
-	hailoLoad time.Duration
-	started   time.Time
+	started  time.Time
 
 	saveMu sync.Mutex // orders state saves, so an older snapshot never overwrites a newer one
 
@@ -192,6 +188,10 @@ type Agent struct {
 	closed     bool
 	beat       time.Time // last housekeeping tick: /readyz fails when it stalls
 	wg         sync.WaitGroup
+	// hailoLoad is how long the Hailo-10H's last load took, from the load's start to ready
+	// (hailo-ollama's pause, the load, a restart before it): a swap's silence, said before the
+	// next one (api.Accelerator.LastLoadMillis). 0 before the first.
+	hailoLoad time.Duration
 }
 
 // New opens the model store, restores the placements kept in the state dir and accounts for

@@ -379,10 +379,7 @@ type Host struct {
 	Anonymous string `json:"anonymous_namespace,omitempty"`
 	// LANHTTP: the API serves plain HTTP to other hosts too (the gateway's routes only), so
 	// what crosses it can be read on the LAN.
-	LANHTTP bool `json:"lan_http,omitempty"`
-	// Offline: the agent downloads from no internet host (a local mesh): hf:// and https://
-	// sources are refused there.
-	Offline    bool      `json:"offline,omitempty"`
+	LANHTTP    bool      `json:"lan_http,omitempty"`
 	Placements int       `json:"placements"`
 	APIAddr    string    `json:"api_addr"` // host:port of this agent's API
 	Version    string    `json:"version"`
@@ -390,6 +387,9 @@ type Host struct {
 	Generation uint64    `json:"generation"` // bumps on every state change
 	// Unknown lists the probe fields that could not be read.
 	Unknown []string `json:"unknown,omitempty"`
+	// Offline: the agent downloads from no internet host (a local mesh): hf:// and https://
+	// sources are refused there.
+	Offline bool `json:"offline,omitempty"`
 }
 
 // Role of a mesh member.
