@@ -304,6 +304,10 @@ func (run *relay) take(ch engines.ChatChunk) error {
 		}
 		if run.stopped != "" {
 			run.last, run.done = time.Now(), true
+			if ch.Done {
+				run.final = ch // the engine's counts, which came with the sequence
+				return nil
+			}
 			return errStopped // the engine is cut off: its counts are lost, the relay's stand in
 		}
 	}
