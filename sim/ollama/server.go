@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -305,12 +306,19 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	name := nameOf(req.Model, req.Name)
 	s.mu.Lock()
-	_, ok := s.pulled[canonical(name)]
+	p, ok := s.pulled[canonical(name)]
 	delete(s.pulled, canonical(name))
+	shared := false // another name pulled for the same model keeps its blob, as Ollama's do
+	for _, o := range s.pulled {
+		shared = shared || (ok && o.spec == p.spec)
+	}
 	s.mu.Unlock()
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("model '%s' not found", name))
 		return
+	}
+	if s.cfg.ModelsDir != "" && !shared {
+		os.Remove(s.blobPath(p.spec))
 	}
 	w.WriteHeader(http.StatusOK)
 }

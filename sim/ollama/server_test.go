@@ -718,12 +718,47 @@ func TestNames(t *testing.T) {
 	assert.Contains(t, CatalogueNames(), "gemma3:1b")
 }
 
+// With a models folder, a pulled model's blob is there, as Ollama keeps it: its GGUF header,
+// the file as long as the model layer; /api/show's Modelfile names it; deleting the model removes
+// it unless another name holds it.
+func TestModelsDirHoldsTheBlobs(t *testing.T) {
+	cfg := withModels("llama3.2:3b", "llama3.2:latest") // one model, two names
+	cfg.ModelsDir = t.TempDir()
+	s := start(t, cfg)
+	resp := do(t, "POST", s.URL()+"/api/pull", `{"model":"gemma3:1b","stream":false}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	blobOf := func(name string) string {
+		return filepath.Join(cfg.ModelsDir, "blobs", strings.Replace(lookup(name).layers[0].Digest, ":", "-", 1))
+	}
+	for _, name := range []string{"llama3.2:3b", "gemma3:1b"} {
+		var show struct {
+			Modelfile string `json:"modelfile"`
+		}
+		require.Equal(t, http.StatusOK, call(t, "POST", s.URL()+"/api/show", `{"model":"`+name+`"}`, &show))
+		assert.Contains(t, show.Modelfile, "\nFROM "+blobOf(name)+"\n", name)
+		f, err := os.Open(blobOf(name))
+		require.NoError(t, err, name)
+		fi, err := f.Stat()
+		require.NoError(t, err)
+		assert.Equal(t, lookup(name).layers[0].Size, fi.Size(), name)
+		head := make([]byte, len(lookup(name).ggufHead))
+		_, err = io.ReadFull(f, head)
+		f.Close()
+		require.NoError(t, err)
+		assert.Equal(t, lookup(name).ggufHead, head, name)
+	}
+	require.Equal(t, http.StatusOK, do(t, "DELETE", s.URL()+"/api/delete", `{"model":"llama3.2:3b"}`).StatusCode)
+	assert.FileExists(t, blobOf("llama3.2:3b"), "llama3.2:latest holds it still")
+	require.Equal(t, http.StatusOK, do(t, "DELETE", s.URL()+"/api/delete", `{"model":"llama3.2:latest"}`).StatusCode)
+	assert.NoFileExists(t, blobOf("llama3.2:3b"))
+}
+
 func TestConfigFromEnv(t *testing.T) {
 	env := map[string]string{
 		EnvPreloaded: "llama3.2:1b, gemma3:1b", EnvPullBytesPerSec: "1000000", EnvLoadDelay: "1s",
 		EnvTokensPerSec: "30", EnvTTFT: "200ms", EnvKeepAlive: "-1", EnvMaxLoaded: "1", EnvNumCtx: "4096",
 		EnvVRAM: "8589934592", EnvSeed: "9", EnvVersion: "0.6.0", EnvAddr: "127.0.0.1:0", EnvRegistryAddr: "127.0.0.1:0",
-		EnvStampTokens: "true", EnvLongestAnswer: "200",
+		EnvStampTokens: "true", EnvLongestAnswer: "200", EnvModelsDir: "/var/lib/ollama-sim",
 	}
 	cfg, err := ConfigFromEnv(func(k string) string { return env[k] }, DefaultConfig())
 	require.NoError(t, err)
@@ -740,6 +775,7 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.Equal(t, "0.6.0", cfg.Version)
 	assert.True(t, cfg.StampTokens)
 	assert.Equal(t, 200, cfg.LongestAnswer)
+	assert.Equal(t, "/var/lib/ollama-sim", cfg.ModelsDir)
 
 	for name, bad := range map[string]string{
 		EnvPreloaded: "llama3.2:1b,mystery:9b", EnvPullBytesPerSec: "-5", EnvLoadDelay: "later",
