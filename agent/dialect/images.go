@@ -90,9 +90,6 @@ func (im *images) url(u string) (engines.Image, error) {
 	if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
 		return engines.Image{}, fmt.Errorf("image URL %q: want a data URL (data:image/png;base64,…) or an http(s) URL", SanitizePath(u))
 	}
-	if im.remote == nil {
-		return engines.Image{}, fmt.Errorf("image URL %q: only data URLs (data:image/png;base64,…) are taken here", SanitizePath(u))
-	}
 	*im.remote = append(*im.remote, u)
 	return engines.Image{MediaType: pendingFetch}, nil
 }
