@@ -19,6 +19,7 @@ import (
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/mesh/discovery"
@@ -50,7 +51,10 @@ type Config struct {
 	// routes; without it the LAN is served over the sealed channel only (internal/seal), and
 	// loopback in plain always.
 	LANHTTP bool
-	Log     *slog.Logger
+	// Peers, when set, is told how to find the mesh's agents that hold a file (the drivers'
+	// downloads ask them first); nil without a mesh.
+	Peers *download.Peers
+	Log   *slog.Logger
 }
 
 // Node is a running host.
@@ -115,6 +119,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		gc.View = func() gateway.View { return m }
 		gc.Liveness = m.Liveness
 		g.Go(func() error { return publish(gctx, a, m, cfg.Log) })
+		if cfg.Peers != nil {
+			cfg.Peers.Use(holders(m, a.Name(), id))
+		}
 		runCtx, stopRun = context.WithCancel(context.WithoutCancel(gctx))
 		g.Go(func() error {
 			// Leave first, so peers stop routing here before the API and the engines go.

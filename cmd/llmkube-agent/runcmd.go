@@ -66,6 +66,8 @@ type runOptions struct {
 	ollamaRegistry    string
 	allowPrivate      bool
 	allowHTTP         bool
+	serveUploads      int
+	serveRate         string
 
 	hwRoot, hwOS, hwArch string
 
@@ -133,6 +135,8 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.StringVar(&o.ollamaRegistry, "ollama-registry", "", "Ollama registry for sizing ollama:// models (default: "+sizing.DefaultOllamaRegistry+")")
 	f.BoolVar(&o.allowPrivate, "allow-private-downloads", false, "let model sizing and downloads reach loopback, private and link-local addresses (a LAN mirror; off: a model URL is user input)")
 	f.BoolVar(&o.allowHTTP, "allow-http", false, "accept plain http:// model sources (a LAN mirror)")
+	f.IntVar(&o.serveUploads, "serve-uploads", agent.DefaultServeUploads, "how many copies of model files this host serves its peers at once")
+	f.StringVar(&o.serveRate, "serve-rate", "0", "bytes a second all copies served to peers may use together, such as 50MB (0: unlimited)")
 
 	f.StringVar(&o.hwRoot, "hwprobe-root", "/", "read the host's files under this folder: a recorded host for demos (the simulated Pi 5 + Hailo)")
 	f.StringVar(&o.hwOS, "hwprobe-os", "", "OS of the recorded host under --hwprobe-root (default: this one)")
@@ -206,7 +210,16 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 	}
 
 	// One policy for every request made for a source: sizing it, then downloading it.
-	guard := download.Options{AllowPrivate: o.allowPrivate}
+	serveRate, err := agent.ParseServeRate(o.serveRate)
+	if err != nil {
+		return usageError{err}
+	}
+	if o.serveUploads < 1 {
+		return usageError{fmt.Errorf("--serve-uploads %d: want 1 or more", o.serveUploads)}
+	}
+	// Peers holding a file are asked for it before the origin, once the mesh is up.
+	peers := &download.Peers{}
+	guard := download.Options{AllowPrivate: o.allowPrivate, Peers: peers, Log: log.With("part", "download")}
 	drivers, err := buildDrivers(ctx, o, runtimes, explicit, sd.Path(), guard, log)
 	if err != nil {
 		return err
@@ -260,9 +273,14 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		Version:            version.Get().Version,
 		HealthInterval:     o.healthInterval,
 		RestartBackoff:     o.restartBackoff,
+		ServeUploads:       o.serveUploads,
+		ServeRate:          serveRate,
 		Log:                log.With("part", "agent"),
 	}
 	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, Log: log}
+	if !o.noMesh {
+		nc.Peers = peers
+	}
 	if !o.noMesh {
 		nc.Mesh = &node.MeshConfig{
 			Bind: o.bind, Advertise: lan.String(), Port: o.gossipPort, Seeds: o.seeds,

@@ -343,8 +343,8 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 	}
 	from := s.DownloadURL(d.cfg.HFBase)
 	d.log.Info("downloading", "placement", m.ID, "url", from, "to", dest)
-	err = download.Fetch(ctx, from, dest, download.Want{SHA256: m.SHA256, Bytes: m.Bytes}, d.cfg.Download, func(done, total int64) {
-		progress(engines.Progress{Status: "downloading", Completed: done, Total: total})
+	err = download.FetchWith(ctx, from, dest, download.Want{SHA256: m.SHA256, Bytes: m.Bytes}, d.cfg.Download, func(p download.Progress) {
+		progress(engines.Progress{Status: "downloading", Completed: p.Done, Total: p.Total, From: p.From})
 	})
 	if err != nil {
 		if ctx.Err() != nil {
