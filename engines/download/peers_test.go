@@ -82,19 +82,6 @@ func asPeer(name string, p *peerServer) Peer {
 	return Peer{Name: name, URL: p.URL + "/v1/files/x", Client: p.Client()}
 }
 
-// logged collects what a download logs.
-type logged struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *simtest.Buffer) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-func (l *simtest.Buffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.buf.String() }
-
 func peerOpts(t *testing.T, ps ...Peer) (Options, *simtest.Buffer) {
 	var l simtest.Buffer
 	opts := loopback
