@@ -280,3 +280,33 @@ func FuzzParseSHA256(f *testing.F) {
 		}
 	})
 }
+
+func TestLFSDigestFromTheLinkedEtag(t *testing.T) {
+	sum := strings.Repeat("ab", 32)
+	hf := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/o/r/resolve/main/m.gguf":
+			assert.Equal(t, http.MethodHead, r.Method)
+			w.Header().Set("X-Linked-Etag", `"`+strings.ToUpper(sum)+`"`)
+			w.Header().Set("Location", "https://cdn.invalid/blob")
+			w.WriteHeader(http.StatusFound)
+		case "/o/r/resolve/main/README.md":
+			w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef01234567"`) // a git blob's SHA-1
+		default:
+			w.WriteHeader(http.StatusFound)
+			w.Header().Set("X-Linked-Etag", `"nothex"`)
+		}
+	}))
+	t.Cleanup(hf.Close)
+	got, err := LFSDigest(t.Context(), hf.URL+"/o/r/resolve/main/m.gguf", loopback)
+	require.NoError(t, err)
+	assert.Equal(t, sum, got, "the redirect is not followed: its header names the content")
+	got, err = LFSDigest(t.Context(), hf.URL+"/o/r/resolve/main/README.md", loopback)
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	got, err = LFSDigest(t.Context(), hf.URL+"/other", loopback)
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	_, err = LFSDigest(t.Context(), hf.URL+"/o/r/resolve/main/m.gguf", Options{})
+	assert.ErrorIs(t, err, ErrRefused, "the guard applies")
+}
