@@ -373,22 +373,24 @@ func (d *fetch) copyRange(parent context.Context, p Peer, first, end int64, h ha
 	if from, _, ok := ParseContentRange(resp.Header.Get("Content-Range")); !ok || from != first {
 		return fmt.Errorf("answered range %.80q to a request from byte %d", resp.Header.Get("Content-Range"), first)
 	}
-	buf := make([]byte, 256<<10)
+	// The hash runs beside the copy, not in its loop: on a Pi the digest would otherwise take
+	// its share of every read's time from the link.
+	hashed := newHasher(h)
+	defer hashed.wait()
 	at := first
 	body := io.LimitReader(resp.Body, end-first)
 	for at < end {
+		buf := hashed.buffer()
 		n, rerr := body.Read(buf)
 		if n > 0 {
 			stall.Reset(d.stall())
 			if _, err := d.file.WriteAt(buf[:n], at); err != nil {
 				return fmt.Errorf("download: %w", err)
 			}
-			if h != nil {
-				h.Write(buf[:n])
-			}
 			at += int64(n)
 			wrote(int64(n))
 		}
+		hashed.add(buf[:n])
 		if rerr == io.EOF {
 			break
 		}
@@ -431,4 +433,56 @@ func (d *fetch) report(done *atomic.Int64, total int64, from string) (stop func(
 		}
 	}()
 	return func() { close(quit); wg.Wait() }
+}
+
+// hasher hashes what a copy writes in a goroutine of its own, in order, through a few buffers
+// passed back and forth; with no hash it only hands out one buffer.
+type hasher struct {
+	h    hash.Hash
+	free chan []byte
+	full chan []byte
+	done chan struct{}
+	one  []byte
+}
+
+func newHasher(h hash.Hash) *hasher {
+	if h == nil {
+		return &hasher{one: make([]byte, 256<<10)}
+	}
+	const buffers = 8
+	x := &hasher{h: h, free: make(chan []byte, buffers), full: make(chan []byte, buffers), done: make(chan struct{})}
+	for range buffers {
+		x.free <- make([]byte, 256<<10)
+	}
+	go func() {
+		defer close(x.done)
+		for b := range x.full {
+			x.h.Write(b)
+			x.free <- b[:cap(b)]
+		}
+	}()
+	return x
+}
+
+// buffer is one to read into next.
+func (x *hasher) buffer() []byte {
+	if x.h == nil {
+		return x.one
+	}
+	return <-x.free
+}
+
+// add hashes b (a buffer from buffer, now written) after what was added before.
+func (x *hasher) add(b []byte) {
+	if x.h != nil {
+		x.full <- b
+	}
+}
+
+// wait returns once everything added is hashed.
+func (x *hasher) wait() {
+	if x.h != nil {
+		close(x.full)
+		<-x.done
+	}
 }
