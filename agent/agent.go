@@ -116,6 +116,9 @@ type Config struct {
 	// DefaultServeUploads); ServeRate caps their bytes a second together (0: unlimited).
 	ServeUploads int
 	ServeRate    int64
+	// HailoLibrary, when set, serves this host's hailo-ollama a mirror of Hailo's model library
+	// from the store and the mesh's peers (HailoLibraryPath); nil serves none.
+	HailoLibrary *HailoLibrary
 	Log          *slog.Logger
 }
 

@@ -40,6 +40,8 @@ type files struct {
 	rate  int64
 	// changed is called when the set of files held changes, so the host's state is published.
 	changed func()
+	// kick asks run for a walk now (a file just landed), not at the next tick.
+	kick chan struct{}
 
 	mu   sync.Mutex
 	held map[string]store.Held // by SHA-256
@@ -50,7 +52,8 @@ func newFiles(st *store.Store, uploads int, rate int64, log *slog.Logger, change
 	if uploads <= 0 {
 		uploads = DefaultServeUploads
 	}
-	f := &files{store: st, log: log, slots: make(chan struct{}, uploads), rate: rate, changed: changed, held: map[string]store.Held{}}
+	f := &files{store: st, log: log, slots: make(chan struct{}, uploads), rate: rate, changed: changed, held: map[string]store.Held{},
+		kick: make(chan struct{}, 1)}
 	if rate > 0 {
 		f.pace = &pacer{rate: rate}
 	}
@@ -67,7 +70,16 @@ func (f *files) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-f.kick:
 		}
+	}
+}
+
+// landed says a file was just added to the store: the next walk is now.
+func (f *files) landed() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
 	}
 }
 

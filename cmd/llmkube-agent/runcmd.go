@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,6 +69,7 @@ type runOptions struct {
 	allowHTTP         bool
 	serveUploads      int
 	serveRate         string
+	hailoMirror       bool
 
 	hwRoot, hwOS, hwArch string
 
@@ -137,6 +139,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.BoolVar(&o.allowHTTP, "allow-http", false, "accept plain http:// model sources (a LAN mirror)")
 	f.IntVar(&o.serveUploads, "serve-uploads", agent.DefaultServeUploads, "how many copies of model files this host serves its peers at once")
 	f.StringVar(&o.serveRate, "serve-rate", "0", "bytes a second all copies served to peers may use together, such as 50MB (0: unlimited)")
+	f.BoolVar(&o.hailoMirror, "hailo-library-mirror", false, "serve this host's hailo-ollama a mirror of Hailo's model library at http://127.0.0.1:<port>"+agent.HailoLibraryPath+" (set it as hailo-ollama's library): HEFs come from the model store, the mesh's peers, then --hailo-library-url")
 
 	f.StringVar(&o.hwRoot, "hwprobe-root", "/", "read the host's files under this folder: a recorded host for demos (the simulated Pi 5 + Hailo)")
 	f.StringVar(&o.hwOS, "hwprobe-os", "", "OS of the recorded host under --hwprobe-root (default: this one)")
@@ -275,6 +278,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		RestartBackoff:     o.restartBackoff,
 		ServeUploads:       o.serveUploads,
 		ServeRate:          serveRate,
+		HailoLibrary:       hailoMirror(o, guard),
 		Log:                log.With("part", "agent"),
 	}
 	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, Log: log}
@@ -468,4 +472,12 @@ func commandRunner(line string) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// hailoMirror is the Hailo library mirror --hailo-library-mirror asks for, or nil.
+func hailoMirror(o *runOptions, guard download.Options) *agent.HailoLibrary {
+	if !o.hailoMirror {
+		return nil
+	}
+	return &agent.HailoLibrary{Upstream: cmp.Or(o.hailoLibraryURL, sizing.DefaultHailoLibraryURL), Download: guard}
 }
