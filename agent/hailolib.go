@@ -67,10 +67,14 @@ func (a *Agent) hailoLibrary(w http.ResponseWriter, r *http.Request) {
 	}
 	dest := filepath.Join(a.store.Path(), "hailo", "sha256_"+sum+".hef")
 	if r.Method == http.MethodHead {
-		if _, err := os.Stat(dest); err != nil {
-			a.passThrough(w, r, upstream) // a size asked for: no reason to copy gigabytes
+		// A size asked for (sizing a hailo:// model): no reason to copy gigabytes.
+		if n, ok := download.PeerSize(r.Context(), lib.Download, sum); ok {
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			w.Header().Set("Accept-Ranges", "bytes")
 			return
 		}
+		a.passThrough(w, r, upstream)
+		return
 	}
 	err := download.FetchWith(r.Context(), upstream, dest, download.Want{SHA256: sum}, lib.Download, nil)
 	switch {

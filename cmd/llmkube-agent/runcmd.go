@@ -2,12 +2,12 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -69,7 +69,7 @@ type runOptions struct {
 	allowHTTP         bool
 	serveUploads      int
 	serveRate         string
-	hailoMirror       bool
+	hailoMirror       string
 
 	hwRoot, hwOS, hwArch string
 
@@ -139,7 +139,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.BoolVar(&o.allowHTTP, "allow-http", false, "accept plain http:// model sources (a LAN mirror)")
 	f.IntVar(&o.serveUploads, "serve-uploads", agent.DefaultServeUploads, "how many copies of model files this host serves its peers at once")
 	f.StringVar(&o.serveRate, "serve-rate", "0", "bytes a second all copies served to peers may use together, such as 50MB (0: unlimited)")
-	f.BoolVar(&o.hailoMirror, "hailo-library-mirror", false, "serve this host's hailo-ollama a mirror of Hailo's model library at http://127.0.0.1:<port>"+agent.HailoLibraryPath+" (set it as hailo-ollama's library): HEFs come from the model store, the mesh's peers, then --hailo-library-url")
+	f.StringVar(&o.hailoMirror, "hailo-library-mirror", "", "serve this host's hailo-ollama a mirror of Hailo's model library at this URL (such as "+sizing.DefaultHailoLibraryURL+") at http://127.0.0.1:<port>"+agent.HailoLibraryPath+": HEFs come from the model store, then the mesh's peers, then that URL; set it as hailo-ollama's library and --hailo-library-url")
 
 	f.StringVar(&o.hwRoot, "hwprobe-root", "/", "read the host's files under this folder: a recorded host for demos (the simulated Pi 5 + Hailo)")
 	f.StringVar(&o.hwOS, "hwprobe-os", "", "OS of the recorded host under --hwprobe-root (default: this one)")
@@ -213,6 +213,9 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 	}
 
 	// One policy for every request made for a source: sizing it, then downloading it.
+	if u, err := url.Parse(o.hailoMirror); o.hailoMirror != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return usageError{fmt.Errorf("--hailo-library-mirror %q: want the library's http(s) URL, such as %s", o.hailoMirror, sizing.DefaultHailoLibraryURL)}
+	}
 	serveRate, err := agent.ParseServeRate(o.serveRate)
 	if err != nil {
 		return usageError{err}
@@ -476,8 +479,8 @@ func commandRunner(line string) func(context.Context) error {
 
 // hailoMirror is the Hailo library mirror --hailo-library-mirror asks for, or nil.
 func hailoMirror(o *runOptions, guard download.Options) *agent.HailoLibrary {
-	if !o.hailoMirror {
+	if o.hailoMirror == "" {
 		return nil
 	}
-	return &agent.HailoLibrary{Upstream: cmp.Or(o.hailoLibraryURL, sizing.DefaultHailoLibraryURL), Download: guard}
+	return &agent.HailoLibrary{Upstream: o.hailoMirror, Download: guard}
 }

@@ -486,3 +486,15 @@ func (x *hasher) wait() {
 		<-x.done
 	}
 }
+
+// PeerSize is the length of the file with digest sum as the first peer that holds it and
+// answers says; false when none does. It answers a size asked for (a HEAD) without a copy.
+func PeerSize(ctx context.Context, opts Options, sum string) (int64, bool) {
+	d := &fetch{opts: opts}
+	for _, p := range opts.Peers.Holders(sum) {
+		if n, err := d.peerSize(ctx, p, 0); err == nil {
+			return n, true
+		}
+	}
+	return 0, false
+}
