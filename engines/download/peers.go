@@ -338,7 +338,6 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 			return res
 		}
 	}
-	d.progress(total, total)
 	return res
 }
 
@@ -410,15 +409,20 @@ func (d *fetch) copyRange(parent context.Context, p Peer, first, end int64, h ha
 	return nil
 }
 
-// report calls the progress function every progressEvery with the bytes done, where they come
-// from and the rate, until the returned stop is called.
+// report calls the progress function every progressEvery, and once more when the returned stop
+// is called, with the bytes done, where they come from and the rate.
 func (d *fetch) report(done *atomic.Int64, total int64, from string) (stop func()) {
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
+	start, base := time.Now(), done.Load()
+	say := func() {
+		n := done.Load()
+		rate := float64(n-base) / max(time.Since(start).Seconds(), 1e-3)
+		d.progressFrom(n, total, fmt.Sprintf("%s over the LAN, %.0f MB/s", from, rate/1e6))
+	}
 	go func() {
 		defer wg.Done()
-		start, base := time.Now(), done.Load()
 		t := time.NewTicker(progressEvery)
 		defer t.Stop()
 		for {
@@ -426,13 +430,11 @@ func (d *fetch) report(done *atomic.Int64, total int64, from string) (stop func(
 			case <-quit:
 				return
 			case <-t.C:
+				say()
 			}
-			n := done.Load()
-			rate := float64(n-base) / time.Since(start).Seconds()
-			d.progressFrom(n, total, fmt.Sprintf("%s over the LAN, %.0f MB/s", from, rate/1e6))
 		}
 	}()
-	return func() { close(quit); wg.Wait() }
+	return func() { close(quit); wg.Wait(); say() }
 }
 
 // hasher hashes what a copy writes in a goroutine of its own, in order, through a few buffers
