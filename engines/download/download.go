@@ -189,6 +189,7 @@ func FetchWith(ctx context.Context, rawURL, dest string, want Want, opts Options
 		if log == nil {
 			log = slog.New(slog.DiscardHandler)
 		}
+		before, _ := f.Seek(0, io.SeekEnd)
 		who, err := d.fromPeers(ctx, holders, log)
 		switch {
 		case err == nil:
@@ -196,6 +197,13 @@ func FetchWith(ctx context.Context, rawURL, dest string, want Want, opts Options
 			log.Info("copied a file from peers", "file", filepath.Base(dest), "from", who, "sha256", sum)
 		case errors.Is(err, errPeersFailed):
 			log.Info("no peer delivered the file; asking the origin", "file", filepath.Base(dest), "sha256", sum, "url", d.shown)
+			// Bytes a failed peer left are unverified: the origin is not asked to finish them,
+			// or one bad peer would fail the whole download at the last check.
+			if after, _ := f.Seek(0, io.SeekEnd); after != before {
+				if err := f.Truncate(0); err != nil {
+					return fmt.Errorf("download: %w", err)
+				}
+			}
 		default:
 			return err
 		}

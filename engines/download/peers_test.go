@@ -311,3 +311,17 @@ func TestLFSDigestFromTheLinkedEtag(t *testing.T) {
 	_, err = LFSDigest(t.Context(), hf.URL+"/o/r/resolve/main/m.gguf", Options{})
 	assert.ErrorIs(t, err, ErrRefused, "the guard applies")
 }
+
+// A peer that sends wrong bytes and then breaks leaves a partial; the origin starts over rather
+// than finish it, so the download succeeds.
+func TestTheOriginDoesNotFinishABadPeersBytes(t *testing.T) {
+	content, sum := blob(2 << 20)
+	bad := newPeer(t, content, peerBehaviour{corrupt: true, cutAt: 1 << 20})
+	origin := newFileServer(t, content)
+	opts, log := peerOpts(t, asPeer("evil", bad))
+	dest := filepath.Join(t.TempDir(), "m.gguf")
+	require.NoError(t, FetchWith(t.Context(), origin.URL, dest, Want{SHA256: sum}, opts, nil), log.String())
+	got, _ := os.ReadFile(dest)
+	assert.True(t, bytes.Equal(content, got))
+	assert.Equal(t, "", origin.ranges[len(origin.ranges)-1], "the origin was asked for the whole file")
+}
