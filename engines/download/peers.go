@@ -79,11 +79,11 @@ type Progress struct {
 // errPeersFailed is wrapped when no peer delivered the file: the origin is next.
 var errPeersFailed = errors.New("no peer delivered the file")
 
-// fromPeers fills the locked partial f with the file whose digest is want.SHA256 from holders,
+// fromPeers fills the locked partial with the file whose digest is want.SHA256 from holders,
 // verified, and returns the peer names it came from. A peer that sends bytes of another file is
-// dropped for this file and logged by name; one that fails or stalls is left for the next. The
-// partial is emptied when no peer delivered (a resumable prefix stays only when it is known to
-// be the file's: never, since bytes are known good only once the whole file is hashed).
+// dropped for this file and logged by name; one that fails or stalls is left for the next, which
+// resumes after the bytes in place. errPeersFailed when none delivered: what failed peers left
+// is unverified (FetchWith empties it before asking the origin).
 func (d *fetch) fromPeers(ctx context.Context, holders []Peer, log *slog.Logger) (string, error) {
 	good := slices.Clone(holders)
 	drop := func(p Peer) {
@@ -111,8 +111,8 @@ func (d *fetch) fromPeers(ctx context.Context, holders []Peer, log *slog.Logger)
 			use = use[:1]
 		}
 		res := d.copySplit(ctx, use, have, total)
-		if res.noSpace != nil {
-			return "", res.noSpace
+		if res.fatal != nil {
+			return "", res.fatal
 		}
 		if ctx.Err() != nil {
 			return "", ctx.Err()
@@ -157,8 +157,8 @@ func (d *fetch) oneByOne(ctx context.Context, peers []Peer, log *slog.Logger) (s
 			continue
 		}
 		res := d.copySplit(ctx, []Peer{p}, 0, total)
-		if res.noSpace != nil {
-			return "", res.noSpace
+		if res.fatal != nil {
+			return "", res.fatal
 		}
 		if ctx.Err() != nil {
 			return "", ctx.Err()
@@ -234,11 +234,11 @@ func (d *fetch) stall() time.Duration {
 	return DefaultPeerStall
 }
 
-// splitResult is how a copy from peers went: the peers that failed (and why), or no room.
+// splitResult is how a copy from peers went: the peers that failed (and why), or what stopped it.
 type splitResult struct {
-	failed  []Peer
-	why     map[string]error
-	noSpace error
+	failed []Peer
+	why    map[string]error
+	fatal  error // the copy cannot go on: no room on the disk, or the partial unreadable
 }
 
 // copySplit copies bytes have..total-1 into the partial, split in contiguous ranges across use
@@ -250,13 +250,13 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 	if total-have > 0 {
 		if err := d.roomFor(total - have); err != nil {
 			d.discardForSpace()
-			res.noSpace = err
+			res.fatal = err
 			return res
 		}
 	}
 	d.hash = sha256.New()
 	if _, err := io.Copy(d.hash, io.NewSectionReader(d.file, 0, have)); err != nil {
-		res.noSpace = fmt.Errorf("download: reading the partial file: %w", err)
+		res.fatal = fmt.Errorf("download: reading the partial file: %w", err)
 		return res
 	}
 	n := int64(len(use))
@@ -306,7 +306,7 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 	stopReport()
 	if p := spaceErr.Load(); p != nil {
 		d.discardForSpace()
-		res.noSpace = *p
+		res.fatal = *p
 		return res
 	}
 	// The contiguous prefix: ranges complete in order, then the first incomplete one's bytes.
@@ -327,14 +327,14 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 	}
 	if failed {
 		if err := d.file.Truncate(end); err != nil {
-			res.noSpace = fmt.Errorf("download: %w", err)
+			res.fatal = fmt.Errorf("download: %w", err)
 		}
 		return res
 	}
 	// Later ranges: hashed from the file, in order, after the first.
 	for _, r := range ranges[1:] {
 		if _, err := io.Copy(d.hash, io.NewSectionReader(d.file, r.first, r.end-r.first)); err != nil {
-			res.noSpace = fmt.Errorf("download: reading the partial file: %w", err)
+			res.fatal = fmt.Errorf("download: reading the partial file: %w", err)
 			return res
 		}
 	}
