@@ -448,8 +448,14 @@ func (d *fetch) attempt(ctx context.Context) error {
 	}
 }
 
-// roomFor checks that n more bytes fit on the destination's disk with MinFree left over.
+// roomFor checks that n more bytes fit on the destination's disk with MinFree left over; the
+// partial is kept for resuming.
 func (d *fetch) roomFor(n int64) error {
+	return d.room(n, "kept for resuming")
+}
+
+// room is roomFor, saying what becomes of the partial.
+func (d *fetch) room(n int64, partial string) error {
 	free, err := freeSpace(filepath.Dir(d.file.Name()))
 	if err != nil {
 		return nil // a filesystem that cannot say: the write itself will fail when full
@@ -459,7 +465,7 @@ func (d *fetch) roomFor(n int64) error {
 		minFree = DefaultMinFree
 	}
 	if free-n < minFree {
-		return fmt.Errorf("download %s: %w: %d more bytes needed, %d free, %d to be kept free (kept for resuming)", d.shown, ErrNoSpace, n, free, minFree)
+		return fmt.Errorf("download %s: %w: %d more bytes needed, %d free, %d to be kept free (%s)", d.shown, ErrNoSpace, n, free, minFree, partial)
 	}
 	return nil
 }

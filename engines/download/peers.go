@@ -248,7 +248,7 @@ type splitResult struct {
 func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) splitResult {
 	res := splitResult{why: map[string]error{}}
 	if total-have > 0 {
-		if err := d.roomFor(total - have); err != nil {
+		if err := d.room(total-have, removed); err != nil {
 			d.discardForSpace()
 			res.fatal = err
 			return res
@@ -289,7 +289,7 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 				done.Add(k)
 				if sinceCheck.Add(k) >= spaceCheckEvery {
 					sinceCheck.Store(0)
-					if err := d.roomFor(0); err != nil {
+					if err := d.room(0, removed); err != nil {
 						spaceErr.CompareAndSwap(nil, &err)
 						cancel()
 					}
@@ -341,8 +341,11 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 	return res
 }
 
-// discardForSpace removes the partial when the disk fills during a copy from peers: a peer
+// removed is what becomes of the partial when the disk fills during a copy from peers: a peer
 // copy is cheap to start over, and the space is what the host needs now.
+const removed = "the partial file was removed"
+
+// discardForSpace empties the partial (the deferred cleanup of FetchWith removes it).
 func (d *fetch) discardForSpace() {
 	d.file.Truncate(0)
 }

@@ -234,6 +234,7 @@ func TestPeerCopyChecksSpace(t *testing.T) {
 	dest := filepath.Join(dir, "m.gguf")
 	err = FetchWith(t.Context(), unreachable(t), dest, Want{SHA256: sum}, opts, nil)
 	require.ErrorIs(t, err, ErrNoSpace)
+	assert.Contains(t, err.Error(), "the partial file was removed")
 	assert.NoFileExists(t, dest+PartialSuffix, "the partial is removed")
 	assert.NoFileExists(t, dest)
 }
