@@ -13,7 +13,9 @@ import (
 // which counts for them too, less than holding it, and the preview says so.
 func TestAPeerHoldingTheFileCounts(t *testing.T) {
 	sum := strings.Repeat("ab", 32)
-	holds := func(m *api.Member) { m.Host.Files = &api.FileService{Holds: []string{sum[:api.HoldPrefix]}, MaxUploads: 2} }
+	holds := func(m *api.Member) {
+		m.Host.Files = &api.FileService{Holds: []string{sum[:api.HoldPrefix]}, MaxUploads: 2}
+	}
 	req := gguf(gibs(1.9))
 	req.SHA256 = sum
 	members := []api.Member{agent("tight", 2.5), with(agent("holder", 30), holds), with(agent("gone", 30), func(m *api.Member) {
