@@ -116,7 +116,14 @@ type Config struct {
 	StallTimeout time.Duration
 	// EventRing is how many events are kept for replay.
 	EventRing int
-	Log       *slog.Logger
+	// ServeUploads is how many copies of model files the agent serves its peers at once (0:
+	// DefaultServeUploads); ServeRate caps their bytes a second together (0: unlimited).
+	ServeUploads int
+	ServeRate    int64
+	// HailoLibrary, when set, serves this host's hailo-ollama a mirror of Hailo's model library
+	// from the store and the mesh's peers (HailoLibraryPath); nil serves none.
+	HailoLibrary *HailoLibrary
+	Log          *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -165,6 +172,7 @@ type Agent struct {
 	hub      *events.Hub
 	metrics  *metrics.Metrics
 	store    *store.Store
+	files    *files
 	drivers  map[api.Runtime]engines.Driver
 	budget   int64
 	hailoMem int64 // 0: no Hailo device
@@ -244,6 +252,11 @@ func New(cfg Config) (*Agent, error) {
 		watchers:   make(map[chan struct{}]struct{}),
 		started:    time.Now().UTC(),
 	}
+	a.files = newFiles(st, cfg.ServeUploads, cfg.ServeRate, cfg.Log, func() {
+		a.mu.Lock()
+		a.changedLocked()
+		a.mu.Unlock()
+	})
 	for _, d := range cfg.Drivers {
 		r := d.Runtime()
 		if _, dup := a.drivers[r]; dup {
@@ -381,6 +394,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() {
 		defer a.wg.Done()
 		a.housekeeping(ctx)
+	}()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.files.run(ctx)
 	}()
 	stalled := a.watchdog(ctx)
 	select {
@@ -648,6 +666,7 @@ func (a *Agent) hostLocked() api.Host {
 		StartedAt:  a.started,
 		Generation: a.gen,
 		Unknown:    slices.Clone(h.Unknown),
+		Files:      a.files.service(),
 	}
 	loaded := ""
 	for _, pl := range a.placements {

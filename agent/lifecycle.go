@@ -123,6 +123,9 @@ func (a *Agent) pull(ctx context.Context, pl *placement) bool {
 			if pr.Total > 0 {
 				msg = fmt.Sprintf("pulling %.0f%% (%s of %s)", 100*pl.p.Progress, api.FormatBytes(pr.Completed), api.FormatBytes(pr.Total))
 			}
+			if pr.From != "" {
+				msg += " from " + pr.From
+			}
 			// Engines repeat the last figure through their closing phases (verifying,
 			// writing the manifest): one event says it.
 			if msg == lastMsg {

@@ -464,6 +464,7 @@ func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
 	if err != nil {
 		return api.SizeEstimate{Method: api.SizeUnknown}, asAPIError(err, api.CodeMemoryCheckFailed)
 	}
+	run.SHA256 = strings.ToLower(c.req.SHA256) // peers holding the file can answer for it
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
 	defer cancel()
 	est, err := a.cfg.Sizer.EstimateRun(sctx, c.src, c.req.Context, run)

@@ -97,6 +97,12 @@ func NewServer(cfg ServerConfig) *Server {
 	s.Handle("DELETE /v1/placements/{id}", s.via(s.delete))
 	s.Handle("POST /v1/estimate", s.via(s.estimate))
 	s.Handle("GET /v1/events", s.via(s.events))
+	// Authenticated by the sealed channel's certificate alone: see files.ServeHTTP.
+	s.mux.Handle("GET "+FilesPath+"{sha256}", s.a.files)
+	if cfg.Agent.cfg.HailoLibrary != nil {
+		// For this host's hailo-ollama, which sends no token: loopback only (see hailoLibrary).
+		s.mux.HandleFunc("GET "+HailoLibraryPath+"{path...}", s.a.hailoLibrary)
+	}
 	if cfg.OpenMetrics {
 		s.mux.Handle("GET /metrics", s.a.metrics.Handler())
 	} else {

@@ -37,6 +37,8 @@ type Progress struct {
 	Status    string // engine's words: "pulling manifest", "downloading", "verifying", "success"
 	Completed int64  // bytes done
 	Total     int64  // bytes in all; 0 when not yet known
+	// From says where the bytes come from when not the origin: "pi5-a over the LAN, 92 MB/s".
+	From string
 }
 
 // Instance is a loaded model as a driver serves it.

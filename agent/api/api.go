@@ -390,7 +390,26 @@ type Host struct {
 	// Offline: the agent downloads from no internet host (a local mesh): hf:// and https://
 	// sources are refused there.
 	Offline bool `json:"offline,omitempty"`
+
+	// Files is what this agent serves its peers from its model store; nil when it serves none.
+	Files *FileService `json:"files,omitempty"`
 }
+
+// FileService is how an agent serves the model files in its store to the mesh's other agents:
+// by SHA-256, over the sealed channel, with ranges (GET /v1/files/{sha256}).
+type FileService struct {
+	// Holds are the first HoldPrefix hex digits of each file's SHA-256, sorted: enough to tell
+	// which host to ask (the full digest is what is asked for and checked), compact enough to
+	// gossip.
+	Holds []string `json:"holds,omitempty"`
+	// MaxUploads is how many copies it serves at once; more are refused (429) and go elsewhere.
+	MaxUploads int `json:"max_uploads"`
+	// Rate is the bytes per second all its copies together may send; 0 is unlimited.
+	Rate int64 `json:"rate,omitempty"`
+}
+
+// HoldPrefix is how many hex digits of a digest FileService.Holds keeps.
+const HoldPrefix = 16
 
 // Role of a mesh member.
 type Role string

@@ -269,7 +269,8 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	// Every engine, registry and library of a local mesh is on loopback, and nothing else is
 	// reached: an hf:// or https:// source naming an internet host is refused before any
 	// connection, with the allowlist in its message, so the demo is offline by construction.
-	guard := download.Options{AllowPrivate: true, AllowHosts: loopbackHosts, AllowHostsWhy: offlineWhy}
+	peers := &download.Peers{}
+	guard := download.Options{AllowPrivate: true, AllowHosts: loopbackHosts, AllowHostsWhy: offlineWhy, Peers: peers, Log: log.With("part", "download")}
 	if opts.Fast {
 		guard.RetryBackoff = 20 * time.Millisecond
 	}
@@ -390,6 +391,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		Listener: ln,
 		APIAddr:  apiAddr,
 		Mesh:     &node.MeshConfig{Bind: "127.0.0.1", Port: 0, Profile: cmp.Or(opts.Profile, mesh.ProfileLocal)},
+		Peers:    peers,
 		Log:      log,
 	})
 	if err != nil {

@@ -53,7 +53,10 @@ type Config struct {
 	LANHTTP bool
 	// FetchImages lets the gateway fetch images chats name by URL (gateway.Config.FetchImages).
 	FetchImages *download.Options
-	Log         *slog.Logger
+	// Peers, when set, is told how to find the mesh's agents that hold a file (the drivers'
+	// downloads ask them first); nil without a mesh.
+	Peers *download.Peers
+	Log   *slog.Logger
 }
 
 // Node is a running host.
@@ -118,6 +121,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		gc.View = func() gateway.View { return m }
 		gc.Liveness = m.Liveness
 		g.Go(func() error { return publish(gctx, a, m, cfg.Log) })
+		if cfg.Peers != nil {
+			cfg.Peers.Use(holders(m, a.Name(), id))
+		}
 		runCtx, stopRun = context.WithCancel(context.WithoutCancel(gctx))
 		g.Go(func() error {
 			// Leave first, so peers stop routing here before the API and the engines go.

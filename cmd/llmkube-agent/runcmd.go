@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -67,6 +68,9 @@ type runOptions struct {
 	allowPrivate      bool
 	allowHTTP         bool
 	fetchImages       bool
+	serveUploads      int
+	serveRate         string
+	hailoMirror       string
 
 	hwRoot, hwOS, hwArch string
 
@@ -135,6 +139,9 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.BoolVar(&o.allowPrivate, "allow-private-downloads", false, "let model sizing and downloads reach loopback, private and link-local addresses (a LAN mirror; off: a model URL is user input)")
 	f.BoolVar(&o.allowHTTP, "allow-http", false, "accept plain http:// model sources (a LAN mirror)")
 	f.BoolVar(&o.fetchImages, "fetch-image-urls", false, "fetch the images chats name by http(s) URL, through the same guard as downloads (public addresses only unless --allow-private-downloads), at most 5 MiB a request; off: only images sent in the request are taken")
+	f.IntVar(&o.serveUploads, "serve-uploads", agent.DefaultServeUploads, "how many copies of model files this host serves its peers at once")
+	f.StringVar(&o.serveRate, "serve-rate", "0", "bytes a second all copies served to peers may use together, such as 50MB (0: unlimited)")
+	f.StringVar(&o.hailoMirror, "hailo-library-mirror", "", "serve this host's hailo-ollama a mirror of Hailo's model library at this URL (such as "+sizing.DefaultHailoLibraryURL+") at http://127.0.0.1:<port>"+agent.HailoLibraryPath+": HEFs come from the model store, then the mesh's peers, then that URL; set it as hailo-ollama's library and --hailo-library-url")
 
 	f.StringVar(&o.hwRoot, "hwprobe-root", "/", "read the host's files under this folder: a recorded host for demos (the simulated Pi 5 + Hailo)")
 	f.StringVar(&o.hwOS, "hwprobe-os", "", "OS of the recorded host under --hwprobe-root (default: this one)")
@@ -208,7 +215,19 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 	}
 
 	// One policy for every request made for a source: sizing it, then downloading it.
-	guard := download.Options{AllowPrivate: o.allowPrivate}
+	if u, err := url.Parse(o.hailoMirror); o.hailoMirror != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return usageError{fmt.Errorf("--hailo-library-mirror %q: want the library's http(s) URL, such as %s", o.hailoMirror, sizing.DefaultHailoLibraryURL)}
+	}
+	serveRate, err := agent.ParseServeRate(o.serveRate)
+	if err != nil {
+		return usageError{err}
+	}
+	if o.serveUploads < 1 {
+		return usageError{fmt.Errorf("--serve-uploads %d: want 1 or more", o.serveUploads)}
+	}
+	// Peers holding a file are asked for it before the origin, once the mesh is up.
+	peers := &download.Peers{}
+	guard := download.Options{AllowPrivate: o.allowPrivate, Peers: peers, Log: log.With("part", "download")}
 	drivers, err := buildDrivers(ctx, o, runtimes, explicit, sd.Path(), guard, log)
 	if err != nil {
 		return err
@@ -262,6 +281,9 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		Version:            version.Get().Version,
 		HealthInterval:     o.healthInterval,
 		RestartBackoff:     o.restartBackoff,
+		ServeUploads:       o.serveUploads,
+		ServeRate:          serveRate,
+		HailoLibrary:       hailoMirror(o, guard),
 		Log:                log.With("part", "agent"),
 	}
 	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, Log: log}
@@ -269,6 +291,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		nc.FetchImages = &guard
 	}
 	if !o.noMesh {
+		nc.Peers = peers
 		nc.Mesh = &node.MeshConfig{
 			Bind: o.bind, Advertise: lan.String(), Port: o.gossipPort, Seeds: o.seeds,
 			MDNS: !o.noMDNS, MDNSInterface: o.mdnsInterface, Profile: o.meshProfile,
@@ -455,4 +478,12 @@ func commandRunner(line string) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// hailoMirror is the Hailo library mirror --hailo-library-mirror asks for, or nil.
+func hailoMirror(o *runOptions, guard download.Options) *agent.HailoLibrary {
+	if o.hailoMirror == "" {
+		return nil
+	}
+	return &agent.HailoLibrary{Upstream: o.hailoMirror, Download: guard}
 }

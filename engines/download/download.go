@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -63,6 +64,14 @@ type Options struct {
 	// RetryBackoff is the first wait before a retry, doubled each time up to a minute; 0 means
 	// DefaultRetryBackoff.
 	RetryBackoff time.Duration
+	// Peers, when it finds holders of a file whose SHA-256 is wanted, is asked for it before the
+	// origin (see FetchWith); nil asks no peer.
+	Peers *Peers
+	// PeerStall is how long a peer may send nothing before the next is tried; 0 means
+	// DefaultPeerStall.
+	PeerStall time.Duration
+	// Log hears which peers served a file and which were dropped; nil discards.
+	Log *slog.Logger
 }
 
 // Defaults for Options' zero values.
@@ -119,6 +128,19 @@ func Fetch(ctx context.Context, rawURL, dest string, want Want, opts Options, pr
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
+	return FetchWith(ctx, rawURL, dest, want, opts, func(p Progress) { progress(p.Done, p.Total) })
+}
+
+// FetchWith is Fetch, asking the mesh's peers first: when want names the file's SHA-256 and
+// opts.Peers finds hosts that hold it, the file is copied from them (split across several at
+// once when it is large), hashed as it arrives, and the origin is asked only when no peer
+// delivers. A peer that sends another file's bytes is dropped for this file and logged by name;
+// nothing unverified is renamed into place. progress says where the bytes come from.
+func FetchWith(ctx context.Context, rawURL, dest string, want Want, opts Options, report func(Progress)) error {
+	if report == nil {
+		report = func(Progress) {}
+	}
+	progress := func(done, total int64) { report(Progress{Done: done, Total: total}) }
 	sum := strings.ToLower(strings.TrimSpace(want.SHA256))
 	if sum != "" {
 		if b, err := hex.DecodeString(sum); err != nil || len(b) != sha256.Size {
@@ -160,11 +182,39 @@ func Fetch(ctx context.Context, rawURL, dest string, want Want, opts Options, pr
 
 	d := &fetch{client: client, url: u.String(), shown: u.Redacted(), header: opts.Header, file: f, progress: progress,
 		want: want, opts: opts}
-	if err := d.run(ctx); err != nil {
-		if errors.Is(err, ErrNotSized) {
-			f.Truncate(0) // another file's bytes: nothing to resume (the deferred cleanup removes it)
+	d.progressFrom = func(done, total int64, from string) { report(Progress{Done: done, Total: total, From: from}) }
+	fromPeer := false
+	if holders := opts.Peers.Holders(sum); sum != "" && len(holders) > 0 {
+		log := opts.Log
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
 		}
-		return err
+		before, _ := f.Seek(0, io.SeekEnd)
+		who, err := d.fromPeers(ctx, holders, log)
+		switch {
+		case err == nil:
+			fromPeer = true
+			log.Info("copied a file from peers", "file", filepath.Base(dest), "from", who, "sha256", sum)
+		case errors.Is(err, errPeersFailed):
+			log.Info("no peer delivered the file; asking the origin", "file", filepath.Base(dest), "sha256", sum, "url", d.shown)
+			// Bytes a failed peer left are unverified: the origin is not asked to finish them,
+			// or one bad peer would fail the whole download at the last check.
+			if after, _ := f.Seek(0, io.SeekEnd); after != before {
+				if err := f.Truncate(0); err != nil {
+					return fmt.Errorf("download: %w", err)
+				}
+			}
+		default:
+			return err
+		}
+	}
+	if !fromPeer {
+		if err := d.run(ctx); err != nil {
+			if errors.Is(err, ErrNotSized) {
+				f.Truncate(0) // another file's bytes: nothing to resume (the deferred cleanup removes it)
+			}
+			return err
+		}
 	}
 	if sum != "" {
 		if got := hex.EncodeToString(d.hash.Sum(nil)); got != sum {
@@ -182,6 +232,10 @@ func Fetch(ctx context.Context, rawURL, dest string, want Want, opts Options, pr
 	if err := atomicfile.Rename(partial, dest); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
+	// The file was hashed whole on its way in: record it, so the host can serve it to its
+	// peers by content without reading it again. A record that cannot be written is made
+	// again later by the model store, so a failure here costs only time.
+	_ = RecordDigest(dest, hex.EncodeToString(d.hash.Sum(nil)))
 	return nil
 }
 
@@ -291,6 +345,7 @@ func existing(dest string, want Want, progress func(done, total int64)) (bool, e
 		if hex.EncodeToString(h.Sum(nil)) != want.SHA256 {
 			return false, nil // stale: fetch again, and the rename replaces it
 		}
+		_ = RecordDigest(dest, want.SHA256) // hashed now: saved for serving peers (see Fetch)
 	}
 	progress(fi.Size(), fi.Size())
 	return true, nil
@@ -305,8 +360,10 @@ type fetch struct {
 	file     *os.File
 	hash     hash.Hash
 	progress func(done, total int64)
-	want     Want
-	opts     Options
+	// progressFrom reports bytes copied from peers, and which.
+	progressFrom func(done, total int64, from string)
+	want         Want
+	opts         Options
 }
 
 // run fetches the rest of the file into the partial, resuming after a backoff when the
@@ -391,8 +448,14 @@ func (d *fetch) attempt(ctx context.Context) error {
 	}
 }
 
-// roomFor checks that n more bytes fit on the destination's disk with MinFree left over.
+// roomFor checks that n more bytes fit on the destination's disk with MinFree left over; the
+// partial is kept for resuming.
 func (d *fetch) roomFor(n int64) error {
+	return d.room(n, "kept for resuming")
+}
+
+// room is roomFor, saying what becomes of the partial.
+func (d *fetch) room(n int64, partial string) error {
 	free, err := freeSpace(filepath.Dir(d.file.Name()))
 	if err != nil {
 		return nil // a filesystem that cannot say: the write itself will fail when full
@@ -402,7 +465,7 @@ func (d *fetch) roomFor(n int64) error {
 		minFree = DefaultMinFree
 	}
 	if free-n < minFree {
-		return fmt.Errorf("download %s: %w: %d more bytes needed, %d free, %d to be kept free (kept for resuming)", d.shown, ErrNoSpace, n, free, minFree)
+		return fmt.Errorf("download %s: %w: %d more bytes needed, %d free, %d to be kept free (%s)", d.shown, ErrNoSpace, n, free, minFree, partial)
 	}
 	return nil
 }

@@ -342,9 +342,19 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 		return nil
 	}
 	from := s.DownloadURL(d.cfg.HFBase)
-	d.log.Info("downloading", "placement", m.ID, "url", from, "to", dest)
-	err = download.Fetch(ctx, from, dest, download.Want{SHA256: m.SHA256, Bytes: m.Bytes}, d.cfg.Download, func(done, total int64) {
-		progress(engines.Progress{Status: "downloading", Completed: done, Total: total})
+	want := download.Want{SHA256: m.SHA256, Bytes: m.Bytes}
+	if want.SHA256 == "" && s.Kind == source.KindHF && d.cfg.Download.Peers != nil {
+		// Hugging Face names the file's content: peers holding it are asked first, and the
+		// download is verified against it.
+		if sum, err := download.LFSDigest(ctx, from, d.cfg.Download); err != nil {
+			d.log.Info("the file's digest could not be read from Hugging Face; downloading from it", "url", from, "err", err)
+		} else {
+			want.SHA256 = sum
+		}
+	}
+	d.log.Info("downloading", "placement", m.ID, "url", from, "to", dest, "sha256", want.SHA256)
+	err = download.FetchWith(ctx, from, dest, want, d.cfg.Download, func(p download.Progress) {
+		progress(engines.Progress{Status: "downloading", Completed: p.Done, Total: p.Total, From: p.From})
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -351,6 +351,9 @@ type Run struct {
 	CacheK, CacheV string // KV cache types as llama-server spells them (-ctk, -ctv); "" = f16
 	Batch, UBatch  int    // logical and physical batch sizes (-b, -ub); 0 = 2048, 512
 	FlashAttn      string // -fa: "on", "off" or "auto"; "" = auto
+	// SHA256 is the file's digest when the placement names it: a peer that holds the file
+	// answers the header reads first (Guard.Peers).
+	SHA256 string
 }
 
 // CacheTypes are the KV cache types llama-server takes and the estimate can count, in

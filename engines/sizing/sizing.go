@@ -90,7 +90,13 @@ func (s *Sizer) EstimateRun(ctx context.Context, src source.Source, contextSize 
 	case src.Kind == source.KindFile:
 		est, err = s.localGGUF(ctx, src.Path, contextSize, run)
 	case src.Kind == source.KindHTTPS, src.Kind == source.KindHF:
-		est, err = s.remoteGGUF(ctx, src.DownloadURL(s.HFBase), contextSize, run)
+		var fromPeer bool
+		if run.SHA256 != "" {
+			est, fromPeer = s.peerGGUF(ctx, run.SHA256, contextSize, run)
+		}
+		if !fromPeer {
+			est, err = s.remoteGGUF(ctx, src.DownloadURL(s.HFBase), contextSize, run)
+		}
 	case src.Kind == source.KindHailo:
 		est, err = s.hailo(ctx, src)
 	case src.Kind == source.KindOllama:
@@ -116,6 +122,9 @@ func (s *Sizer) log() *slog.Logger {
 // do sends a request for a source through the guarded client. A refusal by the guard is
 // InvalidSource: the source names a place this agent does not fetch from.
 func (s *Sizer) do(req *http.Request) (*http.Response, error) {
+	if resp, ok, err := viaPeer(req); ok {
+		return resp, err
+	}
 	s.once.Do(func() {
 		g := s.Guard
 		if g.HTTP == nil {

@@ -43,6 +43,7 @@ const (
 	bandLoadAnyway = 1.0 // fits only because the operator said "warn": unsized or over budget
 
 	weightFiles  = 0.4  // no download: often gigabytes
+	weightPeer   = 0.2  // a copy from a peer over the LAN, not from the internet
 	weightSpeed  = 0.35 // measured tokens/s for this model, relative to the fastest host
 	weightMemory = 0.24 // best fit (or spread)
 )
@@ -70,6 +71,7 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 		tooLong = "refused: trained for a " + strconv.Itoa(tc) + "-token context, " + strconv.Itoa(req.Context) + " asked"
 	}
 
+	holders := heldBy(members, req.SHA256)
 	out := make([]api.Ranked, 0, len(members))
 	speeds := make([]float64, 0, len(members))
 	var fastest float64
@@ -104,15 +106,23 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 		if r.Verdict != api.VerdictRefused {
 			speed = measuredSpeed(m.Placements, req.Source, model)
 			fastest = max(fastest, speed)
-			files := req.HasFiles[m.Name]
+			files := req.HasFiles[m.Name] || slices.Contains(holders, m.Name)
+			peer := ""
+			if !files && len(holders) > 0 {
+				peer = holders[0] // over the LAN, not the internet: counts, less than no copy
+				r.Score += weightPeer
+			}
 			if files {
 				r.Score += weightFiles
 			}
-			if files || speed > 0 {
+			if files || peer != "" || speed > 0 {
 				var buf [128]byte
 				b := append(buf[:0], r.Reason...)
 				if files {
 					b = append(b, "; has the files"...)
+				}
+				if peer != "" {
+					b = append(append(append(b, "; files from "...), peer...), " over the LAN"...)
 				}
 				if speed > 0 {
 					b = append(strconv.AppendFloat(append(b, "; "...), speed, 'f', 1, 64), " tok/s measured"...)
@@ -394,4 +404,22 @@ func swapSilence(hailo api.Accelerator) string {
 	}
 	secs := max(1, (hailo.LastLoadMillis+500)/1000)
 	return "it answers until the pull ends, then nothing does for ≈ " + strconv.FormatInt(secs, 10) + " s (last load there)"
+}
+
+// heldBy are the alive agents that gossip holding the file with digest sum ("" names none).
+func heldBy(members []api.Member, sum string) []string {
+	if len(sum) < api.HoldPrefix {
+		return nil
+	}
+	prefix := strings.ToLower(sum[:api.HoldPrefix])
+	var out []string
+	for i := range members {
+		m := &members[i]
+		if m.Role == api.RoleAgent && m.Liveness == api.Alive && m.Host != nil && m.Host.Files != nil {
+			if _, ok := slices.BinarySearch(m.Host.Files.Holds, prefix); ok {
+				out = append(out, m.Name)
+			}
+		}
+	}
+	return out
 }
