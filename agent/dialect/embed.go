@@ -72,11 +72,11 @@ func ParseEmbed(form EmbedForm, body []byte) (*EmbedCall, *Failure) {
 		c.Inputs = []string{*req.Prompt}
 		return c, nil
 	}
-	if !Present(req.Input) {
+	if !present(req.Input) {
 		return nil, BadRequest("input is required")
 	}
 	var err error
-	if c.Inputs, err = TextInputs(req.Input); err != nil {
+	if c.Inputs, err = textInputs(req.Input); err != nil {
 		return nil, BadRequest(err.Error())
 	}
 	return c, nil
