@@ -107,7 +107,7 @@ func ParseAnthropic(body []byte) (*Call, *Failure) {
 	}
 	c := &Call{Dialect: Anthropic, Model: req.Model, Stream: req.Stream}
 	c.Req.MaxTokens = *req.MaxTokens
-	if Present(req.System) {
+	if present(req.System) {
 		sys, err := anText(req.System, "system")
 		if err != nil {
 			return nil, BadRequest(err.Error())

@@ -144,7 +144,7 @@ type oaTool struct {
 
 // parseTools checks tools: functions only, each named, parameters a JSON object.
 func parseTools(raw json.RawMessage) ([]engines.Tool, error) {
-	if !Present(raw) {
+	if !present(raw) {
 		return nil, nil
 	}
 	var ts []oaTool
@@ -172,7 +172,7 @@ func parseTools(raw json.RawMessage) ([]engines.Tool, error) {
 
 // parseToolChoice checks OpenAI's tool_choice: "auto", "none", "required", or a named function.
 func parseToolChoice(raw json.RawMessage, tools []engines.Tool) (json.RawMessage, error) {
-	if !Present(raw) {
+	if !present(raw) {
 		return nil, nil
 	}
 	var s string
@@ -221,7 +221,7 @@ func schemaFormat(name string, schema json.RawMessage, strict bool) (*engines.Fo
 
 // parseOllamaFormat reads Ollama's format: "json", or a JSON Schema object.
 func parseOllamaFormat(raw json.RawMessage) (*engines.Format, error) {
-	if !Present(raw) {
+	if !present(raw) {
 		return nil, nil
 	}
 	var s string
@@ -257,8 +257,8 @@ func checkTopP(p *float64) error {
 	return nil
 }
 
-// Present reports whether a raw JSON member carries something other than null, "", [] or {}.
-func Present(raw json.RawMessage) bool {
+// present reports whether a raw JSON member carries something other than null, "", [] or {}.
+func present(raw json.RawMessage) bool {
 	s := string(bytes.TrimSpace(raw))
 	return s != "" && s != "null" && s != `""` && s != "[]" && s != "{}"
 }
@@ -305,7 +305,7 @@ func (m oaMessage) parts(im *images) (string, []engines.Image, error) {
 }
 
 func parseStop(raw json.RawMessage) ([]string, error) {
-	if !Present(raw) {
+	if !present(raw) {
 		return nil, nil
 	}
 	var one string
@@ -594,7 +594,7 @@ func parseCompletions(body []byte) (*Call, *Failure) {
 	if req.N != nil && *req.N != 1 {
 		return nil, BadRequest("n must be 1: one choice per request")
 	}
-	prompts, err := TextInputs(req.Prompt)
+	prompts, err := textInputs(req.Prompt)
 	if err != nil || len(prompts) != 1 || prompts[0] == "" {
 		return nil, BadRequest("prompt must be one non-empty string (token arrays and several prompts are not supported)")
 	}
@@ -683,8 +683,8 @@ func SanitizePath(p string) string {
 // maxEmbedInputs bounds the inputs of one request (OpenAI's own limit).
 const maxEmbedInputs = 2048
 
-// TextInputs reads an input that is a string or an array of strings.
-func TextInputs(raw json.RawMessage) ([]string, error) {
+// textInputs reads an input that is a string or an array of strings.
+func textInputs(raw json.RawMessage) ([]string, error) {
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
 		return []string{one}, nil

@@ -98,7 +98,7 @@ func parseResponses(body []byte) (*Call, *Failure) {
 	if len(c.Req.Tools) > maxTools {
 		return nil, BadRequest(fmt.Sprintf("%d tools: at most %d", len(c.Req.Tools), maxTools))
 	}
-	if Present(req.ToolChoice) {
+	if present(req.ToolChoice) {
 		var named struct {
 			Type, Name string
 		}

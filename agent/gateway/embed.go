@@ -1,11 +1,8 @@
 package gateway
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -20,94 +17,32 @@ import (
 // /api/embeddings, served by the engines that embed (engines.Embedder: Ollama, llama-server
 // started with --embeddings) and refused clearly by the others (hailo-ollama).
 
-type embedForm int
-
-const (
-	embedOpenAI       embedForm = iota // /v1/embeddings
-	embedOllama                        // /api/embed
-	embedOllamaLegacy                  // /api/embeddings
-)
-
-type embedCall struct {
-	form   embedForm
-	model  string
-	inputs []string
-	base64 bool // OpenAI encoding_format "base64" (the OpenAI JS SDK's default)
-}
-
-func (f embedForm) dialect() dialect.Dialect {
-	if f == embedOpenAI {
-		return dialect.OpenAI
-	}
-	return dialect.OllamaChat
-}
-
-func parseEmbed(form embedForm, body []byte) (*embedCall, *dialect.Failure) {
-	var req struct {
-		Model          string          `json:"model"`
-		Input          json.RawMessage `json:"input"`
-		Prompt         *string         `json:"prompt"` // /api/embeddings
-		EncodingFormat string          `json:"encoding_format"`
-		Dimensions     *int            `json:"dimensions"`
-	}
-	if f := dialect.DecodeJSON(body, &req); f != nil {
-		return nil, f
-	}
-	if req.Model == "" {
-		return nil, dialect.BadRequest("model is required")
-	}
-	if req.Dimensions != nil {
-		return nil, dialect.BadRequest("dimensions is not supported: the engines answer with the model's own")
-	}
-	c := &embedCall{form: form, model: req.Model}
-	switch req.EncodingFormat {
-	case "", "float":
-	case "base64":
-		c.base64 = true
-	default:
-		return nil, dialect.BadRequest(fmt.Sprintf("encoding_format %q: want float or base64", req.EncodingFormat))
-	}
-	if form == embedOllamaLegacy {
-		if req.Prompt == nil {
-			return nil, dialect.BadRequest("prompt is required")
-		}
-		c.inputs = []string{*req.Prompt}
-		return c, nil
-	}
-	if !dialect.Present(req.Input) {
-		return nil, dialect.BadRequest("input is required")
-	}
-	var err error
-	if c.inputs, err = dialect.TextInputs(req.Input); err != nil {
-		return nil, dialect.BadRequest(err.Error())
-	}
-	return c, nil
-}
-
 func (g *Gateway) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
-	g.embed(w, r, embedOpenAI)
+	g.embed(w, r, dialect.EmbedOpenAI)
 }
-func (g *Gateway) ollamaEmbed(w http.ResponseWriter, r *http.Request) { g.embed(w, r, embedOllama) }
+func (g *Gateway) ollamaEmbed(w http.ResponseWriter, r *http.Request) {
+	g.embed(w, r, dialect.EmbedOllama)
+}
 func (g *Gateway) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) {
-	g.embed(w, r, embedOllamaLegacy)
+	g.embed(w, r, dialect.EmbedOllamaLegacy)
 }
 
 // embed answers an embeddings request from the least busy replica that can embed, locally or
 // by forwarding, failing over while nothing is written.
-func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) {
+func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form dialect.EmbedForm) {
 	start := time.Now()
-	d := form.dialect()
+	d := form.Dialect()
 	in, ok := g.receive(w, r, d)
 	if !ok {
 		return
 	}
 	body := in.body
-	call, f := parseEmbed(form, body)
+	call, f := dialect.ParseEmbed(form, body)
 	if f != nil {
 		g.fail(w, d, f)
 		return
 	}
-	rt, f := g.replicas(in, call.model)
+	rt, f := g.replicas(in, call.Model)
 	if f != nil {
 		g.fail(w, d, f)
 		return
@@ -128,7 +63,7 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form embedForm) 
 }
 
 // embedLocal embeds on a local placement's engine and writes the whole answer.
-func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embedCall, c route.Replica, start time.Time) (bool, error) {
+func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *dialect.EmbedCall, c route.Replica, start time.Time) (bool, error) {
 	emb, ok := c.Local.Driver.(engines.Embedder)
 	if !ok {
 		return false, dialect.BadRequest(fmt.Sprintf("model %q runs on %s, which cannot embed text: %v", c.P.Model, c.P.Runtime, engines.ErrUnsupported))
@@ -147,35 +82,18 @@ func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embed
 		}
 		defer release()
 	}
-	res, err := emb.Embed(r.Context(), c.Local.Model, call.inputs)
+	res, err := emb.Embed(r.Context(), c.Local.Model, call.Inputs)
 	if err != nil {
 		return false, err
 	}
 	if res.PromptTokens == 0 { // the engine gave no count: the estimate
-		msgs := make([]engines.Message, len(call.inputs))
-		for i, in := range call.inputs {
+		msgs := make([]engines.Message, len(call.Inputs))
+		for i, in := range call.Inputs {
 			msgs[i].Content = in
 		}
 		res.PromptTokens = dialect.EstimateTokens(msgs)
 	}
-	var body any
-	switch call.form {
-	case embedOpenAI:
-		data := make([]oaEmbedding, len(res.Vectors))
-		for i, v := range res.Vectors {
-			data[i] = oaEmbedding{Object: "embedding", Index: i, Embedding: v}
-			if call.base64 {
-				data[i].Embedding = base64Floats(v)
-			}
-		}
-		body = oaEmbeddings{Object: "list", Data: data, Model: call.model,
-			Usage: oaEmbedUsage{PromptTokens: res.PromptTokens, TotalTokens: res.PromptTokens}}
-	case embedOllama:
-		body = map[string]any{"model": call.model, "embeddings": res.Vectors, "total_duration": time.Since(start).Nanoseconds(),
-			"load_duration": 0, "prompt_eval_count": res.PromptTokens}
-	default:
-		body = map[string]any{"embedding": res.Vectors[0]}
-	}
+	body := dialect.EmbedAnswer(call, res, time.Since(start))
 	b, err := json.Marshal(body)
 	if err != nil {
 		return false, &dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeEngineError, Msg: "the engine's embeddings cannot be written: " + err.Error()}
@@ -186,31 +104,4 @@ func (g *Gateway) embedLocal(w http.ResponseWriter, r *http.Request, call *embed
 	w.WriteHeader(http.StatusOK)
 	w.Write(append(b, '\n'))
 	return true, nil
-}
-
-type oaEmbedding struct {
-	Object    string `json:"object"`
-	Index     int    `json:"index"`
-	Embedding any    `json:"embedding"`
-}
-
-type oaEmbedUsage struct {
-	PromptTokens int `json:"prompt_tokens"`
-	TotalTokens  int `json:"total_tokens"`
-}
-
-type oaEmbeddings struct {
-	Object string        `json:"object"`
-	Data   []oaEmbedding `json:"data"`
-	Model  string        `json:"model"`
-	Usage  oaEmbedUsage  `json:"usage"`
-}
-
-// base64Floats is OpenAI's encoding_format "base64": the vector's float32s, little-endian.
-func base64Floats(v []float32) string {
-	b := make([]byte, 4*len(v))
-	for i, f := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-	}
-	return base64.StdEncoding.EncodeToString(b)
 }

@@ -2,14 +2,9 @@ package gateway
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"math"
 	"net/http"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
@@ -104,34 +99,6 @@ func (g *Gateway) listWith(w http.ResponseWriter, r *http.Request, d dialect.Dia
 	w.Write(append(b, '\n'))
 }
 
-type oaModel struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	OwnedBy string `json:"owned_by"`
-}
-
-type oaModelList struct {
-	Object string    `json:"object"`
-	Data   []oaModel `json:"data"`
-}
-
-// oaModelOf is one listed model in OpenAI's shape: owned_by the hosts serving it, created
-// when its oldest placement was.
-func oaModelOf(l listed) oaModel {
-	var hosts []string
-	created := l.placements[0].CreatedAt
-	for _, p := range l.placements {
-		if !slices.Contains(hosts, p.Host) {
-			hosts = append(hosts, p.Host)
-		}
-		if p.CreatedAt.Before(created) {
-			created = p.CreatedAt
-		}
-	}
-	return oaModel{ID: l.name, Object: "model", Created: created.Unix(), OwnedBy: strings.Join(hosts, ",")}
-}
-
 // openAIModel is GET /v1/models/{id}: one model the caller may use, or 404 in OpenAI's shape.
 // The id may hold slashes ("library/qwen2") and, as Ollama names go, drop or add ":latest".
 func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
@@ -147,7 +114,7 @@ func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
 	for _, l := range g.served(in) {
 		if l.name == name {
 			l.name = route.ListedName(who, l.placements[0]) // as the caller's own listing spells it
-			g.listWith(w, r, dialect.OpenAI, func(api.Principal) any { return oaModelOf(l) })
+			g.listWith(w, r, dialect.OpenAI, func(api.Principal) any { return dialect.OAModelOf(l.name, l.placements) })
 			return
 		}
 	}
@@ -158,117 +125,36 @@ func (g *Gateway) openAIModel(w http.ResponseWriter, r *http.Request) {
 // (a local replica first; replicas on several hosts are listed once, their hosts joined by ",").
 func (g *Gateway) openAIModels(w http.ResponseWriter, r *http.Request) {
 	g.listWith(w, r, dialect.OpenAI, func(who api.Principal) any {
-		list := oaModelList{Object: "list", Data: []oaModel{}}
+		list := dialect.OAModelList{Object: "list", Data: []dialect.OAModel{}}
 		for _, l := range g.served(who) {
-			list.Data = append(list.Data, oaModelOf(l))
+			list.Data = append(list.Data, dialect.OAModelOf(l.name, l.placements))
 		}
 		return list
 	})
 }
 
-type ollamaDetails struct {
-	ParentModel       string   `json:"parent_model"`
-	Format            string   `json:"format"`
-	Family            string   `json:"family"`
-	Families          []string `json:"families"`
-	ParameterSize     string   `json:"parameter_size"`
-	QuantizationLevel string   `json:"quantization_level"`
-}
-
-type ollamaTag struct {
-	Name       string        `json:"name"`
-	Model      string        `json:"model"`
-	ModifiedAt time.Time     `json:"modified_at"`
-	Size       int64         `json:"size"`
-	Digest     string        `json:"digest"`
-	Details    ollamaDetails `json:"details"`
-}
-
-type ollamaRunning struct {
-	Name          string        `json:"name"`
-	Model         string        `json:"model"`
-	Size          int64         `json:"size"`
-	Digest        string        `json:"digest"`
-	Details       ollamaDetails `json:"details"`
-	ExpiresAt     time.Time     `json:"expires_at"`
-	SizeVRAM      int64         `json:"size_vram"`
-	ContextLength int           `json:"context_length"`
-}
-
-// digestOf stands in for Ollama's manifest digest, which clients show and some slice: a stable
-// hash of the placement's source.
-func digestOf(p api.Placement) string {
-	sum := sha256.Sum256([]byte(p.Source))
-	return hex.EncodeToString(sum[:])
-}
-
-// detailsOf is what the engine reported of p's model (family, parameter size, quantisation);
-// the format follows from the runtime when the engine said nothing.
-func detailsOf(p api.Placement) ollamaDetails {
-	d := ollamaDetails{Format: "gguf", Families: []string{}}
-	if p.Runtime == api.RuntimeHailoOllama {
-		d.Format = "hef"
-	}
-	if md := p.Details; md != nil {
-		if md.Format != "" {
-			d.Format = md.Format
-		}
-		d.Family, d.ParameterSize, d.QuantizationLevel = md.Family, md.ParameterSize, md.QuantizationLevel
-		if len(md.Families) > 0 {
-			d.Families = md.Families
-		} else if md.Family != "" {
-			d.Families = []string{md.Family}
-		}
-	}
-	return d
-}
-
-// diskSize is the size /api/tags shows: the model's files as the engine listed them, else the
-// weights' estimate.
-func diskSize(p api.Placement) int64 {
-	if p.Details != nil && p.Details.Size > 0 {
-		return p.Details.Size
-	}
-	if p.Memory.Weights > 0 {
-		return p.Memory.Weights
-	}
-	return p.Memory.Bytes
-}
-
 // ollamaTags is GET /api/tags over the same set as /v1/models.
 func (g *Gateway) ollamaTags(w http.ResponseWriter, r *http.Request) {
 	g.listWith(w, r, dialect.OllamaChat, func(who api.Principal) any {
-		models := []ollamaTag{}
+		models := []dialect.OllamaTag{}
 		for _, l := range g.served(who) {
-			p := l.placements[0]
-			models = append(models, ollamaTag{Name: l.name, Model: l.name, ModifiedAt: p.CreatedAt, Size: diskSize(p),
-				Digest: digestOf(p), Details: detailsOf(p)})
+			models = append(models, dialect.OllamaTagOf(l.name, l.placements[0]))
 		}
 		return map[string]any{"models": models}
 	})
 }
 
-// neverExpires is the expiry /api/ps shows: a model stays loaded until it is deleted, or
-// sleeps after its idle TTL when it has one. Ollama shows a model kept with
-// keep_alive -1 the same way: now plus the longest duration (`ollama ps` prints "Forever").
-func neverExpires() time.Time { return time.Now().Add(math.MaxInt64).UTC().Truncate(time.Second) }
-
 // ollamaPS is GET /api/ps: what is loaded and ready, which is every served model.
 func (g *Gateway) ollamaPS(w http.ResponseWriter, r *http.Request) {
 	g.listWith(w, r, dialect.OllamaChat, func(who api.Principal) any {
-		models := []ollamaRunning{}
-		expires := neverExpires()
+		models := []dialect.OllamaRunning{}
+		expires := dialect.NeverExpires()
 		for _, l := range g.served(who) {
 			p := l.placements[0]
 			if agent.Dormant(p) {
 				continue
 			}
-			m := ollamaRunning{Name: l.name, Model: l.name, Size: p.Memory.Bytes, Digest: digestOf(p),
-				Details: detailsOf(p), ExpiresAt: expires, ContextLength: p.Context}
-			if p.Memory.Device == api.DeviceHailo {
-				m.SizeVRAM = p.Memory.Bytes
-			}
-			models = append(models, m)
+			models = append(models, dialect.OllamaRunningOf(l.name, p, expires))
 		}
 		return map[string]any{"models": models}
 	})
@@ -292,16 +178,6 @@ func (g *Gateway) hailoList(w http.ResponseWriter, r *http.Request) {
 		}
 		return map[string]any{"models": names}
 	})
-}
-
-type ollamaShowAnswer struct {
-	Modelfile    string         `json:"modelfile"`
-	Parameters   string         `json:"parameters"`
-	Template     string         `json:"template"`
-	Details      ollamaDetails  `json:"details"`
-	ModelInfo    map[string]any `json:"model_info"`
-	Capabilities []string       `json:"capabilities"`
-	ModifiedAt   time.Time      `json:"modified_at"`
 }
 
 // ollamaShow is POST /api/show {"model"} (or the older {"name"}): what the gateway knows of a
@@ -342,26 +218,5 @@ func (g *Gateway) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, dialect.OllamaChat, unserved(g.router.NotServed(who, name, forwarded, v)))
 		return
 	}
-	p := found.placements[0]
-	d := detailsOf(p)
-	info := map[string]any{}
-	if d.Family != "" {
-		info["general.architecture"] = d.Family
-		if p.Context > 0 {
-			info[d.Family+".context_length"] = p.Context
-		}
-	}
-	g.listWith(w, r, dialect.OllamaChat, func(api.Principal) any {
-		return ollamaShowAnswer{Modelfile: "# served by llmkube mesh on " + p.Host + "\nFROM " + name + "\n",
-			Details: d, ModelInfo: info, Capabilities: capabilities(p.Runtime), ModifiedAt: p.CreatedAt}
-	})
-}
-
-// capabilities are what Ollama's /api/show says a model can do through the gateway: tools on
-// the runtimes that take them (hailo-ollama does not).
-func capabilities(r api.Runtime) []string {
-	if r == api.RuntimeHailoOllama {
-		return []string{"completion"}
-	}
-	return []string{"completion", "tools"}
+	g.listWith(w, r, dialect.OllamaChat, func(api.Principal) any { return dialect.OllamaShowOf(name, found.placements[0]) })
 }
