@@ -40,7 +40,7 @@ test: lint
 E2E_REPORT ?= $(CURDIR)/$(BIN)/e2e-report.txt
 e2e:
 	@mkdir -p $(dir $(E2E_REPORT))
-	LLMKUBE_E2E=1 LLMKUBE_E2E_REPORT=$(E2E_REPORT) $(GO) test -count=1 -timeout 6m -v -run '^TestLAN$$' ./e2e/
+	LLMKUBE_E2E=1 LLMKUBE_E2E_REPORT=$(E2E_REPORT) $(GO) test -count=1 -timeout 12m -v -run '^TestLAN' ./e2e/
 
 # A local mesh of simulated hosts (a Pi 5 with a Hailo-10H, a Mac-like host, a Linux box) and the console.
 # Built, then run by exec: no `go run` or shell stays between the terminal and the demo, so
