@@ -1,0 +1,74 @@
+package api
+
+import (
+	"cmp"
+	"strings"
+	"time"
+)
+
+// Intent is what a user asked the mesh to keep running: a placement request with a replica
+// count, kept by every agent (gossiped, persisted), so it outlives the host that accepted it.
+// Placements are how intents are met: the placements of the intent's namespace and model name
+// from its source count as its replicas. GET /v1/intents.
+//
+// Concurrent edits: the one with the higher (Version, Origin) wins everywhere (last writer wins
+// on a Lamport clock, node name breaking ties); a deletion is such an edit too (Deleted, a
+// tombstone), so a deleted intent cannot come back from a member that missed the deletion.
+type Intent struct {
+	PlacementRequest
+	// Need and Device are the size estimate the accepting agent made, so every agent ranks
+	// hosts for it alike without sizing it again.
+	Need   int64  `json:"need,omitempty"`
+	Device string `json:"device,omitempty"`
+	// Version is the Lamport clock of the edit, Origin the agent that made it.
+	Version   uint64    `json:"version"`
+	Origin    string    `json:"origin"`
+	Deleted   bool      `json:"deleted,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// MaxReplicas bounds an intent's replica count: more than this is refused (and clamped when
+// another member gossips it).
+const MaxReplicas = 16
+
+// Key names an intent in the mesh: its namespace and model name.
+func (in Intent) Key() string { return IntentKey(in.Namespace, in.Name) }
+
+// IntentKey is the key of the intent for model name in namespace ns.
+func IntentKey(ns, name string) string { return ns + "/" + name }
+
+// Newer reports whether in wins over o (see Intent).
+func (in Intent) Newer(o Intent) bool {
+	if in.Version != o.Version {
+		return in.Version > o.Version
+	}
+	return strings.Compare(in.Origin, o.Origin) > 0
+}
+
+// Replica is one placement of an intent as the mesh sees it.
+type Replica struct {
+	Host      string         `json:"host"`
+	Placement string         `json:"placement"`
+	State     PlacementState `json:"state"`
+	Liveness  Liveness       `json:"liveness"`
+	// Counts: the replica counts toward the intent (its host is alive or only suspect, and the
+	// placement is neither failed nor evicted).
+	Counts bool `json:"counts"`
+}
+
+// IntentStatus is an intent with how it is met. GET /v1/intents.
+type IntentStatus struct {
+	Intent
+	Has   int       `json:"has"`
+	Where []Replica `json:"where,omitempty"`
+	// Note says why it has fewer or more than it wants, and what is done about it, for people:
+	// "pi5-b dead 12 s ago; re-placing on pi5-c".
+	Note string `json:"note,omitempty"`
+}
+
+// CompareIntents orders intents by key.
+func CompareIntents(a, b Intent) int { return cmp.Compare(a.Key(), b.Key()) }
+
+// EventIntent is an intent changed, was met, or could not be met (its replicas placed or removed
+// by the agents that keep it).
+const EventIntent = "intent"
