@@ -1,0 +1,26 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+)
+
+// Intents lists the intents the token may see, with how each is met (GET /v1/intents).
+func (c *Client) Intents(ctx context.Context) ([]IntentStatus, error) {
+	var out []IntentStatus
+	return out, c.call(ctx, http.MethodGet, "/v1/intents", nil, &out)
+}
+
+// Intend asks the mesh to keep a model running on req.Replicas hosts, wherever they rank best
+// (POST /v1/intents); no host is chosen by the caller.
+func (c *Client) Intend(ctx context.Context, req PlacementRequest) (Intent, error) {
+	var in Intent
+	return in, c.call(ctx, http.MethodPost, "/v1/intents", req, &in)
+}
+
+// Unintend stops keeping a model: its intent is deleted and every replica removed.
+func (c *Client) Unintend(ctx context.Context, namespace, name string) (Intent, error) {
+	var in Intent
+	return in, c.call(ctx, http.MethodDelete, "/v1/intents/"+url.PathEscape(namespace)+"/"+url.PathEscape(name), nil, &in)
+}
