@@ -2,6 +2,7 @@ package api
 
 import (
 	"cmp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -72,3 +73,17 @@ func CompareIntents(a, b Intent) int { return cmp.Compare(a.Key(), b.Key()) }
 // EventIntent is an intent changed, was met, or could not be met (its replicas placed or removed
 // by the agents that keep it).
 const EventIntent = "intent"
+
+// IntentLine says an intent and how it is met in one line, for people: "qwen2.5:1.5b wants 2,
+// has 1 (pi5-b dead 12s ago; re-placing on pi5-c)"; another namespace's model is named with it.
+func IntentLine(st IntentStatus) string {
+	name := st.Name
+	if st.Namespace != DefaultNamespace {
+		name = st.Namespace + "/" + name
+	}
+	line := name + " wants " + strconv.Itoa(st.Replicas) + ", has " + strconv.Itoa(st.Has)
+	if st.Note != "" {
+		line += " (" + st.Note + ")"
+	}
+	return line
+}

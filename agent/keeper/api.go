@@ -115,17 +115,25 @@ func (k *Keeper) replicas(in api.Intent, asked, placedHere int) int {
 	if !ok || old.Deleted || old.Source != in.Source {
 		return 1
 	}
-	has := 0
+	has := k.has(in.Key())
 	for _, st := range k.Status(api.Principal{Admin: true}) {
-		if st.Key() == in.Key() {
-			for _, r := range st.Where {
-				if r.Counts && r.Host != k.self {
-					has++
-				}
+		for _, r := range st.Where {
+			if st.Key() == in.Key() && r.Counts && r.Host == k.self {
+				has-- // the one placed here was counted before: it is placedHere now
 			}
 		}
 	}
 	return min(api.MaxReplicas, max(old.Replicas, has+placedHere))
+}
+
+// has is how many replicas of the intent count, as this agent last looked.
+func (k *Keeper) has(key string) int {
+	for _, st := range k.Status(api.Principal{Admin: true}) {
+		if st.Key() == key {
+			return st.Has
+		}
+	}
+	return 0
 }
 
 // put records a local edit and gossips it.
@@ -172,12 +180,25 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 	return p, nil
 }
 
-// Delete is DELETE /v1/placements/{id} in a mesh that keeps intents: the intent wants one
-// replica less, or, for its last one, is deleted.
+// Delete is DELETE /v1/placements/{id} in a mesh that keeps intents. Deleting a replica while
+// others count makes the intent want one less; deleting the last one it has, or the failed
+// record of an intent that has none, deletes the intent (the user gives up on it). Deleting a
+// failed record while replicas serve leaves the intent alone.
 func (k *Keeper) Delete(who api.Principal, id string, wait time.Duration) (api.Placement, bool, error) {
-	if p, err := k.cfg.Agent.Get(who, id); err == nil && !p.State.Terminal() {
-		if in, ok := k.cfg.Store.Get(api.IntentKey(p.Namespace, p.Model)); ok && !in.Deleted && in.Source == p.Source {
-			if in.Replicas > 1 {
+	if p, err := k.cfg.Agent.Get(who, id); err == nil {
+		// The keeper removes what a tombstone deletes: not this one, which the caller deletes.
+		k.mu.Lock()
+		k.deleting[id] = true
+		k.mu.Unlock()
+		defer func() {
+			k.mu.Lock()
+			delete(k.deleting, id)
+			k.mu.Unlock()
+		}()
+		in, ok := k.cfg.Store.Get(api.IntentKey(p.Namespace, p.Model))
+		has := k.has(in.Key())
+		if ok && !in.Deleted && in.Source == p.Source && (!p.State.Terminal() || has == 0) {
+			if in.Replicas > 1 && has > 1 {
 				in.Replicas--
 			} else {
 				in.Deleted = true

@@ -71,6 +71,7 @@ type Keeper struct {
 	deadSince map[string]time.Time // hosts seen dead or gone, since when
 	notes     map[string]string    // per intent: the note last announced as an event
 	placing   map[string]bool      // per intent: this agent is placing it now
+	deleting  map[string]bool      // placements a caller is deleting through Delete
 }
 
 // New makes a keeper; Run runs it.
@@ -91,7 +92,7 @@ func New(cfg Config) *Keeper {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Keeper{cfg: cfg, self: cfg.Agent.Name(), wake: make(chan struct{}, 1),
-		deadSince: map[string]time.Time{}, notes: map[string]string{}, placing: map[string]bool{}}
+		deadSince: map[string]time.Time{}, notes: map[string]string{}, placing: map[string]bool{}, deleting: map[string]bool{}}
 }
 
 // Run keeps the intents met until ctx ends: at every change of the view, the intents or this
@@ -166,6 +167,9 @@ func (k *Keeper) reconcile(ctx context.Context, now time.Time) {
 			k.announce(in, p.status)
 		}
 		for _, r := range p.remove {
+			if k.isDeleting(r.ID) {
+				continue
+			}
 			k.cfg.Log.Info("removing a replica", "intent", in.Key(), "placement", r.ID, "why", r.Reason)
 			k.event(in, "removing "+r.ID+" of "+in.Key()+": "+r.Reason, "")
 			if _, _, err := k.cfg.Agent.Delete(api.Principal{Admin: true}, r.ID, 0); err != nil {
@@ -364,6 +368,12 @@ func (k *Keeper) surplus(in api.Intent, reps []replica) []api.Placement {
 func (k *Keeper) backoff(n int) time.Duration {
 	d := k.cfg.Backoff << min(max(n, 0), 16)
 	return min(d, k.cfg.BackoffMax)
+}
+
+func (k *Keeper) isDeleting(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.deleting[id]
 }
 
 func (k *Keeper) placingNow(key string) bool {

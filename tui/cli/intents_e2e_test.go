@@ -1,0 +1,44 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/tui/cli"
+)
+
+// `mesh place --replicas` records what the mesh keeps; `mesh models` says what it wants and has,
+// and why not more: the demo has one Ollama host, so a second replica has nowhere to go. A bad
+// count is a usage error before anything reaches the mesh.
+func TestE2EPlaceReplicasShowsWantsAndHas(t *testing.T) {
+	m := localMesh(t)
+	env := connections(m)[0].env
+	r := runCLI(t, t.Context(), env, "", "mesh", "place", "ollama://qwen2.5:0.5b", "--host", "gpu-server", "--replicas", "17")
+	assert.Equal(t, cli.ExitUsage, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "--replicas 17: want 1 to 16")
+
+	r = runCLI(t, t.Context(), env, "", "mesh", "place", "ollama://qwen2.5:0.5b", "--host", "gpu-server", "--replicas", "2", "--ttl", "10m", "--wait")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Eventually(t, func() bool {
+		r = runCLI(t, t.Context(), env, "", "mesh", "models")
+		return r.code == cli.ExitOK && strings.Contains(r.stdout, "kept running:\n  qwen2.5:0.5b wants 2, has 1 (no host can take it: ")
+	}, 20*time.Second, 100*time.Millisecond, "wants vs has")
+	doc := decode[cli.PlacementsDoc](t, runCLI(t, t.Context(), env, "", "mesh", "models", "--json"))
+	require.Len(t, doc.Intents, 1)
+	assert.Equal(t, 2, doc.Intents[0].Replicas)
+	assert.Equal(t, 1, doc.Intents[0].Has)
+	assert.Equal(t, "10m", doc.Intents[0].TTL)
+	require.Len(t, doc.Placements, 1)
+
+	// Deleting the one replica it has deletes the intent: nothing is placed again.
+	r = runCLI(t, t.Context(), env, "", "mesh", "delete", doc.Placements[0].ID)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Eventually(t, func() bool {
+		d := decode[cli.PlacementsDoc](t, runCLI(t, t.Context(), env, "", "mesh", "models", "--json"))
+		return len(d.Intents) == 0 && len(d.Placements) == 0
+	}, 20*time.Second, 100*time.Millisecond, "the intent and its placement gone")
+}

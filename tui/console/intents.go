@@ -1,0 +1,43 @@
+package console
+
+import (
+	"context"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+// Intents returns what the mesh keeps running, with how each intent is met, as the first alive
+// agent that answers sees it: every agent keeps every intent.
+func (c *Conn) Intents(ctx context.Context) ([]api.IntentStatus, error) {
+	var out []api.IntentStatus
+	err := c.anyAgent(ctx, func(ctx context.Context, cl *api.Client) (err error) {
+		out, err = cl.Intents(ctx)
+		return err
+	})
+	return out, err
+}
+
+// Intend asks the mesh to keep a model running wherever it ranks best (no host chosen).
+func (c *Conn) Intend(ctx context.Context, req api.PlacementRequest) (api.Intent, error) {
+	var in api.Intent
+	err := c.anyAgent(ctx, func(ctx context.Context, cl *api.Client) (err error) {
+		in, err = cl.Intend(ctx, req)
+		return err
+	})
+	return in, err
+}
+
+// anyAgent calls the alive agents in turn until one answers (an API error is an answer).
+func (c *Conn) anyAgent(ctx context.Context, call func(context.Context, *api.Client) error) error {
+	v := c.View()
+	err := error(ErrNoAgents)
+	for _, a := range Agents(v) {
+		cctx, cancel := c.callCtx(ctx)
+		err = call(cctx, c.clientOf(v, a))
+		cancel()
+		if _, unreachable := err.(*api.UnreachableError); !unreachable {
+			return err
+		}
+	}
+	return err
+}
