@@ -10,6 +10,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,9 @@ type Config struct {
 	// WakeTimeout bounds a request's wait for a sleeping model to load again; DefaultWakeTimeout
 	// when zero.
 	WakeTimeout time.Duration
+	// OnDemand, when set, is asked for a model that no host runs: it places it if it may and
+	// returns once it serves, or why not (agent/keeper.Keeper.Demand). Nil answers not found.
+	OnDemand func(ctx context.Context, who api.Principal, model string) error
 }
 
 // Gateway serves the chat and model-listing routes.

@@ -10,12 +10,15 @@ import (
 	"github.com/llmkube/mesh/mesh/rank"
 )
 
-// Register mounts the intents' routes on the agent's API (agent.Server.Handle):
+// Register mounts the intents' routes on the agent's API (agent.Server.Mount):
 //
 //	GET    /v1/intents                  the intents the token may see, with how each is met
 //	POST   /v1/intents                  keep a model running (api.PlacementRequest with replicas)
 //	DELETE /v1/intents/{namespace}/{name}  stop keeping it: every replica is removed
-func (k *Keeper) Register(handle func(pattern string, h http.Handler)) {
+//	POST   /api/pull                    Ollama's pull: place the model, answer once it serves
+func (k *Keeper) Register(mount func(pattern string, h http.Handler, r agent.Route)) {
+	handle := func(pattern string, h http.Handler) { mount(pattern, h, agent.Route{}) }
+	mount("POST /api/pull", http.HandlerFunc(k.pull), agent.Route{Anonymous: true})
 	handle("GET /v1/intents", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		agent.WriteJSON(w, http.StatusOK, k.Status(principal(r)))
 	}))

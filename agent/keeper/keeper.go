@@ -50,14 +50,19 @@ type Config struct {
 	Store *intent.Store
 	Mesh  Mesh
 	// Grace is how long a new or changed intent is left to the agent that accepted it (which
-	// places its own replica at once) before others add replicas; 3 s when zero.
+	// places its own replica at once) before others add replicas; 2 s when zero.
 	Grace time.Duration
 	// Backoff is the wait after a host's first failure to place an intent, doubled with each
 	// failure in a row up to BackoffMax; 5 s and 5 min when zero.
 	Backoff, BackoffMax time.Duration
 	// Tick is how often the keeper looks again without a change; 1 s when zero.
 	Tick time.Duration
-	Log  *slog.Logger
+	// OnDemand are the namespaces whose requests for a model no host runs place it (demand.go);
+	// "*" is every namespace; empty is off.
+	OnDemand []string
+	// DemandWait bounds a request's wait for a model placed on demand; 2 min when zero.
+	DemandWait time.Duration
+	Log        *slog.Logger
 }
 
 // Keeper is one agent's share of keeping the intents met.
@@ -72,12 +77,17 @@ type Keeper struct {
 	notes     map[string]string    // per intent: the note last announced as an event
 	placing   map[string]bool      // per intent: this agent is placing it now
 	deleting  map[string]bool      // placements a caller is deleting through Delete
+	refused   map[string]refusal   // on-demand names refused lately (demand.go)
+	resolving map[string]chan struct{}
 }
 
 // New makes a keeper; Run runs it.
 func New(cfg Config) *Keeper {
 	if cfg.Grace <= 0 {
-		cfg.Grace = 3 * time.Second
+		cfg.Grace = 2 * time.Second
+	}
+	if cfg.DemandWait <= 0 {
+		cfg.DemandWait = 2 * time.Minute
 	}
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = 5 * time.Second
@@ -92,7 +102,8 @@ func New(cfg Config) *Keeper {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Keeper{cfg: cfg, self: cfg.Agent.Name(), wake: make(chan struct{}, 1),
-		deadSince: map[string]time.Time{}, notes: map[string]string{}, placing: map[string]bool{}, deleting: map[string]bool{}}
+		deadSince: map[string]time.Time{}, notes: map[string]string{}, placing: map[string]bool{}, deleting: map[string]bool{},
+		refused: map[string]refusal{}, resolving: map[string]chan struct{}{}}
 }
 
 // Run keeps the intents met until ctx ends: at every change of the view, the intents or this
@@ -286,7 +297,7 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 			notes = append(notes, "re-placing on "+strings.Join(chosen, ", "))
 			pl.place = slices.Contains(chosen, k.self)
 		default:
-			notes = append(notes, "no host can take it: "+refusal)
+			notes = append(notes, noHost+": "+refusal)
 		}
 	case counted > in.Replicas:
 		pl.remove = append(pl.remove, k.surplus(in, reps)...)
@@ -363,6 +374,9 @@ func (k *Keeper) surplus(in api.Intent, reps []replica) []api.Placement {
 	}
 	return out
 }
+
+// noHost starts the note of an intent that no host can take now.
+const noHost = "no host can take it"
 
 // backoff is how long a host waits after its n-th failure in a row (n from 0).
 func (k *Keeper) backoff(n int) time.Duration {

@@ -15,7 +15,8 @@ import (
 
 const model = "qwen2.5:0.5b"
 
-func startMesh(t *testing.T, names ...string) (*localmesh.Mesh, context.Context) {
+// startMesh starts hosts running Ollama (simulated), with on-demand placement for onDemand.
+func startMesh(t *testing.T, onDemand []string, names ...string) (*localmesh.Mesh, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -23,7 +24,7 @@ func startMesh(t *testing.T, names ...string) (*localmesh.Mesh, context.Context)
 	for _, n := range names {
 		hosts = append(hosts, localmesh.HostSpec{Name: n, Demo: "gpu-server", OS: "linux", Arch: "amd64", Runtimes: []api.Runtime{api.RuntimeOllama}})
 	}
-	m, err := localmesh.Start(ctx, localmesh.Options{Dir: t.TempDir(), Hosts: hosts, Fast: true})
+	m, err := localmesh.Start(ctx, localmesh.Options{Dir: t.TempDir(), Hosts: hosts, Fast: true, OnDemand: onDemand})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m, ctx
@@ -64,7 +65,7 @@ func servingOn(ctx context.Context, m *localmesh.Mesh, from string) []string {
 // the best-ranked other host the second; when a replica's host leaves, the third host takes
 // its place; deleting the intent removes every replica.
 func TestAnIntentKeepsItsReplicas(t *testing.T) {
-	m, ctx := startMesh(t, "a", "b", "c")
+	m, ctx := startMesh(t, nil, "a", "b", "c")
 	_, err := m.Client("a").Place(ctx, api.PlacementRequest{Source: "ollama://" + model, Replicas: 2})
 	require.NoError(t, err)
 	var hosts []string
@@ -106,7 +107,7 @@ func TestAnIntentKeepsItsReplicas(t *testing.T) {
 // Absurd replica counts are refused, and so is an intent no host could ever run; a namespace
 // token sees and deletes only its namespace's intents.
 func TestIntentsRefusedAndScoped(t *testing.T) {
-	m, ctx := startMesh(t, "a", "b")
+	m, ctx := startMesh(t, nil, "a", "b")
 	c := m.Client("a")
 	var e *api.Error
 	_, err := c.Intend(ctx, api.PlacementRequest{Source: "ollama://" + model, Replicas: api.MaxReplicas + 1})

@@ -52,7 +52,10 @@ type Config struct {
 	// routes; without it the LAN is served over the sealed channel only (internal/seal), and
 	// loopback in plain always.
 	LANHTTP bool
-	Log     *slog.Logger
+	// OnDemand are the namespaces whose requests for a model no host runs place it ("*": all;
+	// empty: off), see agent/keeper.
+	OnDemand []string
+	Log      *slog.Logger
 }
 
 // Node is a running host.
@@ -118,7 +121,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		n.Mesh = m
-		keep = keeper.New(keeper.Config{Agent: a, Store: intents, Mesh: m, Log: cfg.Log.With("part", "keeper")})
+		keep = keeper.New(keeper.Config{Agent: a, Store: intents, Mesh: m, OnDemand: cfg.OnDemand, Log: cfg.Log.With("part", "keeper")})
+		gc.OnDemand = keep.Demand
 		sc.Intents = keep
 		sc.Findings = func() []api.Finding { return append(refusals(sealed, a.Name(), time.Now()), keep.Findings()...) }
 		g.Go(func() error { return keep.Run(gctx) })
@@ -151,7 +155,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	gw.Register(srv.Mount)
 	if keep != nil {
-		keep.Register(srv.Handle)
+		keep.Register(srv.Mount)
 	}
 	g.Go(func() error { return a.Run(runCtx) })
 	g.Go(func() error { return srv.Serve(runCtx, sealed) })

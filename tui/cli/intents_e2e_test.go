@@ -42,3 +42,21 @@ func TestE2EPlaceReplicasShowsWantsAndHas(t *testing.T) {
 		return len(d.Intents) == 0 && len(d.Placements) == 0
 	}, 20*time.Second, 100*time.Millisecond, "the intent and its placement gone")
 }
+
+// `mesh run` places a model nothing runs, waits for it and chats, like `ollama run`; a second
+// run chats at once; a name no host can run is refused with the reasons.
+func TestE2EMeshRun(t *testing.T) {
+	m := localMesh(t)
+	env := connections(m)[0].env
+	r := runCLI(t, t.Context(), env, "", "mesh", "run", "qwen2.5:0.5b", "hello")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.NotEmpty(t, strings.TrimSpace(r.stdout))
+	assert.Contains(t, r.stderr, "placing qwen2.5:0.5b (ollama://qwen2.5:0.5b) where it ranks best")
+	r = runCLI(t, t.Context(), env, "", "mesh", "run", "qwen2.5:0.5b", "again")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.NotContains(t, r.stderr, "placing")
+
+	r = runCLI(t, t.Context(), env, "", "mesh", "run", "no-such-model:7b", "hello")
+	assert.NotEqual(t, cli.ExitOK, r.code)
+	assert.Contains(t, r.stderr, `no host can run "no-such-model:7b"`)
+}

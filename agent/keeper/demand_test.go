@@ -1,0 +1,101 @@
+package keeper_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+)
+
+func chat(ctx context.Context, c *api.Client, model string) (string, error) {
+	var text strings.Builder
+	err := c.ChatStream(ctx, model, []api.ChatMessage{{Role: "user", Content: "hello"}}, api.ChatOptions{}, func(d api.ChatDelta) error {
+		text.WriteString(d.Content)
+		return nil
+	})
+	return text.String(), err
+}
+
+// With on-demand on, a chat for a model nothing runs places it and is answered once it serves;
+// a flood of chats for a model that cannot be placed is refused, each with the reason, and
+// places nothing.
+func TestAChatPlacesAModelOnDemand(t *testing.T) {
+	m, ctx := startMesh(t, []string{"*"}, "a", "b")
+	text, err := chat(ctx, m.Client("b"), "qwen2.5:0.5b")
+	require.NoError(t, err)
+	assert.NotEmpty(t, strings.TrimSpace(text))
+	sts, err := m.Client("a").Intents(ctx)
+	require.NoError(t, err)
+	require.Len(t, sts, 1)
+	assert.Equal(t, "qwen2.5:0.5b", sts[0].Name)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := chat(ctx, m.Client("a"), "no-such-model:7b")
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		var e *api.Error
+		require.ErrorAs(t, err, &e)
+		assert.Equal(t, api.CodeNotFound, e.Code)
+		assert.Contains(t, e.Message, `model "no-such-model:7b" is not served in the mesh for namespace default, and no host can place it on demand`)
+	}
+	sts, err = m.Client("a").Intents(ctx)
+	require.NoError(t, err)
+	assert.Len(t, sts, 1, "nothing recorded for the unplaceable model")
+	for _, h := range []string{"a", "b"} {
+		ps, err := m.Client(h).Placements(ctx)
+		require.NoError(t, err)
+		for _, p := range ps {
+			assert.Equal(t, "qwen2.5:0.5b", p.Model)
+		}
+	}
+}
+
+// Off (the default), a chat for a model nothing runs is not found, saying the switch; Ollama's
+// /api/pull, an explicit request, places it anyway, streaming progress until it serves.
+func TestOffByDefaultAndPullPlaces(t *testing.T) {
+	m, ctx := startMesh(t, nil, "a", "b")
+	_, err := chat(ctx, m.Client("a"), "qwen2.5:0.5b")
+	var e *api.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, api.CodeNotFound, e.Code)
+	assert.Contains(t, e.Message, "placing models on demand is off there (--on-demand)")
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Host("a").URL+"/api/pull", strings.NewReader(`{"model":"llama3.2:1b"}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+m.AdminToken())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var statuses []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var line map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &line), sc.Text())
+		require.Nil(t, line["error"], sc.Text())
+		statuses = append(statuses, line["status"].(string))
+	}
+	require.NotEmpty(t, statuses)
+	assert.Equal(t, "pulling manifest", statuses[0])
+	assert.Equal(t, "success", statuses[len(statuses)-1])
+	text, err := chat(ctx, m.Client("b"), "llama3.2:1b")
+	require.NoError(t, err)
+	assert.NotEmpty(t, text)
+}
