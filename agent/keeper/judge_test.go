@@ -85,10 +85,13 @@ func TestEveryAgentChoosesTheSameHost(t *testing.T) {
 // while the ones kept serve: never the last.
 func TestASurplusRemovesItselfNeverTheLast(t *testing.T) {
 	members := []api.Member{
-		agentOf("a", 8, api.Alive, ready(t0.Add(-time.Hour))), // the oldest: came back from the dead
+		agentOf("a", 8, api.Alive, ready(t0.Add(-time.Hour))), // came back from the dead: started last
 		agentOf("b", 8, api.Alive, ready(t0.Add(-time.Minute))),
 		agentOf("c", 8, api.Alive, api.Placement{State: api.StateLoading, CreatedAt: t0}),
 	}
+	members[0].Host.StartedAt = t0.Add(-time.Second)
+	members[1].Host.StartedAt = t0.Add(-time.Hour)
+	members[2].Host.StartedAt = t0.Add(-time.Hour)
 	removed := func(n int) []string {
 		var out []string
 		for _, self := range []string{"a", "b", "c"} {
@@ -98,7 +101,7 @@ func TestASurplusRemovesItselfNeverTheLast(t *testing.T) {
 		}
 		return out
 	}
-	assert.Equal(t, []string{"a", "c"}, removed(1), "b serves and is the newest serving")
+	assert.Equal(t, []string{"a", "c"}, removed(1), "b serves, on the agent running longest")
 	assert.Equal(t, []string{"c"}, removed(2), "a and b serve")
 	assert.Empty(t, removed(3))
 

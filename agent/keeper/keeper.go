@@ -11,8 +11,10 @@
 //     place it, each its own. A new intent waits a short grace first: the agent that accepted
 //     it usually places it itself.
 //   - Too many (two agents placed at once, or a host came back with its old replica). Replicas
-//     are ordered serving first, then newest, then by host name; the ones past `wants` remove
-//     themselves, but only while `wants` serving replicas are kept, so the last one never goes.
+//     are ordered serving first, then by their agent's start (longest running first: a host that
+//     came back started last), then oldest placement first, then host name; the ones past
+//     `wants` remove themselves, but only while `wants` serving replicas are kept, so the last
+//     one never goes.
 //   - Failures. A host that fails to place an intent keeps a failed record of it (agent
 //     RecordFailure), which every agent sees; the host is left out for a backoff that doubles
 //     with each failure in a row (its Restarts), so a full host never loops, and the reason is
@@ -202,6 +204,8 @@ type replica struct {
 	liveness api.Liveness
 	state    api.PlacementState // what it was before its host went away, for an unavailable one
 	counts   bool
+	// hostStarted is when its agent started: a host that came back is the last to start.
+	hostStarted time.Time
 }
 
 func serving(s api.PlacementState) bool { return s == api.StateReady || s == api.StateSleeping }
@@ -229,6 +233,9 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 				continue
 			}
 			r := replica{p: p, liveness: m.Liveness, state: p.State}
+			if m.Host != nil {
+				r.hostStarted = m.Host.StartedAt
+			}
 			if was, ok := mesh.WasState(p); ok {
 				r.state = was
 			}
@@ -339,8 +346,9 @@ func (k *Keeper) choose(in api.Intent, members []api.Member, holding, backingOff
 }
 
 // surplus is this agent's replicas past the intent's count, as every agent orders them: serving
-// first, then the newest, then by host name. None while fewer than it wants would be left
-// serving.
+// first, then on the agent running longest (a host that came back with its old replica started
+// last), then the oldest placement (of two placed at once, the later goes), then by host name.
+// None while fewer than it wants would be left serving.
 func (k *Keeper) surplus(in api.Intent, reps []replica) []api.Placement {
 	var counted []replica
 	for _, r := range reps {
@@ -355,7 +363,10 @@ func (k *Keeper) surplus(in api.Intent, reps []replica) []api.Placement {
 			}
 			return 1
 		}
-		if c := b.p.CreatedAt.Compare(a.p.CreatedAt); c != 0 {
+		if c := a.hostStarted.Compare(b.hostStarted); c != 0 {
+			return c
+		}
+		if c := a.p.CreatedAt.Compare(b.p.CreatedAt); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.p.Host, b.p.Host)
