@@ -52,6 +52,7 @@ func TestLANIntents(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.sealClients(t, append(slices.Clone(nets), e.laptop)...)
+	registry := nets[2].Addr + ":11435"
 	gguf := filepath.Join(dir, "gguf") // one file every host reads: "the file is already there"
 	file, err := writeGGUF(gguf, "sim-1b")
 	if err != nil {
@@ -62,12 +63,17 @@ func TestLANIntents(t *testing.T) {
 			"--memory-budget", "8GiB", "--on-demand", "*"}
 		if h.Name == "blue" {
 			args = []string{"--runtimes", "llama-server,ollama", "--llama-server", e.prog("llama-server"), "--gguf-dir", gguf,
-				"--memory-budget", "8GiB", "--on-demand", "*", "--ollama-url", ollamaURL, "--ollama-registry", "http://" + ollamaReg, "--allow-private-downloads"}
+				"--memory-budget", "8GiB", "--on-demand", "*", "--ollama-url", ollamaURL}
 		}
+		// The Ollama registry (the simulator's, on blue's LAN address) is where every agent sizes
+		// an Ollama model, as every host reaches the real one.
+		args = append(args, "--ollama-registry", "http://"+registry, "--allow-private-downloads")
 		a := e.newAgent(h, e.join, demoRoot(t, h, "gpu-server"), "linux", "amd64", args...)
 		a.extra = append(a.extra, "LLAMA_SIM_LOAD_DELAY=200ms", "LLAMA_SIM_TOKENS_PER_SEC=200", "LLAMA_SIM_TTFT=20ms")
 		if h.Name == "blue" {
-			if err := a.startOllama(ctx); err != nil {
+			if err := a.startEngine(ctx, "ollama-sim", nil, ollamaURL+"/api/version",
+				"--addr", strings.TrimPrefix(ollamaURL, "http://"), "--registry-addr", registry,
+				"--pull-rate", "0", "--load-delay", "200ms", "--tokens-per-sec", "50", "--ttft", "20ms"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -193,6 +199,14 @@ func TestLANIntents(t *testing.T) {
 			return len(h) == 2 && !slices.Contains(h, victim.Name)
 		})
 		dead, okDead := e.events.first("dead", victim.Name, kill)
+		for _, ev := range e.events.mesh("suspect", victim.Name, kill) {
+			t.Logf("%s suspect at +%.2fs", victim.Name, ev.at.Sub(kill).Seconds())
+		}
+		for _, k := range []string{"dead", "left", "unreachable"} {
+			for _, ev := range e.events.mesh(k, victim.Name, kill) {
+				t.Logf("%s %s at +%.2fs: %s", victim.Name, k, ev.at.Sub(kill).Seconds(), ev.ev.Message)
+			}
+		}
 		close(stop)
 		var okN, failN int
 		var lastFail string
