@@ -179,6 +179,7 @@ func TestLANIntents(t *testing.T) {
 		type outcome struct {
 			ok  bool
 			why string
+			at  time.Time
 		}
 		results := make(chan outcome, 1000)
 		go func() {
@@ -190,7 +191,7 @@ func TestLANIntents(t *testing.T) {
 				default:
 				}
 				c := e.chat(ctx, third, e.admin, keptModel, true, 4, nil)
-				results <- outcome{c.ok(), c.String()}
+				results <- outcome{c.ok(), c.String(), time.Now()}
 			}
 		}()
 		kill := time.Now()
@@ -198,7 +199,8 @@ func TestLANIntents(t *testing.T) {
 		got, took := waitReplicas(t, third, 30*time.Second, func(h []string) bool {
 			return len(h) == 2 && !slices.Contains(h, victim.Name)
 		})
-		dead, okDead := e.events.first("dead", victim.Name, kill)
+		close(stop)
+		dead, okDead := waitEvent(ctx, e, "dead", victim.Name, kill, 10*time.Second)
 		for _, ev := range e.events.mesh("suspect", victim.Name, kill) {
 			t.Logf("%s suspect at +%.2fs", victim.Name, ev.at.Sub(kill).Seconds())
 		}
@@ -207,19 +209,24 @@ func TestLANIntents(t *testing.T) {
 				t.Logf("%s %s at +%.2fs: %s", victim.Name, k, ev.at.Sub(kill).Seconds(), ev.ev.Message)
 			}
 		}
-		close(stop)
 		var okN, failN int
 		var lastFail string
+		var failed []float64
 		for r := range results {
 			if r.ok {
 				okN++
 			} else {
 				failN++
 				lastFail = r.why
+				failed = append(failed, r.at.Sub(kill).Seconds())
 			}
 		}
-		t.Logf("kill -9 %s: dead after %s; two replicas serve again (%v) %.2fs after the kill; chats through %s meanwhile: %d answered, %d failed (last: %s)",
-			victim.Name, since(dead, kill, okDead), got, took.Seconds(), third.Name, okN, failN, lastFail)
+		span := ""
+		if len(failed) > 0 {
+			span = fmt.Sprintf(" from +%.2fs to +%.2fs", failed[0], failed[len(failed)-1])
+		}
+		t.Logf("kill -9 %s: dead after %s; two replicas serve again (%v) %.2fs after the kill; chats through %s meanwhile: %d answered, %d failed%s (last: %s)",
+			victim.Name, since(dead, kill, okDead), got, took.Seconds(), third.Name, okN, failN, span, lastFail)
 		if okDead && took-dead.Sub(kill) > 5*time.Second {
 			t.Errorf("re-placed %.2fs after the death was seen, want within 5 s", (took - dead.Sub(kill)).Seconds())
 		}
@@ -279,8 +286,10 @@ func TestLANIntents(t *testing.T) {
 		}
 		healed := time.Now()
 		_, took = waitReplicas(t, other, 60*time.Second, func(h []string) bool { return len(h) == 2 })
-		if _, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) { return converged(ctx, cutHost) }); err != nil {
-			t.Fatal(err)
+		for _, a := range hosts { // every host sees every other alive and answering again
+			if _, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) { return converged(ctx, a) }); err != nil {
+				t.Fatal(err)
+			}
 		}
 		// Settled: every host sees exactly two replicas, for a while, none left over anywhere.
 		if _, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) {

@@ -22,6 +22,9 @@ type Intent struct {
 	Need   int64  `json:"need,omitempty"`
 	Device string `json:"device,omitempty"`
 	// Version is the Lamport clock of the edit, Origin the agent that made it.
+	// Alias: Name is a mesh-wide name for Source, placed on the first request that names it
+	// (Replicas 0 until then, 1 from then on).
+	Alias     bool      `json:"alias,omitempty"`
 	Version   uint64    `json:"version"`
 	Origin    string    `json:"origin"`
 	Deleted   bool      `json:"deleted,omitempty"`
@@ -82,6 +85,9 @@ func IntentLine(st IntentStatus) string {
 		name = st.Namespace + "/" + name
 	}
 	line := name + " wants " + strconv.Itoa(st.Replicas) + ", has " + strconv.Itoa(st.Has)
+	if st.Alias && st.Replicas == 0 {
+		line = name + " is " + st.Source + ", placed on the first request"
+	}
 	if st.Note != "" {
 		line += " (" + st.Note + ")"
 	}

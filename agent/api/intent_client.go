@@ -24,3 +24,16 @@ func (c *Client) Unintend(ctx context.Context, namespace, name string) (Intent, 
 	var in Intent
 	return in, c.call(ctx, http.MethodDelete, "/v1/intents/"+url.PathEscape(namespace)+"/"+url.PathEscape(name), nil, &in)
 }
+
+// AliasRequest is PUT /v1/aliases/{name}: the source the name stands for, in a namespace
+// (the token's, or the default one, when empty).
+type AliasRequest struct {
+	Source    string `json:"source"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// SetAlias makes name a mesh-wide name for source: the first request that names it places it.
+func (c *Client) SetAlias(ctx context.Context, name string, req AliasRequest) (Intent, error) {
+	var in Intent
+	return in, c.call(ctx, http.MethodPut, "/v1/aliases/"+url.PathEscape(name), req, &in)
+}

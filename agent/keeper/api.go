@@ -15,6 +15,7 @@ import (
 //	GET    /v1/intents                  the intents the token may see, with how each is met
 //	POST   /v1/intents                  keep a model running (api.PlacementRequest with replicas)
 //	DELETE /v1/intents/{namespace}/{name}  stop keeping it: every replica is removed
+//	PUT    /v1/aliases/{name}           a mesh-wide name for a source, placed on first request
 //	POST   /api/pull                    Ollama's pull: place the model, answer once it serves
 func (k *Keeper) Register(mount func(pattern string, h http.Handler, r agent.Route)) {
 	handle := func(pattern string, h http.Handler) { mount(pattern, h, agent.Route{}) }
@@ -34,6 +35,19 @@ func (k *Keeper) Register(mount func(pattern string, h http.Handler, r agent.Rou
 			return
 		}
 		agent.WriteJSON(w, http.StatusCreated, in)
+	}))
+	handle("PUT /v1/aliases/{name}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req api.AliasRequest
+		if err := agent.DecodeJSON(w, r, &req); err != nil {
+			agent.WriteError(w, err)
+			return
+		}
+		in, err := k.SetAlias(r.Context(), principal(r), req.Namespace, r.PathValue("name"), req.Source)
+		if err != nil {
+			agent.WriteError(w, err)
+			return
+		}
+		agent.WriteJSON(w, http.StatusOK, in)
 	}))
 	handle("DELETE /v1/intents/{namespace}/{name}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in, err := k.Remove(principal(r), r.PathValue("namespace"), r.PathValue("name"))

@@ -14,7 +14,7 @@ import (
 
 // On demand: a request for a model that no host runs places it, in the namespaces where the
 // operator turned it on (Config.OnDemand). The model is found by its intent (one kept with no
-// replica), else by its name read as an Ollama model (ollama://name) or a Hailo zoo model
+// replica, or an alias: SetAlias), in any namespace, else by its name read as an Ollama model (ollama://name) or a Hailo zoo model
 // (hailo://name) that some host of the view could run; the keeper records an intent for it
 // (one replica) and the keepers place it where it ranks best. The request waits for it to serve,
 // up to Config.DemandWait.
@@ -67,6 +67,11 @@ func (k *Keeper) intended(ns, model string) bool {
 func (k *Keeper) demanded(ctx context.Context, who api.Principal, ns, model string) (api.Intent, error) {
 	for _, name := range names(model) {
 		if in, ok := k.cfg.Store.Get(api.IntentKey(ns, name)); ok && !in.Deleted {
+			if in.Replicas == 0 { // an alias, asked for the first time
+				in.Replicas = 1
+				k.event(in, fmt.Sprintf("placing %s (%s) on demand: a request named the alias", in.Key(), in.Source), "")
+				return k.put(in)
+			}
 			return in, nil
 		}
 	}
@@ -163,9 +168,9 @@ func (k *Keeper) waitServing(ctx context.Context, in api.Intent, look func([]api
 			}
 			look(ps)
 		}
-		st, _ := k.statusOf(in.Key())
-		if st.Has == 0 && strings.Contains(st.Note, noHost) {
-			return &api.Error{Code: api.CodeInsufficientMemory, Message: fmt.Sprintf("%s cannot be placed now: %s", in.Key(), st.Note)}
+		st, blocked := k.statusOf(in.Key())
+		if blocked != "" {
+			return &api.Error{Code: api.CodeInsufficientMemory, Message: fmt.Sprintf("%s cannot be placed now: %s", in.Key(), blocked)}
 		}
 		select {
 		case <-ctx.Done():
@@ -180,14 +185,36 @@ func (k *Keeper) waitServing(ctx context.Context, in api.Intent, look func([]api
 	}
 }
 
-// statusOf is one intent's status as this agent last looked.
-func (k *Keeper) statusOf(key string) (api.IntentStatus, bool) {
+// statusOf is one intent's status as this agent last looked, and why no host can take it
+// ("" when one may).
+func (k *Keeper) statusOf(key string) (api.IntentStatus, string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, st := range k.status {
 		if st.Key() == key {
-			return st, true
+			return st, k.blocked[key]
 		}
 	}
-	return api.IntentStatus{}, false
+	return api.IntentStatus{}, ""
+}
+
+// SetAlias makes name, in who's namespace (or ns for the admin), a mesh-wide name for src: the
+// first request that names it places it (an intent of one replica from then on). The source is
+// checked and sized as an intent's; an intent of that name already kept keeps its count.
+func (k *Keeper) SetAlias(ctx context.Context, who api.Principal, ns, name, src string) (api.Intent, error) {
+	if name == "" {
+		return api.Intent{}, api.Errorf(api.CodeBadRequest, "an alias needs a name")
+	}
+	in, err := k.cfg.Agent.Intend(ctx, who, api.PlacementRequest{Source: src, Name: name, Namespace: ns})
+	if err != nil {
+		return api.Intent{}, err
+	}
+	if err := k.placeable(in); err != nil {
+		return api.Intent{}, err
+	}
+	in.Alias, in.Replicas = true, 0
+	if old, ok := k.cfg.Store.Get(in.Key()); ok && !old.Deleted {
+		in.Replicas = old.Replicas
+	}
+	return k.put(in)
 }

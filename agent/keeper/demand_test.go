@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,4 +99,35 @@ func TestOffByDefaultAndPullPlaces(t *testing.T) {
 	text, err := chat(ctx, m.Client("b"), "llama3.2:1b")
 	require.NoError(t, err)
 	assert.NotEmpty(t, text)
+}
+
+// An alias names a source mesh-wide: nothing is placed until a request names it, and then it is
+// placed and served under the alias, and kept.
+func TestAnAliasIsPlacedOnItsFirstRequest(t *testing.T) {
+	m, ctx := startMesh(t, nil, "a", "b")
+	in, err := m.Client("a").SetAlias(ctx, "qwen", api.AliasRequest{Source: "ollama://qwen2.5:0.5b"})
+	require.NoError(t, err)
+	assert.Equal(t, 0, in.Replicas)
+	assert.Equal(t, "qwen is ollama://qwen2.5:0.5b, placed on the first request", api.IntentLine(api.IntentStatus{Intent: in}))
+	for _, h := range []string{"a", "b"} {
+		ps, err := m.Client(h).Placements(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, ps, "nothing placed before a request")
+	}
+	require.Eventually(t, func() bool {
+		sts, err := m.Client("b").Intents(ctx)
+		return err == nil && len(sts) == 1
+	}, 10*time.Second, 20*time.Millisecond, "the alias gossiped")
+	text, err := chat(ctx, m.Client("b"), "qwen")
+	require.NoError(t, err, "on-demand is off here: the alias is enough")
+	assert.NotEmpty(t, text)
+	sts, err := m.Client("a").Intents(ctx)
+	require.NoError(t, err)
+	require.Len(t, sts, 1)
+	assert.Equal(t, 1, sts[0].Replicas, "kept from now on")
+
+	var e *api.Error
+	_, err = m.Client("a").SetAlias(ctx, "bad", api.AliasRequest{Source: "nonsense://x"})
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, api.CodeInvalidSource, e.Code)
 }

@@ -157,4 +157,7 @@ func TestGraceTombstonesAndRefusals(t *testing.T) {
 	p = keeperOf("b").judge(big, []api.Member{agentOf("b", 8, api.Alive)}, t0)
 	assert.False(t, p.place)
 	assert.Contains(t, p.status.Note, "no host can take it: b refused: needs 64.0 GiB, 8.0 GiB free")
+	assert.Equal(t, "no host can take it: b refused: needs 64.0 GiB, 8.0 GiB free", p.blocked, "nothing that passes by itself")
+	p = keeperOf("b").judge(big, []api.Member{agentOf("b", 8, api.Alive), agentOf("c", 99, api.Unreachable)}, t0)
+	assert.Empty(t, p.blocked, "c, which could, may answer again")
 }

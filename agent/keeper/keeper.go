@@ -80,6 +80,7 @@ type Keeper struct {
 	placing   map[string]bool      // per intent: this agent is placing it now
 	deleting  map[string]bool      // placements a caller is deleting through Delete
 	refused   map[string]refusal   // on-demand names refused lately (demand.go)
+	blocked   map[string]string    // per intent: why no host can take it (plan.blocked)
 	resolving map[string]chan struct{}
 }
 
@@ -168,13 +169,20 @@ type plan struct {
 	place  bool            // this agent adds a replica
 	remove []api.Placement // this agent's placements to remove
 	clear  []api.Placement // this agent's failed records of it, cleared before placing again
+	// blocked says why no host can take it and none may soon: it has no replica, and every
+	// host that could refuses it for a reason that does not pass by itself.
+	blocked string
 }
 
 func (k *Keeper) reconcile(ctx context.Context, now time.Time) {
 	members := k.members(now)
 	var status []api.IntentStatus
+	blocked := map[string]string{}
 	for _, in := range k.cfg.Store.All() {
 		p := k.judge(in, members, now)
+		if p.blocked != "" {
+			blocked[in.Key()] = p.blocked
+		}
 		if !in.Deleted {
 			status = append(status, p.status)
 			k.announce(in, p.status)
@@ -194,7 +202,7 @@ func (k *Keeper) reconcile(ctx context.Context, now time.Time) {
 		}
 	}
 	k.mu.Lock()
-	k.status = status
+	k.status, k.blocked = status, blocked
 	k.mu.Unlock()
 }
 
@@ -285,6 +293,8 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 	}
 
 	switch {
+	case in.Replicas == 0:
+		// An alias nobody asked for yet: nothing to place, nothing to remove.
 	case counted < in.Replicas:
 		if k.placingNow(in.Key()) {
 			notes = append(notes, "placing on "+k.self)
@@ -298,13 +308,16 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 		for _, r := range reps {
 			holding[r.p.Host] = true
 		}
-		chosen, refusal := k.choose(in, members, holding, backingOff, in.Replicas-counted)
+		chosen, refusal, transient := k.choose(in, members, holding, backingOff, in.Replicas-counted)
 		switch {
 		case len(chosen) > 0:
 			notes = append(notes, "re-placing on "+strings.Join(chosen, ", "))
 			pl.place = slices.Contains(chosen, k.self)
 		default:
 			notes = append(notes, noHost+": "+refusal)
+			if !transient && counted == 0 {
+				pl.blocked = noHost + ": " + refusal
+			}
 		}
 	case counted > in.Replicas:
 		pl.remove = append(pl.remove, k.surplus(in, reps)...)
@@ -318,8 +331,9 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 }
 
 // choose ranks the hosts for in and returns the best n that fit and may take it, or, when none
-// does, why the best-ranked one does not.
-func (k *Keeper) choose(in api.Intent, members []api.Member, holding, backingOff map[string]bool, n int) (chosen []string, refusal string) {
+// does, why the best-ranked one does not, and whether that may pass by itself (a host that
+// could take it is unreachable for now, or backing off).
+func (k *Keeper) choose(in api.Intent, members []api.Member, holding, backingOff map[string]bool, n int) (chosen []string, refusal string, transient bool) {
 	req := rank.Request{PlacementRequest: in.PlacementRequest, Estimate: api.SizeEstimate{Bytes: in.Need, Device: in.Device}}
 	refusal = "no agent in the view"
 	for _, r := range rank.Rank(members, req) {
@@ -329,9 +343,10 @@ func (k *Keeper) choose(in api.Intent, members []api.Member, holding, backingOff
 		case !allowed(in.Hosts, r.Host):
 			continue
 		case backingOff[r.Host]:
-			refusal = r.Host + " is backing off after a failure"
+			refusal, transient = r.Host+" is backing off after a failure", true
 			continue
 		case r.Verdict != api.VerdictFits:
+			transient = transient || r.Code == api.CodeUnreachable
 			if len(chosen) == 0 && !strings.Contains(refusal, ": ") {
 				refusal = r.Host + " " + r.Reason
 			}
@@ -342,7 +357,7 @@ func (k *Keeper) choose(in api.Intent, members []api.Member, holding, backingOff
 			break
 		}
 	}
-	return chosen, refusal
+	return chosen, refusal, transient
 }
 
 // surplus is this agent's replicas past the intent's count, as every agent orders them: serving

@@ -224,7 +224,11 @@ func check(in *api.Intent) error {
 		return api.Errorf(api.CodeBadRequest, "intent %s: no model name or source", in.Key())
 	}
 	if !in.Deleted {
-		in.Replicas = max(1, min(in.Replicas, api.MaxReplicas))
+		least := 1
+		if in.Alias {
+			least = 0 // placed on demand
+		}
+		in.Replicas = max(least, min(in.Replicas, api.MaxReplicas))
 	}
 	return nil
 }

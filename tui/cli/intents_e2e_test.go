@@ -60,3 +60,19 @@ func TestE2EMeshRun(t *testing.T) {
 	assert.NotEqual(t, cli.ExitOK, r.code)
 	assert.Contains(t, r.stderr, `no host can run "no-such-model:7b"`)
 }
+
+// `mesh alias set` names a source mesh-wide; `mesh alias rm` forgets it.
+func TestE2EAlias(t *testing.T) {
+	m := localMesh(t)
+	env := connections(m)[1].env
+	r := runCLI(t, t.Context(), env, "", "mesh", "alias", "set", "tiny-qwen", "ollama://qwen2.5:0.5b")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.Equal(t, "tiny-qwen is ollama://qwen2.5:0.5b, placed on the first request\n", r.stdout)
+	r = runCLI(t, t.Context(), env, "", "mesh", "models")
+	assert.Contains(t, r.stdout, "tiny-qwen is ollama://qwen2.5:0.5b, placed on the first request")
+	r = runCLI(t, t.Context(), env, "", "mesh", "alias", "rm", "tiny-qwen")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.Equal(t, "forgot default/tiny-qwen\n", r.stdout)
+	r = runCLI(t, t.Context(), env, "", "mesh", "alias", "rm", "tiny-qwen")
+	assert.Equal(t, 4, r.code, "not found: %s", r.stderr)
+}

@@ -37,7 +37,7 @@ Exit codes: 0 done, 1 failed, 2 usage, 3 refused by admission, 4 not found,
 		}),
 	}
 	c.AddCommand(a.hostsCmd(), a.modelsCmd(), a.rankCmd(), a.placeCmd(), a.deleteCmd(),
-		a.chatCmd(), a.runModelCmd(), a.watchCmd(), a.doctorCmd(), a.tokenCmd())
+		a.chatCmd(), a.runModelCmd(), a.aliasCmd(), a.watchCmd(), a.doctorCmd(), a.tokenCmd())
 	return c
 }
 

@@ -41,3 +41,23 @@ func (c *Conn) anyAgent(ctx context.Context, call func(context.Context, *api.Cli
 	}
 	return err
 }
+
+// SetAlias makes name a mesh-wide name for a source, placed on the first request that names it.
+func (c *Conn) SetAlias(ctx context.Context, name string, req api.AliasRequest) (api.Intent, error) {
+	var in api.Intent
+	err := c.anyAgent(ctx, func(ctx context.Context, cl *api.Client) (err error) {
+		in, err = cl.SetAlias(ctx, name, req)
+		return err
+	})
+	return in, err
+}
+
+// Unintend deletes an intent (or an alias): every replica of it is removed.
+func (c *Conn) Unintend(ctx context.Context, namespace, name string) (api.Intent, error) {
+	var in api.Intent
+	err := c.anyAgent(ctx, func(ctx context.Context, cl *api.Client) (err error) {
+		in, err = cl.Unintend(ctx, namespace, name)
+		return err
+	})
+	return in, err
+}
