@@ -161,3 +161,20 @@ func TestGraceTombstonesAndRefusals(t *testing.T) {
 	p = keeperOf("b").judge(big, []api.Member{agentOf("b", 8, api.Alive), agentOf("c", 99, api.Unreachable)}, t0)
 	assert.Empty(t, p.blocked, "c, which could, may answer again")
 }
+
+// An intent that has fewer replicas than it wants is a doctor's finding, with the reason, in its
+// namespace (only its tokens and the admin see it); one met is not.
+func TestUnmetIntentsAreFindings(t *testing.T) {
+	k := keeperOf("b")
+	failed := api.Placement{State: api.StateFailed, Reason: "needs 1 GiB, 0 B free", UpdatedAt: t0}
+	short := k.judge(wants(1), []api.Member{agentOf("b", 4, api.Alive, failed)}, t0.Add(time.Second)).status
+	met := k.judge(wants(1), []api.Member{agentOf("b", 4, api.Alive, ready(t0))}, t0).status
+	met.Name = "other"
+	k.status = []api.IntentStatus{short, met}
+	fs := k.Findings()
+	require.Len(t, fs, 1)
+	assert.Equal(t, api.SeverityWarning, fs[0].Severity)
+	assert.Equal(t, "intent default/qwen wants 1 replicas, has 0", fs[0].Problem)
+	assert.Equal(t, "default", fs[0].Namespace)
+	assert.Contains(t, fs[0].Detail, "b failed (needs 1 GiB, 0 B free), retrying there in 4s")
+}

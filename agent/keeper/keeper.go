@@ -59,6 +59,10 @@ type Config struct {
 	Backoff, BackoffMax time.Duration
 	// Tick is how often the keeper looks again without a change; 1 s when zero.
 	Tick time.Duration
+	// Settle is how long after its start the keeper only looks: its member learns the mesh's
+	// state first, and a host that just (re)joined must not place what others already run;
+	// 3 s when zero.
+	Settle time.Duration
 	// OnDemand are the namespaces whose requests for a model no host runs place it (demand.go);
 	// "*" is every namespace; empty is off.
 	OnDemand []string
@@ -69,9 +73,10 @@ type Config struct {
 
 // Keeper is one agent's share of keeping the intents met.
 type Keeper struct {
-	cfg  Config
-	self string
-	wake chan struct{}
+	cfg     Config
+	self    string
+	wake    chan struct{}
+	started time.Time
 
 	mu        sync.Mutex
 	status    []api.IntentStatus
@@ -101,10 +106,13 @@ func New(cfg Config) *Keeper {
 	if cfg.Tick <= 0 {
 		cfg.Tick = time.Second
 	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = 3 * time.Second
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{cfg: cfg, self: cfg.Agent.Name(), wake: make(chan struct{}, 1),
+	return &Keeper{cfg: cfg, self: cfg.Agent.Name(), wake: make(chan struct{}, 1), started: time.Now(),
 		deadSince: map[string]time.Time{}, notes: map[string]string{}, placing: map[string]bool{}, deleting: map[string]bool{},
 		refused: map[string]refusal{}, resolving: map[string]chan struct{}{}}
 }
@@ -295,6 +303,8 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 	switch {
 	case in.Replicas == 0:
 		// An alias nobody asked for yet: nothing to place, nothing to remove.
+	case counted != in.Replicas && now.Sub(k.started) < k.cfg.Settle:
+		notes = append(notes, "this agent started "+roundAgo(now.Sub(k.started))+" ago: settling before it acts")
 	case counted < in.Replicas:
 		if k.placingNow(in.Key()) {
 			notes = append(notes, "placing on "+k.self)
