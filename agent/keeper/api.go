@@ -10,16 +10,17 @@ import (
 	"github.com/llmkube/mesh/mesh/rank"
 )
 
-// Register mounts the intents' routes on the agent's API (agent.Server.Mount):
+// Register mounts the intents' routes on the agent's API (agent.Server.Handle, behind token authentication):
 //
 //	GET    /v1/intents                  the intents the token may see, with how each is met
 //	POST   /v1/intents                  keep a model running (api.PlacementRequest with replicas)
 //	DELETE /v1/intents/{namespace}/{name}  stop keeping it: every replica is removed
 //	PUT    /v1/aliases/{name}           a mesh-wide name for a source, placed on first request
 //	POST   /api/pull                    Ollama's pull: place the model, answer once it serves
-func (k *Keeper) Register(mount func(pattern string, h http.Handler, r agent.Route)) {
-	handle := func(pattern string, h http.Handler) { mount(pattern, h, agent.Route{}) }
-	mount("POST /api/pull", http.HandlerFunc(k.pull), agent.Route{Anonymous: true})
+func (k *Keeper) Register(handle func(pattern string, h http.Handler)) {
+	// A pull places a model: like POST /v1/placements it needs a token, even where the
+	// agent serves its anonymous namespace's inference without one.
+	handle("POST /api/pull", http.HandlerFunc(k.pull))
 	handle("GET /v1/intents", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		agent.WriteJSON(w, http.StatusOK, k.Status(principal(r)))
 	}))

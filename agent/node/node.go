@@ -155,7 +155,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	gw.Register(srv.Mount)
 	if keep != nil {
-		keep.Register(srv.Mount)
+		keep.Register(srv.Handle)
 	}
 	g.Go(func() error { return a.Run(runCtx) })
 	g.Go(func() error { return srv.Serve(runCtx, sealed) })
