@@ -102,7 +102,9 @@ func TestLANIntents(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", a.Name, err, a.agent.tail(20))
 		}
 	}
-	e.events.watch(ctx, e.laptop, hosts[2].apiURL(), e.admin, "blue")
+	for _, a := range hosts { // a killed host's stream ends: the others' go on
+		e.events.watch(ctx, e.laptop, a.apiURL(), e.admin, a.Name)
+	}
 
 	// replicas are the hosts with a ready replica of the kept model, as agent from sees them.
 	replicas := func(ctx context.Context, from *agentHost) ([]string, error) {
@@ -170,11 +172,10 @@ func TestLANIntents(t *testing.T) {
 	}
 	e.box = third
 
-	t.Run("kill -9 of a replica's host", func(t *testing.T) {
-		victim := byName(replicaHosts[1])
-		if victim.Name == third.Name {
-			victim = byName(replicaHosts[0])
-		}
+	// killAndComeBack kills victim, a replica's host, with SIGKILL while chats go through via,
+	// which holds no replica; the missing replica is placed again (on via: the only host left)
+	// and the victim, restarted, removes its superseded one.
+	killAndComeBack := func(t *testing.T, victim, via *agentHost) {
 		stop := make(chan struct{})
 		type outcome struct {
 			ok  bool
@@ -190,13 +191,13 @@ func TestLANIntents(t *testing.T) {
 					return
 				default:
 				}
-				c := e.chat(ctx, third, e.admin, keptModel, true, 4, nil)
+				c := e.chat(ctx, via, e.admin, keptModel, true, 4, nil)
 				results <- outcome{c.ok(), c.String(), time.Now()}
 			}
 		}()
 		kill := time.Now()
 		victim.agent.kill()
-		got, took := waitReplicas(t, third, 30*time.Second, func(h []string) bool {
+		got, took := waitReplicas(t, via, 30*time.Second, func(h []string) bool {
 			return len(h) == 2 && !slices.Contains(h, victim.Name)
 		})
 		close(stop)
@@ -226,14 +227,14 @@ func TestLANIntents(t *testing.T) {
 			span = fmt.Sprintf(" from +%.2fs to +%.2fs", failed[0], failed[len(failed)-1])
 		}
 		t.Logf("kill -9 %s: dead after %s; two replicas serve again (%v) %.2fs after the kill; chats through %s meanwhile: %d answered, %d failed%s (last: %s)",
-			victim.Name, since(dead, kill, okDead), got, took.Seconds(), third.Name, okN, failN, span, lastFail)
+			victim.Name, since(dead, kill, okDead), got, took.Seconds(), via.Name, okN, failN, span, lastFail)
 		if okDead && took-dead.Sub(kill) > 5*time.Second {
 			t.Errorf("re-placed %.2fs after the death was seen, want within 5 s", (took - dead.Sub(kill)).Seconds())
 		}
 		if okN == 0 {
-			t.Errorf("no chat through %s was answered during the window", third.Name)
+			t.Errorf("no chat through %s was answered during the window", via.Name)
 		}
-		c := e.chat(ctx, third, e.admin, keptModel, true, 4, nil)
+		c := e.chat(ctx, via, e.admin, keptModel, true, 4, nil)
 		if !c.ok() {
 			t.Errorf("chat after the re-placement: %s", c)
 		}
@@ -246,7 +247,7 @@ func TestLANIntents(t *testing.T) {
 		if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) { return converged(ctx, victim) }); err != nil {
 			t.Fatal(err)
 		}
-		_, took = waitReplicas(t, third, 30*time.Second, func(h []string) bool { return len(h) == 2 && !slices.Contains(h, victim.Name) })
+		_, took = waitReplicas(t, via, 30*time.Second, func(h []string) bool { return len(h) == 2 && !slices.Contains(h, victim.Name) })
 		own, err := e.client(e.laptop, victim, e.admin).Placements(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -263,7 +264,29 @@ func TestLANIntents(t *testing.T) {
 			}
 		}
 		t.Logf("%s came back: its old replica superseded and removed, two replicas %.2fs after its start", victim.Name, took.Seconds()+time.Since(back).Seconds()-took.Seconds())
+	}
+	t.Run("kill -9 of a replica's host", func(t *testing.T) {
+		victim := byName(replicaHosts[1])
+		if victim.Name == third.Name {
+			victim = byName(replicaHosts[0])
+		}
+		killAndComeBack(t, victim, third)
+		replicaHosts = []string{third.Name}
+		for _, a := range hosts {
+			if a != victim && a != third {
+				replicaHosts = append(replicaHosts, a.Name)
+			}
+		}
+		third = victim
 	})
+	t.Run("kill -9 of the other", func(t *testing.T) {
+		// The replicas are on the chat host of the first kill and the one of the first two not
+		// killed; the one killed first, back, holds none: chats go through it now.
+		other := byName(replicaHosts[1])
+		killAndComeBack(t, other, third)
+		third = other
+	})
+	e.box = third
 
 	t.Run("partition and heal", func(t *testing.T) {
 		cur, err := replicas(ctx, third)

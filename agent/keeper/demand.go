@@ -41,14 +41,23 @@ func (k *Keeper) Demand(ctx context.Context, who api.Principal, model string) er
 	if ns == "" {
 		ns = api.DefaultNamespace
 	}
-	if !k.OnDemandFor(ns) && !k.intended(ns, model) {
-		return api.Errorf(api.CodeNotFound, "model %q is not served in the mesh for namespace %s, and placing models on demand is off there (--on-demand)", model, ns)
+	if err := k.mayDemand(ns, model); err != nil {
+		return err
 	}
 	in, err := k.demanded(ctx, api.Principal{Namespace: ns, Admin: who.Admin}, ns, model)
 	if err != nil {
 		return err
 	}
 	return k.waitServing(ctx, in, nil)
+}
+
+// mayDemand refuses a request that would place model in ns when on-demand placement is off
+// there and the mesh keeps no intent (nor alias) for it.
+func (k *Keeper) mayDemand(ns, model string) error {
+	if k.OnDemandFor(ns) || k.intended(ns, model) {
+		return nil
+	}
+	return api.Errorf(api.CodeNotFound, "model %q is not served in the mesh for namespace %s, and placing models on demand is off there (--on-demand)", model, ns)
 }
 
 // intended reports whether the mesh keeps an intent for model in ns: one asked for explicitly

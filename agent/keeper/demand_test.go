@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/localmesh"
 )
 
 func chat(ctx context.Context, c *api.Client, model string) (string, error) {
@@ -59,6 +60,9 @@ func TestAChatPlacesAModelOnDemand(t *testing.T) {
 	sts, err = m.Client("a").Intents(ctx)
 	require.NoError(t, err)
 	assert.Len(t, sts, 1, "nothing recorded for the unplaceable model")
+	code, lines := pull(ctx, t, m, "a", "no-such-model:7b")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, lines[0]["error"], "no host can place it on demand")
 	for _, h := range []string{"a", "b"} {
 		ps, err := m.Client(h).Placements(ctx)
 		require.NoError(t, err)
@@ -68,37 +72,49 @@ func TestAChatPlacesAModelOnDemand(t *testing.T) {
 	}
 }
 
-// Off (the default), a chat for a model nothing runs is not found, saying the switch; Ollama's
-// /api/pull, an explicit request, places it anyway, streaming progress until it serves.
-func TestOffByDefaultAndPullPlaces(t *testing.T) {
+// Off (the default), a chat or an Ollama pull for a model nothing runs is not found, saying the
+// switch; once the mesh keeps an intent for it, a pull waits for it, streaming progress until
+// it serves.
+func TestOffByDefaultAndPullWaits(t *testing.T) {
 	m, ctx := startMesh(t, nil, "a", "b")
 	_, err := chat(ctx, m.Client("a"), "qwen2.5:0.5b")
 	var e *api.Error
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, api.CodeNotFound, e.Code)
 	assert.Contains(t, e.Message, "placing models on demand is off there (--on-demand)")
+	code, lines := pull(ctx, t, m, "a", "llama3.2:1b")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, lines[0]["error"], "placing models on demand is off there")
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Host("a").URL+"/api/pull", strings.NewReader(`{"model":"llama3.2:1b"}`))
+	_, err = m.Client("b").Intend(ctx, api.PlacementRequest{Source: "ollama://llama3.2:1b"})
+	require.NoError(t, err)
+	code, lines = pull(ctx, t, m, "a", "llama3.2:1b")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "pulling manifest", lines[0]["status"])
+	assert.Equal(t, "success", lines[len(lines)-1]["status"], "%v", lines)
+	text, err := chat(ctx, m.Client("b"), "llama3.2:1b")
+	require.NoError(t, err)
+	assert.NotEmpty(t, text)
+}
+
+// pull posts Ollama's /api/pull for model to host and returns the status and the answer's lines.
+func pull(ctx context.Context, t *testing.T, m *localmesh.Mesh, host, model string) (int, []map[string]any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Host(host).URL+"/api/pull", strings.NewReader(`{"model":"`+model+`"}`))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+m.AdminToken())
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var statuses []string
+	var lines []map[string]any
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		var line map[string]any
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &line), sc.Text())
-		require.Nil(t, line["error"], sc.Text())
-		statuses = append(statuses, line["status"].(string))
+		lines = append(lines, line)
 	}
-	require.NotEmpty(t, statuses)
-	assert.Equal(t, "pulling manifest", statuses[0])
-	assert.Equal(t, "success", statuses[len(statuses)-1])
-	text, err := chat(ctx, m.Client("b"), "llama3.2:1b")
-	require.NoError(t, err)
-	assert.NotEmpty(t, text)
+	require.NotEmpty(t, lines)
+	return resp.StatusCode, lines
 }
 
 // An alias names a source mesh-wide: nothing is placed until a request names it, and then it is

@@ -18,9 +18,9 @@ type pullRequest struct {
 	Stream *bool  `json:"stream"`
 }
 
-// pull is Ollama's POST /api/pull on the mesh: the model is placed where it ranks best (an
-// explicit request, so whatever the on-demand switch says), and the answer ends once it
-// serves. Streamed (the default), it says each step as Ollama's progress lines do
+// pull is Ollama's POST /api/pull on the mesh: the model is placed where it ranks best, as a
+// request placed on demand is (in the namespaces where that is on, or for a model the mesh
+// keeps an intent or an alias for), and the answer ends once it serves. Streamed (the default), it says each step as Ollama's progress lines do
 // ({"status":…, "total":…, "completed":…}); otherwise one {"status":"success"}. An error is
 // {"error":…}: the status says it before the stream begins, a last line after.
 func (k *Keeper) pull(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +39,11 @@ func (k *Keeper) pull(w http.ResponseWriter, r *http.Request) {
 	if rest, ok := strings.CutPrefix(model, ns+"/"); ok {
 		model = rest
 	}
-	in, err := k.demanded(r.Context(), api.Principal{Namespace: ns, Admin: who.Admin}, ns, model)
+	err := k.mayDemand(ns, model)
+	var in api.Intent
+	if err == nil {
+		in, err = k.demanded(r.Context(), api.Principal{Namespace: ns, Admin: who.Admin}, ns, model)
+	}
 	if err != nil {
 		e := asError(err)
 		pullError(w, agent.HTTPStatus(e.Code), e.Message)
