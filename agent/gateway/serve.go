@@ -165,15 +165,12 @@ func (g *Gateway) replicas(in inbound, model string) (routing, *failure) {
 	name, cands := g.router.Lookup(who, model, in.forwarded, v)
 	if len(cands) == 0 {
 		u := g.router.NotServed(who, name, in.forwarded, v)
-		if in.forwarded || g.cfg.OnDemand == nil {
+		if u.NotReady || in.forwarded || g.cfg.OnDemand == nil {
 			return routing{}, unserved(u)
 		}
-		// Nothing serves it yet: the mesh may place it on demand, or wait for what it keeps
+		// Nothing runs it: the mesh may place it on demand, or wait for what it keeps
 		// (agent/keeper), and serve it once ready.
 		if err := g.cfg.OnDemand(in.ctx, who, name); err != nil {
-			if u.NotReady {
-				return routing{}, unserved(u)
-			}
 			return routing{}, failureOf(err)
 		}
 		v = g.router.View()

@@ -88,11 +88,15 @@ func TestOffByDefaultAndPullWaits(t *testing.T) {
 
 	_, err = m.Client("b").Intend(ctx, api.PlacementRequest{Source: "ollama://llama3.2:1b"})
 	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		sts, err := m.Client("a").Intents(ctx)
+		return err == nil && len(sts) == 1
+	}, 10*time.Second, 20*time.Millisecond, "a hears of the intent")
 	code, lines = pull(ctx, t, m, "a", "llama3.2:1b")
 	require.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "pulling manifest", lines[0]["status"])
 	assert.Equal(t, "success", lines[len(lines)-1]["status"], "%v", lines)
-	text, err := chat(ctx, m.Client("b"), "llama3.2:1b")
+	text, err := chat(ctx, m.Client("a"), "llama3.2:1b") // a saw it ready: the pull's answer
 	require.NoError(t, err)
 	assert.NotEmpty(t, text)
 }
