@@ -149,8 +149,9 @@ type requestFlags struct {
 	args                               []string
 	context                            int
 	protected, loadAnyway, spread      bool
-	replicas                           int    // place: how many hosts the mesh keeps it on
-	ttl                                string // place: idle time before it sleeps
+	replicas                           int      // place: how many hosts the mesh keeps it on
+	ttl                                string   // place: idle time before it sleeps
+	onlyHosts                          []string // place: the only hosts the mesh may keep it on
 }
 
 func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
@@ -166,6 +167,7 @@ func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
 		f.BoolVar(&r.loadAnyway, "load-anyway", false, "admit even when the size cannot be known or does not fit (memory check warn)")
 		f.StringVar(&r.sha256, "sha256", "", "expected sha256 of a downloaded GGUF file: the download counts only if it matches")
 		f.IntVar(&r.replicas, "replicas", 0, fmt.Sprintf("how many hosts the mesh keeps it running on, 1 to %d; a dead host's replica is placed again elsewhere (default: 1, or what it keeps already)", api.MaxReplicas))
+		f.StringSliceVar(&r.onlyHosts, "only-hosts", nil, "the only hosts the mesh may keep its replicas on, comma-separated (default: any)")
 		f.StringVar(&r.ttl, "ttl", "", "idle time before it sleeps (its engine unloaded until the next request), e.g. 10m; -1 never (default: the agent's --idle-ttl)")
 		f.StringArrayVar(&r.args, "arg", nil, "an extra engine argument, repeatable (llama-server only, e.g. --arg -ngl --arg 99; the agent allows only its allowlist)")
 	}
@@ -201,7 +203,7 @@ func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
 	req := api.PlacementRequest{
 		Source: strings.TrimSpace(source), Runtime: api.Runtime(r.runtime), Namespace: r.namespace,
 		Context: r.context, Priority: api.Priority(r.priority), Name: r.name, Protected: r.protected,
-		SHA256: r.sha256, Args: r.args, Replicas: r.replicas, TTL: strings.TrimSpace(r.ttl),
+		SHA256: r.sha256, Args: r.args, Replicas: r.replicas, TTL: strings.TrimSpace(r.ttl), Hosts: r.onlyHosts,
 	}
 	if r.replicas < 0 || r.replicas > api.MaxReplicas {
 		return req, usagef("--replicas %d: want 1 to %d", r.replicas, api.MaxReplicas)
