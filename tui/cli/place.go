@@ -117,12 +117,18 @@ func (a *app) chooseHost(ctx context.Context, conn *console.Conn, req api.Placem
 		return "", err
 	}
 	var fits []string
+	var best api.Ranked
 	for _, h := range r.Hosts {
-		if h.Verdict != api.VerdictRefused {
+		if h.Verdict != api.VerdictRefused && (len(req.Hosts) == 0 || slices.Contains(req.Hosts, h.Host)) {
+			if len(fits) == 0 {
+				best = h // the ranking is best first
+			}
 			fits = append(fits, h.Host)
 		}
 	}
-	best, _ := r.Best()
+	if len(fits) == 0 {
+		return "", api.Errorf(api.CodeInsufficientMemory, "none of --only-hosts %s fits (mesh rank says why)", strings.Join(req.Hosts, ","))
+	}
 	switch {
 	case auto:
 		fmt.Fprintf(a.stderr, "best host: %s (%s)\n", best.Host, best.Reason)
