@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,7 +260,18 @@ func TestLANIntents(t *testing.T) {
 					ps, err := e.client(e.laptop, victim, e.admin).Placements(ctx)
 					return err == nil && !slices.ContainsFunc(ps, func(p api.Placement) bool { return p.Model == keptModel }), fmt.Sprintf("%s still holds %+v", victim.Name, ps)
 				}); err != nil {
-					t.Error(err)
+					sts, ierr := e.client(e.laptop, victim, e.admin).Intents(ctx)
+					var seen []string
+					if v, verr := e.view(ctx, victim); verr == nil {
+						for _, m := range v.Members {
+							var ps []string
+							for _, p := range m.Placements {
+								ps = append(ps, p.ID+"="+p.Model+"/"+string(p.State))
+							}
+							seen = append(seen, fmt.Sprintf("%s %s gen %d: %v", m.Name, m.Liveness, hostGen(m), ps))
+						}
+					}
+					t.Errorf("%v\n%s's intents: %+v %v\n%s's view: %s\n%s", err, victim.Name, sts, ierr, victim.Name, strings.Join(seen, "; "), victim.agent.tail(30))
 				}
 			}
 		}
@@ -354,6 +366,48 @@ func TestLANIntents(t *testing.T) {
 		t.Logf("pull then chat of qwen2.5:0.5b through red in %.2fs:\n%s", time.Since(start).Seconds(), out)
 	})
 
+	t.Run("a flood for an unplaceable model", func(t *testing.T) {
+		const n = 30
+		type answer struct {
+			c  chatResult
+			at time.Duration
+		}
+		answers := make(chan answer, n)
+		start := time.Now()
+		for range n {
+			go func() {
+				c := e.chat(ctx, third, e.admin, "no-such-model:7b", false, 4, nil)
+				answers <- answer{c, time.Since(start)}
+			}()
+		}
+		var slowest time.Duration
+		for range n {
+			a := <-answers
+			if a.c.status != http.StatusNotFound || !strings.Contains(a.c.errText, "no host can place it on demand") {
+				t.Errorf("a chat for a model no host can place: %s", a.c)
+			}
+			slowest = max(slowest, a.at)
+		}
+		var doc struct {
+			Placements []api.Placement    `json:"placements"`
+			Intents    []api.IntentStatus `json:"intents"`
+		}
+		if _, err := e.meshJSON(ctx, &doc, "models"); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range doc.Placements {
+			if strings.Contains(p.Model, "no-such-model") {
+				t.Errorf("placed for the flood: %+v", p)
+			}
+		}
+		for _, in := range doc.Intents {
+			if strings.Contains(in.Name, "no-such-model") {
+				t.Errorf("an intent for the flood: %+v", in)
+			}
+		}
+		t.Logf("%d chats for a model no host can place: every one refused with the reason, the last after %.2fs; nothing placed", n, slowest.Seconds())
+	})
+
 	t.Run("mesh run", func(t *testing.T) {
 		r := e.mesh(ctx, "run", "llama3.2:1b", "hello")
 		if r.code != 0 || strings.TrimSpace(r.stdout) == "" {
@@ -367,17 +421,22 @@ func TestLANIntents(t *testing.T) {
 		if r.code != 0 {
 			t.Fatal(r)
 		}
+		// Its one replica sleeps, wherever the mesh keeps it (a transient second replica, placed
+		// by a host whose view lagged, is settled meanwhile: see the report).
 		if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
-			ps, err := e.client(e.laptop, third, e.admin).Placements(ctx)
+			v, err := e.view(ctx, third)
 			if err != nil {
 				return false, err.Error()
 			}
-			for _, p := range ps {
-				if p.Model == "sleepy" {
-					return p.State == api.StateSleeping, "sleepy is " + string(p.State)
+			var states []string
+			for _, m := range v.Members {
+				for _, p := range m.Placements {
+					if p.Model == "sleepy" {
+						states = append(states, m.Name+": "+string(p.State))
+					}
 				}
 			}
-			return false, "no sleepy"
+			return len(states) == 1 && strings.HasSuffix(states[0], string(api.StateSleeping)), fmt.Sprintf("sleepy: %v", states)
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -387,4 +446,12 @@ func TestLANIntents(t *testing.T) {
 		}
 		t.Logf("a chat woke the sleeping model and was answered in %.2fs", c.took.Seconds())
 	})
+}
+
+// hostGen is a member's state generation, 0 before its state arrived.
+func hostGen(m api.Member) uint64 {
+	if m.Host == nil {
+		return 0
+	}
+	return m.Host.Generation
 }
