@@ -37,7 +37,7 @@ func TestLANIntents(t *testing.T) {
 	if r := skipReason(); r != "" {
 		t.Skip(r)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
 	e := &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}}
@@ -248,15 +248,16 @@ func TestLANIntents(t *testing.T) {
 		if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) { return converged(ctx, victim) }); err != nil {
 			t.Fatal(err)
 		}
-		_, took = waitReplicas(t, via, 30*time.Second, func(h []string) bool { return len(h) == 2 && !slices.Contains(h, victim.Name) })
+		waitReplicas(t, via, 30*time.Second, func(h []string) bool { return len(h) == 2 && !slices.Contains(h, victim.Name) })
 		own, err := e.client(e.laptop, victim, e.admin).Placements(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range own {
 			if p.Model == keptModel && !p.State.Terminal() {
-				// Still stopping, perhaps: it must go.
-				if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
+				// It must go, once its keeper sees the others' replicas (its view of a peer's state
+				// can lag after its restart: memberlist's push/pull every 30 s repairs it).
+				if _, err := eventually(ctx, 45*time.Second, func(ctx context.Context) (bool, string) {
 					ps, err := e.client(e.laptop, victim, e.admin).Placements(ctx)
 					return err == nil && !slices.ContainsFunc(ps, func(p api.Placement) bool { return p.Model == keptModel }), fmt.Sprintf("%s still holds %+v", victim.Name, ps)
 				}); err != nil {
@@ -275,7 +276,7 @@ func TestLANIntents(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("%s came back: its old replica superseded and removed, two replicas %.2fs after its start", victim.Name, took.Seconds()+time.Since(back).Seconds()-took.Seconds())
+		t.Logf("%s came back: its old replica superseded and removed %.2fs after its start", victim.Name, time.Since(back).Seconds())
 	}
 	t.Run("kill -9 of a replica's host", func(t *testing.T) {
 		victim := byName(replicaHosts[1])
