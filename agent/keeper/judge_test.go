@@ -178,3 +178,15 @@ func TestUnmetIntentsAreFindings(t *testing.T) {
 	assert.Equal(t, "default", fs[0].Namespace)
 	assert.Contains(t, fs[0].Detail, "b failed (needs 1 GiB, 0 B free), retrying there in 4s")
 }
+
+// A replica is placed as its namespace, unless the intent holds what only the admin may ask.
+func TestPlacer(t *testing.T) {
+	in := wants(1)
+	in.Namespace = "team"
+	assert.Equal(t, api.Principal{Namespace: "team"}, placer(in))
+	in.Source = "file:///models/x.gguf"
+	assert.True(t, placer(in).Admin, "a file the admin named, outside the model folders perhaps")
+	in = wants(1)
+	in.Protected = true
+	assert.True(t, placer(in).Admin)
+}

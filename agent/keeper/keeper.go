@@ -34,6 +34,7 @@ import (
 
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/mesh/intent"
 	"github.com/llmkube/mesh/mesh/rank"
@@ -472,10 +473,11 @@ func (k *Keeper) startPlacing(ctx context.Context, in api.Intent, clear []api.Pl
 }
 
 // placer is whom a replica is placed as: the intent's namespace, or the admin when the intent
-// asks what only the admin may (protection, loading anyway), which the agent that accepted it
-// checked.
+// asks what only the admin may (protection, loading anyway, a local file outside the agents'
+// model folders), which the agent that accepted it checked.
 func placer(in api.Intent) api.Principal {
-	if in.Protected || in.MemoryCheck != "" {
+	src, err := source.Parse(in.Source)
+	if in.Protected || in.MemoryCheck != "" || (err == nil && src.Kind == source.KindFile) {
 		return api.Principal{Admin: true}
 	}
 	return api.Principal{Namespace: in.Namespace}
