@@ -166,6 +166,21 @@ func (a *Agent) checkNamespace(who api.Principal, req *api.PlacementRequest) err
 // in its folders (unless the admin asks), TLS unless plain HTTP is allowed, a runtime that runs
 // the source, a Hailo-10H for hailo://. It returns the source and the runtime to use.
 func (a *Agent) checkSource(who api.Principal, req api.PlacementRequest) (source.Source, api.Runtime, error) {
+	src, rt, err := a.checkPortable(who, req)
+	if err != nil {
+		return src, "", err
+	}
+	if src.Kind == source.KindHailo && a.hailoMem == 0 {
+		return src, "", &api.Error{Code: api.CodeAcceleratorMissing,
+			Message: fmt.Sprintf("%s needs a Hailo-10H, and host %s has no Hailo device node (/dev/hailo0)", src.String(), a.Name()),
+			Fix:     "place it on a Raspberry Pi 5 with the AI HAT+ 2, or use a GGUF or ollama:// source here"}
+	}
+	return src, rt, nil
+}
+
+// checkPortable is checkSource without what depends on this host's hardware: what an intent,
+// which any host may meet, must pass here.
+func (a *Agent) checkPortable(who api.Principal, req api.PlacementRequest) (source.Source, api.Runtime, error) {
 	src, err := source.Parse(req.Source)
 	if err != nil {
 		return src, "", asAPIError(err, api.CodeInvalidSource)
@@ -186,11 +201,6 @@ func (a *Agent) checkSource(who api.Principal, req api.PlacementRequest) (source
 	rt := req.Runtime
 	if rt == "" {
 		rt = src.Runtime()
-	}
-	if src.Kind == source.KindHailo && a.hailoMem == 0 {
-		return src, "", &api.Error{Code: api.CodeAcceleratorMissing,
-			Message: fmt.Sprintf("%s needs a Hailo-10H, and host %s has no Hailo device node (/dev/hailo0)", src.String(), a.Name()),
-			Fix:     "place it on a Raspberry Pi 5 with the AI HAT+ 2, or use a GGUF or ollama:// source here"}
 	}
 	return src, rt, nil
 }

@@ -55,7 +55,18 @@ type ServerConfig struct {
 	// Heartbeat is how often an idle event stream gets a comment line (proxies drop silent
 	// connections); 15 s when zero.
 	Heartbeat time.Duration
-	Log       *slog.Logger
+	// Intents, when set, makes and deletes placements for the API instead of the agent alone:
+	// a placement records an intent the mesh keeps, a deletion changes or removes it
+	// (agent/keeper). Nil: this host's placements only.
+	Intents Intents
+	Log     *slog.Logger
+}
+
+// Intents is what places and deletes for POST and DELETE /v1/placements in a mesh that keeps
+// intents (agent/keeper.Keeper); its methods mean what the Agent's of the same names do.
+type Intents interface {
+	Place(ctx context.Context, who api.Principal, req api.PlacementRequest) (api.Placement, error)
+	Delete(who api.Principal, id string, wait time.Duration) (p api.Placement, done bool, err error)
 }
 
 // Server is the agent's HTTP API on one listener.
@@ -411,7 +422,11 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*requestTimeout)
 	defer cancel()
-	p, err := s.a.Place(ctx, principal(r), req)
+	place := s.a.Place
+	if s.cfg.Intents != nil {
+		place = s.cfg.Intents.Place
+	}
+	p, err := place(ctx, principal(r), req)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -516,7 +531,11 @@ func tailFile(path string, n int64) ([]byte, error) {
 // delete answers 200 with the placement once it is gone, or 202 while the engine is still
 // letting go (the deletion finishes in the background; an event says when).
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
-	p, done, err := s.a.Delete(principal(r), r.PathValue("id"), deleteWait)
+	del := s.a.Delete
+	if s.cfg.Intents != nil {
+		del = s.cfg.Intents.Delete
+	}
+	p, done, err := del(principal(r), r.PathValue("id"), deleteWait)
 	if err != nil {
 		WriteError(w, err)
 		return

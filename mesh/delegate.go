@@ -62,6 +62,8 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		m.acceptLive(n)
+	case msgShared:
+		m.mergeShared(append([]byte(nil), b[1:]...)) // memberlist reuses b after we return
 	default:
 		m.log.Debug("ignoring a message of an unknown type (a newer member?)", "type", b[0])
 	}
@@ -76,12 +78,13 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 // member, so a newcomer sees the whole mesh at once. A periodic push/pull carries only our own:
 // memberlist's part of the exchange already carries every member's metadata, with its
 // document generation, and the housekeeper fetches from its owner any document found newer
-// than ours — anti-entropy by digest, at a fraction of the bytes (see doc.go).
+// than ours — anti-entropy by digest, at a fraction of the bytes (see doc.go). Both carry the
+// whole Shared set (shared.go), which has no owner to fetch it from.
 func (d *delegate) LocalState(join bool) []byte {
 	m := d.mesh()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := pushState{gone: m.goneLocked(time.Now())}
+	s := pushState{gone: m.goneLocked(time.Now()), shared: m.sharedFull()}
 	for name, mb := range m.members {
 		if mb.leaving && mb.state == api.Left && name != m.name {
 			s.leaves = append(s.leaves, liveNotice{Kind: liveLeave, Seq: mb.liveSeq, Node: name, From: m.name})
@@ -111,6 +114,9 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	}
 	for _, n := range s.leaves {
 		m.acceptLive(n)
+	}
+	if len(s.shared) > 0 {
+		m.mergeShared(s.shared)
 	}
 	docs := make([]*stateDoc, len(s.docs))
 	for i, w := range s.docs {

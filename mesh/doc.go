@@ -196,6 +196,7 @@ const (
 	msgDoc        = 1 // a state document (wire form)
 	msgDocRequest = 2 // "send me the document of node N": node, requester
 	msgLive       = 3 // a liveness notice, see liveNotice
+	msgShared     = 4 // part of the Shared set (shared.go)
 )
 
 // Liveness notices complete what memberlist tells its delegates, which is only join, leave and
@@ -256,7 +257,8 @@ func decodeDocRequest(p []byte) (node, from string, err error) {
 // length. Leave notices ride along because a graceful leave must not be lost with one UDP
 // packet: the member that misses the notice would show the host dead, not left. Then (optional,
 // and the leave count is written, perhaps 0, when it follows) a count and each gone record with
-// its length (gone.go): members that joined late learn of hosts already dead. Older members
+// its length (gone.go): members that joined late learn of hosts already dead. Then (optional,
+// and the gone count is written when it follows) the Shared set with its length. Older members
 // ignore what follows the parts they know.
 const stateWire = 1
 
@@ -265,6 +267,7 @@ type pushState struct {
 	docs   [][]byte     // wire forms, not yet decoded
 	leaves []liveNotice // members known to be leaving or gone by leaving
 	gone   []goneRecord // members suspect, dead or left (gone.go); after the leaves
+	shared []byte       // the whole Shared set (shared.go); after the gone records
 }
 
 func encodeState(s pushState) []byte {
@@ -273,17 +276,20 @@ func encodeState(s pushState) []byte {
 	for _, w := range s.docs {
 		b = appendLenString(b, string(w))
 	}
-	if len(s.leaves) > 0 || len(s.gone) > 0 {
+	if len(s.leaves) > 0 || len(s.gone) > 0 || len(s.shared) > 0 {
 		b = binary.AppendUvarint(b, uint64(len(s.leaves)))
 		for _, n := range s.leaves {
 			b = appendLenString(b, string(encodeLive(n)[1:]))
 		}
 	}
-	if len(s.gone) > 0 {
+	if len(s.gone) > 0 || len(s.shared) > 0 {
 		b = binary.AppendUvarint(b, uint64(len(s.gone)))
 		for _, g := range s.gone {
 			b = appendLenString(b, string(encodeGone(g)))
 		}
+	}
+	if len(s.shared) > 0 {
+		b = appendLenString(b, string(s.shared))
 	}
 	return b
 }
@@ -336,6 +342,9 @@ func decodeState(b []byte) (pushState, error) {
 				s.gone = append(s.gone, g)
 			}
 		}
+	}
+	if r.err == nil && len(r.b) > 0 {
+		s.shared = []byte(r.str())
 	}
 	if r.err != nil {
 		return pushState{}, fmt.Errorf("push/pull state: %w", r.err)

@@ -78,7 +78,10 @@ type Config struct {
 	// the node metadata, and the dial-back speaks TLS with it. nil: plain HTTP (tests without
 	// agents' listeners).
 	Seal *seal.Identity
-	Log  *slog.Logger
+	// Shared is a set every member keeps a whole copy of (the intents, mesh/intent), carried
+	// beside the state documents; nil: this member carries none.
+	Shared Shared
+	Log    *slog.Logger
 }
 
 // Mesh is a running member. Its methods are safe for concurrent use.

@@ -183,6 +183,11 @@ type PlacementRequest struct {
 	// unloaded, its budget freed, loaded again by the next request): a duration ("10m") or
 	// seconds ("600"); negative never sleeps; empty takes the agent's --idle-ttl.
 	TTL string `json:"ttl,omitempty"`
+	// Replicas is how many hosts the mesh keeps the model on (an intent, see Intent): 0 keeps
+	// the intent's count, or 1 for a new one; at most MaxReplicas.
+	Replicas int `json:"replicas,omitempty"`
+	// Hosts, when set, are the only hosts the mesh may place the intent's replicas on.
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // ParseTTL reads a TTL the way Ollama reads keep_alive: a duration string ("5m", "1h30m"), or a

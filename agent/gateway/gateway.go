@@ -10,6 +10,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -93,6 +94,9 @@ type Config struct {
 	// through the download guard with these options (public addresses only unless they allow
 	// more), at most 5 MiB a request with its other images; nil (the default) refuses them.
 	FetchImages *download.Options
+	// OnDemand, when set, is asked for a model that no host runs: it places it if it may and
+	// returns once it serves, or why not (agent/keeper.Keeper.Demand). Nil answers not found.
+	OnDemand func(ctx context.Context, who api.Principal, model string) error
 }
 
 // Gateway serves the chat and model-listing routes.

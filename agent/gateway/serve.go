@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -137,6 +138,7 @@ type inbound struct {
 	who       api.Principal
 	body      []byte
 	forwarded bool // it made its hop already: served here or not at all
+	ctx       context.Context
 }
 
 // receive reads what every model route reads first, refusing in the fixed order: no caller
@@ -156,7 +158,7 @@ func (g *Gateway) receive(w http.ResponseWriter, r *http.Request, d dialect.Dial
 		g.fail(w, d, f)
 		return inbound{}, false
 	}
-	return inbound{who: who, body: body, forwarded: r.Header.Get(hop.Header) != ""}, true
+	return inbound{who: who, body: body, forwarded: r.Header.Get(hop.Header) != "", ctx: r.Context()}, true
 }
 
 // routing is where a request may go: its replicas, best first, and the view they came from.
@@ -177,7 +179,19 @@ func (g *Gateway) replicas(in inbound, model string) (routing, *dialect.Failure)
 	who, model := g.router.Scope(in.who, model, in.forwarded, v)
 	name, cands := g.router.Lookup(who, model, in.forwarded, v)
 	if len(cands) == 0 {
-		return routing{}, unserved(g.router.NotServed(who, name, in.forwarded, v))
+		u := g.router.NotServed(who, name, in.forwarded, v)
+		if u.NotReady || in.forwarded || g.cfg.OnDemand == nil {
+			return routing{}, unserved(u)
+		}
+		// Nothing runs it: the mesh may place it on demand, or wait for what it keeps
+		// (agent/keeper), and serve it once ready.
+		if err := g.cfg.OnDemand(in.ctx, who, name); err != nil {
+			return routing{}, dialect.FailureOf(err)
+		}
+		v = g.router.View()
+		if name, cands = g.router.Lookup(who, model, false, v); len(cands) == 0 {
+			return routing{}, unserved(g.router.NotServed(who, name, false, v))
+		}
 	}
 	return routing{cands: cands, v: v}, nil
 }

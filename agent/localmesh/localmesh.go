@@ -73,7 +73,9 @@ type Options struct {
 	// Profile is the mesh's timing profile; "" = mesh.ProfileLocal (fast gossip). A test of
 	// what a real LAN's gossip pace shows gives mesh.ProfileLAN.
 	Profile string
-	Log     *slog.Logger
+	// OnDemand turns on-demand placement on for these namespaces on every host (node.Config).
+	OnDemand []string
+	Log      *slog.Logger
 }
 
 // DemoHosts are the demo's three hosts: a Raspberry Pi 5 with a Hailo-10H running hailo-ollama,
@@ -392,6 +394,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		APIAddr:  apiAddr,
 		Mesh:     &node.MeshConfig{Bind: "127.0.0.1", Port: 0, Profile: cmp.Or(opts.Profile, mesh.ProfileLocal)},
 		Peers:    peers,
+		OnDemand: opts.OnDemand,
 		Log:      log,
 	})
 	if err != nil {

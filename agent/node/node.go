@@ -19,10 +19,12 @@ import (
 	"github.com/llmkube/mesh/agent"
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
+	"github.com/llmkube/mesh/agent/keeper"
 	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh"
 	"github.com/llmkube/mesh/mesh/discovery"
+	"github.com/llmkube/mesh/mesh/intent"
 )
 
 // MeshConfig is how the host joins the gossip mesh.
@@ -56,7 +58,10 @@ type Config struct {
 	// Peers, when set, is told how to find the mesh's agents that hold a file (the drivers'
 	// downloads ask them first); nil without a mesh.
 	Peers *download.Peers
-	Log   *slog.Logger
+	// OnDemand are the namespaces whose requests for a model no host runs place it ("*": all;
+	// empty: off), see agent/keeper.
+	OnDemand []string
+	Log      *slog.Logger
 }
 
 // Node is a running host.
@@ -107,14 +112,26 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	sc := agent.ServerConfig{Agent: a, Secret: cfg.Join.Secret, MeshID: cfg.Join.MeshID, OpenMetrics: cfg.OpenMetrics, Log: cfg.Log.With("part", "api"),
 		Seal: id, Findings: func() []api.Finding { return refusals(sealed, a.Name(), time.Now()) }}
 	gc := gateway.Config{Agent: a, Version: cfg.Agent.Version, Seal: id, FetchImages: cfg.FetchImages, Log: cfg.Log.With("part", "gateway")}
+	var keep *keeper.Keeper
 	if cfg.Mesh != nil {
-		m, err := startMesh(ctx, cfg, a, id)
+		intents, err := intent.Open(cfg.Agent.State.Path(), a.Name())
+		if err != nil {
+			stop()
+			sealed.Close()
+			return nil, err
+		}
+		m, err := startMesh(ctx, cfg, a, id, intents)
 		if err != nil {
 			stop()
 			sealed.Close()
 			return nil, err
 		}
 		n.Mesh = m
+		keep = keeper.New(keeper.Config{Agent: a, Store: intents, Mesh: m, OnDemand: cfg.OnDemand, Log: cfg.Log.With("part", "keeper")})
+		gc.OnDemand = keep.Demand
+		sc.Intents = keep
+		sc.Findings = func() []api.Finding { return append(refusals(sealed, a.Name(), time.Now()), keep.Findings()...) }
+		g.Go(func() error { return keep.Run(gctx) })
 		a.Metrics().CountGossip(m.GossipStats)
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
 		sc.Doctor = m.Doctor
@@ -146,6 +163,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	gw.Register(srv.Mount)
+	if keep != nil {
+		keep.Register(srv.Handle)
+	}
 	g.Go(func() error { return a.Run(runCtx) })
 	g.Go(func() error { return srv.Serve(runCtx, sealed) })
 	cfg.Log.Info("API listening", "addr", cfg.Listener.Addr().String(), "advertise", cfg.APIAddr, "mesh", cfg.Join.MeshID, "node", a.Name(), "metrics_open", cfg.OpenMetrics, "lan_http", cfg.LANHTTP)
@@ -172,7 +192,7 @@ func (n *Node) Close() error {
 	return n.Wait()
 }
 
-func startMesh(ctx context.Context, cfg Config, a *agent.Agent, id *seal.Identity) (*mesh.Mesh, error) {
+func startMesh(ctx context.Context, cfg Config, a *agent.Agent, id *seal.Identity, intents *intent.Store) (*mesh.Mesh, error) {
 	mc := cfg.Mesh
 	log := cfg.Log
 	var disc discovery.Source
@@ -202,6 +222,7 @@ func startMesh(ctx context.Context, cfg Config, a *agent.Agent, id *seal.Identit
 		Discovery:     disc,
 		Profile:       mc.Profile,
 		Seal:          id,
+		Shared:        intents,
 		Log:           log.With("part", "mesh"),
 	})
 	if err != nil {

@@ -82,6 +82,7 @@ type runOptions struct {
 	idleTTL            time.Duration
 	namespaces         []string
 	anonymousNamespace string
+	onDemand           []string
 
 	healthInterval time.Duration
 	restartBackoff time.Duration
@@ -154,6 +155,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.DurationVar(&o.idleAfter, "idle-after", 10*time.Minute, "how long a placement must go unused to count as idle for --evict")
 	f.DurationVar(&o.idleTTL, "idle-ttl", 0, "how long a placement may go with no request before it sleeps (engine unloaded, budget freed, loaded again by the next request); 0 never sleeps")
 	f.StringSliceVar(&o.namespaces, "namespaces", nil, "namespaces allowed on this host, comma-separated (default: any)")
+	f.StringSliceVar(&o.onDemand, "on-demand", nil, "namespaces whose requests for a model no host runs place it on the best host and wait for it (an Ollama name: ollama://NAME, or a Hailo zoo model), comma-separated; * for every namespace (default: off); Ollama's /api/pull too")
 	f.StringVar(&o.anonymousNamespace, "anonymous-namespace", "", "serve the listing and inference routes without a token as this one namespace, for clients that cannot send one (Home Assistant's hailo-ollama integration); off by default, shown in /v1/host")
 
 	f.DurationVar(&o.healthInterval, "health-interval", 5*time.Second, "how often each engine is health-checked")
@@ -286,7 +288,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		HailoLibrary:       hailoMirror(o, guard),
 		Log:                log.With("part", "agent"),
 	}
-	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, Log: log}
+	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, OnDemand: o.onDemand, Log: log}
 	if o.fetchImages {
 		nc.FetchImages = &guard
 	}

@@ -37,7 +37,7 @@ Exit codes: 0 done, 1 failed, 2 usage, 3 refused by admission, 4 not found,
 		}),
 	}
 	c.AddCommand(a.hostsCmd(), a.modelsCmd(), a.rankCmd(), a.placeCmd(), a.deleteCmd(),
-		a.chatCmd(), a.watchCmd(), a.doctorCmd(), a.tokenCmd())
+		a.chatCmd(), a.runModelCmd(), a.aliasCmd(), a.watchCmd(), a.doctorCmd(), a.tokenCmd())
 	return c
 }
 
@@ -75,7 +75,7 @@ func (a *app) hostsCmd() *cobra.Command {
 		Args:  a.args(cobra.NoArgs),
 	}
 	c.Flags().BoolVar(&all, "all", false, "list consoles too")
-	c.RunE = a.oneShot(false, needAgents, func(_ context.Context, s *session, _ *cobra.Command, _ []string) error {
+	c.RunE = a.oneShot(false, needAgents, func(ctx context.Context, s *session, _ *cobra.Command, _ []string) error {
 		v, err := s.conn.ScopedView()
 		if err != nil {
 			return err
@@ -106,7 +106,7 @@ func (a *app) modelsCmd() *cobra.Command {
 	c.Flags().StringVar(&namespace, "namespace", "", "only this namespace's placements")
 	c.Flags().StringVar(&host, "host", "", "only this host's placements")
 	_ = c.RegisterFlagCompletionFunc("host", a.complete(completeHosts))
-	c.RunE = a.oneShot(false, needAgents, func(_ context.Context, s *session, _ *cobra.Command, _ []string) error {
+	c.RunE = a.oneShot(false, needAgents, func(ctx context.Context, s *session, _ *cobra.Command, _ []string) error {
 		v, err := s.conn.ScopedView()
 		if err != nil {
 			return err
@@ -121,10 +121,23 @@ func (a *app) modelsCmd() *cobra.Command {
 				ps = append(ps, p)
 			}
 		}
-		if a.g.json {
-			return a.writeDoc(PlacementsDoc{Schema: Schema, Placements: ps})
+		// What the mesh keeps running beside what runs: agents without intents (an older
+		// version) answer NotFound, and the list stays what it was.
+		var ins []api.IntentStatus
+		if all, err := s.conn.Intents(ctx); err == nil {
+			for _, in := range all {
+				if namespace == "" || in.Namespace == namespace {
+					ins = append(ins, in)
+				}
+			}
 		}
-		return placementsTable(a.stdout, ps)
+		if a.g.json {
+			return a.writeDoc(PlacementsDoc{Schema: Schema, Placements: ps, Intents: ins})
+		}
+		if err := placementsTable(a.stdout, ps); err != nil {
+			return err
+		}
+		return intentsList(a.stdout, ins)
 	})
 	return c
 }
@@ -136,6 +149,9 @@ type requestFlags struct {
 	args                               []string
 	context                            int
 	protected, loadAnyway, spread      bool
+	replicas                           int      // place: how many hosts the mesh keeps it on
+	ttl                                string   // place: idle time before it sleeps
+	onlyHosts                          []string // place: the only hosts the mesh may keep it on
 }
 
 func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
@@ -150,6 +166,9 @@ func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
 		f.BoolVar(&r.protected, "protected", false, "never evict this placement")
 		f.BoolVar(&r.loadAnyway, "load-anyway", false, "admit even when the size cannot be known or does not fit (memory check warn)")
 		f.StringVar(&r.sha256, "sha256", "", "expected sha256 of a downloaded GGUF file: the download counts only if it matches")
+		f.IntVar(&r.replicas, "replicas", 0, fmt.Sprintf("how many hosts the mesh keeps it running on, 1 to %d; a dead host's replica is placed again elsewhere (default: 1, or what it keeps already)", api.MaxReplicas))
+		f.StringSliceVar(&r.onlyHosts, "only-hosts", nil, "the only hosts the mesh may keep its replicas on, comma-separated (default: any)")
+		f.StringVar(&r.ttl, "ttl", "", "idle time before it sleeps (its engine unloaded until the next request), e.g. 10m; -1 never (default: the agent's --idle-ttl)")
 		f.StringArrayVar(&r.args, "arg", nil, "an extra engine argument, repeatable (llama-server only, e.g. --arg -ngl --arg 99; the agent allows only its allowlist)")
 	}
 	_ = c.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions(
@@ -184,7 +203,15 @@ func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
 	req := api.PlacementRequest{
 		Source: strings.TrimSpace(source), Runtime: api.Runtime(r.runtime), Namespace: r.namespace,
 		Context: r.context, Priority: api.Priority(r.priority), Name: r.name, Protected: r.protected,
-		SHA256: r.sha256, Args: r.args,
+		SHA256: r.sha256, Args: r.args, Replicas: r.replicas, TTL: strings.TrimSpace(r.ttl), Hosts: r.onlyHosts,
+	}
+	if r.replicas < 0 || r.replicas > api.MaxReplicas {
+		return req, usagef("--replicas %d: want 1 to %d", r.replicas, api.MaxReplicas)
+	}
+	if req.TTL != "" {
+		if _, err := api.ParseTTL(req.TTL); err != nil {
+			return req, &usageError{fmt.Errorf("--ttl: %w", err)}
+		}
 	}
 	if req.Source == "" {
 		return req, usagef("the source is empty: give file:///abs/x.gguf, https://…/x.gguf, hf://owner/repo/file.gguf, ollama://name:tag or hailo://name:tag")

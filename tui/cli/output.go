@@ -30,6 +30,8 @@ type (
 	PlacementsDoc struct {
 		Schema     string          `json:"schema"`
 		Placements []api.Placement `json:"placements"`
+		// Intents are what the mesh keeps running, with how each is met.
+		Intents []api.IntentStatus `json:"intents,omitempty"`
 	}
 	// PlacementDoc is `mesh place --json`: the placement as admitted (or, with --wait, as it
 	// ended) and the error when it failed.
@@ -228,6 +230,23 @@ func placementsTable(w io.Writer, ps []api.Placement) error {
 		t.row(p.ID, p.Model, p.Host, p.Namespace, string(p.Runtime), stateText(p), size(p.Memory.Bytes), p.Source)
 	}
 	return t.flush()
+}
+
+// intentsList renders the intents under `mesh models`, one line each, as people say it:
+// "qwen2.5:1.5b wants 2, has 1 (pi5-b dead 12s ago; re-placing on pi5-c)".
+func intentsList(w io.Writer, ins []api.IntentStatus) error {
+	if len(ins) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w, "\nkept running:"); err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if _, err := fmt.Fprintln(w, cellCleaner.Replace("  "+api.IntentLine(in))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rankingTable renders `mesh rank`: the size, then every host's verdict, best first.

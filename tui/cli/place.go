@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -44,8 +45,13 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 		if host != "" && auto {
 			return usagef("give --host or --auto, not both")
 		}
-		req, err = rf.request(args[0])
-		return err
+		if req, err = rf.request(args[0]); err != nil {
+			return err
+		}
+		if host != "" && len(req.Hosts) > 0 && !slices.Contains(req.Hosts, host) {
+			return usagef("--host %s is not one of --only-hosts %s", host, strings.Join(req.Hosts, ","))
+		}
+		return nil
 	}
 	c.RunE = a.run(func(cmd *cobra.Command, _ []string) error {
 		return a.withSession(cmd, wait, needAgents, func(ctx context.Context, s *session) error {
@@ -111,12 +117,18 @@ func (a *app) chooseHost(ctx context.Context, conn *console.Conn, req api.Placem
 		return "", err
 	}
 	var fits []string
+	var best api.Ranked
 	for _, h := range r.Hosts {
-		if h.Verdict != api.VerdictRefused {
+		if h.Verdict != api.VerdictRefused && (len(req.Hosts) == 0 || slices.Contains(req.Hosts, h.Host)) {
+			if len(fits) == 0 {
+				best = h // the ranking is best first
+			}
 			fits = append(fits, h.Host)
 		}
 	}
-	best, _ := r.Best()
+	if len(fits) == 0 {
+		return "", api.Errorf(api.CodeInsufficientMemory, "none of --only-hosts %s fits (mesh rank says why)", strings.Join(req.Hosts, ","))
+	}
 	switch {
 	case auto:
 		fmt.Fprintf(a.stderr, "best host: %s (%s)\n", best.Host, best.Reason)

@@ -165,7 +165,7 @@ func (o *chatOut) end(model, host string) error {
 }
 
 // eventTypes are the types `mesh watch --type` accepts.
-var eventTypes = []string{api.EventPlacement, api.EventRefused, api.EventDeleted, api.EventEngine, api.EventMesh, api.EventLog}
+var eventTypes = []string{api.EventPlacement, api.EventRefused, api.EventDeleted, api.EventEngine, api.EventMesh, api.EventLog, api.EventIntent}
 
 func (a *app) watchCmd() *cobra.Command {
 	var types []string

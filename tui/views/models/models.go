@@ -5,6 +5,7 @@ package models
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,6 +39,56 @@ type Model struct {
 	confirm *api.Placement
 	// deleting holds the ids of deletes in flight, shown as such until the agent answers.
 	deleting map[string]bool
+
+	// intents are what the mesh keeps running, as an agent last said (intentsEvery); asking
+	// says a fetch is in flight.
+	intents []api.IntentStatus
+	asking  bool
+	askedAt time.Time
+}
+
+// intentsEvery is how often the view asks an agent for the intents (wants vs has).
+const intentsEvery = 2 * time.Second
+
+// maxIntentLines bounds the intents shown over the table.
+const maxIntentLines = 3
+
+// intentsMsg is an agent's answer to GET /v1/intents.
+type intentsMsg struct {
+	ins []api.IntentStatus
+	err error
+}
+
+// askIntents fetches the intents when due (on the console's clock tick).
+func (m *Model) askIntents() tea.Cmd {
+	conn := m.ctx.Conn
+	if conn == nil || m.asking || m.ctx.Now().Sub(m.askedAt) < intentsEvery {
+		return nil
+	}
+	m.asking, m.askedAt = true, m.ctx.Now()
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), intentsEvery)
+		defer cancel()
+		ins, err := conn.Intents(ctx)
+		return intentsMsg{ins: ins, err: err}
+	}
+}
+
+// intentLines say each intent's wants and has, those not met first, at most maxIntentLines.
+func (m *Model) intentLines() []string {
+	ins := slices.Clone(m.intents)
+	slices.SortStableFunc(ins, func(a, b api.IntentStatus) int {
+		return cmp.Compare(min(a.Has-a.Replicas, 0), min(b.Has-b.Replicas, 0))
+	})
+	var out []string
+	for i, in := range ins {
+		if i == maxIntentLines {
+			out = append(out, fmt.Sprintf("… and %d more kept running (mesh models lists them)", len(ins)-i))
+			break
+		}
+		out = append(out, "kept: "+api.IntentLine(in))
+	}
+	return out
 }
 
 // deletedMsg is the answer to a delete.
@@ -175,6 +226,20 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			}
 		}
 		m.clamp(len(m.Rows()))
+	case common.TickMsg:
+		return m, m.askIntents()
+	case intentsMsg:
+		m.asking = false
+		// An agent that cannot be asked now keeps the last answer on screen; one without
+		// intents (an older version) answers NotFound, and nothing is shown.
+		var e *api.Error
+		switch {
+		case msg.err == nil:
+			m.intents = msg.ins
+		case errors.As(msg.err, &e) && e.Code == api.CodeNotFound:
+			m.intents = nil
+		}
+		m.clamp(len(m.Rows()))
 	case deletedMsg:
 		if msg.err != nil {
 			delete(m.deleting, msg.p.ID)
@@ -291,7 +356,11 @@ func (m *Model) intro() string {
 	if m.filter.Shown() {
 		return render.Cut(m.filter.View(), m.width)
 	}
-	return m.ctx.Styles.Header.Render(render.Cut(Summary(m.Rows()), m.width))
+	intro := m.ctx.Styles.Header.Render(render.Cut(Summary(m.Rows()), m.width))
+	for _, l := range m.intentLines() {
+		intro += "\n" + m.ctx.Styles.Muted.Render(render.Cut(l, m.width))
+	}
+	return intro
 }
 
 // foot is the line under the table: the selected placement's detail, or a delete's question.

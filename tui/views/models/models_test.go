@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -269,4 +270,26 @@ func TestSortCycles(t *testing.T) {
 	assert.Equal(t, api.StateReady, rows[len(rows)-1].State)
 	assert.Equal(t, common.StatusMsg{Text: "sorted by host"}, press(m, "s")())
 	assert.Equal(t, console.Placements(m.ctx.Mesh), m.Rows())
+}
+
+// The intents an agent keeps are shown over the table, those not met first, as wants vs has;
+// the table moves down by as many lines.
+func TestIntentsShownOverTheTable(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(120, 35)
+	before := m.firstRow()
+	met := api.IntentStatus{Intent: api.Intent{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "mistral:7b", Replicas: 1}}, Has: 1}
+	short := api.IntentStatus{Intent: api.Intent{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "qwen2:1.5b", Replicas: 2}}, Has: 1,
+		Note: "pi4 dead 12s ago; re-placing on pi5"}
+	m.Update(intentsMsg{ins: []api.IntentStatus{met, short}})
+	v := m.View()
+	assert.Contains(t, v, "kept: qwen2:1.5b wants 2, has 1 (pi4 dead 12s ago; re-placing on pi5)")
+	assert.Contains(t, v, "kept: mistral:7b wants 1, has 1")
+	assert.Less(t, strings.Index(v, "qwen2:1.5b wants"), strings.Index(v, "mistral:7b wants"), "the unmet first")
+	assert.Equal(t, before+2, m.firstRow())
+
+	m.Update(intentsMsg{err: &api.Error{Code: api.CodeUnreachable, Message: "down"}})
+	assert.Contains(t, m.View(), "kept: qwen2:1.5b", "kept on screen while no agent answers")
+	m.Update(intentsMsg{err: &api.Error{Code: api.CodeNotFound, Message: "no route"}})
+	assert.NotContains(t, m.View(), "kept:", "an agent without intents")
 }
