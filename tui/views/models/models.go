@@ -75,8 +75,11 @@ func (m *Model) askIntents() tea.Cmd {
 }
 
 // intentLines say each intent's wants and has, those not met first, at most maxIntentLines.
+// A met intent of one replica says nothing the table's row does not, so it takes no line.
 func (m *Model) intentLines() []string {
-	ins := slices.Clone(m.intents)
+	ins := slices.DeleteFunc(slices.Clone(m.intents), func(in api.IntentStatus) bool {
+		return in.Replicas <= 1 && in.Has == in.Replicas
+	})
 	slices.SortStableFunc(ins, func(a, b api.IntentStatus) int {
 		return cmp.Compare(min(a.Has-a.Replicas, 0), min(b.Has-b.Replicas, 0))
 	})

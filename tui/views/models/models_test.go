@@ -273,18 +273,20 @@ func TestSortCycles(t *testing.T) {
 }
 
 // The intents an agent keeps are shown over the table, those not met first, as wants vs has;
-// the table moves down by as many lines.
+// the table moves down by as many lines. A met intent of one replica is the table's row alone.
 func TestIntentsShownOverTheTable(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(120, 35)
 	before := m.firstRow()
-	met := api.IntentStatus{Intent: api.Intent{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "mistral:7b", Replicas: 1}}, Has: 1}
+	met := api.IntentStatus{Intent: api.Intent{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "mistral:7b", Replicas: 2}}, Has: 2}
+	single := api.IntentStatus{Intent: api.Intent{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "phi3:mini", Replicas: 1}}, Has: 1}
 	short := api.IntentStatus{Intent: api.Intent{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "qwen2:1.5b", Replicas: 2}}, Has: 1,
 		Note: "pi4 dead 12s ago; re-placing on pi5"}
-	m.Update(intentsMsg{ins: []api.IntentStatus{met, short}})
+	m.Update(intentsMsg{ins: []api.IntentStatus{met, single, short}})
 	v := m.View()
 	assert.Contains(t, v, "kept: qwen2:1.5b wants 2, has 1 (pi4 dead 12s ago; re-placing on pi5)")
-	assert.Contains(t, v, "kept: mistral:7b wants 1, has 1")
+	assert.Contains(t, v, "kept: mistral:7b wants 2, has 2")
+	assert.NotContains(t, v, "phi3:mini wants")
 	assert.Less(t, strings.Index(v, "qwen2:1.5b wants"), strings.Index(v, "mistral:7b wants"), "the unmet first")
 	assert.Equal(t, before+2, m.firstRow())
 
