@@ -55,9 +55,27 @@ func Setup(cfg Config, defaultURL, daemon string, r api.Runtime, log *slog.Logge
 
 // Driver runs models on an Ollama daemon. It is safe for concurrent use.
 type Driver struct {
-	c   *Client
-	log *slog.Logger
+	c      *Client
+	log    *slog.Logger
+	mirror Mirror // set before use: UseMirror
 }
+
+// Mirror is the agent's mirror of the registry API, which serves the daemon the models the
+// mesh's peers hold (their manifests and blobs, verified), then the origin registry's.
+type Mirror struct {
+	// Addr is the mirror's host:port as the daemon reaches it: it pulls
+	// <Addr>/<namespace>/<model>:<tag> over plain HTTP.
+	Addr string
+	// Held reports whether a peer's daemon holds the model: only then does a pull go through
+	// the mirror. A model no peer holds is pulled from the registry as it always was.
+	Held func(ref string) bool
+	// Done, when not nil, is called once a pull through the mirror ended, however it did: the
+	// mirror's own copies of the blobs are then the daemon's, and may go.
+	Done func()
+}
+
+// UseMirror pulls the models peers hold through m. Call it before the driver is used.
+func (d *Driver) UseMirror(m Mirror) { d.mirror = m }
 
 var _ engines.Driver = (*Driver)(nil)
 
@@ -197,8 +215,39 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 		}
 		return nil
 	}
+	if d.mirror.Held != nil && d.mirror.Held(ref) {
+		err := d.pullMirrored(ctx, ref, progress)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		d.log.Warn("a peer holds the model, but the pull through the agent's mirror failed; pulling from the registry", "model", ref, "err", err)
+	}
 	d.log.Info("pulling", "model", ref)
 	return d.c.Pull(ctx, ref, progress)
+}
+
+// pullMirrored pulls ref through the mirror, under the mirror's name, then names it ref (a copy,
+// sharing the blobs) and drops the mirror's name, so clients see the usual one.
+func (d *Driver) pullMirrored(ctx context.Context, ref string, progress func(engines.Progress)) error {
+	n, err := ParseName(ref)
+	if err != nil {
+		return &engines.Error{Code: api.CodeBadRequest, Err: err}
+	}
+	if d.mirror.Done != nil {
+		defer d.mirror.Done()
+	}
+	via := d.mirror.Addr + "/" + n.Namespace + "/" + n.Model + ":" + n.Tag
+	d.log.Info("pulling from the mesh's peers through the agent's registry mirror", "model", ref, "as", via)
+	if err := d.c.PullInsecure(ctx, via, progress); err != nil {
+		return err
+	}
+	if err := d.c.Copy(ctx, via, ref); err != nil {
+		return err
+	}
+	if err := d.c.Delete(ctx, via); err != nil {
+		d.log.Warn("the mirror's name of a pulled model could not be deleted (the model is there under its own name too)", "model", via, "err", err)
+	}
+	return nil
 }
 
 // loadOptions are the options a placement loads with and every chat repeats: Ollama reloads a
