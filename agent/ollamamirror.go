@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,6 +44,22 @@ type OllamaMirror struct {
 	Registry string
 	// Download is the policy for the origin and the peers (the agent's guard, its Peers).
 	Download download.Options
+}
+
+// Attach has d pull the models the mesh's peers hold through the mirror, which the daemon
+// reaches at addr (the agent's API listener, on this host); the blobs the mirror copied into
+// the store at storeDir are dropped once d's pulls through it have ended.
+func (m *OllamaMirror) Attach(d *ollama.Driver, addr, storeDir string, log *slog.Logger) {
+	peers := m.Download.Peers
+	d.UseMirror(ollama.Mirror{
+		Addr: addr,
+		Held: func(ref string) bool { return len(peers.Manifests(ref)) > 0 },
+		Done: func() {
+			if err := DropOllamaMirrorCopies(storeDir); err != nil {
+				log.Warn("the Ollama mirror's copies of blobs the daemon holds now could not be removed", "err", err)
+			}
+		},
+	})
 }
 
 // manifestTimeout bounds each request for a manifest (a few kilobytes).

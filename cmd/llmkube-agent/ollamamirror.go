@@ -19,7 +19,7 @@ import (
 // blobs and manifests served to peers, and the registry mirror the Ollama driver pulls a model
 // a peer holds through. Only for a daemon on this host (it reaches the mirror on loopback) in a
 // mesh (a host alone has no peers), unless --ollama-mirror=false.
-func ollamaMirror(o *runOptions, drivers []engines.Driver, ln net.Listener, peers *download.Peers, guard download.Options) *agent.OllamaMirror {
+func ollamaMirror(o *runOptions, drivers []engines.Driver, ln net.Listener, guard download.Options) *agent.OllamaMirror {
 	if !o.ollamaMirror || o.noMesh || !loopbackURL(o.ollamaURL) {
 		return nil
 	}
@@ -37,21 +37,13 @@ func ollamaMirror(o *runOptions, drivers []engines.Driver, ln net.Listener, peer
 	if addr.IP.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	storeDir := o.modelsDir
-	od.UseMirror(ollama.Mirror{
-		Addr: net.JoinHostPort(host, strconv.Itoa(addr.Port)),
-		Held: func(ref string) bool { return len(peers.Manifests(ref)) > 0 },
-		Done: func() {
-			if err := agent.DropOllamaMirrorCopies(storeDir); err != nil {
-				guard.Log.Warn("the Ollama mirror's copies of blobs the daemon holds now could not be removed", "err", err)
-			}
-		},
-	})
-	return &agent.OllamaMirror{
+	m := &agent.OllamaMirror{
 		Models:   cmp.Or(o.ollamaModels, ollamaModelsDir()),
 		Registry: cmp.Or(o.ollamaRegistry, sizing.DefaultOllamaRegistry),
 		Download: guard,
 	}
+	m.Attach(od, net.JoinHostPort(host, strconv.Itoa(addr.Port)), o.modelsDir, guard.Log)
+	return m
 }
 
 // loopbackURL reports whether a daemon's URL names this host's loopback.

@@ -288,7 +288,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		ServeUploads:       o.serveUploads,
 		ServeRate:          serveRate,
 		HailoLibrary:       hailoMirror(o, guard),
-		OllamaMirror:       ollamaMirror(o, drivers, ln, peers, guard),
+		OllamaMirror:       ollamaMirror(o, drivers, ln, guard),
 		Log:                log.With("part", "agent"),
 	}
 	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, Log: log}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -58,6 +59,8 @@ type Driver struct {
 	c      *Client
 	log    *slog.Logger
 	mirror Mirror // set before use: UseMirror
+	// mirrored counts the pulls through the mirror in progress: Done waits for the last.
+	mirrored atomic.Int32
 }
 
 // Mirror is the agent's mirror of the registry API, which serves the daemon the models the
@@ -69,8 +72,8 @@ type Mirror struct {
 	// Held reports whether a peer's daemon holds the model: only then does a pull go through
 	// the mirror. A model no peer holds is pulled from the registry as it always was.
 	Held func(ref string) bool
-	// Done, when not nil, is called once a pull through the mirror ended, however it did: the
-	// mirror's own copies of the blobs are then the daemon's, and may go.
+	// Done, when not nil, is called when the last pull through the mirror in progress ended,
+	// however it did: the mirror's own copies of the blobs are then the daemon's, and may go.
 	Done func()
 }
 
@@ -233,9 +236,12 @@ func (d *Driver) pullMirrored(ctx context.Context, ref string, progress func(eng
 	if err != nil {
 		return &engines.Error{Code: api.CodeBadRequest, Err: err}
 	}
-	if d.mirror.Done != nil {
-		defer d.mirror.Done()
-	}
+	d.mirrored.Add(1)
+	defer func() {
+		if d.mirrored.Add(-1) == 0 && d.mirror.Done != nil {
+			d.mirror.Done()
+		}
+	}()
 	via := d.mirror.Addr + "/" + n.Namespace + "/" + n.Model + ":" + n.Tag
 	d.log.Info("pulling from the mesh's peers through the agent's registry mirror", "model", ref, "as", via)
 	if err := d.c.PullInsecure(ctx, via, progress); err != nil {
