@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -200,19 +201,23 @@ func (m *ollamaMirror) origin(n ollama.Name, rest string) string {
 }
 
 // blob answers with a blob: copied from peers that hold it, else the registry, verified, into
-// the mirror's folder of the store, and served from there. A HEAD (the daemon sizing the
-// blob) is answered with a peer's size when one has it, copying nothing yet.
+// the mirror's folder of the store, and served from there. Ollama's pull asks in three steps:
+// a HEAD for the size (the copy is made then, before any of its reads, which give up on a
+// stalled part), a GET for the blob's "direct URL" (it takes a redirect to another host name as
+// that, and follows one to the same name), then ranged GETs of that URL.
 func (m *ollamaMirror) blob(w http.ResponseWriter, r *http.Request, req ollama.RegistryRequest) {
 	sum := req.SHA256
 	dest := filepath.Join(m.dir, "sha256-"+sum)
-	if _, fresh := download.ReadDigest(dest); !fresh {
-		if r.Method == http.MethodHead {
-			if n, ok := download.PeerSize(r.Context(), m.cfg.Download, sum); ok {
-				w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-				w.Header().Set("Accept-Ranges", "bytes")
-				return
-			}
+	if r.Method == http.MethodGet && r.URL.Query().Get(directParam) == "" {
+		loc, err := directURL(r)
+		if err != nil {
+			WriteError(w, api.Errorf(api.CodeBadRequest, "%v", err))
+			return
 		}
+		http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
+		return
+	}
+	if _, fresh := download.ReadDigest(dest); !fresh {
 		if err := m.copyBlob(r.Context(), req, dest); err != nil {
 			m.a.log.Warn("Ollama registry mirror: a blob came from neither a peer nor the registry", "sha256", sum, "err", err)
 			WriteError(w, api.Errorf(api.CodePullFailed, "the blob %s came from neither a peer nor the registry: %v", sum, err))
@@ -220,6 +225,32 @@ func (m *ollamaMirror) blob(w http.ResponseWriter, r *http.Request, req ollama.R
 		}
 	}
 	m.a.serveHeld(w, r, dest, sum)
+}
+
+// directParam marks a blob URL the mirror sent the daemon to as the blob's direct URL.
+const directParam = "direct"
+
+// directURL is the request's URL under another name of the same address (an IPv4 address in
+// its IPv6-mapped form, ::1 as localhost), marked direct: Ollama keeps a redirect to another
+// host name as the blob's direct URL instead of following it.
+func directURL(r *http.Request) (string, error) {
+	host, port, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		return "", fmt.Errorf("the mirror was asked at %.80q: want an address with a port", r.Host)
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case ip != nil && ip.To4() != nil && !strings.Contains(host, ":"):
+		host = "::ffff:" + ip.String()
+	case ip != nil && ip.IsLoopback():
+		host = "localhost"
+	case host == "localhost":
+		host = "127.0.0.1"
+	default:
+		return "", fmt.Errorf("the mirror was asked at %.80q: want it by an IP address or localhost", r.Host)
+	}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: r.URL.Path, RawQuery: directParam + "=1"}
+	return u.String(), nil
 }
 
 // copyBlob copies the blob into dest once, however many requests ask for it at once.
