@@ -201,9 +201,20 @@ type Blob struct {
 	SHA256 string
 }
 
+// readable reports whether this process may read the file at p.
+func readable(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
 // Blobs lists the models folder's blobs by the digest their names give (a daemon verifies
 // each blob before it names it so; a peer copying one verifies it again): none when the
-// folder cannot be read. Half-pulled blobs ("-partial") are not listed.
+// folder cannot be read. Half-pulled blobs ("-partial") and blobs this process may not read are
+// not listed.
 func Blobs(dir string) []Blob {
 	if dir == "" {
 		return nil
@@ -221,11 +232,12 @@ func Blobs(dir string) []Blob {
 		if _, err := download.ParseSHA256(hex); err != nil {
 			continue
 		}
+		p := filepath.Join(dir, "blobs", e.Name())
 		fi, err := e.Info()
-		if err != nil {
-			continue
+		if err != nil || !readable(p) {
+			continue // not one this host could serve: not gossiped as held
 		}
-		out = append(out, Blob{Path: filepath.Join(dir, "blobs", e.Name()), Size: fi.Size(), SHA256: hex})
+		out = append(out, Blob{Path: p, Size: fi.Size(), SHA256: hex})
 	}
 	return out
 }
