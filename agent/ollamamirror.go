@@ -11,12 +11,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/store"
+	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/engines/download"
 	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/internal/seal"
@@ -45,17 +47,66 @@ type OllamaMirror struct {
 	Registry string
 	// Download is the policy for the origin and the peers (the agent's guard, its Peers).
 	Download download.Options
+
+	copies *mirrorCopies // shared by the mirror and the driver Attach wires
+}
+
+// mirrorCopies are the copies of blobs the mirror made or makes for the daemon's pulls in
+// progress, for the placement's progress.
+type mirrorCopies struct {
+	mu sync.Mutex
+	by map[string]download.Progress // by SHA-256
+}
+
+func (c *mirrorCopies) set(sum string, p download.Progress) {
+	c.mu.Lock()
+	c.by[sum] = p
+	c.mu.Unlock()
+}
+
+func (c *mirrorCopies) clear() {
+	c.mu.Lock()
+	clear(c.by)
+	c.mu.Unlock()
+}
+
+// status sums the copies: the bytes, and where they came from ("" from the registry alone).
+func (c *mirrorCopies) status() (engines.Progress, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var p engines.Progress
+	var from []string
+	for _, cp := range c.by {
+		p.Completed += cp.Done
+		p.Total += cp.Total
+		if cp.From != "" && !slices.Contains(from, cp.From) {
+			from = append(from, cp.From)
+		}
+	}
+	slices.Sort(from)
+	p.From = strings.Join(from, "; ")
+	return p, len(c.by) > 0
+}
+
+// progress is the copies the mirror of m records, made once.
+func (m *OllamaMirror) progress() *mirrorCopies {
+	if m.copies == nil {
+		m.copies = &mirrorCopies{by: map[string]download.Progress{}}
+	}
+	return m.copies
 }
 
 // Attach has d pull the models the mesh's peers hold through the mirror, which the daemon
 // reaches at addr (the agent's API listener, on this host); the blobs the mirror copied into
 // the store at storeDir are dropped once d's pulls through it have ended.
 func (m *OllamaMirror) Attach(d *ollama.Driver, addr, storeDir string, log *slog.Logger) {
-	peers := m.Download.Peers
+	peers, copies := m.Download.Peers, m.progress()
 	d.UseMirror(ollama.Mirror{
-		Addr: addr,
-		Held: func(ref string) bool { return len(peers.Manifests(ref)) > 0 },
+		Addr:   addr,
+		Held:   func(ref string) bool { return len(peers.Manifests(ref)) > 0 },
+		Status: copies.status,
 		Done: func() {
+			copies.clear()
 			if err := DropOllamaMirrorCopies(storeDir); err != nil {
 				log.Warn("the Ollama mirror's copies of blobs the daemon holds now could not be removed", "err", err)
 			}
@@ -75,6 +126,7 @@ type ollamaMirror struct {
 	files *files
 	a     *Agent
 
+	copies   *mirrorCopies
 	mu       sync.Mutex
 	inflight map[string]*blobCopy
 }
@@ -85,7 +137,8 @@ type blobCopy struct {
 }
 
 func newOllamaMirror(a *Agent, cfg OllamaMirror) *ollamaMirror {
-	return &ollamaMirror{cfg: cfg, dir: OllamaMirrorDir(a.store.Path()), files: a.files, a: a, inflight: map[string]*blobCopy{}}
+	return &ollamaMirror{cfg: cfg, dir: OllamaMirrorDir(a.store.Path()), files: a.files, a: a, inflight: map[string]*blobCopy{},
+		copies: cfg.progress()}
 }
 
 // serveManifest answers GET /v1/ollama/manifests/{namespace}/{model}/{tag}: to an agent of the
@@ -265,7 +318,7 @@ func (m *ollamaMirror) copyBlob(ctx context.Context, req ollama.RegistryRequest,
 			// Not the request's context: the daemon asks again (its parts, its retries) for
 			// the same copy.
 			c.err = download.FetchWith(context.WithoutCancel(ctx), m.origin(req.Name, "blobs/sha256:"+sum), dest,
-				download.Want{SHA256: sum}, m.cfg.Download, nil)
+				download.Want{SHA256: sum}, m.cfg.Download, func(p download.Progress) { m.copies.set(sum, p) })
 			if c.err == nil {
 				m.files.landed()
 			}

@@ -3,6 +3,7 @@ package localmesh
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -90,6 +91,18 @@ func TestRealOllamaModelFromPeersThroughTheMirror(t *testing.T) {
 		return n == 2
 	}, time.Minute, 50*time.Millisecond)
 
+	said := make(chan struct{})
+	ectx, ecancel := context.WithCancel(ctx)
+	defer ecancel()
+	opened := make(chan struct{})
+	go m.Client("fresh").Events(ectx, 0, func() { close(opened) }, func(ev api.Event) error {
+		if strings.Contains(ev.Message, "good over the LAN") {
+			close(said)
+			return errors.New("said")
+		}
+		return nil
+	})
+	<-opened
 	placed, err := m.Place(ctx, Placed{Host: "fresh", Request: api.PlacementRequest{Source: "ollama://tiny:1"}})
 	require.NoError(t, err)
 	require.Equal(t, api.StateReady, placed[0].State, placed[0].Reason)
@@ -106,6 +119,13 @@ func TestRealOllamaModelFromPeersThroughTheMirror(t *testing.T) {
 	want, err := os.ReadFile(ollama.BlobFile(good.Models, modelBlob))
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
+
+	// The placement's progress said where the bytes came from.
+	select {
+	case <-said:
+	case <-time.After(10 * time.Second):
+		t.Error("no progress event says the bytes came from good")
+	}
 
 	out := logs.String()
 	assert.Contains(t, out, "Ollama manifest from a peer")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,9 @@ type Mirror struct {
 	// Held reports whether a peer's daemon holds the model: only then does a pull go through
 	// the mirror. A model no peer holds is pulled from the registry as it always was.
 	Held func(ref string) bool
+	// Status, when not nil, is what the mirror is copying for the daemon (bytes, and From:
+	// which peers, how fast), for the placement's progress; false when nothing.
+	Status func() (engines.Progress, bool)
 	// Done, when not nil, is called when the last pull through the mirror in progress ended,
 	// however it did: the mirror's own copies of the blobs are then the daemon's, and may go.
 	Done func()
@@ -244,7 +248,10 @@ func (d *Driver) pullMirrored(ctx context.Context, ref string, progress func(eng
 	}()
 	via := d.mirror.Addr + "/" + n.Namespace + "/" + n.Model + ":" + n.Tag
 	d.log.Info("pulling from the mesh's peers through the agent's registry mirror", "model", ref, "as", via)
-	if err := d.c.PullInsecure(ctx, via, progress); err != nil {
+	report, stop := d.mirrorProgress(progress)
+	err = d.c.PullInsecure(ctx, via, report)
+	stop(err == nil)
+	if err != nil {
 		return err
 	}
 	if err := d.c.Copy(ctx, via, ref); err != nil {
@@ -254,6 +261,72 @@ func (d *Driver) pullMirrored(ctx context.Context, ref string, progress func(eng
 		d.log.Warn("the mirror's name of a pulled model could not be deleted (the model is there under its own name too)", "model", via, "err", err)
 	}
 	return nil
+}
+
+// mirrorStatusEvery spaces the progress said while the mirror copies a blob from peers (the
+// daemon says nothing while it waits for the blob's size).
+const mirrorStatusEvery = time.Second
+
+// mirrorProgress is progress for a pull through the mirror: the daemon's lines say where the
+// bytes came from, and while the daemon waits on the mirror's copy, the copy is said (without
+// byte counts, which are the daemon's). stop ends the latter once the pull has ended, and, when
+// it succeeded, says the whole once more with where it came from (the daemon's lines may have
+// gone by between two of the placement's progress events).
+func (d *Driver) mirrorProgress(progress func(engines.Progress)) (report func(engines.Progress), stop func(ok bool)) {
+	if progress == nil || d.mirror.Status == nil {
+		return progress, func(bool) {}
+	}
+	var mu sync.Mutex
+	var last time.Time         // the daemon's last line
+	var lastP engines.Progress // and what it said
+	say := func(p engines.Progress, daemon bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if daemon {
+			last, lastP = time.Now(), p
+		} else if time.Since(last) < mirrorStatusEvery {
+			return
+		}
+		progress(p)
+	}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(mirrorStatusEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if st, ok := d.mirror.Status(); ok && st.Completed < st.Total {
+					say(engines.Progress{Status: fmt.Sprintf("the agent is copying %s of %s", api.FormatBytes(st.Completed), api.FormatBytes(st.Total)), From: st.From}, false)
+				}
+			}
+		}
+	}()
+	report = func(p engines.Progress) {
+		if st, ok := d.mirror.Status(); ok {
+			p.From = st.From
+		}
+		say(p, true)
+	}
+	return report, func(ok bool) {
+		close(quit)
+		wg.Wait()
+		st, copied := d.mirror.Status()
+		if !ok || !copied {
+			return
+		}
+		p := lastP
+		p.Completed, p.From = p.Total, st.From
+		if p.Total == 0 { // the daemon gave no byte counts (it does not for blobs that come at once)
+			p.Completed, p.Total = st.Completed, st.Total
+		}
+		progress(p)
+	}
 }
 
 // loadOptions are the options a placement loads with and every chat repeats: Ollama reloads a
