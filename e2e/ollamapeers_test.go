@@ -54,7 +54,9 @@ func TestLANOllamaPeers(t *testing.T) {
 		models := filepath.Join(h.Dir, "ollama")
 		a := e.newAgent(h, e.join, demoRoot(t, h, "gpu-server"), "linux", "amd64",
 			"--runtimes", "ollama", "--ollama-url", "http://"+daemon, "--ollama-models", models, "--memory-budget", "8GiB",
-			"--no-mdns", "--gossip-port", "7946", "--join", hosts[0].Addr+":7946")
+			"--no-mdns", "--gossip-port", "7946", "--join", hosts[0].Addr+":7946",
+			// Paced, so the capture's socket keeps up with the copy and sees every frame.
+			"--serve-rate", "16MB")
 		env := []string{"HOME=" + h.Dir, "OLLAMA_MODELS=" + models, "OLLAMA_HOST=" + daemon}
 		p, err := a.spawn("ollama", env, bin, "serve")
 		if err != nil {
@@ -159,7 +161,12 @@ func TestLANOllamaPeers(t *testing.T) {
 	if apiBytes < len(blob) {
 		t.Errorf("the capture saw %d bytes on the API port, fewer than the blob's %d", apiBytes, len(blob))
 	}
-	if sample := blob[len(blob)/2 : len(blob)/2+64]; bytes.Count(blob, sample) == 1 && bytes.Contains(frames, sample) {
+	sample := blob[len(blob)/2 : len(blob)/2+64]
+	if bytes.Count(blob, sample) != 1 {
+		t.Fatalf("the blob's middle is not a piece of it alone: nothing to look for in the capture")
+	}
+	if bytes.Contains(frames, sample) {
 		t.Errorf("a piece of the model blob crossed the LAN in the clear")
 	}
+	t.Logf("the copy to %s: %d bytes on the API port, sealed", agents[1].Name, apiBytes)
 }
