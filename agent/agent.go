@@ -123,6 +123,9 @@ type Config struct {
 	// HailoLibrary, when set, serves this host's hailo-ollama a mirror of Hailo's model library
 	// from the store and the mesh's peers (HailoLibraryPath); nil serves none.
 	HailoLibrary *HailoLibrary
+	// OllamaMirror, when set, serves the Ollama daemon's models to the mesh's agents and its
+	// daemon a mirror of the registry API (OllamaRegistryPath); nil serves neither.
+	OllamaMirror *OllamaMirror
 	Log          *slog.Logger
 }
 
@@ -173,6 +176,7 @@ type Agent struct {
 	metrics  *metrics.Metrics
 	store    *store.Store
 	files    *files
+	omirror  *ollamaMirror // nil: Config.OllamaMirror unset
 	drivers  map[api.Runtime]engines.Driver
 	budget   int64
 	hailoMem int64 // 0: no Hailo device
@@ -257,6 +261,10 @@ func New(cfg Config) (*Agent, error) {
 		a.changedLocked()
 		a.mu.Unlock()
 	})
+	if cfg.OllamaMirror != nil {
+		a.files.ollama = cfg.OllamaMirror.Models
+		a.omirror = newOllamaMirror(a, *cfg.OllamaMirror)
+	}
 	for _, d := range cfg.Drivers {
 		r := d.Runtime()
 		if _, dup := a.drivers[r]; dup {

@@ -15,6 +15,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/store"
 	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/internal/seal"
 )
 
@@ -43,9 +44,13 @@ type files struct {
 	// kick asks run for a walk now (a file just landed), not at the next tick.
 	kick chan struct{}
 
-	mu   sync.Mutex
-	held map[string]store.Held // by SHA-256
-	sums []string              // prefixes, sorted: what Host gossips
+	// ollama is the Ollama daemon's models folder whose blobs are served too ("": none).
+	ollama string
+
+	mu    sync.Mutex
+	held  map[string]store.Held // by SHA-256
+	blobs map[string]store.Held // the daemon's, by the SHA-256 their names give
+	sums  []string              // prefixes, sorted: what Host gossips
 }
 
 func newFiles(st *store.Store, uploads int, rate int64, log *slog.Logger, changed func()) *files {
@@ -92,11 +97,16 @@ func (f *files) rescan(ctx context.Context) {
 		held[h.SHA256] = h
 		sums = append(sums, h.SHA256[:api.HoldPrefix])
 	}
+	blobs := map[string]store.Held{}
+	for _, b := range ollama.Blobs(f.ollama) {
+		blobs[b.SHA256] = store.Held{Path: b.Path, Size: b.Size, SHA256: b.SHA256}
+		sums = append(sums, b.SHA256[:api.HoldPrefix])
+	}
 	slices.Sort(sums)
 	sums = slices.Compact(sums)
 	f.mu.Lock()
 	same := slices.Equal(sums, f.sums)
-	f.held, f.sums = held, sums
+	f.held, f.blobs, f.sums = held, blobs, sums
 	f.mu.Unlock()
 	if !same && f.changed != nil {
 		f.changed()
@@ -114,7 +124,14 @@ func (f *files) service() *api.FileService {
 func (f *files) lookup(sum string) (store.Held, bool) {
 	f.mu.Lock()
 	h, ok := f.held[sum]
+	b, isBlob := f.blobs[sum]
 	f.mu.Unlock()
+	if !ok && isBlob {
+		// The daemon's blob is named by its digest and never rewritten: still there at the
+		// same length, it is the file (the receiver checks every byte anyway).
+		fi, err := os.Stat(b.Path)
+		return b, err == nil && fi.Mode().IsRegular() && fi.Size() == b.Size
+	}
 	if !ok {
 		return h, false
 	}

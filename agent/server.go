@@ -114,6 +114,11 @@ func NewServer(cfg ServerConfig) *Server {
 		// For this host's hailo-ollama, which sends no token: loopback only (see hailoLibrary).
 		s.mux.HandleFunc("GET "+HailoLibraryPath+"{path...}", s.a.hailoLibrary)
 	}
+	if m := cfg.Agent.omirror; m != nil {
+		// Agents only, like the files route; the mirror for this host's Ollama, loopback only.
+		s.mux.HandleFunc("GET "+OllamaManifestPath+"{ns}/{model}/{tag}", m.serveManifest)
+		s.mux.HandleFunc("GET "+OllamaRegistryPath+"{path...}", m.serveRegistry)
+	}
 	if cfg.OpenMetrics {
 		s.mux.Handle("GET /metrics", s.a.metrics.Handler())
 	} else {

@@ -53,6 +53,10 @@ type HostSpec struct {
 	// Advertise, when set, is given the API listener's address and returns the address the host
 	// announces to the mesh instead: a proxy in front of it (sim/cable), for tests of faults.
 	Advertise func(apiAddr string) string
+	// Ollama, when set, is a real Ollama daemon on loopback the host runs instead of the
+	// simulator, OllamaModels its models folder: the agent serves its models to the peers and
+	// pulls theirs through its registry mirror, the origin registry being OllamaRegistry.
+	Ollama, OllamaModels, OllamaRegistry string
 }
 
 // Options shape the mesh.
@@ -278,6 +282,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	}
 	sizer := &sizing.Sizer{Guard: guard, Log: log.With("part", "sizing")}
 	var drivers []engines.Driver
+	var ollamaReal *ollama.Driver
 	for _, r := range spec.Runtimes {
 		switch r {
 		case api.RuntimeHailoOllama:
@@ -300,6 +305,16 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 			}
 			drivers = append(drivers, d)
 		case api.RuntimeOllama:
+			if spec.Ollama != "" {
+				sizer.OllamaRegistry, sizer.OllamaDaemon = spec.OllamaRegistry, spec.Ollama
+				d, err := ollama.New(ollama.Config{URL: spec.Ollama}, log.With("part", "engine"))
+				if err != nil {
+					return nil, err
+				}
+				drivers = append(drivers, d)
+				ollamaReal = d
+				break
+			}
 			cfg := ollamasim.DefaultConfig()
 			// The daemon's blobs on disk, as Ollama keeps them: a model sizes from its blob's
 			// header once pulled, as it did from the registry before.
@@ -378,6 +393,10 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		Offline:        true, // guard's allowlist: loopback only
 		Version:        "local",
 		Log:            log.With("part", "agent"),
+	}
+	if ollamaReal != nil {
+		acfg.OllamaMirror = &agent.OllamaMirror{Models: spec.OllamaModels, Registry: spec.OllamaRegistry, Download: guard}
+		acfg.OllamaMirror.Attach(ollamaReal, ln.Addr().String(), acfg.ModelsDir, log)
 	}
 	if opts.Fast {
 		acfg.HealthInterval = 250 * time.Millisecond

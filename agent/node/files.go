@@ -9,6 +9,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/engines/download"
+	"github.com/llmkube/mesh/engines/ollama"
 	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh"
 )
@@ -22,25 +23,52 @@ func holders(m *mesh.Mesh, self string, id *seal.Identity) func(sum string) []do
 			return nil
 		}
 		prefix := sum[:api.HoldPrefix]
-		var out []download.Peer
-		for _, mb := range m.View().Members {
-			if mb.Name == self || mb.Role != api.RoleAgent || mb.Liveness != api.Alive || mb.Host == nil ||
-				mb.Host.Files == nil || mb.Host.APIAddr == "" {
-				continue
+		return agentPeers(m, self, c, agent.FilesPath+sum, func(h *api.Host) bool {
+			if h.Files == nil {
+				return false
 			}
-			if _, ok := slices.BinarySearch(mb.Host.Files.Holds, prefix); !ok {
-				continue
-			}
-			peer := seal.PeerNamed(mb.Name, mb.SealKey)
-			out = append(out, download.Peer{
-				Name:   mb.Name,
-				URL:    c.Scheme() + "://" + mb.Host.APIAddr + agent.FilesPath + sum,
-				Client: &http.Client{Transport: sealedTo{c, peer}},
-			})
-		}
-		slices.SortFunc(out, func(a, b download.Peer) int { return strings.Compare(a.Name, b.Name) })
-		return out
+			_, ok := slices.BinarySearch(h.Files.Holds, prefix)
+			return ok
+		})
 	}
+}
+
+// manifestHolders finds the mesh's other agents whose Ollama daemon lists a model (the engine
+// models each host gossips), each Peer's URL the model's manifest on that host.
+func manifestHolders(m *mesh.Mesh, self string, id *seal.Identity) func(ref string) []download.Peer {
+	c := hop.NewClient(0, id, nil)
+	return func(ref string) []download.Peer {
+		n, err := ollama.ParseName(ref)
+		if err != nil {
+			return nil
+		}
+		path := agent.OllamaManifestPath + n.Namespace + "/" + n.Model + "/" + n.Tag
+		return agentPeers(m, self, c, path, func(h *api.Host) bool {
+			return slices.ContainsFunc(h.Engines, func(e api.Engine) bool {
+				return e.Runtime == api.RuntimeOllama && slices.ContainsFunc(e.Models, func(name string) bool { return ollama.SameModel(name, ref) })
+			})
+		})
+	}
+}
+
+// agentPeers are the mesh's other live agents whose gossiped host has, by name, with path
+// on each reached over the sealed channel.
+func agentPeers(m *mesh.Mesh, self string, c *hop.Client, path string, has func(*api.Host) bool) []download.Peer {
+	var out []download.Peer
+	for _, mb := range m.View().Members {
+		if mb.Name == self || mb.Role != api.RoleAgent || mb.Liveness != api.Alive || mb.Host == nil ||
+			mb.Host.APIAddr == "" || !has(mb.Host) {
+			continue
+		}
+		peer := seal.PeerNamed(mb.Name, mb.SealKey)
+		out = append(out, download.Peer{
+			Name:   mb.Name,
+			URL:    c.Scheme() + "://" + mb.Host.APIAddr + path,
+			Client: &http.Client{Transport: sealedTo{c, peer}},
+		})
+	}
+	slices.SortFunc(out, func(a, b download.Peer) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // sealedTo sends every request to one peer over the sealed channel.

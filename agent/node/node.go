@@ -140,6 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		g.Go(func() error { return publish(gctx, a, m, cfg.Log) })
 		if cfg.Peers != nil {
 			cfg.Peers.Use(holders(m, a.Name(), id))
+			cfg.Peers.UseManifests(manifestHolders(m, a.Name(), id))
 		}
 		runCtx, stopRun = context.WithCancel(context.WithoutCancel(gctx))
 		g.Go(func() error {

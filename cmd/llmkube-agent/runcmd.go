@@ -71,6 +71,8 @@ type runOptions struct {
 	serveUploads      int
 	serveRate         string
 	hailoMirror       string
+	ollamaMirror      bool
+	ollamaModels      string
 
 	hwRoot, hwOS, hwArch string
 
@@ -142,6 +144,8 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.BoolVar(&o.fetchImages, "fetch-image-urls", false, "fetch the images chats name by http(s) URL, through the same guard as downloads (public addresses only unless --allow-private-downloads), at most 5 MiB a request; off: only images sent in the request are taken")
 	f.IntVar(&o.serveUploads, "serve-uploads", agent.DefaultServeUploads, "how many copies of model files this host serves its peers at once")
 	f.StringVar(&o.serveRate, "serve-rate", "0", "bytes a second all copies served to peers may use together, such as 50MB (0: unlimited)")
+	f.BoolVar(&o.ollamaMirror, "ollama-mirror", true, "serve this host's Ollama models (blobs by digest, manifests by name) to the mesh's agents, and pull a model another host's Ollama holds from it through a registry mirror at http://127.0.0.1:<port>"+agent.OllamaRegistryPath+" (a daemon on this host only)")
+	f.StringVar(&o.ollamaModels, "ollama-models", "", "Ollama's models folder, read to serve its models to peers (default: $OLLAMA_MODELS, /usr/share/ollama/.ollama/models, ~/.ollama/models: the first readable)")
 	f.StringVar(&o.hailoMirror, "hailo-library-mirror", "", "serve this host's hailo-ollama a mirror of Hailo's model library at this URL (such as "+sizing.DefaultHailoLibraryURL+") at http://127.0.0.1:<port>"+agent.HailoLibraryPath+": HEFs come from the model store, then the mesh's peers, then that URL; set it as hailo-ollama's library and --hailo-library-url")
 
 	f.StringVar(&o.hwRoot, "hwprobe-root", "/", "read the host's files under this folder: a recorded host for demos (the simulated Pi 5 + Hailo)")
@@ -286,6 +290,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		ServeUploads:       o.serveUploads,
 		ServeRate:          serveRate,
 		HailoLibrary:       hailoMirror(o, guard),
+		OllamaMirror:       ollamaMirror(o, drivers, ln, guard),
 		Log:                log.With("part", "agent"),
 	}
 	nc := node.Config{Join: join, Agent: acfg, Listener: ln, APIAddr: apiAddr, OpenMetrics: o.metricsOpen, LANHTTP: o.lanHTTP, OnDemand: o.onDemand, Log: log}

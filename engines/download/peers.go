@@ -31,8 +31,36 @@ type Peer struct {
 // Peers finds the hosts that hold a file by its SHA-256. The agent makes one before its drivers
 // and sets its finder once its mesh is up; a nil *Peers, or one not set, finds none.
 type Peers struct {
-	mu   sync.RWMutex
-	find func(sha256 string) []Peer
+	mu        sync.RWMutex
+	find      func(sha256 string) []Peer
+	manifests func(ref string) []Peer
+}
+
+// UseManifests sets how the hosts whose Ollama daemon holds a model by name are found, each
+// Peer's URL that model's manifest on the host.
+func (p *Peers) UseManifests(find func(ref string) []Peer) {
+	p.mu.Lock()
+	p.manifests = find
+	p.mu.Unlock()
+}
+
+// Manifests are the peers whose Ollama daemon holds the model ref ("name:tag"), best first.
+func (p *Peers) Manifests(ref string) []Peer {
+	return p.ask(func() func(string) []Peer { return p.manifests }, ref)
+}
+
+// ask calls the finder which() reads under the lock, if one is set.
+func (p *Peers) ask(which func() func(string) []Peer, arg string) []Peer {
+	if p == nil {
+		return nil
+	}
+	p.mu.RLock()
+	find := which()
+	p.mu.RUnlock()
+	if find == nil {
+		return nil
+	}
+	return find(arg)
 }
 
 // Use sets how holders are found.
@@ -44,16 +72,7 @@ func (p *Peers) Use(find func(sha256 string) []Peer) {
 
 // Holders are the peers that hold the file with digest sum, best first.
 func (p *Peers) Holders(sum string) []Peer {
-	if p == nil {
-		return nil
-	}
-	p.mu.RLock()
-	find := p.find
-	p.mu.RUnlock()
-	if find == nil {
-		return nil
-	}
-	return find(sum)
+	return p.ask(func() func(string) []Peer { return p.find }, sum)
 }
 
 // Defaults for copies from peers.

@@ -117,9 +117,10 @@ func copyFile(src, dst string, mode os.FileMode) error {
 // temporary folder. Its environment points every proxy at a closed loopback port, so the
 // registry and update checks Ollama tries fail at once and nothing leaves the machine.
 type OllamaDaemon struct {
-	URL string   // "http://127.0.0.1:<port>"
-	bin string   // the runnable copy
-	env []string // the daemon's environment, which its CLI shares
+	URL    string   // "http://127.0.0.1:<port>"
+	Models string   // its models folder (OLLAMA_MODELS)
+	bin    string   // the runnable copy
+	env    []string // the daemon's environment, which its CLI shares
 }
 
 // noNetwork are proxy settings that send any outbound request to a closed loopback port.
@@ -172,7 +173,7 @@ func StartOllama(t testing.TB) *OllamaDaemon {
 	if !ok {
 		t.Fatalf("ollama serve ended without listening:\n%s", log.String())
 	}
-	d := &OllamaDaemon{URL: "http://" + a, bin: bin, env: append(env[:len(env):len(env)], "OLLAMA_HOST="+a)}
+	d := &OllamaDaemon{URL: "http://" + a, Models: filepath.Join(dir, "models"), bin: bin, env: append(env[:len(env):len(env)], "OLLAMA_HOST="+a)}
 	return d
 }
 

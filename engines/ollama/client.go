@@ -402,10 +402,24 @@ func Listed(running []Running, name string) bool {
 // Pull is POST /api/pull, streaming: progress gets the bytes done and known in all, summed over
 // the layers announced so far. It succeeds only on the daemon's final "success".
 func (c *Client) Pull(ctx context.Context, model string, progress func(engines.Progress)) error {
+	return c.pull(ctx, model, false, progress)
+}
+
+// PullInsecure is Pull from a registry spoken to in plain HTTP: the agent's mirror on loopback
+// (model is "127.0.0.1:<port>/<namespace>/<model>:<tag>").
+func (c *Client) PullInsecure(ctx context.Context, model string, progress func(engines.Progress)) error {
+	return c.pull(ctx, model, true, progress)
+}
+
+func (c *Client) pull(ctx context.Context, model string, insecure bool, progress func(engines.Progress)) error {
 	if progress == nil {
 		progress = func(engines.Progress) {}
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/api/pull", map[string]any{"model": model, "stream": true})
+	body := map[string]any{"model": model, "stream": true}
+	if insecure {
+		body["insecure"] = true
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/api/pull", body)
 	if err != nil {
 		return asPull(err)
 	}
@@ -460,6 +474,16 @@ func (c *Client) Pull(ctx context.Context, model string, progress func(engines.P
 		return &engines.Error{Code: api.CodePullFailed, Err: fmt.Errorf("%s: the pull of %s %w, without success", c.daemon, model, ErrNoLastChunk)}
 	}
 	return nil
+}
+
+// Copy is POST /api/copy: dst names the same model as src (the blobs are shared).
+func (c *Client) Copy(ctx context.Context, src, dst string) error {
+	return c.call(ctx, api.CodeEngineError, http.MethodPost, "/api/copy", map[string]string{"source": src, "destination": dst}, nil)
+}
+
+// Delete is DELETE /api/delete: the name goes, and the blobs no other name uses.
+func (c *Client) Delete(ctx context.Context, model string) error {
+	return c.call(ctx, api.CodeEngineError, http.MethodDelete, "/api/delete", map[string]string{"model": model}, nil)
 }
 
 // asPull makes an error of a pull a PullFailed, keeping EngineUnavailable (the daemon is down,

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -55,9 +57,32 @@ func Setup(cfg Config, defaultURL, daemon string, r api.Runtime, log *slog.Logge
 
 // Driver runs models on an Ollama daemon. It is safe for concurrent use.
 type Driver struct {
-	c   *Client
-	log *slog.Logger
+	c      *Client
+	log    *slog.Logger
+	mirror Mirror // set before use: UseMirror
+	// mirrored counts the pulls through the mirror in progress: Done waits for the last.
+	mirrored atomic.Int32
 }
+
+// Mirror is the agent's mirror of the registry API, which serves the daemon the models the
+// mesh's peers hold (their manifests and blobs, verified), then the origin registry's.
+type Mirror struct {
+	// Addr is the mirror's host:port as the daemon reaches it: it pulls
+	// <Addr>/<namespace>/<model>:<tag> over plain HTTP.
+	Addr string
+	// Held reports whether a peer's daemon holds the model: only then does a pull go through
+	// the mirror. A model no peer holds is pulled from the registry as it always was.
+	Held func(ref string) bool
+	// Status, when not nil, is what the mirror is copying for the daemon (bytes, and From:
+	// which peers, how fast), for the placement's progress; false when nothing.
+	Status func() (engines.Progress, bool)
+	// Done, when not nil, is called when the last pull through the mirror in progress ended,
+	// however it did: the mirror's own copies of the blobs are then the daemon's, and may go.
+	Done func()
+}
+
+// UseMirror pulls the models peers hold through m. Call it before the driver is used.
+func (d *Driver) UseMirror(m Mirror) { d.mirror = m }
 
 var _ engines.Driver = (*Driver)(nil)
 
@@ -197,8 +222,111 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 		}
 		return nil
 	}
+	if d.mirror.Held != nil && d.mirror.Held(ref) {
+		err := d.pullMirrored(ctx, ref, progress)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		d.log.Warn("a peer holds the model, but the pull through the agent's mirror failed; pulling from the registry", "model", ref, "err", err)
+	}
 	d.log.Info("pulling", "model", ref)
 	return d.c.Pull(ctx, ref, progress)
+}
+
+// pullMirrored pulls ref through the mirror, under the mirror's name, then names it ref (a copy,
+// sharing the blobs) and drops the mirror's name, so clients see the usual one.
+func (d *Driver) pullMirrored(ctx context.Context, ref string, progress func(engines.Progress)) error {
+	n, err := ParseName(ref)
+	if err != nil {
+		return &engines.Error{Code: api.CodeBadRequest, Err: err}
+	}
+	d.mirrored.Add(1)
+	defer func() {
+		if d.mirrored.Add(-1) == 0 && d.mirror.Done != nil {
+			d.mirror.Done()
+		}
+	}()
+	via := d.mirror.Addr + "/" + n.Namespace + "/" + n.Model + ":" + n.Tag
+	d.log.Info("pulling from the mesh's peers through the agent's registry mirror", "model", ref, "as", via)
+	report, stop := d.mirrorProgress(progress)
+	err = d.c.PullInsecure(ctx, via, report)
+	stop(err == nil)
+	if err != nil {
+		return err
+	}
+	if err := d.c.Copy(ctx, via, ref); err != nil {
+		return err
+	}
+	if err := d.c.Delete(ctx, via); err != nil {
+		d.log.Warn("the mirror's name of a pulled model could not be deleted (the model is there under its own name too)", "model", via, "err", err)
+	}
+	return nil
+}
+
+// mirrorStatusEvery spaces the progress said while the mirror copies a blob from peers (the
+// daemon says nothing while it waits for the blob's size).
+const mirrorStatusEvery = time.Second
+
+// mirrorProgress is progress for a pull through the mirror: the daemon's lines say where the
+// bytes came from, and while the daemon waits on the mirror's copy, the copy is said (without
+// byte counts, which are the daemon's). stop ends the latter once the pull has ended, and, when
+// it succeeded, says the whole once more with where it came from (the daemon's lines may have
+// gone by between two of the placement's progress events).
+func (d *Driver) mirrorProgress(progress func(engines.Progress)) (report func(engines.Progress), stop func(ok bool)) {
+	if progress == nil || d.mirror.Status == nil {
+		return progress, func(bool) {}
+	}
+	var mu sync.Mutex
+	var last time.Time         // the daemon's last line
+	var lastP engines.Progress // and what it said
+	say := func(p engines.Progress, daemon bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if daemon {
+			last, lastP = time.Now(), p
+		} else if time.Since(last) < mirrorStatusEvery {
+			return
+		}
+		progress(p)
+	}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(mirrorStatusEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if st, ok := d.mirror.Status(); ok && st.Completed < st.Total {
+					say(engines.Progress{Status: fmt.Sprintf("the agent is copying %s of %s", api.FormatBytes(st.Completed), api.FormatBytes(st.Total)), From: st.From}, false)
+				}
+			}
+		}
+	}()
+	report = func(p engines.Progress) {
+		if st, ok := d.mirror.Status(); ok {
+			p.From = st.From
+		}
+		say(p, true)
+	}
+	return report, func(ok bool) {
+		close(quit)
+		wg.Wait()
+		st, copied := d.mirror.Status()
+		if !ok || !copied {
+			return
+		}
+		p := lastP
+		p.Completed, p.From = p.Total, st.From
+		if p.Total == 0 { // the daemon gave no byte counts (it does not for blobs that come at once)
+			p.Completed, p.Total = st.Completed, st.Total
+		}
+		progress(p)
+	}
 }
 
 // loadOptions are the options a placement loads with and every chat repeats: Ollama reloads a

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	parser "github.com/gpustack/gguf-parser-go"
+
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/engines/download"
@@ -39,7 +41,38 @@ func (s *Sizer) ollama(ctx context.Context, src source.Source, contextSize int) 
 			s.log().Warn("ollama daemon could not size the model; asking the registry", "model", src.Ref(), "err", err)
 		}
 	}
+	if est, ok := s.ollamaPeer(ctx, src, contextSize); ok {
+		return est, nil
+	}
 	return s.ollamaRegistry(ctx, src, contextSize)
+}
+
+// ollamaPeer sizes a model a peer's daemon holds from that peer's manifest, and the model blob's
+// header from a peer holding the blob, so a host with no route to the registry sizes it as it
+// would from there (and as the pull through the agent's mirror will get it). false when no peer
+// answered: the registry is asked then. Neither is verified here (the pull checks every blob).
+func (s *Sizer) ollamaPeer(ctx context.Context, src source.Source, contextSize int) (api.SizeEstimate, bool) {
+	for _, p := range s.Guard.Peers.Manifests(src.Ref()) {
+		var m ollamaManifest
+		if err := getJSON(context.WithValue(ctx, peerKey{}, p), s.do, p.URL, ollamaManifestType, &m); err != nil {
+			s.log().Info("a peer could not give an Ollama manifest to size from; trying the next", "peer", p.Name, "model", src.Ref(), "err", err)
+			continue
+		}
+		est, err := s.ollamaManifestEstimate(ctx, src, contextSize, m, "peer "+p.Name, func(digest string) *parser.GGUFFile {
+			for _, h := range s.Guard.Peers.Holders(strings.TrimPrefix(digest, "sha256:")) {
+				if gf, _, _, err := s.remoteHeader(context.WithValue(ctx, peerKey{}, h), h.URL); err == nil && gf != nil {
+					return gf
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			s.log().Info("a peer's Ollama manifest could not be sized; trying the next", "peer", p.Name, "model", src.Ref(), "err", err)
+			continue
+		}
+		return est, true
+	}
+	return api.SizeEstimate{}, false
 }
 
 // ollamaModelInfo is the part of /api/show's answer the sizer reads.
@@ -218,6 +251,21 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 		}
 		return api.SizeEstimate{}, err
 	}
+	return s.ollamaManifestEstimate(ctx, src, contextSize, m, "the registry manifest "+url, func(digest string) *parser.GGUFFile {
+		blob := reg + "/v2/" + repo + "/blobs/" + digest
+		gf, _, why, err := s.remoteHeader(ctx, blob)
+		if err != nil || gf == nil {
+			s.log().Info("ollama model blob header not read; KV unknown", "blob", blob, "err", err, "why", why)
+			return nil
+		}
+		return gf
+	})
+}
+
+// ollamaManifestEstimate sizes a model from its manifest (from names where it came from), and
+// the model blob's GGUF header that header reads (nil: not read, the KV unknown).
+func (s *Sizer) ollamaManifestEstimate(ctx context.Context, src source.Source, contextSize int, m ollamaManifest, from string,
+	header func(digest string) *parser.GGUFFile) (api.SizeEstimate, error) {
 	var weights int64
 	var modelDigest string
 	var hasModel bool
@@ -237,7 +285,7 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 		}
 	}
 	if !hasModel || weights == 0 {
-		return api.SizeEstimate{}, failed("cannot size %s: the registry manifest at %s has no %s layer", src, url, ollamaModelLayer)
+		return api.SizeEstimate{}, failed("cannot size %s: %s has no %s layer", src, from, ollamaModelLayer)
 	}
 	est := api.SizeEstimate{
 		Bytes:    weights + Overhead,
@@ -245,27 +293,25 @@ func (s *Sizer) ollamaRegistry(ctx context.Context, src source.Source, contextSi
 		Overhead: Overhead,
 		Method:   api.SizeRegistry,
 		Device:   api.DeviceHost,
-		Detail: fmt.Sprintf("weights %s + overhead %s (KV for %d ctx unknown before the pull; covered by the overhead); from the registry manifest %s",
-			api.FormatBytes(weights), api.FormatBytes(Overhead), contextSize, url),
+		Detail: fmt.Sprintf("weights %s + overhead %s (KV for %d ctx unknown before the pull; covered by the overhead); from %s",
+			api.FormatBytes(weights), api.FormatBytes(Overhead), contextSize, from),
 	}
 	if !validDigest(modelDigest) {
 		return est, nil
 	}
-	blob := reg + "/v2/" + repo + "/blobs/" + modelDigest
-	gf, _, why, err := s.remoteHeader(ctx, blob)
-	if err != nil || gf == nil {
-		s.log().Info("ollama model blob header not read; KV unknown", "blob", blob, "err", err, "why", why)
+	gf := header(modelDigest)
+	if gf == nil {
 		return est, nil
 	}
 	p, err := headerParts(gf, contextSize, Run{})
 	if err != nil {
-		s.log().Info("ollama model blob header not estimated; KV unknown", "blob", blob, "err", err)
+		s.log().Info("ollama model blob header not estimated; KV unknown", "digest", modelDigest, "err", err)
 		return est, nil
 	}
 	est.KV, est.Compute, est.TrainContext = p.kv, p.compute, p.trainContext
 	est.Bytes = weights + p.kv + p.compute + Overhead
-	est.Detail = fmt.Sprintf("weights %s + %s + compute %s + overhead %s; weights from the registry manifest %s, the rest from the model blob's GGUF header (range requests)",
-		api.FormatBytes(weights), p.kvWords, api.FormatBytes(p.compute), api.FormatBytes(Overhead), url)
+	est.Detail = fmt.Sprintf("weights %s + %s + compute %s + overhead %s; weights from %s, the rest from the model blob's GGUF header (range requests)",
+		api.FormatBytes(weights), p.kvWords, api.FormatBytes(p.compute), api.FormatBytes(Overhead), from)
 	return est, nil
 }
 
