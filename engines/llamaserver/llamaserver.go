@@ -491,6 +491,7 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		}
 		args := append(append([]string{"-m", path, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--alias", name, "--metrics"},
 			memoryArgs(ctxSize, slots, m.CacheBytes)...), extra...)
+		args = append(args, rpcArgs(m.RPC, m.TensorSplit)...)
 		d.log.Info("starting", "placement", m.ID, "binary", bin, "args", args, "log", logPath)
 		inst, err := launch(bin, args, env, m.ID, name, port, logPath, d.cfg.MaxLogBytes, d.cfg.StopGrace)
 		if err != nil {
