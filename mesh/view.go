@@ -63,7 +63,7 @@ func (v View) Ready(namespace, model string) []api.Placement {
 			continue
 		}
 		for _, p := range mb.Placements {
-			if p.State == api.StateReady && p.Model == model && (namespace == "" || p.Namespace == namespace) {
+			if p.State == api.StateReady && p.Model == model && p.Part == nil && (namespace == "" || p.Namespace == namespace) {
 				out = append(out, p)
 			}
 		}
@@ -127,7 +127,7 @@ func (m *Mesh) readyLocked(namespace, model string, alone bool) []api.Placement 
 			return
 		}
 		for _, p := range m.placementsOfLocked(mb, live) {
-			if p.State == api.StateReady && p.Model == model && (namespace == "" || p.Namespace == namespace) {
+			if p.State == api.StateReady && p.Model == model && p.Part == nil && (namespace == "" || p.Namespace == namespace) {
 				out = append(out, p)
 			}
 		}

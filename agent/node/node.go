@@ -111,6 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.Mesh = m
 		a.Metrics().CountGossip(m.GossipStats)
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
+		a.JoinMesh(sc.Mesh, id)
 		sc.Doctor = m.Doctor
 		gc.View = func() gateway.View { return m }
 		gc.Liveness = m.Liveness

@@ -346,6 +346,15 @@ func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit
 			}
 		}
 		out = append(out, d)
+		if r == api.RuntimeLlamaServer {
+			// llama.cpp's RPC worker, beside llama-server, takes this host's share of splits.
+			rd, err := llamaserver.NewRPC(llamaserver.RPCConfig{LlamaServer: o.llamaServer, LogDir: filepath.Join(stateDir, "logs"),
+				CacheDir: filepath.Join(stateDir, "rpc-cache")}, log.With("part", "engine"))
+			if err != nil {
+				return nil, fmt.Errorf("rpc-server: %w", err)
+			}
+			out = append(out, rd)
+		}
 	}
 	return out, nil
 }
