@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -154,4 +155,83 @@ func TestSplitRealEngines(t *testing.T) {
 		return len(partsOf(t, ctx, m, "h1", p.ID))+len(partsOf(t, ctx, m, "h2", p.ID)) == 0 &&
 			len(children(t, "ggml-rpc-server"))+len(children(t, "llama-server")) == 0
 	}, 30*time.Second, 100*time.Millisecond, "every part and process is gone")
+}
+
+// waitSplit waits until the split placement id on host is ready on members, or fails.
+func waitSplit(t *testing.T, ctx context.Context, m *Mesh, host, id string, done func(api.Placement) bool) api.Placement {
+	t.Helper()
+	var last api.Placement
+	require.Eventually(t, func() bool {
+		p, err := m.Client(host).Placement(ctx, id)
+		if err != nil {
+			return false
+		}
+		last = p
+		return done(p)
+	}, time.Minute, 100*time.Millisecond, "split %s never got there: %+v", id, last)
+	return last
+}
+
+func hostsOf(p api.Placement) []string {
+	var out []string
+	if p.Split != nil {
+		for _, mb := range p.Split.Members {
+			out = append(out, mb.Host)
+		}
+	}
+	return out
+}
+
+// A member that goes away aborts the split: the main re-plans onto the hosts left and runs
+// again; when no host is left to take the share, the split fails with the reason and nothing of
+// it keeps running.
+func TestSplitReplansThenFailsWhenMembersGo(t *testing.T) {
+	model := enginetest.TinyGGUF(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m := splitMesh(t, ctx, 2<<30)
+	p, err := m.Client("h1").Place(ctx, api.PlacementRequest{Source: FileSource(model), Name: "tiny", Context: 256,
+		Split: &api.SplitAsk{Hosts: []string{"h1", "h2"}}})
+	require.NoError(t, err)
+	waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool { return p.State == api.StateReady })
+
+	require.NoError(t, m.Host("h2").Node.Close())
+	p = waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool {
+		return p.State == api.StateReady && slices.Equal(hostsOf(p), []string{"h1", "h3"})
+	})
+	assert.Positive(t, p.Restarts, "the split restarted without h2")
+	require.Eventually(t, func() bool {
+		var text strings.Builder
+		err := m.Client("h3").ChatStream(ctx, "tiny", []api.ChatMessage{{Role: "user", Content: "hello"}}, api.ChatOptions{MaxTokens: 4}, func(d api.ChatDelta) error {
+			text.WriteString(d.Content)
+			return nil
+		})
+		return err == nil && text.Len() > 0
+	}, 30*time.Second, 200*time.Millisecond, "the re-planned split answers")
+
+	require.NoError(t, m.Host("h3").Node.Close())
+	p = waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool { return p.State == api.StateFailed })
+	assert.Equal(t, api.CodeInsufficientMemory, p.Code)
+	assert.Contains(t, p.Reason, "h3 lost and the hosts left do not hold it")
+	require.Eventually(t, func() bool {
+		return len(partsOf(t, ctx, m, "h1", p.ID)) == 0 && len(children(t, "ggml-rpc-server"))+len(children(t, "llama-server")) == 0
+	}, 30*time.Second, 100*time.Millisecond, "a failed split leaves nothing running")
+}
+
+// A main that goes away takes its parts with it: each member drops its part once it sees the
+// main host leave.
+func TestSplitPartsGoWithTheirMain(t *testing.T) {
+	model := enginetest.TinyGGUF(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m := splitMesh(t, ctx, 2<<30)
+	p, err := m.Client("h1").Place(ctx, api.PlacementRequest{Source: FileSource(model), Name: "tiny", Context: 256,
+		Split: &api.SplitAsk{Hosts: []string{"h1", "h2"}}})
+	require.NoError(t, err)
+	waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool { return p.State == api.StateReady })
+	require.Len(t, partsOf(t, ctx, m, "h2", p.ID), 1)
+	require.NoError(t, m.Host("h1").Node.Close())
+	require.Eventually(t, func() bool { return len(partsOf(t, ctx, m, "h2", p.ID)) == 0 }, 30*time.Second, 100*time.Millisecond,
+		"h2 dropped the part of a split whose main left")
+	require.Eventually(t, func() bool { return len(children(t, "ggml-rpc-server")) == 0 }, 30*time.Second, 100*time.Millisecond)
 }
