@@ -377,7 +377,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 	est, serr := a.size(ctx, c)
 	var plan *api.SplitPlan
 	if c.req.Split != nil && serr == nil {
-		if plan, est, err = a.planSplit(c, est); err != nil {
+		if plan, est, err = a.planSplit(c, est, 0); err != nil {
 			a.mu.Lock()
 			delete(a.placements, pl.p.ID)
 			a.changedLocked()

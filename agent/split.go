@@ -50,10 +50,11 @@ func (a *Agent) splitOK() error {
 }
 
 // planSplit plans a checked split request sized as est, with this host as the main, over the
-// mesh as this agent sees it now, leaving out the hosts in without. It returns the plan and
-// what the main placement itself holds; an error when it does not fit, with every member's
-// arithmetic and every other host's reason.
-func (a *Agent) planSplit(c checked, est api.SizeEstimate, without ...string) (*api.SplitPlan, api.SizeEstimate, error) {
+// mesh as this agent sees it now, leaving out the hosts in without; own is what the split's
+// main placement already holds here (when it is re-planned), free for the new plan. It returns
+// the plan and what the main placement itself holds; an error when it does not fit, with every
+// member's arithmetic and every other host's reason.
+func (a *Agent) planSplit(c checked, est api.SizeEstimate, own int64, without ...string) (*api.SplitPlan, api.SizeEstimate, error) {
 	if err := a.splitOK(); err != nil {
 		return nil, est, err
 	}
@@ -63,6 +64,7 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, without ...string) (*
 		if m.Name == a.Name() {
 			// Our own state as it is now, not as it was last gossiped.
 			h := a.Host()
+			h.Memory.Committed = max(h.Memory.Committed-own, 0)
 			m.Host, m.Liveness = &h, api.Alive
 		}
 		if !containsName(without, m.Name) {
@@ -90,13 +92,13 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, without ...string) (*
 		return nil, est, api.Errorf(api.CodeInsufficientMemory, "%s", msg)
 	}
 	main := plan.Members[0]
-	own := api.SizeEstimate{
+	mainEst := api.SizeEstimate{
 		Bytes: main.MainNeed, Compute: est.Compute, Cache: est.Cache, Overhead: est.Overhead,
 		Method: est.Method, Device: api.DeviceHost, TrainContext: est.TrainContext, FileBytes: est.FileBytes, Layers: est.Layers,
 		Detail: fmt.Sprintf("main of a split across %d hosts: llama-server's compute %s + prompt cache %s + overhead %s; the layers are the parts'",
 			len(plan.Members), api.FormatBytes(est.Compute), api.FormatBytes(est.Cache), api.FormatBytes(est.Overhead)),
 	}
-	return &plan, own, nil
+	return &plan, mainEst, nil
 }
 
 func containsName(names []string, n string) bool {
@@ -376,6 +378,7 @@ func (a *Agent) replan(ctx context.Context, pl *placement, gone []string) error 
 	c := checked{req: api.PlacementRequest{Source: pl.p.Source, Namespace: pl.p.Namespace, Context: pl.p.Context, Name: pl.p.Model,
 		Runtime: api.RuntimeLlamaServer}, src: pl.src}
 	full := pl.p.Memory
+	own := heldOf(pl.p)
 	a.mu.RUnlock()
 	full.Weights, full.KV = old.Members[0].Weights, old.Members[0].KV
 	for _, m := range old.Members[1:] {
@@ -386,7 +389,7 @@ func (a *Agent) replan(ctx context.Context, pl *placement, gone []string) error 
 	full.Bytes = full.Weights + full.KV + full.Compute + full.Cache + full.Overhead
 	a.releaseParts(&old)
 	a.log.Warn("split member lost; re-planning", "placement", pl.p.ID, "lost", gone)
-	plan, _, err := a.planSplit(c, full, gone...)
+	plan, _, err := a.planSplit(c, full, own, gone...)
 	if err == nil {
 		err = a.admitParts(ctx, pl, plan)
 	}

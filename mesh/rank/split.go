@@ -154,9 +154,10 @@ func Split(members []api.Member, req SplitRequest) api.SplitPlan {
 	slices.SortStableFunc(others, func(a, b *candidate) int {
 		return cmp.Or(cmp.Compare(b.capacity, a.capacity), strings.Compare(a.m.Name, b.m.Name))
 	})
-	if main.usable < mainExtra+fixed {
-		plan.Reason = fmt.Sprintf("refused: the main %s needs %s for llama-server and its rpc-server, %s free with headroom",
-			main.m.Name, api.FormatBytes(mainExtra+fixed), api.FormatBytes(main.usable))
+	// The main may hold no layer (then it runs no rpc-server), but it must hold llama-server.
+	if main.usable < mainExtra {
+		plan.Reason = fmt.Sprintf("refused: the main %s needs %s for llama-server, %s free with headroom",
+			main.m.Name, api.FormatBytes(mainExtra), api.FormatBytes(main.usable))
 		plan.Members = arithmetic([]*candidate{main}, est, nil)
 		return plan
 	}

@@ -136,3 +136,18 @@ func TestLayersForStaysWithinCapacity(t *testing.T) {
 		assert.LessOrEqual(t, got[i], c.capacity)
 	}
 }
+
+func TestSplitMainMayHoldNoLayer(t *testing.T) {
+	req := big()
+	req.Main = "main"
+	// 2 GiB holds llama-server (1.5 GiB) but no layer beside it; the others hold them all.
+	p := Split([]api.Member{rpcAgent("main", 2), rpcAgent("a", 14), rpcAgent("b", 14)}, req)
+	require.True(t, p.Fits, p.Reason)
+	assert.Equal(t, "main", p.Members[0].Host)
+	assert.Zero(t, p.Members[0].Layers)
+	assert.Zero(t, p.Members[0].Need, "no rpc-server on the main")
+	assert.Positive(t, p.Members[0].MainNeed)
+	p = Split([]api.Member{rpcAgent("main", 1), rpcAgent("a", 14)}, req)
+	assert.False(t, p.Fits)
+	assert.Contains(t, p.Reason, "needs 1.5 GiB for llama-server")
+}
