@@ -3,8 +3,10 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,6 +151,53 @@ func TestLANSplit(t *testing.T) {
 		}
 	})
 
+	rep.step(t, "speed beside bare llama.cpp RPC on the same hosts and link", func(t *testing.T, note func(string, ...any)) {
+		q, err := e.client(e.laptop, sa, e.admin).Placement(ctx, p.ID)
+		if err != nil || q.Engine == "" {
+			t.Fatalf("the split's llama-server: %v %+v", err, q)
+		}
+		split, err := speed(ctx, sa.netHost, q.Engine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Bare: sb's worker on its LAN address (this step alone exposes one), sa's llama-server
+		// dialling it directly; the same shares (every layer on sb) and context.
+		rpcBin := filepath.Join(filepath.Dir(llama), "ggml-rpc-server")
+		worker, err := sb.spawn("bare-rpc-server", []string{"LLAMA_CACHE=" + filepath.Join(sb.Dir, "bare-cache")}, rpcBin, "-H", sb.Addr, "-p", "50052", "-c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer worker.stop(5 * time.Second)
+		var main *proc
+		if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
+			if main == nil {
+				c, err := sa.HTTP.Transport.(*http.Transport).DialContext(ctx, "tcp", sb.Addr+":50052")
+				if err != nil {
+					return false, err.Error()
+				}
+				c.Close()
+				if main, err = sa.spawn("bare-llama-server", nil, llama, "-m", model, "--host", "127.0.0.1", "--port", "18080",
+					"-c", "256", "-np", "1", "--cache-ram", "0", "--rpc", sb.Addr+":50052", "-ngl", "99"); err != nil {
+					return false, err.Error()
+				}
+			}
+			code, _, err := sa.get(ctx, "http://127.0.0.1:18080/health", "")
+			if err != nil {
+				return false, err.Error()
+			}
+			return code == http.StatusOK, fmt.Sprintf("/health %d", code)
+		}); err != nil {
+			t.Fatalf("bare llama.cpp RPC: %v", err)
+		}
+		defer main.stop(5 * time.Second)
+		bare, err := speed(ctx, sa.netHost, "http://127.0.0.1:18080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		note("through the sealed channel: %.1f tokens/s, prompt %.1f ms; bare llama.cpp RPC: %.1f tokens/s, prompt %.1f ms (%.2f× the tokens/s, %.2f× the first token)",
+			split.tps, split.promptMS, bare.tps, bare.promptMS, split.tps/bare.tps, split.promptMS/bare.promptMS)
+	})
+
 	rep.step(t, "kill -9 a worker's agent: the chat in flight ends with an error, the split moves", func(t *testing.T, note func(string, ...any)) {
 		started := make(chan struct{})
 		done := make(chan chatResult, 1)
@@ -206,6 +255,39 @@ func TestLANSplit(t *testing.T) {
 			t.Error(err)
 		}
 	})
+}
+
+// figures is what llama-server's own timings say of an answer.
+type figures struct{ tps, promptMS float64 }
+
+// speed is the median of five answers of 32 tokens from the llama-server at base, asked from
+// inside h's namespace, prompt cache off so every prompt is evaluated.
+func speed(ctx context.Context, h *netHost, base string) (figures, error) {
+	var runs []figures
+	for i := range 5 {
+		code, b, err := h.do(ctx, http.MethodPost, base+"/completion", "", map[string]any{
+			"prompt": fmt.Sprintf("Run %d: tell me about meshes of small computers.", i), "n_predict": 32, "cache_prompt": false,
+			"temperature": 0, "ignore_eos": true,
+		})
+		if err != nil || code != http.StatusOK {
+			return figures{}, fmt.Errorf("%s/completion: %d %v %s", base, code, err, b)
+		}
+		var doc struct {
+			Timings struct {
+				PromptMS float64 `json:"prompt_ms"`
+				TPS      float64 `json:"predicted_per_second"`
+			} `json:"timings"`
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			return figures{}, err
+		}
+		runs = append(runs, figures{doc.Timings.TPS, doc.Timings.PromptMS})
+	}
+	slices.SortFunc(runs, func(a, b figures) int { return cmp.Compare(a.tps, b.tps) })
+	mid := runs[len(runs)/2]
+	slices.SortFunc(runs, func(a, b figures) int { return cmp.Compare(a.promptMS, b.promptMS) })
+	mid.promptMS = runs[len(runs)/2].promptMS
+	return mid, nil
 }
 
 // bigModel makes make_gguf.py's "big" random model (8 layers, ~300 MB): more than any of the
