@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,7 +68,7 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, own int64, without ..
 			h.Memory.Committed = max(h.Memory.Committed-own, 0)
 			m.Host, m.Liveness = &h, api.Alive
 		}
-		if !containsName(without, m.Name) {
+		if !slices.Contains(without, m.Name) {
 			members = append(members, m)
 		}
 	}
@@ -99,15 +100,6 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, own int64, without ..
 			len(plan.Members), api.FormatBytes(est.Compute), api.FormatBytes(est.Cache), api.FormatBytes(est.Overhead)),
 	}
 	return &plan, mainEst, nil
-}
-
-func containsName(names []string, n string) bool {
-	for _, x := range names {
-		if x == n {
-			return true
-		}
-	}
-	return false
 }
 
 // admitParts asks every member with layers to admit its part; any refusal releases the parts

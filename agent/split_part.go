@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -53,7 +54,8 @@ func (a *Agent) validatePart(who api.Principal, req api.PlacementRequest) (check
 const partGrace = 30 * time.Second
 
 // reapParts drops the parts whose split is gone: the main host dead or left, or alive without
-// the parent placement. Nothing is left running for a split nobody runs.
+// the parent placement (this host's own, when it is the main). Nothing is left running for a
+// split nobody runs.
 func (a *Agent) reapParts() {
 	if a.view == nil {
 		return
@@ -61,8 +63,12 @@ func (a *Agent) reapParts() {
 	self := a.Name()
 	a.mu.RLock()
 	var parts []api.Placement
+	var own []string // the splits this host is the main of
 	for _, pl := range a.placements {
-		if pl.p.Part != nil && pl.p.Part.Main != self && pl.p.State != api.StateStopping {
+		if pl.p.Split != nil && !pl.p.State.Terminal() {
+			own = append(own, pl.p.ID)
+		}
+		if pl.p.Part != nil && pl.p.State != api.StateStopping {
 			parts = append(parts, pl.p)
 		}
 	}
@@ -72,7 +78,13 @@ func (a *Agent) reapParts() {
 	}
 	view := a.view()
 	for _, p := range parts {
-		why := orphaned(view, p)
+		var why string
+		switch {
+		case p.Part.Main != self:
+			why = orphaned(view, p)
+		case !slices.Contains(own, p.Part.Parent) && time.Since(p.CreatedAt) > partGrace:
+			why = "its split " + p.Part.Parent + " is gone from this host"
+		}
 		if why == "" {
 			continue
 		}
