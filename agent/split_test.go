@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
+	"github.com/llmkube/mesh/engines/llamaserver"
+)
+
+// A member admits a split's part exactly as a local placement: against its own budget, with
+// the arithmetic in a refusal, only from an agent (the admin), only with an rpc-server.
+func TestSplitPartAdmission(t *testing.T) {
+	rd, err := llamaserver.NewRPC(llamaserver.RPCConfig{Binary: "/nonexistent/ggml-rpc-server", LogDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	a := newBareAgent(t, "container-2g", func(c *Config) { c.Drivers = []engines.Driver{rd}; c.Budget = 1 << 30 })
+	s := serve(t, a, nil)
+	part := func(need int64) api.PlacementRequest {
+		return api.PlacementRequest{Source: "/models/x.gguf", Name: "x.part.p-1", Runtime: api.RuntimeRPCServer,
+			Part: &api.SplitPart{Parent: "p-1", Main: "main", Member: api.SplitMember{Host: a.Name(), Layers: 4, Weights: need - 64<<20, Overhead: 64 << 20, Need: need}}}
+	}
+
+	_, err = s.nsClient(t, "default").Place(t.Context(), part(256<<20))
+	assert.Equal(t, api.CodeForbidden, codeOfErr(err), "a namespace token cannot place a part: %v", err)
+
+	_, err = s.admin.Place(t.Context(), part(256<<20))
+	assert.Equal(t, api.CodeEngineUnavailable, codeOfErr(err), "no rpc-server here: %v", err)
+	assert.ErrorContains(t, err, "ggml-rpc-server not found")
+}
+
+func TestSplitPartRefusedOverBudget(t *testing.T) {
+	a := newBareAgent(t, "container-2g", func(c *Config) { c.Budget = 1 << 30 })
+	a.engines[api.RuntimeRPCServer] = api.Engine{Runtime: api.RuntimeRPCServer, Present: true, Version: "5.0.0"}
+	rd, err := llamaserver.NewRPC(llamaserver.RPCConfig{Binary: "/bin/true", LogDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	a.drivers[api.RuntimeRPCServer] = rd
+	req := api.PlacementRequest{Source: "/models/x.gguf", Name: "x.part.p-1", Runtime: api.RuntimeRPCServer,
+		Part: &api.SplitPart{Parent: "p-1", Main: "main", Member: api.SplitMember{Layers: 4, Weights: 2 << 30, Overhead: 64 << 20, Need: 2<<30 + 64<<20}}}
+	_, err = a.Place(t.Context(), api.Principal{Admin: true}, req)
+	require.Error(t, err)
+	assert.Equal(t, api.CodeInsufficientMemory, codeOfErr(err))
+	assert.Contains(t, err.Error(), "2.1 GiB", "the arithmetic: %v", err)
+	assert.Empty(t, a.Placements(), "nothing reserved")
+
+	req.Part.Member.Need, req.Part.Member.Weights = 128<<20, 64<<20
+	p, err := a.Place(t.Context(), api.Principal{Admin: true}, req)
+	require.NoError(t, err)
+	assert.Equal(t, int64(128<<20), p.Memory.Bytes, "the part reserves its share")
+	assert.Equal(t, "-1", p.TTL, "a part never sleeps")
+	assert.NotNil(t, p.Part)
+	assert.Equal(t, int64(128<<20), a.Host().Memory.Reserved+a.Host().Memory.Committed)
+}
