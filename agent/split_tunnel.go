@@ -198,7 +198,11 @@ func (s *Server) rpcTunnel(w http.ResponseWriter, r *http.Request) {
 		up.Close()
 		return
 	}
-	pipe(bufferedConn{conn, brw.Reader}, up.(*net.TCPConn))
+	var src io.ReadWriteCloser = conn // TLS reads its records whole: no second buffer per message
+	if brw.Reader.Buffered() > 0 {
+		src = bufferedConn{conn, brw.Reader}
+	}
+	pipe(src, up.(*net.TCPConn))
 }
 
 // bufferedConn reads what the server had buffered first.
