@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
@@ -53,9 +52,10 @@ func (a *Agent) validatePart(who api.Principal, req api.PlacementRequest) (check
 // dropped: the main gossips its placement after it asked for the part.
 const partGrace = 30 * time.Second
 
-// reapParts drops the parts whose split is gone: the main host dead or left, or alive without
-// the parent placement (this host's own, when it is the main). Nothing is left running for a
-// split nobody runs.
+// reapParts drops the parts whose split is gone: the main host dead or left, or alive with no
+// split placement that still uses the part (this host's own, when it is the main; a split
+// re-planned without this host while it was down). Nothing is left running for a split nobody
+// runs.
 func (a *Agent) reapParts() {
 	if a.view == nil {
 		return
@@ -63,10 +63,10 @@ func (a *Agent) reapParts() {
 	self := a.Name()
 	a.mu.RLock()
 	var parts []api.Placement
-	var own []string // the splits this host is the main of
+	own := map[string]api.Placement{} // the splits this host is the main of
 	for _, pl := range a.placements {
-		if pl.p.Split != nil && !pl.p.State.Terminal() {
-			own = append(own, pl.p.ID)
+		if pl.p.Split != nil {
+			own[pl.p.ID] = pl.p
 		}
 		if pl.p.Part != nil && pl.p.State != api.StateStopping {
 			parts = append(parts, pl.p)
@@ -79,11 +79,12 @@ func (a *Agent) reapParts() {
 	view := a.view()
 	for _, p := range parts {
 		var why string
-		switch {
-		case p.Part.Main != self:
+		if p.Part.Main == self {
+			if q, ok := own[p.Part.Parent]; (!ok || !uses(q, p.ID)) && time.Since(p.CreatedAt) > partGrace {
+				why = "its split " + p.Part.Parent + " on this host no longer uses it"
+			}
+		} else {
 			why = orphaned(view, p)
-		case !slices.Contains(own, p.Part.Parent) && time.Since(p.CreatedAt) > partGrace:
-			why = "its split " + p.Part.Parent + " is gone from this host"
 		}
 		if why == "" {
 			continue
@@ -94,7 +95,7 @@ func (a *Agent) reapParts() {
 	}
 }
 
-// orphaned says why part p has no split any more, or "".
+// orphaned says why part p, whose main is another host, has no split any more, or "".
 func orphaned(view api.MeshView, p api.Placement) string {
 	for _, m := range view.Members {
 		if m.Name != p.Part.Main {
@@ -107,16 +108,33 @@ func orphaned(view api.MeshView, p api.Placement) string {
 			return ""
 		}
 		for _, q := range m.Placements {
-			if q.ID == p.Part.Parent && !q.State.Terminal() {
+			if q.ID == p.Part.Parent && uses(q, p.ID) {
 				return ""
 			}
 		}
-		return "its split " + p.Part.Parent + " is gone from " + m.Name
+		return "its split " + p.Part.Parent + " on " + m.Name + " no longer uses it"
 	}
 	if time.Since(p.CreatedAt) < partGrace {
 		return ""
 	}
 	return "its main host " + p.Part.Main + " is not in the mesh"
+}
+
+// uses says whether split placement q runs on part id: a split still admitting its parts (no
+// plan shown yet) is given the benefit of the doubt.
+func uses(q api.Placement, id string) bool {
+	if q.State.Terminal() {
+		return false
+	}
+	if q.Split == nil {
+		return true
+	}
+	for _, m := range q.Split.Members {
+		if m.Part == id {
+			return true
+		}
+	}
+	return false
 }
 
 // housekeepParts runs reapParts every interval until ctx ends.

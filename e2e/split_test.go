@@ -240,12 +240,40 @@ func TestLANSplit(t *testing.T) {
 		}
 	})
 
+	rep.step(t, "restart the killed worker's agent: it drops the part its split no longer uses", func(t *testing.T, note func(string, ...any)) {
+		if err := sb.start(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
+			if sb.agent.exited() {
+				return false, "the agent exited"
+			}
+			ps, err := e.client(e.laptop, sb, e.admin).Placements(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, q := range ps {
+				if q.Part != nil {
+					return false, fmt.Sprintf("sb still has part %s (%s)", q.ID, q.State)
+				}
+			}
+			if left := engines(sb.NS); len(left) > 0 {
+				return false, fmt.Sprintf("sb still runs %v", left)
+			}
+			return true, ""
+		})
+		if err != nil {
+			t.Fatalf("%v\n%s", err, sb.agent.tail(30))
+		}
+		note("sb restored, then dropped its stale part, %.1fs after its restart", d.Seconds())
+	})
+
 	rep.step(t, "delete: nothing left on any host", func(t *testing.T, note func(string, ...any)) {
 		if r := e.mesh(ctx, "delete", p.ID); r.code != 0 {
 			t.Fatalf("delete: %s", r)
 		}
 		if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
-			for _, a := range []*agentHost{sa, sc} {
+			for _, a := range hosts {
 				if left := engines(a.NS); len(left) > 0 {
 					return false, fmt.Sprintf("%s still runs %v", a.Name, left)
 				}
