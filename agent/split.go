@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -461,4 +462,49 @@ func (a *Agent) startSplitLocked(ctx context.Context, pl *placement, plan *api.S
 	a.changedLocked()
 	a.publishLocked(api.EventPlacement, pl, "split: "+plan.Reason, "")
 	return nil
+}
+
+// splitFindings are the doctor's findings about the splits this host is the main of: a member
+// the mesh no longer shows alive, or one whose RPC protocol is not the split's.
+func (a *Agent) splitFindings(ps []api.Placement) []api.Finding {
+	if a.view == nil {
+		return nil
+	}
+	var out []api.Finding
+	var view api.MeshView
+	for _, p := range ps {
+		if p.Split == nil || p.State.Terminal() {
+			continue
+		}
+		if view.Members == nil {
+			view = a.view()
+		}
+		for _, m := range p.Split.Members {
+			if m.Layers == 0 || m.Host == a.Name() {
+				continue
+			}
+			problem := ""
+			mb, ok := findMember(view, m.Host)
+			switch {
+			case !ok || mb.Liveness != api.Alive:
+				problem = fmt.Sprintf("split %q (namespace %s) on %s is missing its member %s (%d of %d layers): the host is %s", p.Model, p.Namespace, a.Name(), m.Host, m.Layers, p.Split.Layers, cmp.Or(string(mb.Liveness), "gone from the mesh"))
+			case mb.Host != nil && mb.Host.RPCProtocol() != p.Split.Protocol:
+				problem = fmt.Sprintf("split %q (namespace %s) on %s: member %s runs RPC protocol %q, the split %q", p.Model, p.Namespace, a.Name(), m.Host, mb.Host.RPCProtocol(), p.Split.Protocol)
+			}
+			if problem != "" {
+				out = append(out, api.Finding{Severity: api.SeverityError, Problem: problem, Namespace: p.Namespace,
+					Fix: fmt.Sprintf("bring %s back (with the same llama.cpp build), or delete placement %s and place the model again: the main re-plans onto the hosts left when it restarts", m.Host, p.ID)})
+			}
+		}
+	}
+	return out
+}
+
+func findMember(v api.MeshView, name string) (api.Member, bool) {
+	for _, m := range v.Members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return api.Member{}, false
 }

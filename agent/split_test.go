@@ -53,3 +53,19 @@ func TestSplitPartRefusedOverBudget(t *testing.T) {
 	assert.NotNil(t, p.Part)
 	assert.Equal(t, int64(128<<20), a.Host().Memory.Reserved+a.Host().Memory.Committed)
 }
+
+// The doctor names a split's member that is gone, and one on another RPC protocol.
+func TestSplitFindings(t *testing.T) {
+	a := newBareAgent(t, "container-2g", nil)
+	plan := &api.SplitPlan{Layers: 8, Protocol: "5.0.0", Members: []api.SplitMember{
+		{Host: a.Name(), Main: true, Layers: 2}, {Host: "gone", Layers: 3}, {Host: "old", Layers: 3}}}
+	old := &api.Host{Engines: []api.Engine{{Runtime: api.RuntimeRPCServer, Present: true, Version: "4.0.0"}}}
+	a.view = func() api.MeshView {
+		return api.MeshView{Members: []api.Member{{Name: "gone", Liveness: api.Dead}, {Name: "old", Liveness: api.Alive, Host: old}}}
+	}
+	fs := a.splitFindings([]api.Placement{{ID: "p-1", Model: "big", Namespace: "default", State: api.StateReady, Split: plan}})
+	require.Len(t, fs, 2)
+	assert.Contains(t, fs[0].Problem, "missing its member gone (3 of 8 layers): the host is dead")
+	assert.Contains(t, fs[1].Problem, `member old runs RPC protocol "4.0.0", the split "5.0.0"`)
+	assert.Equal(t, "default", fs[0].Namespace, "only the admin and the namespace see it")
+}
