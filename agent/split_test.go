@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,4 +71,37 @@ func TestSplitFindings(t *testing.T) {
 	assert.Contains(t, fs[0].Problem, "missing its member gone (3 of 8 layers): the host is dead")
 	assert.Contains(t, fs[1].Problem, `member old runs RPC protocol "4.0.0", the split "5.0.0"`)
 	assert.Equal(t, "default", fs[0].Namespace, "only the admin and the namespace see it")
+}
+
+// One member's refusal fails the whole split with that member's words and releases every part
+// already admitted: here this host's own.
+func TestSplitRefusalReleasesEveryPart(t *testing.T) {
+	a := newBareAgent(t, "container-2g", func(c *Config) { c.Budget = 4 << 30 })
+	t.Cleanup(a.wg.Wait) // the release finishes (and saves) in the background
+	a.engines[api.RuntimeRPCServer] = api.Engine{Runtime: api.RuntimeRPCServer, Present: true, Version: "5.0.0"}
+	rd, err := llamaserver.NewRPC(llamaserver.RPCConfig{Binary: "/bin/true", LogDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	a.drivers[api.RuntimeRPCServer] = rd
+	var calls []string
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls = append(calls, r.Method+" "+r.URL.Path+" as "+r.Header.Get(PrincipalHeader))
+		WriteError(w, api.Errorf(api.CodeInsufficientMemory, "needs 3 GiB, 1 GiB free"))
+	}))
+	t.Cleanup(member.Close)
+	a.JoinMesh(func() api.MeshView {
+		return api.MeshView{Members: []api.Member{{Name: "w", Role: api.RoleAgent, Liveness: api.Alive,
+			Host: &api.Host{Name: "w", APIAddr: strings.TrimPrefix(member.URL, "http://")}}}}
+	}, nil)
+	pl := &placement{p: api.Placement{ID: "p-main", Model: "big", Source: "/m/big.gguf", Namespace: "default", Context: 256}}
+	plan := &api.SplitPlan{Layers: 8, Members: []api.SplitMember{
+		{Host: a.Name(), Main: true, Layers: 4, Weights: 1 << 30, Need: 1<<30 + 64<<20},
+		{Host: "w", Layers: 4, Weights: 1 << 30, Need: 1<<30 + 64<<20}}}
+	err = a.admitParts(t.Context(), pl, plan)
+	require.Error(t, err)
+	assert.Equal(t, api.CodeInsufficientMemory, codeOfErr(err))
+	assert.ErrorContains(t, err, "w refused its share (4 layers, 1.1 GiB): InsufficientMemory: needs 3 GiB, 1 GiB free")
+	assert.Equal(t, []string{"POST /v1/placements as admin"}, calls, "the member was asked as an agent, and nothing admitted there")
+	assert.Empty(t, a.Placements(), "this host's own part was released")
+	assert.Zero(t, a.Host().Memory.Reserved)
+	assert.Empty(t, plan.Members[0].Part)
 }
