@@ -32,6 +32,19 @@ func TestSplitPartAdmission(t *testing.T) {
 	_, err = s.admin.Place(t.Context(), part(256<<20))
 	assert.Equal(t, api.CodeEngineUnavailable, codeOfErr(err), "no rpc-server here: %v", err)
 	assert.ErrorContains(t, err, "ggml-rpc-server not found")
+
+	// The RPC channel is the agents' alone: a namespace token is refused before anything is dialled.
+	tok, err := api.NamespaceToken(api.AdminToken(s.secret), "default")
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.url+"/v1/placements/p-1/rpc", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", api.RPCUpgrade)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
 }
 
 func TestSplitPartRefusedOverBudget(t *testing.T) {
