@@ -105,6 +105,10 @@ func TestLANSplit(t *testing.T) {
 
 	var p api.Placement
 	rep.step(t, "place from the laptop: every member admits its share", func(t *testing.T, note func(string, ...any)) {
+		// No host holds it alone: the ranking refuses it everywhere, and offers the split.
+		if r := e.mesh(ctx, "rank", "file://"+model); r.code != 3 || !strings.Contains(r.stderr, "no host holds it alone, but 2 do together") {
+			t.Errorf("rank without --split: %s", r)
+		}
 		var doc struct {
 			Placement *api.Placement `json:"placement"`
 			Error     *api.Error     `json:"error"`

@@ -234,6 +234,7 @@ func (a *app) rankCmd() *cobra.Command {
 			return err
 		}
 		refusal := r.Refusal()
+		a.suggestSplit(s.conn, req, r, refusal)
 		if a.g.json {
 			if err := a.writeDoc(RankingDoc{Schema: Schema, Ranking: r, Error: a.errorOf(refusal)}); err != nil {
 				return err

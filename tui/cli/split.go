@@ -115,3 +115,21 @@ func splitTable(w io.Writer, p api.SplitPlan) error {
 	_, err := fmt.Fprintf(w, "%s\nexpected speed: %s (%s)\n", api.Printable(p.Reason), speed, api.Printable(strings.TrimSpace(p.Basis)))
 	return err
 }
+
+// suggestSplit says on stderr when no host holds a GGUF model alone but several do together,
+// and how to place it so: the preview offers a split whenever no single host fits.
+func (a *app) suggestSplit(conn *console.Conn, req api.PlacementRequest, r console.Ranking, refusal error) {
+	if refusal == nil || r.Estimate.Layers <= 0 {
+		return
+	}
+	plan := rank.Split(conn.View().Members, rank.SplitRequest{Request: r.Request(req, false)})
+	if !plan.Fits {
+		return
+	}
+	hosts := make([]string, len(plan.Members))
+	for i, m := range plan.Members {
+		hosts[i] = m.Host
+	}
+	fmt.Fprintf(a.stderr, "no host holds it alone, but %d do together (%s): llmkube-tui mesh rank %s --split, then mesh place … --split\n",
+		len(hosts), api.Printable(strings.Join(hosts, ", ")), api.Printable(req.Source))
+}
