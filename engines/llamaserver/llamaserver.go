@@ -120,11 +120,8 @@ func New(cfg Config, log *slog.Logger) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.LogDir == "" {
-		return nil, errors.New("llama-server driver: a log folder (Config.LogDir) is required")
-	}
-	if err := os.MkdirAll(cfg.LogDir, 0o750); err != nil {
-		return nil, fmt.Errorf("llama-server driver: log folder: %w", err)
+	if err := logFolder(cfg.LogDir, "llama-server driver", "Config.LogDir"); err != nil {
+		return nil, err
 	}
 	if cfg.HealthTimeout <= 0 {
 		cfg.HealthTimeout = DefaultHealthTimeout

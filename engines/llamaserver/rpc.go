@@ -2,7 +2,6 @@ package llamaserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -58,11 +57,8 @@ func NewRPC(cfg RPCConfig, log *slog.Logger) (*RPCDriver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.LogDir == "" {
-		return nil, errors.New("rpc-server driver: a log folder (RPCConfig.LogDir) is required")
-	}
-	if err := os.MkdirAll(cfg.LogDir, 0o750); err != nil {
-		return nil, fmt.Errorf("rpc-server driver: log folder: %w", err)
+	if err := logFolder(cfg.LogDir, "rpc-server driver", "RPCConfig.LogDir"); err != nil {
+		return nil, err
 	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = DefaultStopGrace
@@ -285,6 +281,17 @@ func (d *RPCDriver) Loaded(context.Context) ([]string, error) {
 // Chat: a worker serves no chats; its split's main does.
 func (d *RPCDriver) Chat(context.Context, engines.Model, engines.ChatRequest, func(engines.ChatChunk) error) error {
 	return &engines.Error{Code: api.CodeBadRequest, Err: fmt.Errorf("an rpc-server part serves no chats: %w", engines.ErrUnsupported)}
+}
+
+// logFolder makes a driver's log folder, which it requires (field names the setting).
+func logFolder(dir, driver, field string) error {
+	if dir == "" {
+		return fmt.Errorf("%s: a log folder (%s) is required", driver, field)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("%s: log folder: %w", driver, err)
+	}
+	return nil
 }
 
 // rpcArgs make llama-server use the split's workers: every repeating layer offloaded (-ngl 99)
