@@ -73,7 +73,7 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, own int64, without ..
 			members = append(members, m)
 		}
 	}
-	req := rank.SplitRequest{Request: rank.Request{PlacementRequest: c.req, Estimate: est}, Main: a.Name()}
+	req := rank.SplitRequest{Request: rank.Request{PlacementRequest: c.req, Estimate: est}, Main: a.Name(), RTT: rank.RTTs(members)}
 	if c.req.Split != nil {
 		req.Hosts = c.req.Split.Hosts
 	}

@@ -122,6 +122,7 @@ func TestLANSplit(t *testing.T) {
 		if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
 			t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
 		}
+		note("expected speed %.1f tok/s: %s", p.Split.TokensPerS, p.Split.Basis)
 		for _, m := range p.Split.Members {
 			note("%s: %d of %d layers, needs %s of %s free", m.Host, m.Layers, p.Split.Layers, api.FormatBytes(m.Need+m.MainNeed), api.FormatBytes(m.Free))
 		}

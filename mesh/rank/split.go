@@ -33,8 +33,9 @@ type SplitRequest struct {
 // Bounds of a split plan.
 const (
 	// DefaultMaxRTT: llama.cpp RPC makes a few round trips per device per token, so a link
-	// much slower than a LAN's costs more than the split gains.
-	DefaultMaxRTT = 5 * time.Millisecond
+	// much slower than a LAN's (or a host too busy to answer a probe in time) costs more than
+	// the split gains.
+	DefaultMaxRTT = 10 * time.Millisecond
 	// DefaultHeadroom of each member's free budget is left free.
 	DefaultHeadroom = 0.1
 	// WorkerOverhead is an rpc-server process beyond the tensors it holds (measured: ~20 MiB
@@ -46,6 +47,18 @@ const (
 	// compute and the read of its result.
 	roundTripsPerToken = 2
 )
+
+// RTTs are the measured round trips to members, as a view gives them (api.Member.RTTMillis),
+// for SplitRequest.RTT.
+func RTTs(members []api.Member) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, m := range members {
+		if m.RTTMillis > 0 {
+			out[m.Name] = time.Duration(m.RTTMillis * float64(time.Millisecond))
+		}
+	}
+	return out
+}
 
 // candidate is a host that may take part, and how many layers it can hold.
 type candidate struct {

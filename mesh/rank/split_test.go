@@ -82,7 +82,7 @@ func TestSplitRefusals(t *testing.T) {
 	assert.False(t, p.Fits)
 	assert.Equal(t, "refused: no other host can take part", p.Reason)
 	assert.Contains(t, left(p, "old").Reason, "RPC protocol v4.0.0 differs from the main's v5.0.0")
-	assert.Contains(t, left(p, "far").Reason, "RTT 20ms over the bound of 5ms")
+	assert.Contains(t, left(p, "far").Reason, "RTT 20ms over the bound of 10ms")
 	assert.Contains(t, left(p, "none").Reason, "no RPC runtime")
 	assert.Equal(t, api.CodeUnreachable, left(p, "dead").Code)
 	assert.Contains(t, left(p, "small").Reason, "not enough budget")
@@ -150,4 +150,9 @@ func TestSplitMainMayHoldNoLayer(t *testing.T) {
 	p = Split([]api.Member{rpcAgent("main", 1), rpcAgent("a", 14)}, req)
 	assert.False(t, p.Fits)
 	assert.Contains(t, p.Reason, "needs 1.5 GiB for llama-server")
+}
+
+func TestRTTsFromTheView(t *testing.T) {
+	got := RTTs([]api.Member{{Name: "a", RTTMillis: 0.5}, {Name: "b"}})
+	assert.Equal(t, map[string]time.Duration{"a": 500 * time.Microsecond}, got, "an unmeasured member is not judged on it")
 }

@@ -54,7 +54,8 @@ func (a *app) planSplit(ctx context.Context, conn *console.Conn, req api.Placeme
 	if err != nil {
 		return r, api.SplitPlan{}, err
 	}
-	plan := rank.Split(conn.View().Members, rank.SplitRequest{Request: r.Request(req, false), Hosts: sf.hosts, Main: main})
+	members := conn.View().Members
+	plan := rank.Split(members, rank.SplitRequest{Request: r.Request(req, false), Hosts: sf.hosts, Main: main, RTT: rank.RTTs(members)})
 	if !plan.Fits {
 		return r, plan, &api.Error{Code: api.CodeInsufficientMemory, Message: plan.Reason}
 	}
