@@ -77,12 +77,12 @@ func TestSplitRefusals(t *testing.T) {
 	members := []api.Member{rpcAgent("main", 12), old, far, none, dead, rpcAgent("small", 1)}
 	req := big()
 	req.Main = "main"
-	req.RTT = map[string]time.Duration{"far": 20 * time.Millisecond}
+	req.RTT = map[string]time.Duration{"far": 80 * time.Millisecond}
 	p := Split(members, req)
 	assert.False(t, p.Fits)
 	assert.Equal(t, "refused: no other host can take part", p.Reason)
 	assert.Contains(t, left(p, "old").Reason, "RPC protocol v4.0.0 differs from the main's v5.0.0")
-	assert.Contains(t, left(p, "far").Reason, "RTT 20ms over the bound of 10ms")
+	assert.Contains(t, left(p, "far").Reason, "RTT 80ms over the bound of 50ms")
 	assert.Contains(t, left(p, "none").Reason, "no RPC runtime")
 	assert.Equal(t, api.CodeUnreachable, left(p, "dead").Code)
 	assert.Contains(t, left(p, "small").Reason, "not enough budget")
