@@ -20,6 +20,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/source"
 	"github.com/llmkube/mesh/agent/events"
+	"github.com/llmkube/mesh/agent/hop"
 	"github.com/llmkube/mesh/agent/metrics"
 	"github.com/llmkube/mesh/agent/state"
 	"github.com/llmkube/mesh/agent/store"
@@ -204,6 +205,12 @@ type Agent struct {
 	// (hailo-ollama's pause, the load, a restart before it): a swap's silence, said before the
 	// next one (api.Accelerator.LastLoadMillis). 0 before the first.
 	hailoLoad time.Duration
+
+	// For split placements (split.go), set by JoinMesh before Run: the mesh view, hop to reach
+	// other agents over the sealed channel, and the tunnels that carry splits' RPC.
+	view    func() api.MeshView
+	hop     *hop.Client
+	tunnels tunnelSet
 }
 
 // New opens the model store, restores the placements kept in the state dir and accounts for
@@ -408,6 +415,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer a.wg.Done()
 		a.files.run(ctx)
 	}()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.housekeepParts(ctx, a.heartbeatEvery())
+	}()
 	stalled := a.watchdog(ctx)
 	select {
 	case <-ctx.Done():
@@ -546,6 +558,7 @@ func (a *Agent) shutdown() {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
+	a.tunnels.closeAll()
 	// Engine processes (llama-server) are the agent's children: leaving them would orphan
 	// engines nobody supervises. Daemon models (Ollama, hailo-ollama) stay loaded; the next
 	// start loads them again, which the daemons answer at once.
@@ -698,6 +711,9 @@ func (a *Agent) hostLocked() api.Host {
 		if e, ok := a.engines[r]; ok {
 			out.Engines = append(out.Engines, e)
 		}
+	}
+	if e, ok := a.engines[api.RuntimeRPCServer]; ok {
+		out.Engines = append(out.Engines, e) // its Version is the RPC protocol splits need
 	}
 	return out
 }

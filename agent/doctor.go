@@ -54,6 +54,7 @@ func (a *Agent) Findings(ctx context.Context) []api.Finding {
 	out = append(out, exposureFindings(h, ps)...)
 	out = append(out, a.skewFindings(h.Name)...)
 	out = append(out, runtimeFindings(h, waiting, a.cfg.Chosen)...)
+	out = append(out, a.splitFindings(ps)...)
 	for _, p := range ps {
 		switch p.State {
 		case api.StateRestarting:

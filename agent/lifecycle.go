@@ -256,6 +256,13 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			restarting = false
 			continue
 		}
+		if errors.Is(err, errSplitFailed) {
+			a.mu.Lock()
+			a.failLocked(pl, api.CodeInsufficientMemory, err.Error())
+			a.mu.Unlock()
+			a.saveOrLog()
+			return
+		}
 		if err != nil {
 			if !retry && !restarting {
 				a.mu.Lock()

@@ -118,6 +118,9 @@ type checked struct {
 // validate applies every check that needs no sizing, in the order the codes document:
 // a request that fails here costs nothing. Each step may fill in a default the next relies on.
 func (a *Agent) validate(ctx context.Context, who api.Principal, req api.PlacementRequest) (checked, error) {
+	if req.Part != nil {
+		return a.validatePart(who, req)
+	}
 	if err := a.checkNamespace(who, &req); err != nil {
 		return checked{}, err
 	}
@@ -348,7 +351,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 			ID: newID(), Model: c.req.Name, Source: c.src.String(), Runtime: c.runtime,
 			Namespace: c.req.Namespace, Context: c.req.Context, Priority: c.req.Priority,
 			Protected: c.req.Protected, MemoryCheck: c.req.MemoryCheck, SHA256: c.req.SHA256, Args: c.req.Args,
-			TTL:       c.req.TTL,
+			TTL: c.req.TTL, Part: c.req.Part,
 			State:     api.StateSizing,
 			CreatedAt: now, UpdatedAt: now,
 		},
@@ -382,6 +385,16 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 	a.mu.Unlock()
 
 	est, serr := a.size(ctx, c)
+	var plan *api.SplitPlan
+	if c.req.Split != nil && serr == nil {
+		if plan, est, err = a.planSplit(c, est, 0); err != nil {
+			a.mu.Lock()
+			delete(a.placements, pl.p.ID)
+			a.changedLocked()
+			a.mu.Unlock()
+			return api.Placement{}, a.refuse(req, who, err)
+		}
+	}
 
 	a.mu.Lock()
 	verdict, aerr := a.admitLocked(pl, est, serr, c.warn, true)
@@ -401,6 +414,12 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 	a.evictLocked(pl, verdict)
 	a.changedLocked()
 	a.publishLocked(api.EventPlacement, pl, verdict.reason, "")
+	if plan != nil {
+		if err := a.startSplitLocked(ctx, pl, plan); err != nil {
+			a.mu.Unlock()
+			return api.Placement{}, a.refuse(req, who, err)
+		}
+	}
 	if a.runCtx != nil {
 		a.startLocked(pl)
 	} else {
@@ -470,6 +489,9 @@ func (a *Agent) Estimate(ctx context.Context, who api.Principal, req api.Placeme
 // arguments make (engines.RunSizer: llama-server's slots each hold the whole context, cache
 // types and batch sizes change the cache and the buffers).
 func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
+	if c.req.Part != nil {
+		return c.req.Part.Estimate(), nil
+	}
 	run, err := runOf(c.driver, c.req.Args)
 	if err != nil {
 		return api.SizeEstimate{Method: api.SizeUnknown}, asAPIError(err, api.CodeMemoryCheckFailed)
@@ -619,6 +641,7 @@ func (a *Agent) finishDelete(pl *placement, lifecycleDone <-chan struct{}, unloa
 	if lifecycleDone != nil {
 		<-lifecycleDone
 	}
+	a.releaseSplit(pl)
 	if unload {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := pl.driver.Unload(ctx, pl.model); err != nil && !errors.Is(err, engines.ErrNotFound) {
@@ -673,6 +696,9 @@ func (a *Agent) restore(saved []api.Placement) {
 			continue
 		}
 		pl.driver = d
+		if p.Split != nil {
+			pl.driver = a.splitDriverFor()
+		}
 		if p.State == api.StateSleeping {
 			// It held nothing when saved: it waits for a request, admitted again then.
 			pl.p.Engine = ""

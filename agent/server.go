@@ -105,6 +105,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.Handle("GET /v1/placements", s.via(s.list))
 	s.Handle("GET /v1/placements/{id}", s.via(s.get))
 	s.Handle("GET /v1/placements/{id}/log", s.via(s.engineLog))
+	s.Handle("GET /v1/placements/{id}/rpc", http.HandlerFunc(s.rpcTunnel))
 	s.Handle("DELETE /v1/placements/{id}", s.via(s.delete))
 	s.Handle("POST /v1/estimate", s.via(s.estimate))
 	s.Handle("GET /v1/events", s.via(s.events))

@@ -22,7 +22,7 @@ func (a *Agent) ServingAll(who api.Principal) []Local {
 	defer a.mu.RUnlock()
 	var out []Local
 	for _, pl := range a.sortedLocked() {
-		if !who.Allows(pl.p.Namespace) {
+		if !who.Allows(pl.p.Namespace) || pl.p.Part != nil {
 			continue
 		}
 		if v := a.viewLocked(pl); v.State == api.StateReady && pl.inst != nil {
@@ -39,7 +39,7 @@ func (a *Agent) Serving(who api.Principal, model string) []Local {
 	defer a.mu.RUnlock()
 	var out []Local
 	for _, pl := range a.placements {
-		if pl.p.Model != model || !who.Allows(pl.p.Namespace) {
+		if pl.p.Model != model || !who.Allows(pl.p.Namespace) || pl.p.Part != nil {
 			continue
 		}
 		if v := a.viewLocked(pl); v.State == api.StateReady && pl.inst != nil {

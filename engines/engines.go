@@ -30,6 +30,10 @@ type Model struct {
 	// CacheBytes bounds the engine's host prompt cache (llama-server's --cache-ram), as the
 	// estimate counted it (api.SizeEstimate.Cache); 0 turns the cache off.
 	CacheBytes int64
+	// RPC are the loopback ends of a split's workers (llama-server's --rpc), TensorSplit their
+	// shares (--tensor-split); none for a model on one host.
+	RPC         []string
+	TensorSplit []float64
 }
 
 // Progress reports a pull.

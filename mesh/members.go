@@ -28,10 +28,11 @@ type member struct {
 	// yet. The housekeeper ends the quiet, having made up for any time this process stalled.
 	quietUntil time.Time
 	quiet      bool
-	rtt        rttPeak   // its acks' round trips lately, for the grace
-	updated    time.Time // of the last change of anything shown
-	liveSeq    uint64    // highest liveness notice seen for this node
-	leaving    bool      // it announced a graceful leave
+	rtt        rttPeak       // its acks' round trips lately, for the grace
+	srtt       time.Duration // its acks' smoothed round trip (as TCP's SRTT), for split plans
+	updated    time.Time     // of the last change of anything shown
+	liveSeq    uint64        // highest liveness notice seen for this node
+	leaving    bool          // it announced a graceful leave
 
 	reach reachState
 
@@ -531,4 +532,13 @@ func (b *broadcast) Finished()       {}
 func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
 	nb, ok := o.(memberlist.NamedBroadcast)
 	return ok && nb.Name() == b.name
+}
+
+// smoothRTT folds a probe's round trip into a member's smoothed one, as TCP does (RFC 6298:
+// 7/8 of the old and 1/8 of the new); the first sample stands alone.
+func smoothRTT(srtt, rtt time.Duration) time.Duration {
+	if srtt == 0 {
+		return rtt
+	}
+	return srtt - srtt/8 + rtt/8
 }

@@ -63,7 +63,7 @@ func (v View) Ready(namespace, model string) []api.Placement {
 			continue
 		}
 		for _, p := range mb.Placements {
-			if p.State == api.StateReady && p.Model == model && (namespace == "" || p.Namespace == namespace) {
+			if p.State == api.StateReady && p.Model == model && p.Part == nil && (namespace == "" || p.Namespace == namespace) {
 				out = append(out, p)
 			}
 		}
@@ -127,7 +127,7 @@ func (m *Mesh) readyLocked(namespace, model string, alone bool) []api.Placement 
 			return
 		}
 		for _, p := range m.placementsOfLocked(mb, live) {
-			if p.State == api.StateReady && p.Model == model && (namespace == "" || p.Namespace == namespace) {
+			if p.State == api.StateReady && p.Model == model && p.Part == nil && (namespace == "" || p.Namespace == namespace) {
 				out = append(out, p)
 			}
 		}
@@ -220,7 +220,7 @@ func (m *Mesh) memberLocked(mb *member, alone bool) (api.Member, bool) {
 		reasons = append(reasons, "API address "+mb.meta.APIAddr+" not checked yet")
 	}
 	out := api.Member{Name: mb.name, Role: mb.meta.Role, Addr: mb.addr, Liveness: live, Reason: strings.Join(reasons, "; "), Updated: mb.updated,
-		SealKey: hex.EncodeToString(mb.meta.SealKey)}
+		SealKey: hex.EncodeToString(mb.meta.SealKey), RTTMillis: float64(mb.srtt) / float64(time.Millisecond)}
 	if mb.isAgent() {
 		out.Host, out.Placements = m.hostLocked(mb, live)
 	}

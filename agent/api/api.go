@@ -188,6 +188,10 @@ type PlacementRequest struct {
 	Replicas int `json:"replicas,omitempty"`
 	// Hosts, when set, are the only hosts the mesh may place the intent's replicas on.
 	Hosts []string `json:"hosts,omitempty"`
+	// Split asks for one model across several hosts, this agent's host the main (split.go).
+	Split *SplitAsk `json:"split,omitempty"`
+	// Part is one member's share of a split; only a main host's agent asks for one.
+	Part *SplitPart `json:"part,omitempty"`
 }
 
 // ParseTTL reads a TTL the way Ollama reads keep_alive: a duration string ("5m", "1h30m"), or a
@@ -251,6 +255,9 @@ type SizeEstimate struct {
 	// FileBytes is the length of the file that was sized, for a GGUF that is downloaded: the
 	// download stops there and the finished file is sized again before it counts.
 	FileBytes int64 `json:"file_bytes,omitempty"`
+	// Layers is the model's count of repeating layers (a GGUF's block_count), which a split
+	// divides among its members; 0 when unknown.
+	Layers int `json:"layers,omitempty"`
 }
 
 // Placement is one model on one host.
@@ -297,6 +304,10 @@ type Placement struct {
 	LogPath     string        `json:"log_path,omitempty"`       // engine log on the owning host
 	Engine      string        `json:"engine_address,omitempty"` // loopback address on the owning host
 	Details     *ModelDetails `json:"details,omitempty"`        // what the engine reports of the loaded model
+	// Split is a split placement's plan, on its main host: members, shares and parts.
+	Split *SplitPlan `json:"split,omitempty"`
+	// Part is a split's part: the share of one member (runtime RuntimeRPCServer).
+	Part *SplitPart `json:"part,omitempty"`
 }
 
 // QualifiedName is the name a chat addresses the placement by across namespaces: its model
@@ -448,6 +459,9 @@ type Member struct {
 	// SealKey is the hex fingerprint of the key the member's API presents on the sealed
 	// channel, as it gossips it; "" when it gossips none. A client dialling it checks the key.
 	SealKey string `json:"seal_key,omitempty"`
+	// RTTMillis is the smoothed round trip of the viewing member's gossip probes to this one,
+	// in milliseconds; 0 when not measured (itself, a console, no ack yet).
+	RTTMillis float64 `json:"rtt_ms,omitempty"`
 }
 
 // MeshView is one member's picture of the whole mesh. GET /v1/mesh.

@@ -70,6 +70,9 @@ func checkRequest(req api.PlacementRequest) error {
 	if req.Replicas < 0 || req.Replicas > api.MaxReplicas {
 		return api.Errorf(api.CodeBadRequest, "replicas %d: want 1 to %d", req.Replicas, api.MaxReplicas)
 	}
+	if req.Split != nil && (req.Replicas > 1 || len(req.Hosts) > 0) {
+		return api.Errorf(api.CodeBadRequest, "a split is one placement across the hosts its split names: replicas and only-hosts do not apply")
+	}
 	if len(req.Hosts) > 64 {
 		return api.Errorf(api.CodeBadRequest, "%d hosts named: at most 64", len(req.Hosts))
 	}
@@ -181,6 +184,11 @@ func (k *Keeper) Remove(who api.Principal, ns, name string) (api.Intent, error) 
 func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.PlacementRequest) (api.Placement, error) {
 	if err := checkRequest(req); err != nil {
 		return api.Placement{}, err
+	}
+	if req.Split != nil || req.Part != nil {
+		// A split is kept by its main, which re-plans it when a member goes (agent/split.go);
+		// an intent would re-place it on one host, which cannot hold it. A part is its main's.
+		return k.cfg.Agent.Place(ctx, who, req)
 	}
 	p, err := k.cfg.Agent.Place(ctx, who, req)
 	if err != nil {

@@ -67,6 +67,9 @@ type Options struct {
 	MeshID string // "local" when empty
 	// Hosts default to DemoHosts().
 	Hosts []HostSpec
+	// RPCServer, when set, is the ggml-rpc-server hosts running llama-server also run, for
+	// split placements.
+	RPCServer string
 	// LlamaServer is the llama-server program for hosts that run it (a build of
 	// cmd/llama-server-sim, or anything that takes llama-server's command line). Required when a
 	// host runs llama-server.
@@ -362,6 +365,14 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 				return nil, err
 			}
 			drivers = append(drivers, d)
+			if opts.RPCServer != "" {
+				rd, err := llamaserver.NewRPC(llamaserver.RPCConfig{Binary: opts.RPCServer, LogDir: filepath.Join(dir, "state", "logs"),
+					CacheDir: filepath.Join(dir, "rpc-cache"), Threads: 1}, log.With("part", "engine"))
+				if err != nil {
+					return nil, err
+				}
+				drivers = append(drivers, rd)
+			}
 		default:
 			return nil, fmt.Errorf("unknown runtime %q", r)
 		}

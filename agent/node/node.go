@@ -134,6 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		g.Go(func() error { return keep.Run(gctx) })
 		a.Metrics().CountGossip(m.GossipStats)
 		sc.Mesh = func() api.MeshView { return m.View().MeshView }
+		a.JoinMesh(sc.Mesh, id)
 		sc.Doctor = m.Doctor
 		gc.View = func() gateway.View { return m }
 		gc.Liveness = m.Liveness

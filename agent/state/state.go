@@ -76,7 +76,7 @@ func Decode(data []byte) (State, error) {
 			return State{}, fmt.Errorf("placement %d has no id", i)
 		case seen[p.ID]:
 			return State{}, fmt.Errorf("placement id %q appears twice", p.ID)
-		case !p.Runtime.Valid():
+		case !p.Runtime.Valid() && (p.Runtime != api.RuntimeRPCServer || p.Part == nil): // a split's part runs on rpc-server
 			return State{}, fmt.Errorf("placement %s: unknown runtime %q", p.ID, p.Runtime)
 		case p.Source == "":
 			return State{}, fmt.Errorf("placement %s has no source", p.ID)

@@ -381,6 +381,21 @@ func buildDrivers(ctx context.Context, o *runOptions, rs []api.Runtime, explicit
 			}
 		}
 		out = append(out, d)
+		if r == api.RuntimeLlamaServer {
+			// llama.cpp's RPC worker, where it is installed beside llama-server, takes this
+			// host's share of splits; a host without it takes none, and says nothing of it.
+			rd, err := llamaserver.NewRPC(llamaserver.RPCConfig{LlamaServer: o.llamaServer, LogDir: filepath.Join(stateDir, "logs"),
+				CacheDir: filepath.Join(stateDir, "rpc-cache")}, log.With("part", "engine"))
+			if err != nil {
+				return nil, fmt.Errorf("rpc-server: %w", err)
+			}
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			present := rd.Detect(dctx).Present
+			cancel()
+			if present {
+				out = append(out, rd)
+			}
+		}
 	}
 	return out, nil
 }

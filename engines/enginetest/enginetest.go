@@ -37,6 +37,17 @@ func LlamaServer(t testing.TB) string {
 	return find(t, EnvLlamaServer, "llama-server", true)
 }
 
+// RPCServer is the real ggml-rpc-server's path (llama.cpp's RPC worker), found beside the
+// llama-server LlamaServer finds, or skips t.
+func RPCServer(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(filepath.Dir(LlamaServer(t)), "ggml-rpc-server")
+	if err := check(p, true); err != nil {
+		t.Skipf("no real ggml-rpc-server beside llama-server: %v", err)
+	}
+	return p
+}
+
 // Ollama is a runnable copy of the real ollama, or skips t. Ollama runs the engines it finds in
 // lib/ollama/ next to its own executable; a copy of shared/ may have turned those links into
 // files holding their targets, so the binary is copied into a temporary folder with a lib/ollama/

@@ -120,11 +120,8 @@ func New(cfg Config, log *slog.Logger) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.LogDir == "" {
-		return nil, errors.New("llama-server driver: a log folder (Config.LogDir) is required")
-	}
-	if err := os.MkdirAll(cfg.LogDir, 0o750); err != nil {
-		return nil, fmt.Errorf("llama-server driver: log folder: %w", err)
+	if err := logFolder(cfg.LogDir, "llama-server driver", "Config.LogDir"); err != nil {
+		return nil, err
 	}
 	if cfg.HealthTimeout <= 0 {
 		cfg.HealthTimeout = DefaultHealthTimeout
@@ -501,6 +498,7 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		}
 		args := append(append([]string{"-m", path, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--alias", name, "--metrics"},
 			memoryArgs(ctxSize, slots, m.CacheBytes)...), extra...)
+		args = append(args, rpcArgs(m.RPC, m.TensorSplit)...)
 		d.log.Info("starting", "placement", m.ID, "binary", bin, "args", args, "log", logPath)
 		inst, err := launch(bin, args, env, m.ID, name, port, logPath, d.cfg.MaxLogBytes, d.cfg.StopGrace)
 		if err != nil {

@@ -273,6 +273,7 @@ func fromHeader(gf *parser.GGUFFile, contextSize int, run Run, how string) (api.
 		Method:       api.SizeHeader,
 		Device:       api.DeviceHost,
 		TrainContext: p.trainContext,
+		Layers:       p.layers,
 		Detail: fmt.Sprintf("weights %s + %s + compute %s%s + prompt cache %s + overhead %s; %s",
 			api.FormatBytes(p.weights), p.kvWords, api.FormatBytes(p.compute), p.computeWords, api.FormatBytes(cache), api.FormatBytes(Overhead), how),
 	}, nil
@@ -292,6 +293,7 @@ type parts struct {
 	kvWords              string // "KV 224 MiB (28 layers × 2048 ctx, f16)"
 	computeWords         string // " (flash attention off: attention scores 1 GiB)", or ""
 	trainContext         int    // the header's context_length; 0 when absent
+	layers               int    // the header's block_count
 }
 
 // headerParts runs the estimate fromHeader describes. A GGUF that is not a model is an
@@ -321,6 +323,7 @@ func headerParts(gf *parser.GGUFFile, contextSize int, run Run) (parts, error) {
 	kv := int64(d.KVCache.Sum())
 	p := parts{
 		trainContext: int(min(a.MaximumContextLength, math.MaxInt32)),
+		layers:       int(min(a.BlockCount, math.MaxInt32)),
 		weights:      int64(d.Weight.Sum()),
 		kv:           kv,
 		compute:      int64(d.Computation.Sum()) + int64(d.Footprint),

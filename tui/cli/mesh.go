@@ -235,24 +235,33 @@ func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
 
 func (a *app) rankCmd() *cobra.Command {
 	var rf requestFlags
+	var sf splitFlags
 	c := &cobra.Command{
 		Use:   "rank SOURCE",
 		Short: "Preview where a model would fit, without placing it (exit 3 when no host fits)",
 		Args:  a.args(cobra.ExactArgs(1)),
 	}
 	rf.add(c, false)
+	sf.add(c)
 	var req api.PlacementRequest
 	// PreRunE: a bad flag is a usage error found before anything reaches the mesh.
 	c.PreRunE = func(_ *cobra.Command, args []string) (err error) {
+		if err := sf.check(); err != nil {
+			return err
+		}
 		req, err = rf.request(args[0])
 		return err
 	}
 	c.RunE = a.oneShot(false, needAgents, func(ctx context.Context, s *session, _ *cobra.Command, _ []string) error {
+		if sf.split {
+			return a.rankSplit(ctx, s.conn, req, sf)
+		}
 		r, err := s.conn.Rank(ctx, req, rf.spread)
 		if err != nil {
 			return err
 		}
 		refusal := r.Refusal()
+		a.suggestSplit(s.conn, req, r, refusal)
 		if a.g.json {
 			if err := a.writeDoc(RankingDoc{Schema: Schema, Ranking: r, Error: a.errorOf(refusal)}); err != nil {
 				return err

@@ -16,6 +16,7 @@ import (
 func (a *app) placeCmd() *cobra.Command {
 	var (
 		rf         requestFlags
+		sf         splitFlags
 		host       string
 		auto, wait bool
 	)
@@ -26,6 +27,8 @@ func (a *app) placeCmd() *cobra.Command {
 pulling anything and refuses (exit 3) what cannot fit or run there.
 
 --host H places on H; --auto places on the best host of the ranking (see 'mesh rank').
+--split runs one GGUF model across the fewest hosts that hold it (llama.cpp RPC over the
+sealed channel; --hosts a,b,c chooses them, --host the main); see 'mesh rank --split'.
 With neither, the one host that fits is used; when several fit, choose (exit 2).
 --wait follows the placement (progress on stderr) until it is ready (exit 0) or failed
 (exit 3 for an admission refusal, 1 otherwise); without it the placement prints at once.
@@ -34,6 +37,7 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 		Args: a.args(cobra.ExactArgs(1)),
 	}
 	rf.add(c, true)
+	sf.add(c)
 	f := c.Flags()
 	f.StringVar(&host, "host", "", "the host to place on")
 	f.BoolVar(&auto, "auto", false, "place on the best host of the ranking")
@@ -44,6 +48,9 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 	c.PreRunE = func(_ *cobra.Command, args []string) (err error) {
 		if host != "" && auto {
 			return usagef("give --host or --auto, not both")
+		}
+		if err := sf.check(); err != nil {
+			return err
 		}
 		if req, err = rf.request(args[0]); err != nil {
 			return err
@@ -58,6 +65,11 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 			// Placing what already runs is placing once: a script may run this twice.
 			var err error
 			p, existed := s.conn.Existing(ctx, req, host)
+			if !existed && sf.split {
+				if host, err = a.splitMain(ctx, s.conn, &req, sf, host); err != nil {
+					return err
+				}
+			}
 			if !existed {
 				if host == "" {
 					if host, err = a.chooseHost(ctx, s.conn, req, rf.spread, auto); err != nil {

@@ -377,7 +377,7 @@ func (m *Model) placements(mb api.Member) []string {
 		} else if p.Memory.Method != "" {
 			memory += " by " + p.Memory.Method
 		}
-		cells := []string{p.Model, string(p.Runtime), st.State(p.State).Render(render.Cut(state, 12)), memory, render.Millis(p.TTFTMillis), render.Speed(p.TokensPerS)}
+		cells := []string{modelCell(p), string(p.Runtime), st.State(p.State).Render(render.Cut(state, 12)), memory, render.Millis(p.TTFTMillis), render.Speed(p.TokensPerS)}
 		if len(cols) < len(placementCols) {
 			cells = append(cells[:4:4], cells[5])
 		}

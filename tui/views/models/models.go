@@ -165,7 +165,7 @@ var sortNames = [sortCount]string{"host", "memory", "state"}
 
 // Rows are the placements shown, filtered and sorted (host then model unless s chose another).
 func (m *Model) Rows() []api.Placement {
-	all := console.Placements(m.ctx.Mesh)
+	all := slices.DeleteFunc(console.Placements(m.ctx.Mesh), func(p api.Placement) bool { return p.Part != nil })
 	q := m.filter.Query()
 	rows := all
 	if q != "" {
@@ -414,10 +414,10 @@ func (m *Model) columns() []render.Col[api.Placement] {
 	}
 	return []render.Col[api.Placement]{
 		{Title: "MODEL", Min: 12, Priority: 95, Cell: text(func(p api.Placement) string { return p.Model })},
-		{Title: "HOST", Min: 8, Priority: 90, Cell: text(func(p api.Placement) string { return p.Host })},
+		{Title: "HOST", Min: 8, Priority: 90, Cell: text(hostOf)},
 		{Title: "RUNTIME", Min: 6, Priority: 50, Cell: text(func(p api.Placement) string { return string(p.Runtime) })},
 		{Title: "NAMESPACE", Min: 9, Max: 16, Priority: 20, Cell: text(func(p api.Placement) string { return p.Namespace })},
-		{Title: "MEMORY", Min: 7, Priority: 60, Right: true, Cell: text(func(p api.Placement) string { return render.Bytes(p.Memory.Bytes) })},
+		{Title: "MEMORY", Min: 7, Priority: 60, Right: true, Cell: text(func(p api.Placement) string { return render.Bytes(memoryOf(p)) })},
 		{Title: "STATE", Min: 8, Max: 24, Priority: 85,
 			Cell: func(p api.Placement, w int) string { return StateCell(m.ctx, p, m.deleting[p.ID], w) },
 			Want: func(p api.Placement) int {
@@ -479,6 +479,9 @@ func Detail(p api.Placement) string {
 	}
 	if p.State == api.StatePulling && p.TotalBytes > 0 {
 		parts = append(parts, render.Bytes(p.PulledBytes)+" of "+render.Bytes(p.TotalBytes)+" pulled")
+	}
+	if s := splitDetail(p); s != "" {
+		parts = append(parts, s)
 	}
 	if p.Reason != "" {
 		parts = append(parts, p.Reason)

@@ -1,0 +1,395 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines/enginetest"
+	"github.com/llmkube/mesh/internal/netnslab"
+)
+
+// TestLANSplit runs one model across hosts of the LAN with the real llama-server and
+// ggml-rpc-server: three agents whose budgets each hold less than the model with its main's
+// share, and the laptop. The laptop places a split; a chat through the host outside the split
+// streams from it; no RPC port answers from the LAN; a worker's agent killed with SIGKILL ends
+// the chat in flight with an error within 5 s and the split is re-planned onto the hosts left;
+// a delete leaves no engine on any host.
+func TestLANSplit(t *testing.T) {
+	if os.Getenv(gateEnv) == "" {
+		t.Skip("the multi-host end-to-end run is `make e2e` (set " + gateEnv + "=1)")
+	}
+	if r := skipReason(); r != "" {
+		t.Skip(r)
+	}
+	llama := enginetest.LlamaServer(t)
+	enginetest.RPCServer(t)
+	// Its own report file beside TestLAN's.
+	t.Setenv(reportEnv, cmp.Or(os.Getenv(reportEnv), filepath.Join(os.TempDir(), "llmkube-e2e-report.txt"))+".split")
+	rep := newReport()
+	t.Cleanup(func() { rep.write(t) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	e := &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}, lab: newLab(t, dir)}
+	model := bigModel(t, filepath.Dir(llama), dir)
+	if !rep.step(t, "build the programs", func(t *testing.T, note func(string, ...any)) {
+		if err := buildPrograms(e.bin); err != nil {
+			t.Fatal(err)
+		}
+	}) {
+		t.FailNow()
+	}
+
+	var hosts []*agentHost
+	rep.step(t, "start three agents with the real llama-server and ggml-rpc-server", func(t *testing.T, note func(string, ...any)) {
+		var nets []*netHost
+		for _, n := range []string{"sa", "sb", "sc"} {
+			nets = append(nets, e.lab.addHost(n, true))
+		}
+		e.laptop = e.lab.addHost("laptop", true)
+		var err error
+		if e.join, e.admin, err = e.initMesh(ctx, nets[0], filepath.Join(nets[0].Dir, "state")); err != nil {
+			t.Fatal(err)
+		}
+		e.sealClients(t, append(nets, e.laptop)...)
+		for _, h := range nets {
+			a := e.newAgent(h, e.join, demoRoot(t, h, "gpu-server"), "linux", "amd64",
+				"--runtimes", "llama-server", "--llama-server", llama, "--memory-budget", "800MiB")
+			if err := a.start(); err != nil {
+				t.Fatal(err)
+			}
+			hosts = append(hosts, a)
+		}
+		e.box = hosts[2] // the laptop's commands go through the host outside the split
+		for _, a := range hosts {
+			d, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
+				if a.agent.exited() {
+					return false, "the agent exited:\n" + a.agent.tail(30)
+				}
+				v, err := e.view(ctx, a)
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, o := range hosts {
+					m, ok := member(v, o.Name)
+					if !ok || m.Liveness != api.Alive || m.Host == nil || m.Host.RPCProtocol() == "" {
+						return false, o.Name + " not seen alive with its RPC runtime by " + a.Name
+					}
+				}
+				return true, ""
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", a.Name, err)
+			}
+			note("%s sees every host with its rpc-server after %.1fs", a.Name, d.Seconds())
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	sa, sb, sc := hosts[0], hosts[1], hosts[2]
+
+	var p api.Placement
+	rep.step(t, "place from the laptop: every member admits its share", func(t *testing.T, note func(string, ...any)) {
+		// No host holds it alone: the ranking refuses it everywhere, and offers the split.
+		if r := e.mesh(ctx, "rank", "file://"+model); r.code != 3 || !strings.Contains(r.stderr, "no host holds it alone, but 2 do together") {
+			t.Errorf("rank without --split: %s", r)
+		}
+		var doc struct {
+			Placement *api.Placement `json:"placement"`
+			Error     *api.Error     `json:"error"`
+		}
+		r, err := e.meshJSON(ctx, &doc, "place", "file://"+model, "--name", "tiny", "--context", "256",
+			"--split", "--hosts", "sa,sb", "--host", "sa", "--wait")
+		if err != nil || doc.Placement == nil || doc.Placement.State != api.StateReady {
+			t.Fatalf("split placement: %v\n%s", err, r)
+		}
+		p = *doc.Placement
+		if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
+			t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
+		}
+		note("expected speed %.1f tok/s: %s", p.Split.TokensPerS, p.Split.Basis)
+		for _, m := range p.Split.Members {
+			note("%s: %d of %d layers, needs %s of %s free", m.Host, m.Layers, p.Split.Layers, api.FormatBytes(m.Need+m.MainNeed), api.FormatBytes(m.Free))
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	rep.step(t, "chat through the host outside the split, streaming and not", func(t *testing.T, note func(string, ...any)) {
+		for _, stream := range []bool{true, false} {
+			var c chatResult
+			if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+				c = e.chat(ctx, sc, e.admin, "tiny", stream, 8, nil)
+				return c.ok(), c.String()
+			}); err != nil {
+				t.Fatalf("stream %v: %v", stream, err)
+			}
+			note("stream %v: %s", stream, c)
+		}
+	})
+
+	rep.step(t, "from the LAN, no RPC port answers", func(t *testing.T, note func(string, ...any)) {
+		for _, a := range []*agentHost{sa, sb} {
+			open := scanPorts(e.laptop, a.Addr)
+			for _, port := range open {
+				if port != apiPort && port != 7946 {
+					t.Errorf("%s answers on port %d from the LAN", a.Name, port)
+				}
+			}
+			note("%s: open TCP ports from the LAN %v", a.Name, open)
+		}
+	})
+
+	rep.step(t, "speed beside bare llama.cpp RPC on the same hosts and link", func(t *testing.T, note func(string, ...any)) {
+		q, err := e.client(e.laptop, sa, e.admin).Placement(ctx, p.ID)
+		if err != nil || q.Engine == "" {
+			t.Fatalf("the split's llama-server: %v %+v", err, q)
+		}
+		split, err := speed(ctx, sa.netHost, q.Engine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Bare: sb's worker on its LAN address (this step alone exposes one), sa's llama-server
+		// dialling it directly; the same shares (every layer on sb) and context.
+		rpcBin := filepath.Join(filepath.Dir(llama), "ggml-rpc-server")
+		worker, err := sb.spawn("bare-rpc-server", []string{"LLAMA_CACHE=" + filepath.Join(sb.Dir, "bare-cache")}, rpcBin, "-H", sb.Addr, "-p", "50052", "-c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer worker.stop(5 * time.Second)
+		var main *proc
+		if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
+			if main == nil {
+				c, err := sa.HTTP.Transport.(*http.Transport).DialContext(ctx, "tcp", sb.Addr+":50052")
+				if err != nil {
+					return false, err.Error()
+				}
+				c.Close()
+				if main, err = sa.spawn("bare-llama-server", nil, llama, "-m", model, "--host", "127.0.0.1", "--port", "18080",
+					"-c", "256", "-np", "1", "--cache-ram", "0", "--rpc", sb.Addr+":50052", "-ngl", "99"); err != nil {
+					return false, err.Error()
+				}
+			}
+			code, _, err := sa.get(ctx, "http://127.0.0.1:18080/health", "")
+			if err != nil {
+				return false, err.Error()
+			}
+			return code == http.StatusOK, fmt.Sprintf("/health %d", code)
+		}); err != nil {
+			t.Fatalf("bare llama.cpp RPC: %v", err)
+		}
+		defer main.stop(5 * time.Second)
+		bare, err := speed(ctx, sa.netHost, "http://127.0.0.1:18080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		note("through the sealed channel: %.1f tokens/s, prompt %.1f ms; bare llama.cpp RPC: %.1f tokens/s, prompt %.1f ms (%.2f× the tokens/s, %.2f× the first token)",
+			split.tps, split.promptMS, bare.tps, bare.promptMS, split.tps/bare.tps, split.promptMS/bare.promptMS)
+	})
+
+	rep.step(t, "kill -9 a worker's agent: the chat in flight ends with an error, the split moves", func(t *testing.T, note func(string, ...any)) {
+		started := make(chan struct{})
+		done := make(chan chatResult, 1)
+		go func() {
+			done <- e.chat(ctx, sc, e.admin, "tiny", true, 200, func() { close(started) })
+		}()
+		<-started
+		time.Sleep(300 * time.Millisecond) // a few tokens in: the chat is under way
+		killed := time.Now()
+		sb.agent.kill()
+		select {
+		case c := <-done:
+			ended := time.Since(killed)
+			if c.ok() && c.errText == "" {
+				t.Errorf("the chat in flight ended as if nothing happened: %s", c)
+			}
+			if ended > 5*time.Second {
+				t.Errorf("the chat in flight ended %.1fs after the kill, want within 5 s", ended.Seconds())
+			}
+			note("the chat in flight ended %.2fs after the kill: %s", ended.Seconds(), c)
+		case <-time.After(10 * time.Second):
+			t.Error("the chat in flight did not end within 10 s of the kill")
+		}
+		d, err := eventually(ctx, 90*time.Second, func(ctx context.Context) (bool, string) {
+			q, err := e.client(e.laptop, sa, e.admin).Placement(ctx, p.ID)
+			if err != nil {
+				return false, err.Error()
+			}
+			return q.State == api.StateReady && slices.Equal(splitHosts(q), []string{"sa", "sc"}), fmt.Sprintf("%s on %v: %s", q.State, splitHosts(q), q.Reason)
+		})
+		if err != nil {
+			t.Fatalf("the split did not move onto sa and sc: %v", err)
+		}
+		note("re-planned onto sa and sc and ready %.1fs after the kill (%.1fs of waiting here)", time.Since(killed).Seconds(), d.Seconds())
+		if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+			c := e.chat(ctx, sc, e.admin, "tiny", true, 8, nil)
+			return c.ok(), c.String()
+		}); err != nil {
+			t.Errorf("the re-planned split does not answer: %v", err)
+		}
+	})
+
+	rep.step(t, "restart the killed worker's agent: it drops the part its split no longer uses", func(t *testing.T, note func(string, ...any)) {
+		if err := sb.start(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
+			if sb.agent.exited() {
+				return false, "the agent exited"
+			}
+			ps, err := e.client(e.laptop, sb, e.admin).Placements(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, q := range ps {
+				if q.Part != nil {
+					return false, fmt.Sprintf("sb still has part %s (%s)", q.ID, q.State)
+				}
+			}
+			if left := engines(sb.NS); len(left) > 0 {
+				return false, fmt.Sprintf("sb still runs %v", left)
+			}
+			return true, ""
+		})
+		if err != nil {
+			t.Fatalf("%v\n%s", err, sb.agent.tail(30))
+		}
+		note("sb restored, then dropped its stale part, %.1fs after its restart", d.Seconds())
+	})
+
+	rep.step(t, "delete: nothing left on any host", func(t *testing.T, note func(string, ...any)) {
+		if r := e.mesh(ctx, "delete", p.ID); r.code != 0 {
+			t.Fatalf("delete: %s", r)
+		}
+		if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+			for _, a := range hosts {
+				if left := engines(a.NS); len(left) > 0 {
+					return false, fmt.Sprintf("%s still runs %v", a.Name, left)
+				}
+			}
+			return true, ""
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// figures is what llama-server's own timings say of an answer.
+type figures struct{ tps, promptMS float64 }
+
+// speed is the median of five answers of 32 tokens from the llama-server at base, asked from
+// inside h's namespace, prompt cache off so every prompt is evaluated.
+func speed(ctx context.Context, h *netHost, base string) (figures, error) {
+	var runs []figures
+	for i := range 5 {
+		code, b, err := h.do(ctx, http.MethodPost, base+"/completion", "", map[string]any{
+			"prompt": fmt.Sprintf("Run %d: tell me about meshes of small computers.", i), "n_predict": 32, "cache_prompt": false,
+			"temperature": 0, "ignore_eos": true,
+		})
+		if err != nil || code != http.StatusOK {
+			return figures{}, fmt.Errorf("%s/completion: %d %v %s", base, code, err, b)
+		}
+		var doc struct {
+			Timings struct {
+				PromptMS float64 `json:"prompt_ms"`
+				TPS      float64 `json:"predicted_per_second"`
+			} `json:"timings"`
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			return figures{}, err
+		}
+		runs = append(runs, figures{doc.Timings.TPS, doc.Timings.PromptMS})
+	}
+	slices.SortFunc(runs, func(a, b figures) int { return cmp.Compare(a.tps, b.tps) })
+	mid := runs[len(runs)/2]
+	slices.SortFunc(runs, func(a, b figures) int { return cmp.Compare(a.promptMS, b.promptMS) })
+	mid.promptMS = runs[len(runs)/2].promptMS
+	return mid, nil
+}
+
+// bigModel makes make_gguf.py's "big" random model (8 layers, ~300 MB): more than any of the
+// hosts' budgets holds with llama-server, and slow enough a token for a chat to be in flight
+// when a member dies.
+func bigModel(t *testing.T, engines, dir string) string {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
+		t.Skipf("making a bigger model needs /usr/bin/python3 with numpy (python3-numpy): %v", err)
+	}
+	out := filepath.Join(dir, "big.gguf")
+	cmd := exec.Command("/usr/bin/python3", filepath.Join(engines, "make_gguf.py"), "--gguf-py", filepath.Join(engines, "gguf-py"),
+		"--vocab", filepath.Join(engines, "ggml-vocab-llama-spm.gguf"), "--out", out, "--preset", "big")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make_gguf.py: %v: %s", err, b)
+	}
+	return out
+}
+
+func splitHosts(p api.Placement) []string {
+	var out []string
+	if p.Split != nil {
+		for _, m := range p.Split.Members {
+			out = append(out, m.Host)
+		}
+	}
+	return out
+}
+
+// scanPorts dials every TCP port of addr from inside from's namespace and returns the open
+// ones: each worker enters the namespace once and dials its share of the ports.
+func scanPorts(from *netHost, addr string) []int {
+	const workers = 32
+	var mu sync.Mutex
+	var open []int
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			_ = netnslab.Enter(from.NS, func() error {
+				for port := 1 + w; port <= 65535; port += workers {
+					c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(port)), 500*time.Millisecond)
+					if err == nil {
+						c.Close()
+						mu.Lock()
+						open = append(open, port)
+						mu.Unlock()
+					}
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	slices.Sort(open)
+	return open
+}
+
+// engines lists the llama.cpp processes running in namespace ns.
+func engines(ns string) []string {
+	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
+	var names []string
+	for _, f := range strings.Fields(string(out)) {
+		exe, err := os.Readlink("/proc/" + f + "/exe")
+		if err != nil {
+			continue
+		}
+		if b := filepath.Base(exe); b == "llama-server" || b == "ggml-rpc-server" {
+			names = append(names, b+" "+f)
+		}
+	}
+	return names
+}
