@@ -52,7 +52,7 @@ func (g *Gateway) anthropicCountTokens(w http.ResponseWriter, r *http.Request) {
 		}
 		model = call.Model
 	}
-	rt, f := g.replicas(in, model)
+	rt, f := g.replicas(in, model, nil)
 	if f != nil {
 		if pf := parsed(); pf != nil {
 			f = pf // a malformed request is answered 400 before an unknown model's 404
@@ -69,7 +69,7 @@ func (g *Gateway) anthropicCountTokens(w http.ResponseWriter, r *http.Request) {
 		Log: g.log,
 	}, func(c route.Replica, final bool) (bool, error) {
 		if c.Local == nil {
-			return g.forward(w, r, d, in.body, c, rt.v, final, start)
+			return g.forward(w, r, d, in.body, c, rt.v, final, false, start)
 		}
 		if f := parsed(); f != nil {
 			return false, f

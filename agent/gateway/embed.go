@@ -42,7 +42,7 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form dialect.Emb
 		g.fail(w, d, f)
 		return
 	}
-	rt, f := g.replicas(in, call.Model)
+	rt, f := g.replicas(in, call.Model, nil)
 	if f != nil {
 		g.fail(w, d, f)
 		return
@@ -57,7 +57,7 @@ func (g *Gateway) embed(w http.ResponseWriter, r *http.Request, form dialect.Emb
 		if c.Local != nil {
 			return g.embedLocal(w, r, call, c, start)
 		}
-		return g.forward(w, r, d, body, c, rt.v, final, start)
+		return g.forward(w, r, d, body, c, rt.v, final, false, start)
 	})
 	g.failedOver(w, r, d, err)
 }

@@ -44,7 +44,12 @@ func retryableStatus(code int) bool {
 // nothing written, so the caller can fail over; otherwise the owner's answer, error or not, is
 // the client's. An owner lost mid-answer (see Config.Liveness) ends the answer with an error in
 // the stream's own form, instead of leaving the client on a silent socket.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect.Dialect, body []byte, c route.Replica, v View, final bool, start time.Time) (committed bool, err error) {
+//
+// begun says the client's stream began here already (keep-alives while the model was placed
+// on demand: see keepAlive): the owner's status and headers are not passed on, an error status
+// is a failure for the caller to tell in the stream, and an Anthropic stream's message_start,
+// which the client has, is dropped from the owner's answer.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect.Dialect, body []byte, c route.Replica, v View, final, begun bool, start time.Time) (committed bool, err error) {
 	mb, ok := v.Member(c.P.Host)
 	if !ok || mb.Host == nil || mb.Host.APIAddr == "" {
 		return false, &dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeUnreachable,
@@ -86,7 +91,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect.Dial
 		return false, &dialect.Failure{Status: http.StatusBadGateway, Code: api.CodeUnreachable,
 			Msg: fmt.Sprintf("agent %s answered with status %d, which the gateway does not pass on", c.P.Host, resp.StatusCode)}
 	}
-	if !final && retryableStatus(resp.StatusCode) {
+	if (begun && resp.StatusCode >= 400) || (!final && retryableStatus(resp.StatusCode)) {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // bounded by the owner's watch too
 		return false, &dialect.Failure{Status: resp.StatusCode, Code: api.CodeUnreachable,
 			Msg: fmt.Sprintf("agent %s answered %d: %s", c.P.Host, resp.StatusCode, strings.TrimSpace(string(msg)))}
@@ -96,8 +101,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect.Dial
 		// The owner counted it by its code; here it is one of the owner's refusals passed on.
 		g.m.fail(&dialect.Failure{Status: resp.StatusCode, Code: "Forwarded"})
 	}
-	hop.CopyHeaders(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
+	var cut startCut
+	if !begun {
+		hop.CopyHeaders(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		cut.done = true
+	} else if d != dialect.Anthropic {
+		cut.done = true
+	}
 	o := dialect.NewOut(w, g.cfg.StallTimeout)
 	defer o.Stop()
 	bp := copyBufs.Get().(*[]byte)
@@ -117,7 +128,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect.Dial
 	var sent tail
 	for {
 		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
+		p := buf[:n]
+		if !cut.done {
+			p = cut.pass(p, rerr != nil)
+		}
+		if len(p) > 0 {
 			if first.IsZero() {
 				first = time.Now()
 			}
@@ -127,11 +142,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect.Dial
 				// chunked body's terminator as the handler returns, in one write (see Out.End).
 				send = o.End
 			}
-			if send(buf[:n]) != nil {
+			if send(p) != nil {
 				g.m.clientGone()
 				return true, nil // returning closes the owner's answer: its engine stops
 			}
-			sent.add(buf[:n])
+			sent.add(p)
 		}
 		if rerr == io.EOF {
 			break
@@ -159,6 +174,31 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d dialect.Dial
 	served()
 	return true, nil
 }
+
+// startCut drops the first event of an owner's Anthropic stream, its message_start, for a
+// client that has one already (keepAlive's, while the model was placed on demand): one stream
+// has one message_start. The owner's first event is held until its end is read.
+type startCut struct {
+	held []byte
+	done bool
+}
+
+// pass is what of p goes on to the client; last says the owner's answer ends with p.
+func (s *startCut) pass(p []byte, last bool) []byte {
+	s.held = append(s.held, p...)
+	end := bytes.Index(s.held, []byte("\n\n"))
+	if end < 0 && !last && len(s.held) < maxEvent {
+		return nil
+	}
+	s.done = true
+	if end >= 0 && bytes.HasPrefix(s.held, []byte("event: message_start\n")) {
+		return s.held[end+2:]
+	}
+	return s.held
+}
+
+// maxEvent bounds what startCut holds: a message_start is a few hundred bytes.
+const maxEvent = 64 << 10
 
 // headTimeout reports whether err is the transport's wait for an answer's head running out:
 // a timeout that is not the dial's.

@@ -96,6 +96,7 @@ type Config struct {
 	FetchImages *download.Options
 	// OnDemand, when set, is asked for a model that no host runs: it places it if it may and
 	// returns once it serves, or why not (agent/keeper.Keeper.Demand). Nil answers not found.
+	// A streaming chat is kept alive meanwhile (keepAlive).
 	OnDemand func(ctx context.Context, who api.Principal, model string) error
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/gateway"
 	"github.com/llmkube/mesh/agent/hop"
+	"github.com/llmkube/mesh/sim/cable"
 	ollamasim "github.com/llmkube/mesh/sim/ollama"
 )
 
@@ -320,4 +322,42 @@ func TestBusyLocalReplicaTakesALaterRemoteOne(t *testing.T) {
 	cancel()
 	<-busy
 	<-second
+}
+
+// TestFailoverFromARefusedOwner: an owner whose API refuses connections (its host just killed,
+// the mesh not yet aware) fails before the first byte, so a chat through a third agent goes to
+// the other replica, streaming or not, in every dialect's failover alike.
+func TestFailoverFromARefusedOwner(t *testing.T) {
+	simA, simC := ollamaSim(t, nil, "llama3.2:1b"), ollamaSim(t, nil, "llama3.2:1b")
+	// node-a is reached through a cable in front of its API: closed, it refuses every dial, as
+	// a killed host's port does until the mesh finds the host dead.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cab, err := cable.New(ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { cab.Close() })
+	oa := ollamaOpts(t, "node-a", simA)
+	oa.listener = ln
+	oa.agent = func(c *agent.Config) { c.APIAddr = cab.Addr() }
+	a := newNode(t, oa)
+	a.advertise = cab.Addr()
+	c := ollamaNode(t, "node-c", simC, nil)
+	var logged syncBuffer
+	b := newNode(t, nodeOpts{name: "node-b", gateway: func(c *gateway.Config) {
+		c.Log = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}})
+	place(t, a, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	place(t, c, api.PlacementRequest{Source: "ollama://llama3.2:1b", Name: "llama"})
+	join(t, a, b, c)
+	require.NoError(t, cab.Close())
+	require.Len(t, b.m.Ready("", "llama"), 2, "node-b routes to both replicas")
+
+	for i, route := range []string{"/v1/chat/completions", "/api/chat"} {
+		resp, body := call(t, "POST", b.url+route, adminToken, chatBody("llama", "still there?", true, ""))
+		require.Equal(t, 200, resp.StatusCode, "%s: %s", route, body)
+		assert.Equal(t, i+1, simC.Stats().Generations, "node-c answered")
+	}
+	assert.Zero(t, simA.Stats().Generations, "node-a was never reached")
+	// Equal replicas are tried in the view's order: node-a first, refused each time.
+	assert.Equal(t, 2, strings.Count(logged.String(), "connection refused"), "node-a was tried first each time, and refused:\n%s", logged.String())
 }

@@ -62,13 +62,20 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect.Dialect
 	// 404); one forwarded is parsed by its owner, which answers a malformed one the same 400.
 	// One forwarded here is served here or not at all: it is parsed whole at once.
 	var call *dialect.Call
-	parsed := func() bool {
+	parse := func() *dialect.Failure {
 		if call == nil {
-			var f *dialect.Failure
-			if call, f = dialect.Parse(d, body); f != nil {
-				g.fail(w, d, f)
-				return false
+			c, f := dialect.Parse(d, body)
+			if f != nil {
+				return f
 			}
+			call = c
+		}
+		return nil
+	}
+	parsed := func() bool {
+		if f := parse(); f != nil {
+			g.fail(w, d, f)
+			return false
 		}
 		return true
 	}
@@ -83,10 +90,30 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect.Dialect
 		}
 		model = call.Model
 	}
-	rt, f := g.replicas(in, model)
+	// begun is the answer's encoder when it began while the model was placed on demand (its
+	// keep-alives went out): the answer goes on in it, a failure too.
+	var begun dialect.Encoder
+	keep := func() (dialect.Encoder, *dialect.Failure) {
+		if f := parse(); f != nil {
+			return nil, f
+		}
+		if !call.Stream {
+			return nil, nil
+		}
+		if enc := dialect.NewEncoder(call, w, g.cfg.StallTimeout, start); canKeepAlive(enc) {
+			begun = enc
+		}
+		return begun, nil
+	}
+	defer func() {
+		if begun != nil {
+			begun.Stop()
+		}
+	}()
+	rt, f := g.replicas(in, model, keep)
 	if f != nil {
 		if parsed() {
-			g.fail(w, d, f)
+			g.failBegun(w, d, begun, f)
 		}
 		return
 	}
@@ -108,7 +135,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect.Dialect
 		Log: g.log,
 	}, func(c route.Replica, final bool) (bool, error) {
 		if c.Local == nil {
-			return g.forward(w, r, d, body, c, rt.v, final, start)
+			return g.forward(w, r, d, body, c, rt.v, final, begun != nil, start)
 		}
 		if !parsed() {
 			return true, nil
@@ -116,9 +143,24 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, d dialect.Dialect
 		if call.Load {
 			return g.load(w, r, call, c)
 		}
-		return g.serveLocal(w, r, call, c, start)
+		return g.serveLocal(w, r, call, c, start, begun)
 	})
+	if err != nil && begun != nil && r.Context().Err() == nil {
+		g.failBegun(w, d, begun, dialect.FailureOf(err))
+		return
+	}
 	g.failedOver(w, r, d, err)
+}
+
+// failBegun answers a failure: in the stream when its answer began (begun, not nil), else as
+// an error status.
+func (g *Gateway) failBegun(w http.ResponseWriter, d dialect.Dialect, begun dialect.Encoder, f *dialect.Failure) {
+	if begun == nil {
+		g.fail(w, d, f)
+		return
+	}
+	g.m.fail(f)
+	begun.Fail(f)
 }
 
 // failedOver ends a request after its failover (route.Failover's err): nothing more when a
@@ -170,8 +212,10 @@ type routing struct {
 // replicas finds the replicas of model as the caller may name it — scoped first, so a name never
 // resolves across namespaces — and says why it is not served (404, or why not ready) when there
 // are none. The view is the mesh's, taken only if needed (empty for a forwarded request, which
-// is served locally or not at all).
-func (g *Gateway) replicas(in inbound, model string) (routing, *dialect.Failure) {
+// is served locally or not at all). keep, when not nil, is asked before a wait for a placement
+// on demand for the encoder whose stream keepAlive keeps alive meanwhile (nil: none), or the
+// failure that answers the request instead.
+func (g *Gateway) replicas(in inbound, model string, keep func() (dialect.Encoder, *dialect.Failure)) (routing, *dialect.Failure) {
 	var v View
 	if !in.forwarded {
 		v = g.router.View()
@@ -185,7 +229,14 @@ func (g *Gateway) replicas(in inbound, model string) (routing, *dialect.Failure)
 		}
 		// Nothing runs it: the mesh may place it on demand, or wait for what it keeps
 		// (agent/keeper), and serve it once ready.
-		if err := g.cfg.OnDemand(in.ctx, who, name); err != nil {
+		var enc dialect.Encoder
+		if keep != nil {
+			var f *dialect.Failure
+			if enc, f = keep(); f != nil {
+				return routing{}, f
+			}
+		}
+		if err := keepAlive(enc, func() error { return g.cfg.OnDemand(in.ctx, who, name) }); err != nil {
 			return routing{}, dialect.FailureOf(err)
 		}
 		v = g.router.View()
@@ -351,7 +402,7 @@ func (run *relay) take(ch engines.ChatChunk) error {
 // serveLocal runs a chat on a local placement's engine through its driver, writing each chunk
 // as it comes. It returns committed once anything reached the client (the request is then
 // answered, error or not); otherwise err says why, and another replica may be tried.
-func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *dialect.Call, c route.Replica, start time.Time) (committed bool, err error) {
+func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *dialect.Call, c route.Replica, start time.Time, begun dialect.Encoder) (committed bool, err error) {
 	if f := dialect.RefuseImages(call, c.Local.Driver, c.Local.Model, c.P); f != nil {
 		return false, f
 	}
@@ -374,10 +425,13 @@ func (g *Gateway) serveLocal(w http.ResponseWriter, r *http.Request, call *diale
 		withItems.Remember = func(id, text string) { g.items.put(scope, id, text) }
 		call = &withItems
 	}
-	enc := dialect.NewEncoder(call, w, g.cfg.StallTimeout, start)
-	defer enc.Stop()
-	// Once ": loading" went out (a sleeping model woke), the answer is committed: a failure
-	// goes in the stream.
+	enc := begun
+	if enc == nil {
+		enc = dialect.NewEncoder(call, w, g.cfg.StallTimeout, start)
+		defer enc.Stop()
+	}
+	// Once ": loading" went out (a sleeping model woke, or one was placed on demand: begun),
+	// the answer is committed: a failure goes in the stream.
 	refused := func(err error) (bool, error) {
 		if !enc.Started() {
 			return false, err

@@ -29,6 +29,12 @@ type commenter interface {
 	Comment(text string) error
 }
 
+// canKeepAlive reports whether keepAlive keeps enc's stream alive.
+func canKeepAlive(enc dialect.Encoder) bool {
+	_, ok := enc.(commenter)
+	return ok
+}
+
 // acquire counts a request on a local replica (see agent.Acquire), waking it when it sleeps.
 // It returns the replica as it serves now (reloaded after a wake), the release, and the
 // failure to answer; a wait for the load sends ": loading" comments on an SSE stream.
@@ -42,24 +48,7 @@ func (g *Gateway) acquire(ctx context.Context, c route.Replica, enc dialect.Enco
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.WakeTimeout)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- wait(wctx) }()
-	cm, _ := enc.(commenter)
-	var tick <-chan time.Time
-	if cm != nil {
-		cm.Comment("loading")
-		t := time.NewTicker(wakeKeepAlive)
-		defer t.Stop()
-		tick = t.C
-	}
-	for waiting := true; waiting; {
-		select {
-		case <-tick:
-			cm.Comment("loading")
-		case err = <-done:
-			waiting = false
-		}
-	}
+	err = keepAlive(enc, func() error { return wait(wctx) })
 	if err == nil {
 		l, ok := g.a.ServingID(c.P.ID)
 		if !ok {
@@ -78,6 +67,30 @@ func (g *Gateway) acquire(ctx context.Context, c route.Replica, enc dialect.Enco
 			Msg: "model " + c.P.Model + " is still loading after " + g.cfg.WakeTimeout.String() + "; retry later", RetryAfter: wakeRetryAfter}
 	}
 	return c, nil, wakeFailure(err)
+}
+
+// keepAlive runs wait, and meanwhile keeps enc's stream alive when it is one that can be (see
+// commenter): a "loading" comment at once, then every wakeKeepAlive. It is how a streaming
+// client hears that its request waits for its model to load, whether a sleeping one wakes
+// (acquire) or one is placed on demand (Gateway.replicas).
+func keepAlive(enc dialect.Encoder, wait func() error) error {
+	cm, _ := enc.(commenter)
+	if cm == nil {
+		return wait()
+	}
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	cm.Comment("loading")
+	t := time.NewTicker(wakeKeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			cm.Comment("loading")
+		case err := <-done:
+			return err
+		}
+	}
 }
 
 // wakeFailure is the answer to a wake that failed: one refused for memory is a 503 with
