@@ -437,8 +437,10 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 	assert.Equal(t, []string{"hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf"}, ctx.Recent, "a placed source is remembered")
 	assert.Contains(t, m.View(), "ready: mistral-7b-instruct-v0.2 on mac-mini — press enter to chat with it")
 
-	cmd = press(m, "enter")
-	assert.Equal(t, common.NavigateMsg{Page: common.PageChat, Arg: "mistral-7b-instruct-v0.2"}, cmd())
+	press(m, "enter")
+	nav, ok := ctx.TakeNavigation()
+	require.True(t, ok, "enter on a ready model opens its chat")
+	assert.Equal(t, common.Navigation{Page: common.PageChat, Arg: "mistral-7b-instruct-v0.2"}, nav)
 }
 
 func TestRefusalShowsTheFix(t *testing.T) {
