@@ -429,8 +429,19 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 	m.Update(progressMsg{seq: m.placeSeq, ch: ch, p: loading})
 	assert.Contains(t, m.View(), "› loading")
 
+	// Ready on its host, while the wait goes on for the other agents to route it: enter does
+	// not open the chat yet, so the view does not offer it (it once did, and the enter and the
+	// keys typed after it were lost to the global keys).
 	ready := loading
 	ready.State = api.StateReady
+	m.Update(progressMsg{seq: m.placeSeq, ch: ch, p: ready})
+	require.True(t, m.placing)
+	assert.NotContains(t, m.View(), "press enter to chat")
+	assert.Contains(t, m.View(), "ready; waiting for the other hosts to route it · esc stops watching")
+	press(m, "enter")
+	_, opened := ctx.TakeNavigation()
+	assert.False(t, opened, "enter while the wait goes on opens nothing")
+
 	_, cmd = m.Update(waitedMsg{seq: m.placeSeq, p: ready})
 	assert.Equal(t, common.StatusMsg{Text: "mistral-7b-instruct-v0.2 is ready on mac-mini"}, cmd())
 	assert.False(t, m.placing)
