@@ -253,8 +253,6 @@ func (a *App) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			a.status = ""
 		}
 		return a, tea.Batch(a.broadcast(msg), a.tickCmd())
-	case common.NavigateMsg:
-		return a, a.navigate(msg.Page, msg.Arg)
 	case historyMsg:
 		if msg.err != nil {
 			return a, common.Status("command history: "+msg.err.Error(), true)
@@ -291,11 +289,15 @@ func (a *App) forward(msg tea.Msg) tea.Cmd {
 }
 
 // update hands msg to one view and keeps the model its Update returns, as bubbletea's
-// contract has it: a view may answer with a new value rather than change itself.
+// contract has it: a view may answer with a new value rather than change itself. A page switch
+// the view asked for is made here, before the next message (the next key) is handled.
 func (a *App) update(page common.Page, msg tea.Msg) tea.Cmd {
 	next, cmd := a.pages[page].Update(msg)
 	if c, ok := next.(common.Component); ok {
 		a.pages[page] = c
+	}
+	if nav, ok := a.ctx.TakeNavigation(); ok {
+		return tea.Batch(cmd, a.navigate(nav.Page, nav.Arg))
 	}
 	return cmd
 }

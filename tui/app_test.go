@@ -43,10 +43,10 @@ func press(k string) tea.KeyMsg {
 	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
 }
 
-// drain runs the commands a key returned and feeds navigation and status messages back into
-// the app, as the program would. Without a connection no command of the console waits (the
+// drain runs the commands a key returned and feeds status messages back into the app, as the
+// program would. Without a connection no command of the console waits (the
 // clock's tick starts only in Init, which these tests do not call), so they run in place: a
-// deadline on a busy machine would drop a navigation now and then.
+// deadline on a busy machine would drop a status now and then.
 func drain(a *App, cmd tea.Cmd) {
 	if cmd == nil {
 		return
@@ -56,7 +56,7 @@ func drain(a *App, cmd tea.Cmd) {
 		for _, c := range msg {
 			drain(a, c)
 		}
-	case common.NavigateMsg, common.StatusMsg:
+	case common.StatusMsg:
 		_, next := a.Update(msg)
 		drain(a, next)
 	}

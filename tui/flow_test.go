@@ -83,10 +83,11 @@ func TestFlowPlaceChatDelete(t *testing.T) {
 		return err == nil && len(ps) == 1 && ps[0].State == api.StateReady
 	}, 20*time.Second, 20*time.Millisecond)
 
-	// enter on a ready placement opens the chat with it.
+	// enter on a ready placement opens the chat with it, before the next key: what is typed
+	// right after it is the message (it once went to the global keys, "e" opening Events).
 	enter(tm)
-	waitScreen(t, tm, "the chat", contains("qwen2:1.5b"))
 	tm.Type("hello there")
+	waitScreen(t, tm, "the chat", contains("Say something to qwen2:1.5b", "hello there"))
 	enter(tm)
 	waitScreen(t, tm, "a complete answer with its figures", contains("qwen2:1.5b · pi5-hailo · TTFT", "answered in"))
 

@@ -118,17 +118,14 @@ func visitAll(t *testing.T, a *App, check func(what, screen string)) {
 	}
 	a.Update(common.MeshMsg{View: a.ctx.Mesh})
 	for _, p := range common.Tabs {
-		_, cmd := a.Update(common.NavigateMsg{Page: p})
-		drain(a, cmd)
+		drain(a, a.navigate(p, ""))
 		check(p.Title(), a.View())
 	}
 	for _, mb := range a.ctx.Mesh.Members {
-		_, cmd := a.Update(common.NavigateMsg{Page: common.PageHostDetail, Arg: mb.Name})
-		drain(a, cmd)
+		drain(a, a.navigate(common.PageHostDetail, mb.Name))
 		check("detail of "+mb.Name, a.View())
 	}
-	_, cmd := a.Update(common.NavigateMsg{Page: common.PageHosts})
-	drain(a, cmd)
+	drain(a, a.navigate(common.PageHosts, ""))
 	for range 3 {
 		keys(a, "j")
 		check("hosts after moving", a.View())

@@ -237,7 +237,7 @@ func drainQuit(a *App, cmd tea.Cmd) bool {
 			q = drainQuit(a, c) || q
 		}
 		return q
-	case common.NavigateMsg, common.StatusMsg:
+	case common.StatusMsg:
 		_, next := a.Update(msg)
 		return drainQuit(a, next)
 	}
@@ -296,4 +296,49 @@ func TestQuitAsksWhenItStopsTheMesh(t *testing.T) {
 	}
 	a.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
 	assert.True(t, typeKeys(a, "q"), "nothing runs: q quits without asking")
+}
+
+// typedAhead feeds msgs as the program does when they arrive in one read (a fast typist, a
+// paste after enter): every one is handled before the result of any command they start, which
+// runs on its own goroutine. Only then are the commands drained.
+func typedAhead(a *App, msgs ...tea.KeyMsg) {
+	var cmds []tea.Cmd
+	for _, msg := range msgs {
+		_, cmd := a.Update(msg)
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		drain(a, cmd)
+	}
+}
+
+// Enter on a view that opens another (a ready model opens its chat, a host its detail) switches
+// pages before the next key: what is typed right after it goes to the page it opened, not to the
+// old page or the global keys (the "e" of "hello" switched to Events, its "t" filtered them).
+func TestKeysTypedRightAfterEnterGoToThePageItOpens(t *testing.T) {
+	a := newApp(t, 120, 35)
+	keys(a, "2")
+	for i, p := range a.pages[common.PageModels].(*models.Model).Rows() {
+		if p.State == api.StateReady {
+			keys(a, "g")
+			for range i {
+				keys(a, "j")
+			}
+			break
+		}
+	}
+	sel, ok := a.pages[common.PageModels].(*models.Model).Selected()
+	require.True(t, ok)
+	require.Equal(t, api.StateReady, sel.State)
+
+	typedAhead(a, press("enter"), press("hello there"))
+	assert.Equal(t, common.PageChat, a.Active())
+	assert.Equal(t, sel.Model, a.pages[common.PageChat].(*chat.Model).Chatting())
+	assert.Contains(t, a.View(), "hello there", "the keys after enter are the chat's text")
+
+	a = newApp(t, 120, 35)
+	first := hostRows(a)[0]
+	typedAhead(a, press("enter"), press("j"))
+	assert.Equal(t, common.PageHostDetail, a.Active(), "j after enter scrolls the detail it opened")
+	assert.Equal(t, first, selectedHost(t, a), "and does not move the hosts' cursor")
 }

@@ -43,6 +43,9 @@ type Context struct {
 	Recent []string
 	// Conn reaches the mesh. Views call it only inside tea.Cmd closures, never in Update.
 	Conn *console.Conn
+	// next is the page switch a view asked for in its Update (Navigate), for the root to make
+	// before it handles another message.
+	next *Navigation
 }
 
 // ErrNotConnected is what a view's action answers when the console has no connection.
@@ -99,16 +102,27 @@ func (p Page) Title() string {
 	return "?"
 }
 
-// NavigateMsg switches the console to a page; Arg carries what it opens (a host name, a model,
-// a source to place).
-type NavigateMsg struct {
+// Navigation is a switch to a page; Arg carries what it opens (a host name, a model, a source
+// to place).
+type Navigation struct {
 	Page Page
 	Arg  string
 }
 
-// Navigate is a command that switches pages.
-func Navigate(p Page, arg string) tea.Cmd {
-	return func() tea.Msg { return NavigateMsg{Page: p, Arg: arg} }
+// Navigate asks the root to switch to page p, opening arg, as soon as the view's Update returns.
+// It is not a command: a command's result comes back from its own goroutine, after the keys
+// read with the one that asked (a fast typist's "enter hello", a paste), and those keys would
+// go to the old page or be taken as global keys ("e" switching to Events).
+func (c *Context) Navigate(p Page, arg string) { c.next = &Navigation{Page: p, Arg: arg} }
+
+// TakeNavigation is the switch a view asked for since the last call, once.
+func (c *Context) TakeNavigation() (Navigation, bool) {
+	if c.next == nil {
+		return Navigation{}, false
+	}
+	nav := *c.next
+	c.next = nil
+	return nav, true
 }
 
 // MeshMsg carries a new picture of the mesh.

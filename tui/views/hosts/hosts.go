@@ -160,7 +160,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.filter.Clear()
 		case key.Matches(msg, k.Open):
 			if sel, ok := m.Selected(); ok {
-				return m, common.Navigate(common.PageHostDetail, sel.Name)
+				m.ctx.Navigate(common.PageHostDetail, sel.Name)
+				return m, nil
 			}
 		}
 		m.cur.Clamp(n, m.tableHeight())
@@ -168,7 +169,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		n := len(m.Rows())
 		if hit, again := m.cur.Click(msg, m.firstRow(), n, m.tableHeight()); hit {
 			if sel, ok := m.Selected(); ok && again {
-				return m, common.Navigate(common.PageHostDetail, sel.Name)
+				m.ctx.Navigate(common.PageHostDetail, sel.Name)
+				return m, nil
 			}
 			return m, nil
 		}

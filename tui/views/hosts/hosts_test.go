@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/internal/tuitest"
 )
 
@@ -35,17 +36,22 @@ func TestNarrowKeepsNames(t *testing.T) {
 }
 
 func TestClickSelectsAndOpens(t *testing.T) {
-	m := New(tuitest.Context())
+	ctx := tuitest.Context()
+	m := New(ctx)
 	m.SetSize(120, 20)
 	press := tea.MouseMsg{X: 3, Y: 3 + 1, // under the summary, the legend and the titles
 		Action: tea.MouseActionPress, Button: tea.MouseButtonLeft}
 	_, cmd := m.Update(press)
 	assert.Nil(t, cmd)
+	_, opened := ctx.TakeNavigation()
+	assert.False(t, opened, "a first click selects only")
 	sel, ok := m.Selected()
 	require.True(t, ok)
 	assert.Equal(t, m.Rows()[1].Name, sel.Name)
-	_, cmd = m.Update(press)
-	require.NotNil(t, cmd, "a second click opens the host")
+	m.Update(press)
+	nav, opened := ctx.TakeNavigation()
+	require.True(t, opened, "a second click opens the host")
+	assert.Equal(t, common.Navigation{Page: common.PageHostDetail, Arg: sel.Name}, nav)
 }
 
 // MODELS counts what a host holds: placements evicted by swaps stay listed in Models (to place

@@ -292,11 +292,13 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		}
 	case key.Matches(msg, keyLog):
 		if p, ok := m.Selected(); ok {
-			return common.Navigate(common.PageHostDetail, p.Host) // its log tail is there
+			m.ctx.Navigate(common.PageHostDetail, p.Host) // its log tail is there
+			return nil
 		}
 	case key.Matches(msg, keyAgain):
 		if p, ok := m.Selected(); ok {
-			return common.Navigate(common.PagePlace, p.Source)
+			m.ctx.Navigate(common.PagePlace, p.Source)
+			return nil
 		}
 	case key.Matches(msg, k.Open):
 		if p, ok := m.Selected(); ok {
@@ -304,7 +306,8 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 				text, stuck := NotReady(p)
 				return common.Status(text, stuck)
 			}
-			return common.Navigate(common.PageChat, p.Model)
+			m.ctx.Navigate(common.PageChat, p.Model)
+			return nil
 		}
 	}
 	m.clamp(len(m.Rows()))

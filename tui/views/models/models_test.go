@@ -137,8 +137,14 @@ func TestEnterChatsWithReadyModelsOnly(t *testing.T) {
 	m.SetSize(80, 24)
 	cmd := press(m, "enter") // mac-mini/llama-3.1-8b-instruct, pulling
 	assert.Equal(t, common.StatusMsg{Text: "llama-3.1-8b-instruct on mac-mini is pulling: chat opens once it is ready"}, cmd())
-	cmd = press(m, "down", "enter")
-	assert.Equal(t, common.NavigateMsg{Page: common.PageChat, Arg: "qwen2.5-coder-7b"}, cmd())
+	press(m, "down", "enter")
+	assert.Equal(t, common.Navigation{Page: common.PageChat, Arg: "qwen2.5-coder-7b"}, navigation(m))
+}
+
+// navigation is the page switch the view asked for, once (the zero value: none).
+func navigation(m *Model) common.Navigation {
+	nav, _ := m.ctx.TakeNavigation()
+	return nav
 }
 
 func TestCursorAndWheel(t *testing.T) {
@@ -251,8 +257,10 @@ func TestLogAndPlaceAgain(t *testing.T) {
 	m.SetSize(80, 24)
 	p, ok := m.Selected()
 	require.True(t, ok)
-	assert.Equal(t, common.NavigateMsg{Page: common.PageHostDetail, Arg: p.Host}, press(m, "l")())
-	assert.Equal(t, common.NavigateMsg{Page: common.PagePlace, Arg: p.Source}, press(m, "r")())
+	press(m, "l")
+	assert.Equal(t, common.Navigation{Page: common.PageHostDetail, Arg: p.Host}, navigation(m))
+	press(m, "r")
+	assert.Equal(t, common.Navigation{Page: common.PagePlace, Arg: p.Source}, navigation(m))
 }
 
 // s sorts: the largest first, then what needs attention (not ready) first, then back to host.

@@ -574,7 +574,8 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		case key.Matches(msg, keyChat) && m.placement != nil && m.placement.State == api.StateReady:
 			model := m.placement.Model
 			m.clearDone()
-			return common.Navigate(common.PageChat, model)
+			m.ctx.Navigate(common.PageChat, model)
+			return nil
 		case key.Matches(msg, keyDone):
 			// Back to the form, to place another; esc there gives the global keys back.
 			m.clearDone()

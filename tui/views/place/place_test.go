@@ -429,16 +429,29 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 	m.Update(progressMsg{seq: m.placeSeq, ch: ch, p: loading})
 	assert.Contains(t, m.View(), "› loading")
 
+	// Ready on its host, while the wait goes on for the other agents to route it: enter does
+	// not open the chat yet, so the view does not offer it (it once did, and the enter and the
+	// keys typed after it were lost to the global keys).
 	ready := loading
 	ready.State = api.StateReady
+	m.Update(progressMsg{seq: m.placeSeq, ch: ch, p: ready})
+	require.True(t, m.placing)
+	assert.NotContains(t, m.View(), "press enter to chat")
+	assert.Contains(t, m.View(), "ready; waiting for the other hosts to route it · esc stops watching")
+	press(m, "enter")
+	_, opened := ctx.TakeNavigation()
+	assert.False(t, opened, "enter while the wait goes on opens nothing")
+
 	_, cmd = m.Update(waitedMsg{seq: m.placeSeq, p: ready})
 	assert.Equal(t, common.StatusMsg{Text: "mistral-7b-instruct-v0.2 is ready on mac-mini"}, cmd())
 	assert.False(t, m.placing)
 	assert.Equal(t, []string{"hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf"}, ctx.Recent, "a placed source is remembered")
 	assert.Contains(t, m.View(), "ready: mistral-7b-instruct-v0.2 on mac-mini — press enter to chat with it")
 
-	cmd = press(m, "enter")
-	assert.Equal(t, common.NavigateMsg{Page: common.PageChat, Arg: "mistral-7b-instruct-v0.2"}, cmd())
+	press(m, "enter")
+	nav, ok := ctx.TakeNavigation()
+	require.True(t, ok, "enter on a ready model opens its chat")
+	assert.Equal(t, common.Navigation{Page: common.PageChat, Arg: "mistral-7b-instruct-v0.2"}, nav)
 }
 
 func TestRefusalShowsTheFix(t *testing.T) {

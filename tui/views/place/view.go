@@ -314,9 +314,13 @@ func (m *Model) progressLines() []string {
 		out = append(out, "")
 		out = append(out, m.errorLines("refused", m.placeErr)...)
 		out = append(out, "", st.Muted.Render("enter: change the request · esc: done"))
-	case p != nil && p.State == api.StateReady:
+	case p != nil && p.State == api.StateReady && !m.placing:
 		out = append(out, "", st.OK.Render(render.Cut(fmt.Sprintf("ready: %s on %s — press enter to chat with it", p.Model, p.Host), m.width)),
 			st.Muted.Render("esc: done"))
+	case p != nil && p.State == api.StateReady:
+		// The wait goes on until the other agents route the model (console.Conn.Wait), so a
+		// chat through any of them finds it; enter opens the chat only then, and says so then.
+		out = append(out, "", st.Muted.Render(render.Cut("ready; waiting for the other hosts to route it · esc stops watching", m.width)))
 	case m.placing:
 		out = append(out, "", st.Muted.Render("esc stops watching (the placement goes on)"))
 	}
