@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/intent"
 )
 
 var t0 = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
@@ -189,4 +190,38 @@ func TestPlacer(t *testing.T) {
 	in = wants(1)
 	in.Protected = true
 	assert.True(t, placer(in).Admin)
+}
+
+// An intent is read back as soon as it is recorded, before the keeper has judged it (a script's
+// `mesh alias set` then `mesh models` must list it), and a deletion hides it at once; how it is
+// met is the last judgement's.
+func TestStatusReadsTheStoreNow(t *testing.T) {
+	k := keeperOf("b")
+	var err error
+	k.cfg.Store, err = intent.Open("", "b")
+	require.NoError(t, err)
+	judged, _, err := k.cfg.Store.Put(wants(2))
+	require.NoError(t, err)
+	k.status = []api.IntentStatus{{Intent: judged, Has: 1, Note: "re-placing on c"}}
+
+	fresh := wants(1)
+	fresh.Name = "tiny"
+	_, _, err = k.cfg.Store.Put(fresh)
+	require.NoError(t, err)
+	sts := k.Status(api.Principal{Admin: true})
+	require.Len(t, sts, 2)
+	assert.Equal(t, "qwen", sts[0].Name)
+	assert.Equal(t, 1, sts[0].Has)
+	assert.Equal(t, "re-placing on c", sts[0].Note)
+	assert.Equal(t, "tiny", sts[1].Name, "recorded, not judged yet")
+	assert.Zero(t, sts[1].Has)
+	assert.Empty(t, k.Status(api.Principal{Namespace: "team"}), "another namespace's intents")
+
+	gone := judged
+	gone.Deleted = true
+	_, _, err = k.cfg.Store.Put(gone)
+	require.NoError(t, err)
+	sts = k.Status(api.Principal{Admin: true})
+	require.Len(t, sts, 1)
+	assert.Equal(t, "tiny", sts[0].Name)
 }

@@ -504,23 +504,35 @@ func (k *Keeper) event(in api.Intent, msg string, code api.Code) {
 	k.cfg.Agent.Events().Publish(api.Event{Type: api.EventIntent, Message: msg, Code: code, Placement: p})
 }
 
-// Status is every intent who may see, with how it is met, as this agent last looked.
+// Status is every intent who may see, as the store holds it now (an edit just made, here or by
+// gossip, is read back at once), with how it is met as this agent last looked.
 func (k *Keeper) Status(who api.Principal) []api.IntentStatus {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	out := []api.IntentStatus{}
+	last := make(map[string]api.IntentStatus, len(k.status))
 	for _, st := range k.status {
-		if who.Allows(st.Namespace) {
-			out = append(out, st)
+		last[st.Key()] = st
+	}
+	k.mu.Unlock()
+	out := []api.IntentStatus{}
+	for _, in := range k.cfg.Store.All() {
+		if in.Deleted || !who.Allows(in.Namespace) {
+			continue
 		}
+		st := last[in.Key()]
+		st.Intent = in
+		out = append(out, st)
 	}
 	return out
 }
 
-// Findings are the intents not met, for the doctor.
+// Findings are the intents not met when this agent last judged them, for the doctor (one just
+// recorded is not a finding before it is judged).
 func (k *Keeper) Findings() []api.Finding {
+	k.mu.Lock()
+	judged := slices.Clone(k.status)
+	k.mu.Unlock()
 	var out []api.Finding
-	for _, st := range k.Status(api.Principal{Admin: true}) {
+	for _, st := range judged {
 		if st.Has >= st.Replicas {
 			continue
 		}

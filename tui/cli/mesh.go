@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -122,13 +123,16 @@ func (a *app) modelsCmd() *cobra.Command {
 			}
 		}
 		// What the mesh keeps running beside what runs: agents without intents (an older
-		// version) answer NotFound, and the list stays what it was.
+		// version) answer NotFound, and the list stays what it was. Any other failure is said:
+		// a list that silently left the intents out would tell a script they are gone.
 		var ins []api.IntentStatus
-		if all, err := s.conn.Intents(ctx); err == nil {
-			for _, in := range all {
-				if namespace == "" || in.Namespace == namespace {
-					ins = append(ins, in)
-				}
+		all, err := s.conn.Intents(ctx)
+		if e := (*api.Error)(nil); err != nil && (!errors.As(err, &e) || e.Code != api.CodeNotFound) {
+			return err
+		}
+		for _, in := range all {
+			if namespace == "" || in.Namespace == namespace {
+				ins = append(ins, in)
 			}
 		}
 		if a.g.json {
