@@ -17,11 +17,16 @@ import (
 	"github.com/llmkube/mesh/sim/simtest"
 )
 
-var llamaServer string
+// llamaServer is the llama-server simulator, rpcServer the same linked as the simulated
+// ggml-rpc-server beside it.
+var llamaServer, rpcServer string
 
 func TestMain(m *testing.M) {
 	simtest.Main(m, func(dir string) (err error) {
-		llamaServer, err = simtest.LlamaServer(dir)
+		if llamaServer, err = simtest.LlamaServer(dir); err != nil {
+			return err
+		}
+		rpcServer, err = simtest.RPCServer(llamaServer)
 		return err
 	})
 }
@@ -91,7 +96,7 @@ func TestDemoPlacementsBecomeReady(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := StartDemo(ctx, llamaServer, nil)
+	m, err := StartDemo(ctx, llamaServer, "", nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, m.Close()) })
 	for _, p := range DemoPlacements(m) {
