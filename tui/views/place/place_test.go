@@ -975,3 +975,61 @@ func statusOf(cmd tea.Cmd) string {
 	}
 	return ""
 }
+
+// Enter on the split sends it through the console's placement call: the agent is asked for a
+// split with the plan's members.
+func TestSplitPlacesThroughTheMain(t *testing.T) {
+	ctx := splitCtx()
+	var mu sync.Mutex
+	var placed []api.PlacementRequest
+	mux := http.NewServeMux()
+	var addr string
+	mux.HandleFunc("GET /v1/mesh", func(w http.ResponseWriter, r *http.Request) {
+		v := splitCtx().Mesh
+		for i := range v.Members {
+			if h := v.Members[i].Host; h != nil {
+				h.APIAddr = addr
+			}
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	})
+	mux.HandleFunc("POST /v1/estimate", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(api.Estimation{Estimate: bigGGUF, Verdict: api.VerdictRefused})
+	})
+	mux.HandleFunc("POST /v1/placements", func(w http.ResponseWriter, r *http.Request) {
+		var req api.PlacementRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		placed = append(placed, req)
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(api.Placement{ID: "p-s", Host: "mac-mini", Model: "big-q4", Source: req.Source,
+			Runtime: api.RuntimeLlamaServer, State: api.StateSizing})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	addr = srv.Listener.Addr().String()
+	conn, err := console.Connect(context.Background(), console.Options{AgentURL: srv.URL, Token: "t", Poll: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	ctx.Conn = conn
+
+	m := New(ctx)
+	m.SetSize(80, 24)
+	m.Open(bigSource)
+	_, cmd := m.Update(debounceMsg{seq: m.seq})
+	require.NotNil(t, cmd)
+	m.Update(cmd())
+	require.NoError(t, m.rankErr)
+	require.True(t, m.showsSplit(), "no host holds it alone")
+	cmd = press(m, "enter", "enter")
+	require.NotNil(t, cmd)
+	msg := cmd()
+	m.Update(msg)
+	require.NoError(t, m.placeErr)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, placed, 1)
+	require.NotNil(t, placed[0].Split, "the agent is asked for a split")
+	assert.Equal(t, []string{"mac-mini", "tower"}, placed[0].Split.Hosts)
+	assert.Equal(t, bigSource, placed[0].Source)
+}
