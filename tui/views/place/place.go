@@ -219,7 +219,7 @@ func (m *Model) FullHelp() []common.HelpSection {
 		{Title: "Place: the form", Keys: []key.Binding{
 			k.NextFld, k.PrevFld, key.NewBinding(key.WithKeys("down", "up"), key.WithHelp("↓/↑", "suggestions")),
 			common.As(keyChoose, "to the ranked hosts (or take a suggestion)"), keyRuntime, k.Spread,
-			common.As(keySplit, "a GGUF model split across hosts / the ranked hosts"), keyForm,
+			common.As(keySplit, "split across hosts / the ranked hosts"), keyForm,
 		}},
 		{Title: "Place: ranked hosts", Keys: []key.Binding{
 			k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, keyPlace, keyPlaceSp, k.Spread, keyEdit,
