@@ -53,7 +53,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	if len(cfg.RPC) > 0 {
 		links, err := dialRPC(ctx, cfg.RPC)
 		if err != nil {
-			logE("%v", err)
+			logE("Failed to connect to %v", err) // llama-server's words
 			logE("srv    load_model: failed to load model, '%s'", cfg.ModelPath)
 			logE("srv  llama_server: exiting due to model loading error")
 			return 1

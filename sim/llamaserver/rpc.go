@@ -119,14 +119,14 @@ type rpcLinks struct {
 	once  sync.Once
 }
 
-// dialRPC greets every endpoint, in llama-server's words when one cannot be reached.
+// dialRPC greets every endpoint; an error names the one that could not be reached.
 func dialRPC(ctx context.Context, endpoints []string) (*rpcLinks, error) {
 	l := &rpcLinks{lost: make(chan string, 1)}
 	for _, ep := range endpoints {
 		c, err := greet(ctx, ep)
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("Failed to connect to %s: %v", ep, err)
+			return nil, fmt.Errorf("%s: %w", ep, err)
 		}
 		l.conns = append(l.conns, c)
 	}
