@@ -958,6 +958,7 @@ func TestSplitKeys(t *testing.T) {
 	ranked(m, huge, "mac-mini")
 	require.False(t, m.plan.Fits)
 	require.False(t, m.showsSplit(), "no split holds it either: the refusals are shown")
+	assert.Contains(t, m.View(), "nor split across hosts (ctrl+t): the")
 	press(m, "ctrl+t", "enter")
 	assert.Contains(t, m.View(), "refused: the")
 	cmd = press(m, "enter")

@@ -175,6 +175,10 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	if hint := Hint(m.hosts); hint != "" {
 		under = append(under, st.Warn.Render(render.Cut("no host can take it: "+hint, m.width)))
 	}
+	if p := m.plan; p != nil && !p.Fits && noneFits(m.hosts) {
+		// The split was the other way: why it is not one either (ctrl+t shows its arithmetic).
+		under = append(under, st.Muted.Render(render.Cut("nor split across hosts (ctrl+t): "+api.Printable(strings.TrimPrefix(p.Reason, "refused: ")), m.width)))
+	}
 	if h := m.swapping; h != nil {
 		// The question first, uncut by what follows it: then what the swap costs (how long
 		// nothing answers, a release's defect), a line each.
