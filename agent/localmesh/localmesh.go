@@ -68,8 +68,11 @@ type Options struct {
 	// Hosts default to DemoHosts().
 	Hosts []HostSpec
 	// RPCServer, when set, is the ggml-rpc-server hosts running llama-server also run, for
-	// split placements.
+	// split placements; a host may also run it alone (api.RuntimeRPCServer in its Runtimes), a
+	// worker of splits.
 	RPCServer string
+	// Models are GGUF files written on every llama-server host beside the sim/gguf presets.
+	Models []gguf.Spec
 	// LlamaServer is the llama-server program for hosts that run it (a build of
 	// cmd/llama-server-sim, or anything that takes llama-server's command line). Required when a
 	// host runs llama-server.
@@ -346,7 +349,7 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 				return nil, errors.New("runs llama-server, but Options.LlamaServer names no program")
 			}
 			h.Models = filepath.Join(dir, "gguf")
-			if err := writeModels(h.Models); err != nil {
+			if err := writeModels(h.Models, append(gguf.Presets(), opts.Models...)); err != nil {
 				return nil, err
 			}
 			env := []string{"LLAMA_SIM_LOAD_DELAY=1s", "LLAMA_SIM_TOKENS_PER_SEC=40", "LLAMA_SIM_TTFT=120ms"}
@@ -365,14 +368,19 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 				return nil, err
 			}
 			drivers = append(drivers, d)
-			if opts.RPCServer != "" {
-				rd, err := llamaserver.NewRPC(llamaserver.RPCConfig{Binary: opts.RPCServer, LogDir: filepath.Join(dir, "state", "logs"),
-					CacheDir: filepath.Join(dir, "rpc-cache"), Threads: 1}, log.With("part", "engine"))
+			if opts.RPCServer != "" && !spec.runs(api.RuntimeRPCServer) {
+				rd, err := rpcDriver(dir, opts, log)
 				if err != nil {
 					return nil, err
 				}
 				drivers = append(drivers, rd)
 			}
+		case api.RuntimeRPCServer:
+			rd, err := rpcDriver(dir, opts, log)
+			if err != nil {
+				return nil, err
+			}
+			drivers = append(drivers, rd)
 		default:
 			return nil, fmt.Errorf("unknown runtime %q", r)
 		}
@@ -437,13 +445,22 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	return h, nil
 }
 
-// writeModels makes one sparse GGUF file per sim/gguf preset: valid headers that size like the
-// real models, and no gigabytes on disk.
-func writeModels(dir string) error {
+// rpcDriver is a host's ggml-rpc-server driver: Options.RPCServer, for its shares of splits.
+func rpcDriver(dir string, opts Options, log *slog.Logger) (*llamaserver.RPCDriver, error) {
+	if opts.RPCServer == "" {
+		return nil, errors.New("runs rpc-server, but Options.RPCServer names no program")
+	}
+	return llamaserver.NewRPC(llamaserver.RPCConfig{Binary: opts.RPCServer, LogDir: filepath.Join(dir, "state", "logs"),
+		CacheDir: filepath.Join(dir, "rpc-cache"), Threads: 1}, log.With("part", "engine"))
+}
+
+// writeModels makes one sparse GGUF file per spec (the sim/gguf presets): valid headers that
+// size like the real models, and no gigabytes on disk.
+func writeModels(dir string, specs []gguf.Spec) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, p := range gguf.Presets() {
+	for _, p := range specs {
 		path := filepath.Join(dir, p.Name+".gguf")
 		if _, err := os.Stat(path); err == nil {
 			continue
@@ -461,7 +478,9 @@ func (h *Host) ModelPath(preset string) string {
 }
 
 // Runs reports whether the host simulates a runtime.
-func (h *Host) Runs(r api.Runtime) bool { return slices.Contains(h.Spec.Runtimes, r) }
+func (h *Host) Runs(r api.Runtime) bool { return h.Spec.runs(r) }
+
+func (s HostSpec) runs(r api.Runtime) bool { return slices.Contains(s.Runtimes, r) }
 
 // Placed is an initial placement: a request on one host.
 type Placed struct {

@@ -14,14 +14,20 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/agent/api/apiclient"
 	"github.com/llmkube/mesh/agent/api/source"
+	llamaserversim "github.com/llmkube/mesh/sim/llamaserver"
 	"github.com/llmkube/mesh/sim/simtest"
 )
 
-var llamaServer string
+// llamaServer is the llama-server simulator, rpcServer the same linked as the simulated
+// ggml-rpc-server beside it.
+var llamaServer, rpcServer string
 
 func TestMain(m *testing.M) {
 	simtest.Main(m, func(dir string) (err error) {
-		llamaServer, err = simtest.LlamaServer(dir)
+		if llamaServer, err = simtest.LlamaServer(dir); err != nil {
+			return err
+		}
+		rpcServer, err = simtest.RPCServer(llamaServer)
 		return err
 	})
 }
@@ -84,16 +90,23 @@ func TestDemoMeshEndToEnd(t *testing.T) {
 	assert.Equal(t, api.CodeNotFound, apiErr.Code)
 }
 
-// The demo's own placements all become ready at the real engines' pace.
+// The demo's own placements all become ready at the real engines' pace; every host runs the
+// simulated rpc-server, of one protocol, and the Mac holds the model to split.
 func TestDemoPlacementsBecomeReady(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo's pace takes some seconds")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := StartDemo(ctx, llamaServer, nil)
+	m, err := StartDemo(ctx, llamaServer, rpcServer, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, m.Close()) })
+	for _, h := range m.Hosts {
+		info, err := m.Client(h.Spec.Name).Host(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, llamaserversim.RPCProtocol, info.RPCProtocol(), "%s: %+v", h.Spec.Name, info.Engines)
+	}
+	assert.FileExists(t, m.Host("mac-mini").ModelPath(DemoSplitModel.Name))
 	for _, p := range DemoPlacements(m) {
 		c := m.Client(p.Host)
 		require.Eventually(t, func() bool {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/llmkube/mesh/agent/localmesh"
+	enginels "github.com/llmkube/mesh/engines/llamaserver"
 	"github.com/llmkube/mesh/internal/atomicfile"
 	"github.com/llmkube/mesh/sim/llamaserver"
 )
@@ -36,13 +37,16 @@ func envFile() string {
 	return filepath.Join(os.TempDir(), "llmkube-demo.env")
 }
 
-// runAsLlamaServer runs the llama-server simulator when the program was started under that
-// name, and reports whether it did (with its exit status).
-func runAsLlamaServer(ctx context.Context) (int, bool) {
-	if filepath.Base(os.Args[0]) != llamaServerName {
-		return 0, false
+// runAsEngine runs the llama-server simulator, or the simulated ggml-rpc-server, when the
+// program was started under that name, and reports whether it did (with its exit status).
+func runAsEngine(ctx context.Context) (int, bool) {
+	switch filepath.Base(os.Args[0]) {
+	case llamaServerName:
+		return llamaserver.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr), true
+	case enginels.RPCBinaryName:
+		return llamaserver.RPCMain(ctx, os.Args[1:], os.Stdout, os.Stderr), true
 	}
-	return llamaserver.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr), true
+	return 0, false
 }
 
 // scriptEnv is the env file's text: the variables llmkube-tui reads, and the gateway's URL
@@ -116,10 +120,14 @@ func startDemo(ctx context.Context) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	link := filepath.Join(dir, llamaServerName)
-	if err := os.Symlink(exe, link); err != nil {
-		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("linking the llama-server simulator: %w", err)
+	// The simulators are this program under the engines' names, side by side as the agent finds
+	// llama.cpp's: the Mac-like host runs llama-server, and every host an RPC worker of splits.
+	link, rpcLink := filepath.Join(dir, llamaServerName), filepath.Join(dir, enginels.RPCBinaryName)
+	for _, l := range []string{link, rpcLink} {
+		if err := os.Symlink(exe, l); err != nil {
+			os.RemoveAll(dir)
+			return "", nil, fmt.Errorf("linking the engine simulators: %w", err)
+		}
 	}
 	logf, err := os.OpenFile(demoLog(), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -127,7 +135,7 @@ func startDemo(ctx context.Context) (string, func(), error) {
 		return "", nil, err
 	}
 	log := slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	m, err := localmesh.StartDemo(ctx, link, log)
+	m, err := localmesh.StartDemo(ctx, link, rpcLink, log)
 	if err != nil {
 		logf.Close()
 		os.RemoveAll(dir)

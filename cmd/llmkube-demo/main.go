@@ -23,9 +23,9 @@ func main() {
 	os.Exit(cli.WithSignals(run))
 }
 
-// run is the program: the llama-server simulator under that name, else the console.
+// run is the program: an engine simulator under its name, else the console.
 func run(ctx context.Context) int {
-	if code, ok := runAsLlamaServer(ctx); ok {
+	if code, ok := runAsEngine(ctx); ok {
 		return code
 	}
 	if len(os.Args) > 1 && os.Args[1] == "mesh" {

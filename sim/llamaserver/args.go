@@ -131,6 +131,12 @@ var flags = []flag{
 		return fmt.Errorf("error: unknown value for --pooling: '%s'", v)
 	}},
 
+	{names: []string{"--rpc"}, sample: "127.0.0.1:50052", set: func(p *parsing, v string) (err error) {
+		p.cfg.RPC, err = parseRPC(v)
+		return err
+	}},
+	{names: []string{"-ts", "--tensor-split"}, sample: "1,1"},
+
 	// Flags the simulator accepts and ignores: the rest of the driver's allowlist, and a few
 	// that people add by habit.
 	{names: []string{"-tb", "--threads-batch"}, sample: "2"},

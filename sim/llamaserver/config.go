@@ -42,6 +42,9 @@ type Config struct {
 	Jinja        bool   // --jinja
 	Embedding    bool   // --embeddings: /v1/embeddings answers
 	Pooling      string // --pooling; "" = the model's
+	// RPC are the --rpc workers (simulated ggml-rpc-servers): greeted before the model loads,
+	// then held as liveness links, the loss of one aborting the server (RPCMain).
+	RPC []string
 
 	LoadDelay    time.Duration // how long /health answers 503 "Loading model"
 	TokensPerSec float64       // generation speed; 0 = as fast as possible

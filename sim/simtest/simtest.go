@@ -52,6 +52,14 @@ func LlamaServer(dir string) (string, error) {
 	return Build(dir, "github.com/llmkube/mesh/cmd/llama-server-sim", "llama-server")
 }
 
+// RPCServer links the llama-server simulator built by LlamaServer as "ggml-rpc-server" beside
+// it: under that name it is a simulated RPC worker of splits. The name is
+// engines/llamaserver.RPCBinaryName, not imported: that package's tests import this one.
+func RPCServer(llamaServer string) (string, error) {
+	link := filepath.Join(filepath.Dir(llamaServer), "ggml-rpc-server")
+	return link, os.Symlink(filepath.Base(llamaServer), link)
+}
+
 // Buffer collects output written by other goroutines (a program's logs) while a test reads it.
 type Buffer struct {
 	mu  sync.Mutex

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmkube/mesh/agent/api"
-	"github.com/llmkube/mesh/mesh/rank"
 	"github.com/llmkube/mesh/tui/console"
 )
 
@@ -54,8 +53,7 @@ func (a *app) planSplit(ctx context.Context, conn *console.Conn, req api.Placeme
 	if err != nil {
 		return r, api.SplitPlan{}, err
 	}
-	members := conn.View().Members
-	plan := rank.Split(members, rank.SplitRequest{Request: r.Request(req, false), Hosts: sf.hosts, Main: main, RTT: rank.RTTs(members)})
+	plan := r.Split(conn.View().Members, req, sf.hosts, main)
 	if !plan.Fits {
 		return r, plan, &api.Error{Code: api.CodeInsufficientMemory, Message: plan.Reason}
 	}
@@ -123,7 +121,7 @@ func (a *app) suggestSplit(conn *console.Conn, req api.PlacementRequest, r conso
 	if refusal == nil || r.Estimate.Layers <= 0 {
 		return
 	}
-	plan := rank.Split(conn.View().Members, rank.SplitRequest{Request: r.Request(req, false)})
+	plan := r.Split(conn.View().Members, req, nil, "")
 	if !plan.Fits {
 		return
 	}

@@ -17,6 +17,13 @@ func (r Ranking) Request(req api.PlacementRequest, spread bool) rank.Request {
 	return rr
 }
 
+// Split plans req across the hosts of members from this ranking's estimate, with the measured
+// round trips: the plan `mesh rank --split`, `mesh place --split` and the Place view show. Hosts
+// and main bound it when given; empty lets the plan choose.
+func (r Ranking) Split(members []api.Member, req api.PlacementRequest, hosts []string, main string) api.SplitPlan {
+	return rank.Split(members, rank.SplitRequest{Request: r.Request(req, false), Hosts: hosts, Main: main, RTT: rank.RTTs(members)})
+}
+
 // closeness is how far a refused host got toward running a request: a host without the
 // accelerator or the runtime says nothing about the request when another has them, so the
 // refusal of the nearest host is the cause a user can act on (too big, no such model).

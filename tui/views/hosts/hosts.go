@@ -184,7 +184,14 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 // intro is what the view draws first: the summary, and the legend or the filter.
 func (m *Model) intro() string {
 	st := m.ctx.Styles
-	second := st.Muted.Render(render.Cut("sorted by "+sortNames[m.sortBy]+" · █ committed ▓ reserved ░ free budget · outside budget", m.width))
+	legend := "sorted by " + sortNames[m.sortBy] + " · █ committed ▓ reserved ░ free budget · outside budget"
+	for _, mb := range m.ctx.Mesh.Members {
+		if SplitShares(mb) > 0 {
+			legend += splitsNote
+			break
+		}
+	}
+	second := st.Muted.Render(render.Cut(legend, m.width))
 	if m.filter.Shown() {
 		second = render.Cut(m.filter.View(), m.width)
 	}
@@ -219,7 +226,9 @@ func Summary(v api.MeshView) string {
 		for _, p := range mb.Placements {
 			switch p.State {
 			case api.StateReady:
-				ready++
+				if p.Part == nil { // a share of a split is not a model: the split is ready once
+					ready++
+				}
 			case api.StateFailed, api.StateRestarting:
 				alerts++
 			}
@@ -287,6 +296,9 @@ func columns(st *styles.Styles) []render.Col[api.Member] {
 		{Title: "MODELS", Min: 6, Priority: 70, Right: true, Cell: text(func(mb api.Member) string {
 			if mb.Role != api.RoleAgent {
 				return ""
+			}
+			if n := SplitShares(mb); n > 0 {
+				return fmt.Sprintf("%d +%ds", Held(mb), n)
 			}
 			return fmt.Sprint(Held(mb))
 		})},
@@ -408,13 +420,28 @@ func emptyState(ctx *common.Context) string {
 }
 
 // Held counts the models a member holds: an evicted or failed placement stays listed (in
-// Models, to place again) but holds nothing, so a Hailo-10H that swapped twice shows one.
+// Models, to place again) but holds nothing, so a Hailo-10H that swapped twice shows one. A
+// member's share of a split (a part) is not a model: SplitShares counts those.
 func Held(mb api.Member) int {
 	n := 0
 	for _, p := range mb.Placements {
-		if !p.State.Terminal() {
+		if !p.State.Terminal() && p.Part == nil {
 			n++
 		}
 	}
 	return n
 }
+
+// SplitShares counts the splits a member holds a share of (its parts: an rpc-server each).
+func SplitShares(mb api.Member) int {
+	n := 0
+	for _, p := range mb.Placements {
+		if !p.State.Terminal() && p.Part != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// splitsNote is the legend of the MODELS column's "+Ns", when a host shows one.
+const splitsNote = " · +Ns: shares of N splits"

@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,4 +61,49 @@ func TestModelsCountsWhatIsHeld(t *testing.T) {
 	mb := api.Member{Name: "pi5", Role: api.RoleAgent, Placements: []api.Placement{
 		{State: api.StateReady}, {State: api.StateEvicted}, {State: api.StateEvicted}, {State: api.StateFailed}, {State: api.StatePulling}}}
 	assert.Equal(t, 2, Held(mb))
+}
+
+// A host's shares of splits show beside its models, "+Ns", at 120 and 80 columns, with the
+// legend where it fits; a share is not a model, in the count nor in the summary's ready.
+func TestSplitSharesShown(t *testing.T) {
+	ctx := tuitest.Context()
+	part := func(host string) api.Placement {
+		return api.Placement{ID: "p-split.part." + host, Host: host, Model: "big", Runtime: api.RuntimeRPCServer, State: api.StateReady,
+			Part: &api.SplitPart{Parent: "p-split", Main: "mac-mini", Member: api.SplitMember{Host: host}}}
+	}
+	readyBefore := Summary(ctx.Mesh)
+	for i, mb := range ctx.Mesh.Members {
+		if mb.Name == "mac-mini" || mb.Name == "tower" {
+			ctx.Mesh.Members[i].Placements = append(ctx.Mesh.Members[i].Placements, part(mb.Name))
+		}
+	}
+	assert.Equal(t, readyBefore, Summary(ctx.Mesh), "the parts add no ready model")
+	for _, w := range []int{120, 80} {
+		m := New(ctx)
+		m.SetSize(w, 20)
+		view := m.View()
+		assert.LessOrEqual(t, lipgloss.Width(view), w)
+		rows := map[string]string{}
+		for _, l := range strings.Split(view, "\n") {
+			for _, name := range []string{"mac-mini", "tower", "pi5 "} {
+				if strings.Contains(l, name) {
+					rows[name] = l
+				}
+			}
+		}
+		for _, mb := range ctx.Mesh.Members {
+			if mb.Name == "mac-mini" || mb.Name == "tower" {
+				assert.Contains(t, rows[mb.Name], fmt.Sprintf("%d +1s", Held(mb)), "at %d columns", w)
+			}
+		}
+		assert.NotContains(t, rows["pi5 "], "+", "no share, no mark")
+		if w == 120 {
+			assert.Contains(t, view, "+Ns: shares of N splits")
+		}
+	}
+	for _, mb := range ctx.Mesh.Members {
+		if mb.Name == "mac-mini" {
+			assert.Equal(t, 1, SplitShares(mb))
+		}
+	}
 }

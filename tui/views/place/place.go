@@ -45,6 +45,8 @@ const (
 
 var (
 	keyRuntime = key.NewBinding(key.WithKeys("ctrl+r"), key.WithHelp("ctrl+r", "runtime"))
+	keySplit   = key.NewBinding(key.WithKeys("ctrl+t"), key.WithHelp("ctrl+t", "split across hosts"))
+	keyPlaceSp = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "place the split"))
 	keyChoose  = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "choose host"))
 	keyPlace   = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "place here"))
 	keyEdit    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "edit the form"))
@@ -76,7 +78,12 @@ type Model struct {
 	hosts    []api.Ranked
 	rankErr  error
 	hostCur  common.Cursor // the ranked host chosen, and the list's scroll
-	swapping *api.Ranked   // a swap waits for a yes: it evicts the model on the device
+	// A split across hosts (llama.cpp RPC) is planned with every ranking of a GGUF source; it
+	// is shown instead of the hosts when the user asks for it (splitAsked) or no host holds the
+	// model alone and the split does.
+	splitAsked bool
+	plan       *api.SplitPlan
+	swapping   *api.Ranked // a swap waits for a yes: it evicts the model on the device
 
 	// A placement being followed; placeSeq drops answers for one the user stopped watching,
 	// and stopWatch ends the wait behind it.
@@ -152,6 +159,7 @@ func (m *Model) Open(src string) tea.Cmd {
 		return m.setFocus(fieldSource)
 	}
 	m.clearDone()
+	m.splitAsked = false
 	m.inputs[fieldSource].SetValue(src)
 	m.inputs[fieldSource].CursorEnd()
 	m.srcErr = nil
@@ -194,11 +202,13 @@ func (m *Model) ShortHelp() []key.Binding {
 		return []key.Binding{keyChat, keyDone}
 	case m.placeErr != nil:
 		return []key.Binding{keyDone}
+	case m.focus == fieldHosts && m.showsSplit():
+		return []key.Binding{keyPlaceSp, keySplit, keyEdit}
 	case m.focus == fieldHosts:
-		return []key.Binding{k.Up, k.Down, keyPlace, k.Spread, keyEdit}
+		return []key.Binding{k.Up, k.Down, keyPlace, k.Spread, keySplit, keyEdit}
 	}
 	// esc first after enter: it is the way out of the form to the global keys.
-	return []key.Binding{keyChoose, keyForm, k.NextFld, k.PrevFld, keyRuntime, k.Spread}
+	return []key.Binding{keyChoose, keyForm, k.NextFld, k.PrevFld, keyRuntime, k.Spread, keySplit}
 }
 
 // FullHelp lists every key of the view, for the help view: the form, the ranked hosts, and
@@ -208,10 +218,11 @@ func (m *Model) FullHelp() []common.HelpSection {
 	return []common.HelpSection{
 		{Title: "Place: the form", Keys: []key.Binding{
 			k.NextFld, k.PrevFld, key.NewBinding(key.WithKeys("down", "up"), key.WithHelp("↓/↑", "suggestions")),
-			common.As(keyChoose, "to the ranked hosts (or take a suggestion)"), keyRuntime, k.Spread, keyForm,
+			common.As(keyChoose, "to the ranked hosts (or take a suggestion)"), keyRuntime, k.Spread,
+			common.As(keySplit, "split across hosts / the ranked hosts"), keyForm,
 		}},
 		{Title: "Place: ranked hosts", Keys: []key.Binding{
-			k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, keyPlace, k.Spread, keyEdit,
+			k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, keyPlace, keyPlaceSp, k.Spread, keyEdit,
 			common.As(k.Confirm, "yes, swap"), common.As(k.Cancel, "no swap"),
 		}},
 		{Title: "Place: the placement", Keys: []key.Binding{keyChat, keyLeave, keyDone}},
@@ -288,6 +299,29 @@ func (m *Model) rerank() {
 	}
 	m.hosts = rank.Rank(m.ctx.Mesh.Members, m.estimate.Request(req, m.spread))
 	m.hostCur.Pos = max(0, min(m.hostCur.Pos, len(m.hosts)-1))
+	m.plan = nil
+	if m.estimate.Estimate.Layers > 0 {
+		plan := m.estimate.Split(m.ctx.Mesh.Members, req, nil, "")
+		m.plan = &plan
+	}
+}
+
+// showsSplit: the split plan is on screen in place of the ranked hosts.
+func (m *Model) showsSplit() bool {
+	if m.plan == nil {
+		return false
+	}
+	return m.splitAsked || (m.plan.Fits && noneFits(m.hosts))
+}
+
+// noneFits: every host refuses the model on its own.
+func noneFits(hosts []api.Ranked) bool {
+	for _, h := range hosts {
+		if h.Verdict != api.VerdictRefused {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *Model) rankCmd(seq int) tea.Cmd {
@@ -494,12 +528,13 @@ func (m *Model) remember(source string) {
 	m.ctx.Recent = recent
 }
 
-// place sends the request to host.
-func (m *Model) place(host string) tea.Cmd {
+// place sends the request to host; split, when set, asks host to be the main of a split.
+func (m *Model) place(host string, split *api.SplitAsk) tea.Cmd {
 	req, err := m.Request()
 	if err != nil {
 		return common.Status(err.Error(), true)
 	}
+	req.Split = split
 	m.placeSeq++
 	m.placing, m.req, m.target, m.replaces = true, req, host, ""
 	m.placement, m.placeErr, m.pollErr = nil, nil, nil
@@ -550,7 +585,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		h := *m.swapping
 		m.swapping = nil
 		if key.Matches(msg, k.Confirm) {
-			cmd := m.place(h.Host)
+			cmd := m.place(h.Host, nil)
 			m.replaces = loadedOn(m.ctx.Mesh, h.Host)
 			return cmd
 		}
@@ -596,14 +631,36 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		}
 		return common.Status(mode, false)
 	}
+	if key.Matches(msg, keySplit) {
+		return m.toggleSplit()
+	}
 	if key.Matches(msg, keyRuntime) {
 		m.runtime = nextRuntime(m.runtime)
 		return m.changed()
+	}
+	if m.focus == fieldHosts && m.showsSplit() {
+		return m.splitKey(msg)
 	}
 	if m.focus == fieldHosts {
 		return m.hostsKey(msg)
 	}
 	return m.formKey(msg)
+}
+
+// toggleSplit shows the split plan in place of the ranked hosts, or the hosts again.
+func (m *Model) toggleSplit() tea.Cmd {
+	if m.showsSplit() {
+		m.splitAsked = false
+		if m.showsSplit() {
+			return common.Status("no host holds it alone: the split is the only way to place it", false)
+		}
+		return common.Status("the ranked hosts, each for the whole model", false)
+	}
+	m.splitAsked = true
+	if m.plan == nil {
+		return common.Status("a split needs a GGUF model sized from its header (its layers): rank one first", false)
+	}
+	return common.Status("split across hosts: each holds a share of the layers (llama.cpp RPC)", false)
 }
 
 // click selects a ranked host under a left click (moving out of the form to the list); a
@@ -661,7 +718,30 @@ func (m *Model) hostsKey(msg tea.KeyMsg) tea.Cmd {
 			m.swapping = &h
 			return nil
 		}
-		return m.place(h.Host)
+		return m.place(h.Host, nil)
+	}
+	return nil
+}
+
+// splitKey is a key while the split plan is shown: enter sends it to its main, with the plan's
+// members, as `mesh place --split --hosts …` does; the main plans and admits it again with
+// every member, so what is placed is what the plan showed or a refusal saying why not.
+func (m *Model) splitKey(msg tea.KeyMsg) tea.Cmd {
+	k := m.ctx.Keys
+	switch {
+	case key.Matches(msg, k.Up):
+		return m.setFocus(fieldPriority)
+	case key.Matches(msg, k.Back):
+		return m.setFocus(fieldSource)
+	case key.Matches(msg, k.Open):
+		if !m.plan.Fits {
+			return common.Status("the split cannot be placed: "+strings.TrimPrefix(m.plan.Reason, "refused: "), true)
+		}
+		hosts := make([]string, len(m.plan.Members))
+		for i, mb := range m.plan.Members {
+			hosts[i] = mb.Host
+		}
+		return m.place(m.plan.Main, &api.SplitAsk{Hosts: hosts})
 	}
 	return nil
 }
@@ -731,7 +811,7 @@ func (m *Model) enter() tea.Cmd {
 		return nil // the form shows why under its fields
 	case m.sizing:
 		return common.Status("still sizing the model: enter again once the hosts are ranked", false)
-	case len(m.hosts) == 0:
+	case len(m.hosts) == 0 && !m.showsSplit():
 		return nil // why there is nothing to choose is on screen (cannot size it, no agent)
 	}
 	m.hostCur.Pos = m.bestIndex()

@@ -51,6 +51,8 @@ func keyMsg(k string) tea.KeyMsg {
 		return tea.KeyMsg{Type: tea.KeyCtrlS}
 	case "ctrl+r":
 		return tea.KeyMsg{Type: tea.KeyCtrlR}
+	case "ctrl+t":
+		return tea.KeyMsg{Type: tea.KeyCtrlT}
 	case "backspace":
 		return tea.KeyMsg{Type: tea.KeyBackspace}
 	}
@@ -870,4 +872,178 @@ func TestSourceHintOffline(t *testing.T) {
 	v := m.View()
 	assert.NotContains(t, v, "hf://")
 	assert.Contains(t, v, "offline mesh: ↓ lists its GGUF files, hailo://, ollama://")
+}
+
+// splitCtx is the sample mesh with an rpc-server of one protocol on pi5, mac-mini and tower, and
+// llama-server on the Mac: the hosts a GGUF model may be split across.
+func splitCtx() *common.Context {
+	ctx := testCtx()
+	for i := range ctx.Mesh.Members {
+		h := ctx.Mesh.Members[i].Host
+		if h == nil || ctx.Mesh.Members[i].Liveness != api.Alive {
+			continue
+		}
+		h.Engines = append(h.Engines, api.Engine{Runtime: api.RuntimeRPCServer, Present: true, Healthy: true, Version: "5.0.0"})
+	}
+	return ctx
+}
+
+// bigGGUF is a 32-layer model of 16.8 GiB: no sample host holds it alone.
+var bigGGUF = api.SizeEstimate{Bytes: 16*1024*mib + 768*mib, Weights: 14 * 1024 * mib, KV: 2 * 1024 * mib, Compute: 512 * mib,
+	Overhead: 256 * mib, Method: api.SizeHeader, Layers: 32}
+
+const bigSource = "hf://owner/repo/big-q4.gguf"
+
+func TestViewSplit(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			m := New(splitCtx())
+			m.SetSize(size[0], size[1])
+			m.Open(bigSource)
+			ranked(m, bigGGUF, "mac-mini")
+			press(m, "enter")
+			require.True(t, m.showsSplit(), "no host holds it alone: the split is shown")
+			golden.RequireEqual(t, []byte(m.View()))
+		})
+	}
+}
+
+// The split is offered when no host holds the model alone, and on ctrl+t when one does; enter
+// sends it to the main with the plan's members.
+func TestSplitKeys(t *testing.T) {
+	m := New(splitCtx())
+	m.SetSize(80, 24)
+	m.Open(bigSource)
+	ranked(m, bigGGUF, "mac-mini")
+	require.True(t, noneFits(m.hosts))
+	require.NotNil(t, m.plan)
+	require.True(t, m.plan.Fits, m.plan.Reason)
+	view := m.View()
+	assert.Contains(t, view, "no host holds it alone")
+	assert.Contains(t, view, "main "+m.plan.Main)
+	for _, mb := range m.plan.Members {
+		assert.Contains(t, view, mb.Host)
+	}
+	assert.Contains(t, view, "left out pi4: host is suspect")
+
+	// ctrl+t with no host holding it alone keeps the split: there is nothing else to place.
+	cmd := press(m, "ctrl+t")
+	assert.True(t, m.showsSplit())
+	assert.Contains(t, statusOf(cmd), "the only way")
+
+	press(m, "enter")
+	require.Equal(t, fieldHosts, m.focus)
+	cmd = press(m, "enter")
+	require.NotNil(t, cmd)
+	require.True(t, m.placing)
+	assert.Equal(t, m.plan.Main, m.target)
+	require.NotNil(t, m.req.Split)
+	var hosts []string
+	for _, mb := range m.plan.Members {
+		hosts = append(hosts, mb.Host)
+	}
+	assert.Equal(t, hosts, m.req.Split.Hosts)
+	assert.Contains(t, m.View(), "split across "+strings.Join(hosts, ", ")+" · "+m.plan.Main+" is the main")
+
+	// A small model: the hosts are ranked, and ctrl+t asks for the split all the same.
+	m = New(splitCtx())
+	m.SetSize(80, 24)
+	m.Open(bigSource)
+	small := api.SizeEstimate{Bytes: 3 << 30, Weights: 2 << 30, KV: 768 * mib, Compute: 200 * mib, Overhead: 56 * mib, Method: api.SizeHeader, Layers: 24}
+	ranked(m, small, "mac-mini")
+	require.False(t, m.showsSplit(), "a host holds it: the ranked hosts first")
+	assert.NotContains(t, m.View(), "LAYERS")
+	press(m, "ctrl+t")
+	require.True(t, m.showsSplit())
+	assert.Contains(t, m.View(), "ctrl+t: the hosts for the whole model")
+	press(m, "enter", "enter")
+	require.True(t, m.placing)
+	assert.Equal(t, m.plan.Main, m.target)
+	require.NotNil(t, m.req.Split)
+
+	// A split that cannot be: enter says why, nothing is placed.
+	m = New(splitCtx())
+	m.SetSize(80, 24)
+	m.Open(bigSource)
+	huge := bigGGUF
+	huge.Weights *= 4
+	huge.Bytes += 3 * bigGGUF.Weights
+	ranked(m, huge, "mac-mini")
+	require.False(t, m.plan.Fits)
+	require.False(t, m.showsSplit(), "no split holds it either: the refusals are shown")
+	assert.Contains(t, m.View(), "nor split across hosts (ctrl+t): the")
+	press(m, "ctrl+t", "enter")
+	assert.Contains(t, m.View(), "refused: the")
+	cmd = press(m, "enter")
+	assert.False(t, m.placing)
+	assert.Contains(t, statusOf(cmd), "the split cannot be placed")
+}
+
+// statusOf is the status line a command sets.
+func statusOf(cmd tea.Cmd) string {
+	if cmd == nil {
+		return ""
+	}
+	if s, ok := cmd().(common.StatusMsg); ok {
+		return s.Text
+	}
+	return ""
+}
+
+// Enter on the split sends it through the console's placement call: the agent is asked for a
+// split with the plan's members.
+func TestSplitPlacesThroughTheMain(t *testing.T) {
+	ctx := splitCtx()
+	var mu sync.Mutex
+	var placed []api.PlacementRequest
+	mux := http.NewServeMux()
+	var addr string
+	mux.HandleFunc("GET /v1/mesh", func(w http.ResponseWriter, r *http.Request) {
+		v := splitCtx().Mesh
+		for i := range v.Members {
+			if h := v.Members[i].Host; h != nil {
+				h.APIAddr = addr
+			}
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	})
+	mux.HandleFunc("POST /v1/estimate", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(api.Estimation{Estimate: bigGGUF, Verdict: api.VerdictRefused})
+	})
+	mux.HandleFunc("POST /v1/placements", func(w http.ResponseWriter, r *http.Request) {
+		var req api.PlacementRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		placed = append(placed, req)
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(api.Placement{ID: "p-s", Host: "mac-mini", Model: "big-q4", Source: req.Source,
+			Runtime: api.RuntimeLlamaServer, State: api.StateSizing})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	addr = srv.Listener.Addr().String()
+	conn, err := console.Connect(context.Background(), console.Options{AgentURL: srv.URL, Token: "t", Poll: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	ctx.Conn = conn
+
+	m := New(ctx)
+	m.SetSize(80, 24)
+	m.Open(bigSource)
+	_, cmd := m.Update(debounceMsg{seq: m.seq})
+	require.NotNil(t, cmd)
+	m.Update(cmd())
+	require.NoError(t, m.rankErr)
+	require.True(t, m.showsSplit(), "no host holds it alone")
+	cmd = press(m, "enter", "enter")
+	require.NotNil(t, cmd)
+	msg := cmd()
+	m.Update(msg)
+	require.NoError(t, m.placeErr)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, placed, 1)
+	require.NotNil(t, placed[0].Split, "the agent is asked for a split")
+	assert.Equal(t, []string{"mac-mini", "tower"}, placed[0].Split.Hosts)
+	assert.Equal(t, bigSource, placed[0].Source)
 }

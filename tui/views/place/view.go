@@ -162,6 +162,9 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	if d := Breakdown(m.estimate.Estimate); d != "" {
 		out = append(out, st.Muted.Render(render.Cut("  "+d, m.width)))
 	}
+	if m.showsSplit() {
+		return append(out, m.splitLines()...), hostRows{}
+	}
 	if len(m.hosts) == 0 {
 		return append(out, st.Muted.Render("no agent in the mesh to rank")), hostRows{}
 	}
@@ -171,6 +174,10 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	var under []string
 	if hint := Hint(m.hosts); hint != "" {
 		under = append(under, st.Warn.Render(render.Cut("no host can take it: "+hint, m.width)))
+	}
+	if p := m.plan; p != nil && !p.Fits && noneFits(m.hosts) {
+		// The split was the other way: why it is not one either (ctrl+t shows its arithmetic).
+		under = append(under, st.Muted.Render(render.Cut("nor split across hosts (ctrl+t): "+api.Printable(strings.TrimPrefix(p.Reason, "refused: ")), m.width)))
 	}
 	if h := m.swapping; h != nil {
 		// The question first, uncut by what follows it: then what the swap costs (how long
@@ -208,6 +215,64 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 		out = append(out, mark+line)
 	}
 	return append(out, under...), where
+}
+
+var splitCols = []render.Column{{Title: "HOST", Width: 12}, {Title: "ROLE", Width: 6}, {Title: "LAYERS", Width: 6, Right: true},
+	{Title: "WEIGHTS", Width: 9, Right: true}, {Title: "KV", Width: 9, Right: true}, {Title: "COMPUTE", Width: 9, Right: true},
+	{Title: "NEED", Width: 9, Right: true}, {Title: "FREE", Width: 9, Right: true}}
+
+// splitLines are the split plan: what it is and how fast, each member's share against its
+// budget, the hosts left out and why, and what enter does.
+func (m *Model) splitLines() []string {
+	st := m.ctx.Styles
+	p := m.plan
+	var out []string
+	wrap := func(style func(...string) string, text string) {
+		for _, l := range strings.Split(ansi.Wrap(api.Printable(text), max(m.width-2, 20), " "), "\n") {
+			out = append(out, style("  "+l))
+		}
+	}
+	if noneFits(m.hosts) {
+		out = append(out, st.Warn.Render(render.Cut("no host holds it alone · a split across hosts (llama.cpp RPC):", m.width)))
+	} else {
+		out = append(out, st.Muted.Render(render.Cut("split across hosts (llama.cpp RPC) · ctrl+t: the hosts for the whole model", m.width)))
+	}
+	if !p.Fits {
+		wrap(st.Error.Render, p.Reason)
+	} else {
+		speed := "speed unknown"
+		if p.TokensPerS > 0 {
+			speed = fmt.Sprintf("~%.1f tok/s", p.TokensPerS)
+		}
+		out = append(out, render.Cut(fmt.Sprintf("  %d hosts · main %s · %s", len(p.Members), api.Printable(p.Main), speed), m.width))
+		if p.Basis != "" {
+			wrap(st.Muted.Render, "speed: "+strings.TrimSpace(p.Basis))
+		}
+	}
+	if len(p.Members) > 0 {
+		cols := splitCols
+		out = append(out, "  "+render.Head(st, cols))
+		for _, mb := range p.Members {
+			role, need := "worker", mb.Need
+			if mb.Main {
+				role, need = "main", mb.Need+mb.MainNeed
+			}
+			row := render.Row(cols, []string{api.Printable(mb.Host), role, fmt.Sprintf("%d/%d", mb.Layers, p.Layers),
+				render.Bytes(mb.Weights), render.Bytes(mb.KV), render.Bytes(mb.Compute), render.Bytes(need), render.Bytes(mb.Free)})
+			out = append(out, render.Cut("  "+row, m.width))
+		}
+	}
+	for _, l := range p.Left {
+		out = append(out, st.Muted.Render(render.Cut("  left out "+api.Printable(l.Host)+": "+api.Printable(l.Reason), m.width)))
+	}
+	if p.Fits {
+		what := "enter places it: " + api.Printable(p.Main) + " runs llama-server, each member its share"
+		if m.focus != fieldHosts {
+			what = "enter, then enter again, places it: " + api.Printable(p.Main) + " is the main"
+		}
+		out = append(out, st.Prompt.Render(render.Cut(what, m.width)))
+	}
+	return out
 }
 
 // methods say how an agent learned a size, in words.
@@ -279,6 +344,9 @@ func (m *Model) progressLines() []string {
 		rt = source.RuntimeOf(req.Source)
 	}
 	out := []string{render.Cut(st.Bold.Render("Placing "+req.Source+" on "+m.target)+st.Muted.Render(fmt.Sprintf(" · %s · namespace %s", rt, ns)), m.width)}
+	if req.Split != nil {
+		out = append(out, st.Muted.Render(render.Cut("  split across "+api.Printable(strings.Join(req.Split.Hosts, ", "))+" · "+m.target+" is the main", m.width)))
+	}
 	p := m.placement
 	if p == nil && m.placeErr == nil {
 		return append(out, st.Muted.Render("  asking "+m.target+" to admit it…"))
