@@ -136,15 +136,17 @@ func (k *Keeper) replicas(in api.Intent, asked, placedHere int) int {
 	if !ok || old.Deleted || old.Source != in.Source {
 		return 1
 	}
-	has := k.has(in.Key())
-	for _, st := range k.Status(api.Principal{Admin: true}) {
-		for _, r := range st.Where {
-			if st.Key() == in.Key() && r.Counts && r.Host == k.self {
-				has-- // the one placed here was counted before: it is placedHere now
-			}
+	// Counted in the view as it is now, not as last judged: a keeper that has not judged the
+	// intent yet (it just started, or the intent just came) would count none, record one, and
+	// then remove one of the two as a surplus.
+	now := time.Now()
+	others := 0
+	for _, r := range k.judge(old, k.members(now), now).status.Where {
+		if r.Counts && r.Host != k.self {
+			others++
 		}
 	}
-	return min(api.MaxReplicas, max(old.Replicas, has+placedHere))
+	return min(api.MaxReplicas, max(old.Replicas, others+placedHere))
 }
 
 // has is how many replicas of the intent count, as this agent last looked.
