@@ -1088,6 +1088,12 @@ func (m *Memberlist) aliveNode(a *alive, notify chan struct{}, bootstrap bool) {
 
 	// Bail if strictly less and this is about us
 	if a.Incarnation < state.Incarnation && isLocalNode {
+		// llmkube: an UpdateNode a refutation overtook. The refutation carried the delegate's
+		// metadata, read after this update's (see refute): nothing is lost, and the caller
+		// need not wait out its timeout for a broadcast that will never be sent.
+		if notify != nil {
+			close(notify)
+		}
 		return
 	}
 
