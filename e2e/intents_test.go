@@ -256,9 +256,9 @@ func TestLANIntents(t *testing.T) {
 		for _, p := range own {
 			if p.Model == keptModel && !p.State.Terminal() {
 				// It must go, once its keeper sees the others' replicas: within a few gossip rounds
-				// of its start (it took 3 s). A peer's state once lagged here for over 20 s: the likely
-				// cause, a metadata update dropped when a refutation overtook it, is fixed in the
-				// memberlist fork (third_party/memberlist/LLMKUBE.md, change 5).
+				// of its start (it took 3 s). It once stayed over 20 s: the others' views showed it
+				// with its previous run's document (its old start time), so a live host's keeper
+				// removed its own replica instead (mesh: TestRestartedMemberIsNotShownWithItsPreviousRun).
 				if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
 					ps, err := e.client(e.laptop, victim, e.admin).Placements(ctx)
 					return err == nil && !slices.ContainsFunc(ps, func(p api.Placement) bool { return p.Model == keptModel }), fmt.Sprintf("%s still holds %+v", victim.Name, ps)
