@@ -61,7 +61,7 @@ func TestRestartedMemberIsSeenWithItsCurrentState(t *testing.T) {
 // nothing else. The document of its previous run must not stand in for it: its placements and
 // its start time are a process that is gone. Shown meanwhile, the other hosts' keepers took the
 // old run's replica for one on a host running longest and removed their own, and the host that
-// came back kept its superseded one (e2e TestLANIntents, 2 runs in 7).
+// came back kept its superseded one (e2e TestLANIntents, 2 runs in 4).
 func TestRestartedMemberIsNotShownWithItsPreviousRun(t *testing.T) {
 	c := newCluster(t)
 	blue := c.add("blue", api.RoleAgent)
