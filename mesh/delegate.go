@@ -186,6 +186,7 @@ func (m *Mesh) storeDocLocked(mb *member, e docEntry) {
 	if m.docs[mb.name].hash == e.hash {
 		return
 	}
+	e.run = mb.meta.Seq
 	m.docs[mb.name] = e
 	mb.updated, mb.wantSince = e.at, time.Time{}
 	if len(e.wire) <= maxGossipDoc {

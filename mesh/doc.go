@@ -179,6 +179,7 @@ type docEntry struct {
 	wire []byte
 	hash string    // docHash(wire)
 	at   time.Time // when it arrived
+	run  uint64    // the start sequence (nodeMeta.Seq) of the metadata that named it
 }
 
 // docHashSize is how much of a SHA-256 names a document in metadata: 128 bits, so no member

@@ -247,6 +247,14 @@ func (m *Mesh) updateMetaLocked(mb *member, b []byte) {
 	if mb.meta.APIAddr != oldAPI {
 		mb.reach = reachState{}
 	}
+	if e, ok := m.docs[mb.name]; ok && mb.metaErr == nil && mb.meta.Seq > e.run && mb.name != m.name {
+		// The node started again: the document of its previous run describes a process that is
+		// gone — its placements, when it started. Shown meanwhile, it made the keepers of the
+		// other hosts take the old run's replica, restored or not, for one running longest and
+		// remove their own instead (e2e TestLANIntents). The new run's document is fetched.
+		delete(m.docs, mb.name)
+		mb.updated = time.Now()
+	}
 	if p, ok := m.pending[mb.name]; ok && mb.metaErr == nil && p.hash == mb.meta.DocHash {
 		m.storeDocLocked(mb, p)
 	}

@@ -8,9 +8,10 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 )
 
-// TestNeverReadyFromAnOlderDocument: a node that restarted names no document yet, or a new one,
-// in its metadata and counts none of its placements ready; until its document arrives, the one
-// from before the restart must not show them ready. Metadata that counts as many ready (an
+// TestNeverReadyFromAnOlderDocument: a node whose placements went down names a new document in
+// its metadata and counts none of them ready; until that document arrives, the older one must
+// not show them ready (a node that restarted loses its older document at once:
+// TestRestartedMemberIsNotShownWithItsPreviousRun). Metadata that counts as many ready (an
 // ordinary change, the document a moment behind) leaves them ready: no flicker.
 func TestNeverReadyFromAnOlderDocument(t *testing.T) {
 	x := newCluster(t).add("x", api.RoleConsole)

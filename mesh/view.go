@@ -253,7 +253,8 @@ func (m *Mesh) placementsOfLocked(mb *member, live api.Liveness) []api.Placement
 	ps := make([]api.Placement, len(e.doc.Placements))
 	copy(ps, e.doc.Placements)
 	// The document is not the one the node's metadata names, and it shows more placements
-	// ready than the node now counts (it restarted and is restoring them, or one went down):
+	// ready than the node now counts (one went down; a document of the node's previous run is
+	// dropped outright, see updateMetaLocked):
 	// which of them are still ready is in the document on its way. Never ready from stale
 	// state. Metadata counting as many ready or more (a model added, figures updated) leaves
 	// the older document's ready ones be, so an ordinary change does not flicker.

@@ -919,6 +919,15 @@ func (m *Memberlist) refute(me *nodeState, accusedInc uint32) {
 		inc = m.skipIncarnation(accusedInc - inc + 1)
 	}
 	me.Incarnation = inc
+	// llmkube: advertise the metadata the delegate gives now, not the node table's. An
+	// UpdateNode numbered before this refutation and applied after it is dropped as older
+	// (aliveNode), so a refutation carrying the table's metadata lost that update for good:
+	// every peer kept the node's old metadata until its next change.
+	if m.config.Delegate != nil {
+		if meta := m.config.Delegate.NodeMeta(MetaMaxSize); len(meta) <= MetaMaxSize {
+			me.Meta = meta
+		}
+	}
 
 	// Decrease our health because we are being asked to refute a problem.
 	m.awareness.ApplyDelta(1)
@@ -1079,6 +1088,12 @@ func (m *Memberlist) aliveNode(a *alive, notify chan struct{}, bootstrap bool) {
 
 	// Bail if strictly less and this is about us
 	if a.Incarnation < state.Incarnation && isLocalNode {
+		// llmkube: an UpdateNode a refutation overtook. The refutation carried the delegate's
+		// metadata, read after this update's (see refute): nothing is lost, and the caller
+		// need not wait out its timeout for a broadcast that will never be sent.
+		if notify != nil {
+			close(notify)
+		}
 		return
 	}
 

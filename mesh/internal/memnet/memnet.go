@@ -45,17 +45,33 @@ func (n *Network) NewTransport() *Transport {
 		n.byAddr = map[string]*Transport{}
 	}
 	n.port++
+	return n.attachLocked(n.port)
+}
+
+// attachLocked makes the transport at 127.0.0.1:port, the one packets and streams to it reach.
+func (n *Network) attachLocked(port int) *Transport {
 	t := &Transport{
 		net:      n,
 		ip:       net.IPv4(127, 0, 0, 1),
-		port:     n.port,
+		port:     port,
 		packetCh: make(chan *memberlist.Packet, packetQueue),
 		streamCh: make(chan net.Conn),
 		stopped:  make(chan struct{}),
 	}
-	t.addr = addr(net.JoinHostPort("127.0.0.1", strconv.Itoa(t.port)))
+	t.addr = addr(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	n.byAddr[string(t.addr)] = t
 	return t
+}
+
+// Restart gives a stopped member's address to a fresh transport: the same host started again
+// after a crash (kill -9), as a restarted process binds its old gossip port.
+func (n *Network) Restart(old *Transport) (*Transport, error) {
+	if !old.down() {
+		return nil, fmt.Errorf("memnet: %s is still running", old.addr)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.attachLocked(old.port), nil
 }
 
 // BytesSent is every byte sent on the network so far: packets and stream writes.
