@@ -188,6 +188,8 @@ type PlacementRequest struct {
 	Replicas int `json:"replicas,omitempty"`
 	// Hosts, when set, are the only hosts the mesh may place the intent's replicas on.
 	Hosts []string `json:"hosts,omitempty"`
+	// Labels, when set, are labels a host must carry (Host.Labels) to be ranked fit for it.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Split asks for one model across several hosts, this agent's host the main (split.go).
 	Split *SplitAsk `json:"split,omitempty"`
 	// Part is one member's share of a split; only a main host's agent asks for one.
@@ -390,6 +392,9 @@ type Host struct {
 	Accelerators []Accelerator `json:"accelerators,omitempty"`
 	Engines      []Engine      `json:"engines,omitempty"`
 	Namespaces   []string      `json:"namespaces,omitempty"` // allowlist; empty = any
+	// Labels are the operator's (`llmkube-agent run --label k=v`): a placement or intent that
+	// requires labels goes only to hosts carrying them (CheckLabels bounds them).
+	Labels map[string]string `json:"labels,omitempty"`
 	// Anonymous is the one namespace whose models this agent serves without a token, on
 	// listing and inference routes only (opt-in, for clients that cannot send one); "" = off.
 	Anonymous string `json:"anonymous_namespace,omitempty"`

@@ -81,7 +81,7 @@ func checkRequest(req api.PlacementRequest) error {
 			return api.Errorf(api.CodeBadRequest, "an empty host name in hosts")
 		}
 	}
-	return nil
+	return api.CheckLabels(req.Labels)
 }
 
 // Accept records an intent without placing it here: the keepers place it where it ranks best.
@@ -185,6 +185,9 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 	if err := checkRequest(req); err != nil {
 		return api.Placement{}, err
 	}
+	if lacks := api.MissingLabel(k.cfg.Agent.Host().Labels, req.Labels); lacks != "" {
+		return api.Placement{}, api.Errorf(api.CodeBadRequest, "%s has no label %s: place it where one does (mesh rank says which)", k.self, lacks)
+	}
 	if req.Split != nil || req.Part != nil {
 		// A split is kept by its main, which re-plans it when a member goes (agent/split.go);
 		// an intent would re-place it on one host, which cannot hold it. A part is its main's.
@@ -197,7 +200,7 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 	in := api.Intent{PlacementRequest: api.PlacementRequest{
 		Source: p.Source, Runtime: p.Runtime, Namespace: p.Namespace, Context: p.Context, Priority: p.Priority,
 		Name: p.Model, Protected: p.Protected, MemoryCheck: p.MemoryCheck, SHA256: p.SHA256, Args: p.Args,
-		TTL: req.TTL, Hosts: req.Hosts,
+		TTL: req.TTL, Hosts: req.Hosts, Labels: req.Labels,
 	}, Need: p.Memory.Bytes, Device: p.Memory.Device}
 	in.Replicas = k.replicas(in, req.Replicas, 1)
 	if _, err := k.put(in); err != nil {

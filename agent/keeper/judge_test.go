@@ -190,3 +190,34 @@ func TestPlacer(t *testing.T) {
 	in.Protected = true
 	assert.True(t, placer(in).Admin)
 }
+
+// An intent that requires a label goes only to hosts carrying it, whatever else ranks better;
+// a replica on a host without it is superseded once the intent asks for the label; and when no
+// host carries it, the intent is blocked with the reason.
+func TestLabelsConstrainWhereAnIntentRuns(t *testing.T) {
+	in := wants(1)
+	in.Labels = map[string]string{"gpu": "yes"}
+	in.UpdatedAt = t0.Add(-time.Minute)
+	members := []api.Member{
+		agentOf("a", 4, api.Alive, ready(t0.Add(-time.Hour))), // the tightest fit, unlabelled
+		agentOf("b", 8, api.Alive),
+		agentOf("c", 8, api.Alive),
+	}
+	members[2].Host.Labels = map[string]string{"gpu": "yes", "room": "attic"}
+	for _, self := range []string{"a", "b", "c"} {
+		p := keeperOf(self).judge(in, members, t0)
+		assert.Equal(t, self == "c", p.place, self)
+		assert.Equal(t, 0, p.status.Has, "a's replica does not count: a has no gpu=yes")
+		if self == "a" {
+			require.Len(t, p.remove, 1, "a's replica made before the intent asked for the label goes")
+			assert.Contains(t, p.remove[0].Reason, "superseded")
+		} else {
+			assert.Empty(t, p.remove)
+		}
+	}
+
+	members[2].Host.Labels = map[string]string{"gpu": "no"}
+	p := keeperOf("b").judge(in, members, t0)
+	assert.False(t, p.place)
+	assert.Contains(t, p.blocked, "no label gpu=yes")
+}

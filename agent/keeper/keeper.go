@@ -19,6 +19,10 @@
 //     RecordFailure), which every agent sees; the host is left out for a backoff that doubles
 //     with each failure in a row (its Restarts), so a full host never loops, and the reason is
 //     in the events, the intent's note and the doctor.
+//   - Constraints. An intent may name the only hosts it may run on, and labels its hosts must
+//     carry (`llmkube-agent run --label k=v`); the ranking refuses the others, and a replica on
+//     a host that no longer fits (the intent was edited) is superseded. "Not on battery" is not
+//     offered: the host probe (hwprobe) reads no power source.
 //   - Deletion. A tombstone removes the placements of the intent made before it.
 package keeper
 
@@ -241,7 +245,7 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 			if p.Namespace != in.Namespace || p.Model != in.Name {
 				continue
 			}
-			if in.Deleted || p.Source != in.Source || !allowed(in.Hosts, m.Name) {
+			if in.Deleted || p.Source != in.Source || !allowed(in.Hosts, m.Name) || !labelled(in, m) {
 				// Deleted, or superseded by an edit: what was placed before the edit goes.
 				if m.Name == k.self && p.CreatedAt.Before(in.UpdatedAt) && p.State != api.StateStopping && !p.State.Terminal() {
 					p.Reason = "superseded by the intent's version " + fmt.Sprint(in.Version) + " from " + in.Origin
@@ -530,6 +534,12 @@ func (k *Keeper) Findings() []api.Finding {
 			Detail:  st.Note})
 	}
 	return out
+}
+
+// labelled: m carries the labels in requires, or its state is not known yet (nothing is
+// removed on no word).
+func labelled(in api.Intent, m api.Member) bool {
+	return m.Host == nil || api.MissingLabel(m.Host.Labels, in.Labels) == ""
 }
 
 func allowed(hosts []string, host string) bool {

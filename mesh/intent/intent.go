@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -371,6 +372,9 @@ func check(in *api.Intent) error {
 	if in.Name == "" || in.Source == "" {
 		return api.Errorf(api.CodeBadRequest, "intent %s: no model name or source", in.Key())
 	}
+	if err := api.CheckLabels(in.Labels); err != nil {
+		return api.Errorf(api.CodeBadRequest, "intent %s: %v", in.Key(), err)
+	}
 	if !in.Deleted {
 		least := 1
 		if in.Alias {
@@ -384,6 +388,7 @@ func check(in *api.Intent) error {
 func clone(in api.Intent) api.Intent {
 	in.Args = slices.Clone(in.Args)
 	in.Hosts = slices.Clone(in.Hosts)
+	in.Labels = maps.Clone(in.Labels)
 	return in
 }
 
