@@ -32,6 +32,10 @@ type Intent struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// BusyInFlight is how many requests may be in flight on one replica before it is busy
+// (Placement.BusySince): past it they queue at its engine.
+const BusyInFlight = 4
+
 // MaxReplicas bounds an intent's replica count: more than this is refused (and clamped when
 // another member gossips it).
 const MaxReplicas = 16

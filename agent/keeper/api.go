@@ -70,7 +70,10 @@ func checkRequest(req api.PlacementRequest) error {
 	if req.Replicas < 0 || req.Replicas > api.MaxReplicas {
 		return api.Errorf(api.CodeBadRequest, "replicas %d: want 1 to %d", req.Replicas, api.MaxReplicas)
 	}
-	if req.Split != nil && (req.Replicas > 1 || len(req.Hosts) > 0) {
+	if req.MaxReplicas < 0 || req.MaxReplicas > api.MaxReplicas || (req.MaxReplicas > 0 && req.MaxReplicas < max(req.Replicas, 1)) {
+		return api.Errorf(api.CodeBadRequest, "max_replicas %d: want at least replicas (%d) and at most %d", req.MaxReplicas, max(req.Replicas, 1), api.MaxReplicas)
+	}
+	if req.Split != nil && (req.Replicas > 1 || req.MaxReplicas > 0 || len(req.Hosts) > 0) {
 		return api.Errorf(api.CodeBadRequest, "a split is one placement across the hosts its split names: replicas and only-hosts do not apply")
 	}
 	if len(req.Hosts) > 64 {
@@ -200,7 +203,7 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 	in := api.Intent{PlacementRequest: api.PlacementRequest{
 		Source: p.Source, Runtime: p.Runtime, Namespace: p.Namespace, Context: p.Context, Priority: p.Priority,
 		Name: p.Model, Protected: p.Protected, MemoryCheck: p.MemoryCheck, SHA256: p.SHA256, Args: p.Args,
-		TTL: req.TTL, Hosts: req.Hosts, Labels: req.Labels,
+		TTL: req.TTL, Hosts: req.Hosts, Labels: req.Labels, MaxReplicas: req.MaxReplicas,
 	}, Need: p.Memory.Bytes, Device: p.Memory.Device}
 	in.Replicas = k.replicas(in, req.Replicas, 1)
 	if _, err := k.put(in); err != nil {

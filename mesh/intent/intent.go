@@ -381,6 +381,9 @@ func check(in *api.Intent) error {
 			least = 0 // placed on demand
 		}
 		in.Replicas = max(least, min(in.Replicas, api.MaxReplicas))
+		if in.MaxReplicas != 0 {
+			in.MaxReplicas = max(in.Replicas, min(in.MaxReplicas, api.MaxReplicas))
+		}
 	}
 	return nil
 }
