@@ -2,6 +2,7 @@ package api
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,10 +123,10 @@ func ParseLabels(pairs []string) (map[string]string, error) {
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
 		if !ok {
-			return nil, Errorf(CodeBadRequest, "label %q: want key=value", Clip(p, 80))
+			return nil, fmt.Errorf("label %q: want key=value", Clip(p, 80))
 		}
 		if _, dup := out[k]; dup {
-			return nil, Errorf(CodeBadRequest, "label %q given twice", Clip(k, 80))
+			return nil, fmt.Errorf("label %q given twice", Clip(k, 80))
 		}
 		out[k] = v
 	}
@@ -137,11 +138,11 @@ func ParseLabels(pairs []string) (map[string]string, error) {
 // and shown, so nothing needs sanitizing.
 func CheckLabels(labels map[string]string) error {
 	if len(labels) > MaxLabels {
-		return Errorf(CodeBadRequest, "%d labels, at most %d", len(labels), MaxLabels)
+		return fmt.Errorf("%d labels, at most %d", len(labels), MaxLabels)
 	}
 	for k, v := range labels {
 		if k == "" || !labelText(k) || !labelText(v) {
-			return Errorf(CodeBadRequest, "label %q=%q: keys and values are up to %d letters, digits and . _ - / (a key not empty)", Clip(k, 80), Clip(v, 80), MaxLabelLen)
+			return fmt.Errorf("label %q=%q: keys and values are up to %d letters, digits and . _ - / (a key not empty)", Clip(k, 80), Clip(v, 80), MaxLabelLen)
 		}
 	}
 	return nil

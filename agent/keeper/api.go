@@ -84,7 +84,10 @@ func checkRequest(req api.PlacementRequest) error {
 			return api.Errorf(api.CodeBadRequest, "an empty host name in hosts")
 		}
 	}
-	return api.CheckLabels(req.Labels)
+	if err := api.CheckLabels(req.Labels); err != nil {
+		return api.Errorf(api.CodeBadRequest, "%v", err)
+	}
+	return nil
 }
 
 // Accept records an intent without placing it here: the keepers place it where it ranks best.

@@ -101,7 +101,8 @@ func TestIntentsSurviveARestartAndAbsurdCountsAreClamped(t *testing.T) {
 func TestBadIntentsAreDroppedAndBadFilesRefused(t *testing.T) {
 	s, _ := Open("", "a")
 	bad := []api.Intent{{PlacementRequest: api.PlacementRequest{Namespace: "Bad NS!", Name: "x", Source: "ollama://x"}, Version: 1, Origin: "x"},
-		{PlacementRequest: api.PlacementRequest{Namespace: "default", Source: "ollama://x"}, Version: 1, Origin: "x"}}
+		{PlacementRequest: api.PlacementRequest{Namespace: "default", Source: "ollama://x"}, Version: 1, Origin: "x"},
+		{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "x", Source: "ollama://x", Labels: map[string]string{"k": "a b"}}, Version: 1, Origin: "x"}}
 	news, err := s.Merge(encode(wire{Intents: bad}))
 	require.NoError(t, err)
 	assert.Empty(t, news)
