@@ -12,14 +12,19 @@
 // The set is bounded: MaxIntents intents and MaxBytes of them, each at most MaxIntentBytes; a
 // new one past the bound is refused. A tombstone is kept for Horizon, then dropped: by then
 // every member in touch with the mesh holds it, since the whole set rides every push/pull.
-// A member out of touch for longer (off, or cut off, for over Horizon) may hold an intent
-// deleted meanwhile whose tombstone is gone; it is "stale" (it merged no peer's whole set
-// within Horizon) and says so in what it sends. The rule that keeps it from resurrecting the
-// intent: an intent last edited over Horizon ago is taken from a stale member only by a member
-// that holds it already, and a stale member that merges a whole set from one in touch drops
-// its own intents last edited over Horizon ago that the set lacks (any deleted within Horizon
-// still has its tombstone there). Between two stale members (the whole mesh was off) nothing
-// is dropped: no member knows better. An intent edited within Horizon merges as always.
+//
+// A member out of touch for longer (off for over Horizon) may come back holding an intent
+// deleted meanwhile, whose tombstone is gone. What keeps it from resurrecting the intent: a
+// member whose view has been continuous for over Horizon (it ran, or restarted within Horizon,
+// or synced with such a member since; "settled", said in every whole set it sends) would have
+// heard of any intent last edited over Horizon ago by now, so it never takes such an intent it
+// does not hold; and a member that merges a settled member's whole set drops its intents last
+// edited over Horizon ago that the set lacks (any deleted within Horizon still has its
+// tombstone there), and is settled from then on. A member back after Horizon, or new, is not
+// settled until then: it takes everything, so when the whole mesh was off that long nothing is
+// lost, and a new mesh settles after running for Horizon. What this gives up: a partition
+// longer than Horizon drops, on both sides, the intents made on one side and not edited since
+// (the set converges, without them), rather than resurrect deletions.
 package intent
 
 import (
@@ -48,25 +53,27 @@ const (
 	MaxBytes       = 512 << 10
 )
 
-// Horizon is how long a tombstone is kept, and how long a member may go without a peer's whole
-// set before it is stale (see the package comment). Far longer than any push/pull interval.
+// Horizon is how long a tombstone is kept, and how long a member's view must be continuous
+// before it is settled (see the package comment). Far longer than any push/pull interval.
 const Horizon = 24 * time.Hour
 
 // wireVersion is the first byte of an encoded set; a JSON wire object follows.
 const wireVersion = 2
 
-// wire is what members send each other: intents, and whether the sender is stale and sends its
-// whole set (a push/pull) or only changes (gossip).
+// wire is what members send each other: intents, and whether the sender is settled and sends
+// its whole set (a push/pull) or only changes (gossip).
 type wire struct {
-	Stale   bool         `json:"stale,omitempty"`
+	Settled bool         `json:"settled,omitempty"`
 	Full    bool         `json:"full,omitempty"`
 	Intents []api.Intent `json:"intents"`
 }
 
-// saved is the file: the intents and when this member was last seen running (to within an
-// hour), which tells a restart whether it was off for over Horizon.
+// saved is the file: the intents, when this member was last seen running (to within an hour),
+// which tells a restart whether it was off for over Horizon, and since when its view is
+// continuous.
 type saved struct {
 	Seen    time.Time    `json:"seen,omitzero"`
+	Since   time.Time    `json:"since,omitzero"`
 	Intents []api.Intent `json:"intents"`
 }
 
@@ -78,9 +85,8 @@ type Store struct {
 
 	mu    sync.Mutex
 	clock uint64
-	// stale: this member was off for over Horizon, or starts with nothing, and has merged no
-	// whole set from a member that is not stale since (see the package comment).
-	stale   bool
+	// since is when this member's view became continuous: settled once over Horizon ago.
+	since   time.Time
 	seen    time.Time // when the file last said this member was running
 	items   map[string]api.Intent
 	sizes   map[string]int // encoded bytes of each item
@@ -93,7 +99,7 @@ type Store struct {
 func Open(dir, node string) (*Store, error) { return openWith(dir, node, time.Now) }
 
 func openWith(dir, node string, now func() time.Time) (*Store, error) {
-	s := &Store{node: node, now: now, stale: true, items: map[string]api.Intent{}, sizes: map[string]int{}, changed: make(chan struct{}, 1)}
+	s := &Store{node: node, now: now, since: now(), items: map[string]api.Intent{}, sizes: map[string]int{}, changed: make(chan struct{}, 1)}
 	if dir == "" {
 		return s, nil
 	}
@@ -110,8 +116,11 @@ func openWith(dir, node string, now func() time.Time) (*Store, error) {
 		return nil, fmt.Errorf("reading intents %s: %w", s.path, err)
 	}
 	at := now()
-	s.seen, s.stale = sv.Seen, at.Sub(sv.Seen) > Horizon
-	s.mergeLocked(wire{Intents: sv.Intents}, at)
+	s.mergeLocked(wire{Intents: sv.Intents}, at) // unsettled yet: its own intents all count
+	s.seen = sv.Seen
+	if at.Sub(sv.Seen) <= Horizon && !sv.Since.IsZero() {
+		s.since = sv.Since // a restart, not an absence
+	}
 	return s, nil
 }
 
@@ -214,13 +223,15 @@ func (s *Store) pruneLocked(now time.Time) bool {
 	return pruned
 }
 
+// settledLocked: this member's view has been continuous for over Horizon.
+func (s *Store) settledLocked(now time.Time) bool { return now.Sub(s.since) > Horizon }
+
 // tidyLocked drops the aged tombstones and notes in the file, hourly, that this member runs
-// (the keeper reads All every tick): a lone member that ran all along is not stale when it
-// restarts.
+// (the keeper reads All every tick): a member restarted within Horizon stays settled.
 func (s *Store) tidyLocked(now time.Time) {
 	if s.pruneLocked(now) || (s.path != "" && now.Sub(s.seen) > time.Hour) {
 		if err := s.saveLocked(); err != nil {
-			return // the next look tries again; only staleness after a restart depends on it
+			return // the next look tries again; only settling after a restart depends on it
 		}
 	}
 }
@@ -236,11 +247,14 @@ func (s *Store) Merge(b []byte) (news map[string][]byte, err error) {
 	defer s.mu.Unlock()
 	now := s.now()
 	changed := s.pruneLocked(now)
-	if w.Full && !w.Stale && s.stale {
-		// A whole set from a member in touch: this stale member's intents it lacks that were
-		// last edited over Horizon ago may have been deleted there, their tombstones dropped.
+	if w.Full && w.Settled {
+		// A settled member's whole set: the intents it lacks that were last edited over
+		// Horizon ago were deleted there (their tombstones dropped), or never reached it.
 		changed = s.dropForgottenLocked(w.Intents, now) || changed
-		s.stale = false
+		if !s.settledLocked(now) {
+			s.since = now.Add(-Horizon - time.Second) // its view is now the settled one's
+			changed = true                            // saved
+		}
 	}
 	won := s.mergeLocked(w, now)
 	if len(won) == 0 && !changed {
@@ -289,7 +303,7 @@ func (s *Store) mergeLocked(w wire, now time.Time) []api.Intent {
 			continue
 		case aged && in.Deleted:
 			continue // dropped by now everywhere in touch
-		case aged && !ok && w.Stale && !s.stale:
+		case aged && !ok && !in.Deleted && s.settledLocked(now):
 			continue // perhaps deleted, its tombstone dropped: see the package comment
 		case s.roomLocked(in) != nil:
 			continue
@@ -310,7 +324,7 @@ func (s *Store) Full() []byte {
 }
 
 func (s *Store) encodeLocked(ins []api.Intent, full bool) []byte {
-	return encode(wire{Stale: s.stale, Full: full, Intents: ins})
+	return encode(wire{Settled: s.settledLocked(s.now()), Full: full, Intents: ins})
 }
 
 func (s *Store) saveLocked() error {
@@ -318,7 +332,7 @@ func (s *Store) saveLocked() error {
 		return nil
 	}
 	now := s.now()
-	b, err := json.MarshalIndent(saved{Seen: now, Intents: s.allLocked()}, "", "  ")
+	b, err := json.MarshalIndent(saved{Seen: now, Since: s.since, Intents: s.allLocked()}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -191,8 +191,8 @@ func TestAMemberBackAfterTheHorizonCannotResurrectADeletedIntent(t *testing.T) {
 	}
 	require.Len(t, a.All(), 1, "only llama is left")
 
-	b = openAt(t, db, "b", c) // back after 30 h: stale
-	a = openAt(t, da, "a", c) // a restarted too, but it was running: not stale
+	b = openAt(t, db, "b", c) // back after 30 h: not settled
+	a = openAt(t, da, "a", c) // a restarted too, but it was running: settled
 	news, err := a.Merge(b.Full())
 	require.NoError(t, err)
 	assert.Empty(t, news)
@@ -205,7 +205,7 @@ func TestAMemberBackAfterTheHorizonCannotResurrectADeletedIntent(t *testing.T) {
 	_, ok = b.Get("default/llama")
 	assert.True(t, ok, "and keeps what the mesh has")
 
-	// An intent made within the horizon by a stale member merges as always.
+	// An intent made within the horizon by b merges as always.
 	_, wn, err := b.Put(want("phi", 1))
 	require.NoError(t, err)
 	_, err = a.Merge(wn)
@@ -225,7 +225,7 @@ func TestTheWholeMeshBackAfterTheHorizonKeepsItsIntents(t *testing.T) {
 	_, _ = b.Merge(w)
 	c.t = c.t.Add(3 * Horizon)
 	a = openAt(t, da, "a", c)
-	fresh := openAt(t, "", "c", c) // a new member knows nothing: stale too
+	fresh := openAt(t, "", "c", c) // a new member: not settled either
 	_, err = fresh.Merge(a.Full())
 	require.NoError(t, err)
 	_, err = a.Merge(fresh.Full())
