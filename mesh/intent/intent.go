@@ -247,7 +247,9 @@ func (s *Store) Merge(b []byte) (news map[string][]byte, err error) {
 	defer s.mu.Unlock()
 	now := s.now()
 	changed := s.pruneLocked(now)
+	won := s.mergeLocked(w, now)
 	if w.Full && w.Settled {
+		// (After merging it: settled first, this member would refuse the set's old intents.)
 		// A settled member's whole set: the intents it lacks that were last edited over
 		// Horizon ago were deleted there (their tombstones dropped), or never reached it.
 		changed = s.dropForgottenLocked(w.Intents, now) || changed
@@ -256,7 +258,6 @@ func (s *Store) Merge(b []byte) (news map[string][]byte, err error) {
 			changed = true                            // saved
 		}
 	}
-	won := s.mergeLocked(w, now)
 	if len(won) == 0 && !changed {
 		s.tidyLocked(now)
 		return nil, nil

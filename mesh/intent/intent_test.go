@@ -192,6 +192,7 @@ func TestAMemberBackAfterTheHorizonCannotResurrectADeletedIntent(t *testing.T) {
 	require.Len(t, a.All(), 1, "only llama is left")
 
 	b = openAt(t, db, "b", c) // back after 30 h: not settled
+	gone := mustGet(t, b, "default/qwen")
 	a = openAt(t, da, "a", c) // a restarted too, but it was running: settled
 	news, err := a.Merge(b.Full())
 	require.NoError(t, err)
@@ -204,6 +205,18 @@ func TestAMemberBackAfterTheHorizonCannotResurrectADeletedIntent(t *testing.T) {
 	assert.False(t, ok, "b drops what the mesh forgot")
 	_, ok = b.Get("default/llama")
 	assert.True(t, ok, "and keeps what the mesh has")
+
+	// A new member takes the settled set whole, old intents too, and is settled then: b's
+	// copy of the deleted qwen, pushed later, is refused.
+	n := openAt(t, "", "n", c)
+	_, err = n.Merge(a.Full())
+	require.NoError(t, err)
+	_, ok = n.Get("default/llama")
+	assert.True(t, ok, "a new member takes what a settled one has, however old")
+	_, err = n.Merge(encode(wire{Intents: []api.Intent{gone}}))
+	require.NoError(t, err)
+	_, ok = n.Get("default/qwen")
+	assert.False(t, ok)
 
 	// An intent made within the horizon by b merges as always.
 	_, wn, err := b.Put(want("phi", 1))
