@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -85,6 +86,8 @@ type Config struct {
 	IdleTTL time.Duration
 	// Namespaces is the allowlist; empty allows any.
 	Namespaces []string
+	// Labels are the operator's labels of this host (api.Host.Labels).
+	Labels map[string]string
 	// AnonymousNamespace, when set, serves the gateway's listing and inference routes without a
 	// token, as this one namespace: for clients that cannot send one (Home Assistant's
 	// hailo-ollama integration, hailo-ollama CLIs). Off by default; shown in GET /v1/host.
@@ -238,6 +241,9 @@ func New(cfg Config) (*Agent, error) {
 		if err := api.ValidNamespace(ns); err != nil {
 			return nil, err
 		}
+	}
+	if err := api.CheckLabels(cfg.Labels); err != nil {
+		return nil, err
 	}
 	if ns := cfg.AnonymousNamespace; ns != "" {
 		if err := api.ValidNamespace(ns); err != nil {
@@ -679,6 +685,7 @@ func (a *Agent) hostLocked() api.Host {
 		PageSize:   h.PageSize,
 		Memory:     mem,
 		Namespaces: slices.Clone(a.cfg.Namespaces),
+		Labels:     maps.Clone(a.cfg.Labels),
 		Anonymous:  a.cfg.AnonymousNamespace,
 		LANHTTP:    a.cfg.LANHTTP,
 		Offline:    a.cfg.Offline,

@@ -178,9 +178,18 @@ func (a *Agent) Acquire(id string) (release func(), wait func(context.Context) e
 		pl.waking = &wakeup{ready: make(chan struct{})} // woken by fallAsleep
 	}
 	pl.inflight++
+	// Busy or not is gossiped, for an intent to scale on; not each request.
+	if pl.inflight > api.BusyInFlight && pl.p.BusySince.IsZero() {
+		pl.p.BusySince = time.Now().UTC()
+		a.changedLocked()
+	}
 	release = func() {
 		a.mu.Lock()
 		pl.inflight--
+		if pl.inflight <= api.BusyInFlight && !pl.p.BusySince.IsZero() {
+			pl.p.BusySince = time.Time{}
+			a.changedLocked()
+		}
 		pl.lastDone = time.Now()
 		pl.p.LastUsed = pl.lastDone.UTC()
 		a.mu.Unlock()

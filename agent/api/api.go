@@ -186,8 +186,13 @@ type PlacementRequest struct {
 	// Replicas is how many hosts the mesh keeps the model on (an intent, see Intent): 0 keeps
 	// the intent's count, or 1 for a new one; at most MaxReplicas.
 	Replicas int `json:"replicas,omitempty"`
+	// MaxReplicas, over Replicas, lets the mesh add replicas while its replicas are busy and
+	// drop them once idle (agent/keeper); 0 or up to Replicas never scales.
+	MaxReplicas int `json:"max_replicas,omitempty"`
 	// Hosts, when set, are the only hosts the mesh may place the intent's replicas on.
 	Hosts []string `json:"hosts,omitempty"`
+	// Labels, when set, are labels a host must carry (Host.Labels) to be ranked fit for it.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Split asks for one model across several hosts, this agent's host the main (split.go).
 	Split *SplitAsk `json:"split,omitempty"`
 	// Part is one member's share of a split; only a main host's agent asks for one.
@@ -291,11 +296,14 @@ type Placement struct {
 	Resident int64 `json:"resident,omitempty"`
 	// Held is what the placement counts against the budget once measured: the estimate,
 	// corrected by what the engine was seen to hold (see the agent's held); 0 = the estimate.
-	Held        int64         `json:"held,omitempty"`
-	Restarts    int           `json:"restarts,omitempty"`
-	CreatedAt   time.Time     `json:"created_at"`
-	UpdatedAt   time.Time     `json:"updated_at"`
-	LastUsed    time.Time     `json:"last_used,omitzero"`
+	Held      int64     `json:"held,omitempty"`
+	Restarts  int       `json:"restarts,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	LastUsed  time.Time `json:"last_used,omitzero"`
+	// BusySince is when more than BusyInFlight requests came to be in flight on it at once
+	// (they queue at its engine); zero when fewer are. An intent scales on it.
+	BusySince   time.Time     `json:"busy_since,omitzero"`
 	TTFTMillis  float64       `json:"ttft_ms,omitempty"`        // rolling time to first token
 	TokensPerS  float64       `json:"tokens_per_s,omitempty"`   // rolling generation speed
 	PulledBytes int64         `json:"pulled_bytes,omitempty"`   // while pulling
@@ -390,6 +398,9 @@ type Host struct {
 	Accelerators []Accelerator `json:"accelerators,omitempty"`
 	Engines      []Engine      `json:"engines,omitempty"`
 	Namespaces   []string      `json:"namespaces,omitempty"` // allowlist; empty = any
+	// Labels are the operator's (`llmkube-agent run --label k=v`): a placement or intent that
+	// requires labels goes only to hosts carrying them (CheckLabels bounds them).
+	Labels map[string]string `json:"labels,omitempty"`
 	// Anonymous is the one namespace whose models this agent serves without a token, on
 	// listing and inference routes only (opt-in, for clients that cannot send one); "" = off.
 	Anonymous string `json:"anonymous_namespace,omitempty"`

@@ -2,6 +2,8 @@ package api
 
 import (
 	"cmp"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,10 @@ type Intent struct {
 	Deleted   bool      `json:"deleted,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
+
+// BusyInFlight is how many requests may be in flight on one replica before it is busy
+// (Placement.BusySince): past it they queue at its engine.
+const BusyInFlight = 4
 
 // MaxReplicas bounds an intent's replica count: more than this is refused (and clamped when
 // another member gossips it).
@@ -99,4 +105,74 @@ func IntentLine(st IntentStatus) string {
 type AliasRequest struct {
 	Source    string `json:"source"`
 	Namespace string `json:"namespace,omitempty"`
+}
+
+// Bounds of a host's labels and of those an intent requires: they ride every state document
+// and every intent.
+const (
+	MaxLabels   = 16
+	MaxLabelLen = 63
+)
+
+// ParseLabels reads key=value pairs (`--label k=v`, repeatable) and checks them.
+func ParseLabels(pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok {
+			return nil, fmt.Errorf("label %q: want key=value", Clip(p, 80))
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("label %q given twice", Clip(k, 80))
+		}
+		out[k] = v
+	}
+	return out, CheckLabels(out)
+}
+
+// CheckLabels refuses more than MaxLabels labels, and keys or values that are empty (a key),
+// longer than MaxLabelLen or not made of letters, digits and . _ - / : the values are compared
+// and shown, so nothing needs sanitizing.
+func CheckLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fmt.Errorf("%d labels, at most %d", len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || !labelText(k) || !labelText(v) {
+			return fmt.Errorf("label %q=%q: keys and values are up to %d letters, digits and . _ - / (a key not empty)", Clip(k, 80), Clip(v, 80), MaxLabelLen)
+		}
+	}
+	return nil
+}
+
+func labelText(s string) bool {
+	if len(s) > MaxLabelLen {
+		return false
+	}
+	for _, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-/", c)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// MissingLabel is the first (by key) of want that have does not carry, as "k=v"; "" when have
+// carries them all.
+func MissingLabel(have, want map[string]string) string {
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if v, ok := have[k]; !ok || v != want[k] {
+			return k + "=" + want[k]
+		}
+	}
+	return ""
 }

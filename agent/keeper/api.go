@@ -70,7 +70,10 @@ func checkRequest(req api.PlacementRequest) error {
 	if req.Replicas < 0 || req.Replicas > api.MaxReplicas {
 		return api.Errorf(api.CodeBadRequest, "replicas %d: want 1 to %d", req.Replicas, api.MaxReplicas)
 	}
-	if req.Split != nil && (req.Replicas > 1 || len(req.Hosts) > 0) {
+	if req.MaxReplicas < 0 || req.MaxReplicas > api.MaxReplicas || (req.MaxReplicas > 0 && req.MaxReplicas < max(req.Replicas, 1)) {
+		return api.Errorf(api.CodeBadRequest, "max_replicas %d: want at least replicas (%d) and at most %d", req.MaxReplicas, max(req.Replicas, 1), api.MaxReplicas)
+	}
+	if req.Split != nil && (req.Replicas > 1 || req.MaxReplicas > 0 || len(req.Hosts) > 0) {
 		return api.Errorf(api.CodeBadRequest, "a split is one placement across the hosts its split names: replicas and only-hosts do not apply")
 	}
 	if len(req.Hosts) > 64 {
@@ -80,6 +83,9 @@ func checkRequest(req api.PlacementRequest) error {
 		if h == "" {
 			return api.Errorf(api.CodeBadRequest, "an empty host name in hosts")
 		}
+	}
+	if err := api.CheckLabels(req.Labels); err != nil {
+		return api.Errorf(api.CodeBadRequest, "%v", err)
 	}
 	return nil
 }
@@ -187,6 +193,9 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 	if err := checkRequest(req); err != nil {
 		return api.Placement{}, err
 	}
+	if lacks := api.MissingLabel(k.cfg.Agent.Host().Labels, req.Labels); lacks != "" {
+		return api.Placement{}, api.Errorf(api.CodeBadRequest, "%s has no label %s: place it where one does (mesh rank says which)", k.self, lacks)
+	}
 	if req.Split != nil || req.Part != nil {
 		// A split is kept by its main, which re-plans it when a member goes (agent/split.go);
 		// an intent would re-place it on one host, which cannot hold it. A part is its main's.
@@ -199,7 +208,7 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 	in := api.Intent{PlacementRequest: api.PlacementRequest{
 		Source: p.Source, Runtime: p.Runtime, Namespace: p.Namespace, Context: p.Context, Priority: p.Priority,
 		Name: p.Model, Protected: p.Protected, MemoryCheck: p.MemoryCheck, SHA256: p.SHA256, Args: p.Args,
-		TTL: req.TTL, Hosts: req.Hosts,
+		TTL: req.TTL, Hosts: req.Hosts, Labels: req.Labels, MaxReplicas: req.MaxReplicas,
 	}, Need: p.Memory.Bytes, Device: p.Memory.Device}
 	in.Replicas = k.replicas(in, req.Replicas, 1)
 	if _, err := k.put(in); err != nil {

@@ -225,3 +225,88 @@ func TestStatusReadsTheStoreNow(t *testing.T) {
 	require.Len(t, sts, 1)
 	assert.Equal(t, "tiny", sts[0].Name)
 }
+
+// An intent that requires a label goes only to hosts carrying it, whatever else ranks better;
+// a replica on a host without it is superseded once the intent asks for the label; and when no
+// host carries it, the intent is blocked with the reason.
+func TestLabelsConstrainWhereAnIntentRuns(t *testing.T) {
+	in := wants(1)
+	in.Labels = map[string]string{"gpu": "yes"}
+	in.UpdatedAt = t0.Add(-time.Minute)
+	members := []api.Member{
+		agentOf("a", 4, api.Alive, ready(t0.Add(-time.Hour))), // the tightest fit, unlabelled
+		agentOf("b", 8, api.Alive),
+		agentOf("c", 8, api.Alive),
+	}
+	members[2].Host.Labels = map[string]string{"gpu": "yes", "room": "attic"}
+	for _, self := range []string{"a", "b", "c"} {
+		p := keeperOf(self).judge(in, members, t0)
+		assert.Equal(t, self == "c", p.place, self)
+		assert.Equal(t, 0, p.status.Has, "a's replica does not count: a has no gpu=yes")
+		if self == "a" {
+			require.Len(t, p.remove, 1, "a's replica made before the intent asked for the label goes")
+			assert.Contains(t, p.remove[0].Reason, "superseded")
+		} else {
+			assert.Empty(t, p.remove)
+		}
+	}
+
+	members[2].Host.Labels = map[string]string{"gpu": "no"}
+	p := keeperOf("b").judge(in, members, t0)
+	assert.False(t, p.place)
+	assert.Contains(t, p.blocked, "no label gpu=yes")
+}
+
+// Under load an intent with room to scale adds one replica at a time, where the ranking says,
+// once a replica has been busy for ScaleAfter and every replica serves; the added replica goes
+// again once idle for the intent's TTL, never below Replicas.
+func TestABusyIntentAddsAReplicaAndDropsItWhenIdle(t *testing.T) {
+	in := wants(1)
+	in.MaxReplicas, in.TTL = 3, "10m"
+	busy := ready(t0.Add(-time.Hour))
+	busy.LastUsed = t0
+	busy.BusySince = t0.Add(-10 * time.Second)
+	members := []api.Member{agentOf("a", 8, api.Alive, busy), agentOf("b", 8, api.Alive), agentOf("c", 4, api.Alive)}
+	k := func(self string) *Keeper { k := keeperOf(self); k.cfg.ScaleAfter = 30 * time.Second; return k }
+
+	p := k("c").judge(in, members, t0)
+	assert.False(t, p.place, "busy for 10 s only")
+	var placers []string
+	for _, self := range []string{"a", "b", "c"} {
+		p := k(self).judge(in, members, t0.Add(25*time.Second))
+		if p.place {
+			placers = append(placers, self)
+		}
+		assert.Contains(t, p.status.Note, "busy: adding a replica (at most 3)")
+	}
+	assert.Equal(t, []string{"c"}, placers, "one, the best-ranked host")
+
+	// c's replica is loading: no third yet, however busy a stays.
+	loading := api.Placement{State: api.StateLoading, CreatedAt: t0.Add(30 * time.Second)}
+	members[2] = agentOf("c", 4, api.Alive, loading)
+	p = k("b").judge(in, members, t0.Add(time.Minute))
+	assert.False(t, p.place)
+	assert.Empty(t, p.remove)
+	// Once it serves and a is still busy, the third.
+	members[2].Placements[0].State = api.StateReady
+	p = k("b").judge(in, members, t0.Add(time.Minute))
+	assert.True(t, p.place)
+
+	// The load ends: both in use within the TTL stay; c's, unused past the TTL, goes; a's stays.
+	members[0].Placements[0].BusySince = time.Time{}
+	members[0].Placements[0].LastUsed = t0.Add(5 * time.Minute)
+	members[2].Placements[0].LastUsed = t0.Add(2 * time.Minute)
+	p = k("c").judge(in, members, t0.Add(6*time.Minute))
+	assert.Empty(t, p.remove)
+	assert.False(t, p.place)
+	p = k("c").judge(in, members, t0.Add(13*time.Minute))
+	require.Len(t, p.remove, 1)
+	assert.Equal(t, "p-c", p.remove[0].ID)
+	assert.Empty(t, k("a").judge(in, members, t0.Add(time.Hour)).remove, "never below its replicas")
+
+	// Without room to scale, busy changes nothing.
+	in.MaxReplicas = 0
+	members[0].Placements[0].BusySince = t0.Add(-time.Hour)
+	p = k("b").judge(in, members[:2], t0)
+	assert.False(t, p.place)
+}

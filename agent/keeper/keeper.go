@@ -19,7 +19,18 @@
 //     RecordFailure), which every agent sees; the host is left out for a backoff that doubles
 //     with each failure in a row (its Restarts), so a full host never loops, and the reason is
 //     in the events, the intent's note and the doctor.
+//   - Constraints. An intent may name the only hosts it may run on, and labels its hosts must
+//     carry (`llmkube-agent run --label k=v`); the ranking refuses the others, and a replica on
+//     a host that no longer fits (the intent was edited) is superseded. "Not on battery" is not
+//     offered: the host probe (hwprobe) reads no power source.
 //   - Deletion. A tombstone removes the placements of the intent made before it.
+//   - Load. An intent with MaxReplicas over Replicas wants one replica more (up to MaxReplicas)
+//     once a replica has been busy (more than api.BusyInFlight requests in flight on it, which
+//     its agent gossips as the placement's BusySince) for ScaleAfter and every replica it has
+//     serves; one at a time, each placed as above. It wants as many as are in use again (used
+//     within the intent's TTL, or ScaleIdle without one; never fewer than Replicas), and the
+//     idle surplus removes itself as any surplus does. BusySince is in every agent's view, so
+//     all add alike; each agent knows its own replicas' last use best, and only removes its own.
 package keeper
 
 import (
@@ -60,6 +71,10 @@ type Config struct {
 	Backoff, BackoffMax time.Duration
 	// Tick is how often the keeper looks again without a change; 1 s when zero.
 	Tick time.Duration
+	// ScaleAfter is how long a replica must stay busy before the intent adds one; 30 s when
+	// zero. ScaleIdle is how long an added replica may go unused before it goes, for an
+	// intent without a TTL; 5 min when zero.
+	ScaleAfter, ScaleIdle time.Duration
 	// Settle is how long after its start the keeper only looks: its member learns the mesh's
 	// state first, and a host that just (re)joined must not place what others already run;
 	// 3 s when zero.
@@ -106,6 +121,12 @@ func New(cfg Config) *Keeper {
 	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = time.Second
+	}
+	if cfg.ScaleAfter <= 0 {
+		cfg.ScaleAfter = 30 * time.Second
+	}
+	if cfg.ScaleIdle <= 0 {
+		cfg.ScaleIdle = 5 * time.Minute
 	}
 	if cfg.Settle <= 0 {
 		cfg.Settle = 3 * time.Second
@@ -241,7 +262,7 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 			if p.Namespace != in.Namespace || p.Model != in.Name {
 				continue
 			}
-			if in.Deleted || p.Source != in.Source || !allowed(in.Hosts, m.Name) {
+			if in.Deleted || p.Source != in.Source || !allowed(in.Hosts, m.Name) || !labelled(in, m) {
 				// Deleted, or superseded by an edit: what was placed before the edit goes.
 				if m.Name == k.self && p.CreatedAt.Before(in.UpdatedAt) && p.State != api.StateStopping && !p.State.Terminal() {
 					p.Reason = "superseded by the intent's version " + fmt.Sprint(in.Version) + " from " + in.Origin
@@ -277,11 +298,15 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 			counted++
 		}
 	}
+	want, scaling := k.wanted(in, reps, now)
 	st := api.IntentStatus{Intent: in, Has: counted}
 	for _, r := range reps {
 		st.Where = append(st.Where, api.Replica{Host: r.p.Host, Placement: r.p.ID, State: r.state, Liveness: r.liveness, Counts: r.counts})
 	}
 	var notes []string
+	if scaling != "" {
+		notes = append(notes, scaling)
+	}
 	k.mu.Lock()
 	for _, h := range gone {
 		notes = append(notes, fmt.Sprintf("%s %s %s ago", h, livenessOf(members, h), roundAgo(now.Sub(k.deadSince[h]))))
@@ -302,11 +327,11 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 	}
 
 	switch {
-	case in.Replicas == 0:
+	case want == 0:
 		// An alias nobody asked for yet: nothing to place, nothing to remove.
-	case counted != in.Replicas && now.Sub(k.started) < k.cfg.Settle:
+	case counted != want && now.Sub(k.started) < k.cfg.Settle:
 		notes = append(notes, "this agent started "+roundAgo(now.Sub(k.started))+" ago: settling before it acts")
-	case counted < in.Replicas:
+	case counted < want:
 		if k.placingNow(in.Key()) {
 			notes = append(notes, "placing on "+k.self)
 			break
@@ -319,7 +344,7 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 		for _, r := range reps {
 			holding[r.p.Host] = true
 		}
-		chosen, refusal, transient := k.choose(in, members, holding, backingOff, in.Replicas-counted)
+		chosen, refusal, transient := k.choose(in, members, holding, backingOff, want-counted)
 		switch {
 		case len(chosen) > 0:
 			notes = append(notes, "re-placing on "+strings.Join(chosen, ", "))
@@ -330,8 +355,8 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 				pl.blocked = noHost + ": " + refusal
 			}
 		}
-	case counted > in.Replicas:
-		pl.remove = append(pl.remove, k.surplus(in, reps)...)
+	case counted > want:
+		pl.remove = append(pl.remove, k.surplus(in, want, reps)...)
 		if len(pl.remove) == 0 {
 			notes = append(notes, "a surplus, settled once the replicas kept serve")
 		}
@@ -375,7 +400,7 @@ func (k *Keeper) choose(in api.Intent, members []api.Member, holding, backingOff
 // first, then on the agent running longest (a host that came back with its old replica started
 // last), then the oldest placement (of two placed at once, the later goes), then by host name.
 // None while fewer than it wants would be left serving.
-func (k *Keeper) surplus(in api.Intent, reps []replica) []api.Placement {
+func (k *Keeper) surplus(in api.Intent, want int, reps []replica) []api.Placement {
 	var counted []replica
 	for _, r := range reps {
 		if r.counts {
@@ -397,19 +422,64 @@ func (k *Keeper) surplus(in api.Intent, reps []replica) []api.Placement {
 		}
 		return cmp.Compare(a.p.Host, b.p.Host)
 	})
-	for _, r := range counted[:in.Replicas] {
+	for _, r := range counted[:want] {
 		if !serving(r.state) {
 			return nil
 		}
 	}
 	var out []api.Placement
-	for _, r := range counted[in.Replicas:] {
+	for _, r := range counted[want:] {
 		if r.p.Host == k.self {
-			r.p.Reason = fmt.Sprintf("a surplus replica: %s wants %d, and %d others serve", in.Key(), in.Replicas, in.Replicas)
+			r.p.Reason = fmt.Sprintf("a surplus replica: %s wants %d, and %d others serve", in.Key(), want, want)
 			out = append(out, r.p)
 		}
 	}
 	return out
+}
+
+// wanted is how many replicas in wants now, with a note when load changed it (see Load in
+// the package comment).
+func (k *Keeper) wanted(in api.Intent, reps []replica, now time.Time) (int, string) {
+	if in.Deleted || in.MaxReplicas <= in.Replicas {
+		return in.Replicas, ""
+	}
+	idle := k.cfg.ScaleIdle
+	if d, err := api.ParseTTL(in.TTL); err == nil && in.TTL != "" && d > 0 {
+		idle = d
+	}
+	var counted, inUse int
+	busy, allServe := false, true
+	for _, r := range reps {
+		if !r.counts {
+			continue
+		}
+		counted++
+		allServe = allServe && serving(r.state)
+		if !r.p.BusySince.IsZero() {
+			inUse++
+			busy = busy || now.Sub(r.p.BusySince) >= k.cfg.ScaleAfter
+			continue
+		}
+		if used := latest(r.p.LastUsed, r.p.CreatedAt); now.Sub(used) < idle {
+			inUse++
+		}
+	}
+	switch {
+	case busy && allServe && counted < in.MaxReplicas:
+		return max(in.Replicas, counted+1), fmt.Sprintf("busy: adding a replica (at most %d)", in.MaxReplicas)
+	case busy:
+		return max(counted, in.Replicas), fmt.Sprintf("busy: %d replicas (at most %d)", max(counted, in.Replicas), in.MaxReplicas)
+	case inUse > in.Replicas:
+		return min(inUse, in.MaxReplicas), fmt.Sprintf("%d in use (at most %d; idle ones go after %s)", min(inUse, in.MaxReplicas), in.MaxReplicas, idle)
+	}
+	return in.Replicas, ""
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // noHost starts the note of an intent that no host can take now.
@@ -542,6 +612,12 @@ func (k *Keeper) Findings() []api.Finding {
 			Detail:  st.Note})
 	}
 	return out
+}
+
+// labelled: m carries the labels in requires, or its state is not known yet (nothing is
+// removed on no word).
+func labelled(in api.Intent, m api.Member) bool {
+	return m.Host == nil || api.MissingLabel(m.Host.Labels, in.Labels) == ""
 }
 
 func allowed(hosts []string, host string) bool {

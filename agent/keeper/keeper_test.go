@@ -3,6 +3,7 @@ package keeper_test
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,4 +140,44 @@ func TestIntentsRefusedAndScoped(t *testing.T) {
 	_, err = team.Intend(ctx, api.PlacementRequest{Source: "ollama://" + model, Namespace: api.DefaultNamespace})
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, api.CodeForbidden, e.Code)
+}
+
+// Under load (more than api.BusyInFlight chats at once on its one replica, through the real
+// gateway) an intent with max_replicas 2 gets a second replica, and loses it once idle.
+func TestABusyIntentScalesOutAndBackIn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	var hosts []localmesh.HostSpec
+	for _, n := range []string{"a", "b"} {
+		hosts = append(hosts, localmesh.HostSpec{Name: n, Demo: "gpu-server", OS: "linux", Arch: "amd64", Runtimes: []api.Runtime{api.RuntimeOllama}})
+	}
+	// Not Fast: the simulated Ollama writes 30 tokens a second, so chats stay in flight.
+	m, err := localmesh.Start(ctx, localmesh.Options{Dir: t.TempDir(), Hosts: hosts, ScaleAfter: time.Second, ScaleIdle: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	_, err = m.Client("a").Place(ctx, api.PlacementRequest{Source: "ollama://" + model, Replicas: 1, MaxReplicas: 2})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return slices.Equal(servingOn(ctx, m, "b"), []string{"a"}) }, 30*time.Second, 50*time.Millisecond)
+
+	load, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 3 * api.BusyInFlight {
+		wg.Go(func() {
+			for load.Err() == nil {
+				_ = m.Client("a").ChatStream(load, model, []apiclient.ChatMessage{{Role: "user", Content: "hello"}}, apiclient.ChatOptions{},
+					func(apiclient.ChatDelta) error { return nil })
+			}
+		})
+	}
+	t.Cleanup(func() { stop(); wg.Wait() })
+	require.Eventually(t, func() bool {
+		return slices.Equal(slices.Sorted(slices.Values(servingOn(ctx, m, "a"))), []string{"a", "b"})
+	}, 60*time.Second, 50*time.Millisecond, "a second replica under load")
+	wants, _, _ := hostsOf(ctx, m, "a")
+	assert.Equal(t, 1, wants, "the intent itself still wants 1")
+
+	stop()
+	wg.Wait()
+	require.Eventually(t, func() bool { return slices.Equal(servingOn(ctx, m, "a"), []string{"a"}) }, 60*time.Second, 50*time.Millisecond,
+		"the added replica goes once idle, the first stays")
 }

@@ -85,7 +85,9 @@ type Options struct {
 	Profile string
 	// OnDemand turns on-demand placement on for these namespaces on every host (node.Config).
 	OnDemand []string
-	Log      *slog.Logger
+	// ScaleAfter and ScaleIdle time an intent's scaling on every host (node.Config).
+	ScaleAfter, ScaleIdle time.Duration
+	Log                   *slog.Logger
 }
 
 // DemoHosts are the demo's three hosts: a Raspberry Pi 5 with a Hailo-10H running hailo-ollama,
@@ -426,14 +428,16 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		apiAddr = spec.Advertise(apiAddr)
 	}
 	n, err := node.Start(ctx, node.Config{
-		Join:     m.Join,
-		Agent:    acfg,
-		Listener: ln,
-		APIAddr:  apiAddr,
-		Mesh:     &node.MeshConfig{Bind: "127.0.0.1", Port: 0, Profile: cmp.Or(opts.Profile, mesh.ProfileLocal)},
-		Peers:    peers,
-		OnDemand: opts.OnDemand,
-		Log:      log,
+		Join:       m.Join,
+		Agent:      acfg,
+		Listener:   ln,
+		APIAddr:    apiAddr,
+		Mesh:       &node.MeshConfig{Bind: "127.0.0.1", Port: 0, Profile: cmp.Or(opts.Profile, mesh.ProfileLocal)},
+		Peers:      peers,
+		OnDemand:   opts.OnDemand,
+		ScaleAfter: opts.ScaleAfter,
+		ScaleIdle:  opts.ScaleIdle,
+		Log:        log,
 	})
 	if err != nil {
 		ln.Close()

@@ -61,7 +61,9 @@ type Config struct {
 	// OnDemand are the namespaces whose requests for a model no host runs place it ("*": all;
 	// empty: off), see agent/keeper.
 	OnDemand []string
-	Log      *slog.Logger
+	// ScaleAfter and ScaleIdle time an intent's scaling (keeper.Config); zero: its defaults.
+	ScaleAfter, ScaleIdle time.Duration
+	Log                   *slog.Logger
 }
 
 // Node is a running host.
@@ -127,7 +129,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		n.Mesh = m
-		keep = keeper.New(keeper.Config{Agent: a, Store: intents, Mesh: m, OnDemand: cfg.OnDemand, Log: cfg.Log.With("part", "keeper")})
+		keep = keeper.New(keeper.Config{Agent: a, Store: intents, Mesh: m, OnDemand: cfg.OnDemand,
+			ScaleAfter: cfg.ScaleAfter, ScaleIdle: cfg.ScaleIdle, Log: cfg.Log.With("part", "keeper")})
 		gc.OnDemand = keep.Demand
 		sc.Intents = keep
 		sc.Findings = func() []api.Finding { return append(refusals(sealed, a.Name(), time.Now()), keep.Findings()...) }

@@ -83,6 +83,7 @@ type runOptions struct {
 	idleAfter          time.Duration
 	idleTTL            time.Duration
 	namespaces         []string
+	labels             []string
 	anonymousNamespace string
 	onDemand           []string
 
@@ -159,6 +160,7 @@ from mesh.json or ` + "`llmkube-agent init`" + `, to add hosts).`,
 	f.DurationVar(&o.idleAfter, "idle-after", 10*time.Minute, "how long a placement must go unused to count as idle for --evict")
 	f.DurationVar(&o.idleTTL, "idle-ttl", 0, "how long a placement may go with no request before it sleeps (engine unloaded, budget freed, loaded again by the next request); 0 never sleeps")
 	f.StringSliceVar(&o.namespaces, "namespaces", nil, "namespaces allowed on this host, comma-separated (default: any)")
+	f.StringArrayVar(&o.labels, "label", nil, fmt.Sprintf("a label of this host, key=value (repeatable, at most %d): an intent placed with --label k=v runs only on hosts that carry it", api.MaxLabels))
 	f.StringSliceVar(&o.onDemand, "on-demand", nil, "namespaces whose requests for a model no host runs place it on the best host and wait for it (an Ollama name: ollama://NAME, or a Hailo zoo model), comma-separated; * for every namespace (default: off); Ollama's /api/pull too")
 	f.StringVar(&o.anonymousNamespace, "anonymous-namespace", "", "serve the listing and inference routes without a token as this one namespace, for clients that cannot send one (Home Assistant's hailo-ollama integration); off by default, shown in /v1/host")
 
@@ -189,6 +191,10 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 	budget, err := o.budget()
 	if err != nil {
 		return err
+	}
+	labels, err := api.ParseLabels(o.labels)
+	if err != nil {
+		return usageError{fmt.Errorf("--label: %w", err)}
 	}
 	runtimes, explicit, err := parseRuntimes(o.runtimes)
 	if err != nil {
@@ -281,6 +287,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		IdleAfter:          o.idleAfter,
 		IdleTTL:            o.idleTTL,
 		Namespaces:         o.namespaces,
+		Labels:             labels,
 		AnonymousNamespace: o.anonymousNamespace,
 		AllowHTTP:          o.allowHTTP,
 		GGUFDirs:           o.ggufDirs,

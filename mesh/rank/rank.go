@@ -81,6 +81,10 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 			continue
 		}
 		r := api.Ranked{Host: m.Name, Runtime: runtime}
+		lacks := ""
+		if m.Host != nil {
+			lacks = api.MissingLabel(m.Host.Labels, req.Labels)
+		}
 		switch {
 		case m.Liveness != api.Alive:
 			why := "refused: host is " + string(m.Liveness)
@@ -99,6 +103,8 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 			refuse(&r, api.CodeContextLimit, tooLong)
 		case !nsAllowed(m.Host.Namespaces, ns):
 			refuse(&r, api.CodeNamespaceNotAllow, nsRefusal)
+		case lacks != "":
+			refuse(&r, api.CodeBadRequest, "refused: no label "+lacks)
 		default:
 			judge(&r, m.Host, native, runtime, model, needStr, req)
 		}

@@ -156,6 +156,8 @@ type requestFlags struct {
 	replicas                           int      // place: how many hosts the mesh keeps it on
 	ttl                                string   // place: idle time before it sleeps
 	onlyHosts                          []string // place: the only hosts the mesh may keep it on
+	labels                             []string // place: labels its hosts must carry
+	maxReplicas                        int      // place: replicas it may scale to under load
 }
 
 func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
@@ -171,6 +173,8 @@ func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
 		f.BoolVar(&r.loadAnyway, "load-anyway", false, "admit even when the size cannot be known or does not fit (memory check warn)")
 		f.StringVar(&r.sha256, "sha256", "", "expected sha256 of a downloaded GGUF file: the download counts only if it matches")
 		f.IntVar(&r.replicas, "replicas", 0, fmt.Sprintf("how many hosts the mesh keeps it running on, 1 to %d; a dead host's replica is placed again elsewhere (default: 1, or what it keeps already)", api.MaxReplicas))
+		f.IntVar(&r.maxReplicas, "max-replicas", 0, fmt.Sprintf("under load (a replica with over %d requests in flight for 30 s) the mesh adds replicas up to this many, and drops them once idle for the ttl (default: no scaling)", api.BusyInFlight))
+		f.StringArrayVar(&r.labels, "label", nil, "a label its hosts must carry, key=value (repeatable; llmkube-agent run --label)")
 		f.StringSliceVar(&r.onlyHosts, "only-hosts", nil, "the only hosts the mesh may keep its replicas on, comma-separated (default: any)")
 		f.StringVar(&r.ttl, "ttl", "", "idle time before it sleeps (its engine unloaded until the next request), e.g. 10m; -1 never (default: the agent's --idle-ttl)")
 		f.StringArrayVar(&r.args, "arg", nil, "an extra engine argument, repeatable (llama-server only, e.g. --arg -ngl --arg 99; the agent allows only its allowlist)")
@@ -212,6 +216,15 @@ func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
 	if r.replicas < 0 || r.replicas > api.MaxReplicas {
 		return req, usagef("--replicas %d: want 1 to %d", r.replicas, api.MaxReplicas)
 	}
+	labels, err := api.ParseLabels(r.labels)
+	if err != nil {
+		return req, &usageError{fmt.Errorf("--label: %w", err)}
+	}
+	req.Labels = labels
+	if r.maxReplicas != 0 && (r.maxReplicas < max(r.replicas, 1) || r.maxReplicas > api.MaxReplicas) {
+		return req, usagef("--max-replicas %d: want --replicas (%d) to %d", r.maxReplicas, max(r.replicas, 1), api.MaxReplicas)
+	}
+	req.MaxReplicas = r.maxReplicas
 	if req.TTL != "" {
 		if _, err := api.ParseTTL(req.TTL); err != nil {
 			return req, &usageError{fmt.Errorf("--ttl: %w", err)}
