@@ -218,13 +218,14 @@ func (a *Agent) onMember(ctx context.Context, host, method, path string, body an
 	return p, json.Unmarshal(b, &p)
 }
 
-// member is host in this agent's view of the mesh, alive and with an API address.
+// member is host in this agent's view of the mesh, neither dead nor left, with an API address.
 func (a *Agent) member(host string) (api.Member, error) {
 	for _, m := range a.view().Members {
 		if m.Name != host {
 			continue
 		}
-		if m.Liveness != api.Alive || m.Host == nil || m.Host.APIAddr == "" {
+		// A suspect member is still asked: it may only be slow to answer probes.
+		if m.Liveness == api.Dead || m.Liveness == api.Left || m.Host == nil || m.Host.APIAddr == "" {
 			return m, api.Errorf(api.CodeUnreachable, "host %s is %s", host, m.Liveness)
 		}
 		return m, nil
@@ -287,27 +288,34 @@ func (d splitDriver) Unload(ctx context.Context, m engines.Model) error {
 	return err
 }
 
-// Health is llama-server's, and every member alive in the mesh view: a member lost is noticed
-// at the next check even before llama-server finds out.
+// Health is llama-server's, and no member dead or gone from the mesh view: a member lost is
+// noticed at the next check even before llama-server finds out. A member only suspect is not
+// lost: suspicion comes and goes with a busy host or a lost probe, and moving a split costs a
+// restart; a member that is really cut off breaks the RPC link, which aborts llama-server.
 func (d splitDriver) Health(ctx context.Context, m engines.Model) error {
 	if err := d.Driver.Health(ctx, m); err != nil {
 		return err
 	}
-	d.a.mu.RLock()
-	pl := d.a.placements[m.ID]
+	return d.a.splitMemberLost(m.ID)
+}
+
+// splitMemberLost is the error of the first member of split id that is dead, left or gone.
+func (a *Agent) splitMemberLost(id string) error {
+	a.mu.RLock()
+	pl := a.placements[id]
 	var plan *api.SplitPlan
 	if pl != nil {
 		plan = pl.p.Split
 	}
-	d.a.mu.RUnlock()
+	a.mu.RUnlock()
 	if plan == nil {
 		return nil
 	}
 	for _, mb := range plan.Members {
-		if mb.Layers == 0 || mb.Host == d.a.Name() {
+		if mb.Layers == 0 || mb.Host == a.Name() {
 			continue
 		}
-		if _, err := d.a.member(mb.Host); err != nil {
+		if _, err := a.member(mb.Host); err != nil {
 			return &engines.Error{Code: api.CodeUnreachable, Err: fmt.Errorf("split member lost: %w", err)}
 		}
 	}

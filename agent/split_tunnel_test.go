@@ -1,13 +1,19 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/internal/seal"
@@ -23,7 +29,7 @@ func BenchmarkSplitTunnel(b *testing.B) {
 		echo := rpcEcho(b)
 		direct := echo.Addr().String()
 		b.Run("direct/"+sizeName(size), func(b *testing.B) { exchanges(b, direct, size) })
-		tunnelled := splitTunnelTo(b, direct)
+		tunnelled, _ := splitTunnelTo(b, direct, func() api.Liveness { return api.Alive })
 		b.Run("tunnel/"+sizeName(size), func(b *testing.B) { exchanges(b, tunnelled, size) })
 	}
 }
@@ -43,32 +49,41 @@ func exchanges(b *testing.B, addr string, size int) {
 	}
 	defer c.Close()
 	payload := make([]byte, size)
-	var head [8]byte
 	b.SetBytes(int64(2 * size))
 	b.ResetTimer()
 	for range b.N {
-		binary.LittleEndian.PutUint64(head[:], uint64(size))
-		for _, part := range [][]byte{{1}, head[:], payload} {
-			if _, err := c.Write(part); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := io.ReadFull(c, head[:]); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, payload[:binary.LittleEndian.Uint64(head[:])]); err != nil {
+		if err := exchange(c, payload); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
+// exchange sends payload as an RPC command and reads the answer into it.
+func exchange(c net.Conn, payload []byte) error {
+	var head [8]byte
+	binary.LittleEndian.PutUint64(head[:], uint64(len(payload)))
+	for _, part := range [][]byte{{1}, head[:], payload} {
+		if _, err := c.Write(part); err != nil {
+			return err
+		}
+	}
+	if _, err := io.ReadFull(c, head[:]); err != nil {
+		return err
+	}
+	if n := binary.LittleEndian.Uint64(head[:]); n != uint64(len(payload)) {
+		return fmt.Errorf("an answer of %d bytes to %d", n, len(payload))
+	}
+	_, err := io.ReadFull(c, payload)
+	return err
+}
+
 // rpcEcho answers each command with a payload of its own size, as an rpc-server would.
-func rpcEcho(b *testing.B) net.Listener {
+func rpcEcho(tb testing.TB) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { ln.Close() })
+	tb.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -101,32 +116,67 @@ func rpcEcho(b *testing.B) net.Listener {
 }
 
 // splitTunnelTo is the loopback end of a main's tunnel to a member whose ready part's
-// rpc-server is at part: two agents on loopback, over the sealed channel.
-func splitTunnelTo(b *testing.B, part string) string {
-	member := newBareAgent(b, "container-2g", nil)
-	ms := serve(b, member, nil)
+// rpc-server is at part, and the main: two agents on loopback, over the sealed channel; the
+// main's view shows the member as live says (not at all when it says "").
+func splitTunnelTo(tb testing.TB, part string, live func() api.Liveness) (string, *Agent) {
+	member := newBareAgent(tb, "container-2g", nil)
+	ms := serve(tb, member, nil)
 	ca, err := seal.NewCA("bench", ms.secret)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	mid := sealIdentity(b, ca, member.Name(), seal.RoleAgent)
-	addr := sealedServe(b, ms.srv, mid)
+	mid := sealIdentity(tb, ca, member.Name(), seal.RoleAgent)
+	addr := sealedServe(tb, ms.srv, mid)
 	ctx, cancel := context.WithCancel(context.Background())
 	member.mu.Lock()
 	member.placements["part-1"] = &placement{p: api.Placement{ID: "part-1", State: api.StateReady, Engine: part, Part: &api.SplitPart{Parent: "p-1"}},
 		ctx: ctx, cancel: cancel}
 	member.mu.Unlock()
 
-	main := newBareAgent(b, "x86-nvidia", nil)
-	id := sealIdentity(b, ca, "main", seal.RoleAgent)
+	main := newBareAgent(tb, "x86-nvidia", nil)
 	main.JoinMesh(func() api.MeshView {
-		return api.MeshView{Members: []api.Member{{Name: member.Name(), Role: api.RoleAgent, Liveness: api.Alive,
+		if live() == "" {
+			return api.MeshView{}
+		}
+		return api.MeshView{Members: []api.Member{{Name: member.Name(), Role: api.RoleAgent, Liveness: live(),
 			Host: &api.Host{Name: member.Name(), APIAddr: addr}, SealKey: hex.EncodeToString(mid.KeyID())}}}
-	}, id)
+	}, sealIdentity(tb, ca, "main", seal.RoleAgent))
+	plan := &api.SplitPlan{Layers: 8, Members: []api.SplitMember{{Host: main.Name(), Main: true}, {Host: member.Name(), Part: "part-1", Layers: 8}}}
+	main.mu.Lock()
+	main.placements["p-1"] = &placement{p: api.Placement{ID: "p-1", Split: plan}}
+	main.mu.Unlock()
 	end, err := main.tunnels.open(main, "p-1", api.SplitMember{Host: member.Name(), Part: "part-1"})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(main.tunnels.closeAll)
-	return end
+	tb.Cleanup(main.tunnels.closeAll)
+	return end, main
+}
+
+// A member only suspect keeps its share: the main's health check passes and its channel still
+// carries RPC; one dead, left or gone from the mesh is lost, by name.
+func TestSplitSuspectMemberIsNotLost(t *testing.T) {
+	var mu sync.Mutex
+	liveness := api.Suspect
+	end, main := splitTunnelTo(t, rpcEcho(t).Addr().String(), func() api.Liveness {
+		mu.Lock()
+		defer mu.Unlock()
+		return liveness
+	})
+	require.NoError(t, main.splitMemberLost("p-1"), "a suspect member is not lost")
+	c, err := net.Dial("tcp", end)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, exchange(c, make([]byte, 64)), "the channel to a suspect member carries RPC")
+
+	for _, l := range []api.Liveness{api.Dead, api.Left, ""} {
+		mu.Lock()
+		liveness = l
+		mu.Unlock()
+		err := main.splitMemberLost("p-1")
+		require.Error(t, err, "liveness %q", l)
+		assert.Equal(t, api.CodeUnreachable, codeOfErr(err))
+		assert.ErrorContains(t, err, "split member lost")
+		assert.ErrorContains(t, err, "host "+main.placements["p-1"].p.Split.Members[1].Host+" is "+cmp.Or(string(l), "not in the mesh"))
+	}
 }
