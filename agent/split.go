@@ -277,8 +277,37 @@ func (d splitDriver) Load(ctx context.Context, m engines.Model) (engines.Instanc
 	inst, err := d.Driver.Load(ctx, m)
 	if err != nil {
 		a.tunnels.close(m.ID)
+		return nil, err
 	}
-	return inst, err
+	a.tunnels.running(m.ID)
+	return inst, nil
+}
+
+// Chat is llama-server's. An answer that breaks off because a member went away names the split
+// and the member: the one whose channel broke, or one the mesh shows dead or gone.
+func (d splitDriver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequest, emit func(engines.ChatChunk) error) error {
+	err := d.Driver.Chat(ctx, m, req, emit)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	return d.a.splitLoss(m, err)
+}
+
+// splitLoss is err of split m, naming the member lost when one is; err as it is otherwise.
+func (a *Agent) splitLoss(m engines.Model, err error) error {
+	host := a.tunnels.lostTo(m.ID)
+	if host == "" {
+		host, _ = a.splitMemberLost(m.ID)
+	}
+	if host == "" {
+		return err
+	}
+	code := api.CodeEngineError
+	var ee *engines.Error
+	if errors.As(err, &ee) {
+		code, err = ee.Code, ee.Err
+	}
+	return &engines.Error{Code: code, Err: fmt.Errorf("split %s lost member %s: %w", m.Name, host, err)}
 }
 
 // Unload stops llama-server and closes the tunnels; the parts stay (a restart reuses them).
@@ -296,11 +325,12 @@ func (d splitDriver) Health(ctx context.Context, m engines.Model) error {
 	if err := d.Driver.Health(ctx, m); err != nil {
 		return err
 	}
-	return d.a.splitMemberLost(m.ID)
+	_, err := d.a.splitMemberLost(m.ID)
+	return err
 }
 
-// splitMemberLost is the error of the first member of split id that is dead, left or gone.
-func (a *Agent) splitMemberLost(id string) error {
+// splitMemberLost is the first member of split id that is dead, left or gone, and why.
+func (a *Agent) splitMemberLost(id string) (string, error) {
 	a.mu.RLock()
 	pl := a.placements[id]
 	var plan *api.SplitPlan
@@ -309,17 +339,17 @@ func (a *Agent) splitMemberLost(id string) error {
 	}
 	a.mu.RUnlock()
 	if plan == nil {
-		return nil
+		return "", nil
 	}
 	for _, mb := range plan.Members {
 		if mb.Layers == 0 || mb.Host == a.Name() {
 			continue
 		}
 		if _, err := a.member(mb.Host); err != nil {
-			return &engines.Error{Code: api.CodeUnreachable, Err: fmt.Errorf("split member lost: %w", err)}
+			return mb.Host, &engines.Error{Code: api.CodeUnreachable, Err: fmt.Errorf("split member lost: %w", err)}
 		}
 	}
-	return nil
+	return "", nil
 }
 
 // partsRunning waits until every part's rpc-server runs. A part that is gone (its host left,
@@ -413,6 +443,33 @@ func (a *Agent) splitDriverFor() engines.Driver {
 type tunnelSet struct {
 	mu sync.Mutex
 	by map[string][]*tunnel
+	// lost is the member whose channel broke, by placement, until its split runs again: an
+	// answer that broke off then names it.
+	lost map[string]string
+}
+
+// broke records that the channel of split id to host broke.
+func (ts *tunnelSet) broke(id, host string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.lost == nil {
+		ts.lost = map[string]string{}
+	}
+	ts.lost[id] = host
+}
+
+// lostTo is the member whose channel of split id broke since it last started, or "".
+func (ts *tunnelSet) lostTo(id string) string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.lost[id]
+}
+
+// running forgets a broken channel of split id: it runs again.
+func (ts *tunnelSet) running(id string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.lost, id)
 }
 
 func (ts *tunnelSet) close(id string) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines"
 	"github.com/llmkube/mesh/internal/seal"
 )
 
@@ -98,6 +100,9 @@ func rpcEcho(tb testing.TB) net.Listener {
 					if _, err := io.ReadFull(c, cmd[:]); err != nil {
 						return
 					}
+					if cmd[0] == 0 { // the test's way to make the rpc-server go away
+						return
+					}
 					n := binary.LittleEndian.Uint64(cmd[1:])
 					if _, err := io.ReadFull(c, buf[:n]); err != nil {
 						return
@@ -163,7 +168,9 @@ func TestSplitSuspectMemberIsNotLost(t *testing.T) {
 		defer mu.Unlock()
 		return liveness
 	})
-	require.NoError(t, main.splitMemberLost("p-1"), "a suspect member is not lost")
+	host, err := main.splitMemberLost("p-1")
+	require.NoError(t, err, "a suspect member is not lost")
+	assert.Empty(t, host)
 	c, err := net.Dial("tcp", end)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
@@ -173,10 +180,51 @@ func TestSplitSuspectMemberIsNotLost(t *testing.T) {
 		mu.Lock()
 		liveness = l
 		mu.Unlock()
-		err := main.splitMemberLost("p-1")
+		host, err := main.splitMemberLost("p-1")
 		require.Error(t, err, "liveness %q", l)
+		assert.Equal(t, main.placements["p-1"].p.Split.Members[1].Host, host)
 		assert.Equal(t, api.CodeUnreachable, codeOfErr(err))
 		assert.ErrorContains(t, err, "split member lost")
 		assert.ErrorContains(t, err, "host "+main.placements["p-1"].p.Split.Members[1].Host+" is "+cmp.Or(string(l), "not in the mesh"))
 	}
+}
+
+// An answer that breaks off because a member's channel broke names the split and the member;
+// llama-server closing its own end (an unload) does not count as a loss.
+func TestSplitLostMemberIsNamed(t *testing.T) {
+	end, main := splitTunnelTo(t, rpcEcho(t).Addr().String(), func() api.Liveness { return api.Alive })
+	member := main.placements["p-1"].p.Split.Members[1].Host
+	tiny := engines.Model{ID: "p-1", Name: "tiny"}
+	broken := &engines.Error{Code: api.CodeEngineError, Err: errors.New("llama-server: the answer broke off: unexpected EOF")}
+	idle := func() bool {
+		main.tunnels.mu.Lock()
+		defer main.tunnels.mu.Unlock()
+		t := main.tunnels.by["p-1"][0]
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return len(t.conns) == 0
+	}
+
+	c, err := net.Dial("tcp", end)
+	require.NoError(t, err)
+	require.NoError(t, exchange(c, make([]byte, 64)))
+	c.Close()
+	waitFor(t, idle, "the relay to end")
+	assert.Equal(t, broken, main.splitLoss(tiny, broken), "no member lost: the error as it is")
+
+	c, err = net.Dial("tcp", end)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, exchange(c, make([]byte, 64)))
+	_, err = c.Write([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0}) // the member's rpc-server goes away
+	require.NoError(t, err)
+	waitFor(t, idle, "the relay to end")
+	err = main.splitLoss(tiny, broken)
+	var ee *engines.Error
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, api.CodeEngineError, ee.Code)
+	assert.EqualError(t, err, "EngineError: split tiny lost member "+member+": llama-server: the answer broke off: unexpected EOF")
+
+	main.tunnels.running("p-1")
+	assert.Equal(t, broken, main.splitLoss(tiny, broken), "the split runs again: nothing lost")
 }

@@ -218,6 +218,8 @@ func TestLANSplit(t *testing.T) {
 			ended := time.Since(killed)
 			if c.ok() && c.errText == "" {
 				t.Errorf("the chat in flight ended as if nothing happened: %s", c)
+			} else if !strings.Contains(c.errText, "split tiny lost member sb: ") {
+				t.Errorf("the chat in flight's error does not name the split and the member lost: %s", c)
 			}
 			if ended > 5*time.Second {
 				t.Errorf("the chat in flight ended %.1fs after the kill, want within 5 s", ended.Seconds())
