@@ -16,7 +16,7 @@ import (
 )
 
 // sealedServe serves s's handler on a sealed listener, as a node does, and returns its address.
-func sealedServe(t *testing.T, s *Server, id *seal.Identity) string {
+func sealedServe(t testing.TB, s *Server, id *seal.Identity) string {
 	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -28,7 +28,7 @@ func sealedServe(t *testing.T, s *Server, id *seal.Identity) string {
 	return inner.Addr().String()
 }
 
-func sealIdentity(t *testing.T, ca *seal.CA, name, role string) *seal.Identity {
+func sealIdentity(t testing.TB, ca *seal.CA, name, role string) *seal.Identity {
 	t.Helper()
 	k, err := seal.NewKey()
 	require.NoError(t, err)

@@ -218,13 +218,14 @@ func (a *Agent) onMember(ctx context.Context, host, method, path string, body an
 	return p, json.Unmarshal(b, &p)
 }
 
-// member is host in this agent's view of the mesh, alive and with an API address.
+// member is host in this agent's view of the mesh, neither dead nor left, with an API address.
 func (a *Agent) member(host string) (api.Member, error) {
 	for _, m := range a.view().Members {
 		if m.Name != host {
 			continue
 		}
-		if m.Liveness != api.Alive || m.Host == nil || m.Host.APIAddr == "" {
+		// A suspect member is still asked: it may only be slow to answer probes.
+		if m.Liveness == api.Dead || m.Liveness == api.Left || m.Host == nil || m.Host.APIAddr == "" {
 			return m, api.Errorf(api.CodeUnreachable, "host %s is %s", host, m.Liveness)
 		}
 		return m, nil
@@ -276,8 +277,37 @@ func (d splitDriver) Load(ctx context.Context, m engines.Model) (engines.Instanc
 	inst, err := d.Driver.Load(ctx, m)
 	if err != nil {
 		a.tunnels.close(m.ID)
+		return nil, err
 	}
-	return inst, err
+	a.tunnels.running(m.ID)
+	return inst, nil
+}
+
+// Chat is llama-server's. An answer that breaks off because a member went away names the split
+// and the member: the one whose channel broke, or one the mesh shows dead or gone.
+func (d splitDriver) Chat(ctx context.Context, m engines.Model, req engines.ChatRequest, emit func(engines.ChatChunk) error) error {
+	err := d.Driver.Chat(ctx, m, req, emit)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	return d.a.splitLoss(m, err)
+}
+
+// splitLoss is err of split m, naming the member lost when one is; err as it is otherwise.
+func (a *Agent) splitLoss(m engines.Model, err error) error {
+	host := a.tunnels.lostTo(m.ID)
+	if host == "" {
+		host, _ = a.splitMemberLost(m.ID)
+	}
+	if host == "" {
+		return err
+	}
+	code := api.CodeEngineError
+	var ee *engines.Error
+	if errors.As(err, &ee) {
+		code, err = ee.Code, ee.Err
+	}
+	return &engines.Error{Code: code, Err: fmt.Errorf("split %s lost member %s: %w", m.Name, host, err)}
 }
 
 // Unload stops llama-server and closes the tunnels; the parts stay (a restart reuses them).
@@ -287,31 +317,39 @@ func (d splitDriver) Unload(ctx context.Context, m engines.Model) error {
 	return err
 }
 
-// Health is llama-server's, and every member alive in the mesh view: a member lost is noticed
-// at the next check even before llama-server finds out.
+// Health is llama-server's, and no member dead or gone from the mesh view: a member lost is
+// noticed at the next check even before llama-server finds out. A member only suspect is not
+// lost: suspicion comes and goes with a busy host or a lost probe, and moving a split costs a
+// restart; a member that is really cut off breaks the RPC link, which aborts llama-server.
 func (d splitDriver) Health(ctx context.Context, m engines.Model) error {
 	if err := d.Driver.Health(ctx, m); err != nil {
 		return err
 	}
-	d.a.mu.RLock()
-	pl := d.a.placements[m.ID]
+	_, err := d.a.splitMemberLost(m.ID)
+	return err
+}
+
+// splitMemberLost is the first member of split id that is dead, left or gone, and why.
+func (a *Agent) splitMemberLost(id string) (string, error) {
+	a.mu.RLock()
+	pl := a.placements[id]
 	var plan *api.SplitPlan
 	if pl != nil {
 		plan = pl.p.Split
 	}
-	d.a.mu.RUnlock()
+	a.mu.RUnlock()
 	if plan == nil {
-		return nil
+		return "", nil
 	}
 	for _, mb := range plan.Members {
-		if mb.Layers == 0 || mb.Host == d.a.Name() {
+		if mb.Layers == 0 || mb.Host == a.Name() {
 			continue
 		}
-		if _, err := d.a.member(mb.Host); err != nil {
-			return &engines.Error{Code: api.CodeUnreachable, Err: fmt.Errorf("split member lost: %w", err)}
+		if _, err := a.member(mb.Host); err != nil {
+			return mb.Host, &engines.Error{Code: api.CodeUnreachable, Err: fmt.Errorf("split member lost: %w", err)}
 		}
 	}
-	return nil
+	return "", nil
 }
 
 // partsRunning waits until every part's rpc-server runs. A part that is gone (its host left,
@@ -405,6 +443,33 @@ func (a *Agent) splitDriverFor() engines.Driver {
 type tunnelSet struct {
 	mu sync.Mutex
 	by map[string][]*tunnel
+	// lost is the member whose channel broke, by placement, until its split runs again: an
+	// answer that broke off then names it.
+	lost map[string]string
+}
+
+// broke records that the channel of split id to host broke.
+func (ts *tunnelSet) broke(id, host string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.lost == nil {
+		ts.lost = map[string]string{}
+	}
+	ts.lost[id] = host
+}
+
+// lostTo is the member whose channel of split id broke since it last started, or "".
+func (ts *tunnelSet) lostTo(id string) string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.lost[id]
+}
+
+// running forgets a broken channel of split id: it runs again.
+func (ts *tunnelSet) running(id string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.lost, id)
 }
 
 func (ts *tunnelSet) close(id string) {

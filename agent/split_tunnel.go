@@ -42,11 +42,14 @@ func (ts *tunnelSet) open(a *Agent, id string, mb api.SplitMember) (string, erro
 	}
 	t := &tunnel{ln: ln, conns: map[io.Closer]struct{}{}}
 	ts.add(id, t)
-	go t.serve(func(ctx context.Context) (io.ReadWriteCloser, error) { return a.dialPart(ctx, mb.Host, mb.Part) }, a)
+	go t.serve(func(ctx context.Context) (io.ReadWriteCloser, error) { return a.dialPart(ctx, mb.Host, mb.Part) },
+		func() { ts.broke(id, mb.Host) }, a)
 	return ln.Addr().String(), nil
 }
 
-func (t *tunnel) serve(dial func(context.Context) (io.ReadWriteCloser, error), a *Agent) {
+// serve relays each connection to a stream dial opens; broke is called when a member's end of
+// one ended first while the tunnel was open: the member, or the link to it, went away.
+func (t *tunnel) serve(dial func(context.Context) (io.ReadWriteCloser, error), broke func(), a *Agent) {
 	for {
 		c, err := t.ln.Accept()
 		if err != nil {
@@ -64,7 +67,9 @@ func (t *tunnel) serve(dial func(context.Context) (io.ReadWriteCloser, error), a
 			if !t.track(c, rc) {
 				return
 			}
-			pipe(c, rc)
+			if farEnded := pipe(c, rc); farEnded && t.live() {
+				broke()
+			}
 			t.untrack(c, rc)
 		}()
 	}
@@ -94,6 +99,13 @@ func (t *tunnel) untrack(cs ...io.Closer) {
 	}
 }
 
+// live is false once the tunnel is shut (close ended its pairs).
+func (t *tunnel) live() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.shut
+}
+
 func (t *tunnel) close() {
 	t.ln.Close()
 	t.mu.Lock()
@@ -105,19 +117,21 @@ func (t *tunnel) close() {
 	t.mu.Unlock()
 }
 
-// pipe copies both ways until either side ends, then closes both.
-func pipe(x, y io.ReadWriteCloser) {
-	done := make(chan struct{}, 2)
-	cp := func(dst io.Writer, src io.Reader) {
+// pipe copies both ways until either side ends, then closes both; farEnded is true when the
+// copy from y ended first (y closed or broke).
+func pipe(x, y io.ReadWriteCloser) (farEnded bool) {
+	done := make(chan bool, 2)
+	cp := func(dst io.Writer, src io.Reader, far bool) {
 		io.Copy(dst, src)
-		done <- struct{}{}
+		done <- far
 	}
-	go cp(x, y)
-	go cp(y, x)
-	<-done
+	go cp(x, y, true)
+	go cp(y, x, false)
+	farEnded = <-done
 	x.Close()
 	y.Close()
 	<-done
+	return farEnded
 }
 
 // dialPart opens a sealed stream to part on host.

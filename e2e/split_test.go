@@ -161,6 +161,14 @@ func TestLANSplit(t *testing.T) {
 		if err != nil || q.Engine == "" {
 			t.Fatalf("the split's llama-server: %v %+v", err, q)
 		}
+		// The link both runs share: 1 Gbit/s each way (tbf; this kernel has no netem for the
+		// issue's 0.3 ms delay).
+		for _, h := range []*netHost{sa.netHost, sb.netHost} {
+			if out, err := exec.Command("tc", "-n", h.NS, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "10ms").CombinedOutput(); err != nil {
+				t.Fatalf("shaping %s's link: %v: %s", h.Name, err, out)
+			}
+		}
+		note("the link shaped to 1 Gbit/s each way (tbf)")
 		split, err := speed(ctx, sa.netHost, q.Engine)
 		if err != nil {
 			t.Fatal(err)
@@ -218,6 +226,8 @@ func TestLANSplit(t *testing.T) {
 			ended := time.Since(killed)
 			if c.ok() && c.errText == "" {
 				t.Errorf("the chat in flight ended as if nothing happened: %s", c)
+			} else if !strings.Contains(c.errText, "split tiny lost member sb: ") {
+				t.Errorf("the chat in flight's error does not name the split and the member lost: %s", c)
 			}
 			if ended > 5*time.Second {
 				t.Errorf("the chat in flight ended %.1fs after the kill, want within 5 s", ended.Seconds())
