@@ -167,14 +167,18 @@ func TestSplitRealEngines(t *testing.T) {
 func waitSplit(t *testing.T, ctx context.Context, m *Mesh, host, id string, done func(api.Placement) bool) api.Placement {
 	t.Helper()
 	var last api.Placement
-	require.Eventually(t, func() bool {
+	var lastErr error
+	got := assert.Eventually(t, func() bool {
 		p, err := m.Client(host).Placement(ctx, id)
-		if err != nil {
+		if lastErr = err; err != nil {
 			return false
 		}
 		last = p
 		return done(p)
-	}, time.Minute, 100*time.Millisecond, "split %s never got there: %+v", id, last)
+	}, time.Minute, 100*time.Millisecond)
+	// The message is made after the wait: what the split was last seen as, not its zero value.
+	require.True(t, got, "split %s never got there: %s %s (%s), restarts %d, members %v; last error %v",
+		id, last.State, last.Code, last.Reason, last.Restarts, hostsOf(last), lastErr)
 	return last
 }
 
