@@ -132,7 +132,10 @@ func TestHailoLibraryMirrorOfflineGetsA54HEFFromAPeer(t *testing.T) {
 		return []download.Peer{{Name: h.a.Name(), URL: "https://" + h.addr + FilesPath + s, Client: asAgent}}
 	})
 	peers.UseAgents(func(p string) []download.Peer {
-		return []download.Peer{{Name: h.a.Name(), URL: "https://" + h.addr + p, Client: asAgent}}
+		return []download.Peer{
+			{Name: "pi5x", URL: "https://" + h.addr + strings.Replace(p, "Qwen2", "Other", 1), Client: asAgent}, // knows nothing of it: the next is asked
+			{Name: h.a.Name(), URL: "https://" + h.addr + p, Client: asAgent},
+		}
 	})
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close() // the library: nothing answers there
