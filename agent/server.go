@@ -111,6 +111,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.Handle("GET /v1/events", s.via(s.events))
 	// Authenticated by the sealed channel's certificate alone: see files.ServeHTTP.
 	s.mux.Handle("GET "+FilesPath+"{sha256}", s.a.files)
+	s.mux.HandleFunc("GET "+HailoDigestsPath+"{path...}", s.a.serveDigest)
 	if cfg.Agent.cfg.HailoLibrary != nil {
 		// For this host's hailo-ollama, which sends no token: loopback only (see hailoLibrary).
 		s.mux.HandleFunc("GET "+HailoLibraryPath+"{path...}", s.a.hailoLibrary)

@@ -51,6 +51,15 @@ func manifestHolders(m *mesh.Mesh, self string, id *seal.Identity) func(ref stri
 	}
 }
 
+// everyAgent finds the mesh's other live agents that serve files, each Peer's URL path on that
+// host: for what an agent answers from its own records (a Hailo library's digests).
+func everyAgent(m *mesh.Mesh, self string, id *seal.Identity) func(path string) []download.Peer {
+	c := hop.NewClient(0, id, nil)
+	return func(path string) []download.Peer {
+		return agentPeers(m, self, c, path, func(h *api.Host) bool { return h.Files != nil })
+	}
+}
+
 // agentPeers are the mesh's other live agents whose gossiped host has, by name, with path
 // on each reached over the sealed channel.
 func agentPeers(m *mesh.Mesh, self string, c *hop.Client, path string, has func(*api.Host) bool) []download.Peer {

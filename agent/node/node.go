@@ -145,6 +145,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if cfg.Peers != nil {
 			cfg.Peers.Use(holders(m, a.Name(), id))
 			cfg.Peers.UseManifests(manifestHolders(m, a.Name(), id))
+			cfg.Peers.UseAgents(everyAgent(m, a.Name(), id))
 		}
 		runCtx, stopRun = context.WithCancel(context.WithoutCancel(gctx))
 		g.Go(func() error {

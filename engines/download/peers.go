@@ -34,6 +34,20 @@ type Peers struct {
 	mu        sync.RWMutex
 	find      func(sha256 string) []Peer
 	manifests func(ref string) []Peer
+	agents    func(path string) []Peer
+}
+
+// UseAgents sets how the mesh's other live agents are found, each Peer's URL path on that host:
+// for what a peer answers from its records, which no gossip names (a Hailo library's digests).
+func (p *Peers) UseAgents(find func(path string) []Peer) {
+	p.mu.Lock()
+	p.agents = find
+	p.mu.Unlock()
+}
+
+// Agents are the mesh's other live agents, each with path on that host.
+func (p *Peers) Agents(path string) []Peer {
+	return p.ask(func() func(string) []Peer { return p.agents }, path)
 }
 
 // UseManifests sets how the hosts whose Ollama daemon holds a model by name are found, each
