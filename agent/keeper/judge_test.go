@@ -112,6 +112,22 @@ func TestASurplusRemovesItselfNeverTheLast(t *testing.T) {
 	assert.Empty(t, removed(1), "none serves yet: nobody goes")
 }
 
+// Right after an intent changes, a surplus is left alone for the grace: the view may still show
+// a replica deleted by hand on another host just before the model was placed here again.
+func TestASurplusJustAfterAChangeWaits(t *testing.T) {
+	in := wants(1)
+	in.UpdatedAt = t0
+	members := []api.Member{
+		agentOf("a", 8, api.Alive, ready(t0.Add(-time.Hour))), // deleted there; the view has not heard
+		agentOf("b", 8, api.Alive, api.Placement{State: api.StateLoading, CreatedAt: t0}),
+	}
+	k := keeperOf("b")
+	p := k.judge(in, members, t0.Add(time.Second))
+	assert.Empty(t, p.remove, "within the grace")
+	assert.Contains(t, p.status.Note, "left until the view settles")
+	assert.Len(t, k.judge(in, members, t0.Add(k.cfg.Grace)).remove, 1, "a surplus that outlasts the grace goes")
+}
+
 // A host that failed to place it is left out for its backoff, doubled by each failure in a row,
 // and the next best takes it meanwhile; the reason is in the note.
 func TestAFailedHostBacksOff(t *testing.T) {

@@ -355,6 +355,10 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 				pl.blocked = noHost + ": " + refusal
 			}
 		}
+	case counted > want && now.Sub(in.UpdatedAt) >= 0 && now.Sub(in.UpdatedAt) < k.cfg.Grace:
+		// Just changed: the view may still show what the change replaced (a replica deleted by
+		// hand on another host, then the model placed here), so nothing goes before it settles.
+		notes = append(notes, "a surplus just after a change: left until the view settles")
 	case counted > want:
 		pl.remove = append(pl.remove, k.surplus(in, want, reps)...)
 		if len(pl.remove) == 0 {
