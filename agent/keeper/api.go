@@ -201,6 +201,15 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 		// an intent would re-place it on one host, which cannot hold it. A part is its main's.
 		return k.cfg.Agent.Place(ctx, who, req)
 	}
+	k.mu.Lock()
+	k.byHand++
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.byHand--
+		k.mu.Unlock()
+		k.poke()
+	}()
 	p, err := k.cfg.Agent.Place(ctx, who, req)
 	if err != nil {
 		return p, err

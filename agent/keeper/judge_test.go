@@ -126,6 +126,10 @@ func TestASurplusJustAfterAChangeWaits(t *testing.T) {
 	assert.Empty(t, p.remove, "within the grace")
 	assert.Contains(t, p.status.Note, "left until the view settles")
 	assert.Len(t, k.judge(in, members, t0.Add(k.cfg.Grace)).remove, 1, "a surplus that outlasts the grace goes")
+
+	// While a placement by hand is admitted here (its intent is recorded once it is), none goes.
+	k.byHand = 1
+	assert.Empty(t, k.judge(in, members, t0.Add(k.cfg.Grace)).remove, "a placement by hand on its way")
 }
 
 // A host that failed to place it is left out for its backoff, doubled by each failure in a row,

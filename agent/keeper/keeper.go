@@ -100,8 +100,11 @@ type Keeper struct {
 	notes     map[string]string    // per intent: the note last announced as an event
 	placing   map[string]bool      // per intent: this agent is placing it now
 	deleting  map[string]bool      // placements a caller is deleting through Delete
-	refused   map[string]refusal   // on-demand names refused lately (demand.go)
-	blocked   map[string]string    // per intent: why no host can take it (plan.blocked)
+	// byHand counts the placements callers are making through Place now: each records its
+	// intent only once it is admitted, so until then this agent removes no surplus of its own.
+	byHand    int
+	refused   map[string]refusal // on-demand names refused lately (demand.go)
+	blocked   map[string]string  // per intent: why no host can take it (plan.blocked)
 	resolving map[string]chan struct{}
 }
 
@@ -355,6 +358,10 @@ func (k *Keeper) judge(in api.Intent, members []api.Member, now time.Time) plan 
 				pl.blocked = noHost + ": " + refusal
 			}
 		}
+	case counted > want && k.placingByHand():
+		// A person is placing a model here (the view may still show a replica they deleted
+		// elsewhere just before): how many they want is recorded once it is admitted.
+		notes = append(notes, "a surplus while a placement by hand is admitted here: left until it is recorded")
 	case counted > want && now.Sub(in.UpdatedAt) >= 0 && now.Sub(in.UpdatedAt) < k.cfg.Grace:
 		// Just changed: the view may still show what the change replaced (a replica deleted by
 		// hand on another host, then the model placed here), so nothing goes before it settles.
@@ -493,6 +500,12 @@ const noHost = "no host can take it"
 func (k *Keeper) backoff(n int) time.Duration {
 	d := k.cfg.Backoff << min(max(n, 0), 16)
 	return min(d, k.cfg.BackoffMax)
+}
+
+func (k *Keeper) placingByHand() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.byHand > 0
 }
 
 func (k *Keeper) isDeleting(id string) bool {
