@@ -123,8 +123,10 @@ func imageParts(m engines.Message) []contentPart {
 		parts = append(parts, contentPart{Type: "text", Text: m.Content})
 	}
 	for _, img := range m.Images {
+		// Ollama's images carry no media type; llama-server refuses a data URL without one.
+		mt := cmp.Or(img.MediaType, http.DetectContentType(img.Data))
 		parts = append(parts, contentPart{Type: "image_url", ImageURL: &imageURL{
-			URL: "data:" + img.MediaType + ";base64," + base64.StdEncoding.EncodeToString(img.Data)}})
+			URL: "data:" + mt + ";base64," + base64.StdEncoding.EncodeToString(img.Data)}})
 	}
 	return parts
 }
