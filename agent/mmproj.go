@@ -11,7 +11,7 @@ import (
 // ProjectorSizer is a Sizer that can size a multimodal projector GGUF by its tensors
 // (engines/sizing.Sizer does); a placement naming a projector needs one.
 type ProjectorSizer interface {
-	Projector(ctx context.Context, src source.Source) (weights, fileBytes int64, err error)
+	Projector(ctx context.Context, src source.Source) (weights int64, err error)
 }
 
 // checkProjector checks the projector a request names (api.PlacementRequest.MMProj) as the
@@ -28,26 +28,28 @@ func (a *Agent) checkProjector(who api.Principal, req *api.PlacementRequest, rt 
 		return api.Errorf(api.CodeBadRequest, "mmproj: a model split across hosts runs without a projector")
 	}
 	src, err := source.Parse(req.MMProj)
+	switch {
+	case err != nil:
+	case !src.IsGGUF():
+		err = fmt.Errorf("a projector is a GGUF file (a path, https:// or hf://), not %s", src.String())
+	case src.Kind == source.KindFile && !who.Admin:
+		err = a.checkFileSource(src.Path)
+	case src.Insecure && !a.cfg.AllowHTTP:
+		err = src.RequireTLS()
+	}
 	if err != nil {
-		e := asAPIError(err, api.CodeInvalidSource)
-		e.Message = "mmproj: " + e.Message
-		return e
-	}
-	if !src.IsGGUF() {
-		return api.Errorf(api.CodeInvalidSource, "mmproj: a projector is a GGUF file (a path, https:// or hf://), not %s", src.String())
-	}
-	if src.Kind == source.KindFile && !who.Admin {
-		if err := a.checkFileSource(src.Path); err != nil {
-			return err
-		}
-	}
-	if src.Insecure && !a.cfg.AllowHTTP {
-		if err := src.RequireTLS(); err != nil {
-			return asAPIError(err, api.CodeInvalidSource)
-		}
+		return mmprojError(err, api.CodeInvalidSource)
 	}
 	req.MMProj = src.String()
 	return nil
+}
+
+// mmprojError is err as an *api.Error (code def unless it has one) that says it is about the
+// projector.
+func mmprojError(err error, def api.Code) *api.Error {
+	e := *asAPIError(err, def)
+	e.Message = "mmproj: " + e.Message
+	return &e
 }
 
 // withProjector is est with the projector's weights added: llama-server holds them beside the
@@ -59,13 +61,11 @@ func (a *Agent) withProjector(ctx context.Context, est api.SizeEstimate, mmproj 
 	}
 	src, err := source.Parse(mmproj)
 	if err != nil {
-		return est, asAPIError(err, api.CodeInvalidSource)
+		return est, mmprojError(err, api.CodeInvalidSource)
 	}
-	weights, _, err := ps.Projector(ctx, src)
+	weights, err := ps.Projector(ctx, src)
 	if err != nil {
-		e := asAPIError(err, api.CodeMemoryCheckFailed)
-		e.Message = "mmproj: " + e.Message
-		return est, e
+		return est, mmprojError(err, api.CodeMemoryCheckFailed)
 	}
 	est.Weights += weights
 	est.Bytes += weights

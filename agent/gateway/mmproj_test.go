@@ -35,6 +35,12 @@ func TestRealLlamaServerProjector(t *testing.T) {
 	assert.Equal(t, plain.Memory.Weights+43904, vision.Memory.Weights, "the projector's tensors (sizing's TestProjector)")
 	assert.Equal(t, plain.Memory.Bytes+43904, vision.Memory.Bytes, "one reservation for both")
 	assert.Contains(t, vision.Memory.Detail, "projector 43 KiB")
+	_, err = n.a.Place(t.Context(), api.Principal{Admin: true}, api.PlacementRequest{Source: model, Name: "wrong", MMProj: model})
+	var e *api.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, api.CodeInvalidSource, e.Code)
+	assert.Contains(t, e.Message, "mmproj: ")
+	assert.Contains(t, e.Message, "not a multimodal projector")
 
 	for _, c := range imageChats {
 		t.Run(c.dialect+c.route, func(t *testing.T) {

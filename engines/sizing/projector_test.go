@@ -16,22 +16,21 @@ func TestProjector(t *testing.T) {
 	var s Sizer
 	src, err := source.Parse(enginetest.TinyMMProj(t, 64))
 	require.NoError(t, err)
-	weights, fileBytes, err := s.Projector(t.Context(), src)
+	weights, err := s.Projector(t.Context(), src)
 	require.NoError(t, err)
 	// make_mmproj.py's tensors: f16 weights (patch 32×3×8×8, positions 16×32, q/k/v/out 4×32×32,
 	// ffn 2×64×32, mm.0 64×32, mm.2 64×64) and f32 biases and norms (4×32 + 2×2×32 + 64 + 32 +
 	// 2×64): 2×20992 + 4×480 bytes.
 	assert.Equal(t, int64(2*20992+4*480), weights)
-	assert.Zero(t, fileBytes, "a local file is not downloaded")
 
 	model, _ := writeModel(t, "sim-tiny", nil)
 	src, err = source.Parse(model)
 	require.NoError(t, err)
-	_, _, err = s.Projector(t.Context(), src)
+	_, err = s.Projector(t.Context(), src)
 	requireCode(t, err, api.CodeInvalidSource, "not a multimodal projector")
 
 	src, err = source.Parse("ollama://llava:7b")
 	require.NoError(t, err)
-	_, _, err = s.Projector(t.Context(), src)
+	_, err = s.Projector(t.Context(), src)
 	requireCode(t, err, api.CodeInvalidSource, "a projector is a GGUF file")
 }
