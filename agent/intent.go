@@ -34,6 +34,9 @@ func (a *Agent) Intend(ctx context.Context, who api.Principal, req api.Placement
 	if err := checkOptions(who, &req, src); err != nil {
 		return api.Intent{}, err
 	}
+	if err := a.checkProjector(who, &req, rt); err != nil {
+		return api.Intent{}, err
+	}
 	if _, err := a.memoryCheck(who, req); err != nil {
 		return api.Intent{}, err
 	}
@@ -49,6 +52,9 @@ func (a *Agent) Intend(ctx context.Context, who api.Principal, req api.Placement
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.SizingTimeout)
 	defer cancel()
 	est, err := a.cfg.Sizer.EstimateRun(sctx, src, req.Context, run)
+	if err == nil && req.MMProj != "" {
+		est, err = a.withProjector(sctx, est, req.MMProj)
+	}
 	if err != nil && req.MemoryCheck != api.MemoryCheckWarn {
 		return api.Intent{}, asAPIError(err, api.CodeMemoryCheckFailed)
 	}

@@ -131,6 +131,9 @@ func (a *Agent) validate(ctx context.Context, who api.Principal, req api.Placeme
 	if err := checkOptions(who, &req, src); err != nil {
 		return checked{}, err
 	}
+	if err := a.checkProjector(who, &req, rt); err != nil {
+		return checked{}, err
+	}
 	warn, err := a.memoryCheck(who, req)
 	if err != nil {
 		return checked{}, err
@@ -351,7 +354,7 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 			ID: newID(), Model: c.req.Name, Source: c.src.String(), Runtime: c.runtime,
 			Namespace: c.req.Namespace, Context: c.req.Context, Priority: c.req.Priority,
 			Protected: c.req.Protected, MemoryCheck: c.req.MemoryCheck, SHA256: c.req.SHA256, Args: c.req.Args,
-			TTL: c.req.TTL, Part: c.req.Part,
+			TTL: c.req.TTL, Part: c.req.Part, MMProj: c.req.MMProj,
 			State:     api.StateSizing,
 			CreatedAt: now, UpdatedAt: now,
 		},
@@ -513,6 +516,9 @@ func (a *Agent) size(ctx context.Context, c checked) (api.SizeEstimate, error) {
 	if run.Slots > 1 {
 		est.Detail = fmt.Sprintf("%d slots of %d tokens each: %s", run.Slots, c.req.Context, est.Detail)
 	}
+	if c.req.MMProj != "" {
+		return a.withProjector(sctx, est, c.req.MMProj)
+	}
 	return est, nil
 }
 
@@ -554,6 +560,7 @@ func (a *Agent) modelFor(pl *placement) engines.Model {
 		SHA256:  pl.p.SHA256,
 		Bytes:   pl.p.Memory.FileBytes,
 		Args:    pl.p.Args,
+		MMProj:  pl.p.MMProj,
 		// The estimate counted the prompt cache: the engine gets no more than that.
 		CacheBytes: pl.p.Memory.Cache,
 	}

@@ -119,6 +119,11 @@ func TestRefusalsBeforeSizing(t *testing.T) {
 		{"protected needs admin", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "ollama://qwen2:1.5b", Protected: true}, api.CodeForbidden, 403},
 		{"bad priority", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Priority: "urgent"}, api.CodeBadRequest, 400},
 		{"bad namespace", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Namespace: "Team_A"}, api.CodeBadRequest, 400},
+		{"projector on ollama", s.admin, api.PlacementRequest{Source: "ollama://qwen2:1.5b", MMProj: "/m/p.gguf"}, api.CodeBadRequest, 400},
+		{"projector not a GGUF", s.admin, api.PlacementRequest{Source: "/m/x.gguf", MMProj: "ollama://llava:7b"}, api.CodeInvalidSource, 400},
+		{"malformed projector", s.admin, api.PlacementRequest{Source: "/m/x.gguf", MMProj: "ftp://x/p.gguf"}, api.CodeInvalidSource, 400},
+		{"projector over plain http", s.admin, api.PlacementRequest{Source: "/m/x.gguf", MMProj: "http://10.0.0.2/p.gguf"}, api.CodeInvalidSource, 400},
+		{"projector outside the GGUF folders", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "https://example.com/x.gguf", MMProj: "/m/p.gguf"}, api.CodeInvalidSource, 400},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -164,7 +169,7 @@ func TestRefusalsBeforeSizing(t *testing.T) {
 	for _, m := range fams["llmkube_admissions_refused_total"].GetMetric() {
 		counts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 	}
-	for code, want := range map[string]float64{"InvalidSource": 8, "RuntimeMismatch": 4, "AcceleratorMissing": 2, "NamespaceNotAllowed": 2, "EngineUnavailable": 2} {
+	for code, want := range map[string]float64{"InvalidSource": 16, "RuntimeMismatch": 4, "AcceleratorMissing": 2, "NamespaceNotAllowed": 2, "EngineUnavailable": 2} {
 		if counts[code] != want {
 			t.Errorf("refused{code=%s} = %v, want %v (all: %v)", code, counts[code], want, counts)
 		}

@@ -15,11 +15,14 @@ import (
 
 // Model is what a driver runs: one placement's view of its model.
 type Model struct {
-	ID      string // placement id, unique on the host
-	Name    string // name the gateway serves it under (llama-server's --alias)
-	Source  string // the source as requested
-	Ref     string // engine-side name: "qwen2:1.5b" for ollama and hailo-ollama
-	Path    string // local GGUF file, for llama-server (set once pulled)
+	ID     string // placement id, unique on the host
+	Name   string // name the gateway serves it under (llama-server's --alias)
+	Source string // the source as requested
+	Ref    string // engine-side name: "qwen2:1.5b" for ollama and hailo-ollama
+	Path   string // local GGUF file, for llama-server (set once pulled)
+	// MMProj is the source of a multimodal projector GGUF run beside the model (llama-server's
+	// --mmproj), so it reads images; "" for none.
+	MMProj  string
 	Context int    // context size in tokens
 	SHA256  string // expected hex digest of a downloaded file; "" = not checked
 	// Bytes is the length of the downloaded file that was sized; a download stops there and

@@ -193,6 +193,10 @@ type PlacementRequest struct {
 	Hosts []string `json:"hosts,omitempty"`
 	// Labels, when set, are labels a host must carry (Host.Labels) to be ranked fit for it.
 	Labels map[string]string `json:"labels,omitempty"`
+	// MMProj is the source of a multimodal projector GGUF (a path, https:// or hf://) that
+	// llama-server runs beside the model (--mmproj), so the model reads images. It is sized,
+	// admitted and pulled with the model.
+	MMProj string `json:"mmproj,omitempty"`
 	// Split asks for one model across several hosts, this agent's host the main (split.go).
 	Split *SplitAsk `json:"split,omitempty"`
 	// Part is one member's share of a split; only a main host's agent asks for one.
@@ -279,6 +283,7 @@ type Placement struct {
 	MemoryCheck string   `json:"memory_check,omitempty"`
 	SHA256      string   `json:"sha256,omitempty"` // expected digest of a downloaded file
 	Args        []string `json:"args,omitempty"`   // extra engine arguments, allowlisted
+	MMProj      string   `json:"mmproj,omitempty"` // multimodal projector's source: the model reads images
 	// TTL is the placement's idle time before it sleeps, as a Go duration ("5m0s"; negative:
 	// never); empty takes the agent's --idle-ttl. A request's keep_alive changes it.
 	TTL      string         `json:"ttl,omitempty"`

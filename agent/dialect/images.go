@@ -18,7 +18,7 @@ import (
 // Images in a chat, in every dialect: OpenAI's image_url parts (data URLs; http(s) URLs when
 // the agent fetches images), Ollama's images (base64), Anthropic's image blocks (base64 sources;
 // url sources likewise). They reach an engine that reads them (engines.ImageReader: Ollama,
-// whose vision models read them); for any other the request is refused, in the client's
+// whose vision models read them; llama-server placed with a projector); for any other the request is refused, in the client's
 // dialect, naming the model and why. A URL is fetched only by the agent that serves the
 // request, once it knows the engine reads images (FetchImages), through the download guard.
 
@@ -196,8 +196,6 @@ func RefuseImages(c *Call, local engines.Driver, m engines.Model, p api.Placemen
 		why = err.Error()
 	} else {
 		switch p.Runtime {
-		case api.RuntimeLlamaServer:
-			why = "this agent starts llama-server without a projector (--mmproj), which reading images needs"
 		case api.RuntimeHailoOllama:
 			why = "hailo-ollama's models read text only"
 		default:
@@ -205,6 +203,6 @@ func RefuseImages(c *Call, local engines.Driver, m engines.Model, p api.Placemen
 		}
 	}
 	return &Failure{Status: http.StatusBadRequest, Code: api.CodeBadRequest, OACode: "image_not_supported",
-		Msg: fmt.Sprintf("model %q (%s on %s) cannot read images: %s; send text only, or use a vision model on Ollama (images up to %d MiB a request)",
+		Msg: fmt.Sprintf("model %q (%s on %s) cannot read images: %s; send text only, or use a vision model (on Ollama, or on llama-server placed with a projector) (images up to %d MiB a request)",
 			p.Model, p.Runtime, p.Host, why, maxImageBytes>>20)}
 }

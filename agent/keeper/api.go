@@ -217,7 +217,7 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 	in := api.Intent{PlacementRequest: api.PlacementRequest{
 		Source: p.Source, Runtime: p.Runtime, Namespace: p.Namespace, Context: p.Context, Priority: p.Priority,
 		Name: p.Model, Protected: p.Protected, MemoryCheck: p.MemoryCheck, SHA256: p.SHA256, Args: p.Args,
-		TTL: req.TTL, Hosts: req.Hosts, Labels: req.Labels, MaxReplicas: req.MaxReplicas,
+		MMProj: p.MMProj, TTL: req.TTL, Hosts: req.Hosts, Labels: req.Labels, MaxReplicas: req.MaxReplicas,
 	}, Need: p.Memory.Bytes, Device: p.Memory.Device}
 	in.Replicas = k.replicas(in, req.Replicas, 1)
 	if _, err := k.put(in); err != nil {

@@ -259,3 +259,29 @@ func projectRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// TinyMMProj writes a tiny multimodal projector with random weights for a text model of
+// embedding length textDim (TinyGGUF's: 64) into a temporary folder and returns its path, or
+// skips t: it is made by make_mmproj.py beside this file, which needs /usr/bin/python3 with
+// numpy and gguf-py from the shared engines folder.
+func TinyMMProj(t testing.TB, textDim int) string {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
+		t.Skipf("making a projector needs /usr/bin/python3 with numpy (python3-numpy): %v", err)
+	}
+	root, err := projectRoot()
+	if err != nil {
+		t.Skipf("no gguf-py to make a projector with: %v", err)
+	}
+	ggufPy := filepath.Join(root, SharedDir, "gguf-py")
+	if _, err := os.Stat(ggufPy); err != nil {
+		t.Skipf("no gguf-py to make a projector with: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "mmproj.gguf")
+	cmd := exec.Command("/usr/bin/python3", filepath.Join(root, "engines", "enginetest", "make_mmproj.py"),
+		"--gguf-py", ggufPy, "--out", out, "--text-dim", fmt.Sprint(textDim))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make_mmproj.py: %v\n%s", err, b)
+	}
+	return out
+}

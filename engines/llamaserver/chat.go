@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,10 +44,11 @@ type completionRequest struct {
 	Prompt string `json:"prompt"`
 }
 
-// chatMessage is an OpenAI message; content is null for an assistant turn made of tool calls.
+// chatMessage is an OpenAI message. Content is a *string, nil (null) for an assistant turn
+// made of tool calls, or []contentPart for a message that shows images.
 type chatMessage struct {
 	Role       string         `json:"role"`
-	Content    *string        `json:"content"`
+	Content    any            `json:"content"`
 	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string         `json:"tool_call_id,omitempty"`
 }
@@ -86,7 +88,10 @@ func openAIMessages(msgs []engines.Message) []chatMessage {
 	out := make([]chatMessage, len(msgs))
 	for i, m := range msgs {
 		c := chatMessage{Role: m.Role, ToolCallID: m.ToolCallID}
-		if m.Content != "" || len(m.ToolCalls) == 0 {
+		switch {
+		case len(m.Images) > 0:
+			c.Content = imageParts(m)
+		case m.Content != "" || len(m.ToolCalls) == 0:
 			c.Content = &m.Content
 		}
 		for _, tc := range m.ToolCalls {
@@ -97,6 +102,33 @@ func openAIMessages(msgs []engines.Message) []chatMessage {
 		out[i] = c
 	}
 	return out
+}
+
+// contentPart is one part of an OpenAI message's content: text, or an image as a data URL
+// (llama-server started with --mmproj reads it).
+type contentPart struct {
+	Type     string    `json:"type"`
+	Text     string    `json:"text,omitempty"`
+	ImageURL *imageURL `json:"image_url,omitempty"`
+}
+
+type imageURL struct {
+	URL string `json:"url"`
+}
+
+// imageParts is m's content with its images, the text first.
+func imageParts(m engines.Message) []contentPart {
+	parts := make([]contentPart, 0, len(m.Images)+1)
+	if m.Content != "" {
+		parts = append(parts, contentPart{Type: "text", Text: m.Content})
+	}
+	for _, img := range m.Images {
+		// Ollama's images carry no media type; llama-server refuses a data URL without one.
+		mt := cmp.Or(img.MediaType, http.DetectContentType(img.Data))
+		parts = append(parts, contentPart{Type: "image_url", ImageURL: &imageURL{
+			URL: "data:" + mt + ";base64," + base64.StdEncoding.EncodeToString(img.Data)}})
+	}
+	return parts
 }
 
 // openAITools writes tools and the response format in OpenAI's shape.

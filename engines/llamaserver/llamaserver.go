@@ -318,10 +318,22 @@ func (d *Driver) LocalPath(m engines.Model) (string, error) {
 
 // Pull makes m's GGUF file available: a file source must exist and be readable; https and hf
 // sources are downloaded into the models folder (resumable, guarded; see engines/download).
+// A projector (m.MMProj) is made available the same way, after the model.
 func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engines.Progress)) error {
 	if progress == nil {
 		progress = func(engines.Progress) {}
 	}
+	if err := d.pullFile(ctx, m, progress); err != nil || m.MMProj == "" {
+		return err
+	}
+	return d.pullFile(ctx, projector(m), func(p engines.Progress) {
+		p.Status = "projector: " + p.Status
+		progress(p)
+	})
+}
+
+// pullFile makes m's own GGUF file available.
+func (d *Driver) pullFile(ctx context.Context, m engines.Model, progress func(engines.Progress)) error {
 	s, err := parse(m)
 	if err != nil {
 		return err
@@ -370,6 +382,11 @@ func (d *Driver) Pull(ctx context.Context, m engines.Model, progress func(engine
 // DiscardPartial deletes what an unfinished download of m left in the models folder, unless a
 // download is still writing it.
 func (d *Driver) DiscardPartial(m engines.Model) error {
+	if m.MMProj != "" {
+		if err := d.DiscardPartial(projector(m)); err != nil {
+			return err
+		}
+	}
 	if s, err := parse(m); err != nil || s.Kind == source.KindFile {
 		return nil
 	}
@@ -457,6 +474,10 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 	if _, err := readable(path); err != nil {
 		return nil, &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%w (pull it first)", err)}
 	}
+	mmproj, err := d.projectorArgs(m)
+	if err != nil {
+		return nil, err
+	}
 
 	d.mu.Lock()
 	if inst, ok := d.instances[m.ID]; ok && !inst.exited() {
@@ -498,7 +519,7 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		}
 		args := append(append([]string{"-m", path, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--alias", name, "--metrics"},
 			memoryArgs(ctxSize, slots, m.CacheBytes)...), extra...)
-		args = append(args, rpcArgs(m.RPC, m.TensorSplit)...)
+		args = append(append(args, rpcArgs(m.RPC, m.TensorSplit)...), mmproj...)
 		d.log.Info("starting", "placement", m.ID, "binary", bin, "args", args, "log", logPath)
 		inst, err := launch(bin, args, env, m.ID, name, port, logPath, d.cfg.MaxLogBytes, d.cfg.StopGrace)
 		if err != nil {

@@ -6,11 +6,13 @@ import (
 	"slices"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/agent/api/source"
 )
 
 // Same reports whether placement p is what req asks for: the same source in the same
 // namespace, and the same name, runtime, context, priority, protection, digest and engine
-// arguments where the request says them; a failed or evicted placement is not.
+// arguments where the request says them, and the same projector; a failed or evicted
+// placement is not.
 func Same(p api.Placement, req api.PlacementRequest) bool {
 	ns := req.Namespace
 	if ns == "" {
@@ -33,8 +35,19 @@ func Same(p api.Placement, req api.PlacementRequest) bool {
 		return false
 	case req.SHA256 != "" && p.SHA256 != req.SHA256, !slices.Equal(p.Args, req.Args):
 		return false
+	case p.MMProj != canonicalSource(req.MMProj):
+		return false
 	}
 	return true
+}
+
+// canonicalSource is s as the agent records it ("/m/p.gguf" is "file:///m/p.gguf"), or s when
+// it does not parse (the agent will refuse it).
+func canonicalSource(s string) string {
+	if src, err := source.Parse(s); err == nil {
+		return src.String()
+	}
+	return s
 }
 
 // existing is a placement of ps that req describes, on host ("" any).

@@ -22,11 +22,16 @@ func TestSame(t *testing.T) {
 		"another runtime":   func(r *api.PlacementRequest) { r.Runtime = api.RuntimeOllama },
 		"protected":         func(r *api.PlacementRequest) { r.Protected = true },
 		"engine arguments":  func(r *api.PlacementRequest) { r.Args = []string{"-ngl", "99"} },
+		"a projector":       func(r *api.PlacementRequest) { r.MMProj = "/m/mmproj.gguf" },
 	} {
 		r := req
 		change(&r)
 		assert.False(t, Same(p, r), name)
 	}
+	vision := p
+	vision.MMProj = "file:///m/mmproj.gguf"
+	assert.True(t, Same(vision, api.PlacementRequest{Source: p.Source, MMProj: "/m/mmproj.gguf"}), "the projector as the agent records it")
+	assert.False(t, Same(vision, req), "a request without the projector")
 	failed := p
 	failed.State = api.StateFailed
 	assert.False(t, Same(failed, req), "a failed placement is placed again")
