@@ -470,6 +470,15 @@ func (d *fetch) room(n int64, partial string) error {
 	return nil
 }
 
+// writeErr is a failed write to the partial, saying what becomes of it: a disk that filled
+// since the last check (another writer got there first) is ErrNoSpace, naming the folder.
+func (d *fetch) writeErr(err error, partial string) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("download %s: %w: the disk of %s filled up during the copy (%s)", d.shown, ErrNoSpace, filepath.Dir(d.file.Name()), partial)
+	}
+	return fmt.Errorf("download: %w", err)
+}
+
 // freeSpace is what an unprivileged writer may still use on dir's filesystem.
 func freeSpace(dir string) (int64, error) {
 	var st syscall.Statfs_t
@@ -611,7 +620,7 @@ func (d *fetch) copy(ctx context.Context, body io.Reader, start, total int64) er
 				return fmt.Errorf("download %s: %w: the server sent more than the %d bytes due (the partial file was deleted)", d.shown, ErrNotSized, total)
 			}
 			if _, err := d.file.Write(buf[:n]); err != nil {
-				return fmt.Errorf("download: %w", err)
+				return d.writeErr(err, "kept for resuming")
 			}
 			d.hash.Write(buf[:n])
 			done += int64(n)

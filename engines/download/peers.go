@@ -305,7 +305,7 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 	done.Store(have)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var spaceErr atomic.Pointer[error]
+	var stopErr atomic.Pointer[error] // no room on the disk, or a write to it failed
 	var sinceCheck atomic.Int64
 	errs := make([]error, len(ranges))
 	var wg sync.WaitGroup
@@ -323,12 +323,18 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 				if sinceCheck.Add(k) >= spaceCheckEvery {
 					sinceCheck.Store(0)
 					if err := d.room(0, removed); err != nil {
-						spaceErr.CompareAndSwap(nil, &err)
+						stopErr.CompareAndSwap(nil, &err)
 						cancel()
 					}
 				}
 			})
-			if errs[i] != nil && ctx.Err() == nil && spaceErr.Load() == nil {
+			if disk := (diskError{}); errors.As(errs[i], &disk) {
+				// The disk, not the peer, failed: no other peer would do better.
+				err := disk.error
+				stopErr.CompareAndSwap(nil, &err)
+				cancel()
+			}
+			if errs[i] != nil && ctx.Err() == nil && stopErr.Load() == nil {
 				// The others go on: their bytes are kept for the next round.
 				return
 			}
@@ -337,7 +343,7 @@ func (d *fetch) copySplit(ctx context.Context, use []Peer, have, total int64) sp
 	stopReport := d.report(&done, total, names(use))
 	wg.Wait()
 	stopReport()
-	if p := spaceErr.Load(); p != nil {
+	if p := stopErr.Load(); p != nil {
 		d.discardForSpace()
 		res.fatal = *p
 		return res
@@ -383,6 +389,10 @@ func (d *fetch) discardForSpace() {
 	d.file.Truncate(0)
 }
 
+// diskError is a failed write to the partial during a copy from peers: the host's disk is at
+// fault, not the peer, so the copy stops rather than dropping the peer and trying the next.
+type diskError struct{ error }
+
 // copyRange copies bytes first..end-1 from p into the partial at their place, hashing them into
 // h when not nil. A peer that sends nothing for the stall time, or sends other bytes than the
 // range asked, fails.
@@ -420,7 +430,7 @@ func (d *fetch) copyRange(parent context.Context, p Peer, first, end int64, h ha
 		if n > 0 {
 			stall.Reset(d.stall())
 			if _, err := d.file.WriteAt(buf[:n], at); err != nil {
-				return fmt.Errorf("download: %w", err)
+				return diskError{d.writeErr(err, removed)}
 			}
 			at += int64(n)
 			wrote(int64(n))
