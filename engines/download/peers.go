@@ -271,7 +271,7 @@ func (d *fetch) stall() time.Duration {
 type splitResult struct {
 	failed []Peer
 	why    map[string]error
-	fatal  error // the copy cannot go on: no room on the disk, or the partial unreadable
+	fatal  error // the copy cannot go on: no room on the disk, or the partial unreadable or unwritable
 }
 
 // copySplit copies bytes have..total-1 into the partial, split in contiguous ranges across use
