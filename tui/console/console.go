@@ -275,6 +275,22 @@ func Agents(v api.MeshView) []api.Member {
 	return out
 }
 
+// LoadedOn is the model on host's one-model device (a Hailo-10H) as the mesh last said, which
+// a swap there replaces; "" when none.
+func LoadedOn(v api.MeshView, host string) string {
+	for _, mb := range v.Members {
+		if mb.Name != host || mb.Host == nil {
+			continue
+		}
+		for _, acc := range mb.Host.Accelerators {
+			if acc.Loaded != "" {
+				return acc.Loaded
+			}
+		}
+	}
+	return ""
+}
+
 // Placements returns every placement in the view, sorted by host then model.
 func Placements(v api.MeshView) []api.Placement {
 	var out []api.Placement
