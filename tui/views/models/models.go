@@ -158,7 +158,13 @@ func (m *Model) ShortHelp() []key.Binding {
 	case m.filter.Active():
 		return []key.Binding{keyApply, keyClear}
 	}
-	// The view's own actions first: the footer keeps what fits, and ↑/↓ go without saying.
+	// The view's own actions first: the footer keeps what fits, and ↑/↓ go without saying. On a
+	// row that will not serve by itself, placing it again is the key that matters, not chat.
+	if p, ok := m.Selected(); ok {
+		if p.State == api.StateEvicted || p.State == api.StateFailed || p.State == api.StateUnavailable {
+			return []key.Binding{keyAgain, k.Delete, k.Filter, keyLog, k.Sort, k.Up, k.Down}
+		}
+	}
 	return []key.Binding{keyChat, k.Delete, k.Filter, keyLog, keyAgain, k.Sort, k.Up, k.Down}
 }
 

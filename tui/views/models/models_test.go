@@ -347,6 +347,7 @@ func TestPlaceAgainAnEvictedModel(t *testing.T) {
 	m.SetSize(80, 24)
 	selectModel(t, m, "qwen2:1.5b")
 	assert.Contains(t, m.View(), "replaced on pi5 by qwen2.5-coder:1.5b · r places it again")
+	assert.Equal(t, "r", m.ShortHelp()[0].Help().Key, "the footer leads with place again, kept at 80 columns")
 
 	assert.Nil(t, press(m, "r"), "a swap asks first")
 	assert.Equal(t, common.Navigation{}, navigation(m), "placed from here, not sent to Place")
