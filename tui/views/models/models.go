@@ -459,7 +459,7 @@ func (m *Model) foot() string {
 	case m.again != nil:
 		// The question first, uncut by what follows it.
 		a := m.again
-		return st.Danger.Render(render.Cut(fmt.Sprintf("place again (y/n)? %s on %s, replacing %s there", a.p.Model, a.p.Host, a.replaces), m.width))
+		return st.Danger.Render(render.Cut(fmt.Sprintf("place again (y/n)? %s on %s, replacing %s", a.p.Model, a.p.Host, a.replaces), m.width))
 	case ok:
 		if r := Replaced(m.ctx.Mesh, sel); r != "" {
 			return st.Warn.Render(render.Cut(r+" · r places it again", m.width)) + "\n" +

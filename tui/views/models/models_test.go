@@ -352,7 +352,7 @@ func TestPlaceAgainAnEvictedModel(t *testing.T) {
 	assert.Nil(t, press(m, "r"), "a swap asks first")
 	assert.Equal(t, common.Navigation{}, navigation(m), "placed from here, not sent to Place")
 	assert.True(t, m.Capturing())
-	assert.Contains(t, m.View(), "place again (y/n)? qwen2:1.5b on pi5, replacing qwen2.5-coder:1.5b there")
+	assert.Contains(t, m.View(), "place again (y/n)? qwen2:1.5b on pi5, replacing qwen2.5-coder:1.5b")
 	assert.Equal(t, common.StatusMsg{Text: "not placed again: qwen2.5-coder:1.5b stays on pi5"}, press(m, "n")())
 	assert.False(t, m.Capturing())
 
