@@ -735,6 +735,9 @@ func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
 	sugg := m.Suggestions()
 	switch msg.String() {
 	case "tab":
+		if m.focus == fieldSource && m.sugg < 0 && len(sugg) == 1 && m.inputs[fieldSource].Value() != "" {
+			m.sugg = 0 // what was typed names one source: tab completes it, as a shell does
+		}
 		if m.focus == fieldSource && m.sugg >= 0 && m.sugg < len(sugg) {
 			m.inputs[fieldSource].SetValue(sugg[m.sugg].Source)
 			m.inputs[fieldSource].CursorEnd()
