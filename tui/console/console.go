@@ -360,15 +360,10 @@ func (r Ranking) Best() (api.Ranked, bool) {
 // files only one host has: a host that answers refuses nothing here) and ranks every host.
 func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) (Ranking, error) {
 	v := c.View()
-	agents := Agents(v)
+	agents := agentsFor(v, req)
 	if len(agents) == 0 {
 		return Ranking{}, ErrNoAgents
 	}
-	// Ask agents that can run the request first: a hailo:// source is best sized where
-	// hailo-ollama's manifests live.
-	sort.SliceStable(agents, func(i, j int) bool {
-		return canRun(agents[i], req) && !canRun(agents[j], req)
-	})
 	var firstErr error
 	for _, a := range agents {
 		cctx, cancel := c.callCtx(ctx)
@@ -397,6 +392,16 @@ func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) 
 		return r, nil
 	}
 	return Ranking{}, firstErr
+}
+
+// agentsFor are the view's agents, those that can run req first: a source is sized by the
+// agent asked, and a hailo:// source only where hailo-ollama's manifests live.
+func agentsFor(v api.MeshView, req api.PlacementRequest) []api.Member {
+	agents := Agents(v)
+	sort.SliceStable(agents, func(i, j int) bool {
+		return canRun(agents[i], req) && !canRun(agents[j], req)
+	})
+	return agents
 }
 
 // canRun is a cheap guess at whether an agent has the runtime a request needs.
