@@ -174,7 +174,7 @@ func (m *Model) FullHelp() []common.HelpSection {
 	return []common.HelpSection{{Title: "Models", Keys: []key.Binding{
 		k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom,
 		common.As(k.Open, "chat with a ready model"), k.Delete, k.Confirm, k.Cancel,
-		common.As(keyLog, "its engine log (the host's detail)"), common.As(keyAgain, "place again: an evicted model on its host, as asked (asks before a swap); others open Place"),
+		common.As(keyLog, "its engine log (the host's detail)"), common.As(keyAgain, "place again (same host; asks before a swap)"),
 		k.Filter, common.As(k.Back, "clear the filter"), common.As(k.Sort, "sort: host, memory, state"),
 	}}}
 }
