@@ -95,9 +95,27 @@ func (m *Model) intentLines() []string {
 			out = append(out, fmt.Sprintf("… and %d more kept running (mesh models lists them)", len(ins)-i))
 			break
 		}
+		if r := m.replacedOf(in); r != "" && in.Has == 0 {
+			// The keeper never swaps back, so "no host can take it" would wait for nothing:
+			// what happened instead (the evicted row's foot gives the key that undoes it).
+			in.Note = r
+		}
 		out = append(out, "kept: "+api.IntentLine(in))
 	}
 	return out
+}
+
+// replacedOf says what replaced an intent's evicted placement on its one-model device, if a
+// swap evicted one ("" otherwise).
+func (m *Model) replacedOf(in api.IntentStatus) string {
+	for _, p := range console.Placements(m.ctx.Mesh) {
+		if p.Model == in.Name && p.Namespace == in.Namespace {
+			if r := Replaced(m.ctx.Mesh, p); r != "" {
+				return r
+			}
+		}
+	}
+	return ""
 }
 
 // againAsk is a placing again that waits on a yes: p is placed again on its host, where it

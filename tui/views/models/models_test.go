@@ -347,6 +347,10 @@ func TestPlaceAgainAnEvictedModel(t *testing.T) {
 	m.SetSize(80, 24)
 	selectModel(t, m, "qwen2:1.5b")
 	assert.Contains(t, m.View(), "replaced on pi5 by qwen2.5-coder:1.5b · r places it again")
+	m.Update(intentsMsg{ins: []api.IntentStatus{{Intent: api.Intent{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "qwen2:1.5b", Replicas: 1}},
+		Note: "no host can take it: pi5 swap: replaces qwen2.5-coder:1.5b on the Hailo-10H; it answers until the pull ends"}}})
+	assert.Contains(t, m.View(), "kept: qwen2:1.5b wants 1, has 0 (replaced on pi5 by qwen2.5-coder:1.5b)",
+		"the intent says the swap and the key, not 'no host can take it'")
 	assert.Equal(t, "r", m.ShortHelp()[0].Help().Key, "the footer leads with place again, kept at 80 columns")
 
 	assert.Nil(t, press(m, "r"), "a swap asks first")
