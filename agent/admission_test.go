@@ -287,3 +287,29 @@ func TestDefaultNodeName(t *testing.T) {
 		}
 	}
 }
+
+// The Hailo-10H is taken from the moment a model is admitted to it, not once it answers: a
+// model loading after a swap shows as the device's, so the mesh ranks a second model a swap
+// and never "the Hailo-10H is free". (A keeper saw it free while the newcomer loaded and put
+// the model it had replaced back, which swapped the newcomer out, on and on.) While a
+// replacer is pulled, the model still answering is the one shown.
+func TestHailoLoadingTakesTheDevice(t *testing.T) {
+	a := newBareAgent(t, "pi5-hailo", func(c *Config) { c.Budget = 1 << 30 })
+	onHailo := func(p *placement) {
+		p.p.Runtime = api.RuntimeHailoOllama
+		p.p.Memory.Device = api.DeviceHailo
+	}
+	put(a, "old", "qwen", api.StateEvicted, 2<<30, api.PriorityNormal, onHailo)
+	put(a, "new", "llama", api.StateLoading, 2<<30, api.PriorityNormal, onHailo)
+	if got := a.Host().Accelerators[0].Loaded; got != "llama" {
+		t.Fatalf("device with a model loading shows loaded %q, want llama", got)
+	}
+	put(a, "next", "deepseek", api.StatePulling, 2<<30, api.PriorityNormal, onHailo)
+	a.mu.Lock()
+	a.placements["new"].p.State = api.StateReady
+	a.placements["new"].healthyAt = time.Now()
+	a.mu.Unlock()
+	if got := a.Host().Accelerators[0].Loaded; got != "llama" {
+		t.Fatalf("device answering with llama while deepseek is pulled shows %q", got)
+	}
+}

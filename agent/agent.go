@@ -696,14 +696,26 @@ func (a *Agent) hostLocked() api.Host {
 		Unknown:    slices.Clone(h.Unknown),
 		Files:      a.files.service(),
 	}
-	loaded := ""
+	// The Hailo-10H's model: the one answering, else the one admitted to it (loading, or
+	// pulled for a device nothing runs on). A device seen free while a swap's newcomer loads
+	// would be ranked "free" and a keeper would swap back the model just replaced.
+	loaded, taking := "", ""
 	for _, pl := range a.placements {
 		if !pl.p.State.Terminal() && pl.p.State != api.StateSizing {
 			out.Placements++
 		}
-		if pl.p.Memory.Device == api.DeviceHailo && a.viewLocked(pl).State == api.StateReady {
-			loaded = pl.p.Model
+		if pl.p.Memory.Device != api.DeviceHailo {
+			continue
 		}
+		switch st := a.viewLocked(pl).State; {
+		case st == api.StateReady:
+			loaded = pl.p.Model
+		case holds(st) != holdNothing && st != api.StateStopping:
+			taking = pl.p.Model
+		}
+	}
+	if loaded == "" {
+		loaded = taking
 	}
 	for _, acc := range h.Accelerators {
 		x := api.Accelerator{Kind: acc.Kind, Name: acc.Name, Device: acc.Device, Memory: acc.Memory}

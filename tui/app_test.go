@@ -227,3 +227,13 @@ func TestRootKeepsTheModelAViewReturns(t *testing.T) {
 	assert.Equal(t, valueView{seen: 2}, a.pages[common.PageEvents])
 	assert.Contains(t, a.View(), "seen 2")
 }
+
+// Every key of the Models help is said whole at 120 columns: "r" places an evicted model
+// again, on its host, asking before a swap (its line was cut before "a swap").
+func TestModelsHelpUncutAt120(t *testing.T) {
+	a := newApp(t, 120, 35)
+	keys(a, "2", "?")
+	view := a.View()
+	assert.Contains(t, view, "place again (same host; asks before a swap)")
+	assert.NotContains(t, view, "…   esc")
+}

@@ -195,9 +195,23 @@ func TestUnmetIntentsAreFindings(t *testing.T) {
 	fs := k.Findings()
 	require.Len(t, fs, 1)
 	assert.Equal(t, api.SeverityWarning, fs[0].Severity)
-	assert.Equal(t, "intent default/qwen wants 1 replicas, has 0", fs[0].Problem)
+	assert.Equal(t, "intent default/qwen wants 1 replica, has 0", fs[0].Problem)
+	assert.Contains(t, fs[0].Fix, "free memory or add a host")
 	assert.Equal(t, "default", fs[0].Namespace)
 	assert.Contains(t, fs[0].Detail, "b failed (needs 1 GiB, 0 B free), retrying there in 4s")
+}
+
+// An intent whose model was swapped off a Hailo-10H by hand, the device its only host, is not
+// told to wait for the mesh to re-place it: the keeper never swaps, so the finding says how to
+// swap it back or stop keeping it.
+func TestSwappedOffIntentFindingSaysWhatToDo(t *testing.T) {
+	k := keeperOf("b")
+	k.status = []api.IntentStatus{{Intent: wants(1), Has: 0,
+		Note: noHost + ": pi5-hailo swap: replaces llama3.2:3b on the Hailo-10H; it answers until the pull ends"}}
+	fs := k.Findings()
+	require.Len(t, fs, 1)
+	assert.Contains(t, fs[0].Fix, "place it again there (console Models: r)")
+	assert.NotContains(t, fs[0].Fix, "re-places it")
 }
 
 // A replica is placed as its namespace, unless the intent holds what only the admin may ask.

@@ -623,9 +623,20 @@ func (k *Keeper) Findings() []api.Finding {
 		if st.Has >= st.Replicas {
 			continue
 		}
+		fix := "the mesh re-places it where a host fits; free memory or add a host if none does"
+		if strings.Contains(st.Note, noHost+": ") && strings.Contains(st.Note, " swap: replaces ") {
+			// Its only host is a one-model device running another model (ranked a swap): a swap
+			// is a person's choice, which the keeper never makes, so waiting frees nothing.
+			fix = "a Hailo-10H runs one model at a time and the mesh never swaps by itself: place it again there " +
+				"(console Models: r) to swap it back, or delete its last replica (x) to stop keeping it"
+		}
+		replicas := "replicas"
+		if st.Replicas == 1 {
+			replicas = "replica"
+		}
 		out = append(out, api.Finding{Severity: api.SeverityWarning, Namespace: st.Namespace,
-			Problem: fmt.Sprintf("intent %s wants %d replicas, has %d", st.Key(), st.Replicas, st.Has),
-			Fix:     "the mesh re-places it where a host fits; free memory or add a host if none does",
+			Problem: fmt.Sprintf("intent %s wants %d %s, has %d", st.Key(), st.Replicas, replicas, st.Has),
+			Fix:     fix,
 			Detail:  st.Note})
 	}
 	return out

@@ -76,3 +76,15 @@ func TestE2EAlias(t *testing.T) {
 	r = runCLI(t, t.Context(), env, "", "mesh", "alias", "rm", "tiny-qwen")
 	assert.Equal(t, 4, r.code, "not found: %s", r.stderr)
 }
+
+// `mesh run hailo://…` is recorded by an agent that can size it: the first agent of the view
+// (gpu-server) has no hailo-ollama data, and refused it "cannot size" while pi5-hailo could.
+func TestE2EMeshRunHailo(t *testing.T) {
+	m := localMesh(t)
+	env := connections(m)[0].env
+	r := runCLI(t, t.Context(), env, "", "mesh", "run", "hailo://qwen2:1.5b", "hello")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.NotContains(t, r.stderr, "cannot size")
+	assert.Contains(t, r.stderr, "placing qwen2:1.5b (hailo://qwen2:1.5b) where it ranks best")
+	assert.NotEmpty(t, strings.TrimSpace(r.stdout))
+}

@@ -275,6 +275,22 @@ func Agents(v api.MeshView) []api.Member {
 	return out
 }
 
+// LoadedOn is the model on host's one-model device (a Hailo-10H) as the mesh last said, which
+// a swap there replaces; "" when none.
+func LoadedOn(v api.MeshView, host string) string {
+	for _, mb := range v.Members {
+		if mb.Name != host || mb.Host == nil {
+			continue
+		}
+		for _, acc := range mb.Host.Accelerators {
+			if acc.Loaded != "" {
+				return acc.Loaded
+			}
+		}
+	}
+	return ""
+}
+
 // Placements returns every placement in the view, sorted by host then model.
 func Placements(v api.MeshView) []api.Placement {
 	var out []api.Placement
@@ -344,15 +360,10 @@ func (r Ranking) Best() (api.Ranked, bool) {
 // files only one host has: a host that answers refuses nothing here) and ranks every host.
 func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) (Ranking, error) {
 	v := c.View()
-	agents := Agents(v)
+	agents := agentsFor(v, req)
 	if len(agents) == 0 {
 		return Ranking{}, ErrNoAgents
 	}
-	// Ask agents that can run the request first: a hailo:// source is best sized where
-	// hailo-ollama's manifests live.
-	sort.SliceStable(agents, func(i, j int) bool {
-		return canRun(agents[i], req) && !canRun(agents[j], req)
-	})
 	var firstErr error
 	for _, a := range agents {
 		cctx, cancel := c.callCtx(ctx)
@@ -381,6 +392,16 @@ func (c *Conn) Rank(ctx context.Context, req api.PlacementRequest, spread bool) 
 		return r, nil
 	}
 	return Ranking{}, firstErr
+}
+
+// agentsFor are the view's agents, those that can run req first: a source is sized by the
+// agent asked, and a hailo:// source only where hailo-ollama's manifests live.
+func agentsFor(v api.MeshView, req api.PlacementRequest) []api.Member {
+	agents := Agents(v)
+	sort.SliceStable(agents, func(i, j int) bool {
+		return canRun(agents[i], req) && !canRun(agents[j], req)
+	})
+	return agents
 }
 
 // canRun is a cheap guess at whether an agent has the runtime a request needs.

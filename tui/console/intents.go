@@ -21,7 +21,8 @@ func (c *Conn) Intents(ctx context.Context) ([]api.IntentStatus, error) {
 // Intend asks the mesh to keep a model running wherever it ranks best (no host chosen).
 func (c *Conn) Intend(ctx context.Context, req api.PlacementRequest) (api.Intent, error) {
 	var in api.Intent
-	err := c.anyAgent(ctx, func(ctx context.Context, cl *apiclient.Client) (err error) {
+	// The agent that records it sizes it: one that can run it first (see agentsFor).
+	err := c.agentOf(ctx, agentsFor(c.View(), req), func(ctx context.Context, cl *apiclient.Client) (err error) {
 		in, err = cl.Intend(ctx, req)
 		return err
 	})
@@ -30,9 +31,14 @@ func (c *Conn) Intend(ctx context.Context, req api.PlacementRequest) (api.Intent
 
 // anyAgent calls the alive agents in turn until one answers (an API error is an answer).
 func (c *Conn) anyAgent(ctx context.Context, call func(context.Context, *apiclient.Client) error) error {
+	return c.agentOf(ctx, Agents(c.View()), call)
+}
+
+// agentOf calls agents in turn until one answers (an API error is an answer).
+func (c *Conn) agentOf(ctx context.Context, agents []api.Member, call func(context.Context, *apiclient.Client) error) error {
 	v := c.View()
 	err := error(ErrNoAgents)
-	for _, a := range Agents(v) {
+	for _, a := range agents {
 		cctx, cancel := c.callCtx(ctx)
 		err = call(cctx, c.clientOf(v, a))
 		cancel()

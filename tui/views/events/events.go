@@ -202,6 +202,10 @@ func (m *Model) render() (lines []string, owner []int) {
 // Detail is the line under the list about the newest event in view (the last one shown while
 // following): which placement, model, host and state it concerns, or which member.
 func Detail(e api.Event) string {
+	if p := e.Placement; p != nil && e.Type == api.EventIntent {
+		// The keeper's placement is the intent's model only: no id, host or state of its own.
+		return strings.Join([]string{"intent " + p.Namespace + "/" + p.Model, p.Source, "said by " + e.Subject()}, " · ")
+	}
 	if p := e.Placement; p != nil {
 		host := p.Host
 		if host == "" {

@@ -193,3 +193,11 @@ func TestPlacementEventNamesItsModel(t *testing.T) {
 	assert.Equal(t, "p-1 · llama3.2:1b on gpu-server · ready", strings.TrimSpace(lines[len(lines)-1]),
 		"scrolled up, the detail follows the last event shown")
 }
+
+// An intent's event is about the model the mesh keeps, not a placement on the agent that said
+// it: its detail names the intent and its source, with no "on <agent>" and no empty fields.
+func TestIntentEventDetail(t *testing.T) {
+	e := api.Event{Type: api.EventIntent, Host: "gpu-server", Message: "default/llama3.2:3b wants 1, has 0",
+		Placement: &api.Placement{Namespace: "default", Model: "llama3.2:3b", Source: "hailo://llama3.2:3b", Runtime: api.RuntimeHailoOllama}}
+	assert.Equal(t, "intent default/llama3.2:3b · hailo://llama3.2:3b · said by gpu-server", Detail(e))
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
@@ -195,7 +196,7 @@ func (m *Model) intro() string {
 	if m.filter.Shown() {
 		second = render.Cut(m.filter.View(), m.width)
 	}
-	return st.Header.Render(render.Cut(Summary(m.ctx.Mesh), m.width)) + "\n" + second
+	return st.Header.Render(render.Cut(Summary(m.ctx.Mesh, m.width), m.width)) + "\n" + second
 }
 
 // firstRow is the line of the first host: under the intro and the column titles, as drawn (the
@@ -205,8 +206,10 @@ func (m *Model) firstRow() int { return common.RowsOf(m.intro(), render.Head(m.c
 // tableHeight is the number of rows that fit under the intro and the column titles.
 func (m *Model) tableHeight() int { return max(m.height-m.firstRow(), 1) }
 
-// Summary is the header line that sums the mesh.
-func Summary(v api.MeshView) string {
+// Summary is the header line that sums the mesh, in width cells when it can be: the host RAM
+// goes first, then the word "budget" (the legend under it says what the bar counts), so the
+// memory is read whole at 80 columns rather than cut to "budget u…".
+func Summary(v api.MeshView, width int) string {
 	var agents, consoles, ready, alerts int
 	var committed, budget, total int64
 	for _, mb := range v.Members {
@@ -256,7 +259,13 @@ func Summary(v api.MeshView) string {
 		s += fmt.Sprintf(" · %d alerts", alerts)
 	}
 	// Nothing held is "0 B", not the "—" of an unknown figure.
-	return s + fmt.Sprintf(" · %d ready · %s of %s budget used (%s RAM)", ready, api.FormatBytes(committed), render.Bytes(budget), render.Bytes(total))
+	s += fmt.Sprintf(" · %d ready · %s of %s", ready, api.FormatBytes(committed), render.Bytes(budget))
+	for _, end := range []string{" budget used (" + render.Bytes(total) + " RAM)", " budget used"} {
+		if ansi.StringWidth(s+end) <= width {
+			return s + end
+		}
+	}
+	return s + " used"
 }
 
 // columns of the hosts table, in order. On a narrow terminal the least telling go first: the

@@ -7,6 +7,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -71,13 +72,13 @@ func TestSplitSharesShown(t *testing.T) {
 		return api.Placement{ID: "p-split.part." + host, Host: host, Model: "big", Runtime: api.RuntimeRPCServer, State: api.StateReady,
 			Part: &api.SplitPart{Parent: "p-split", Main: "mac-mini", Member: api.SplitMember{Host: host}}}
 	}
-	readyBefore := Summary(ctx.Mesh)
+	readyBefore := Summary(ctx.Mesh, 120)
 	for i, mb := range ctx.Mesh.Members {
 		if mb.Name == "mac-mini" || mb.Name == "tower" {
 			ctx.Mesh.Members[i].Placements = append(ctx.Mesh.Members[i].Placements, part(mb.Name))
 		}
 	}
-	assert.Equal(t, readyBefore, Summary(ctx.Mesh), "the parts add no ready model")
+	assert.Equal(t, readyBefore, Summary(ctx.Mesh, 120), "the parts add no ready model")
 	for _, w := range []int{120, 80} {
 		m := New(ctx)
 		m.SetSize(w, 20)
@@ -105,5 +106,18 @@ func TestSplitSharesShown(t *testing.T) {
 		if mb.Name == "mac-mini" {
 			assert.Equal(t, 1, SplitShares(mb))
 		}
+	}
+}
+
+// The summary's memory is read whole at 80 columns: the RAM goes, then the word "budget",
+// before the figures are cut; at 120 it is all there.
+func TestSummaryFitsItsWidth(t *testing.T) {
+	v := tuitest.Context().Mesh
+	wide := Summary(v, 120)
+	assert.Contains(t, wide, " budget used (")
+	for _, w := range []int{90, 80} {
+		s := Summary(v, w)
+		assert.LessOrEqual(t, ansi.StringWidth(s), w, s)
+		assert.Regexp(t, ` of \S+ GiB( budget)? used$`, s)
 	}
 }

@@ -25,6 +25,9 @@ import (
 // stops the engine before it answers.
 const deleteTimeout = 30 * time.Second
 
+// placeTimeout bounds placing a model again: the owner answers once it has admitted it.
+const placeTimeout = 30 * time.Second
+
 // Model is the models view.
 type Model struct {
 	ctx    *common.Context
@@ -37,6 +40,9 @@ type Model struct {
 
 	// confirm is the placement a delete waits on a yes for.
 	confirm *api.Placement
+	// again is an evicted placement whose placing again waits on a yes: on its host it replaces
+	// the model its one-model device runs now (a Hailo swap), as Place asks before one.
+	again *againAsk
 	// deleting holds the ids of deletes in flight, shown as such until the agent answers.
 	deleting map[string]bool
 
@@ -89,9 +95,42 @@ func (m *Model) intentLines() []string {
 			out = append(out, fmt.Sprintf("… and %d more kept running (mesh models lists them)", len(ins)-i))
 			break
 		}
+		if r := m.replacedOf(in); r != "" && in.Has == 0 {
+			// The keeper never swaps back, so "no host can take it" would wait for nothing:
+			// what happened instead (the evicted row's foot gives the key that undoes it).
+			in.Note = r
+		}
 		out = append(out, "kept: "+api.IntentLine(in))
 	}
 	return out
+}
+
+// replacedOf says what replaced an intent's evicted placement on its one-model device, if a
+// swap evicted one ("" otherwise).
+func (m *Model) replacedOf(in api.IntentStatus) string {
+	for _, p := range console.Placements(m.ctx.Mesh) {
+		if p.Model == in.Name && p.Namespace == in.Namespace {
+			if r := Replaced(m.ctx.Mesh, p); r != "" {
+				return r
+			}
+		}
+	}
+	return ""
+}
+
+// againAsk is a placing again that waits on a yes: p is placed again on its host, where it
+// replaces the model the device runs now (replaces).
+type againAsk struct {
+	p        api.Placement
+	replaces string
+}
+
+// placedAgainMsg is the answer to placing an evicted placement again.
+type placedAgainMsg struct {
+	p       api.Placement // the evicted one
+	placed  api.Placement
+	existed bool
+	err     error
 }
 
 // deletedMsg is the answer to a delete.
@@ -119,7 +158,7 @@ func (m *Model) SetSize(w, h int) {
 
 // Capturing: the filter takes letters, and so does a pending confirmation (a stray global key
 // must not act while a delete waits for its answer).
-func (m *Model) Capturing() bool { return m.filter.Active() || m.confirm != nil }
+func (m *Model) Capturing() bool { return m.filter.Active() || m.confirm != nil || m.again != nil }
 
 var (
 	keyApply = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply"))
@@ -132,12 +171,18 @@ var (
 func (m *Model) ShortHelp() []key.Binding {
 	k := m.ctx.Keys
 	switch {
-	case m.confirm != nil:
+	case m.confirm != nil, m.again != nil:
 		return []key.Binding{k.Confirm, k.Cancel}
 	case m.filter.Active():
 		return []key.Binding{keyApply, keyClear}
 	}
-	// The view's own actions first: the footer keeps what fits, and ↑/↓ go without saying.
+	// The view's own actions first: the footer keeps what fits, and ↑/↓ go without saying. On a
+	// row that will not serve by itself, placing it again is the key that matters, not chat.
+	if p, ok := m.Selected(); ok {
+		if p.State == api.StateEvicted || p.State == api.StateFailed || p.State == api.StateUnavailable {
+			return []key.Binding{keyAgain, k.Delete, k.Filter, keyLog, k.Sort, k.Up, k.Down}
+		}
+	}
 	return []key.Binding{keyChat, k.Delete, k.Filter, keyLog, keyAgain, k.Sort, k.Up, k.Down}
 }
 
@@ -147,7 +192,7 @@ func (m *Model) FullHelp() []common.HelpSection {
 	return []common.HelpSection{{Title: "Models", Keys: []key.Binding{
 		k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom,
 		common.As(k.Open, "chat with a ready model"), k.Delete, k.Confirm, k.Cancel,
-		common.As(keyLog, "its engine log (the host's detail)"), common.As(keyAgain, "place its source again (evicted, failed, elsewhere)"),
+		common.As(keyLog, "its engine log (the host's detail)"), common.As(keyAgain, "place again (same host; asks before a swap)"),
 		k.Filter, common.As(k.Back, "clear the filter"), common.As(k.Sort, "sort: host, memory, state"),
 	}}}
 }
@@ -243,6 +288,15 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.intents = nil
 		}
 		m.clamp(len(m.Rows()))
+	case placedAgainMsg:
+		p := msg.p
+		switch {
+		case msg.err != nil:
+			return m, common.Status(fmt.Sprintf("placing %s again on %s failed: %v", p.Model, p.Host, msg.err), true)
+		case msg.existed:
+			return m, common.Status(fmt.Sprintf("%s is already placed on %s (%s)", p.Model, p.Host, msg.placed.State), false)
+		}
+		return m, common.Status(fmt.Sprintf("placing %s again on %s: %s", p.Model, p.Host, msg.placed.State), false)
 	case deletedMsg:
 		if msg.err != nil {
 			delete(m.deleting, msg.p.ID)
@@ -263,6 +317,14 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			return m.deleteCmd(p)
 		}
 		return common.Status("kept "+p.Model+" on "+p.Host, false)
+	}
+	if m.again != nil {
+		a := *m.again
+		m.again = nil
+		if key.Matches(msg, k.Confirm) {
+			return m.placeAgainCmd(a.p)
+		}
+		return common.Status("not placed again: "+a.replaces+" stays on "+a.p.Host, false)
 	}
 	if m.filter.Active() {
 		changed, cmd := m.filter.Key(msg)
@@ -297,8 +359,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		}
 	case key.Matches(msg, keyAgain):
 		if p, ok := m.Selected(); ok {
-			m.ctx.Navigate(common.PagePlace, p.Source)
-			return nil
+			return m.placeAgain(p)
 		}
 	case key.Matches(msg, k.Open):
 		if p, ok := m.Selected(); ok {
@@ -332,6 +393,44 @@ func NotReady(p api.Placement) (text string, stuck bool) {
 		return fmt.Sprintf("%s on %s is being stopped", p.Model, p.Host), true
 	}
 	return fmt.Sprintf("%s on %s is %s%s: place it again (r), or x removes it", p.Model, p.Host, p.State, why), true
+}
+
+// placeAgain places an evicted placement again as it was asked for, on the host it was
+// evicted from, asking first when that replaces the model its one-model device runs now. Any
+// other row opens Place with its source: a failed or unavailable one may need another host or
+// other settings, and Place ranks the hosts.
+func (m *Model) placeAgain(p api.Placement) tea.Cmd {
+	if p.State != api.StateEvicted || p.Split != nil {
+		m.ctx.Navigate(common.PagePlace, p.Source)
+		return nil
+	}
+	if on := console.LoadedOn(m.ctx.Mesh, p.Host); p.Memory.Device == api.DeviceHailo && on != "" && on != p.Model {
+		m.again = &againAsk{p: p, replaces: on}
+		return nil
+	}
+	return m.placeAgainCmd(p)
+}
+
+// AgainRequest is the request that placed p, as its placement records it.
+func AgainRequest(p api.Placement) api.PlacementRequest {
+	return api.PlacementRequest{
+		Source: p.Source, Runtime: p.Runtime, Namespace: p.Namespace, Context: p.Context,
+		Priority: p.Priority, Name: p.Model, Protected: p.Protected, MemoryCheck: p.MemoryCheck,
+		SHA256: p.SHA256, Args: p.Args, TTL: p.TTL,
+	}
+}
+
+func (m *Model) placeAgainCmd(p api.Placement) tea.Cmd {
+	conn := m.ctx.Conn
+	return func() tea.Msg {
+		if conn == nil {
+			return placedAgainMsg{p: p, err: common.ErrNotConnected}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), placeTimeout)
+		defer cancel()
+		placed, existed, err := conn.PlaceOnce(ctx, p.Host, AgainRequest(p))
+		return placedAgainMsg{p: p, placed: placed, existed: existed, err: err}
+	}
 }
 
 // deleteCmd deletes by id, so a second placement of the same model is never hit by mistake.
@@ -375,7 +474,15 @@ func (m *Model) foot() string {
 	switch sel, ok := m.Selected(); {
 	case m.confirm != nil:
 		return st.Danger.Render(render.Cut(fmt.Sprintf("delete %s on %s? (y/n)", m.confirm.Model, m.confirm.Host), m.width))
+	case m.again != nil:
+		// The question first, uncut by what follows it.
+		a := m.again
+		return st.Danger.Render(render.Cut(fmt.Sprintf("place again (y/n)? %s on %s, replacing %s", a.p.Model, a.p.Host, a.replaces), m.width))
 	case ok:
+		if r := Replaced(m.ctx.Mesh, sel); r != "" {
+			return st.Warn.Render(render.Cut(r+" · r places it again", m.width)) + "\n" +
+				st.Muted.Render(render.Cut(Detail(sel), m.width))
+		}
 		return st.Muted.Render(render.Cut(Detail(sel), m.width))
 	}
 	return ""
@@ -472,6 +579,21 @@ func StateCell(ctx *common.Context, p api.Placement, deleting bool, width int) s
 		}
 	}
 	return st.State(p.State).Render(render.Cut(word, width))
+}
+
+// Replaced says what took an evicted placement's place on its one-model device ("replaced on
+// pi5-hailo by qwen2.5:1.5b"); "" for a placement no swap evicted.
+func Replaced(v api.MeshView, p api.Placement) string {
+	if p.State != api.StateEvicted || p.ReplacedBy == "" {
+		return ""
+	}
+	by := p.ReplacedBy
+	for _, o := range console.Placements(v) {
+		if o.ID == p.ReplacedBy {
+			by = o.Model
+		}
+	}
+	return api.Printable("replaced on " + p.Host + " by " + by)
 }
 
 // Detail is one line about a placement: where it comes from and what it is doing.

@@ -303,3 +303,99 @@ func TestIntentsShownOverTheTable(t *testing.T) {
 	m.Update(intentsMsg{err: &api.Error{Code: api.CodeNotFound, Message: "no route"}})
 	assert.NotContains(t, m.View(), "kept:", "an agent without intents")
 }
+
+// swappedCtx is the sample mesh after a Hailo swap on pi5: qwen2.5-coder replaced qwen2:1.5b,
+// whose row stays, evicted.
+func swappedCtx() *common.Context {
+	ctx := testCtx()
+	for i := range ctx.Mesh.Members {
+		mb := &ctx.Mesh.Members[i]
+		if mb.Name != "pi5" {
+			continue
+		}
+		mb.Host.Accelerators[0].Loaded = "qwen2.5-coder:1.5b"
+		old := &mb.Placements[0]
+		old.State, old.ReplacedBy = api.StateEvicted, "p-c0de15"
+		old.Context, old.TTL, old.Protected = 4096, "10m0s", true
+		old.Reason = "replaced by qwen2.5-coder:1.5b (p-c0de15, priority normal) on the Hailo-10H, which runs one model at a time"
+		mb.Placements = append(mb.Placements, api.Placement{
+			ID: "p-c0de15", Host: "pi5", Model: "qwen2.5-coder:1.5b", Source: "hailo://qwen2.5-coder:1.5b",
+			Runtime: api.RuntimeHailoOllama, Namespace: "default", Context: 2048, Priority: api.PriorityNormal,
+			State: api.StateReady, Memory: api.SizeEstimate{Bytes: 1900 << 20, Device: api.DeviceHailo},
+		})
+	}
+	return ctx
+}
+
+// selectModel moves the cursor to the row of model.
+func selectModel(t *testing.T, m *Model, model string) {
+	t.Helper()
+	for range m.Rows() {
+		if p, _ := m.Selected(); p.Model == model {
+			return
+		}
+		press(m, "down")
+	}
+	t.Fatalf("no row for %s", model)
+}
+
+// An evicted model is placed again from its row: with the request it was placed with, on the
+// host it was evicted from, and, when that swaps out the model the Hailo-10H runs now, only
+// after a yes, as Place asks before a swap. Its row says what replaced it.
+func TestPlaceAgainAnEvictedModel(t *testing.T) {
+	m := New(swappedCtx())
+	m.SetSize(80, 24)
+	selectModel(t, m, "qwen2:1.5b")
+	assert.Contains(t, m.View(), "replaced on pi5 by qwen2.5-coder:1.5b · r places it again")
+	m.Update(intentsMsg{ins: []api.IntentStatus{{Intent: api.Intent{PlacementRequest: api.PlacementRequest{Namespace: "default", Name: "qwen2:1.5b", Replicas: 1}},
+		Note: "no host can take it: pi5 swap: replaces qwen2.5-coder:1.5b on the Hailo-10H; it answers until the pull ends"}}})
+	assert.Contains(t, m.View(), "kept: qwen2:1.5b wants 1, has 0 (replaced on pi5 by qwen2.5-coder:1.5b)",
+		"the intent says the swap and the key, not 'no host can take it'")
+	assert.Equal(t, "r", m.ShortHelp()[0].Help().Key, "the footer leads with place again, kept at 80 columns")
+
+	assert.Nil(t, press(m, "r"), "a swap asks first")
+	assert.Equal(t, common.Navigation{}, navigation(m), "placed from here, not sent to Place")
+	assert.True(t, m.Capturing())
+	assert.Contains(t, m.View(), "place again (y/n)? qwen2:1.5b on pi5, replacing qwen2.5-coder:1.5b")
+	assert.Equal(t, common.StatusMsg{Text: "not placed again: qwen2.5-coder:1.5b stays on pi5"}, press(m, "n")())
+	assert.False(t, m.Capturing())
+
+	press(m, "r")
+	cmd := press(m, "y")
+	require.NotNil(t, cmd)
+	msg := cmd()
+	require.IsType(t, placedAgainMsg{}, msg)
+	assert.ErrorIs(t, msg.(placedAgainMsg).err, common.ErrNotConnected)
+	_, cmd = m.Update(msg)
+	assert.Equal(t, common.StatusMsg{Text: "placing qwen2:1.5b again on pi5 failed: not connected to a mesh", Err: true}, cmd())
+
+	p, _ := m.Selected()
+	assert.Equal(t, api.PlacementRequest{
+		Source: "hailo://qwen2:1.5b", Runtime: api.RuntimeHailoOllama, Namespace: "default", Context: 4096,
+		Priority: api.PriorityNormal, Name: "qwen2:1.5b", Protected: true, TTL: "10m0s",
+	}, AgainRequest(p), "the same request as before")
+
+	// With nothing on the device (the replacer deleted), placing again asks nothing.
+	for i := range m.ctx.Mesh.Members {
+		if m.ctx.Mesh.Members[i].Name == "pi5" {
+			m.ctx.Mesh.Members[i].Host.Accelerators[0].Loaded = ""
+		}
+	}
+	cmd = press(m, "r")
+	require.NotNil(t, cmd)
+	assert.False(t, m.Capturing())
+	assert.IsType(t, placedAgainMsg{}, cmd())
+}
+
+func TestViewPlaceAgain(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			m := New(swappedCtx())
+			m.SetSize(size[0], size[1])
+			selectModel(t, m, "qwen2:1.5b")
+			t.Run("row", func(t *testing.T) { golden.RequireEqual(t, []byte(m.View())) })
+			press(m, "r")
+			t.Run("asked", func(t *testing.T) { golden.RequireEqual(t, []byte(m.View())) })
+		})
+	}
+}

@@ -503,21 +503,6 @@ func (m *Model) waited(msg waitedMsg) tea.Cmd {
 	return common.Status(fmt.Sprintf("%s is ready on %s", m.placement.Model, m.placement.Host), false)
 }
 
-// loadedOn is the model on host's Hailo-10H as the mesh last said, which a swap replaces.
-func loadedOn(v api.MeshView, host string) string {
-	for _, mb := range v.Members {
-		if mb.Name != host || mb.Host == nil {
-			continue
-		}
-		for _, acc := range mb.Host.Accelerators {
-			if acc.Loaded != "" {
-				return acc.Loaded
-			}
-		}
-	}
-	return ""
-}
-
 func (m *Model) remember(source string) {
 	recent := []string{source}
 	for _, s := range m.ctx.Recent {
@@ -586,7 +571,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		m.swapping = nil
 		if key.Matches(msg, k.Confirm) {
 			cmd := m.place(h.Host, nil)
-			m.replaces = loadedOn(m.ctx.Mesh, h.Host)
+			m.replaces = console.LoadedOn(m.ctx.Mesh, h.Host)
 			return cmd
 		}
 		return common.Status("not placed on "+h.Host, false)
@@ -750,6 +735,9 @@ func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
 	sugg := m.Suggestions()
 	switch msg.String() {
 	case "tab":
+		if m.focus == fieldSource && m.sugg < 0 && len(sugg) == 1 && m.inputs[fieldSource].Value() != "" {
+			m.sugg = 0 // what was typed names one source: tab completes it, as a shell does
+		}
 		if m.focus == fieldSource && m.sugg >= 0 && m.sugg < len(sugg) {
 			m.inputs[fieldSource].SetValue(sugg[m.sugg].Source)
 			m.inputs[fieldSource].CursorEnd()

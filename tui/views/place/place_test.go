@@ -235,6 +235,27 @@ func TestSuggestionsComplete(t *testing.T) {
 	assert.Empty(t, m.Suggestions(), "the exact text is not suggested again")
 	press(m, "tab")
 	assert.Equal(t, fieldNamespace, m.focus, "tab without a suggestion moves on")
+
+	// Typed text that names one source: tab completes it without ↓ first, as a shell does (a
+	// user typing "70b" then tab left "70b" in the field and the focus in the next one).
+	m = New(ctx)
+	m.SetSize(80, 24)
+	typeText(m, "qwen2.5-i")
+	assert.Contains(t, m.View(), "tab completes it")
+	assert.NotContains(t, m.View(), "↓ picks")
+	press(m, "tab")
+	assert.Equal(t, "hailo://qwen2.5-instruct:1.5b", m.inputs[fieldSource].Value())
+	assert.Equal(t, fieldSource, m.focus)
+	press(m, "tab")
+	assert.Equal(t, fieldNamespace, m.focus, "completed: tab moves on")
+
+	// Several: tab moves on unless one is picked (which one is not for tab to guess).
+	m = New(ctx)
+	m.SetSize(80, 24)
+	typeText(m, "qwen")
+	require.Greater(t, len(m.Suggestions()), 1)
+	press(m, "tab")
+	assert.Equal(t, fieldNamespace, m.focus)
 }
 
 // The suggestions show three at a time: the highlighted one stays in sight, and moving back up

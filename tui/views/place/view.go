@@ -124,6 +124,9 @@ func (m *Model) suggestionLines() []string {
 	}
 	more := len(sugg) - end
 	hint := "↓ picks a suggestion, tab completes it"
+	if len(sugg) == 1 && m.sugg < 0 && m.inputs[fieldSource].Value() != "" {
+		hint = "tab completes it"
+	}
 	if more > 0 {
 		hint = fmt.Sprintf("%d more · ", more) + hint
 	}
