@@ -344,3 +344,14 @@ func TestABusyIntentAddsAReplicaAndDropsItWhenIdle(t *testing.T) {
 	p = k("b").judge(in, members[:2], t0)
 	assert.False(t, p.place)
 }
+
+// How intents are met is announced by one agent, the first alive by name, so the console's
+// events (every agent's, merged) say each change once.
+func TestOneAgentAnnounces(t *testing.T) {
+	members := []api.Member{agentOf("a", 8, api.Alive), agentOf("b", 8, api.Alive), agentOf("c", 8, api.Alive)}
+	assert.True(t, keeperOf("a").speaks(members))
+	assert.False(t, keeperOf("b").speaks(members))
+	members[0].Liveness = api.Dead
+	assert.True(t, keeperOf("b").speaks(members), "a is dead: b speaks")
+	assert.False(t, keeperOf("c").speaks(members))
+}

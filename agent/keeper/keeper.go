@@ -211,6 +211,7 @@ func (k *Keeper) reconcile(ctx context.Context, now time.Time) {
 	members := k.members(now)
 	var status []api.IntentStatus
 	blocked := map[string]string{}
+	speaker := k.speaks(members)
 	for _, in := range k.cfg.Store.All() {
 		p := k.judge(in, members, now)
 		if p.blocked != "" {
@@ -218,7 +219,9 @@ func (k *Keeper) reconcile(ctx context.Context, now time.Time) {
 		}
 		if !in.Deleted {
 			status = append(status, p.status)
-			k.announce(in, p.status)
+			if speaker {
+				k.announce(in, p.status)
+			}
 		}
 		for _, r := range p.remove {
 			if k.isDeleting(r.ID) {
@@ -568,6 +571,18 @@ func placer(in api.Intent) api.Principal {
 		return api.Principal{Admin: true}
 	}
 	return api.Principal{Namespace: in.Namespace}
+}
+
+// speaks says whether this agent announces how intents are met: the first alive agent by name,
+// so a console that merges every agent's events shows each change once. What an agent does
+// itself (placing, removing) each says for itself.
+func (k *Keeper) speaks(members []api.Member) bool {
+	for _, m := range members { // the view's members are sorted by name
+		if m.Role == api.RoleAgent && m.Liveness == api.Alive {
+			return m.Name == k.self
+		}
+	}
+	return true
 }
 
 // announce publishes an event when an intent's note changes (not on every look).
