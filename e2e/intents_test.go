@@ -31,17 +31,11 @@ const keptModel = "kept"
 //   - `mesh run` places a model and chats;
 //   - a placement with a short ttl sleeps, and a chat wakes it.
 func TestLANIntents(t *testing.T) {
-	if os.Getenv(gateEnv) == "" {
-		t.Skip("the multi-host end-to-end run is `make e2e` (set " + gateEnv + "=1)")
-	}
-	if r := skipReason(); r != "" {
-		t.Skip(r)
-	}
+	skipUnlessLAN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	e := &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}}
-	e.lab = newLab(t, dir)
+	e := newEnv(t, dir)
 	if err := buildPrograms(e.bin); err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,22 @@ type lab struct {
 	next   int // last host number given
 }
 
+// skipUnlessLAN skips a LAN test outside `make e2e`, or where this machine cannot make the lab.
+func skipUnlessLAN(t *testing.T) {
+	t.Helper()
+	if os.Getenv(gateEnv) == "" {
+		t.Skip("the multi-host end-to-end run is `make e2e` (set " + gateEnv + "=1)")
+	}
+	if r := skipReason(); r != "" {
+		t.Skip(r)
+	}
+}
+
+// newEnv is a LAN test's environment in dir: its lab, and the folder buildPrograms fills.
+func newEnv(t *testing.T, dir string) *env {
+	return &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}, lab: newLab(t, dir)}
+}
+
 // skipReason says why this machine cannot make the lab, or "" when it can.
 func skipReason() string {
 	if runtime.GOOS != "linux" {

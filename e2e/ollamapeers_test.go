@@ -24,18 +24,12 @@ import (
 // simulator cannot stand in here: its pulls copy no bytes and its blobs are not named by their
 // content, so the real engine is used, and the test skips without it.
 func TestLANOllamaPeers(t *testing.T) {
-	if os.Getenv(gateEnv) == "" {
-		t.Skip("the multi-host end-to-end run is `make e2e` (set " + gateEnv + "=1)")
-	}
-	if r := skipReason(); r != "" {
-		t.Skip(r)
-	}
+	skipUnlessLAN(t)
 	bin, gguf := enginetest.Ollama(t), enginetest.TinyGGUF(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	e := &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}}
-	e.lab = newLab(t, dir)
+	e := newEnv(t, dir)
 	if err := buildPrograms(e.bin); err != nil {
 		t.Fatal(err)
 	}

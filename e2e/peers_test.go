@@ -32,17 +32,11 @@ const peersOrigin = "127.0.0.1:8090"
 const peersHEF = "qwen2:1.5b"
 
 func TestLANPeers(t *testing.T) {
-	if os.Getenv(gateEnv) == "" {
-		t.Skip("the multi-host end-to-end run is `make e2e` (set " + gateEnv + "=1)")
-	}
-	if r := skipReason(); r != "" {
-		t.Skip(r)
-	}
+	skipUnlessLAN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	e := &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}}
-	e.lab = newLab(t, dir)
+	e := newEnv(t, dir)
 	if err := buildPrograms(e.bin); err != nil {
 		t.Fatal(err)
 	}

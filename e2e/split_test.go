@@ -29,12 +29,7 @@ import (
 // the chat in flight with an error within 5 s and the split is re-planned onto the hosts left;
 // a delete leaves no engine on any host.
 func TestLANSplit(t *testing.T) {
-	if os.Getenv(gateEnv) == "" {
-		t.Skip("the multi-host end-to-end run is `make e2e` (set " + gateEnv + "=1)")
-	}
-	if r := skipReason(); r != "" {
-		t.Skip(r)
-	}
+	skipUnlessLAN(t)
 	llama := enginetest.LlamaServer(t)
 	enginetest.RPCServer(t)
 	// Its own report file beside TestLAN's.
@@ -44,7 +39,7 @@ func TestLANSplit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	e := &env{t: t, bin: filepath.Join(dir, "bin"), events: &eventLog{}, lab: newLab(t, dir)}
+	e := newEnv(t, dir)
 	model := bigModel(t, filepath.Dir(llama), dir)
 	if !rep.step(t, "build the programs", func(t *testing.T, note func(string, ...any)) {
 		if err := buildPrograms(e.bin); err != nil {

@@ -182,6 +182,15 @@ func waitSplit(t *testing.T, ctx context.Context, m *Mesh, host, id string, done
 	return last
 }
 
+// readySplit places model split across h1 (the main) and h2, and waits until it is ready.
+func readySplit(t *testing.T, ctx context.Context, m *Mesh, model string) api.Placement {
+	t.Helper()
+	p, err := m.Client("h1").Place(ctx, api.PlacementRequest{Source: FileSource(model), Name: "tiny", Context: 256,
+		Split: &api.SplitAsk{Hosts: []string{"h1", "h2"}}})
+	require.NoError(t, err)
+	return waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool { return p.State == api.StateReady })
+}
+
 func hostsOf(p api.Placement) []string {
 	var out []string
 	if p.Split != nil {
@@ -200,10 +209,7 @@ func TestSplitReplansThenFailsWhenMembersGo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	m := splitMesh(t, ctx, 2<<30)
-	p, err := m.Client("h1").Place(ctx, api.PlacementRequest{Source: FileSource(model), Name: "tiny", Context: 256,
-		Split: &api.SplitAsk{Hosts: []string{"h1", "h2"}}})
-	require.NoError(t, err)
-	waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool { return p.State == api.StateReady })
+	p := readySplit(t, ctx, m, model)
 
 	require.NoError(t, m.Host("h2").Node.Close())
 	p = waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool {
@@ -235,10 +241,7 @@ func TestSplitPartsGoWithTheirMain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	m := splitMesh(t, ctx, 2<<30)
-	p, err := m.Client("h1").Place(ctx, api.PlacementRequest{Source: FileSource(model), Name: "tiny", Context: 256,
-		Split: &api.SplitAsk{Hosts: []string{"h1", "h2"}}})
-	require.NoError(t, err)
-	waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool { return p.State == api.StateReady })
+	p := readySplit(t, ctx, m, model)
 	require.Len(t, partsOf(t, ctx, m, "h2", p.ID), 1)
 	require.NoError(t, m.Host("h1").Node.Close())
 	require.Eventually(t, func() bool { return len(partsOf(t, ctx, m, "h2", p.ID)) == 0 }, 30*time.Second, 100*time.Millisecond,
