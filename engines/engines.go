@@ -166,7 +166,7 @@ type Driver interface {
 	// Loaded lists the engine-side names currently loaded.
 	Loaded(ctx context.Context) ([]string, error)
 	// Chat streams an answer from m, calling emit for each chunk in order; an error from emit
-	// (the client went away) stops generation upstream at once.
+	// (the client went away) stops generation upstream at once, but for ErrEnough (below).
 	Chat(ctx context.Context, m Model, req ChatRequest, emit func(ChatChunk) error) error
 }
 
@@ -231,6 +231,11 @@ type Embeddings struct {
 	Vectors      [][]float32
 	PromptTokens int
 }
+
+// ErrEnough, from an emit (wrapped or not), says the caller ended the answer itself (a stop
+// sequence occurred) and takes no more of it: Chat returns it at once, and the driver may let
+// the engine finish the answer unread rather than cut it, where a cut costs more (Ollama's).
+var ErrEnough = errors.New("the caller ended the answer")
 
 // ErrNotFound is returned (wrapped) when the engine does not know a model.
 var ErrNotFound = errors.New("model not found")

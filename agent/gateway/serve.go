@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -299,7 +298,7 @@ func newRelay(enc dialect.Encoder, stops []string) *relay {
 }
 
 // errStopped ends the engine's answer once a stop sequence occurred in it.
-var errStopped = errors.New("a stop sequence ended the answer")
+var errStopped = fmt.Errorf("a stop sequence ended the answer: %w", engines.ErrEnough)
 
 // matchStop adds piece to the held tail and returns the text that may be written now. When a
 // stop sequence occurs, stopped names it and the text before it is the answer's last; otherwise

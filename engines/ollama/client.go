@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -36,6 +37,10 @@ type Client struct {
 	base   string
 	daemon string // "Ollama" or "hailo-ollama", for messages
 	hc     *http.Client
+	// finish is how long an answer the caller ended itself (emit's engines.ErrEnough) is read
+	// on, unwritten, before its connection is cut; 0 cuts at once. Ollama needs it (see New and
+	// finishAnswer). Any other emit error, or ctx's end, cuts at once.
+	finish time.Duration
 }
 
 // NewClient returns a client of the daemon at baseURL ("http://127.0.0.1:11434"). daemon names
@@ -667,16 +672,39 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 	}
 	// No context of its own to cancel on return: closing the body unread ends the connection
 	// (it is not put back in the pool), which stops the daemon's generation as a cancel would.
-	resp, err := c.do(ctx, http.MethodPost, path, body)
+	// With c.finish, the request has a cancel of its own, which ctx's end calls unless the
+	// answer is being finished (it is read on after ctx ends: the caller's ctx ends as it
+	// returns).
+	reqCtx, cancel := ctx, context.CancelFunc(func() {})
+	var finishing atomic.Bool
+	if c.finish > 0 {
+		reqCtx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, func() {
+			if !finishing.Load() {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	resp, err := c.do(reqCtx, http.MethodPost, path, body)
 	if err != nil {
+		cancel()
 		return err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		defer cancel()
+		defer resp.Body.Close()
 		return c.statusError(api.CodeEngineError, resp)
 	}
 	a := chatAnswer{c: c, emit: emit}
 	err = c.lines(ctx, resp.Body, api.CodeEngineError, a.line, a.idle)
+	if c.finish > 0 && errors.Is(a.emitErr, engines.ErrEnough) && !a.done && ctx.Err() == nil {
+		finishing.Store(true)
+		go c.finishAnswer(resp.Body, cancel)
+	} else {
+		resp.Body.Close()
+		cancel()
+	}
 	if a.emitErr != nil {
 		return a.emitErr
 	}
@@ -687,6 +715,23 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 		return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("%s: the answer from %s %w", c.daemon, model, ErrNoLastChunk)}
 	}
 	return nil
+}
+
+// finishAnswer reads the rest of an answer nobody takes, for c.finish at most, then closes it.
+//
+// Ollama (0.33 measured, server/routes.go at ollama/ollama fb3076099) can lose a model for good
+// when a streamed answer's connection closes mid-answer: its handler stops taking the pieces
+// while the runner's goroutine may be handing it the next one on an unbuffered channel, with
+// no way out, so the runner's one slot is never given back and every later request to that
+// model waits forever. The faster the tokens, the likelier (1 cut in ~50 on a 0.3 ms-a-token
+// model). Read to its end, the answer ends as any other does. A client that leaves still cuts
+// at once: stopping the generation is worth more to its owner than that rare risk.
+func (c *Client) finishAnswer(body io.ReadCloser, cancel context.CancelFunc) {
+	t := time.AfterFunc(c.finish, cancel)
+	defer t.Stop()
+	io.Copy(io.Discard, body)
+	body.Close()
+	cancel()
 }
 
 // chatAnswer is what Chat has read of one answer.

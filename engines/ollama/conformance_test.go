@@ -4,7 +4,10 @@ package ollama
 // finds it, or the "real" subtest skips saying why).
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,5 +62,54 @@ func TestConformanceModelTheDaemonHas(t *testing.T) {
 		daemon.Create(t, "tiny", gguf)
 		// "tiny" is "tiny:latest" to Ollama.
 		check(t, daemon.URL, engines.Model{ID: "p", Name: "tiny", Source: "ollama://tiny", Ref: "tiny:latest", Context: 1024}, `^\d+\.\d+\.\d+`)
+	})
+}
+
+// An answer the caller ends itself (emit's engines.ErrEnough: the gateway's stop sequences end
+// answers so) is read to its end, not cut: Ollama can lose a model for good when a stream is cut
+// mid-answer (Client.finishAnswer). The simulator shows the answer ran to its end; the real
+// Ollama, with a model fast enough to lose it in a few dozen cuts, still answers after a
+// hundred.
+func TestConformanceAnAnswerEndedEarlyIsFinished(t *testing.T) {
+	enough := fmt.Errorf("a stop sequence: %w", engines.ErrEnough)
+	stopEarly := func(t *testing.T, d *Driver, m engines.Model, after int) {
+		pieces := 0
+		req := ollamatest.Hello()
+		req.MaxTokens = 24
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a lost model fails, not hangs
+		defer cancel()
+		err := d.Chat(ctx, m, req, func(c engines.ChatChunk) error {
+			if c.Content != "" {
+				if pieces++; pieces > after {
+					return enough
+				}
+			}
+			return nil
+		})
+		require.ErrorIs(t, err, enough)
+	}
+	t.Run("sim", func(t *testing.T) {
+		sim := ollamatest.StartOllama(t, func(c *ollamasim.Config) { c.Preloaded = []string{"qwen2.5:0.5b"}; c.TokensPerSec = 1000 })
+		d := newDriver(t, sim.URL())
+		stopEarly(t, d, qwen, 1)
+		require.Eventually(t, func() bool { return sim.Stats().Generations == 1 }, 5*time.Second, time.Millisecond, "%+v", sim.Stats())
+		assert.Zero(t, sim.Stats().Cancelled, "not cut")
+	})
+	t.Run("real", func(t *testing.T) {
+		gguf := enginetest.TinyGGUF(t)
+		daemon := enginetest.StartOllama(t)
+		daemon.Create(t, "tiny", gguf)
+		d := newDriver(t, daemon.URL)
+		m := engines.Model{ID: "p", Name: "tiny", Source: "ollama://tiny", Ref: "tiny:latest", Context: 512}
+		_, err := d.Load(t.Context(), m)
+		require.NoError(t, err)
+		for i := range 100 {
+			stopEarly(t, d, m, i%4)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		req := ollamatest.Hello()
+		req.MaxTokens = 4
+		require.NoError(t, d.Chat(ctx, m, req, func(engines.ChatChunk) error { return nil }), "the model still answers")
 	})
 }

@@ -93,6 +93,10 @@ func New(cfg Config, log *slog.Logger) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An answer the agent ends itself (a stop sequence) is read to its end rather than cut
+	// (Client.finishAnswer says why), for 10 s at most: a bound on the daemon's time spent
+	// for nobody, past which the cut's small risk is the lesser cost.
+	c.finish = 10 * time.Second
 	return &Driver{c: c, log: log}, nil
 }
 
