@@ -146,7 +146,7 @@ func (d *diagnostics) line(line string) {
 	}
 }
 
-// streamDropped is the stream guard's report of a stream it refused (streamguard.go).
+// streamDropped is the stream guard's report of a stream it refused (package streamguard).
 func (d *diagnostics) streamDropped(from net.Addr, why string) {
 	d.countDrop(slog.LevelWarn, dropStream, "dropping a gossip stream: "+why+" from="+from.String())
 }
@@ -166,7 +166,7 @@ func (d *diagnostics) countDrop(level slog.Level, reason, msg string) {
 const (
 	dropLabel     = "label"     // another mesh's label, or none
 	dropDecrypt   = "decrypt"   // labelled for us but not sealed with our key
-	dropStream    = "stream"    // refused by the stream guard (streamguard.go)
+	dropStream    = "stream"    // refused by the stream guard (package streamguard)
 	dropMalformed = "malformed" // not memberlist's protocol, or a member we refuse
 )
 
