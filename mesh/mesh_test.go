@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/doctor"
 	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
@@ -372,7 +373,7 @@ func TestAntiEntropyRepairsLostGossip(t *testing.T) {
 	require.Eventually(t, func() bool {
 		for _, m := range []*Mesh{a, b} {
 			if _, ok := findingWith(m.Doctor(context.Background()), "deaf answers over TCP but not over UDP"); ok {
-				return m.GossipStats().ProbesTCPOnly >= udpMinSightings
+				return m.GossipStats().ProbesTCPOnly >= doctor.UDPMinSightings
 			}
 		}
 		return false
