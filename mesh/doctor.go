@@ -18,8 +18,7 @@ func (m *Mesh) Doctor(ctx context.Context) api.DoctorReport {
 	f := doctor.Facts{
 		Mesh: m.cfg.MeshID, Node: m.name, Gossip: m.GossipAddr(), Members: m.ml.NumMembers(),
 		Agent: m.cfg.Role == api.RoleAgent, APIAddr: m.cfg.APIAddr, RetainGone: m.t.retainGone,
-		NameFile: nodeNameFile + " in its state dir",
-		// how often one member is probed
+		NameFile:   nodeNameFile + " in its state dir",
 		ProbeEvery: time.Duration(max(m.nAlive.Load(), 1)) * m.mlc.ProbeInterval,
 	}
 	if m.cfg.StateDir != "" {
