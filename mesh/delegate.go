@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
 // aliveCheck is memberlist's AliveDelegate: a node whose name is not a valid node name (a DNS
@@ -42,7 +43,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 	switch b[0] {
 	case msgDoc:
 		wire := append([]byte(nil), b[1:]...) // memberlist reuses b after we return
-		doc, err := decodeDoc(wire)
+		doc, err := statedoc.Decode(wire)
 		if err != nil {
 			m.log.Warn("dropping a state document", "err", err)
 			return
@@ -118,9 +119,9 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(s.shared) > 0 {
 		m.mergeShared(s.shared)
 	}
-	docs := make([]*stateDoc, len(s.docs))
+	docs := make([]*statedoc.Doc, len(s.docs))
 	for i, w := range s.docs {
-		doc, err := decodeDoc(w)
+		doc, err := statedoc.Decode(w)
 		if err != nil {
 			m.log.Warn("dropping a state document from push/pull", "err", err)
 			continue
@@ -151,18 +152,18 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 // document the node's current metadata names (by hash, see doc.go) is kept; another one is set
 // aside until metadata names it, and a document about ourselves is ignored: what we publish is
 // ours alone to say.
-func (m *Mesh) acceptDoc(doc *stateDoc, wire []byte) {
+func (m *Mesh) acceptDoc(doc *statedoc.Doc, wire []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.acceptDocLocked(doc, wire)
 }
 
 // acceptDocLocked is acceptDoc under m.mu.
-func (m *Mesh) acceptDocLocked(doc *stateDoc, wire []byte) {
+func (m *Mesh) acceptDocLocked(doc *statedoc.Doc, wire []byte) {
 	if doc.Node == m.name {
 		return
 	}
-	e := docEntry{doc: doc, wire: wire, hash: docHash(wire), at: time.Now()}
+	e := docEntry{doc: doc, wire: wire, hash: statedoc.Hash(wire), at: time.Now()}
 	mb := m.members[doc.Node]
 	if mb == nil || mb.metaErr != nil || e.hash != mb.meta.DocHash {
 		// Most likely the node, or the metadata naming this document, is a packet behind.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/mesh/discovery"
+	"github.com/llmkube/mesh/mesh/doctor"
 )
 
 // diagnostics is memberlist's logger (log.Logger writes each line here) and the memory of
@@ -30,28 +31,22 @@ type diagnostics struct {
 
 	mu        sync.Mutex
 	src       discovery.Source
-	decrypt   map[string]*sighting // by sender host (its IP: a stream comes from any port)
-	label     map[string]*sighting // by sender host; detail: "labelled" when it carried a label
-	udp       map[string]*sighting // by node name
-	conflicts map[string]*sighting // by name; detail: the two addresses
-	dropped   map[string]uint64    // by drop reason
-	junkLog   map[string]*junkLog  // by drop reason
+	decrypt   map[string]*doctor.Sighting // by sender host (its IP: a stream comes from any port)
+	label     map[string]*doctor.Sighting // by sender host; detail: "labelled" when it carried a label
+	udp       map[string]*doctor.Sighting // by node name
+	conflicts map[string]*doctor.Sighting // by name; detail: the two addresses
+	dropped   map[string]uint64           // by drop reason
+	junkLog   map[string]*junkLog         // by drop reason
 }
 
 // maxSightings bounds each table of sightings: a sender can spoof any number of source
 // addresses, and beyond this many they are counted under one key.
 const maxSightings = 64
 
-type sighting struct {
-	count       int
-	first, last time.Time
-	detail      string
-}
-
 func newDiagnostics(m *Mesh) *diagnostics {
 	return &diagnostics{
-		m: m, decrypt: map[string]*sighting{}, label: map[string]*sighting{},
-		udp: map[string]*sighting{}, conflicts: map[string]*sighting{},
+		m: m, decrypt: map[string]*doctor.Sighting{}, label: map[string]*doctor.Sighting{},
+		udp: map[string]*doctor.Sighting{}, conflicts: map[string]*doctor.Sighting{},
 		dropped: map[string]uint64{}, junkLog: map[string]*junkLog{},
 	}
 }
@@ -146,7 +141,7 @@ func (d *diagnostics) line(line string) {
 	}
 }
 
-// streamDropped is the stream guard's report of a stream it refused (streamguard.go).
+// streamDropped is the stream guard's report of a stream it refused (package streamguard).
 func (d *diagnostics) streamDropped(from net.Addr, why string) {
 	d.countDrop(slog.LevelWarn, dropStream, "dropping a gossip stream: "+why+" from="+from.String())
 }
@@ -166,7 +161,7 @@ func (d *diagnostics) countDrop(level slog.Level, reason, msg string) {
 const (
 	dropLabel     = "label"     // another mesh's label, or none
 	dropDecrypt   = "decrypt"   // labelled for us but not sealed with our key
-	dropStream    = "stream"    // refused by the stream guard (streamguard.go)
+	dropStream    = "stream"    // refused by the stream guard (package streamguard)
 	dropMalformed = "malformed" // not memberlist's protocol, or a member we refuse
 )
 
@@ -252,7 +247,7 @@ func fromAddr(msg string) string {
 	return addr
 }
 
-func (d *diagnostics) saw(in map[string]*sighting, key, detail string) bool {
+func (d *diagnostics) saw(in map[string]*doctor.Sighting, key, detail string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
@@ -263,13 +258,13 @@ func (d *diagnostics) saw(in map[string]*sighting, key, detail string) bool {
 	}
 	isNew := s == nil
 	if isNew {
-		s = &sighting{first: now}
+		s = &doctor.Sighting{First: now}
 		in[key] = s
 	}
-	s.count++
-	s.last = now
+	s.Count++
+	s.Last = now
 	if detail != "" {
-		s.detail = detail
+		s.Detail = detail
 	}
 	return isNew
 }
@@ -284,7 +279,7 @@ func (d *diagnostics) conflictOf(name string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s := d.conflicts[name]; s != nil {
-		return "name also claimed by another node: " + s.detail
+		return "name also claimed by another node: " + s.Detail
 	}
 	return ""
 }
@@ -303,8 +298,8 @@ func (d *diagnostics) acked(host string, now time.Time) {
 	quiet := foreignQuiet * d.m.mlc.ProbeInterval
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, in := range []map[string]*sighting{d.decrypt, d.label} {
-		if s := in[host]; s != nil && now.Sub(s.last) > quiet {
+	for _, in := range []map[string]*doctor.Sighting{d.decrypt, d.label} {
+		if s := in[host]; s != nil && now.Sub(s.Last) > quiet {
 			delete(in, host)
 		}
 	}
@@ -314,9 +309,9 @@ func (d *diagnostics) acked(host string, now time.Time) {
 func (d *diagnostics) expire(now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, in := range []map[string]*sighting{d.decrypt, d.label, d.udp, d.conflicts} {
+	for _, in := range []map[string]*doctor.Sighting{d.decrypt, d.label, d.udp, d.conflicts} {
 		for k, s := range in {
-			if now.Sub(s.last) > d.m.t.conflictKeep {
+			if now.Sub(s.Last) > d.m.t.conflictKeep {
 				delete(in, k)
 			}
 		}

@@ -1,22 +1,17 @@
 package mesh
 
 import (
-	"bytes"
-	"compress/flate"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"sync"
 	"time"
 
-	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
 // Per-node state documents carry what does not fit in node metadata: the placement list with
-// states and memory, engine health, measured tokens/s — the agent's whole api.Host.
+// states and memory, engine health, measured tokens/s — the agent's whole api.Host. Their
+// codec is package statedoc; this file is how they travel and which one a member keeps.
 //
 // Transport. A document travels in three ways:
 //
@@ -53,143 +48,18 @@ import (
 // order a node's own documents — the wall clock in microseconds, at least one more per
 // change — but no member other than the owner moves them, so they are never exhausted.
 const (
-	docVersion   = 1       // JSON layout of stateDoc; bumped only for incompatible changes
-	docWire      = 1       // first byte of an encoded document: deflate-compressed JSON follows
-	maxDocBytes  = 4 << 20 // decompressed size limit: a hostile document cannot balloon
-	maxGossipDoc = 1000    // encoded size up to which a document is gossiped
-	maxStateDocs = 4096    // documents in one push/pull state
+	maxGossipDoc = 1000 // encoded size up to which a document is gossiped
+	maxStateDocs = 4096 // documents in one push/pull state
 )
-
-// stateDoc is one node's state.
-type stateDoc struct {
-	V          int             `json:"v"`
-	Node       string          `json:"node"`
-	Gen        uint64          `json:"gen"`
-	At         time.Time       `json:"at"`
-	Host       *api.Host       `json:"host,omitempty"`
-	Placements []api.Placement `json:"placements,omitempty"`
-}
-
-// encodeDoc returns the wire form of d.
-func encodeDoc(d *stateDoc) ([]byte, error) {
-	js, err := json.Marshal(d)
-	if err != nil {
-		return nil, fmt.Errorf("encoding state document: %w", err)
-	}
-	var buf bytes.Buffer
-	buf.WriteByte(docWire)
-	w := docWriters.Get().(*flate.Writer)
-	defer docWriters.Put(w)
-	w.Reset(&buf)
-	if _, err := w.Write(js); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// docWriters and docReaders keep deflate's state between documents: a writer is about 1 MB
-// (its hash tables), a reader 40 kB, and a member encodes one on every change of its state that
-// matters and decodes every document it learns. A pool keeps them while documents flow and
-// lets the garbage collector have them when they stop, so an idle agent holds neither.
-var (
-	docWriters = sync.Pool{New: func() any {
-		w, err := flate.NewWriter(nil, flate.BestCompression)
-		if err != nil {
-			panic(err) // only for a level out of range
-		}
-		return w
-	}}
-	docReaders = sync.Pool{New: func() any { return flate.NewReader(nil) }}
-)
-
-// decodeDoc decodes a document's wire form. Unknown JSON fields are ignored.
-func decodeDoc(b []byte) (*stateDoc, error) {
-	if len(b) == 0 {
-		return nil, errors.New("state document is empty")
-	}
-	if b[0] != docWire {
-		return nil, fmt.Errorf("state document: unknown encoding %d", b[0])
-	}
-	r := docReaders.Get().(io.ReadCloser)
-	defer docReaders.Put(r)
-	if err := r.(flate.Resetter).Reset(bytes.NewReader(b[1:]), nil); err != nil {
-		return nil, fmt.Errorf("state document: %w", err)
-	}
-	js, err := io.ReadAll(io.LimitReader(r, maxDocBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("state document: %w", err)
-	}
-	if len(js) > maxDocBytes {
-		return nil, fmt.Errorf("state document is over %d bytes", maxDocBytes)
-	}
-	var d stateDoc
-	if err := json.Unmarshal(js, &d); err != nil {
-		return nil, fmt.Errorf("state document: %w", err)
-	}
-	switch {
-	case d.V < 1:
-		return nil, errors.New("state document: no version")
-	case d.V > docVersion:
-		return nil, fmt.Errorf("state document: version %d, this build reads %d", d.V, docVersion)
-	case d.Node == "":
-		return nil, errors.New("state document: no node name")
-	}
-	api.Sanitize(&d) // every string reaches some terminal
-	clampDoc(&d)
-	return &d, nil
-}
-
-// clampDoc bounds every figure of a document as decodeMeta does (see maxBytes): another member's
-// numbers may be absurd, and none may overflow a sum or a drawing.
-func clampDoc(d *stateDoc) {
-	size := func(v *int64) { *v = max(0, min(*v, maxBytes)) }
-	count := func(v *int) { *v = max(0, min(*v, maxCount)) }
-	rate := func(v *float64) { *v = max(0, min(*v, 1e12)) }
-	if h := d.Host; h != nil {
-		for _, v := range []*int64{&h.Memory.Total, &h.Memory.Available, &h.Memory.Budget, &h.Memory.Committed, &h.Memory.Reserved, &h.Memory.CgroupLimit} {
-			size(v)
-		}
-		for i := range h.Accelerators {
-			size(&h.Accelerators[i].Memory)
-		}
-		count(&h.CPUs)
-		count(&h.Placements)
-		count(&h.PageSize)
-	}
-	for i := range d.Placements {
-		p := &d.Placements[i]
-		for _, v := range []*int64{&p.Memory.Bytes, &p.Memory.Weights, &p.Memory.KV, &p.Memory.Compute, &p.Memory.Overhead, &p.PulledBytes, &p.TotalBytes} {
-			size(v)
-		}
-		count(&p.Context)
-		count(&p.Restarts)
-		p.Progress = max(0, min(p.Progress, 1))
-		rate(&p.TTFTMillis)
-		rate(&p.TokensPerS)
-	}
-}
 
 // docEntry is a stored document with the exact bytes it arrived as, so relays forward what
 // the owner wrote and every member hashes the same bytes.
 type docEntry struct {
-	doc  *stateDoc
+	doc  *statedoc.Doc
 	wire []byte
-	hash string    // docHash(wire)
+	hash string    // statedoc.Hash(wire)
 	at   time.Time // when it arrived
 	run  uint64    // the start sequence (nodeMeta.Seq) of the metadata that named it
-}
-
-// docHashSize is how much of a SHA-256 names a document in metadata: 128 bits, so no member
-// can make another document with the same name.
-const docHashSize = 16
-
-// docHash names a document by its wire form.
-func docHash(wire []byte) string {
-	sum := sha256.Sum256(wire)
-	return string(sum[:docHashSize])
 }
 
 // Messages between members (memberlist user messages) start with a type byte.

@@ -1,23 +1,20 @@
 package mesh
 
 import (
-	"bytes"
-	"compress/flate"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
-func sampleDoc(node string, gen uint64, nPlacements int) *stateDoc {
-	d := &stateDoc{V: docVersion, Node: node, Gen: gen, At: time.Unix(1700000000, 0).UTC(),
+func sampleDoc(node string, gen uint64, nPlacements int) *statedoc.Doc {
+	d := &statedoc.Doc{V: statedoc.Version, Node: node, Gen: gen, At: time.Unix(1700000000, 0).UTC(),
 		Host: &api.Host{Name: node, OS: "linux", Arch: "arm64", APIAddr: "10.0.0.7:7777",
 			Memory: api.Memory{Total: 8 << 30, Budget: 5 << 30, Committed: int64(gen)}}}
 	for i := range nPlacements {
@@ -30,53 +27,10 @@ func sampleDoc(node string, gen uint64, nPlacements int) *stateDoc {
 	return d
 }
 
-func mustEncode(t testing.TB, d *stateDoc) []byte {
-	w, err := encodeDoc(d)
+func mustEncode(t testing.TB, d *statedoc.Doc) []byte {
+	w, err := statedoc.Encode(d)
 	require.NoError(t, err)
 	return w
-}
-
-func TestDocRoundTrip(t *testing.T) {
-	d := sampleDoc("pi", 12345, 2)
-	w := mustEncode(t, d)
-	got, err := decodeDoc(w)
-	require.NoError(t, err)
-	require.Equal(t, d, got)
-	t.Logf("a document with 2 placements: %d bytes encoded", len(w))
-}
-
-func TestDocIgnoresUnknownFieldsAndRefusesBadOnes(t *testing.T) {
-	enc := func(js string) []byte {
-		var buf bytes.Buffer
-		buf.WriteByte(docWire)
-		fw, _ := flate.NewWriter(&buf, flate.BestSpeed)
-		fw.Write([]byte(js))
-		fw.Close()
-		return buf.Bytes()
-	}
-	d, err := decodeDoc(enc(`{"v":1,"node":"a","gen":3,"from_the_future":{"x":1}}`))
-	require.NoError(t, err)
-	require.Equal(t, uint64(3), d.Gen)
-
-	for js, want := range map[string]string{
-		`{"v":2,"node":"a","gen":3}`: "version 2",
-		`{"node":"a","gen":3}`:       "no version",
-		`{"v":1,"gen":3}`:            "no node",
-		`not json`:                   "invalid character",
-	} {
-		_, err := decodeDoc(enc(js))
-		require.ErrorContains(t, err, want, js)
-	}
-	_, err = decodeDoc([]byte{9, 1, 2})
-	require.ErrorContains(t, err, "unknown encoding")
-	_, err = decodeDoc(nil)
-	require.Error(t, err)
-
-	// A small message that inflates past the limit is refused, not swallowed whole.
-	bomb := enc(`{"v":1,"node":"a","pad":"` + strings.Repeat("A", maxDocBytes+10) + `"}`)
-	require.Less(t, len(bomb), 64<<10)
-	_, err = decodeDoc(bomb)
-	require.ErrorContains(t, err, "over")
 }
 
 // TestOnlyTheNamedDocumentIsKept: whatever documents about a node arrive, in whatever order and
@@ -92,9 +46,9 @@ func TestOnlyTheNamedDocumentIsKept(t *testing.T) {
 			d := sampleDoc(n, gen, 1)
 			d.Placements[0].Model = fmt.Sprintf("m%d", rng.IntN(1000))
 			w := mustEncode(t, d)
-			dd, err := decodeDoc(w)
+			dd, err := statedoc.Decode(w)
 			require.NoError(t, err)
-			e := docEntry{doc: dd, wire: w, hash: docHash(w)}
+			e := docEntry{doc: dd, wire: w, hash: statedoc.Hash(w)}
 			all = append(all, e)
 			if gen == 2 {
 				named[n] = e // the node published this one, whatever else travels
@@ -185,37 +139,6 @@ func TestMessagesRoundTrip(t *testing.T) {
 	require.Error(t, err, "a malformed notice")
 }
 
-// FuzzDecodeDoc: any bytes decode or fail cleanly; what decodes re-encodes to the same doc.
-func FuzzDecodeDoc(f *testing.F) {
-	f.Add(mustEncode(f, sampleDoc("pi", 1, 0)))
-	f.Add(mustEncode(f, sampleDoc("pi", 1<<60, 3)))
-	f.Add([]byte{docWire})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := decodeDoc(b)
-		if err != nil {
-			return
-		}
-		require.NotEmpty(t, d.Node)
-		if h := d.Host; h != nil {
-			for _, v := range []int64{h.Memory.Total, h.Memory.Budget, h.Memory.Committed, h.Memory.Reserved, h.Memory.Available} {
-				require.True(t, v >= 0 && v <= maxBytes, v)
-			}
-			require.Equal(t, api.Printable(h.Chip), h.Chip)
-		}
-		for _, p := range d.Placements {
-			require.Equal(t, api.Printable(p.Model), p.Model)
-			require.True(t, p.Progress >= 0 && p.Progress <= 1)
-		}
-		w, err := encodeDoc(d)
-		require.NoError(t, err)
-		d2, err := decodeDoc(w)
-		require.NoError(t, err)
-		j1, _ := json.Marshal(d)
-		j2, _ := json.Marshal(d2)
-		require.JSONEq(t, string(j1), string(j2))
-	})
-}
-
 // FuzzDecodeMessage: liveness notices, document requests and push/pull states never panic.
 func FuzzDecodeMessage(f *testing.F) {
 	f.Add(encodeLive(liveNotice{Kind: liveLeave, Seq: 1, Node: "a", From: "a"}))
@@ -240,7 +163,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		default:
 			if st, err := decodeState(b[1:]); err == nil {
 				for _, w := range st.docs {
-					decodeDoc(w)
+					statedoc.Decode(w)
 				}
 				again, err := decodeState(encodeState(st))
 				require.NoError(t, err)
@@ -249,20 +172,4 @@ func FuzzDecodeMessage(f *testing.F) {
 			}
 		}
 	})
-}
-
-// BenchmarkDocCodec encodes and decodes one document with four placements, as an agent does on
-// every change of its state that matters (SetLocal) and a member on every document it learns.
-func BenchmarkDocCodec(b *testing.B) {
-	d := sampleDoc("pi", 12345, 4)
-	b.ReportAllocs()
-	for b.Loop() {
-		w, err := encodeDoc(d)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := decodeDoc(w); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
 // startReal starts a member on 127.0.0.1 with real UDP and TCP sockets.
@@ -112,7 +113,7 @@ func TestAbsurdMemberIsTamed(t *testing.T) {
 		}
 		m := mb.Host.Memory
 		for _, f := range []int64{m.Total, m.Budget, m.Committed, m.Reserved, m.Available} {
-			require.True(t, f >= 0 && f <= maxBytes, "%s: figure %d", mb.Name, f)
+			require.True(t, f >= 0 && f <= statedoc.MaxBytes, "%s: figure %d", mb.Name, f)
 		}
 		// A hundred such hosts still add up.
 		require.Less(t, m.Committed, int64(math.MaxInt64/100))
@@ -121,7 +122,7 @@ func TestAbsurdMemberIsTamed(t *testing.T) {
 		}
 		for _, p := range mb.Placements {
 			require.False(t, strings.ContainsAny(p.Model, "\x1b\x07"), p.Model)
-			require.LessOrEqual(t, p.Memory.Bytes, int64(maxBytes))
+			require.LessOrEqual(t, p.Memory.Bytes, int64(statedoc.MaxBytes))
 		}
 	}
 	raw, _ := v.Member("raw")

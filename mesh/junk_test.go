@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/streamguard"
 )
 
 // lockedBuffer collects a logger's output from memberlist's goroutines.
@@ -57,10 +58,10 @@ func TestJunkOnTheGossipPortIsCountedNotLogged(t *testing.T) {
 		case 0: // no label at all
 			pkt = junk
 		case 1: // another mesh's label
-			pkt = append([]byte{mlHasLabelMsg, 5}, "other"...)
+			pkt = append([]byte{streamguard.HasLabelMsg, 5}, "other"...)
 			pkt = append(pkt, junk...)
 		case 2: // our label, not our key
-			pkt = append([]byte{mlHasLabelMsg, byte(len(label))}, label...)
+			pkt = append([]byte{streamguard.HasLabelMsg, byte(len(label))}, label...)
 			pkt = append(pkt, 1) // encryption version 1, then garbage
 			pkt = append(pkt, junk...)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
 // What "changed enough to matter" means for SetLocal. Anything an agent reports is published
@@ -77,21 +78,21 @@ func (m *Mesh) SetLocal(host api.Host, placements []api.Placement) error {
 func (m *Mesh) publishLocked(h *api.Host, ps []api.Placement, sig signature) (small bool, err error) {
 	now := time.Now()
 	gen := max(m.local.gen+1, uint64(now.UnixMicro()))
-	wire, err := encodeDoc(&stateDoc{V: docVersion, Node: m.name, Gen: gen, At: now, Host: h, Placements: ps})
+	wire, err := statedoc.Encode(&statedoc.Doc{V: statedoc.Version, Node: m.name, Gen: gen, At: now, Host: h, Placements: ps})
 	if err != nil {
 		return false, err
 	}
 	small = len(wire) <= maxGossipDoc
 	nm := metaFromHost(h, ps, gen, small)
 	nm.Seq = m.startSeq
-	hash := docHash(wire)
+	hash := statedoc.Hash(wire)
 	nm.DocHash = hash
 	nm.SealKey = m.sealKey()
 	meta, err := encodeMeta(nm)
 	if err != nil {
 		return false, err
 	}
-	stored, err := decodeDoc(wire) // our own deep copy, shared by no caller
+	stored, err := statedoc.Decode(wire) // our own deep copy, shared by no caller
 	if err != nil {
 		return false, err
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/internal/seal"
 	"github.com/llmkube/mesh/mesh/discovery"
+	"github.com/llmkube/mesh/mesh/streamguard"
 )
 
 // lastKnownFile holds the gossip addresses of the peers seen last, under the state dir.
@@ -251,7 +252,7 @@ func newMesh(cfg Config, mlc *memberlist.Config, t timings, name string, logger 
 // configure sets memberlist up for this mesh: name, label and key from the secret, addresses,
 // the delegates that are the mesh, metrics routed to this member's counters, logs through the
 // diagnostics, and a guarded transport. Whatever it returns, the route is set (see unroute).
-func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
+func (m *Mesh) configure(mlc *memberlist.Config) (*streamguard.Guard, error) {
 	cfg := m.cfg
 	mlc.Name = m.name
 	mlc.Label = api.GossipLabel(cfg.MeshID, cfg.Secret)
@@ -277,16 +278,16 @@ func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
 	mlc.Conflict = (*events)(m)
 	mlc.LogOutput = nil
 	mlc.Logger = log.New(m.diag, "", 0)
-	// Every transport is guarded: see streamGuard.
-	var guard *streamGuard
+	// Every transport is guarded: see streamguard.
+	var guard *streamguard.Guard
 	switch t := cfg.Transport.(type) {
 	case nil:
 		var err error
-		if guard, err = newNetTransport(mlc, m.diag.streamDropped, &m.stats.tcpReceived); err != nil {
+		if guard, err = streamguard.NewNetTransport(mlc, m.diag.streamDropped, &m.stats.tcpReceived); err != nil {
 			return nil, err
 		}
 	case memberlist.NodeAwareTransport:
-		guard = newStreamGuard(t, m.diag.streamDropped, &m.stats.tcpReceived)
+		guard = streamguard.New(t, m.diag.streamDropped, &m.stats.tcpReceived)
 	default:
 		return nil, fmt.Errorf("mesh: transport %T is not a memberlist.NodeAwareTransport", t)
 	}
@@ -295,7 +296,7 @@ func (m *Mesh) configure(mlc *memberlist.Config) (*streamGuard, error) {
 }
 
 // listen starts memberlist on the guarded transport, and discovery once the gossip port is known.
-func (m *Mesh) listen(mlc *memberlist.Config, guard *streamGuard) error {
+func (m *Mesh) listen(mlc *memberlist.Config, guard *streamguard.Guard) error {
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
 		guard.Shutdown()

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/doctor"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
 func TestMembersJoinAndShareState(t *testing.T) {
@@ -280,7 +282,7 @@ func TestAForgedDocumentTakesNoNodesPlace(t *testing.T) {
 	wire := mustEncode(t, forged)
 	msg := append([]byte{msgDoc}, wire...)
 	evil.mu.Lock()
-	evil.docs["a"] = docEntry{doc: forged, wire: wire, hash: docHash(wire), at: time.Now()} // for push/pull
+	evil.docs["a"] = docEntry{doc: forged, wire: wire, hash: statedoc.Hash(wire), at: time.Now()} // for push/pull
 	evil.mu.Unlock()
 	for range 20 { // gossip, and straight to everyone over TCP
 		evil.queue.QueueBroadcast(&broadcast{name: "doc:a", msg: msg})
@@ -371,7 +373,7 @@ func TestAntiEntropyRepairsLostGossip(t *testing.T) {
 	require.Eventually(t, func() bool {
 		for _, m := range []*Mesh{a, b} {
 			if _, ok := findingWith(m.Doctor(context.Background()), "deaf answers over TCP but not over UDP"); ok {
-				return m.GossipStats().ProbesTCPOnly >= udpMinSightings
+				return m.GossipStats().ProbesTCPOnly >= doctor.UDPMinSightings
 			}
 		}
 		return false

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/internal/seal"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
 // Node metadata is what every member needs about a node at a glance, carried in memberlist's
@@ -54,16 +55,8 @@ const (
 	tagFlags      = 12 // uvarint bit set, see flag*
 	tagVersion    = 13 // string: the agent's API version
 	tagSeq        = 14 // uvarint: the node's liveness sequence when it started (see liveNotice)
-	tagDocHash    = 15 // docHashSize bytes: names the node's current state document (doc.go)
+	tagDocHash    = 15 // statedoc.HashSize bytes: names the node's current state document (statedoc.Hash)
 	tagSealKey    = 16 // seal.KeyIDSize bytes: the fingerprint of the node's sealed-channel key
-)
-
-// Figures from other members may be absurd (a bug, or a compromised keyholder): sizes are
-// clamped to maxBytes (8 PiB) and counts to maxCount, so that a console can add up the memory
-// of a hundred hosts, or draw one, without overflowing.
-const (
-	maxBytes = 1 << 53
-	maxCount = 1 << 20
 )
 
 // flagDocGossiped: the state document of this generation is small enough to travel by gossip,
@@ -92,7 +85,7 @@ type nodeMeta struct {
 	// Seq is where this run of the node started its liveness notices: any notice about it
 	// with a lower sequence is from an earlier run (a stale "left").
 	Seq uint64
-	// DocHash names the node's current state document (docHash of its wire form); "" before
+	// DocHash names the node's current state document (statedoc.Hash of its wire form); "" before
 	// the node published one.
 	DocHash string
 	// SealKey is the fingerprint of the key the node's API presents on the sealed channel
@@ -305,7 +298,7 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		case tagChip:
 			m.Chip = api.Printable(string(v))
 		case tagCPUs:
-			m.CPUs = int(min(r.int(), maxCount))
+			m.CPUs = int(min(r.int(), statedoc.MaxCount))
 		case tagMemory:
 			m.Memory.Total, m.Memory.Budget, m.Memory.Committed = r.bytes(), r.bytes(), r.bytes()
 			m.Memory.Reserved, m.Memory.Available = r.bytes(), r.bytes()
@@ -320,7 +313,7 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		case tagRuntimes:
 			m.Present, m.Healthy = r.byte(), r.byte()
 		case tagPlacements:
-			m.Placements, m.Ready = int(min(r.int(), maxCount)), int(min(r.int(), maxCount))
+			m.Placements, m.Ready = int(min(r.int(), statedoc.MaxCount)), int(min(r.int(), statedoc.MaxCount))
 		case tagGen:
 			m.Gen = r.uint()
 		case tagFlags:
@@ -330,7 +323,7 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		case tagSeq:
 			m.Seq = r.uint()
 		case tagDocHash:
-			if len(v) != docHashSize {
+			if len(v) != statedoc.HashSize {
 				return nodeMeta{}, errors.New("node metadata: bad document hash")
 			}
 			m.DocHash = string(v)
@@ -387,8 +380,8 @@ func (r *reader) uint() uint64 {
 	return v
 }
 
-// bytes reads a memory figure, clamped to maxBytes.
-func (r *reader) bytes() int64 { return min(r.int(), maxBytes) }
+// bytes reads a memory figure, clamped to statedoc.MaxBytes.
+func (r *reader) bytes() int64 { return min(r.int(), statedoc.MaxBytes) }
 
 // int reads a count or a size: a non-negative int64.
 func (r *reader) int() int64 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/internal/seal"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
 // worstHost reaches every cap of the metadata: the longest chip, every accelerator kind (and
@@ -47,7 +48,7 @@ func TestMetaWorstCaseFits(t *testing.T) {
 	h, ps := worstHost()
 	worst := metaFromHost(h, ps, math.MaxUint64, true)
 	worst.Seq = math.MaxUint64
-	worst.DocHash = strings.Repeat("h", docHashSize)
+	worst.DocHash = strings.Repeat("h", statedoc.HashSize)
 	worst.SealKey = bytes.Repeat([]byte{0xff}, seal.KeyIDSize)
 	b, err := encodeMeta(worst)
 	require.NoError(t, err)
@@ -56,8 +57,8 @@ func TestMetaWorstCaseFits(t *testing.T) {
 
 	m, err := decodeMeta(b)
 	require.NoError(t, err)
-	clamped := api.Memory{Total: maxBytes, Available: maxBytes, Budget: maxBytes, Committed: maxBytes, Reserved: maxBytes}
-	require.Equal(t, clamped, m.Memory, "figures past maxBytes are clamped")
+	clamped := api.Memory{Total: statedoc.MaxBytes, Available: statedoc.MaxBytes, Budget: statedoc.MaxBytes, Committed: statedoc.MaxBytes, Reserved: statedoc.MaxBytes}
+	require.Equal(t, clamped, m.Memory, "figures past statedoc.MaxBytes are clamped")
 	require.Len(t, m.Accels, maxMetaAccels)
 	require.Equal(t, h.APIAddr, m.APIAddr)
 	require.Equal(t, uint64(math.MaxUint64), m.Gen)
@@ -164,9 +165,9 @@ func FuzzDecodeMeta(f *testing.F) {
 			require.Equal(t, api.Printable(str), str)
 		}
 		for _, v := range []int64{m.Memory.Total, m.Memory.Budget, m.Memory.Committed, m.Memory.Reserved, m.Memory.Available} {
-			require.True(t, v >= 0 && v <= maxBytes, v)
+			require.True(t, v >= 0 && v <= statedoc.MaxBytes, v)
 		}
-		require.True(t, m.CPUs <= maxCount && m.Placements <= maxCount && m.Ready <= maxCount)
+		require.True(t, m.CPUs <= statedoc.MaxCount && m.Placements <= statedoc.MaxCount && m.Ready <= statedoc.MaxCount)
 		again, err := encodeMeta(m)
 		if err != nil {
 			return // e.g. an API address longer than this build sends

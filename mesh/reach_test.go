@@ -226,23 +226,6 @@ func TestAdvertisedAddressOfAnotherAgentIsUnreachable(t *testing.T) {
 	require.Contains(t, f.Fix, "--advertise")
 }
 
-func TestLoopbackAdvertisementIsAFinding(t *testing.T) {
-	problem, fix := advertProblem("127.0.0.1:7777", "192.168.1.20:7946")
-	require.Contains(t, problem, "advertises its API at 127.0.0.1:7777, which no other host can reach")
-	require.Equal(t, "restart it with --advertise 192.168.1.20:7777 (the address peers gossip with)", fix)
-	problem, _ = advertProblem("0.0.0.0:7777", "10.0.0.5:7946")
-	require.NotEmpty(t, problem)
-	problem, _ = advertProblem("localhost:7777", "10.0.0.5:7946")
-	require.NotEmpty(t, problem)
-	for _, ok := range [][2]string{
-		{"192.168.1.20:7777", "192.168.1.20:7946"}, // a real address
-		{"127.0.0.1:7777", "127.0.0.1:7946"},       // a mesh on one machine
-	} {
-		problem, _ = advertProblem(ok[0], ok[1])
-		require.Empty(t, problem, ok)
-	}
-}
-
 // A member alone stops its housekeeping rounds (nothing is due), and the first other member
 // to join wakes them: its API address is dialed back within a round, not after the wait
 // (saveEvery, 30 s on the LAN profile, where a lone member's rounds would otherwise stop).

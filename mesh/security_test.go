@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/streamguard"
 )
 
 func findingWith(r api.DoctorReport, problem string) (api.Finding, bool) {
@@ -161,7 +162,7 @@ func TestGossipDoesNotNameTheMesh(t *testing.T) {
 	}
 	require.NotContains(t, string(b), id, "the mesh id goes out in clear")
 	label := api.GossipLabel(id, testSecret)
-	require.Equal(t, append([]byte{mlHasLabelMsg, byte(len(label))}, label...), b[:2+len(label)])
+	require.Equal(t, append([]byte{streamguard.HasLabelMsg, byte(len(label))}, label...), b[:2+len(label)])
 	require.NotEqual(t, label, api.GossipLabel(id, make([]byte, api.SecretSize)), "another secret, another label")
 	require.NotEqual(t, label, api.GossipLabel("other", testSecret), "another mesh id, another label")
 }

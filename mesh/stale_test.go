@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/statedoc"
 )
 
 // TestNeverReadyFromAnOlderDocument: a node whose placements went down names a new document in
@@ -34,8 +35,8 @@ func TestNeverReadyFromAnOlderDocument(t *testing.T) {
 		require.Len(t, m.Placements, 2)
 		return m.Placements
 	}
-	setMeta(docHash(old), 2)
-	d, err := decodeDoc(old)
+	setMeta(statedoc.Hash(old), 2)
+	d, err := statedoc.Decode(old)
 	require.NoError(t, err)
 	x.acceptDoc(d, old)
 	for _, p := range placements() {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/mesh/streamguard"
 )
 
 // liveHeap is the heap still in use after two full collections: what is allocated while a
@@ -53,8 +54,8 @@ func TestGossipStreamsCannotBalloonMemory(t *testing.T) {
 		hold.Add(1)
 		go func() {
 			defer hold.Done()
-			hdr := append([]byte{mlHasLabelMsg, byte(len(label))}, label...)
-			hdr = append(hdr, mlEncryptMsg)
+			hdr := append([]byte{streamguard.HasLabelMsg, byte(len(label))}, label...)
+			hdr = append(hdr, streamguard.EncryptMsg)
 			hdr = binary.BigEndian.AppendUint32(hdr, uint32(claim))
 			_, err := c.Write(hdr)
 			for left := claim - 1; err == nil && left > 0; left -= len(junk) {

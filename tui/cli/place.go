@@ -62,47 +62,12 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 	}
 	c.RunE = a.run(func(cmd *cobra.Command, _ []string) error {
 		return a.withSession(cmd, wait, needAgents, func(ctx context.Context, s *session) error {
-			// Placing what already runs is placing once: a script may run this twice.
-			var err error
-			p, existed := s.conn.Existing(ctx, req, host)
-			if !existed && sf.split {
-				if host, err = a.splitMain(ctx, s.conn, &req, sf, host); err != nil {
-					return err
-				}
-			}
-			if !existed {
-				if host == "" {
-					if host, err = a.chooseHost(ctx, s.conn, req, rf.spread, auto); err != nil {
-						return err
-					}
-				}
-				if req.MemoryCheck == api.MemoryCheckWarn {
-					fmt.Fprintf(a.stderr, "warning: --load-anyway: %s admits it even if its size cannot be known or it does not fit\n", host)
-				}
-				if p, existed, err = s.conn.PlaceOnce(ctx, host, req); err != nil {
-					return err
-				}
-			}
-			if existed {
-				fmt.Fprintf(a.stderr, "already placed: %s on %s as %s (%s), nothing new placed\n", p.Model, p.Host, p.ID, p.State)
-			} else {
-				fmt.Fprintf(a.stderr, "placed %s on %s as %s (%s)\n", p.Model, p.Host, p.ID, p.State)
+			p, err := a.placeOnce(ctx, s.conn, req, host, placeChoice{auto: auto, spread: rf.spread, split: sf})
+			if err != nil {
+				return err
 			}
 			if wait {
-				pr := progress{w: a, state: p.State, started: true} // the line above said the first state
-				final, werr := s.conn.Wait(ctx, p, func(pl api.Placement, err error) error {
-					if err == nil {
-						pr.show(pl)
-					}
-					return err // a look that fails ends a script's wait: nobody is there to give up
-				})
-				if final.ID != "" {
-					p = final
-				}
-				if werr != nil && ctx.Err() != nil {
-					fmt.Fprintf(a.stderr, "stopped waiting: %s continues on %s; `llmkube-tui mesh delete %s` stops it\n", p.ID, p.Host, p.ID)
-				}
-				err = werr
+				p, err = a.follow(ctx, s.conn, p)
 			}
 			if a.g.json {
 				if werr := a.writeDoc(PlacementDoc{Schema: Schema, Placement: &p, Error: a.errorOf(err)}); werr != nil {
@@ -115,6 +80,71 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 		})
 	})
 	return c
+}
+
+// placeChoice is how `mesh place` picks a host when --host does not name one.
+type placeChoice struct {
+	auto, spread bool
+	split        splitFlags
+}
+
+// placeOnce places req on host (or the host how picks), and says on stderr what it did. Placing
+// what already runs is placing once, so that a script may run it twice: that placement is
+// returned, and nothing new is placed.
+func (a *app) placeOnce(ctx context.Context, conn *console.Conn, req api.PlacementRequest, host string, how placeChoice) (api.Placement, error) {
+	p, existed := conn.Existing(ctx, req, host)
+	if !existed {
+		var err error
+		if host, err = a.pickHost(ctx, conn, &req, host, how); err != nil {
+			return p, err
+		}
+		if req.MemoryCheck == api.MemoryCheckWarn {
+			fmt.Fprintf(a.stderr, "warning: --load-anyway: %s admits it even if its size cannot be known or it does not fit\n", host)
+		}
+		if p, existed, err = conn.PlaceOnce(ctx, host, req); err != nil {
+			return p, err
+		}
+	}
+	if existed {
+		fmt.Fprintf(a.stderr, "already placed: %s on %s as %s (%s), nothing new placed\n", p.Model, p.Host, p.ID, p.State)
+	} else {
+		fmt.Fprintf(a.stderr, "placed %s on %s as %s (%s)\n", p.Model, p.Host, p.ID, p.State)
+	}
+	return p, nil
+}
+
+// pickHost is the host to place req on: host when given (a split's main host), or the one
+// chooseHost picks. A split plans its hosts into req.
+func (a *app) pickHost(ctx context.Context, conn *console.Conn, req *api.PlacementRequest, host string, how placeChoice) (string, error) {
+	var err error
+	if how.split.split {
+		if host, err = a.splitMain(ctx, conn, req, how.split, host); err != nil {
+			return "", err
+		}
+	}
+	if host == "" {
+		return a.chooseHost(ctx, conn, *req, how.spread, how.auto)
+	}
+	return host, nil
+}
+
+// follow waits for p to be ready or failed, its progress on stderr, and returns it as it ended
+// (as it was last seen, when the wait itself ended).
+func (a *app) follow(ctx context.Context, conn *console.Conn, p api.Placement) (api.Placement, error) {
+	pr := progress{w: a, state: p.State, started: true} // the line placeOnce wrote said the first state
+	final, err := conn.Wait(ctx, p, func(pl api.Placement, err error) error {
+		if err == nil {
+			pr.show(pl)
+		}
+		return err // a look that fails ends a script's wait: nobody is there to give up
+	})
+	if final.ID != "" {
+		p = final
+	}
+	if err != nil && ctx.Err() != nil {
+		fmt.Fprintf(a.stderr, "stopped waiting: %s continues on %s; `llmkube-tui mesh delete %s` stops it\n", p.ID, p.Host, p.ID)
+	}
+	return p, err
 }
 
 // chooseHost picks the host when --host is not given: the best of the ranking with --auto;

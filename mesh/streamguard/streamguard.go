@@ -1,4 +1,8 @@
-package mesh
+// Package streamguard sits between memberlist and its transport and vets every incoming gossip
+// stream before memberlist buffers it: how many streams are open, how large a message each
+// claims, and how many unauthenticated bytes are in flight. It also counts the bytes received
+// on gossip streams.
+package streamguard
 
 import (
 	"bufio"
@@ -40,26 +44,30 @@ const (
 	streamPrefixWait = 2 * time.Second
 )
 
-// memberlist's wire constants the guard reads (net.go, label.go of v0.7.0).
+// memberlist's wire constants the guard reads (net.go, label.go of v0.7.0): the first byte of
+// an encrypted message, and of a label header.
 const (
-	mlEncryptMsg  = 10
-	mlHasLabelMsg = 244
+	EncryptMsg  = 10
+	HasLabelMsg = 244
 )
 
-// streamGuard wraps a memberlist transport and vets incoming streams (see above).
-type streamGuard struct {
+// Guard wraps a memberlist transport and vets incoming streams (see above).
+type Guard struct {
 	memberlist.NodeAwareTransport
 	streams chan net.Conn
 	budget  *semaphore.Weighted
 	open    atomic.Int32
 	stop    chan struct{}
 	once    sync.Once
-	onDrop  func(from net.Addr, why string) // counts and logs a refused stream (diagnostics.streamDropped)
+	onDrop  func(from net.Addr, why string) // counts and logs a refused stream
 	read    *atomic.Uint64                  // bytes received on gossip streams, both ways opened
 }
 
-func newStreamGuard(t memberlist.NodeAwareTransport, onDrop func(net.Addr, string), read *atomic.Uint64) *streamGuard {
-	g := &streamGuard{
+// New guards t. onDrop hears of every stream the guard refuses, with why; read counts the bytes
+// received on gossip streams, both those t accepted and those memberlist dialled through the
+// guard.
+func New(t memberlist.NodeAwareTransport, onDrop func(net.Addr, string), read *atomic.Uint64) *Guard {
+	g := &Guard{
 		NodeAwareTransport: t, streams: make(chan net.Conn), budget: semaphore.NewWeighted(streamBudget),
 		stop: make(chan struct{}), onDrop: onDrop, read: read,
 	}
@@ -67,10 +75,10 @@ func newStreamGuard(t memberlist.NodeAwareTransport, onDrop func(net.Addr, strin
 	return g
 }
 
-// newNetTransport makes the UDP and TCP sockets as memberlist.Create would (including its
+// NewNetTransport makes the UDP and TCP sockets as memberlist.Create would (including its
 // retries while a dynamic port is taken on one protocol), guarded. It sets the bound port in
 // c when c asked for any free one. The sockets report their metrics with c's labels.
-func newNetTransport(c *memberlist.Config, onDrop func(net.Addr, string), read *atomic.Uint64) (*streamGuard, error) {
+func NewNetTransport(c *memberlist.Config, onDrop func(net.Addr, string), read *atomic.Uint64) (*Guard, error) {
 	nc := &memberlist.NetTransportConfig{BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger, MetricLabels: c.MetricLabels}
 	tries := 1
 	if c.BindPort == 0 {
@@ -92,14 +100,14 @@ func newNetTransport(c *memberlist.Config, onDrop func(net.Addr, string), read *
 			c.AdvertisePort = c.BindPort
 		}
 	}
-	return newStreamGuard(nt, onDrop, read), nil
+	return New(nt, onDrop, read), nil
 }
 
-func (g *streamGuard) StreamCh() <-chan net.Conn { return g.streams }
+func (g *Guard) StreamCh() <-chan net.Conn { return g.streams }
 
 // DialAddressTimeout opens a stream as the transport does, counting what memberlist reads back
 // on it (the other side of a push/pull, an ack over TCP).
-func (g *streamGuard) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+func (g *Guard) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	c, err := g.NodeAwareTransport.DialAddressTimeout(a, timeout)
 	if err != nil {
 		return nil, err
@@ -110,13 +118,13 @@ func (g *streamGuard) DialAddressTimeout(a memberlist.Address, timeout time.Dura
 // Shutdown stops the transport first and only then the guard: the transport's listener
 // blocks handing over a connection it accepted until someone takes it, and its Shutdown waits
 // for the listener, so the guard must keep taking connections until then.
-func (g *streamGuard) Shutdown() error {
+func (g *Guard) Shutdown() error {
 	err := g.NodeAwareTransport.Shutdown()
 	g.once.Do(func() { close(g.stop) })
 	return err
 }
 
-func (g *streamGuard) accept() {
+func (g *Guard) accept() {
 	in := g.NodeAwareTransport.StreamCh()
 	for {
 		select {
@@ -134,7 +142,7 @@ func (g *streamGuard) accept() {
 }
 
 // vet reads a stream's prefix and hands it on, or drops it.
-func (g *streamGuard) vet(c net.Conn) {
+func (g *Guard) vet(c net.Conn) {
 	release := func() { g.open.Add(-1) }
 	_ = c.SetReadDeadline(time.Now().Add(streamPrefixWait))
 	in := &countingReader{r: c, n: g.read}
@@ -179,7 +187,7 @@ func claimedSize(br *bufio.Reader) (int64, error) {
 	if err != nil {
 		return 0, prefixErr(err)
 	}
-	if b[0] == mlHasLabelMsg {
+	if b[0] == HasLabelMsg {
 		if b, err = br.Peek(2); err != nil {
 			return 0, prefixErr(err)
 		}
@@ -188,7 +196,7 @@ func claimedSize(br *bufio.Reader) (int64, error) {
 	if b, err = br.Peek(off + 1); err != nil {
 		return 0, prefixErr(err)
 	}
-	if b[off] != mlEncryptMsg {
+	if b[off] != EncryptMsg {
 		return 0, nil
 	}
 	if b, err = br.Peek(off + 5); err != nil {
@@ -212,7 +220,7 @@ func bytesOf(br *bufio.Reader) io.Reader {
 }
 
 // drop closes a stream the guard refused, and reports it to be counted with the other junk.
-func (g *streamGuard) drop(c net.Conn, why string) {
+func (g *Guard) drop(c net.Conn, why string) {
 	g.onDrop(c.RemoteAddr(), why)
 	c.Close()
 }
