@@ -29,7 +29,7 @@ type member struct {
 	quietUntil time.Time
 	quiet      bool
 	rtt        rttPeak       // its acks' round trips lately, for the grace
-	srtt       time.Duration // its acks' smoothed round trip (as TCP's SRTT), for split plans
+	linkRTT    rttFloor      // its acks' lowest round trip lately, for split plans
 	updated    time.Time     // of the last change of anything shown
 	liveSeq    uint64        // highest liveness notice seen for this node
 	leaving    bool          // it announced a graceful leave
@@ -542,11 +542,28 @@ func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
 	return ok && nb.Name() == b.name
 }
 
-// smoothRTT folds a probe's round trip into a member's smoothed one, as TCP does (RFC 6298:
-// 7/8 of the old and 1/8 of the new); the first sample stands alone.
-func smoothRTT(srtt, rtt time.Duration) time.Duration {
-	if srtt == 0 {
-		return rtt
+// rttFloor keeps a member's last probe round trips; the lowest is the link's own delay. A busy
+// host acks a probe late, which only adds to it: a split plan asks how far the link is (its
+// RTT bound leaves a host out), and one late ack must not move a host away for the many probes
+// a smoothed mean takes to forget it (a loaded 2-core test machine acked loopback probes in
+// 50 ms and more).
+type rttFloor struct {
+	last [8]time.Duration
+	n    int
+}
+
+func (f *rttFloor) add(rtt time.Duration) {
+	f.last[f.n%len(f.last)] = rtt
+	f.n++
+}
+
+// value is the lowest of the round trips kept, 0 before the first.
+func (f *rttFloor) value() time.Duration {
+	var low time.Duration
+	for _, d := range f.last[:min(f.n, len(f.last))] {
+		if low == 0 || d < low {
+			low = d
+		}
 	}
-	return srtt - srtt/8 + rtt/8
+	return low
 }

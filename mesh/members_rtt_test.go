@@ -5,13 +5,20 @@ import (
 	"time"
 )
 
-func TestSmoothRTT(t *testing.T) {
-	s := smoothRTT(0, 8*time.Millisecond)
-	if s != 8*time.Millisecond {
-		t.Fatalf("the first sample stands alone: %v", s)
+func TestRTTFloor(t *testing.T) {
+	var f rttFloor
+	if f.value() != 0 {
+		t.Fatalf("no ack yet: %v", f.value())
 	}
-	s = smoothRTT(s, 16*time.Millisecond)
-	if s != 9*time.Millisecond {
-		t.Fatalf("7/8 of the old and 1/8 of the new: %v, want 9ms", s)
+	f.add(8 * time.Millisecond)
+	f.add(300 * time.Millisecond) // a busy host's late ack
+	if f.value() != 8*time.Millisecond {
+		t.Fatalf("a late ack does not move the link: %v, want 8ms", f.value())
+	}
+	for range 8 {
+		f.add(20 * time.Millisecond)
+	}
+	if f.value() != 20*time.Millisecond {
+		t.Fatalf("the last 8 acks count, not older ones: %v, want 20ms", f.value())
 	}
 }

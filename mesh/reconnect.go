@@ -173,7 +173,7 @@ func (p *pings) NotifyPingComplete(n *memberlist.Node, rtt time.Duration, _ []by
 	m.mu.Lock()
 	if mb := m.members[n.Name]; mb != nil {
 		mb.rtt.add(rtt, now) // for the suspicion grace (members.go)
-		mb.srtt = smoothRTT(mb.srtt, rtt)
+		mb.linkRTT.add(rtt)
 	}
 	m.mu.Unlock()
 	m.diag.acked(n.Addr.String(), now)

@@ -220,7 +220,7 @@ func (m *Mesh) memberLocked(mb *member, alone bool) (api.Member, bool) {
 		reasons = append(reasons, "API address "+mb.meta.APIAddr+" not checked yet")
 	}
 	out := api.Member{Name: mb.name, Role: mb.meta.Role, Addr: mb.addr, Liveness: live, Reason: strings.Join(reasons, "; "), Updated: mb.updated,
-		SealKey: hex.EncodeToString(mb.meta.SealKey), RTTMillis: float64(mb.srtt) / float64(time.Millisecond)}
+		SealKey: hex.EncodeToString(mb.meta.SealKey), RTTMillis: float64(mb.linkRTT.value()) / float64(time.Millisecond)}
 	if mb.isAgent() {
 		out.Host, out.Placements = m.hostLocked(mb, live)
 	}

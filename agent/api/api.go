@@ -475,8 +475,9 @@ type Member struct {
 	// SealKey is the hex fingerprint of the key the member's API presents on the sealed
 	// channel, as it gossips it; "" when it gossips none. A client dialling it checks the key.
 	SealKey string `json:"seal_key,omitempty"`
-	// RTTMillis is the smoothed round trip of the viewing member's gossip probes to this one,
-	// in milliseconds; 0 when not measured (itself, a console, no ack yet).
+	// RTTMillis is the lowest round trip of the viewing member's last gossip probes to this
+	// one (the link's own delay, not a busy host's late acks), in milliseconds; 0 when not
+	// measured (itself, a console, no ack yet).
 	RTTMillis float64 `json:"rtt_ms,omitempty"`
 }
 

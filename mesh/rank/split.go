@@ -34,10 +34,10 @@ type SplitRequest struct {
 const (
 	// DefaultMaxRTT: llama.cpp RPC makes a few round trips per device per token, so a link
 	// far slower than a LAN's costs more than the split gains. The round trip measured is the
-	// gossip probe's, which holds the peer's scheduling too: on a busy host it reaches tens of
-	// milliseconds even on loopback (measured: 12.6 ms smoothed, two cores under the race
-	// detector). The bound leaves out only what would make a split crawl; the speed estimate
-	// shows the cost of the rest.
+	// gossip probe's, which holds the peer's scheduling too: on a busy host one reaches tens of
+	// milliseconds even on loopback (a smoothed mean once read 51 ms on two loaded cores under
+	// the race detector), so the view gives the lowest of the last probes. The bound leaves out
+	// only what would make a split crawl; the speed estimate shows the cost of the rest.
 	DefaultMaxRTT = 50 * time.Millisecond
 	// DefaultHeadroom of each member's free budget is left free.
 	DefaultHeadroom = 0.1
