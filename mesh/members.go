@@ -28,11 +28,11 @@ type member struct {
 	// yet. The housekeeper ends the quiet, having made up for any time this process stalled.
 	quietUntil time.Time
 	quiet      bool
-	rtt        rttPeak       // its acks' round trips lately, for the grace
-	linkRTT    rttFloor      // its acks' lowest round trip lately, for split plans
-	updated    time.Time     // of the last change of anything shown
-	liveSeq    uint64        // highest liveness notice seen for this node
-	leaving    bool          // it announced a graceful leave
+	rtt        rttPeak   // its acks' round trips lately, for the grace
+	linkRTT    rttFloor  // its acks' lowest round trip lately, for split plans
+	updated    time.Time // of the last change of anything shown
+	liveSeq    uint64    // highest liveness notice seen for this node
+	leaving    bool      // it announced a graceful leave
 
 	reach reachState
 
