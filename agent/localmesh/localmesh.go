@@ -289,103 +289,9 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		guard.RetryBackoff = 20 * time.Millisecond
 	}
 	sizer := &sizing.Sizer{Guard: guard, Log: log.With("part", "sizing")}
-	var drivers []engines.Driver
-	var ollamaReal *ollama.Driver
-	for _, r := range spec.Runtimes {
-		switch r {
-		case api.RuntimeHailoOllama:
-			cfg := hailosim.DefaultConfig()
-			if opts.Fast {
-				cfg = hailosim.FastConfig("")
-			}
-			cfg.DataDir = filepath.Join(dir, "hailo-ollama")
-			srv, err := hailosim.Start(ctx, cfg, log.With("part", "hailo-sim"))
-			if err != nil {
-				return nil, err
-			}
-			m.closers = append(m.closers, srv.Close)
-			h.Hailo = srv
-			sizer.HailoManifestsDir = filepath.Join(cfg.DataDir, "models", "manifests")
-			sizer.HailoLibraryURL = srv.LibraryURL()
-			d, err := hailo.New(hailo.Config{URL: srv.URL()}, log.With("part", "engine"))
-			if err != nil {
-				return nil, err
-			}
-			drivers = append(drivers, d)
-		case api.RuntimeOllama:
-			if spec.Ollama != "" {
-				sizer.OllamaRegistry, sizer.OllamaDaemon = spec.OllamaRegistry, spec.Ollama
-				d, err := ollama.New(ollama.Config{URL: spec.Ollama}, log.With("part", "engine"))
-				if err != nil {
-					return nil, err
-				}
-				drivers = append(drivers, d)
-				ollamaReal = d
-				break
-			}
-			cfg := ollamasim.DefaultConfig()
-			// The daemon's blobs on disk, as Ollama keeps them: a model sizes from its blob's
-			// header once pulled, as it did from the registry before.
-			cfg.ModelsDir = filepath.Join(dir, "ollama")
-			if !opts.Fast {
-				cfg.PullBytesPerSec = 400 << 20
-				cfg.LoadDelay = 1500 * time.Millisecond
-				cfg.TokensPerSec = 30
-				cfg.TTFT = 150 * time.Millisecond
-			}
-			srv, err := ollamasim.Start(ctx, cfg, log.With("part", "ollama-sim"))
-			if err != nil {
-				return nil, err
-			}
-			m.closers = append(m.closers, srv.Close)
-			h.Ollama = srv
-			sizer.OllamaRegistry = srv.RegistryURL()
-			sizer.OllamaDaemon = srv.URL()
-			d, err := ollama.New(ollama.Config{URL: srv.URL()}, log.With("part", "engine"))
-			if err != nil {
-				return nil, err
-			}
-			drivers = append(drivers, d)
-		case api.RuntimeLlamaServer:
-			if opts.LlamaServer == "" {
-				return nil, errors.New("runs llama-server, but Options.LlamaServer names no program")
-			}
-			h.Models = filepath.Join(dir, "gguf")
-			if err := writeModels(h.Models, append(gguf.Presets(), opts.Models...)); err != nil {
-				return nil, err
-			}
-			env := []string{"LLAMA_SIM_LOAD_DELAY=1s", "LLAMA_SIM_TOKENS_PER_SEC=40", "LLAMA_SIM_TTFT=120ms"}
-			if opts.Fast {
-				env = []string{"LLAMA_SIM_LOAD_DELAY=0s", "LLAMA_SIM_TOKENS_PER_SEC=0", "LLAMA_SIM_TTFT=0s"}
-			}
-			d, err := llamaserver.New(llamaserver.Config{
-				Binary:    opts.LlamaServer,
-				ModelsDir: filepath.Join(dir, "models"),
-				LogDir:    filepath.Join(dir, "state", "logs"),
-				GGUFDirs:  []string{h.Models, filepath.Join(dir, "models")},
-				Env:       env,
-				Download:  guard,
-			}, log.With("part", "engine"))
-			if err != nil {
-				return nil, err
-			}
-			drivers = append(drivers, d)
-			if opts.RPCServer != "" && !spec.runs(api.RuntimeRPCServer) {
-				rd, err := rpcDriver(dir, opts, log)
-				if err != nil {
-					return nil, err
-				}
-				drivers = append(drivers, rd)
-			}
-		case api.RuntimeRPCServer:
-			rd, err := rpcDriver(dir, opts, log)
-			if err != nil {
-				return nil, err
-			}
-			drivers = append(drivers, rd)
-		default:
-			return nil, fmt.Errorf("unknown runtime %q", r)
-		}
+	drivers, ollamaReal, err := m.startEngines(ctx, spec, opts, dir, h, sizer, guard, log)
+	if err != nil {
+		return nil, err
 	}
 
 	sd, err := state.Open(filepath.Join(dir, "state"))
@@ -447,6 +353,131 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 	h.Node = n
 	h.URL = "http://" + ln.Addr().String() // the agent itself, not what it announces
 	return h, nil
+}
+
+// startEngines starts the simulated engines a host runs and makes a driver for each of its
+// runtimes, telling sizer where each sizes its models from. ollamaReal is the driver of a real
+// Ollama daemon (HostSpec.Ollama), nil without one: the agent mirrors its models to the peers.
+func (m *Mesh) startEngines(ctx context.Context, spec HostSpec, opts Options, dir string, h *Host, sizer *sizing.Sizer, guard download.Options, log *slog.Logger) (drivers []engines.Driver, ollamaReal *ollama.Driver, err error) {
+	for _, r := range spec.Runtimes {
+		switch r {
+		case api.RuntimeHailoOllama:
+			d, err := m.startHailoSim(ctx, opts, dir, h, sizer, log)
+			if err != nil {
+				return nil, nil, err
+			}
+			drivers = append(drivers, d)
+		case api.RuntimeOllama:
+			if spec.Ollama != "" {
+				sizer.OllamaRegistry, sizer.OllamaDaemon = spec.OllamaRegistry, spec.Ollama
+				d, err := ollama.New(ollama.Config{URL: spec.Ollama}, log.With("part", "engine"))
+				if err != nil {
+					return nil, nil, err
+				}
+				drivers = append(drivers, d)
+				ollamaReal = d
+				break
+			}
+			d, err := m.startOllamaSim(ctx, opts, dir, h, sizer, log)
+			if err != nil {
+				return nil, nil, err
+			}
+			drivers = append(drivers, d)
+		case api.RuntimeLlamaServer:
+			ds, err := llamaServerDrivers(spec, opts, dir, h, guard, log)
+			if err != nil {
+				return nil, nil, err
+			}
+			drivers = append(drivers, ds...)
+		case api.RuntimeRPCServer:
+			rd, err := rpcDriver(dir, opts, log)
+			if err != nil {
+				return nil, nil, err
+			}
+			drivers = append(drivers, rd)
+		default:
+			return nil, nil, fmt.Errorf("unknown runtime %q", r)
+		}
+	}
+	return drivers, ollamaReal, nil
+}
+
+// startHailoSim starts a host's hailo-ollama simulator, closed with the mesh, and its driver.
+func (m *Mesh) startHailoSim(ctx context.Context, opts Options, dir string, h *Host, sizer *sizing.Sizer, log *slog.Logger) (*hailo.Driver, error) {
+	cfg := hailosim.DefaultConfig()
+	if opts.Fast {
+		cfg = hailosim.FastConfig("")
+	}
+	cfg.DataDir = filepath.Join(dir, "hailo-ollama")
+	srv, err := hailosim.Start(ctx, cfg, log.With("part", "hailo-sim"))
+	if err != nil {
+		return nil, err
+	}
+	m.closers = append(m.closers, srv.Close)
+	h.Hailo = srv
+	sizer.HailoManifestsDir = filepath.Join(cfg.DataDir, "models", "manifests")
+	sizer.HailoLibraryURL = srv.LibraryURL()
+	return hailo.New(hailo.Config{URL: srv.URL()}, log.With("part", "engine"))
+}
+
+// startOllamaSim starts a host's Ollama simulator, closed with the mesh, and its driver.
+func (m *Mesh) startOllamaSim(ctx context.Context, opts Options, dir string, h *Host, sizer *sizing.Sizer, log *slog.Logger) (*ollama.Driver, error) {
+	cfg := ollamasim.DefaultConfig()
+	// The daemon's blobs on disk, as Ollama keeps them: a model sizes from its blob's
+	// header once pulled, as it did from the registry before.
+	cfg.ModelsDir = filepath.Join(dir, "ollama")
+	if !opts.Fast {
+		cfg.PullBytesPerSec = 400 << 20
+		cfg.LoadDelay = 1500 * time.Millisecond
+		cfg.TokensPerSec = 30
+		cfg.TTFT = 150 * time.Millisecond
+	}
+	srv, err := ollamasim.Start(ctx, cfg, log.With("part", "ollama-sim"))
+	if err != nil {
+		return nil, err
+	}
+	m.closers = append(m.closers, srv.Close)
+	h.Ollama = srv
+	sizer.OllamaRegistry = srv.RegistryURL()
+	sizer.OllamaDaemon = srv.URL()
+	return ollama.New(ollama.Config{URL: srv.URL()}, log.With("part", "engine"))
+}
+
+// llamaServerDrivers writes a llama-server host's GGUF files and makes its driver, with a
+// ggml-rpc-server driver beside it when Options.RPCServer is set and the host does not run
+// rpc-server on its own (that runtime brings its driver itself).
+func llamaServerDrivers(spec HostSpec, opts Options, dir string, h *Host, guard download.Options, log *slog.Logger) ([]engines.Driver, error) {
+	if opts.LlamaServer == "" {
+		return nil, errors.New("runs llama-server, but Options.LlamaServer names no program")
+	}
+	h.Models = filepath.Join(dir, "gguf")
+	if err := writeModels(h.Models, append(gguf.Presets(), opts.Models...)); err != nil {
+		return nil, err
+	}
+	env := []string{"LLAMA_SIM_LOAD_DELAY=1s", "LLAMA_SIM_TOKENS_PER_SEC=40", "LLAMA_SIM_TTFT=120ms"}
+	if opts.Fast {
+		env = []string{"LLAMA_SIM_LOAD_DELAY=0s", "LLAMA_SIM_TOKENS_PER_SEC=0", "LLAMA_SIM_TTFT=0s"}
+	}
+	d, err := llamaserver.New(llamaserver.Config{
+		Binary:    opts.LlamaServer,
+		ModelsDir: filepath.Join(dir, "models"),
+		LogDir:    filepath.Join(dir, "state", "logs"),
+		GGUFDirs:  []string{h.Models, filepath.Join(dir, "models")},
+		Env:       env,
+		Download:  guard,
+	}, log.With("part", "engine"))
+	if err != nil {
+		return nil, err
+	}
+	drivers := []engines.Driver{d}
+	if opts.RPCServer != "" && !spec.runs(api.RuntimeRPCServer) {
+		rd, err := rpcDriver(dir, opts, log)
+		if err != nil {
+			return nil, err
+		}
+		drivers = append(drivers, rd)
+	}
+	return drivers, nil
 }
 
 // rpcDriver is a host's ggml-rpc-server driver: Options.RPCServer, for its shares of splits.
