@@ -33,7 +33,8 @@ const speedRounds = 12
 // lines, the rpc-servers dialled directly) and one host running the whole model (the same
 // llama-server without --rpc). The three answer in turn, round after round, the order rotating,
 // so a load that comes and goes on a shared machine falls on each alike. It fails only when a
-// run does not answer: the figures are for `make bench-split` and BENCHMARKS.md.
+// run cannot be set up or does not answer: the figures are for `make bench-split` and
+// BENCHMARKS.md, held to no target here.
 func TestLANSplitSpeed(t *testing.T) {
 	skipUnlessLAN(t)
 	llama := enginetest.LlamaServer(t)
@@ -82,7 +83,7 @@ func TestLANSplitSpeed(t *testing.T) {
 	}
 
 	var split, bare, one string // each run's llama-server, as sa reaches it
-	var shares []string
+	var holders []string        // the members holding layers, in the plan's order
 	if !rep.step(t, "place the split from the laptop", func(t *testing.T, note func(string, ...any)) {
 		p := placeSplit(ctx, t, e, model, "user", "--hosts", "sa,sb", "--host", "sa")
 		for _, m := range p.Split.Members {
@@ -94,7 +95,7 @@ func TestLANSplitSpeed(t *testing.T) {
 		split = p.Engine
 		for _, m := range p.Split.Members {
 			if m.Layers > 0 {
-				shares = append(shares, m.Host)
+				holders = append(holders, m.Host)
 			}
 		}
 	}) {
@@ -111,7 +112,7 @@ func TestLANSplitSpeed(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ends []string
-		for _, name := range shares {
+		for _, name := range holders {
 			h := map[string]*agentHost{"sa": sa, "sb": sb}[name]
 			args, err := cmdline(h.NS, "ggml-rpc-server")
 			if err != nil {
