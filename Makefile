@@ -18,7 +18,7 @@ VPKG    := github.com/llmkube/mesh/version
 STAMP   := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).Date=$(DATE)
 LDFLAGS ?= -s -w
 
-.PHONY: all build test e2e demo bench bench-compare lint release release-check clean
+.PHONY: all build test e2e demo bench bench-split bench-compare lint release release-check clean
 
 all: build
 
@@ -54,6 +54,16 @@ demo:
 # Benchmarks; figures are recorded by hand in BENCHMARKS.md with the date, machine and method.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+	@$(MAKE) --no-print-directory bench-split
+
+# A model split across two hosts of a LAN of namespaces: tokens/s and first token through the
+# sealed channel, beside bare llama.cpp RPC and one host running the whole model (issue 43,
+# BENCHMARKS.md), ~90 s. Needs root and the real llama-server and ggml-rpc-server
+# (../shared/engines or LLMKUBE_LLAMA_SERVER); without them the test skips and says why. The
+# report ends with the table, also written to $(E2E_REPORT).split-speed.
+bench-split:
+	@mkdir -p $(dir $(E2E_REPORT))
+	LLMKUBE_E2E=1 LLMKUBE_E2E_REPORT=$(E2E_REPORT) $(GO) test -count=1 -timeout 10m -v -run '^TestLANSplitSpeed$$' ./e2e/
 
 # What one and two agents add to a chat beside the engine reached directly, engines paced at 200
 # tokens/s, against issue 41's targets (per token, first token, 64 concurrent streams), then the

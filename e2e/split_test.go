@@ -3,10 +3,8 @@ package e2e
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,47 +49,8 @@ func TestLANSplit(t *testing.T) {
 
 	var hosts []*agentHost
 	rep.step(t, "start three agents with the real llama-server and ggml-rpc-server", func(t *testing.T, note func(string, ...any)) {
-		var nets []*netHost
-		for _, n := range []string{"sa", "sb", "sc"} {
-			nets = append(nets, e.lab.addHost(n, true))
-		}
-		e.laptop = e.lab.addHost("laptop", true)
-		var err error
-		if e.join, e.admin, err = e.initMesh(ctx, nets[0], filepath.Join(nets[0].Dir, "state")); err != nil {
-			t.Fatal(err)
-		}
-		e.sealClients(t, append(nets, e.laptop)...)
-		for _, h := range nets {
-			a := e.newAgent(h, e.join, demoRoot(t, h, "gpu-server"), "linux", "amd64",
-				"--runtimes", "llama-server", "--llama-server", llama, "--memory-budget", "800MiB")
-			if err := a.start(); err != nil {
-				t.Fatal(err)
-			}
-			hosts = append(hosts, a)
-		}
+		hosts = startSplitAgents(ctx, t, e, llama, "800MiB", note, "sa", "sb", "sc")
 		e.box = hosts[2] // the laptop's commands go through the host outside the split
-		for _, a := range hosts {
-			d, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
-				if a.agent.exited() {
-					return false, "the agent exited:\n" + a.agent.tail(30)
-				}
-				v, err := e.view(ctx, a)
-				if err != nil {
-					return false, err.Error()
-				}
-				for _, o := range hosts {
-					m, ok := member(v, o.Name)
-					if !ok || m.Liveness != api.Alive || m.Host == nil || m.Host.RPCProtocol() == "" {
-						return false, o.Name + " not seen alive with its RPC runtime by " + a.Name
-					}
-				}
-				return true, ""
-			})
-			if err != nil {
-				t.Fatalf("%s: %v", a.Name, err)
-			}
-			note("%s sees every host with its rpc-server after %.1fs", a.Name, d.Seconds())
-		}
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -104,16 +63,7 @@ func TestLANSplit(t *testing.T) {
 		if r := e.mesh(ctx, "rank", "file://"+model); r.code != 3 || !strings.Contains(r.stderr, "no host holds it alone, but 2 do together") {
 			t.Errorf("rank without --split: %s", r)
 		}
-		var doc struct {
-			Placement *api.Placement `json:"placement"`
-			Error     *api.Error     `json:"error"`
-		}
-		r, err := e.meshJSON(ctx, &doc, "place", "file://"+model, "--name", "tiny", "--context", "256",
-			"--split", "--hosts", "sa,sb", "--host", "sa", "--wait")
-		if err != nil || doc.Placement == nil || doc.Placement.State != api.StateReady {
-			t.Fatalf("split placement: %v\n%s", err, r)
-		}
-		p = *doc.Placement
+		p = placeSplit(ctx, t, e, model, "tiny", "--hosts", "sa,sb", "--host", "sa")
 		if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
 			t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
 		}
@@ -149,61 +99,6 @@ func TestLANSplit(t *testing.T) {
 			}
 			note("%s: open TCP ports from the LAN %v", a.Name, open)
 		}
-	})
-
-	rep.step(t, "speed beside bare llama.cpp RPC on the same hosts and link", func(t *testing.T, note func(string, ...any)) {
-		q, err := e.client(e.laptop, sa, e.admin).Placement(ctx, p.ID)
-		if err != nil || q.Engine == "" {
-			t.Fatalf("the split's llama-server: %v %+v", err, q)
-		}
-		// The link both runs share: 1 Gbit/s each way (tbf; this kernel has no netem for the
-		// issue's 0.3 ms delay).
-		for _, h := range []*netHost{sa.netHost, sb.netHost} {
-			if out, err := exec.Command("tc", "-n", h.NS, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "10ms").CombinedOutput(); err != nil {
-				t.Fatalf("shaping %s's link: %v: %s", h.Name, err, out)
-			}
-		}
-		note("the link shaped to 1 Gbit/s each way (tbf)")
-		split, err := speed(ctx, sa.netHost, q.Engine)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Bare: sb's worker on its LAN address (this step alone exposes one), sa's llama-server
-		// dialling it directly; the same shares (every layer on sb) and context.
-		rpcBin := filepath.Join(filepath.Dir(llama), "ggml-rpc-server")
-		worker, err := sb.spawn("bare-rpc-server", []string{"LLAMA_CACHE=" + filepath.Join(sb.Dir, "bare-cache")}, rpcBin, "-H", sb.Addr, "-p", "50052", "-c")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer worker.stop(5 * time.Second)
-		var main *proc
-		if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
-			if main == nil {
-				c, err := sa.HTTP.Transport.(*http.Transport).DialContext(ctx, "tcp", sb.Addr+":50052")
-				if err != nil {
-					return false, err.Error()
-				}
-				c.Close()
-				if main, err = sa.spawn("bare-llama-server", nil, llama, "-m", model, "--host", "127.0.0.1", "--port", "18080",
-					"-c", "256", "-np", "1", "--cache-ram", "0", "--rpc", sb.Addr+":50052", "-ngl", "99"); err != nil {
-					return false, err.Error()
-				}
-			}
-			code, _, err := sa.get(ctx, "http://127.0.0.1:18080/health", "")
-			if err != nil {
-				return false, err.Error()
-			}
-			return code == http.StatusOK, fmt.Sprintf("/health %d", code)
-		}); err != nil {
-			t.Fatalf("bare llama.cpp RPC: %v", err)
-		}
-		defer main.stop(5 * time.Second)
-		bare, err := speed(ctx, sa.netHost, "http://127.0.0.1:18080")
-		if err != nil {
-			t.Fatal(err)
-		}
-		note("through the sealed channel: %.1f tokens/s, prompt %.1f ms; bare llama.cpp RPC: %.1f tokens/s, prompt %.1f ms (%.2f× the tokens/s, %.2f× the first token)",
-			split.tps, split.promptMS, bare.tps, bare.promptMS, split.tps/bare.tps, split.promptMS/bare.promptMS)
 	})
 
 	rep.step(t, "kill -9 a worker's agent: the chat in flight ends with an error, the split moves", func(t *testing.T, note func(string, ...any)) {
@@ -295,54 +190,89 @@ func TestLANSplit(t *testing.T) {
 	})
 }
 
-// figures is what llama-server's own timings say of an answer.
-type figures struct{ tps, promptMS float64 }
-
-// speed is the median of five answers of 32 tokens from the llama-server at base, asked from
-// inside h's namespace, prompt cache off so every prompt is evaluated.
-func speed(ctx context.Context, h *netHost, base string) (figures, error) {
-	var runs []figures
-	for i := range 5 {
-		code, b, err := h.do(ctx, http.MethodPost, base+"/completion", "", map[string]any{
-			"prompt": fmt.Sprintf("Run %d: tell me about meshes of small computers.", i), "n_predict": 32, "cache_prompt": false,
-			"temperature": 0, "ignore_eos": true,
-		})
-		if err != nil || code != http.StatusOK {
-			return figures{}, fmt.Errorf("%s/completion: %d %v %s", base, code, err, b)
-		}
-		var doc struct {
-			Timings struct {
-				PromptMS float64 `json:"prompt_ms"`
-				TPS      float64 `json:"predicted_per_second"`
-			} `json:"timings"`
-		}
-		if err := json.Unmarshal(b, &doc); err != nil {
-			return figures{}, err
-		}
-		runs = append(runs, figures{doc.Timings.TPS, doc.Timings.PromptMS})
-	}
-	slices.SortFunc(runs, func(a, b figures) int { return cmp.Compare(a.tps, b.tps) })
-	mid := runs[len(runs)/2]
-	slices.SortFunc(runs, func(a, b figures) int { return cmp.Compare(a.promptMS, b.promptMS) })
-	mid.promptMS = runs[len(runs)/2].promptMS
-	return mid, nil
-}
-
 // bigModel makes make_gguf.py's "big" random model (8 layers, ~300 MB): more than any of the
 // hosts' budgets holds with llama-server, and slow enough a token for a chat to be in flight
 // when a member dies.
 func bigModel(t *testing.T, engines, dir string) string {
+	return makeModel(t, engines, filepath.Join(dir, "big.gguf"), "--preset", "big")
+}
+
+// makeModel writes a random-weight model with make_gguf.py's args to out.
+func makeModel(t *testing.T, engines, out string, args ...string) string {
 	t.Helper()
 	if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
 		t.Skipf("making a bigger model needs /usr/bin/python3 with numpy (python3-numpy): %v", err)
 	}
-	out := filepath.Join(dir, "big.gguf")
-	cmd := exec.Command("/usr/bin/python3", filepath.Join(engines, "make_gguf.py"), "--gguf-py", filepath.Join(engines, "gguf-py"),
-		"--vocab", filepath.Join(engines, "ggml-vocab-llama-spm.gguf"), "--out", out, "--preset", "big")
+	cmd := exec.Command("/usr/bin/python3", append([]string{filepath.Join(engines, "make_gguf.py"), "--gguf-py", filepath.Join(engines, "gguf-py"),
+		"--vocab", filepath.Join(engines, "ggml-vocab-llama-spm.gguf"), "--out", out}, args...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make_gguf.py: %v: %s", err, b)
 	}
 	return out
+}
+
+// startSplitAgents starts a mesh of agents on new hosts of the given names, each with the real
+// llama-server and ggml-rpc-server and the given memory budget, and the laptop; it returns once
+// every agent sees every other alive with its rpc-server.
+func startSplitAgents(ctx context.Context, t *testing.T, e *env, llama, budget string, note func(string, ...any), names ...string) []*agentHost {
+	t.Helper()
+	var nets []*netHost
+	for _, n := range names {
+		nets = append(nets, e.lab.addHost(n, true))
+	}
+	e.laptop = e.lab.addHost("laptop", true)
+	var err error
+	if e.join, e.admin, err = e.initMesh(ctx, nets[0], filepath.Join(nets[0].Dir, "state")); err != nil {
+		t.Fatal(err)
+	}
+	e.sealClients(t, append(nets, e.laptop)...)
+	var hosts []*agentHost
+	for _, h := range nets {
+		a := e.newAgent(h, e.join, demoRoot(t, h, "gpu-server"), "linux", "amd64",
+			"--runtimes", "llama-server", "--llama-server", llama, "--memory-budget", budget)
+		if err := a.start(); err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, a)
+	}
+	for _, a := range hosts {
+		d, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
+			if a.agent.exited() {
+				return false, "the agent exited:\n" + a.agent.tail(30)
+			}
+			v, err := e.view(ctx, a)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, o := range hosts {
+				m, ok := member(v, o.Name)
+				if !ok || m.Liveness != api.Alive || m.Host == nil || m.Host.RPCProtocol() == "" {
+					return false, o.Name + " not seen alive with its RPC runtime by " + a.Name
+				}
+			}
+			return true, ""
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", a.Name, err)
+		}
+		note("%s sees every host with its rpc-server after %.1fs", a.Name, d.Seconds())
+	}
+	return hosts
+}
+
+// placeSplit places model as a split named name from the laptop, with `mesh place`'s further
+// args, and waits until it is ready.
+func placeSplit(ctx context.Context, t *testing.T, e *env, model, name string, args ...string) api.Placement {
+	t.Helper()
+	var doc struct {
+		Placement *api.Placement `json:"placement"`
+		Error     *api.Error     `json:"error"`
+	}
+	r, err := e.meshJSON(ctx, &doc, append([]string{"place", "file://" + model, "--name", name, "--context", "256", "--split", "--wait"}, args...)...)
+	if err != nil || doc.Placement == nil || doc.Placement.State != api.StateReady {
+		t.Fatalf("split placement: %v\n%s", err, r)
+	}
+	return *doc.Placement
 }
 
 func splitHosts(p api.Placement) []string {

@@ -1,0 +1,357 @@
+package e2e
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/engines/enginetest"
+)
+
+// speedRounds is how many answers each of the three runs gives, one of each per round.
+const speedRounds = 12
+
+// TestLANSplitSpeed measures what the sealed channel costs a split model (issue 43): two hosts
+// of the LAN on a link shaped to 1 Gbit/s each way, a model whose token takes tens of
+// milliseconds of CPU, placed as a split across both from the laptop. Beside it on the same
+// hosts and link: bare llama.cpp RPC (the split's own llama-server and rpc-server command
+// lines, the rpc-servers dialled directly) and one host running the whole model (the same
+// llama-server without --rpc). The three answer in turn, round after round, the order rotating,
+// so a load that comes and goes on a shared machine falls on each alike. It fails only when a
+// run cannot be set up or does not answer: the figures are for `make bench-split` and
+// BENCHMARKS.md, held to no target here.
+func TestLANSplitSpeed(t *testing.T) {
+	skipUnlessLAN(t)
+	llama := enginetest.LlamaServer(t)
+	rpcBin := enginetest.RPCServer(t)
+	t.Setenv(reportEnv, cmp.Or(os.Getenv(reportEnv), filepath.Join(os.TempDir(), "llmkube-e2e-report.txt"))+".split-speed")
+	rep := newReport()
+	t.Cleanup(func() { rep.write(t) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	e := newEnv(t, dir)
+
+	var model string
+	if !rep.step(t, "make a user's model and build the programs", func(t *testing.T, note func(string, ...any)) {
+		var wg sync.WaitGroup
+		var buildErr error
+		wg.Go(func() { buildErr = buildPrograms(e.bin) })
+		model = makeModel(t, filepath.Dir(llama), filepath.Join(dir, "user.gguf"), userModel...)
+		wg.Wait()
+		if buildErr != nil {
+			t.Fatal(buildErr)
+		}
+		if fi, err := os.Stat(model); err == nil {
+			note("the model: make_gguf.py %s, %s", strings.Join(userModel, " "), api.FormatBytes(fi.Size()))
+		}
+	}) {
+		t.FailNow()
+	}
+
+	var sa, sb *agentHost
+	if !rep.step(t, "two agents on a link shaped to 1 Gbit/s each way", func(t *testing.T, note func(string, ...any)) {
+		// Neither budget holds the model with llama-server; the two together do.
+		hosts := startSplitAgents(ctx, t, e, llama, "1000MiB", note, "sa", "sb")
+		sa, sb = hosts[0], hosts[1]
+		e.box = sa
+		// tbf: this kernel has no netem (CONFIG_NET_SCH_NETEM is off), so the issue's 0.3 ms
+		// delay cannot be made; the rate is the link's.
+		for _, h := range hosts {
+			if out, err := exec.Command("tc", "-n", h.NS, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "10ms").CombinedOutput(); err != nil {
+				t.Fatalf("shaping %s's link: %v: %s", h.Name, err, out)
+			}
+		}
+		note("tbf on sa's and sb's ends (no netem in this kernel: no delay added)")
+	}) {
+		t.FailNow()
+	}
+
+	var split, bare, one string // each run's llama-server, as sa reaches it
+	var holders []string        // the members holding layers, in the plan's order
+	if !rep.step(t, "place the split from the laptop", func(t *testing.T, note func(string, ...any)) {
+		p := placeSplit(ctx, t, e, model, "user", "--hosts", "sa,sb", "--host", "sa")
+		for _, m := range p.Split.Members {
+			note("%s: %d of %d layers", m.Host, m.Layers, p.Split.Layers)
+		}
+		if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
+			t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
+		}
+		split = p.Engine
+		for _, m := range p.Split.Members {
+			if m.Layers > 0 {
+				holders = append(holders, m.Host)
+			}
+		}
+	}) {
+		t.FailNow()
+	}
+
+	if !rep.step(t, "start bare llama.cpp RPC and one host with the whole model", func(t *testing.T, note func(string, ...any)) {
+		// The split's own command lines, so every setting but the path of the RPC bytes is the
+		// same: one rpc-server per member holding layers, in the plan's order (the main's on
+		// loopback, as its part is; the others on their LAN address: this test alone exposes
+		// one), and llama-server dialling them directly.
+		main, err := cmdline(sa.NS, "llama-server")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ends []string
+		for _, name := range holders {
+			h := map[string]*agentHost{"sa": sa, "sb": sb}[name]
+			args, err := cmdline(h.NS, "ggml-rpc-server")
+			if err != nil {
+				t.Fatal(err)
+			}
+			host := h.Addr
+			if h == sa {
+				host = "127.0.0.1"
+			}
+			args = withFlag(withFlag(args, "-H", host), "-p", "50052")
+			if _, err := h.spawn("bare-rpc-server", []string{"LLAMA_CACHE=" + filepath.Join(h.Dir, "bare-cache")}, rpcBin, args...); err != nil {
+				t.Fatal(err)
+			}
+			end := host + ":50052"
+			if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
+				c, err := nsDialer(sa.NS)(ctx, "tcp", end)
+				if err != nil {
+					return false, err.Error()
+				}
+				c.Close()
+				return true, ""
+			}); err != nil {
+				t.Fatalf("bare rpc-server on %s: %v", name, err)
+			}
+			ends = append(ends, end)
+		}
+		bareArgs := withFlag(withFlag(main, "--port", "18080"), "--rpc", strings.Join(ends, ","))
+		// One host computes with as many threads as each rpc-server (its default: half the
+		// cores), the same share of this shared machine.
+		oneArgs := withFlag(withFlag(withoutFlags(main, "--rpc", "-ngl", "--tensor-split"), "--port", "18081"), "-t", strconv.Itoa(max(1, runtime.NumCPU()/2)))
+		bare, one = "http://127.0.0.1:18080", "http://127.0.0.1:18081"
+		for _, s := range []struct {
+			name, base string
+			args       []string
+		}{{"bare-llama-server", bare, bareArgs}, {"one-llama-server", one, oneArgs}} {
+			p, err := sa.spawn(s.name, nil, llama, s.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := eventually(ctx, 90*time.Second, func(ctx context.Context) (bool, string) {
+				if p.exited() {
+					return false, "exited:\n" + p.tail(20)
+				}
+				code, _, err := sa.get(ctx, s.base+"/health", "")
+				if err != nil {
+					return false, err.Error()
+				}
+				return code == http.StatusOK, fmt.Sprintf("/health %d", code)
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			note("%s ready after %.1fs: llama-server %s", s.name, d.Seconds(), strings.Join(s.args, " "))
+		}
+	}) {
+		t.FailNow()
+	}
+
+	rep.step(t, "tokens/s and first token, the three in turn", func(t *testing.T, note func(string, ...any)) {
+		runs := []struct {
+			name, base string
+			got        []figures
+		}{{"through the sealed channel", split, nil}, {"bare llama.cpp RPC", bare, nil}, {"one host, the whole model", one, nil}}
+		// One answer each first, not counted: the first graph of a server allocates its buffers.
+		for _, r := range runs {
+			if _, err := answer(ctx, sa.netHost, r.base, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		load := loadAverage()
+		for round := range speedRounds {
+			for k := range runs {
+				r := &runs[(round+k)%len(runs)]
+				f, err := answer(ctx, sa.netHost, r.base, round+1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.got = append(r.got, f)
+			}
+		}
+		note("%d rounds of one %d-token answer each, the order rotating; load average %s at the start, %s at the end", speedRounds, answerTokens, load, loadAverage())
+		note("%-28s %-24s %s", "", "tokens/s: median (IQR)", "first token (prompt, ms): median (IQR)")
+		for _, r := range runs {
+			tps, pms := pick(r.got, figures.tokensPerS), pick(r.got, figures.promptMillis)
+			note("%-28s %-24s %s", r.name, spread(tps, "%.1f"), spread(pms, "%.0f"))
+		}
+		// Each round's sealed answer beside its bare one: a load that drifts over the minute
+		// falls on both of a pair alike, so the median of the pairs' ratios is the figure.
+		s, b := runs[0].got, runs[1].got
+		var tps, ft []float64
+		for i := range s {
+			tps = append(tps, s[i].tps/b[i].tps)
+			ft = append(ft, s[i].promptMS/b[i].promptMS)
+		}
+		note("sealed ÷ bare, the median of the rounds' ratios (IQR): tokens/s %.3f× (%s), target ≥ 0.95×: %s; first token %.3f× (%s), target ≤ 1.05×: %s",
+			median(tps), iqr(tps), verdict(median(tps) >= 0.95), median(ft), iqr(ft), verdict(median(ft) <= 1.05))
+	})
+}
+
+// userModel is make_gguf.py's arguments for the speed test's model: 12 layers of dim 1536,
+// 400 M parameters in f16 (800 MB), a token tens of milliseconds of this kind of CPU, as a
+// user's model on a small host is, rather than the few of the tests' smaller models.
+var userModel = []string{"--preset", "big", "--layers", "12", "--dim", "1536", "--heads", "12", "--kv-heads", "4", "--ff", "4096"}
+
+// answerTokens is the length of each answer measured.
+const answerTokens = 32
+
+// figures is what llama-server's own timings say of an answer.
+type figures struct{ tps, promptMS float64 }
+
+func (f figures) tokensPerS() float64   { return f.tps }
+func (f figures) promptMillis() float64 { return f.promptMS }
+
+// answer asks the llama-server at base, from inside h's namespace, for one answer of
+// answerTokens tokens, the prompt cache off so its prompt is evaluated. The bound is generous:
+// a busy machine slows an answer several times over.
+func answer(ctx context.Context, h *netHost, base string, n int) (figures, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	body, err := json.Marshal(map[string]any{
+		"prompt": fmt.Sprintf("Run %d: tell me about meshes of small computers.", n), "n_predict": answerTokens, "cache_prompt": false,
+		"temperature": 0, "ignore_eos": true,
+	})
+	if err != nil {
+		return figures{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/completion", bytes.NewReader(body))
+	if err != nil {
+		return figures{}, err
+	}
+	resp, err := h.HTTP.Do(req)
+	if err != nil {
+		return figures{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return figures{}, fmt.Errorf("%s/completion: %s %v %s", base, resp.Status, err, b)
+	}
+	var doc struct {
+		Timings struct {
+			PromptMS  float64 `json:"prompt_ms"`
+			TPS       float64 `json:"predicted_per_second"`
+			Predicted int     `json:"predicted_n"`
+		} `json:"timings"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return figures{}, err
+	}
+	if doc.Timings.Predicted != answerTokens {
+		return figures{}, fmt.Errorf("%s/completion: %d tokens, want %d", base, doc.Timings.Predicted, answerTokens)
+	}
+	return figures{doc.Timings.TPS, doc.Timings.PromptMS}, nil
+}
+
+func pick(fs []figures, f func(figures) float64) []float64 {
+	out := make([]float64, len(fs))
+	for i, x := range fs {
+		out[i] = f(x)
+	}
+	return out
+}
+
+// quantile is the q-quantile of xs, interpolated between the two nearest.
+func quantile(xs []float64, q float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	pos := q * float64(len(s)-1)
+	i := int(pos)
+	if i+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[i] + (pos-float64(i))*(s[i+1]-s[i])
+}
+
+func median(xs []float64) float64 { return quantile(xs, 0.5) }
+
+func iqr(xs []float64) string {
+	return fmt.Sprintf("%.2f–%.2f", quantile(xs, 0.25), quantile(xs, 0.75))
+}
+
+func spread(xs []float64, format string) string {
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", median(xs), quantile(xs, 0.25), quantile(xs, 0.75))
+}
+
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "missed"
+}
+
+// loadAverage is the machine's one-minute load average.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
+}
+
+// cmdline is the arguments of the one process named exe in namespace ns.
+func cmdline(ns, exe string) ([]string, error) {
+	var found [][]string
+	for _, e := range engines(ns) {
+		name, pid, _ := strings.Cut(e, " ")
+		if name != exe {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + pid + "/cmdline")
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")[1:])
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("%d %s processes in %s, want one", len(found), exe, ns)
+	}
+	return found[0], nil
+}
+
+// withFlag is args with flag's value set to v, added when absent.
+func withFlag(args []string, flag, v string) []string {
+	out := slices.Clone(args)
+	if i := slices.Index(out, flag); i >= 0 && i+1 < len(out) {
+		out[i+1] = v
+		return out
+	}
+	return append(out, flag, v)
+}
+
+// withoutFlags is args without the given flags and their values.
+func withoutFlags(args []string, flags ...string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if slices.Contains(flags, args[i]) {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
