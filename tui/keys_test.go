@@ -256,6 +256,9 @@ func TestPlaceKeySequenceNeverQuits(t *testing.T) {
 		assert.Contains(t, view, `source "qwen2.5:0.5b" has no scheme; did you mean`, "the CLI's words, under the field")
 		require.False(t, typeKeys(a, "\x1b"), "esc: out of the form, nothing quits")
 		assert.Contains(t, a.View(), "› out of the form", "where the keys go is on screen")
+		require.False(t, typeKeys(a, "\x1b"))
+		assert.False(t, a.page().Capturing(), "a second esc does not lead back into the form")
+		assert.Contains(t, a.View(), "› out of the form")
 		require.False(t, typeKeys(a, "\r"))
 		assert.True(t, a.page().Capturing(), "enter with no host to choose is the form again")
 

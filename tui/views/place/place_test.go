@@ -409,6 +409,56 @@ func TestChoosingHosts(t *testing.T) {
 	assert.False(t, m.Capturing(), "esc in the form gives the global keys back")
 }
 
+// Esc steps out, never back in: from the ranked hosts to the form, from the form out of both
+// (the console's keys), and there it stays, however often it is pressed. Enter edits the form
+// again and ↓ goes back to the hosts, at the best one.
+func TestEscStepsOutNeverBackIn(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("hailo://qwen2.5-instruct:1.5b")
+	ranked(m, hailoEstimate, "pi5")
+	press(m, "enter", "down")
+	require.Equal(t, fieldHosts, m.focus)
+	require.Equal(t, 1, m.hostCur.Pos)
+
+	press(m, "esc")
+	assert.Equal(t, fieldSource, m.focus, "the first esc leaves the list for the form")
+	assert.True(t, m.Capturing())
+	press(m, "esc")
+	assert.Equal(t, fieldOut, m.focus, "the second leaves the form")
+	assert.False(t, m.Capturing(), "out of the form the keys are the console's")
+	assert.Contains(t, m.View(), "› out of the form: the keys are the console's · enter edits it · ↓ the hosts")
+	assert.NotContains(t, m.View(), "> swap", "no host is chosen out of the form")
+	for range 3 {
+		press(m, "esc")
+		assert.Equal(t, fieldOut, m.focus, "esc out of the form leads nowhere back")
+	}
+	assert.Equal(t, []string{"enter edit the form", "↓/j the ranked hosts", "ctrl+s best-fit / spread", "ctrl+t split across hosts"}, helpOf(m))
+
+	press(m, "j")
+	assert.Equal(t, fieldHosts, m.focus, "↓ goes to the hosts")
+	assert.Equal(t, m.bestIndex(), m.hostCur.Pos, "at the best one")
+	press(m, "esc", "esc", "enter")
+	assert.Equal(t, fieldSource, m.focus, "enter edits the form again")
+	assert.True(t, m.Capturing())
+
+	// With nothing to choose, out of the form ↓ stays where it is and says enter.
+	m = New(testCtx())
+	m.SetSize(80, 24)
+	press(m, "esc", "down", "esc")
+	assert.Equal(t, fieldOut, m.focus)
+	assert.Contains(t, m.View(), "› out of the form: the keys are the console's · enter edits the form")
+	assert.Equal(t, []string{"enter edit the form"}, helpOf(m))
+}
+
+func helpOf(m *Model) []string {
+	var out []string
+	for _, b := range m.ShortHelp() {
+		out = append(out, b.Help().Key+" "+b.Help().Desc)
+	}
+	return out
+}
+
 func pullingPlacement(progress float64) api.Placement {
 	return api.Placement{ID: "p-55aa", Host: "mac-mini", Model: "mistral-7b-instruct-v0.2", Runtime: api.RuntimeLlamaServer,
 		Source: "hf://TheBloke/Mistral-7B-Instruct-v0.2-GGUF/mistral-7b-instruct-v0.2.Q2_K.gguf",

@@ -78,9 +78,13 @@ func (m *Model) screen() ([]string, hostRows) {
 		add(st.Error.Render(render.Cut(strings.Repeat(" ", labelWidth)+err.Error(), m.width)))
 	}
 	add("")
-	if m.focus == fieldHosts && len(m.hosts) == 0 && !m.placing && m.placement == nil && m.placeErr == nil {
-		// Out of the form with no host to choose: say where the keys go, so none is a surprise.
-		add(st.Prompt.Render(render.Cut("› out of the form: the keys are the console's · enter edits the form", m.width)))
+	if (m.focus == fieldOut || (m.focus == fieldHosts && !m.choosable())) && !m.placing && m.placement == nil && m.placeErr == nil {
+		// Out of the form with nothing chosen: say where the keys go, so none is a surprise.
+		out := "› out of the form: the keys are the console's · enter edits the form"
+		if m.focus == fieldOut && m.choosable() {
+			out = "› out of the form: the keys are the console's · enter edits it · ↓ the hosts"
+		}
+		add(st.Prompt.Render(render.Cut(out, m.width)))
 	}
 	var where hostRows
 	if m.placing || m.placement != nil || m.placeErr != nil {
@@ -270,7 +274,11 @@ func (m *Model) splitLines() []string {
 	}
 	if p.Fits {
 		what := "enter places it: " + api.Printable(p.Main) + " runs llama-server, each member its share"
-		if m.focus != fieldHosts {
+		switch m.focus {
+		case fieldHosts:
+		case fieldOut:
+			what = "↓, then enter, places it: " + api.Printable(p.Main) + " is the main"
+		default:
 			what = "enter, then enter again, places it: " + api.Printable(p.Main) + " is the main"
 		}
 		out = append(out, st.Prompt.Render(render.Cut(what, m.width)))
