@@ -555,10 +555,19 @@ func (m *Model) clearDone() {
 	m.placement, m.placeErr, m.pollErr, m.swapping = nil, nil, nil, nil
 }
 
+// bestIndex is the host the list starts at: the best that fits or swaps or, when none does,
+// the one that came nearest, whose reason (wrapped whole under its row) is the cause to act on.
 func (m *Model) bestIndex() int {
 	for i, h := range m.hosts {
 		if h.Verdict != api.VerdictRefused {
 			return i
+		}
+	}
+	if near, ok := console.Nearest(m.hosts); ok {
+		for i, h := range m.hosts {
+			if h.Host == near.Host {
+				return i
+			}
 		}
 	}
 	return 0
@@ -674,10 +683,10 @@ func (m *Model) click(msg tea.MouseMsg) (tea.Cmd, bool) {
 	}
 	_, where := m.screen()
 	line := msg.Y - where.top
-	if where.n == 0 || line < 0 || line >= where.n {
+	if line < 0 || line >= len(where.owner) {
 		return nil, false
 	}
-	i := where.first + line
+	i := where.owner[line]
 	if m.focus == fieldHosts && i == m.hostCur.Pos {
 		return m.hostsKey(tea.KeyMsg{Type: tea.KeyEnter}), true
 	}

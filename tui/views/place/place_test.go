@@ -680,6 +680,51 @@ func TestViewRefused(t *testing.T) {
 	golden.RequireEqual(t, []byte(m.View()))
 }
 
+// A long reason is read whole: the current host's (the one chosen, or when none can take it the
+// nearest, here the only host with a Hailo) wraps under its row, and the hint under the list
+// wraps too; the other rows keep one line each.
+func TestViewLongReason(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			m := New(testCtx())
+			m.SetSize(size[0], size[1])
+			typeText(m, "hailo://qwen9:1b")
+			m.Update(rankedMsg{seq: m.seq, ranking: console.Ranking{SizedBy: "pi5", SizeCode: api.CodeNotFound,
+				SizeError: "no such model in the Hailo zoo 5.1.1 of pi5: available are qwen2:1.5b, qwen2.5-instruct:1.5b, qwen2.5-coder:1.5b, llama3.2:1b, deepseek-r1:1.5b"}})
+			press(m, "enter")
+			require.Equal(t, "pi5", m.hosts[m.hostCur.Pos].Host, "none fits: the list starts at the nearest")
+			view := m.View()
+			words := strings.ReplaceAll(strings.Join(strings.Fields(view), " "), "- ", "-") // a wrap may break at a hyphen
+			assert.Contains(t, words, "does not offer qwen9:1b; it offers deepseek_r1:1.5b, llama3.2:1b, qwen2:1.5b, qwen2.5-coder:1.5b, qwen2.5-instruct:1.5b", "the reason, whole")
+			assert.NotContains(t, view, "…")
+			golden.RequireEqual(t, []byte(view))
+
+			// Moving on wraps that host's reason instead; a click on a wrapped line is a
+			// click on its host, and the line after it is the next host.
+			press(m, "up")
+			_, where := m.screen()
+			assert.Equal(t, []int{0, 1, 2, 3}, where.owner, "pi4's reason is short: one line a host")
+			press(m, "down")
+			_, where = m.screen()
+			first := slices.Index(where.owner, 2)
+			last := first
+			for last+1 < len(where.owner) && where.owner[last+1] == 2 {
+				last++
+			}
+			require.Greater(t, last, first, "pi5's reason takes more than its row")
+			click := func(line int) tea.Cmd {
+				cmd, ok := m.click(tea.MouseMsg{X: 40, Y: where.top + line, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft})
+				require.True(t, ok)
+				return cmd
+			}
+			msg := click(last)()
+			assert.Contains(t, msg.(common.StatusMsg).Text, "pi5 cannot take it", "a click on the selected host's last line is a click on it")
+			click(last + 1)
+			assert.Equal(t, "tower", m.hosts[m.hostCur.Pos].Host)
+		})
+	}
+}
+
 func TestViewRankedGGUF(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(120, 35)

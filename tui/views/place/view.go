@@ -32,9 +32,13 @@ func (m *Model) View() string {
 	return render.Place(strings.Join(lines, "\n"), m.width, m.height)
 }
 
-// hostRows is where the ranked hosts are on screen: the line of the first one shown, the
-// index of that host, how many are shown (n 0: none), and how many rows the list has.
-type hostRows struct{ top, first, n, rows int }
+// hostRows is where the ranked hosts are on screen: the line of the first one shown, the host
+// each line after it belongs to (none shown: empty), and how many hosts the list has room for.
+type hostRows struct {
+	top   int
+	owner []int
+	rows  int
+}
 
 // screen draws the view's lines and says where its ranked hosts are, for clicks.
 func (m *Model) screen() ([]string, hostRows) {
@@ -180,7 +184,9 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	// The lines under the hosts: why none can take it, and a swap's question.
 	var under []string
 	if hint := Hint(m.hosts); hint != "" {
-		under = append(under, st.Warn.Render(render.Cut("no host can take it: "+hint, m.width)))
+		for _, l := range strings.Split(ansi.Wrap("no host can take it: "+hint, max(m.width, 20), " "), "\n") {
+			under = append(under, st.Warn.Render(l))
+		}
 	}
 	if p := m.plan; p != nil && !p.Fits && noneFits(m.hosts) {
 		// The split was the other way: why it is not one either (ctrl+t shows its arithmetic).
@@ -197,8 +203,13 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 			}
 		}
 	}
+	// The current host's reason (the one chosen, or the best) is wrapped under its row, whole:
+	// it is the one the person reads, and a swap's or a refusal's cause is in its tail.
+	reasonWidth := cols[len(cols)-1].Width
+	m.hostCur.Pos = max(0, min(m.hostCur.Pos, len(m.hosts)-1))
+	current := strings.Split(ansi.Wrap(trimVerdict(m.hosts[m.hostCur.Pos]), reasonWidth, " "), "\n")
 	head := common.RowsOf(strings.Join(out, "\n"))
-	rows := room - head
+	rows := room - head - (len(current) - 1)
 	if len(under) > 0 {
 		rows -= common.RowsOf(strings.Join(under, "\n"))
 	}
@@ -206,20 +217,35 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	m.hostCur.Clamp(len(m.hosts), rows) // the ranking may have changed since the last key
 	start := m.hostCur.Offset
 	best := m.bestIndex()
-	where := hostRows{top: head, first: start, n: min(start+rows, len(m.hosts)) - start, rows: rows}
+	where := hostRows{top: head, rows: rows}
+	indent := strings.Repeat(" ", max(m.width-reasonWidth, 0))
 	for i := start; i < min(start+rows, len(m.hosts)); i++ {
 		h := m.hosts[i]
 		tag := ""
 		if i == best && h.Verdict != api.VerdictRefused {
 			tag = "best"
 		}
-		line := render.Row(cols, []string{st.Verdict(h.Verdict).Render(string(h.Verdict)), h.Host, tag, trimVerdict(h)})
-		mark := "  "
-		if m.focus == fieldHosts && i == m.hostCur.Pos {
-			mark = "> "
-			line = st.SelectedRow(line, m.width-2)
+		reason := []string{trimVerdict(h)}
+		if i == m.hostCur.Pos {
+			reason = current
 		}
-		out = append(out, mark+line)
+		line := render.Row(cols, []string{st.Verdict(h.Verdict).Render(string(h.Verdict)), h.Host, tag, reason[0]})
+		selected := m.focus == fieldHosts && i == m.hostCur.Pos
+		if selected {
+			line = "> " + st.SelectedRow(line, m.width-2)
+		} else {
+			line = "  " + line
+		}
+		out = append(out, line)
+		where.owner = append(where.owner, i)
+		for _, r := range reason[1:] {
+			line := indent + r
+			if selected {
+				line = "  " + st.SelectedRow(line[2:], m.width-2)
+			}
+			out = append(out, line)
+			where.owner = append(where.owner, i)
+		}
 	}
 	return append(out, under...), where
 }
