@@ -622,9 +622,10 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			m.ctx.Navigate(common.PageChat, model)
 			return nil
 		case key.Matches(msg, keyDone):
-			// Back to the form, to place another; esc there gives the global keys back.
+			// Done: out of the form, the console's keys (2 for Models is a key, not text in
+			// the source field); enter edits the form to place another.
 			m.clearDone()
-			return m.setFocus(fieldSource)
+			return m.setFocus(fieldOut)
 		case key.Matches(msg, k.Open):
 			m.clearDone()
 			return m.setFocus(fieldSource)

@@ -402,9 +402,11 @@ func TestChoosingHosts(t *testing.T) {
 
 	press(m, "up")
 	press(m, "esc")
-	assert.Equal(t, fieldSource, m.focus, "esc leaves the result for the form, to place another")
-	assert.True(t, m.Capturing())
+	assert.Equal(t, fieldOut, m.focus, "esc: done with the result, out of the form")
+	assert.False(t, m.Capturing(), "the next key is the console's (2 for Models), not text in the source")
 	assert.Nil(t, m.placeErr)
+	press(m, "enter")
+	assert.Equal(t, fieldSource, m.focus, "enter edits the form, to place another")
 	press(m, "esc")
 	assert.False(t, m.Capturing(), "esc in the form gives the global keys back")
 }
