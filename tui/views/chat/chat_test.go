@@ -411,6 +411,19 @@ func TestViewStreaming(t *testing.T) {
 	golden.RequireEqual(t, []byte(m.View()))
 }
 
+// An answer's first token starts with a space, as most tokenizers give it: the answer starts
+// under the indent, in the column of the question.
+func TestAnswerStartsInItsColumn(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("qwen2:1.5b")
+	m.convs["qwen2:1.5b"] = []Turn{{Role: "user", Text: "hi"}, {Role: "assistant", Text: " Hello there"}}
+	m.refresh(true)
+	assert.Contains(t, m.View(), "\n  hi ")
+	assert.Contains(t, m.View(), "\n  Hello there ")
+	assert.Equal(t, " Hello there", m.convs["qwen2:1.5b"][1].Text, "the conversation the model is sent keeps its text")
+}
+
 func TestViewPicker(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(80, 24)
