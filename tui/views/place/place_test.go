@@ -882,6 +882,41 @@ func TestSuggestsLocalGGUF(t *testing.T) {
 	assert.Contains(t, found.Note, "file on ")
 }
 
+// Long paths at 80 columns: three GGUF files in one deep folder are told apart by their names
+// (a path loses its middle, not its end), and the size's breakdown wraps rather than losing
+// its last part.
+func TestViewLongPaths(t *testing.T) {
+	ctx := testCtx()
+	dir := "/var/folders/x1/abcdefghij0123456789/T/llmkube-localmesh-1562507473/mac-mini/gguf/"
+	for i, mb := range ctx.Mesh.Members {
+		if mb.Host == nil {
+			continue
+		}
+		for j, e := range mb.Host.Engines {
+			if e.Runtime == api.RuntimeLlamaServer && e.Present {
+				ctx.Mesh.Members[i].Host.Engines[j].Models = []string{dir + "llama-sim-1b.gguf", dir + "sim-tiny.gguf", dir + "sim-split.gguf"}
+			}
+		}
+	}
+	m := New(ctx)
+	m.SetSize(80, 24)
+	typeText(m, "file://")
+	press(m, "down")
+	view := m.View()
+	for _, name := range []string{"/llama-sim-1b.gguf", "/sim-tiny.gguf", "/sim-split.gguf"} {
+		assert.Contains(t, view, name)
+	}
+	golden.RequireEqual(t, []byte(view))
+
+	t.Run("breakdown", func(t *testing.T) {
+		press(m, "enter")
+		ranked(m, api.SizeEstimate{Bytes: 557 * mib, Method: api.SizeHeader, Weights: 5 * mib, KV: 4 * mib, Compute: 31 * mib, Cache: 4 * mib, Overhead: 513 * mib}, "mac-mini")
+		view := m.View()
+		assert.Contains(t, view, "overhead 513 MiB")
+		golden.RequireEqual(t, []byte(view))
+	})
+}
+
 // An unknown size says why, in the sizer's words.
 func TestUnknownSizeSaysWhy(t *testing.T) {
 	r := console.Ranking{SizedBy: "gpu-server", SizeError: "the model's size cannot be known before pulling it, so it is refused: the Ollama registry did not answer: dial tcp: no route to host"}

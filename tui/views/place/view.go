@@ -123,7 +123,17 @@ func (m *Model) suggestionLines() []string {
 	for i := start; i < end; i++ {
 		s := sugg[i]
 		mark := "  "
-		text := s.Source
+		// A long path loses its middle, never its file name: three GGUF files in one folder
+		// would otherwise look the same.
+		room := m.width - labelWidth - len(mark) - 2 - ansi.StringWidth(s.Note)
+		if room < 24 {
+			room = m.width - labelWidth - len(mark) // the note gives way
+		}
+		head := 1
+		if n := strings.Index(s.Source, "://"); n >= 0 {
+			head = n + 3
+		}
+		text := render.CutMiddle(s.Source, head, room)
 		if i == m.sugg {
 			mark = "> "
 			text = st.Selected.Render(text)
@@ -171,7 +181,10 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 		out = append(out, render.Cut(Estimate(*m.estimate), m.width))
 	}
 	if d := Breakdown(m.estimate.Estimate); d != "" {
-		out = append(out, st.Muted.Render(render.Cut("  "+d, m.width)))
+		// Wrapped: its last part (often the overhead, the largest) is what a cut would lose.
+		for _, l := range strings.Split(ansi.Wrap(d, max(m.width-2, 20), " "), "\n") {
+			out = append(out, st.Muted.Render("  "+l))
+		}
 	}
 	if m.showsSplit() {
 		return append(out, m.splitLines()...), hostRows{}
