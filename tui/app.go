@@ -529,13 +529,18 @@ func (a *App) titleLine() string {
 		mesh = "—"
 	}
 	line := st.Title.Render("llmkube mesh") + st.Muted.Render(" · "+mesh+" · "+mode)
-	if a.note != "" {
-		line += st.Muted.Render(" · " + a.note)
-	}
 	if a.mouseOff {
 		line += st.Warn.Render(" · mouse off (ctrl+y)")
 	}
-	return render.CutLines(line, a.width)
+	if a.note == "" {
+		return render.Cut(line, a.width)
+	}
+	if with := line + st.Muted.Render(" · "+a.note); lipgloss.Width(with) <= a.width {
+		return with
+	}
+	// The note is for copying (where scripts find the demo mesh): on a line of its own rather
+	// than cut, and if even that is too narrow, its end (the file's name) is kept.
+	return render.Cut(line, a.width) + "\n" + st.Muted.Render(render.CutMiddle(a.note, a.width/3, a.width))
 }
 
 // tabLabel is a tab's label as the tab bar draws it.

@@ -237,3 +237,24 @@ func TestModelsHelpUncutAt120(t *testing.T) {
 	assert.Contains(t, view, "place again (same host; asks before a swap)")
 	assert.NotContains(t, view, "…   esc")
 }
+
+// The demo's note (where scripts find its mesh) is for copying: when the title has no room for
+// it, it takes a line of its own, whole, and the tabs and the view move down a line with it.
+func TestNoteOnALineOfItsOwn(t *testing.T) {
+	const note = "scripts: . /var/folders/x1/abcdefghij0123456789/T/llmkube-demo.env"
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		a := New(nil, Options{Renderer: tuitest.Renderer(), Now: func() time.Time { return now }, Note: note})
+		a.ctx.Mesh = tuitest.SampleMesh(now)
+		a.Update(tea.WindowSizeMsg{Width: size[0], Height: size[1]})
+		view := a.View()
+		lines := strings.Split(view, "\n")
+		require.Len(t, lines, size[1])
+		if size[0] == 80 {
+			assert.Equal(t, note, strings.TrimRight(lines[1], " "), "the note, whole, under the title")
+			click(a, at(t, a, 2, "3 Place"), 2)
+			assert.Equal(t, common.PagePlace, a.Active(), "the tabs are a line lower")
+		} else {
+			assert.True(t, strings.HasSuffix(strings.TrimRight(lines[0], " "), " · "+note), "room for it on the title line")
+		}
+	}
+}
