@@ -16,6 +16,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/render"
+	"github.com/llmkube/mesh/tui/views/events"
 )
 
 // axisWidth is the room left of the chart for its scale ("32.0 GiB ┤").
@@ -287,7 +288,9 @@ func (m *Model) memory(name string, h *api.Host) []string {
 		st.BarUsed.Render("█")+" held  "+st.Muted.Render("┄")+" budget", m.width))
 	for _, a := range h.Accelerators {
 		if a.Kind == "hailo" && a.Loaded != "" {
-			out = append(out, render.Cut(fmt.Sprintf("  %s runs on the %s in its own %s: not counted here", a.Loaded, a.Name, size(a.Memory)), m.width))
+			note := m.wrap(fmt.Sprintf("%s runs on the %s in its own %s: not counted here", a.Loaded, a.Name, size(a.Memory)), 2)
+			note[0] = "  " + note[0]
+			out = append(out, note...)
 		}
 	}
 	return out
@@ -347,7 +350,9 @@ func (m *Model) engines(h *api.Host) []string {
 		if version == "" {
 			version = "—"
 		}
-		out = append(out, "  "+render.Row(cols, []string{string(e.Runtime), state, version, strings.Join(where, " · ")}))
+		detail := m.wrap(strings.Join(where, " · "), m.width-cols[len(cols)-1].Width)
+		out = append(out, "  "+render.Row(cols, []string{string(e.Runtime), state, version, detail[0]}))
+		out = append(out, detail[1:]...)
 	}
 	return out
 }
@@ -390,7 +395,9 @@ func (m *Model) hardware(h *api.Host) []string {
 	st := m.ctx.Styles
 	out := []string{m.section("HARDWARE · what hwprobe found")}
 	kv := func(k, v string) {
-		out = append(out, render.Cut("  "+st.Muted.Render(render.Pad(k, 13))+v, m.width))
+		lines := m.wrap(v, 2+13)
+		out = append(out, "  "+st.Muted.Render(render.Pad(k, 13))+lines[0])
+		out = append(out, lines[1:]...)
 	}
 	orUnknown := func(s string) string {
 		if s == "" {
@@ -465,14 +472,23 @@ func (m *Model) events(mb api.Member) []string {
 		return append(out, st.Muted.Render("  none since the console started"))
 	}
 	loc := m.ctx.Now().Location()
+	const indent = 2 + 8 + 1 + 9 + 1 // the message's column, after the time and the type
 	for _, e := range evs {
-		text := e.Message
-		if e.Code != "" {
-			text += " (" + string(e.Code) + ")"
-		}
-		out = append(out, render.Cut("  "+st.Muted.Render(e.Time.In(loc).Format("15:04:05"))+" "+render.Pad(e.Type, 9)+" "+text, m.width))
+		text := m.wrap(events.Text(e), indent)
+		out = append(out, "  "+st.Muted.Render(e.Time.In(loc).Format("15:04:05"))+" "+render.Pad(e.Type, 9)+" "+text[0])
+		out = append(out, text[1:]...)
 	}
 	return out
+}
+
+// wrap is text wrapped to start in column indent, whole: its first line, to follow what is
+// before that column, and the lines under it, indented.
+func (m *Model) wrap(text string, indent int) []string {
+	lines := strings.Split(ansi.Wrap(text, max(m.width-indent, 20), " "), "\n")
+	for i := 1; i < len(lines); i++ {
+		lines[i] = strings.Repeat(" ", indent) + lines[i]
+	}
+	return lines
 }
 
 // logs shows the tail of each engine log the host's agent keeps, fetched through its API.
@@ -499,7 +515,12 @@ func (m *Model) logs(mb api.Member) []string {
 		}
 	}
 	if n == 0 {
-		out = append(out, st.Muted.Render("  no engine log kept by the agent (the Ollama and hailo-ollama daemons keep their own)"))
+		for i, l := range m.wrap("no engine log kept by the agent (the Ollama and hailo-ollama daemons keep their own)", 2) {
+			if i == 0 {
+				l = "  " + l
+			}
+			out = append(out, st.Muted.Render(l))
+		}
 	}
 	if m.logErr != nil {
 		out = append(out, st.Error.Render(render.Cut("  could not read the logs: "+m.logErr.Error(), m.width)))
