@@ -206,6 +206,17 @@ func TestEscThenAKeyInOneRead(t *testing.T) {
 	_, cmd = a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("b"), Alt: true})
 	drain(a, cmd)
 	assert.True(t, a.page().Capturing(), "still typing the filter")
+
+	// Any other key after esc is the two presses there too: esc then 1 in the place form (as
+	// tmux sends it) leaves the form for Hosts, and types no "1" into the source.
+	keys(a, "esc", "3")
+	burst(a, "ollama://")
+	require.True(t, a.page().Capturing())
+	_, cmd = a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("1"), Alt: true})
+	drain(a, cmd)
+	assert.Equal(t, common.PageHosts, a.Active(), "esc left the form, 1 went to Hosts")
+	keys(a, "3")
+	assert.Contains(t, a.View(), "source    ollama:// ", "nothing typed after esc")
 }
 
 // typeKeys sends each rune of s as its own key press, as a person types, and reports whether
