@@ -325,6 +325,19 @@ func TestBadOptionsAreSaid(t *testing.T) {
 	assert.Contains(t, m.View(), `priority "urgent" is not one of batch, low, normal, high, critical`)
 }
 
+// The validator's words are read whole under the fields at 80 columns: they say what to type.
+func TestSourceErrorWhole(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("hailo://qwen2")
+	_, err := m.Request()
+	require.Error(t, err)
+	require.Greater(t, len(err.Error()), 80-labelWidth, "the message is longer than a line")
+	view := m.View()
+	assert.NotContains(t, view, "…")
+	assert.Contains(t, strings.Join(strings.Fields(view), " "), err.Error())
+}
+
 func TestHalfTypedSourceAsksNothing(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(80, 24)

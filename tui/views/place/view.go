@@ -52,10 +52,15 @@ func (m *Model) screen() ([]string, hostRows) {
 	}
 	add(render.Cut(st.Title.Render("Place a model")+st.Muted.Render(" · "+mode), m.width))
 	add(render.Cut(m.label("source", fieldSource)+m.inputs[fieldSource].View(), m.width))
-	if m.srcErr != nil {
-		for _, l := range strings.Split(ansi.Wrap(m.srcErr.Error(), max(m.width-labelWidth, 20), " "), "\n") {
+	// Why the form is not a request yet, under the fields and whole: the validator's words
+	// name what to type ("no tag; hailo sources name a model and its tag…").
+	fieldError := func(err error) {
+		for _, l := range strings.Split(ansi.Wrap(err.Error(), max(m.width-labelWidth, 20), " "), "\n") {
 			add(st.Error.Render(strings.Repeat(" ", labelWidth) + l))
 		}
+	}
+	if m.srcErr != nil {
+		fieldError(m.srcErr)
 	}
 	if m.focus == fieldSource && !m.placing && m.placement == nil && m.placeErr == nil {
 		add(m.suggestionLines()...)
@@ -79,7 +84,7 @@ func (m *Model) screen() ([]string, hostRows) {
 		m.label("context", fieldContext)+m.inputs[fieldContext].View()+" "+
 		m.label("priority", fieldPriority)+m.inputs[fieldPriority].View(), m.width))
 	if _, err := m.Request(); err != nil && !errors.Is(err, errIncomplete) {
-		add(st.Error.Render(render.Cut(strings.Repeat(" ", labelWidth)+err.Error(), m.width)))
+		fieldError(err)
 	}
 	add("")
 	if (m.focus == fieldOut || (m.focus == fieldHosts && !m.choosable())) && !m.placing && m.placement == nil && m.placeErr == nil {
