@@ -282,15 +282,13 @@ func (m *Model) memory(name string, h *api.Host) []string {
 		out = append(out, strings.Repeat(" ", axisWidth)+st.Muted.Render("available ")+
 			render.Sparkline(st, render.Downsample(avail, width-10), 0, float64(top), width-10))
 	}
-	out = append(out, render.Cut(fmt.Sprintf("  held %s (committed %s + reserved %s) · budget %s · free %s",
-		size(render.Sum(mem.Committed, mem.Reserved)), size(mem.Committed), size(mem.Reserved), size(mem.Budget), size(mem.Free())), m.width))
+	out = append(out, m.pack(fmt.Sprintf("held %s (committed %s + reserved %s)", size(render.Sum(mem.Committed, mem.Reserved)), size(mem.Committed), size(mem.Reserved)),
+		"budget "+size(mem.Budget), "free "+size(mem.Free()))...)
 	out = append(out, render.Cut(fmt.Sprintf("  available %s · total %s · ", size(mem.Available), size(mem.Total))+
 		st.BarUsed.Render("█")+" held  "+st.Muted.Render("┄")+" budget", m.width))
 	for _, a := range h.Accelerators {
 		if a.Kind == "hailo" && a.Loaded != "" {
-			note := m.wrap(fmt.Sprintf("%s runs on the %s in its own %s: not counted here", a.Loaded, a.Name, size(a.Memory)), 2)
-			note[0] = "  " + note[0]
-			out = append(out, note...)
+			out = append(out, m.para(fmt.Sprintf("%s runs on the %s in its own %s: not counted here", a.Loaded, a.Name, size(a.Memory)))...)
 		}
 	}
 	return out
@@ -491,6 +489,27 @@ func (m *Model) wrap(text string, indent int) []string {
 	return lines
 }
 
+// pack lays parts out as " · " does on a line, each part whole: a part that would pass the
+// width starts the next line (a size is never parted from its unit).
+func (m *Model) pack(parts ...string) []string {
+	lines := []string{"  " + parts[0]}
+	for _, p := range parts[1:] {
+		if last := len(lines) - 1; ansi.StringWidth(lines[last]+" · "+p) <= m.width {
+			lines[last] += " · " + p
+		} else {
+			lines = append(lines, "  "+p)
+		}
+	}
+	return lines
+}
+
+// para is text as a paragraph of the view: wrapped, every line indented by two.
+func (m *Model) para(text string) []string {
+	lines := m.wrap(text, 2)
+	lines[0] = "  " + lines[0]
+	return lines
+}
+
 // logs shows the tail of each engine log the host's agent keeps, fetched through its API.
 func (m *Model) logs(mb api.Member) []string {
 	st := m.ctx.Styles
@@ -515,10 +534,7 @@ func (m *Model) logs(mb api.Member) []string {
 		}
 	}
 	if n == 0 {
-		for i, l := range m.wrap("no engine log kept by the agent (the Ollama and hailo-ollama daemons keep their own)", 2) {
-			if i == 0 {
-				l = "  " + l
-			}
+		for _, l := range m.para("no engine log kept by the agent (the Ollama and hailo-ollama daemons keep their own)") {
 			out = append(out, st.Muted.Render(l))
 		}
 	}
