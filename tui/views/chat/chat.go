@@ -160,6 +160,8 @@ func (m *Model) Capturing() bool { return m.input.Focused() && !m.picking() }
 func (m *Model) ShortHelp() []key.Binding {
 	k := m.ctx.Keys
 	switch {
+	case m.picking() && m.model == "":
+		return []key.Binding{k.Up, k.Down, keyChoose} // nothing to go back to: esc closes nothing
 	case m.picking():
 		return []key.Binding{k.Up, k.Down, keyChoose, keyClose}
 	case m.streaming:

@@ -115,14 +115,24 @@ func TestPickerOffersReadyModels(t *testing.T) {
 	}
 	assert.Equal(t, []string{"llama3.2:3b", "qwen2.5-coder-7b", "qwen2:1.5b"}, names, "ready models only, by name")
 	assert.Contains(t, m.View(), "Chat with which model?")
+	assert.NotContains(t, helpKeys(m), "esc", "no model yet: esc has nothing to go back to")
 	press(m, "down", "down", "enter")
 	assert.Equal(t, "qwen2:1.5b", m.Chatting())
 	assert.Contains(t, m.View(), "qwen2:1.5b · on pi5 · hailo-ollama")
 
 	press(m, "ctrl+o")
 	assert.Contains(t, m.View(), "Chat with which model?")
+	assert.Contains(t, helpKeys(m), "esc", "esc goes back to the chat")
 	press(m, "esc")
 	assert.Equal(t, "qwen2:1.5b", m.Chatting(), "closing the picker keeps the model")
+}
+
+func helpKeys(m *Model) []string {
+	var out []string
+	for _, b := range m.ShortHelp() {
+		out = append(out, b.Help().Key)
+	}
+	return out
 }
 
 func TestOpenPreselects(t *testing.T) {
