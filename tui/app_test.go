@@ -258,3 +258,14 @@ func TestNoteOnALineOfItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// Typing a chat message at 80 columns, the footer keeps the way out of the input: without it
+// the digits that switch views are text, and nothing says how to leave.
+func TestChatFooterKeepsTheWayOut(t *testing.T) {
+	a := newApp(t, 80, 24)
+	keys(a, "4", "enter")
+	require.True(t, a.page().Capturing())
+	footer := a.footer()
+	assert.Contains(t, footer, "esc leave input")
+	assert.Contains(t, footer, "ctrl+c quit")
+}

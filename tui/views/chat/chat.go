@@ -167,7 +167,8 @@ func (m *Model) ShortHelp() []key.Binding {
 	case m.streaming:
 		return []key.Binding{k.Stop, keyScroll}
 	case m.input.Focused():
-		return []key.Binding{k.Send, k.Newline, keyModels, keyClear, keyScroll, keyBlur}
+		// The way out of the input second: at 80 columns the footer keeps the first ones.
+		return []key.Binding{k.Send, keyBlur, k.Newline, keyModels, keyClear, keyScroll}
 	}
 	return []key.Binding{keyFocus, k.Up, k.Down, keyModels}
 }
