@@ -269,3 +269,16 @@ func TestChatFooterKeepsTheWayOut(t *testing.T) {
 	assert.Contains(t, footer, "esc leave input")
 	assert.Contains(t, footer, "ctrl+c quit")
 }
+
+// No help is cut: a long description wraps under itself, in one column or two.
+func TestHelpNeverCut(t *testing.T) {
+	for _, w := range []int{80, 120} {
+		for _, p := range common.Tabs {
+			a := newApp(t, w, 300) // tall: every line of the help on screen at once
+			a.navigate(p, "")
+			keys(a, "esc", "?") // esc: out of a form or an input first
+			require.Equal(t, common.PageHelp, a.Active())
+			assert.NotContains(t, a.View(), "…", "%s help at %d columns", p.Title(), w)
+		}
+	}
+}
