@@ -134,11 +134,7 @@ func (m *Model) suggestionLines() []string {
 		if room < 24 {
 			room = m.width - labelWidth - len(mark) // the note gives way
 		}
-		head := 1
-		if n := strings.Index(s.Source, "://"); n >= 0 {
-			head = n + 3
-		}
-		text := render.CutMiddle(s.Source, head, room)
+		text := cutSource(s.Source, room)
 		if i == m.sugg {
 			mark = "> "
 			text = st.Selected.Render(text)
@@ -154,6 +150,16 @@ func (m *Model) suggestionLines() []string {
 		hint = fmt.Sprintf("%d more · ", more) + hint
 	}
 	return append(out, st.Muted.Render(render.Cut(indent+"  "+hint, m.width)))
+}
+
+// cutSource fits a source in width cells by taking out its middle: its scheme and its end (the
+// file's name) stay, so sources in one deep folder stay told apart.
+func cutSource(src string, width int) string {
+	head := 1 // an absolute path's "/"
+	if n := strings.Index(src, "://"); n >= 0 {
+		head = n + 3
+	}
+	return render.CutMiddle(src, head, width)
 }
 
 func (m *Model) rankingLines(room int) ([]string, hostRows) {
@@ -398,7 +404,8 @@ func (m *Model) progressLines() []string {
 	if rt == "" {
 		rt = source.RuntimeOf(req.Source)
 	}
-	out := []string{render.Cut(st.Bold.Render("Placing "+req.Source+" on "+m.target)+st.Muted.Render(fmt.Sprintf(" · %s · namespace %s", rt, ns)), m.width)}
+	src := cutSource(req.Source, m.width-ansi.StringWidth("Placing  on "+m.target)-1) // the host whole, then "…"
+	out := []string{render.Cut(st.Bold.Render("Placing "+src+" on "+m.target)+st.Muted.Render(fmt.Sprintf(" · %s · namespace %s", rt, ns)), m.width)}
 	if req.Split != nil {
 		out = append(out, st.Muted.Render(render.Cut("  split across "+api.Printable(strings.Join(req.Split.Hosts, ", "))+" · "+m.target+" is the main", m.width)))
 	}
