@@ -515,7 +515,13 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 	loading := pullingPlacement(1)
 	loading.State = api.StateLoading
 	m.Update(progressMsg{seq: m.placeSeq, ch: ch, p: loading})
-	assert.Contains(t, m.View(), "› loading")
+	assert.Contains(t, m.View(), "› loading starting llama-server and waiting for it to answer")
+	// A daemon that runs already loads the model: nothing is started.
+	for rt, says := range map[api.Runtime]string{api.RuntimeHailoOllama: "hailo-ollama loads it onto the Hailo-10H", api.RuntimeOllama: "ollama loads it"} {
+		p := loading
+		p.Runtime = rt
+		assert.Equal(t, says, m.stepNote(api.StateLoading, &p))
+	}
 
 	// Ready on its host, while the wait goes on for the other agents to route it: enter does
 	// not open the chat yet, so the view does not offer it (it once did, and the enter and the

@@ -477,9 +477,17 @@ func (m *Model) stepNote(s api.PlacementState, p *api.Placement) string {
 		}
 		return note
 	case api.StateLoading:
-		if p.State == api.StateLoading {
-			return "starting " + string(p.Runtime) + " and waiting for it to answer"
+		if p.State != api.StateLoading {
+			break
 		}
+		switch p.Runtime {
+		case api.RuntimeLlamaServer:
+			return "starting llama-server and waiting for it to answer"
+		case api.RuntimeHailoOllama:
+			// The daemon runs already: it loads the model onto the device.
+			return "hailo-ollama loads it onto the Hailo-10H"
+		}
+		return string(p.Runtime) + " loads it"
 	case api.StateReady:
 		return p.Model + " answers on " + p.Host
 	}
