@@ -219,11 +219,11 @@ func Detail(e api.Event) string {
 			host = e.Subject()
 		}
 		parts := []string{p.ID, p.Model + " on " + host, string(p.State)}
+		if p.Reason != "" {
+			parts = append(parts, p.Reason) // before the source: the line is cut at its end
+		}
 		if p.Source != "" {
 			parts = append(parts, p.Source)
-		}
-		if p.Reason != "" {
-			parts = append(parts, p.Reason)
 		}
 		return strings.Join(parts, " · ")
 	}
