@@ -329,11 +329,12 @@ func (a *App) navigate(p common.Page, arg string) tea.Cmd {
 // two rows and `2j` switches to Models and moves there. A paste (bracketed, msg.Paste) stays
 // one message: it is text for a text field, never a burst of commands.
 //
-// Esc followed at once by a key arrives as that key with Alt; outside a text field (where
-// alt+b and alt+f move by words) no binding uses alt, so it is the two presses it was.
+// Esc followed at once by a key arrives as that key with Alt (tmux, ssh, a quick hand): it is
+// the two presses it was, but in a text field for the letters its word chords use (alt+b and
+// alt+f move by words): esc then 1 in the place form leaves it for Hosts, not "1" typed.
 func (a *App) keys(msg tea.KeyMsg) tea.Cmd {
 	var cmds []tea.Cmd
-	if msg.Type == tea.KeyRunes && msg.Alt && !msg.Paste && !a.typing() {
+	if msg.Type == tea.KeyRunes && msg.Alt && !msg.Paste && (!a.typing() || !wordChord(msg.Runes)) {
 		cmds = append(cmds, a.key(tea.KeyMsg{Type: tea.KeyEsc}))
 		msg.Alt = false
 		if len(msg.Runes) < 2 {
@@ -347,6 +348,12 @@ func (a *App) keys(msg tea.KeyMsg) tea.Cmd {
 		cmds = append(cmds, a.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: msg.Alt}))
 	}
 	return tea.Batch(cmds...)
+}
+
+// wordChord: alt with these runes edits a text field (bubbles' textinput and textarea: words
+// forward, backward, deleted, capitalised, lower and upper case; the start and the end).
+func wordChord(runes []rune) bool {
+	return len(runes) == 1 && strings.ContainsRune("bfdclu<>", runes[0])
 }
 
 // typing reports whether a text field has the keys: the command line or a view's.
@@ -529,13 +536,18 @@ func (a *App) titleLine() string {
 		mesh = "—"
 	}
 	line := st.Title.Render("llmkube mesh") + st.Muted.Render(" · "+mesh+" · "+mode)
-	if a.note != "" {
-		line += st.Muted.Render(" · " + a.note)
-	}
 	if a.mouseOff {
 		line += st.Warn.Render(" · mouse off (ctrl+y)")
 	}
-	return render.CutLines(line, a.width)
+	if a.note == "" {
+		return render.Cut(line, a.width)
+	}
+	if with := line + st.Muted.Render(" · "+a.note); lipgloss.Width(with) <= a.width {
+		return with
+	}
+	// The note is for copying (where scripts find the demo mesh): on a line of its own rather
+	// than cut, and if even that is too narrow, its end (the file's name) is kept.
+	return render.Cut(line, a.width) + "\n" + st.Muted.Render(render.CutMiddle(a.note, a.width/3, a.width))
 }
 
 // tabLabel is a tab's label as the tab bar draws it.

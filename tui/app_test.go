@@ -237,3 +237,48 @@ func TestModelsHelpUncutAt120(t *testing.T) {
 	assert.Contains(t, view, "place again (same host; asks before a swap)")
 	assert.NotContains(t, view, "…   esc")
 }
+
+// The demo's note (where scripts find its mesh) is for copying: when the title has no room for
+// it, it takes a line of its own, whole, and the tabs and the view move down a line with it.
+func TestNoteOnALineOfItsOwn(t *testing.T) {
+	const note = "scripts: . /var/folders/x1/abcdefghij0123456789/T/llmkube-demo.env"
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		a := New(nil, Options{Renderer: tuitest.Renderer(), Now: func() time.Time { return now }, Note: note})
+		a.ctx.Mesh = tuitest.SampleMesh(now)
+		a.Update(tea.WindowSizeMsg{Width: size[0], Height: size[1]})
+		view := a.View()
+		lines := strings.Split(view, "\n")
+		require.Len(t, lines, size[1])
+		if size[0] == 80 {
+			assert.Equal(t, note, strings.TrimRight(lines[1], " "), "the note, whole, under the title")
+			click(a, at(t, a, 2, "3 Place"), 2)
+			assert.Equal(t, common.PagePlace, a.Active(), "the tabs are a line lower")
+		} else {
+			assert.True(t, strings.HasSuffix(strings.TrimRight(lines[0], " "), " · "+note), "room for it on the title line")
+		}
+	}
+}
+
+// Typing a chat message at 80 columns, the footer keeps the way out of the input: without it
+// the digits that switch views are text, and nothing says how to leave.
+func TestChatFooterKeepsTheWayOut(t *testing.T) {
+	a := newApp(t, 80, 24)
+	keys(a, "4", "enter")
+	require.True(t, a.page().Capturing())
+	footer := a.footer()
+	assert.Contains(t, footer, "esc leave input")
+	assert.Contains(t, footer, "ctrl+c quit")
+}
+
+// No help is cut: a long description wraps under itself, in one column or two.
+func TestHelpNeverCut(t *testing.T) {
+	for _, w := range []int{80, 120} {
+		for _, p := range common.Tabs {
+			a := newApp(t, w, 300) // tall: every line of the help on screen at once
+			a.navigate(p, "")
+			keys(a, "esc", "?") // esc: out of a form or an input first
+			require.Equal(t, common.PageHelp, a.Active())
+			assert.NotContains(t, a.View(), "…", "%s help at %d columns", p.Title(), w)
+		}
+	}
+}

@@ -206,6 +206,17 @@ func TestEscThenAKeyInOneRead(t *testing.T) {
 	_, cmd = a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("b"), Alt: true})
 	drain(a, cmd)
 	assert.True(t, a.page().Capturing(), "still typing the filter")
+
+	// Any other key after esc is the two presses there too: esc then 1 in the place form (as
+	// tmux sends it) leaves the form for Hosts, and types no "1" into the source.
+	keys(a, "esc", "3")
+	burst(a, "ollama://")
+	require.True(t, a.page().Capturing())
+	_, cmd = a.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("1"), Alt: true})
+	drain(a, cmd)
+	assert.Equal(t, common.PageHosts, a.Active(), "esc left the form, 1 went to Hosts")
+	keys(a, "3")
+	assert.Contains(t, a.View(), "source    ollama:// ", "nothing typed after esc")
 }
 
 // typeKeys sends each rune of s as its own key press, as a person types, and reports whether
@@ -256,6 +267,9 @@ func TestPlaceKeySequenceNeverQuits(t *testing.T) {
 		assert.Contains(t, view, `source "qwen2.5:0.5b" has no scheme; did you mean`, "the CLI's words, under the field")
 		require.False(t, typeKeys(a, "\x1b"), "esc: out of the form, nothing quits")
 		assert.Contains(t, a.View(), "› out of the form", "where the keys go is on screen")
+		require.False(t, typeKeys(a, "\x1b"))
+		assert.False(t, a.page().Capturing(), "a second esc does not lead back into the form")
+		assert.Contains(t, a.View(), "› out of the form")
 		require.False(t, typeKeys(a, "\r"))
 		assert.True(t, a.page().Capturing(), "enter with no host to choose is the form again")
 

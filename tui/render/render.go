@@ -36,6 +36,20 @@ func Cut(s string, width int) string {
 	return ansi.Truncate(s, width, "…")
 }
 
+// CutMiddle shortens s to width display cells by taking out its middle: its first head cells
+// and its end stay, so a long path keeps its scheme and its file name ("file://…/x.gguf").
+func CutMiddle(s string, head, width int) string {
+	w := ansi.StringWidth(s)
+	if w <= width {
+		return s
+	}
+	head = min(head, width-2) // room for "…" and one cell of the end
+	if head <= 0 {
+		return Cut(s, width)
+	}
+	return ansi.Truncate(s, head, "") + "…" + ansi.TruncateLeft(s, w-(width-head-1), "")
+}
+
 // CutLines cuts each line of s to width cells, as Cut does.
 func CutLines(s string, width int) string {
 	lines := strings.Split(s, "\n")

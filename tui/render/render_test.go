@@ -66,6 +66,9 @@ func TestCutPadRow(t *testing.T) {
 	assert.Equal(t, "pi    ", Pad("pi", 6))
 	assert.Equal(t, "    pi", PadLeft("pi", 6))
 	assert.Equal(t, "", Cut("x", 0))
+	assert.Equal(t, "file://…/gguf/tiny.gguf", CutMiddle("file:///tmp/llmkube-localmesh-1/mac-mini/gguf/tiny.gguf", 7, 23))
+	assert.Equal(t, "file:///x.gguf", CutMiddle("file:///x.gguf", 7, 23), "what fits stays whole")
+	assert.Equal(t, "f…", CutMiddle("file:///x.gguf", 7, 2), "no room for the tail: cut as Cut does")
 	cols := []Column{{Title: "A", Width: 3}, {Title: "B", Width: 4, Right: true}}
 	assert.Equal(t, "ab…    1", Row(cols, []string{"abcd", "1"}))
 	fit := Fit([]Column{{Width: 10}, {}, {}}, 40, 5)

@@ -160,12 +160,15 @@ func (m *Model) Capturing() bool { return m.input.Focused() && !m.picking() }
 func (m *Model) ShortHelp() []key.Binding {
 	k := m.ctx.Keys
 	switch {
+	case m.picking() && m.model == "":
+		return []key.Binding{k.Up, k.Down, keyChoose} // nothing to go back to: esc closes nothing
 	case m.picking():
 		return []key.Binding{k.Up, k.Down, keyChoose, keyClose}
 	case m.streaming:
 		return []key.Binding{k.Stop, keyScroll}
 	case m.input.Focused():
-		return []key.Binding{k.Send, k.Newline, keyModels, keyClear, keyScroll, keyBlur}
+		// The way out of the input second: at 80 columns the footer keeps the first ones.
+		return []key.Binding{k.Send, keyBlur, k.Newline, keyModels, keyClear, keyScroll}
 	}
 	return []key.Binding{keyFocus, k.Up, k.Down, keyModels}
 }

@@ -115,14 +115,24 @@ func TestPickerOffersReadyModels(t *testing.T) {
 	}
 	assert.Equal(t, []string{"llama3.2:3b", "qwen2.5-coder-7b", "qwen2:1.5b"}, names, "ready models only, by name")
 	assert.Contains(t, m.View(), "Chat with which model?")
+	assert.NotContains(t, helpKeys(m), "esc", "no model yet: esc has nothing to go back to")
 	press(m, "down", "down", "enter")
 	assert.Equal(t, "qwen2:1.5b", m.Chatting())
 	assert.Contains(t, m.View(), "qwen2:1.5b · on pi5 · hailo-ollama")
 
 	press(m, "ctrl+o")
 	assert.Contains(t, m.View(), "Chat with which model?")
+	assert.Contains(t, helpKeys(m), "esc", "esc goes back to the chat")
 	press(m, "esc")
 	assert.Equal(t, "qwen2:1.5b", m.Chatting(), "closing the picker keeps the model")
+}
+
+func helpKeys(m *Model) []string {
+	var out []string
+	for _, b := range m.ShortHelp() {
+		out = append(out, b.Help().Key)
+	}
+	return out
 }
 
 func TestOpenPreselects(t *testing.T) {
@@ -409,6 +419,19 @@ func TestViewStreaming(t *testing.T) {
 		m.Update(chunkMsg{seq: m.seq, ch: ch, delta: apiclient.ChatDelta{Content: p}, at: now.Add(145*time.Millisecond + time.Duration(i)*150*time.Millisecond)})
 	}
 	golden.RequireEqual(t, []byte(m.View()))
+}
+
+// An answer's first token starts with a space, as most tokenizers give it: the answer starts
+// under the indent, in the column of the question.
+func TestAnswerStartsInItsColumn(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("qwen2:1.5b")
+	m.convs["qwen2:1.5b"] = []Turn{{Role: "user", Text: "hi"}, {Role: "assistant", Text: " Hello there"}}
+	m.refresh(true)
+	assert.Contains(t, m.View(), "\n  hi ")
+	assert.Contains(t, m.View(), "\n  Hello there ")
+	assert.Equal(t, " Hello there", m.convs["qwen2:1.5b"][1].Text, "the conversation the model is sent keeps its text")
 }
 
 func TestViewPicker(t *testing.T) {

@@ -89,10 +89,14 @@ func (m *Model) pickerView() string {
 		return strings.Join(lines, "\n")
 	}
 	m.pick.Clamp(len(choices), m.pickRows()) // the mesh may have changed since the last key
+	nameWidth := 0                           // the names in a column, so where each runs lines up
+	for _, c := range choices {
+		nameWidth = max(nameWidth, min(ansi.StringWidth(c.Model), max(m.width/2, 10)))
+	}
 	for i := m.pick.Offset; i < min(m.pick.Offset+m.pickRows(), len(choices)); i++ {
 		c := choices[i]
 		mark := "  "
-		name := c.Model
+		name := render.Pad(c.Model, nameWidth)
 		if i == m.pick.Pos {
 			mark = "> "
 			name = st.Selected.Render(name)
@@ -152,7 +156,9 @@ func (m *Model) transcript() string {
 			head += st.Muted.Render(" · " + strings.Join(facts, " · "))
 		}
 		lines = append(lines, render.Cut(head, m.width))
-		text := t.Text
+		// An answer's first token often starts with a space (" Hello"): under the indent it
+		// would start a column off.
+		text := strings.TrimLeft(t.Text, " \n")
 		last := i == len(turns)-1
 		if last && m.streaming {
 			text += "▍"

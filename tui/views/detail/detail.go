@@ -16,6 +16,7 @@ import (
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/render"
+	"github.com/llmkube/mesh/tui/views/events"
 )
 
 // axisWidth is the room left of the chart for its scale ("32.0 GiB ┤").
@@ -281,13 +282,13 @@ func (m *Model) memory(name string, h *api.Host) []string {
 		out = append(out, strings.Repeat(" ", axisWidth)+st.Muted.Render("available ")+
 			render.Sparkline(st, render.Downsample(avail, width-10), 0, float64(top), width-10))
 	}
-	out = append(out, render.Cut(fmt.Sprintf("  held %s (committed %s + reserved %s) · budget %s · free %s",
-		size(render.Sum(mem.Committed, mem.Reserved)), size(mem.Committed), size(mem.Reserved), size(mem.Budget), size(mem.Free())), m.width))
+	out = append(out, m.pack(fmt.Sprintf("held %s (committed %s + reserved %s)", size(render.Sum(mem.Committed, mem.Reserved)), size(mem.Committed), size(mem.Reserved)),
+		"budget "+size(mem.Budget), "free "+size(mem.Free()))...)
 	out = append(out, render.Cut(fmt.Sprintf("  available %s · total %s · ", size(mem.Available), size(mem.Total))+
 		st.BarUsed.Render("█")+" held  "+st.Muted.Render("┄")+" budget", m.width))
 	for _, a := range h.Accelerators {
 		if a.Kind == "hailo" && a.Loaded != "" {
-			out = append(out, render.Cut(fmt.Sprintf("  %s runs on the %s in its own %s: not counted here", a.Loaded, a.Name, size(a.Memory)), m.width))
+			out = append(out, m.para(fmt.Sprintf("%s runs on the %s in its own %s: not counted here", a.Loaded, a.Name, size(a.Memory)))...)
 		}
 	}
 	return out
@@ -347,7 +348,9 @@ func (m *Model) engines(h *api.Host) []string {
 		if version == "" {
 			version = "—"
 		}
-		out = append(out, "  "+render.Row(cols, []string{string(e.Runtime), state, version, strings.Join(where, " · ")}))
+		detail := m.wrap(strings.Join(where, " · "), m.width-cols[len(cols)-1].Width)
+		out = append(out, "  "+render.Row(cols, []string{string(e.Runtime), state, version, detail[0]}))
+		out = append(out, detail[1:]...)
 	}
 	return out
 }
@@ -390,7 +393,9 @@ func (m *Model) hardware(h *api.Host) []string {
 	st := m.ctx.Styles
 	out := []string{m.section("HARDWARE · what hwprobe found")}
 	kv := func(k, v string) {
-		out = append(out, render.Cut("  "+st.Muted.Render(render.Pad(k, 13))+v, m.width))
+		lines := m.wrap(v, 2+13)
+		out = append(out, "  "+st.Muted.Render(render.Pad(k, 13))+lines[0])
+		out = append(out, lines[1:]...)
 	}
 	orUnknown := func(s string) string {
 		if s == "" {
@@ -465,14 +470,44 @@ func (m *Model) events(mb api.Member) []string {
 		return append(out, st.Muted.Render("  none since the console started"))
 	}
 	loc := m.ctx.Now().Location()
+	const indent = 2 + 8 + 1 + 9 + 1 // the message's column, after the time and the type
 	for _, e := range evs {
-		text := e.Message
-		if e.Code != "" {
-			text += " (" + string(e.Code) + ")"
-		}
-		out = append(out, render.Cut("  "+st.Muted.Render(e.Time.In(loc).Format("15:04:05"))+" "+render.Pad(e.Type, 9)+" "+text, m.width))
+		text := m.wrap(events.Text(e), indent)
+		out = append(out, "  "+st.Muted.Render(e.Time.In(loc).Format("15:04:05"))+" "+render.Pad(e.Type, 9)+" "+text[0])
+		out = append(out, text[1:]...)
 	}
 	return out
+}
+
+// wrap is text wrapped to start in column indent, whole: its first line, to follow what is
+// before that column, and the lines under it, indented.
+func (m *Model) wrap(text string, indent int) []string {
+	lines := strings.Split(ansi.Wrap(text, max(m.width-indent, 20), " "), "\n")
+	for i := 1; i < len(lines); i++ {
+		lines[i] = strings.Repeat(" ", indent) + lines[i]
+	}
+	return lines
+}
+
+// pack lays parts out as " · " does on a line, each part whole: a part that would pass the
+// width starts the next line (a size is never parted from its unit).
+func (m *Model) pack(parts ...string) []string {
+	lines := []string{"  " + parts[0]}
+	for _, p := range parts[1:] {
+		if last := len(lines) - 1; ansi.StringWidth(lines[last]+" · "+p) <= m.width {
+			lines[last] += " · " + p
+		} else {
+			lines = append(lines, "  "+p)
+		}
+	}
+	return lines
+}
+
+// para is text as a paragraph of the view: wrapped, every line indented by two.
+func (m *Model) para(text string) []string {
+	lines := m.wrap(text, 2)
+	lines[0] = "  " + lines[0]
+	return lines
 }
 
 // logs shows the tail of each engine log the host's agent keeps, fetched through its API.
@@ -499,7 +534,9 @@ func (m *Model) logs(mb api.Member) []string {
 		}
 	}
 	if n == 0 {
-		out = append(out, st.Muted.Render("  no engine log kept by the agent (the Ollama and hailo-ollama daemons keep their own)"))
+		for _, l := range m.para("no engine log kept by the agent (the Ollama and hailo-ollama daemons keep their own)") {
+			out = append(out, st.Muted.Render(l))
+		}
 	}
 	if m.logErr != nil {
 		out = append(out, st.Error.Render(render.Cut("  could not read the logs: "+m.logErr.Error(), m.width)))

@@ -177,3 +177,31 @@ func TestAnonymousAccessShown(t *testing.T) {
 	m.Open("mac-mini")
 	assert.NotContains(t, m.View(), "without a token")
 }
+
+// At 80 columns a host's long lines are read whole: a recent event says which model it is about
+// and wraps under its column, as in Events, and the Hailo's note and an engine's detail wrap.
+func TestLongLinesWrapAt80(t *testing.T) {
+	ctx := testCtx()
+	for i := range ctx.Mesh.Members {
+		if ctx.Mesh.Members[i].Name == "pi5" {
+			h := *ctx.Mesh.Members[i].Host
+			h.Accelerators = append([]api.Accelerator(nil), h.Accelerators...)
+			h.Accelerators[0].Loaded = "deepseek_r1_distill_qwen:1.5b"
+			h.Engines = append([]api.Engine(nil), h.Engines...)
+			h.Engines[0].Detail = "downloaded: deepseek_r1_distill_qwen:1.5b, qwen2.5-instruct:1.5b"
+			ctx.Mesh.Members[i].Host = &h
+		}
+	}
+	ctx.Events = append(ctx.Events, api.Event{Time: now, Type: api.EventPlacement, Host: "pi5", Message: "placement ready at http://127.0.0.1:33939",
+		Placement: &api.Placement{Model: "deepseek_r1_distill_qwen:1.5b", Host: "pi5"}})
+	m := New(ctx)
+	m.SetSize(80, 300)
+	m.Open("pi5")
+	view := m.View()
+	assert.NotContains(t, view, "…")
+	words := strings.Join(strings.Fields(view), " ")
+	assert.Contains(t, words, "placement deepseek_r1_distill_qwen:1.5b: placement ready at http://127.0.0.1:33939")
+	assert.Contains(t, words, "deepseek_r1_distill_qwen:1.5b runs on the Hailo-10H in its own 8.0 GiB: not counted here")
+	assert.Contains(t, words, "downloaded: deepseek_r1_distill_qwen:1.5b, qwen2.5-instruct:1.5b")
+	assert.Contains(t, view, "\n                     http://127.0.0.1:33939", "under the message's column")
+}

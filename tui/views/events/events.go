@@ -177,14 +177,7 @@ func (m *Model) render() (lines []string, owner []int) {
 	now := m.ctx.Now()
 	var out []string
 	for i, e := range m.Rows() {
-		text := e.Message
-		if p := e.Placement; p != nil && p.Model != "" && !strings.Contains(text, p.Model) {
-			// "placement ready at …" on a host with two models says which one, as the CLI does.
-			text = p.Model + ": " + text
-		}
-		if e.Code != "" {
-			text += " (" + string(e.Code) + ")"
-		}
+		text := Text(e)
 		if e.Member != "" && e.Host != "" && e.Member != e.Host {
 			text += " · seen by " + e.Host
 		}
@@ -197,6 +190,20 @@ func (m *Model) render() (lines []string, owner []int) {
 		}
 	}
 	return out, owner
+}
+
+// Text is what an event says: its message, which model it is about when the message does not
+// name it ("placement ready at …" on a host with two models says which one, as the CLI does),
+// and its code.
+func Text(e api.Event) string {
+	text := e.Message
+	if p := e.Placement; p != nil && p.Model != "" && !strings.Contains(text, p.Model) {
+		text = p.Model + ": " + text
+	}
+	if e.Code != "" {
+		text += " (" + string(e.Code) + ")"
+	}
+	return text
 }
 
 // Detail is the line under the list about the newest event in view (the last one shown while
@@ -212,11 +219,11 @@ func Detail(e api.Event) string {
 			host = e.Subject()
 		}
 		parts := []string{p.ID, p.Model + " on " + host, string(p.State)}
+		if p.Reason != "" {
+			parts = append(parts, p.Reason) // before the source: the line is cut at its end
+		}
 		if p.Source != "" {
 			parts = append(parts, p.Source)
-		}
-		if p.Reason != "" {
-			parts = append(parts, p.Reason)
 		}
 		return strings.Join(parts, " · ")
 	}

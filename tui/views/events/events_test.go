@@ -196,6 +196,13 @@ func TestPlacementEventNamesItsModel(t *testing.T) {
 
 // An intent's event is about the model the mesh keeps, not a placement on the agent that said
 // it: its detail names the intent and its source, with no "on <agent>" and no empty fields.
+// A placement's reason comes before its source in the detail line, which is cut at its end.
+func TestPlacementEventDetail(t *testing.T) {
+	e := api.Event{Type: api.EventPlacement, Host: "mac-mini", Message: "failed", Placement: &api.Placement{ID: "p-1", Model: "sim-tiny", Host: "mac-mini",
+		State: api.StateFailed, Source: "file:///tmp/llmkube-localmesh-1/mac-mini/gguf/sim-tiny.gguf", Reason: "llama-server exited: out of memory"}}
+	assert.Equal(t, "p-1 · sim-tiny on mac-mini · failed · llama-server exited: out of memory · file:///tmp/llmkube-localmesh-1/mac-mini/gguf/sim-tiny.gguf", Detail(e))
+}
+
 func TestIntentEventDetail(t *testing.T) {
 	e := api.Event{Type: api.EventIntent, Host: "gpu-server", Message: "default/llama3.2:3b wants 1, has 0",
 		Placement: &api.Placement{Namespace: "default", Model: "llama3.2:3b", Source: "hailo://llama3.2:3b", Runtime: api.RuntimeHailoOllama}}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/llmkube/mesh/tui/common"
 	"github.com/llmkube/mesh/tui/render"
@@ -73,9 +74,16 @@ func (m *Model) section(s common.HelpSection, width int) []string {
 	}
 	keyW = min(keyW, max(width/2, 8))
 	lines := []string{st.Bold.Render(render.Cut(s.Title, width))}
+	indent := strings.Repeat(" ", keyW+3)
 	for _, b := range s.Keys {
 		h := b.Help()
-		lines = append(lines, "  "+st.HelpKey.Render(render.Pad(h.Key, keyW))+" "+render.Cut(h.Desc, max(width-keyW-3, 1)))
+		// A long description wraps under itself, as the Events view's messages do: help cut
+		// short says nothing.
+		desc := strings.Split(ansi.Wrap(h.Desc, max(width-keyW-3, 10), " "), "\n")
+		lines = append(lines, "  "+st.HelpKey.Render(render.Pad(h.Key, keyW))+" "+desc[0])
+		for _, d := range desc[1:] {
+			lines = append(lines, indent+d)
+		}
 	}
 	return append(lines, "")
 }

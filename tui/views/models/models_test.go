@@ -399,3 +399,30 @@ func TestViewPlaceAgain(t *testing.T) {
 		})
 	}
 }
+
+// The selected placement's detail wraps under the table rather than losing its end, where why
+// it failed is; the table gives it the rows, and the selected row stays in sight.
+func TestDetailWrapsUnderTheTable(t *testing.T) {
+	ctx := testCtx()
+	const reason = "pull failed: the server answered HTTP 403 for hf://Qwen/Qwen2.5-Coder-7B-Instruct-GGUF/qwen2.5-coder-7b-instruct-q4_k_m.gguf (a gated repository: accept its licence, then give the agent a token)"
+	m := New(ctx)
+	rows := m.Rows()
+	last := rows[len(rows)-1].ID // only the last row's detail is long: selecting it shrinks the table
+	for i := range ctx.Mesh.Members {
+		for j, p := range ctx.Mesh.Members[i].Placements {
+			if p.ID == last {
+				ctx.Mesh.Members[i].Placements[j].State = api.StateFailed
+				ctx.Mesh.Members[i].Placements[j].Reason = reason
+			}
+		}
+	}
+	m.SetSize(80, 10)
+	for range rows {
+		press(m, "down")
+	}
+	view := m.View()
+	assert.Equal(t, 10, strings.Count(view, "\n")+1)
+	assert.Contains(t, view, "> ", "the selected row is in sight")
+	assert.Contains(t, strings.Join(strings.Fields(view), " "), "pull failed: the server answered HTTP 403")
+	assert.True(t, strings.HasSuffix(strings.TrimRight(view, " "), "…"), "longer than the foot's lines: its last one says so")
+}

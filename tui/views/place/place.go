@@ -34,13 +34,16 @@ const (
 	maxRecent    = 20
 )
 
-// Fields of the form, in tab order; fieldHosts is the ranked host list under it.
+// Fields of the form, in tab order; fieldHosts is the ranked host list under it, and fieldOut
+// is out of both (esc from the form): the keys are the console's, and esc there stays put, so
+// esc never leads back into what it left.
 const (
 	fieldSource = iota
 	fieldNamespace
 	fieldContext
 	fieldPriority
 	fieldHosts
+	fieldOut
 )
 
 var (
@@ -54,6 +57,8 @@ var (
 	keyChat    = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "chat with it"))
 	keyLeave   = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "stop watching"))
 	keyForm    = key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "leave the form"))
+	keyToForm  = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "edit the form"))
+	keyToHosts = key.NewBinding(key.WithKeys("down", "j"), key.WithHelp("↓/j", "the ranked hosts"))
 )
 
 // Model is the place view.
@@ -183,8 +188,14 @@ func (m *Model) layout() {
 
 // Capturing while a field takes text or a swap waits for its answer.
 func (m *Model) Capturing() bool {
-	return m.swapping != nil || (!m.placing && m.placement == nil && m.placeErr == nil && m.focus != fieldHosts)
+	return m.swapping != nil || (!m.placing && m.placement == nil && m.placeErr == nil && m.inForm())
 }
+
+// inForm: a field of the form has the keys.
+func (m *Model) inForm() bool { return m.focus < fieldHosts }
+
+// choosable: there is something in the list to choose, the split or a ranked host.
+func (m *Model) choosable() bool { return m.showsSplit() || len(m.hosts) > 0 }
 
 // TakesTab while a form field is typed: tab moves to the next field there.
 func (m *Model) TakesTab() bool {
@@ -206,6 +217,10 @@ func (m *Model) ShortHelp() []key.Binding {
 		return []key.Binding{keyPlaceSp, keySplit, keyEdit}
 	case m.focus == fieldHosts:
 		return []key.Binding{k.Up, k.Down, keyPlace, k.Spread, keySplit, keyEdit}
+	case m.focus == fieldOut && m.choosable():
+		return []key.Binding{keyToForm, keyToHosts, k.Spread, keySplit}
+	case m.focus == fieldOut:
+		return []key.Binding{keyToForm}
 	}
 	// esc first after enter: it is the way out of the form to the global keys.
 	return []key.Binding{keyChoose, keyForm, k.NextFld, k.PrevFld, keyRuntime, k.Spread, keySplit}
@@ -221,6 +236,7 @@ func (m *Model) FullHelp() []common.HelpSection {
 			common.As(keyChoose, "to the ranked hosts (or take a suggestion)"), keyRuntime, k.Spread,
 			common.As(keySplit, "split across hosts / the ranked hosts"), keyForm,
 		}},
+		{Title: "Place: out of the form", Keys: []key.Binding{keyToForm, keyToHosts}},
 		{Title: "Place: ranked hosts", Keys: []key.Binding{
 			k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, keyPlace, keyPlaceSp, k.Spread, keyEdit,
 			common.As(k.Confirm, "yes, swap"), common.As(k.Cancel, "no swap"),
@@ -539,10 +555,19 @@ func (m *Model) clearDone() {
 	m.placement, m.placeErr, m.pollErr, m.swapping = nil, nil, nil, nil
 }
 
+// bestIndex is the host the list starts at: the best that fits or swaps or, when none does,
+// the one that came nearest, whose reason (wrapped whole under its row) is the cause to act on.
 func (m *Model) bestIndex() int {
 	for i, h := range m.hosts {
 		if h.Verdict != api.VerdictRefused {
 			return i
+		}
+	}
+	if near, ok := console.Nearest(m.hosts); ok {
+		for i, h := range m.hosts {
+			if h.Host == near.Host {
+				return i
+			}
 		}
 	}
 	return 0
@@ -597,9 +622,10 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			m.ctx.Navigate(common.PageChat, model)
 			return nil
 		case key.Matches(msg, keyDone):
-			// Back to the form, to place another; esc there gives the global keys back.
+			// Done: out of the form, the console's keys (2 for Models is a key, not text in
+			// the source field); enter edits the form to place another.
 			m.clearDone()
-			return m.setFocus(fieldSource)
+			return m.setFocus(fieldOut)
 		case key.Matches(msg, k.Open):
 			m.clearDone()
 			return m.setFocus(fieldSource)
@@ -623,10 +649,12 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		m.runtime = nextRuntime(m.runtime)
 		return m.changed()
 	}
-	if m.focus == fieldHosts && m.showsSplit() {
+	switch {
+	case m.focus == fieldOut:
+		return m.outKey(msg)
+	case m.focus == fieldHosts && m.showsSplit():
 		return m.splitKey(msg)
-	}
-	if m.focus == fieldHosts {
+	case m.focus == fieldHosts:
 		return m.hostsKey(msg)
 	}
 	return m.formKey(msg)
@@ -656,10 +684,10 @@ func (m *Model) click(msg tea.MouseMsg) (tea.Cmd, bool) {
 	}
 	_, where := m.screen()
 	line := msg.Y - where.top
-	if where.n == 0 || line < 0 || line >= where.n {
+	if line < 0 || line >= len(where.owner) {
 		return nil, false
 	}
-	i := where.first + line
+	i := where.owner[line]
 	if m.focus == fieldHosts && i == m.hostCur.Pos {
 		return m.hostsKey(tea.KeyMsg{Type: tea.KeyEnter}), true
 	}
@@ -678,6 +706,19 @@ func nextRuntime(rt api.Runtime) api.Runtime {
 		}
 	}
 	return ""
+}
+
+// outKey is a key out of the form: enter edits it again, ↓ goes to what there is to choose;
+// esc (and every other key the console leaves to the view) changes nothing.
+func (m *Model) outKey(msg tea.KeyMsg) tea.Cmd {
+	switch {
+	case key.Matches(msg, keyToForm):
+		return m.setFocus(fieldSource)
+	case key.Matches(msg, keyToHosts) && m.choosable():
+		m.hostCur.Pos = m.bestIndex()
+		return m.setFocus(fieldHosts)
+	}
+	return nil
 }
 
 func (m *Model) hostsKey(msg tea.KeyMsg) tea.Cmd {
@@ -769,7 +810,7 @@ func (m *Model) formKey(msg tea.KeyMsg) tea.Cmd {
 		return m.enter()
 	case "esc":
 		// Leaving the form gives the global keys back (tab to other views, q).
-		return m.setFocus(fieldHosts)
+		return m.setFocus(fieldOut)
 	}
 	before := m.inputs[m.focus].Value()
 	var cmd tea.Cmd

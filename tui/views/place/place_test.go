@@ -325,6 +325,19 @@ func TestBadOptionsAreSaid(t *testing.T) {
 	assert.Contains(t, m.View(), `priority "urgent" is not one of batch, low, normal, high, critical`)
 }
 
+// The validator's words are read whole under the fields at 80 columns: they say what to type.
+func TestSourceErrorWhole(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("hailo://qwen2")
+	_, err := m.Request()
+	require.Error(t, err)
+	require.Greater(t, len(err.Error()), 80-labelWidth, "the message is longer than a line")
+	view := m.View()
+	assert.NotContains(t, view, "…")
+	assert.Contains(t, strings.Join(strings.Fields(view), " "), err.Error())
+}
+
 func TestHalfTypedSourceAsksNothing(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(80, 24)
@@ -402,11 +415,63 @@ func TestChoosingHosts(t *testing.T) {
 
 	press(m, "up")
 	press(m, "esc")
-	assert.Equal(t, fieldSource, m.focus, "esc leaves the result for the form, to place another")
-	assert.True(t, m.Capturing())
+	assert.Equal(t, fieldOut, m.focus, "esc: done with the result, out of the form")
+	assert.False(t, m.Capturing(), "the next key is the console's (2 for Models), not text in the source")
 	assert.Nil(t, m.placeErr)
+	press(m, "enter")
+	assert.Equal(t, fieldSource, m.focus, "enter edits the form, to place another")
 	press(m, "esc")
 	assert.False(t, m.Capturing(), "esc in the form gives the global keys back")
+}
+
+// Esc steps out, never back in: from the ranked hosts to the form, from the form out of both
+// (the console's keys), and there it stays, however often it is pressed. Enter edits the form
+// again and ↓ goes back to the hosts, at the best one.
+func TestEscStepsOutNeverBackIn(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(80, 24)
+	m.Open("hailo://qwen2.5-instruct:1.5b")
+	ranked(m, hailoEstimate, "pi5")
+	press(m, "enter", "down")
+	require.Equal(t, fieldHosts, m.focus)
+	require.Equal(t, 1, m.hostCur.Pos)
+
+	press(m, "esc")
+	assert.Equal(t, fieldSource, m.focus, "the first esc leaves the list for the form")
+	assert.True(t, m.Capturing())
+	press(m, "esc")
+	assert.Equal(t, fieldOut, m.focus, "the second leaves the form")
+	assert.False(t, m.Capturing(), "out of the form the keys are the console's")
+	assert.Contains(t, m.View(), "› out of the form: the keys are the console's · enter edits it · ↓ the hosts")
+	assert.NotContains(t, m.View(), "> swap", "no host is chosen out of the form")
+	for range 3 {
+		press(m, "esc")
+		assert.Equal(t, fieldOut, m.focus, "esc out of the form leads nowhere back")
+	}
+	assert.Equal(t, []string{"enter edit the form", "↓/j the ranked hosts", "ctrl+s best-fit / spread", "ctrl+t split across hosts"}, helpOf(m))
+
+	press(m, "j")
+	assert.Equal(t, fieldHosts, m.focus, "↓ goes to the hosts")
+	assert.Equal(t, m.bestIndex(), m.hostCur.Pos, "at the best one")
+	press(m, "esc", "esc", "enter")
+	assert.Equal(t, fieldSource, m.focus, "enter edits the form again")
+	assert.True(t, m.Capturing())
+
+	// With nothing to choose, out of the form ↓ stays where it is and says enter.
+	m = New(testCtx())
+	m.SetSize(80, 24)
+	press(m, "esc", "down", "esc")
+	assert.Equal(t, fieldOut, m.focus)
+	assert.Contains(t, m.View(), "› out of the form: the keys are the console's · enter edits the form")
+	assert.Equal(t, []string{"enter edit the form"}, helpOf(m))
+}
+
+func helpOf(m *Model) []string {
+	var out []string
+	for _, b := range m.ShortHelp() {
+		out = append(out, b.Help().Key+" "+b.Help().Desc)
+	}
+	return out
 }
 
 func pullingPlacement(progress float64) api.Placement {
@@ -450,7 +515,13 @@ func TestFollowsAPlacementToReady(t *testing.T) {
 	loading := pullingPlacement(1)
 	loading.State = api.StateLoading
 	m.Update(progressMsg{seq: m.placeSeq, ch: ch, p: loading})
-	assert.Contains(t, m.View(), "› loading")
+	assert.Contains(t, m.View(), "› loading starting llama-server and waiting for it to answer")
+	// A daemon that runs already loads the model: nothing is started.
+	for rt, says := range map[api.Runtime]string{api.RuntimeHailoOllama: "hailo-ollama loads it onto the Hailo-10H", api.RuntimeOllama: "ollama loads it"} {
+		p := loading
+		p.Runtime = rt
+		assert.Equal(t, says, m.stepNote(api.StateLoading, &p))
+	}
 
 	// Ready on its host, while the wait goes on for the other agents to route it: enter does
 	// not open the chat yet, so the view does not offer it (it once did, and the enter and the
@@ -630,6 +701,51 @@ func TestViewRefused(t *testing.T) {
 	golden.RequireEqual(t, []byte(m.View()))
 }
 
+// A long reason is read whole: the current host's (the one chosen, or when none can take it the
+// nearest, here the only host with a Hailo) wraps under its row, and the hint under the list
+// wraps too; the other rows keep one line each.
+func TestViewLongReason(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {120, 35}} {
+		t.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(t *testing.T) {
+			m := New(testCtx())
+			m.SetSize(size[0], size[1])
+			typeText(m, "hailo://qwen9:1b")
+			m.Update(rankedMsg{seq: m.seq, ranking: console.Ranking{SizedBy: "pi5", SizeCode: api.CodeNotFound,
+				SizeError: "no such model in the Hailo zoo 5.1.1 of pi5: available are qwen2:1.5b, qwen2.5-instruct:1.5b, qwen2.5-coder:1.5b, llama3.2:1b, deepseek-r1:1.5b"}})
+			press(m, "enter")
+			require.Equal(t, "pi5", m.hosts[m.hostCur.Pos].Host, "none fits: the list starts at the nearest")
+			view := m.View()
+			words := strings.ReplaceAll(strings.Join(strings.Fields(view), " "), "- ", "-") // a wrap may break at a hyphen
+			assert.Contains(t, words, "does not offer qwen9:1b; it offers deepseek_r1:1.5b, llama3.2:1b, qwen2:1.5b, qwen2.5-coder:1.5b, qwen2.5-instruct:1.5b", "the reason, whole")
+			assert.NotContains(t, view, "…")
+			golden.RequireEqual(t, []byte(view))
+
+			// Moving on wraps that host's reason instead; a click on a wrapped line is a
+			// click on its host, and the line after it is the next host.
+			press(m, "up")
+			_, where := m.screen()
+			assert.Equal(t, []int{0, 1, 2, 3}, where.owner, "pi4's reason is short: one line a host")
+			press(m, "down")
+			_, where = m.screen()
+			first := slices.Index(where.owner, 2)
+			last := first
+			for last+1 < len(where.owner) && where.owner[last+1] == 2 {
+				last++
+			}
+			require.Greater(t, last, first, "pi5's reason takes more than its row")
+			click := func(line int) tea.Cmd {
+				cmd, ok := m.click(tea.MouseMsg{X: 40, Y: where.top + line, Action: tea.MouseActionPress, Button: tea.MouseButtonLeft})
+				require.True(t, ok)
+				return cmd
+			}
+			msg := click(last)()
+			assert.Contains(t, msg.(common.StatusMsg).Text, "pi5 cannot take it", "a click on the selected host's last line is a click on it")
+			click(last + 1)
+			assert.Equal(t, "tower", m.hosts[m.hostCur.Pos].Host)
+		})
+	}
+}
+
 func TestViewRankedGGUF(t *testing.T) {
 	m := New(testCtx())
 	m.SetSize(120, 35)
@@ -783,6 +899,41 @@ func TestSuggestsLocalGGUF(t *testing.T) {
 	}
 	require.NotNil(t, found)
 	assert.Contains(t, found.Note, "file on ")
+}
+
+// Long paths at 80 columns: three GGUF files in one deep folder are told apart by their names
+// (a path loses its middle, not its end), and the size's breakdown wraps rather than losing
+// its last part.
+func TestViewLongPaths(t *testing.T) {
+	ctx := testCtx()
+	dir := "/var/folders/x1/abcdefghij0123456789/T/llmkube-localmesh-1562507473/mac-mini/gguf/"
+	for i, mb := range ctx.Mesh.Members {
+		if mb.Host == nil {
+			continue
+		}
+		for j, e := range mb.Host.Engines {
+			if e.Runtime == api.RuntimeLlamaServer && e.Present {
+				ctx.Mesh.Members[i].Host.Engines[j].Models = []string{dir + "llama-sim-1b.gguf", dir + "sim-tiny.gguf", dir + "sim-split.gguf"}
+			}
+		}
+	}
+	m := New(ctx)
+	m.SetSize(80, 24)
+	typeText(m, "file://")
+	press(m, "down")
+	view := m.View()
+	for _, name := range []string{"/llama-sim-1b.gguf", "/sim-tiny.gguf", "/sim-split.gguf"} {
+		assert.Contains(t, view, name)
+	}
+	golden.RequireEqual(t, []byte(view))
+
+	t.Run("breakdown", func(t *testing.T) {
+		press(m, "enter")
+		ranked(m, api.SizeEstimate{Bytes: 557 * mib, Method: api.SizeHeader, Weights: 5 * mib, KV: 4 * mib, Compute: 31 * mib, Cache: 4 * mib, Overhead: 513 * mib}, "mac-mini")
+		view := m.View()
+		assert.Contains(t, view, "overhead 513 MiB")
+		golden.RequireEqual(t, []byte(view))
+	})
 }
 
 // An unknown size says why, in the sizer's words.

@@ -32,9 +32,13 @@ func (m *Model) View() string {
 	return render.Place(strings.Join(lines, "\n"), m.width, m.height)
 }
 
-// hostRows is where the ranked hosts are on screen: the line of the first one shown, the
-// index of that host, how many are shown (n 0: none), and how many rows the list has.
-type hostRows struct{ top, first, n, rows int }
+// hostRows is where the ranked hosts are on screen: the line of the first one shown, the host
+// each line after it belongs to (none shown: empty), and how many hosts the list has room for.
+type hostRows struct {
+	top   int
+	owner []int
+	rows  int
+}
 
 // screen draws the view's lines and says where its ranked hosts are, for clicks.
 func (m *Model) screen() ([]string, hostRows) {
@@ -48,10 +52,15 @@ func (m *Model) screen() ([]string, hostRows) {
 	}
 	add(render.Cut(st.Title.Render("Place a model")+st.Muted.Render(" · "+mode), m.width))
 	add(render.Cut(m.label("source", fieldSource)+m.inputs[fieldSource].View(), m.width))
-	if m.srcErr != nil {
-		for _, l := range strings.Split(ansi.Wrap(m.srcErr.Error(), max(m.width-labelWidth, 20), " "), "\n") {
+	// Why the form is not a request yet, under the fields and whole: the validator's words
+	// name what to type ("no tag; hailo sources name a model and its tag…").
+	fieldError := func(err error) {
+		for _, l := range strings.Split(ansi.Wrap(err.Error(), max(m.width-labelWidth, 20), " "), "\n") {
 			add(st.Error.Render(strings.Repeat(" ", labelWidth) + l))
 		}
+	}
+	if m.srcErr != nil {
+		fieldError(m.srcErr)
 	}
 	if m.focus == fieldSource && !m.placing && m.placement == nil && m.placeErr == nil {
 		add(m.suggestionLines()...)
@@ -75,12 +84,16 @@ func (m *Model) screen() ([]string, hostRows) {
 		m.label("context", fieldContext)+m.inputs[fieldContext].View()+" "+
 		m.label("priority", fieldPriority)+m.inputs[fieldPriority].View(), m.width))
 	if _, err := m.Request(); err != nil && !errors.Is(err, errIncomplete) {
-		add(st.Error.Render(render.Cut(strings.Repeat(" ", labelWidth)+err.Error(), m.width)))
+		fieldError(err)
 	}
 	add("")
-	if m.focus == fieldHosts && len(m.hosts) == 0 && !m.placing && m.placement == nil && m.placeErr == nil {
-		// Out of the form with no host to choose: say where the keys go, so none is a surprise.
-		add(st.Prompt.Render(render.Cut("› out of the form: the keys are the console's · enter edits the form", m.width)))
+	if (m.focus == fieldOut || (m.focus == fieldHosts && !m.choosable())) && !m.placing && m.placement == nil && m.placeErr == nil {
+		// Out of the form with nothing chosen: say where the keys go, so none is a surprise.
+		out := "› out of the form: the keys are the console's · enter edits the form"
+		if m.focus == fieldOut && m.choosable() {
+			out = "› out of the form: the keys are the console's · enter edits it · ↓ the hosts"
+		}
+		add(st.Prompt.Render(render.Cut(out, m.width)))
 	}
 	var where hostRows
 	if m.placing || m.placement != nil || m.placeErr != nil {
@@ -115,7 +128,13 @@ func (m *Model) suggestionLines() []string {
 	for i := start; i < end; i++ {
 		s := sugg[i]
 		mark := "  "
-		text := s.Source
+		// A long path loses its middle, never its file name: three GGUF files in one folder
+		// would otherwise look the same.
+		room := m.width - labelWidth - len(mark) - 2 - ansi.StringWidth(s.Note)
+		if room < 24 {
+			room = m.width - labelWidth - len(mark) // the note gives way
+		}
+		text := cutSource(s.Source, room)
 		if i == m.sugg {
 			mark = "> "
 			text = st.Selected.Render(text)
@@ -131,6 +150,16 @@ func (m *Model) suggestionLines() []string {
 		hint = fmt.Sprintf("%d more · ", more) + hint
 	}
 	return append(out, st.Muted.Render(render.Cut(indent+"  "+hint, m.width)))
+}
+
+// cutSource fits a source in width cells by taking out its middle: its scheme and its end (the
+// file's name) stay, so sources in one deep folder stay told apart.
+func cutSource(src string, width int) string {
+	head := 1 // an absolute path's "/"
+	if n := strings.Index(src, "://"); n >= 0 {
+		head = n + 3
+	}
+	return render.CutMiddle(src, head, width)
 }
 
 func (m *Model) rankingLines(room int) ([]string, hostRows) {
@@ -163,7 +192,10 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 		out = append(out, render.Cut(Estimate(*m.estimate), m.width))
 	}
 	if d := Breakdown(m.estimate.Estimate); d != "" {
-		out = append(out, st.Muted.Render(render.Cut("  "+d, m.width)))
+		// Wrapped: its last part (often the overhead, the largest) is what a cut would lose.
+		for _, l := range strings.Split(ansi.Wrap(d, max(m.width-2, 20), " "), "\n") {
+			out = append(out, st.Muted.Render("  "+l))
+		}
 	}
 	if m.showsSplit() {
 		return append(out, m.splitLines()...), hostRows{}
@@ -176,7 +208,9 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	// The lines under the hosts: why none can take it, and a swap's question.
 	var under []string
 	if hint := Hint(m.hosts); hint != "" {
-		under = append(under, st.Warn.Render(render.Cut("no host can take it: "+hint, m.width)))
+		for _, l := range strings.Split(ansi.Wrap("no host can take it: "+hint, max(m.width, 20), " "), "\n") {
+			under = append(under, st.Warn.Render(l))
+		}
 	}
 	if p := m.plan; p != nil && !p.Fits && noneFits(m.hosts) {
 		// The split was the other way: why it is not one either (ctrl+t shows its arithmetic).
@@ -193,8 +227,13 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 			}
 		}
 	}
+	// The current host's reason (the one chosen, or the best) is wrapped under its row, whole:
+	// it is the one the person reads, and a swap's or a refusal's cause is in its tail.
+	reasonWidth := cols[len(cols)-1].Width
+	m.hostCur.Pos = max(0, min(m.hostCur.Pos, len(m.hosts)-1))
+	current := strings.Split(ansi.Wrap(trimVerdict(m.hosts[m.hostCur.Pos]), reasonWidth, " "), "\n")
 	head := common.RowsOf(strings.Join(out, "\n"))
-	rows := room - head
+	rows := room - head - (len(current) - 1)
 	if len(under) > 0 {
 		rows -= common.RowsOf(strings.Join(under, "\n"))
 	}
@@ -202,20 +241,35 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	m.hostCur.Clamp(len(m.hosts), rows) // the ranking may have changed since the last key
 	start := m.hostCur.Offset
 	best := m.bestIndex()
-	where := hostRows{top: head, first: start, n: min(start+rows, len(m.hosts)) - start, rows: rows}
+	where := hostRows{top: head, rows: rows}
+	indent := strings.Repeat(" ", max(m.width-reasonWidth, 0))
 	for i := start; i < min(start+rows, len(m.hosts)); i++ {
 		h := m.hosts[i]
 		tag := ""
 		if i == best && h.Verdict != api.VerdictRefused {
 			tag = "best"
 		}
-		line := render.Row(cols, []string{st.Verdict(h.Verdict).Render(string(h.Verdict)), h.Host, tag, trimVerdict(h)})
-		mark := "  "
-		if m.focus == fieldHosts && i == m.hostCur.Pos {
-			mark = "> "
-			line = st.SelectedRow(line, m.width-2)
+		reason := []string{trimVerdict(h)}
+		if i == m.hostCur.Pos {
+			reason = current
 		}
-		out = append(out, mark+line)
+		line := render.Row(cols, []string{st.Verdict(h.Verdict).Render(string(h.Verdict)), h.Host, tag, reason[0]})
+		selected := m.focus == fieldHosts && i == m.hostCur.Pos
+		if selected {
+			line = "> " + st.SelectedRow(line, m.width-2)
+		} else {
+			line = "  " + line
+		}
+		out = append(out, line)
+		where.owner = append(where.owner, i)
+		for _, r := range reason[1:] {
+			line := indent + r
+			if selected {
+				line = "  " + st.SelectedRow(line[2:], m.width-2)
+			}
+			out = append(out, line)
+			where.owner = append(where.owner, i)
+		}
 	}
 	return append(out, under...), where
 }
@@ -270,7 +324,11 @@ func (m *Model) splitLines() []string {
 	}
 	if p.Fits {
 		what := "enter places it: " + api.Printable(p.Main) + " runs llama-server, each member its share"
-		if m.focus != fieldHosts {
+		switch m.focus {
+		case fieldHosts:
+		case fieldOut:
+			what = "↓, then enter, places it: " + api.Printable(p.Main) + " is the main"
+		default:
 			what = "enter, then enter again, places it: " + api.Printable(p.Main) + " is the main"
 		}
 		out = append(out, st.Prompt.Render(render.Cut(what, m.width)))
@@ -346,7 +404,8 @@ func (m *Model) progressLines() []string {
 	if rt == "" {
 		rt = source.RuntimeOf(req.Source)
 	}
-	out := []string{render.Cut(st.Bold.Render("Placing "+req.Source+" on "+m.target)+st.Muted.Render(fmt.Sprintf(" · %s · namespace %s", rt, ns)), m.width)}
+	src := cutSource(req.Source, m.width-ansi.StringWidth("Placing  on "+m.target)-1) // the host whole, then "…"
+	out := []string{render.Cut(st.Bold.Render("Placing "+src+" on "+m.target)+st.Muted.Render(fmt.Sprintf(" · %s · namespace %s", rt, ns)), m.width)}
 	if req.Split != nil {
 		out = append(out, st.Muted.Render(render.Cut("  split across "+api.Printable(strings.Join(req.Split.Hosts, ", "))+" · "+m.target+" is the main", m.width)))
 	}
@@ -418,9 +477,17 @@ func (m *Model) stepNote(s api.PlacementState, p *api.Placement) string {
 		}
 		return note
 	case api.StateLoading:
-		if p.State == api.StateLoading {
-			return "starting " + string(p.Runtime) + " and waiting for it to answer"
+		if p.State != api.StateLoading {
+			break
 		}
+		switch p.Runtime {
+		case api.RuntimeLlamaServer:
+			return "starting llama-server and waiting for it to answer"
+		case api.RuntimeHailoOllama:
+			// The daemon runs already: it loads the model onto the device.
+			return "hailo-ollama loads it onto the Hailo-10H"
+		}
+		return string(p.Runtime) + " loads it"
 	case api.StateReady:
 		return p.Model + " answers on " + p.Host
 	}
