@@ -63,7 +63,7 @@ bench:
 # report ends with the table, also written to $(E2E_REPORT).split-speed.
 bench-split:
 	@mkdir -p $(dir $(E2E_REPORT))
-	LLMKUBE_E2E=1 LLMKUBE_E2E_REPORT=$(E2E_REPORT) $(GO) test -count=1 -timeout 10m -v -run '^TestLANSplitSpeed$$' ./e2e/
+	LLMKUBE_E2E=1 LLMKUBE_E2E_REPORT=$(E2E_REPORT) $(GO) test -count=1 -timeout 10m -v -run '^TestSpeedLANSplit$$' ./e2e/
 
 # What one and two agents add to a chat beside the engine reached directly, engines paced at 200
 # tokens/s, against issue 41's targets (per token, first token, 64 concurrent streams), then the

@@ -26,7 +26,7 @@ import (
 // speedRounds is how many answers each of the three runs gives, one of each per round.
 const speedRounds = 12
 
-// TestLANSplitSpeed measures what the sealed channel costs a split model (issue 43): two hosts
+// TestSpeedLANSplit measures what the sealed channel costs a split model (issue 43): two hosts
 // of the LAN on a link shaped to 1 Gbit/s each way, a model whose token takes tens of
 // milliseconds of CPU, placed as a split across both from the laptop. Beside it on the same
 // hosts and link: bare llama.cpp RPC (the split's own llama-server and rpc-server command
@@ -35,7 +35,7 @@ const speedRounds = 12
 // so a load that comes and goes on a shared machine falls on each alike. It fails only when a
 // run cannot be set up or does not answer: the figures are for `make bench-split` and
 // BENCHMARKS.md, held to no target here.
-func TestLANSplitSpeed(t *testing.T) {
+func TestSpeedLANSplit(t *testing.T) {
 	skipUnlessLAN(t)
 	llama := enginetest.LlamaServer(t)
 	rpcBin := enginetest.RPCServer(t)
