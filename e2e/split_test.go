@@ -37,157 +37,203 @@ func TestLANSplit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	e := newEnv(t, dir)
+	l := &splitLAN{e: newEnv(t, dir)}
 	model := bigModel(t, filepath.Dir(llama), dir)
-	if !rep.step(t, "build the programs", func(t *testing.T, note func(string, ...any)) {
-		if err := buildPrograms(e.bin); err != nil {
-			t.Fatal(err)
-		}
-	}) {
+	if !rep.step(t, "build the programs", l.build) {
 		t.FailNow()
 	}
-
-	var hosts []*agentHost
 	rep.step(t, "start three agents with the real llama-server and ggml-rpc-server", func(t *testing.T, note func(string, ...any)) {
-		hosts = startSplitAgents(ctx, t, e, llama, "800MiB", note, "sa", "sb", "sc")
-		e.box = hosts[2] // the laptop's commands go through the host outside the split
+		l.start(ctx, t, llama, note)
 	})
 	if t.Failed() {
 		t.FailNow()
 	}
-	sa, sb, sc := hosts[0], hosts[1], hosts[2]
-
-	var p api.Placement
 	rep.step(t, "place from the laptop: every member admits its share", func(t *testing.T, note func(string, ...any)) {
-		// No host holds it alone: the ranking refuses it everywhere, and offers the split.
-		if r := e.mesh(ctx, "rank", "file://"+model); r.code != 3 || !strings.Contains(r.stderr, "no host holds it alone, but 2 do together") {
-			t.Errorf("rank without --split: %s", r)
-		}
-		p = placeSplit(ctx, t, e, model, "tiny", "--hosts", "sa,sb", "--host", "sa")
-		if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
-			t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
-		}
-		note("expected speed %.1f tok/s: %s", p.Split.TokensPerS, p.Split.Basis)
-		for _, m := range p.Split.Members {
-			note("%s: %d of %d layers, needs %s of %s free", m.Host, m.Layers, p.Split.Layers, api.FormatBytes(m.Need+m.MainNeed), api.FormatBytes(m.Free))
-		}
+		l.place(ctx, t, model, note)
 	})
 	if t.Failed() {
 		t.FailNow()
 	}
-
 	rep.step(t, "chat through the host outside the split, streaming and not", func(t *testing.T, note func(string, ...any)) {
-		for _, stream := range []bool{true, false} {
-			var c chatResult
-			if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
-				c = e.chat(ctx, sc, e.admin, "tiny", stream, 8, nil)
-				return c.ok(), c.String()
-			}); err != nil {
-				t.Fatalf("stream %v: %v", stream, err)
-			}
-			note("stream %v: %s", stream, c)
-		}
+		l.chatBothWays(ctx, t, note)
 	})
-
-	rep.step(t, "from the LAN, no RPC port answers", func(t *testing.T, note func(string, ...any)) {
-		for _, a := range []*agentHost{sa, sb} {
-			open := scanPorts(e.laptop, a.Addr)
-			for _, port := range open {
-				if port != apiPort && port != 7946 {
-					t.Errorf("%s answers on port %d from the LAN", a.Name, port)
-				}
-			}
-			note("%s: open TCP ports from the LAN %v", a.Name, open)
-		}
-	})
-
+	rep.step(t, "from the LAN, no RPC port answers", l.noRPCPortAnswers)
 	rep.step(t, "kill -9 a worker's agent: the chat in flight ends with an error, the split moves", func(t *testing.T, note func(string, ...any)) {
-		started := make(chan struct{})
-		done := make(chan chatResult, 1)
-		go func() {
-			done <- e.chat(ctx, sc, e.admin, "tiny", true, 200, func() { close(started) })
-		}()
-		<-started
-		time.Sleep(300 * time.Millisecond) // a few tokens in: the chat is under way
-		killed := time.Now()
-		sb.agent.kill()
-		select {
-		case c := <-done:
-			ended := time.Since(killed)
-			if c.ok() && c.errText == "" {
-				t.Errorf("the chat in flight ended as if nothing happened: %s", c)
-			} else if !strings.Contains(c.errText, "split tiny lost member sb: ") {
-				t.Errorf("the chat in flight's error does not name the split and the member lost: %s", c)
-			}
-			if ended > 5*time.Second {
-				t.Errorf("the chat in flight ended %.1fs after the kill, want within 5 s", ended.Seconds())
-			}
-			note("the chat in flight ended %.2fs after the kill: %s", ended.Seconds(), c)
-		case <-time.After(10 * time.Second):
-			t.Error("the chat in flight did not end within 10 s of the kill")
-		}
-		d, err := eventually(ctx, 90*time.Second, func(ctx context.Context) (bool, string) {
-			q, err := e.client(e.laptop, sa, e.admin).Placement(ctx, p.ID)
-			if err != nil {
-				return false, err.Error()
-			}
-			return q.State == api.StateReady && slices.Equal(splitHosts(q), []string{"sa", "sc"}), fmt.Sprintf("%s on %v: %s", q.State, splitHosts(q), q.Reason)
-		})
-		if err != nil {
-			t.Fatalf("the split did not move onto sa and sc: %v", err)
-		}
-		note("re-planned onto sa and sc and ready %.1fs after the kill (%.1fs of waiting here)", time.Since(killed).Seconds(), d.Seconds())
+		l.killWorker(ctx, t, note)
+	})
+	rep.step(t, "restart the killed worker's agent: it drops the part its split no longer uses", func(t *testing.T, note func(string, ...any)) {
+		l.restartWorker(ctx, t, note)
+	})
+	rep.step(t, "delete: nothing left on any host", func(t *testing.T, note func(string, ...any)) {
+		l.deleteSplit(ctx, t)
+	})
+}
+
+// splitLAN is TestLANSplit's LAN and what its steps learn of it.
+type splitLAN struct {
+	e *env
+	// hosts are sa, sb and sc's agents: the split goes on sa and sb, sc stays outside it and
+	// carries the laptop's commands and chats.
+	hosts      []*agentHost
+	sa, sb, sc *agentHost
+	p          api.Placement // the split, as placed
+}
+
+func (l *splitLAN) build(t *testing.T, _ func(string, ...any)) {
+	if err := buildPrograms(l.e.bin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (l *splitLAN) start(ctx context.Context, t *testing.T, llama string, note func(string, ...any)) {
+	l.hosts = startSplitAgents(ctx, t, l.e, llama, "800MiB", note, "sa", "sb", "sc")
+	l.sa, l.sb, l.sc = l.hosts[0], l.hosts[1], l.hosts[2]
+	l.e.box = l.sc // the laptop's commands go through the host outside the split
+}
+
+func (l *splitLAN) place(ctx context.Context, t *testing.T, model string, note func(string, ...any)) {
+	// No host holds it alone: the ranking refuses it everywhere, and offers the split.
+	if r := l.e.mesh(ctx, "rank", "file://"+model); r.code != 3 || !strings.Contains(r.stderr, "no host holds it alone, but 2 do together") {
+		t.Errorf("rank without --split: %s", r)
+	}
+	p := placeSplit(ctx, t, l.e, model, "tiny", "--hosts", "sa,sb", "--host", "sa")
+	l.p = p
+	if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
+		t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
+	}
+	note("expected speed %.1f tok/s: %s", p.Split.TokensPerS, p.Split.Basis)
+	for _, m := range p.Split.Members {
+		note("%s: %d of %d layers, needs %s of %s free", m.Host, m.Layers, p.Split.Layers, api.FormatBytes(m.Need+m.MainNeed), api.FormatBytes(m.Free))
+	}
+}
+
+func (l *splitLAN) chatBothWays(ctx context.Context, t *testing.T, note func(string, ...any)) {
+	for _, stream := range []bool{true, false} {
+		var c chatResult
 		if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
-			c := e.chat(ctx, sc, e.admin, "tiny", true, 8, nil)
+			c = l.e.chat(ctx, l.sc, l.e.admin, "tiny", stream, 8, nil)
 			return c.ok(), c.String()
 		}); err != nil {
-			t.Errorf("the re-planned split does not answer: %v", err)
+			t.Fatalf("stream %v: %v", stream, err)
 		}
-	})
+		note("stream %v: %s", stream, c)
+	}
+}
 
-	rep.step(t, "restart the killed worker's agent: it drops the part its split no longer uses", func(t *testing.T, note func(string, ...any)) {
-		if err := sb.start(); err != nil {
-			t.Fatal(err)
+func (l *splitLAN) noRPCPortAnswers(t *testing.T, note func(string, ...any)) {
+	for _, a := range []*agentHost{l.sa, l.sb} {
+		open := scanPorts(l.e.laptop, a.Addr)
+		for _, port := range open {
+			if port != apiPort && port != 7946 {
+				t.Errorf("%s answers on port %d from the LAN", a.Name, port)
+			}
 		}
-		d, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
-			if sb.agent.exited() {
-				return false, "the agent exited"
-			}
-			ps, err := e.client(e.laptop, sb, e.admin).Placements(ctx)
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, q := range ps {
-				if q.Part != nil {
-					return false, fmt.Sprintf("sb still has part %s (%s)", q.ID, q.State)
-				}
-			}
-			if left := engines(sb.NS); len(left) > 0 {
-				return false, fmt.Sprintf("sb still runs %v", left)
-			}
-			return true, ""
-		})
+		note("%s: open TCP ports from the LAN %v", a.Name, open)
+	}
+}
+
+// killWorker kills sb's agent with SIGKILL a few tokens into a chat, checks how that chat ends,
+// then that the split moves onto sa and sc and answers there.
+func (l *splitLAN) killWorker(ctx context.Context, t *testing.T, note func(string, ...any)) {
+	killed := l.killMidChat(ctx, t, note)
+	d, err := eventually(ctx, 90*time.Second, func(ctx context.Context) (bool, string) {
+		q, err := l.e.client(l.e.laptop, l.sa, l.e.admin).Placement(ctx, l.p.ID)
 		if err != nil {
-			t.Fatalf("%v\n%s", err, sb.agent.tail(30))
+			return false, err.Error()
 		}
-		note("sb restored, then dropped its stale part, %.1fs after its restart", d.Seconds())
+		return q.State == api.StateReady && slices.Equal(splitHosts(q), []string{"sa", "sc"}), fmt.Sprintf("%s on %v: %s", q.State, splitHosts(q), q.Reason)
 	})
+	if err != nil {
+		t.Fatalf("the split did not move onto sa and sc: %v", err)
+	}
+	note("re-planned onto sa and sc and ready %.1fs after the kill (%.1fs of waiting here)", time.Since(killed).Seconds(), d.Seconds())
+	if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+		c := l.e.chat(ctx, l.sc, l.e.admin, "tiny", true, 8, nil)
+		return c.ok(), c.String()
+	}); err != nil {
+		t.Errorf("the re-planned split does not answer: %v", err)
+	}
+}
 
-	rep.step(t, "delete: nothing left on any host", func(t *testing.T, note func(string, ...any)) {
-		if r := e.mesh(ctx, "delete", p.ID); r.code != 0 {
-			t.Fatalf("delete: %s", r)
+// killMidChat starts a long chat through sc, kills sb's agent once it is under way, and checks
+// the chat ends within 5 s with an error naming the split and the member lost. It returns when
+// the kill was.
+func (l *splitLAN) killMidChat(ctx context.Context, t *testing.T, note func(string, ...any)) time.Time {
+	started := make(chan struct{})
+	done := make(chan chatResult, 1)
+	go func() {
+		done <- l.e.chat(ctx, l.sc, l.e.admin, "tiny", true, 200, func() { close(started) })
+	}()
+	<-started
+	time.Sleep(300 * time.Millisecond) // a few tokens in: the chat is under way
+	killed := time.Now()
+	l.sb.agent.kill()
+	select {
+	case c := <-done:
+		ended := time.Since(killed)
+		if c.ok() && c.errText == "" {
+			t.Errorf("the chat in flight ended as if nothing happened: %s", c)
+		} else if !strings.Contains(c.errText, "split tiny lost member sb: ") {
+			t.Errorf("the chat in flight's error does not name the split and the member lost: %s", c)
 		}
-		if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
-			for _, a := range hosts {
-				if left := engines(a.NS); len(left) > 0 {
-					return false, fmt.Sprintf("%s still runs %v", a.Name, left)
-				}
-			}
-			return true, ""
-		}); err != nil {
-			t.Error(err)
+		if ended > 5*time.Second {
+			t.Errorf("the chat in flight ended %.1fs after the kill, want within 5 s", ended.Seconds())
 		}
+		note("the chat in flight ended %.2fs after the kill: %s", ended.Seconds(), c)
+	case <-time.After(10 * time.Second):
+		t.Error("the chat in flight did not end within 10 s of the kill")
+	}
+	return killed
+}
+
+func (l *splitLAN) restartWorker(ctx context.Context, t *testing.T, note func(string, ...any)) {
+	sb := l.sb
+	if err := sb.start(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := eventually(ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
+		if sb.agent.exited() {
+			return false, "the agent exited"
+		}
+		return l.droppedPart(ctx, sb)
 	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, sb.agent.tail(30))
+	}
+	note("sb restored, then dropped its stale part, %.1fs after its restart", d.Seconds())
+}
+
+// droppedPart says whether a holds no part of a split and runs no engine.
+func (l *splitLAN) droppedPart(ctx context.Context, a *agentHost) (bool, string) {
+	ps, err := l.e.client(l.e.laptop, a, l.e.admin).Placements(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, q := range ps {
+		if q.Part != nil {
+			return false, fmt.Sprintf("%s still has part %s (%s)", a.Name, q.ID, q.State)
+		}
+	}
+	if left := engines(a.NS); len(left) > 0 {
+		return false, fmt.Sprintf("%s still runs %v", a.Name, left)
+	}
+	return true, ""
+}
+
+func (l *splitLAN) deleteSplit(ctx context.Context, t *testing.T) {
+	if r := l.e.mesh(ctx, "delete", l.p.ID); r.code != 0 {
+		t.Fatalf("delete: %s", r)
+	}
+	if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+		for _, a := range l.hosts {
+			if left := engines(a.NS); len(left) > 0 {
+				return false, fmt.Sprintf("%s still runs %v", a.Name, left)
+			}
+		}
+		return true, ""
+	}); err != nil {
+		t.Error(err)
+	}
 }
 
 // bigModel makes make_gguf.py's "big" random model (8 layers, ~300 MB): more than any of the
