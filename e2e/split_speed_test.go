@@ -37,179 +37,216 @@ const speedRounds = 12
 // BENCHMARKS.md, held to no target here.
 func TestSpeedLANSplit(t *testing.T) {
 	skipUnlessLAN(t)
-	llama := enginetest.LlamaServer(t)
-	rpcBin := enginetest.RPCServer(t)
+	l := &speedLAN{llama: enginetest.LlamaServer(t), rpcBin: enginetest.RPCServer(t)}
 	t.Setenv(reportEnv, cmp.Or(os.Getenv(reportEnv), filepath.Join(os.TempDir(), "llmkube-e2e-report.txt"))+".split-speed")
 	rep := newReport()
 	t.Cleanup(func() { rep.write(t) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	dir := t.TempDir()
-	e := newEnv(t, dir)
+	l.dir = t.TempDir()
+	l.e = newEnv(t, l.dir)
 
-	var model string
-	if !rep.step(t, "make a user's model and build the programs", func(t *testing.T, note func(string, ...any)) {
-		var wg sync.WaitGroup
-		var buildErr error
-		wg.Go(func() { buildErr = buildPrograms(e.bin) })
-		model = makeModel(t, filepath.Dir(llama), filepath.Join(dir, "user.gguf"), userModel...)
-		wg.Wait()
-		if buildErr != nil {
-			t.Fatal(buildErr)
-		}
-		if fi, err := os.Stat(model); err == nil {
-			note("the model: make_gguf.py %s, %s", strings.Join(userModel, " "), api.FormatBytes(fi.Size()))
-		}
-	}) {
+	if !rep.step(t, "make a user's model and build the programs", l.makeModelAndBuild) {
 		t.FailNow()
 	}
-
-	var sa, sb *agentHost
 	if !rep.step(t, "two agents on a link shaped to 1 Gbit/s each way", func(t *testing.T, note func(string, ...any)) {
-		// Neither budget holds the model with llama-server; the two together do.
-		hosts := startSplitAgents(ctx, t, e, llama, "1000MiB", note, "sa", "sb")
-		sa, sb = hosts[0], hosts[1]
-		e.box = sa
-		// tbf: this kernel has no netem (CONFIG_NET_SCH_NETEM is off), so the 0.3 ms
-		// delay cannot be made; the rate is the link's.
-		for _, h := range hosts {
-			if out, err := exec.Command("tc", "-n", h.NS, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "10ms").CombinedOutput(); err != nil {
-				t.Fatalf("shaping %s's link: %v: %s", h.Name, err, out)
-			}
-		}
-		note("tbf on sa's and sb's ends (no netem in this kernel: no delay added)")
+		l.startShaped(ctx, t, note)
 	}) {
 		t.FailNow()
 	}
-
-	var split, bare, one string // each run's llama-server, as sa reaches it
-	var holders []string        // the members holding layers, in the plan's order
 	if !rep.step(t, "place the split from the laptop", func(t *testing.T, note func(string, ...any)) {
-		p := placeSplit(ctx, t, e, model, "user", "--hosts", "sa,sb", "--host", "sa")
-		for _, m := range p.Split.Members {
-			note("%s: %d of %d layers", m.Host, m.Layers, p.Split.Layers)
-		}
-		if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
-			t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
-		}
-		split = p.Engine
-		for _, m := range p.Split.Members {
-			if m.Layers > 0 {
-				holders = append(holders, m.Host)
-			}
-		}
+		l.place(ctx, t, note)
 	}) {
 		t.FailNow()
 	}
-
 	if !rep.step(t, "start bare llama.cpp RPC and one host with the whole model", func(t *testing.T, note func(string, ...any)) {
-		// The split's own command lines, so every setting but the path of the RPC bytes is the
-		// same: one rpc-server per member holding layers, in the plan's order (the main's on
-		// loopback, as its part is; the others on their LAN address: this test alone exposes
-		// one), and llama-server dialling them directly.
-		main, err := cmdline(sa.NS, "llama-server")
+		l.startBaselines(ctx, t, note)
+	}) {
+		t.FailNow()
+	}
+	rep.step(t, "tokens/s and first token, the three in turn", func(t *testing.T, note func(string, ...any)) {
+		l.measure(ctx, t, note)
+	})
+}
+
+// speedLAN is TestSpeedLANSplit's LAN and what its steps learn of it.
+type speedLAN struct {
+	e                *env
+	dir              string
+	llama, rpcBin    string // the real engines' programs
+	model            string
+	sa, sb           *agentHost
+	split, bare, one string   // each run's llama-server, as sa reaches it
+	holders          []string // the members holding layers, in the plan's order
+}
+
+func (l *speedLAN) makeModelAndBuild(t *testing.T, note func(string, ...any)) {
+	var wg sync.WaitGroup
+	var buildErr error
+	wg.Go(func() { buildErr = buildPrograms(l.e.bin) })
+	l.model = makeModel(t, filepath.Dir(l.llama), filepath.Join(l.dir, "user.gguf"), userModel...)
+	wg.Wait()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	if fi, err := os.Stat(l.model); err == nil {
+		note("the model: make_gguf.py %s, %s", strings.Join(userModel, " "), api.FormatBytes(fi.Size()))
+	}
+}
+
+func (l *speedLAN) startShaped(ctx context.Context, t *testing.T, note func(string, ...any)) {
+	// Neither budget holds the model with llama-server; the two together do.
+	hosts := startSplitAgents(ctx, t, l.e, l.llama, "1000MiB", note, "sa", "sb")
+	l.sa, l.sb = hosts[0], hosts[1]
+	l.e.box = l.sa
+	// tbf: this kernel has no netem (CONFIG_NET_SCH_NETEM is off), so the 0.3 ms
+	// delay cannot be made; the rate is the link's.
+	for _, h := range hosts {
+		if out, err := exec.Command("tc", "-n", h.NS, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "10ms").CombinedOutput(); err != nil {
+			t.Fatalf("shaping %s's link: %v: %s", h.Name, err, out)
+		}
+	}
+	note("tbf on sa's and sb's ends (no netem in this kernel: no delay added)")
+}
+
+func (l *speedLAN) place(ctx context.Context, t *testing.T, note func(string, ...any)) {
+	p := placeSplit(ctx, t, l.e, l.model, "user", "--hosts", "sa,sb", "--host", "sa")
+	for _, m := range p.Split.Members {
+		note("%s: %d of %d layers", m.Host, m.Layers, p.Split.Layers)
+	}
+	if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
+		t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
+	}
+	l.split = p.Engine
+	for _, m := range p.Split.Members {
+		if m.Layers > 0 {
+			l.holders = append(l.holders, m.Host)
+		}
+	}
+}
+
+// startBaselines starts the two runs the split is measured beside, on the split's own command
+// lines, so every setting but the path of the RPC bytes is the same: bare llama.cpp RPC, one
+// rpc-server per member holding layers, in the plan's order, and llama-server dialling them
+// directly; and one host with the whole model.
+func (l *speedLAN) startBaselines(ctx context.Context, t *testing.T, note func(string, ...any)) {
+	main, err := cmdline(l.sa.NS, "llama-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends []string
+	for _, name := range l.holders {
+		ends = append(ends, l.startBareRPCServer(ctx, t, name))
+	}
+	bareArgs := withFlag(withFlag(main, "--port", "18080"), "--rpc", strings.Join(ends, ","))
+	// One host computes with as many threads as each rpc-server (its default: half the
+	// cores), the same share of this shared machine.
+	oneArgs := withFlag(withFlag(withoutFlags(main, "--rpc", "-ngl", "--tensor-split"), "--port", "18081"), "-t", strconv.Itoa(max(1, runtime.NumCPU()/2)))
+	l.bare, l.one = "http://127.0.0.1:18080", "http://127.0.0.1:18081"
+	l.startLlamaServer(ctx, t, "bare-llama-server", l.bare, bareArgs, note)
+	l.startLlamaServer(ctx, t, "one-llama-server", l.one, oneArgs, note)
+}
+
+// startBareRPCServer starts an rpc-server on the member named name with the command line of
+// the split's own, the main's on loopback, as its part is, the others on their LAN address
+// (this test alone exposes one), and returns its address once sa reaches it.
+func (l *speedLAN) startBareRPCServer(ctx context.Context, t *testing.T, name string) string {
+	h := map[string]*agentHost{"sa": l.sa, "sb": l.sb}[name]
+	args, err := cmdline(h.NS, "ggml-rpc-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := h.Addr
+	if h == l.sa {
+		host = "127.0.0.1"
+	}
+	args = withFlag(withFlag(args, "-H", host), "-p", "50052")
+	if _, err := h.spawn("bare-rpc-server", []string{"LLAMA_CACHE=" + filepath.Join(h.Dir, "bare-cache")}, l.rpcBin, args...); err != nil {
+		t.Fatal(err)
+	}
+	end := host + ":50052"
+	if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
+		c, err := nsDialer(l.sa.NS)(ctx, "tcp", end)
 		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, ""
+	}); err != nil {
+		t.Fatalf("bare rpc-server on %s: %v", name, err)
+	}
+	return end
+}
+
+// startLlamaServer starts llama-server on sa with args as the process name, and waits until it
+// is healthy at base.
+func (l *speedLAN) startLlamaServer(ctx context.Context, t *testing.T, name, base string, args []string, note func(string, ...any)) {
+	p, err := l.sa.spawn(name, nil, l.llama, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := eventually(ctx, 90*time.Second, func(ctx context.Context) (bool, string) {
+		if p.exited() {
+			return false, "exited:\n" + p.tail(20)
+		}
+		code, _, err := l.sa.get(ctx, base+"/health", "")
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusOK, fmt.Sprintf("/health %d", code)
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	note("%s ready after %.1fs: llama-server %s", name, d.Seconds(), strings.Join(args, " "))
+}
+
+// speedRun is one of the three runs measured, and its answers' figures.
+type speedRun struct {
+	name, base string
+	got        []figures
+}
+
+func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, ...any)) {
+	runs := []speedRun{{"through the sealed channel", l.split, nil}, {"bare llama.cpp RPC", l.bare, nil}, {"one host, the whole model", l.one, nil}}
+	// One answer each first, not counted: the first graph of a server allocates its buffers.
+	for _, r := range runs {
+		if _, err := answer(ctx, l.sa.netHost, r.base, 0); err != nil {
 			t.Fatal(err)
 		}
-		var ends []string
-		for _, name := range holders {
-			h := map[string]*agentHost{"sa": sa, "sb": sb}[name]
-			args, err := cmdline(h.NS, "ggml-rpc-server")
-			if err != nil {
-				t.Fatal(err)
-			}
-			host := h.Addr
-			if h == sa {
-				host = "127.0.0.1"
-			}
-			args = withFlag(withFlag(args, "-H", host), "-p", "50052")
-			if _, err := h.spawn("bare-rpc-server", []string{"LLAMA_CACHE=" + filepath.Join(h.Dir, "bare-cache")}, rpcBin, args...); err != nil {
-				t.Fatal(err)
-			}
-			end := host + ":50052"
-			if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
-				c, err := nsDialer(sa.NS)(ctx, "tcp", end)
-				if err != nil {
-					return false, err.Error()
-				}
-				c.Close()
-				return true, ""
-			}); err != nil {
-				t.Fatalf("bare rpc-server on %s: %v", name, err)
-			}
-			ends = append(ends, end)
-		}
-		bareArgs := withFlag(withFlag(main, "--port", "18080"), "--rpc", strings.Join(ends, ","))
-		// One host computes with as many threads as each rpc-server (its default: half the
-		// cores), the same share of this shared machine.
-		oneArgs := withFlag(withFlag(withoutFlags(main, "--rpc", "-ngl", "--tensor-split"), "--port", "18081"), "-t", strconv.Itoa(max(1, runtime.NumCPU()/2)))
-		bare, one = "http://127.0.0.1:18080", "http://127.0.0.1:18081"
-		for _, s := range []struct {
-			name, base string
-			args       []string
-		}{{"bare-llama-server", bare, bareArgs}, {"one-llama-server", one, oneArgs}} {
-			p, err := sa.spawn(s.name, nil, llama, s.args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := eventually(ctx, 90*time.Second, func(ctx context.Context) (bool, string) {
-				if p.exited() {
-					return false, "exited:\n" + p.tail(20)
-				}
-				code, _, err := sa.get(ctx, s.base+"/health", "")
-				if err != nil {
-					return false, err.Error()
-				}
-				return code == http.StatusOK, fmt.Sprintf("/health %d", code)
-			})
-			if err != nil {
-				t.Fatalf("%s: %v", s.name, err)
-			}
-			note("%s ready after %.1fs: llama-server %s", s.name, d.Seconds(), strings.Join(s.args, " "))
-		}
-	}) {
-		t.FailNow()
 	}
-
-	rep.step(t, "tokens/s and first token, the three in turn", func(t *testing.T, note func(string, ...any)) {
-		runs := []struct {
-			name, base string
-			got        []figures
-		}{{"through the sealed channel", split, nil}, {"bare llama.cpp RPC", bare, nil}, {"one host, the whole model", one, nil}}
-		// One answer each first, not counted: the first graph of a server allocates its buffers.
-		for _, r := range runs {
-			if _, err := answer(ctx, sa.netHost, r.base, 0); err != nil {
+	load := loadAverage()
+	for round := range speedRounds {
+		for k := range runs {
+			r := &runs[(round+k)%len(runs)]
+			f, err := answer(ctx, l.sa.netHost, r.base, round+1)
+			if err != nil {
 				t.Fatal(err)
 			}
+			r.got = append(r.got, f)
 		}
-		load := loadAverage()
-		for round := range speedRounds {
-			for k := range runs {
-				r := &runs[(round+k)%len(runs)]
-				f, err := answer(ctx, sa.netHost, r.base, round+1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.got = append(r.got, f)
-			}
-		}
-		note("%d rounds of one %d-token answer each, the order rotating; load average %s at the start, %s at the end", speedRounds, answerTokens, load, loadAverage())
-		note("%-28s %-24s %s", "", "tokens/s: median (IQR)", "first token (prompt, ms): median (IQR)")
-		for _, r := range runs {
-			tps, pms := pick(r.got, figures.tokensPerS), pick(r.got, figures.promptMillis)
-			note("%-28s %-24s %s", r.name, spread(tps, "%.1f"), spread(pms, "%.0f"))
-		}
-		// Each round's sealed answer beside its bare one: a load that drifts over the minute
-		// falls on both of a pair alike, so the median of the pairs' ratios is the figure.
-		s, b := runs[0].got, runs[1].got
-		var tps, ft []float64
-		for i := range s {
-			tps = append(tps, s[i].tps/b[i].tps)
-			ft = append(ft, s[i].promptMS/b[i].promptMS)
-		}
-		note("sealed ÷ bare, the median of the rounds' ratios (IQR): tokens/s %.3f× (%s), target ≥ 0.95×: %s; first token %.3f× (%s), target ≤ 1.05×: %s",
-			median(tps), iqr(tps), verdict(median(tps) >= 0.95), median(ft), iqr(ft), verdict(median(ft) <= 1.05))
-	})
+	}
+	note("%d rounds of one %d-token answer each, the order rotating; load average %s at the start, %s at the end", speedRounds, answerTokens, load, loadAverage())
+	noteFigures(runs, note)
+}
+
+// noteFigures notes each run's median figures, and the sealed run's beside the bare one's.
+func noteFigures(runs []speedRun, note func(string, ...any)) {
+	note("%-28s %-24s %s", "", "tokens/s: median (IQR)", "first token (prompt, ms): median (IQR)")
+	for _, r := range runs {
+		tps, pms := pick(r.got, figures.tokensPerS), pick(r.got, figures.promptMillis)
+		note("%-28s %-24s %s", r.name, spread(tps, "%.1f"), spread(pms, "%.0f"))
+	}
+	// Each round's sealed answer beside its bare one: a load that drifts over the minute
+	// falls on both of a pair alike, so the median of the pairs' ratios is the figure.
+	s, b := runs[0].got, runs[1].got
+	var tps, ft []float64
+	for i := range s {
+		tps = append(tps, s[i].tps/b[i].tps)
+		ft = append(ft, s[i].promptMS/b[i].promptMS)
+	}
+	note("sealed ÷ bare, the median of the rounds' ratios (IQR): tokens/s %.3f× (%s), target ≥ 0.95×: %s; first token %.3f× (%s), target ≤ 1.05×: %s",
+		median(tps), iqr(tps), verdict(median(tps) >= 0.95), median(ft), iqr(ft), verdict(median(ft) <= 1.05))
 }
 
 // userModel is make_gguf.py's arguments for the speed test's model: 12 layers of dim 1536,
