@@ -33,7 +33,8 @@ type RPCConfig struct {
 	LogDir string
 	// CacheDir is the tensor cache (LLAMA_CACHE); "" is llama.cpp's default (~/.cache/llama.cpp).
 	CacheDir string
-	// Threads for the CPU device; 0 is the number of CPUs.
+	// Threads for the CPU device; 0 leaves ggml-rpc-server its own default (half the CPUs the
+	// machine has, as its --help says: 1 on two cores).
 	Threads int
 	// StopGrace is how long a stop waits after SIGTERM before SIGKILL; 0 is DefaultStopGrace.
 	StopGrace time.Duration
