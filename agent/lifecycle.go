@@ -57,9 +57,16 @@ func (a *Agent) lifecycle(pl *placement, restored bool) {
 	}
 	a.mu.Lock()
 	old := a.swapLocked(pl)
+	var replaced, by api.Placement
+	if old != nil {
+		replaced, by = a.viewLocked(old), a.viewLocked(pl)
+	}
 	a.mu.Unlock()
 	if old != nil {
 		a.saveOrLog()
+		if a.onReplaced != nil {
+			a.onReplaced(replaced, by)
+		}
 		a.unloadEvicted(ctx, old)
 	}
 	a.serve(ctx, pl, restored)
