@@ -314,10 +314,11 @@ func namedHosts(host string, more ...string) []string {
 	return append([]string{host}, more...)
 }
 
-// hasAgent says whether the view holds an agent named host, whatever its liveness.
+// hasAgent says whether the view holds an agent named host, whatever its liveness, as one a
+// command can call (console.Conn.Client: its metadata read).
 func hasAgent(v api.MeshView, host string) bool {
 	for _, m := range v.Members {
-		if m.Name == host && m.Role == api.RoleAgent {
+		if m.Name == host && m.Role == api.RoleAgent && m.Host != nil {
 			return true
 		}
 	}
