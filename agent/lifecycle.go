@@ -63,10 +63,12 @@ func (a *Agent) lifecycle(pl *placement, restored bool) {
 	}
 	a.mu.Unlock()
 	if old != nil {
-		a.saveOrLog()
 		if a.onReplaced != nil {
+			// Before the save, which may take a while: until the hook has run, keepers see
+			// the replaced model wanted with no replica.
 			a.onReplaced(replaced, by)
 		}
+		a.saveOrLog()
 		a.unloadEvicted(ctx, old)
 	}
 	a.serve(ctx, pl, restored)
