@@ -315,6 +315,11 @@ func (a *Agent) swapLocked(pl *placement) *placement {
 	return o
 }
 
+// OnReplaced sets f, told (outside the agent's lock) of each placement a swap took off its
+// one-model device and of the placement that replaced it: a mesh that keeps intents
+// (agent/keeper) stops keeping what the user chose to replace. Called before Run.
+func (a *Agent) OnReplaced(f func(old, by api.Placement)) { a.onReplaced = f }
+
 // beingReplaced reports whether o's replacer on its one-model device is still on its way (not
 // failed, deleted or stopping).
 func beingReplaced(o *placement) bool {

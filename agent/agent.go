@@ -214,6 +214,9 @@ type Agent struct {
 	view    func() api.MeshView
 	hop     *hop.Client
 	tunnels tunnelSet
+
+	// onReplaced, set by OnReplaced before Run, hears of each swap made.
+	onReplaced func(old, by api.Placement)
 }
 
 // New opens the model store, restores the placements kept in the state dir and accounts for

@@ -57,8 +57,17 @@ func (a *Agent) lifecycle(pl *placement, restored bool) {
 	}
 	a.mu.Lock()
 	old := a.swapLocked(pl)
+	var replaced, by api.Placement
+	if old != nil {
+		replaced, by = a.viewLocked(old), a.viewLocked(pl)
+	}
 	a.mu.Unlock()
 	if old != nil {
+		if a.onReplaced != nil {
+			// Before the save, which may take a while: until the hook has run, keepers see
+			// the replaced model wanted with no replica.
+			a.onReplaced(replaced, by)
+		}
 		a.saveOrLog()
 		a.unloadEvicted(ctx, old)
 	}

@@ -554,6 +554,9 @@ type Ranked struct {
 	Free    int64   `json:"free"`
 	Score   float64 `json:"score"`
 	Runtime Runtime `json:"runtime,omitempty"`
+	// Runs is the placement of the model (in the request's namespace) the host runs already,
+	// when it does: the host is where it is, not a place for another copy.
+	Runs string `json:"runs,omitempty"`
 }
 
 // Estimation is the answer to POST /v1/estimate: the size and whether this host would admit it now.

@@ -2,6 +2,7 @@ package keeper
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -255,4 +256,42 @@ func (k *Keeper) Delete(who api.Principal, id string, wait time.Duration) (api.P
 		}
 	}
 	return k.cfg.Agent.Delete(who, id, wait)
+}
+
+// replaced stops keeping what a swap took off its device (agent OnReplaced): whoever placed the
+// newcomer chose to replace it, so the mesh must not go on wanting it. While other replicas of
+// its intent count, the intent wants one fewer (never fewer than 1); when the replaced one was
+// its last, the intent is deleted, as deleting that replica by hand would. Its evicted record
+// stays, to place it again.
+func (k *Keeper) replaced(old, by api.Placement) {
+	in, ok := k.cfg.Store.Get(api.IntentKey(old.Namespace, old.Model))
+	if !ok || in.Deleted || in.Source != old.Source {
+		return
+	}
+	now := time.Now()
+	others := 0
+	for _, r := range k.judge(in, k.members(now), now).status.Where {
+		if r.Counts && r.Placement != old.ID {
+			others++
+		}
+	}
+	what := "deleted"
+	switch {
+	case others == 0:
+		in.Deleted = true
+	case in.Replicas > 1:
+		in.Replicas--
+		what = fmt.Sprintf("now wants %d", in.Replicas)
+	default:
+		return // its one wanted replica counts elsewhere
+	}
+	if _, err := k.put(in); err != nil {
+		k.cfg.Log.Warn("updating the intent of a replaced placement", "placement", old.ID, "err", err)
+		return
+	}
+	newcomer := "another namespace's placement"
+	if by.Namespace == old.Namespace {
+		newcomer = by.Model
+	}
+	k.event(in, fmt.Sprintf("intent %s %s: its replica %s was replaced on %s by %s", in.Key(), what, old.ID, old.Host, newcomer), "")
 }

@@ -24,6 +24,9 @@
 //     a host that no longer fits (the intent was edited) is superseded. "Not on battery" is not
 //     offered: the host probe (hwprobe) reads no power source.
 //   - Deletion. A tombstone removes the placements of the intent made before it.
+//   - Swaps. A replica a swap took off its one-model device was the user's choice to replace
+//     (the keeper never swaps): its intent wants one fewer while others of it count, and is
+//     deleted when it was the last (api.go, replaced).
 //   - Load. An intent with MaxReplicas over Replicas wants one replica more (up to MaxReplicas)
 //     once a replica has been busy (more than api.BusyInFlight requests in flight on it, which
 //     its agent gossips as the placement's BusySince) for ScaleAfter and every replica it has
@@ -137,9 +140,11 @@ func New(cfg Config) *Keeper {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{cfg: cfg, self: cfg.Agent.Name(), wake: make(chan struct{}, 1), started: time.Now(),
+	k := &Keeper{cfg: cfg, self: cfg.Agent.Name(), wake: make(chan struct{}, 1), started: time.Now(),
 		deadSince: map[string]time.Time{}, notes: map[string]string{}, placing: map[string]bool{}, deleting: map[string]bool{},
 		refused: map[string]refusal{}, resolving: map[string]chan struct{}{}}
+	cfg.Agent.OnReplaced(k.replaced)
+	return k
 }
 
 // Run keeps the intents met until ctx ends: at every change of the view, the intents or this

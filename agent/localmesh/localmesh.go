@@ -123,6 +123,7 @@ type Mesh struct {
 
 	dir     string
 	ownDir  bool
+	opts    Options // as started: AddHost starts hosts alike
 	closers []func() error
 	once    sync.Once
 }
@@ -143,7 +144,7 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Mesh{Join: api.Join{MeshID: opts.MeshID, Secret: secret}, dir: opts.Dir}
+	m := &Mesh{Join: api.Join{MeshID: opts.MeshID, Secret: secret}, dir: opts.Dir, opts: opts}
 	if m.dir == "" {
 		if m.dir, err = os.MkdirTemp("", "llmkube-localmesh-"); err != nil {
 			return nil, err
@@ -168,6 +169,19 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// AddHost starts one more host, which joins the running mesh (through its first host), as
+// Start's hosts were started; it returns once the host runs, not once the others see it. For
+// tests of what a host joining late shows, called from the goroutine that reads m.Hosts. ctx
+// bounds the start only; Close stops the host.
+func (m *Mesh) AddHost(ctx context.Context, spec HostSpec) (*Host, error) {
+	h, err := m.startHost(context.WithoutCancel(ctx), spec, m.opts)
+	if err != nil {
+		return nil, fmt.Errorf("host %s: %w", spec.Name, err)
+	}
+	m.Hosts = append(m.Hosts, h)
+	return h, nil
 }
 
 // JoinString is the mesh's join string (with the first host as seed), for consoles.

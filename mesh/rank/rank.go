@@ -107,6 +107,9 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 			refuse(&r, api.CodeBadRequest, "refused: no label "+lacks)
 		default:
 			judge(&r, m.Host, native, runtime, model, needStr, req)
+			if r.Verdict != api.VerdictRefused {
+				runsHere(&r, m.Placements, ns, req.Source, model)
+			}
 		}
 		speed := 0.0
 		if r.Verdict != api.VerdictRefused {
@@ -375,6 +378,22 @@ func enginePresent(es []api.Engine, rt api.Runtime) bool {
 		}
 	}
 	return false
+}
+
+// runsHere says so when the host runs the model in the namespace already (a placement neither
+// failed, evicted nor stopping): ranked again after a placement, the host it went to is not
+// merely a host it "fits", where another copy would go.
+func runsHere(r *api.Ranked, ps []api.Placement, ns, source, model string) {
+	for i := range ps {
+		p := &ps[i]
+		if p.Namespace != ns || p.Part != nil || p.State.Terminal() || p.State == api.StateStopping ||
+			p.Source != source && (model == "" || p.Model != model) {
+			continue
+		}
+		r.Runs = p.ID
+		r.Reason = string(r.Verdict) + ": already runs here (" + p.ID + ", " + string(p.State) + ")"
+		return
+	}
 }
 
 // measuredSpeed is the best tokens/s a host has measured for this model.

@@ -438,3 +438,41 @@ func TestContextPastTrainingAndSizeErrors(t *testing.T) {
 	missing.SizeErr.Code = api.CodeMemoryCheckFailed
 	assert.Contains(t, Rank([]api.Member{agent("a", 10)}, missing)[0].Reason, "size unknown, not loading blind", "a size that could not be read stays that")
 }
+
+// Ranked again after a placement, the host it runs on says so, with the placement, rather than
+// "fits" as a place for another copy; a failed, evicted or stopping placement, another
+// namespace's, or a split's part there does not count.
+func TestAlreadyRunsHere(t *testing.T) {
+	req := gguf(gibs(1.9))
+	running := api.Placement{ID: "p-1", Namespace: api.DefaultNamespace, Source: req.Source, Model: "qwen2-1_5b-instruct-q4_k_m", State: api.StateReady}
+	members := []api.Member{agent("tight", 2.5), agent("roomy", 30)}
+	members[0].Placements = []api.Placement{running}
+	got := byHost(Rank(members, req))
+	assert.Equal(t, "fits: already runs here (p-1, ready)", got["tight"].Reason)
+	assert.Equal(t, "p-1", got["tight"].Runs)
+	assert.Equal(t, "fits: needs 1.9 GiB, 30.0 GiB free", got["roomy"].Reason)
+	assert.Empty(t, got["roomy"].Runs)
+
+	for _, p := range []api.Placement{
+		edited(running, func(p *api.Placement) { p.State = api.StateFailed }),
+		edited(running, func(p *api.Placement) { p.State = api.StateEvicted }),
+		edited(running, func(p *api.Placement) { p.State = api.StateStopping }),
+		edited(running, func(p *api.Placement) { p.Namespace = "team" }),
+		edited(running, func(p *api.Placement) { p.Part = &api.SplitPart{Main: "roomy"} }),
+	} {
+		members[0].Placements = []api.Placement{p}
+		r := byHost(Rank(members, req))["tight"]
+		assert.Equal(t, "fits: needs 1.9 GiB, 2.5 GiB free", r.Reason, "%+v", p)
+		assert.Empty(t, r.Runs)
+	}
+
+	// On a Hailo-10H, the model the device holds for this namespace's placement.
+	pis := []api.Member{pi("pi", 1, "qwen2:1.5b")}
+	pis[0].Placements = []api.Placement{{ID: "p-2", Namespace: api.DefaultNamespace, Source: "hailo://qwen2:1.5b", Model: "qwen2:1.5b", State: api.StateReady}}
+	r := Rank(pis, hailo("qwen2:1.5b", gibs(1.6)))[0]
+	assert.Equal(t, api.VerdictFits, r.Verdict)
+	assert.Equal(t, "fits: already runs here (p-2, ready)", r.Reason)
+}
+
+// edited is p changed by f.
+func edited(p api.Placement, f func(*api.Placement)) api.Placement { f(&p); return p }

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -334,8 +335,10 @@ type session struct {
 
 // connect reaches the mesh as the flags say and, joined as a member, waits until the view
 // holds the agents' state, so a command acts on the mesh as it is rather than on a half-joined
-// picture.
-func (a *app) connect(ctx context.Context, mode settleMode, interactive bool) (*session, error) {
+// picture. named are hosts the command names (--host): in either mode it waits for them to be
+// in the view too, within the same bound — a host that is starting, or that a console just
+// joined has not heard of yet, is not a NotFound.
+func (a *app) connect(ctx context.Context, mode settleMode, interactive bool, named ...string) (*session, error) {
 	c, err := a.resolveCreds()
 	if err != nil {
 		return nil, err
@@ -379,7 +382,7 @@ func (a *app) connect(ctx context.Context, mode settleMode, interactive bool) (*
 		}
 		cleanup()
 	}}
-	if conn.Mode() == console.ModeMember && mode != noSettle {
+	if mode != noSettle && (conn.Mode() == console.ModeMember || len(named) > 0) {
 		wait := a.callTimeout()
 		if mode == bestEffort {
 			// Leave the doctor half of what remains to examine what it saw.
@@ -388,7 +391,7 @@ func (a *app) connect(ctx context.Context, mode settleMode, interactive bool) (*
 				wait = min(wait, time.Until(dl)/2)
 			}
 		}
-		if err := settle(ctx, conn, wait, mode == needAgents); err != nil {
+		if err := settle(ctx, conn, wait, mode == needAgents, named); err != nil {
 			s.close()
 			return nil, err
 		}
@@ -434,32 +437,46 @@ func (a *app) consoleOptions(c creds, log *slog.Logger) (console.Options, error)
 	return o, nil
 }
 
-// settle waits until every alive agent's state document has arrived (its host shows when it
-// started, which node metadata alone does not carry), or wait passes. needAgent: no agent at
-// all by then means the mesh is unreachable.
-func settle(ctx context.Context, conn *console.Conn, wait time.Duration, needAgent bool) error {
+// settle waits until, as a member, every alive agent's state document has arrived (its host
+// shows when it started, which node metadata alone does not carry), and every named host is in
+// the view, or wait passes. needAgent: no agent at all by then means the mesh is unreachable;
+// a named host still missing then is NotFound.
+func settle(ctx context.Context, conn *console.Conn, wait time.Duration, needAgent bool, named []string) error {
 	changed, stop := conn.Subscribe()
 	defer stop()
+	start := time.Now()
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	member := conn.Mode() == console.ModeMember
 	for {
 		v := conn.View()
 		agents := console.Agents(v)
-		if settled(agents) {
+		i := slices.IndexFunc(named, func(h string) bool { return !hasAgent(v, h) })
+		if (!member || settled(agents)) && i < 0 {
 			return nil
 		}
+		timedOut := false
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) && needAgent && len(agents) == 0 {
-				return noAgent(v.Mesh, wait)
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return ctx.Err()
 			}
-			return ctx.Err()
+			timedOut = true
 		case <-t.C:
-			if len(agents) > 0 || !needAgent {
-				return nil
-			}
-			return noAgent(v.Mesh, wait)
+			timedOut = true
 		case <-changed:
+		}
+		switch {
+		case !timedOut:
+		case needAgent && len(agents) == 0:
+			return noAgent(v.Mesh, wait)
+		case i >= 0:
+			return api.Errorf(api.CodeNotFound, "no agent %q in mesh %q: none of that name joined within %s (`mesh hosts` lists them)",
+				named[i], v.Mesh, time.Since(start).Round(100*time.Millisecond))
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			return nil
 		}
 	}
 }

@@ -55,9 +55,15 @@ func (a *app) oneShot(stream bool, mode settleMode, body func(ctx context.Contex
 // --timeout is given), checks the token against the mesh, and runs body; it leaves the mesh
 // after. Every command that acts on the mesh goes through it.
 func (a *app) withSession(cmd *cobra.Command, stream bool, mode settleMode, body func(ctx context.Context, s *session) error) error {
+	return a.withSessionOn(cmd, stream, mode, nil, body)
+}
+
+// withSessionOn is withSession for a command that names hosts (--host): the session waits for
+// them to join (connect).
+func (a *app) withSessionOn(cmd *cobra.Command, stream bool, mode settleMode, named []string, body func(ctx context.Context, s *session) error) error {
 	ctx, cancel := a.commandContext(cmd, stream)
 	defer cancel()
-	s, err := a.connect(ctx, mode, false)
+	s, err := a.connect(ctx, mode, false, named...)
 	if err != nil {
 		return err
 	}
@@ -107,43 +113,48 @@ func (a *app) modelsCmd() *cobra.Command {
 	c.Flags().StringVar(&namespace, "namespace", "", "only this namespace's placements")
 	c.Flags().StringVar(&host, "host", "", "only this host's placements")
 	_ = c.RegisterFlagCompletionFunc("host", a.complete(completeHosts))
-	c.RunE = a.oneShot(false, needAgents, func(ctx context.Context, s *session, _ *cobra.Command, _ []string) error {
-		v, err := s.conn.ScopedView()
-		if err != nil {
-			return err
-		}
-		if host != "" && !hasAgent(v, host) {
-			// No placements of a host that is not there is a typo, not an empty list (exit 4).
-			return api.Errorf(api.CodeNotFound, "no agent %q in mesh %q", host, v.Mesh)
-		}
-		ps := []api.Placement{}
-		for _, p := range console.Placements(v) {
-			if (namespace == "" || p.Namespace == namespace) && (host == "" || p.Host == host) {
-				ps = append(ps, p)
-			}
-		}
-		// What the mesh keeps running beside what runs: agents without intents (an older
-		// version) answer NotFound, and the list stays what it was. Any other failure is said:
-		// a list that silently left the intents out would tell a script they are gone.
-		var ins []api.IntentStatus
-		all, err := s.conn.Intents(ctx)
-		if e := (*api.Error)(nil); err != nil && (!errors.As(err, &e) || e.Code != api.CodeNotFound) {
-			return err
-		}
-		for _, in := range all {
-			if namespace == "" || in.Namespace == namespace {
-				ins = append(ins, in)
-			}
-		}
-		if a.g.json {
-			return a.writeDoc(PlacementsDoc{Schema: Schema, Placements: ps, Intents: ins})
-		}
-		if err := placementsTable(a.stdout, ps); err != nil {
-			return err
-		}
-		return intentsList(a.stdout, ins)
+	c.RunE = a.run(func(cmd *cobra.Command, _ []string) error {
+		// The session waits for the host named: none of that name is a typo (exit 4), not an
+		// empty list.
+		return a.withSessionOn(cmd, false, needAgents, namedHosts(host), func(ctx context.Context, s *session) error {
+			return a.listModels(ctx, s, namespace, host)
+		})
 	})
 	return c
+}
+
+// listModels is `mesh models`: the placements and intents of namespace and host ("" = all).
+func (a *app) listModels(ctx context.Context, s *session, namespace, host string) error {
+	v, err := s.conn.ScopedView()
+	if err != nil {
+		return err
+	}
+	ps := []api.Placement{}
+	for _, p := range console.Placements(v) {
+		if (namespace == "" || p.Namespace == namespace) && (host == "" || p.Host == host) {
+			ps = append(ps, p)
+		}
+	}
+	// What the mesh keeps running beside what runs: agents without intents (an older
+	// version) answer NotFound, and the list stays what it was. Any other failure is said:
+	// a list that silently left the intents out would tell a script they are gone.
+	var ins []api.IntentStatus
+	all, err := s.conn.Intents(ctx)
+	if e := (*api.Error)(nil); err != nil && (!errors.As(err, &e) || e.Code != api.CodeNotFound) {
+		return err
+	}
+	for _, in := range all {
+		if namespace == "" || in.Namespace == namespace {
+			ins = append(ins, in)
+		}
+	}
+	if a.g.json {
+		return a.writeDoc(PlacementsDoc{Schema: Schema, Placements: ps, Intents: ins})
+	}
+	if err := placementsTable(a.stdout, ps); err != nil {
+		return err
+	}
+	return intentsList(a.stdout, ins)
 }
 
 // requestFlags are what a placement request is made of, shared by rank and place.
@@ -294,10 +305,20 @@ func (a *app) rankCmd() *cobra.Command {
 	return c
 }
 
-// hasAgent says whether the view holds an agent named host, whatever its liveness.
+// namedHosts are the hosts a command's flags name (--host, a split's --hosts), for its session
+// to wait for; an empty --host names none.
+func namedHosts(host string, more ...string) []string {
+	if host == "" {
+		return more
+	}
+	return append([]string{host}, more...)
+}
+
+// hasAgent says whether the view holds an agent named host, whatever its liveness, as one a
+// command can call (console.Conn.Client: its metadata read).
 func hasAgent(v api.MeshView, host string) bool {
 	for _, m := range v.Members {
-		if m.Name == host && m.Role == api.RoleAgent {
+		if m.Name == host && m.Role == api.RoleAgent && m.Host != nil {
 			return true
 		}
 	}

@@ -61,7 +61,7 @@ so, follows that placement with --wait, and exits 0 — a script may run it twic
 		return nil
 	}
 	c.RunE = a.run(func(cmd *cobra.Command, _ []string) error {
-		return a.withSession(cmd, wait, needAgents, func(ctx context.Context, s *session) error {
+		return a.withSessionOn(cmd, wait, needAgents, namedHosts(host, sf.hosts...), func(ctx context.Context, s *session) error {
 			p, err := a.placeOnce(ctx, s.conn, req, host, placeChoice{auto: auto, spread: rf.spread, split: sf})
 			if err != nil {
 				return err

@@ -1219,3 +1219,21 @@ func TestSplitPlacesThroughTheMain(t *testing.T) {
 	assert.Equal(t, []string{"mac-mini", "tower"}, placed[0].Split.Hosts)
 	assert.Equal(t, bigSource, placed[0].Source)
 }
+
+// Ranked again after a placement, the host the model runs on (the sample mesh's tower runs
+// llama3.2:3b) is tagged "runs" and says so, not "best" for another copy.
+func TestRankedAgainShowsWhereItRuns(t *testing.T) {
+	m := New(testCtx())
+	m.SetSize(100, 24)
+	typeText(m, "ollama://llama3.2:3b")
+	ranked(m, api.SizeEstimate{Bytes: 3 << 30, Method: api.SizeRegistry}, "tower")
+	var row string
+	for _, l := range strings.Split(m.View(), "\n") {
+		if strings.Contains(l, " tower ") {
+			row = l
+		}
+	}
+	require.NotEmpty(t, row, m.View())
+	assert.Contains(t, row, "fits    tower      runs already runs here (p-4d5e6f, ready)")
+	assert.NotContains(t, row, "best")
+}

@@ -246,7 +246,10 @@ func (m *Model) rankingLines(room int) ([]string, hostRows) {
 	for i := start; i < min(start+rows, len(m.hosts)); i++ {
 		h := m.hosts[i]
 		tag := ""
-		if i == best && h.Verdict != api.VerdictRefused {
+		switch {
+		case h.Runs != "":
+			tag = "runs" // not the best place for it: it is there already (its reason says so)
+		case i == best && h.Verdict != api.VerdictRefused:
 			tag = "best"
 		}
 		reason := []string{trimVerdict(h)}
