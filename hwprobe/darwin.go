@@ -20,8 +20,9 @@ func (p *prober) darwin() {
 		p.note(fmt.Sprintf("no sysctl values: %v", err))
 	}
 	memory := []string{FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable}
-	if p.onlyMemory {
+	if p.onlyLive {
 		p.step(memory, func() { p.darwinMemory(sc) })
+		p.step([]string{FieldOnBattery}, p.darwinPower)
 		return
 	}
 	if p.live {
@@ -32,6 +33,7 @@ func (p *prober) darwin() {
 	p.step([]string{FieldChip}, func() { p.darwinChip(sc) })
 	p.step(memory, func() { p.darwinMemory(sc) })
 	p.step([]string{FieldAccelerators}, p.darwinAccelerators)
+	p.step([]string{FieldOnBattery}, p.darwinPower)
 }
 
 // darwinSysctl picks the sysctl source; nil with the error when there is none.

@@ -10,8 +10,9 @@ import (
 // plain file parsers, built and tested on every OS.
 func (p *prober) linux() {
 	memory := []string{FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable, FieldCgroupVersion}
-	if p.onlyMemory {
+	if p.onlyLive {
 		p.step(memory, p.linuxMemory)
+		p.step([]string{FieldOnBattery}, p.linuxPower)
 		return
 	}
 	if p.live {
@@ -24,6 +25,7 @@ func (p *prober) linux() {
 	p.step([]string{FieldChip}, p.linuxChip)
 	p.step(memory, p.linuxMemory)
 	p.step([]string{FieldAccelerators}, p.linuxAccelerators)
+	p.step([]string{FieldOnBattery}, p.linuxPower)
 }
 
 func (p *prober) linuxHostname() {

@@ -1,6 +1,6 @@
 // Package hwprobe finds out what a host has: OS, architecture, chip, CPUs, page size, memory as
-// the agent may use it (cgroup-aware on Linux) and accelerators (a Hailo NPU, Apple Metal,
-// NVIDIA GPUs).
+// the agent may use it (cgroup-aware on Linux), accelerators (a Hailo NPU, Apple Metal, NVIDIA
+// GPUs) and whether it runs on battery now.
 //
 // Everything is read under a root directory given in Options, never from a package variable: "/"
 // probes this host, a fixture tree under testdata/ probes a recorded one. A value that cannot be
@@ -43,6 +43,9 @@ type Info struct {
 	Chip         string        `json:"chip"`
 	Memory       MemInfo       `json:"memory"`
 	Accelerators []Accelerator `json:"accelerators,omitempty"`
+	// OnBattery: the host runs on its battery now (power.go); false with no battery, and when
+	// unknown.
+	OnBattery bool `json:"on_battery,omitempty"`
 	// Unknown names the fields that could not be read, by their JSON paths ("page_size",
 	// "memory.available", "accelerators.0.memory"), sorted.
 	Unknown []string `json:"unknown,omitempty"`
@@ -152,18 +155,19 @@ func (o Options) defaults() Options {
 	return o
 }
 
-// ProbeMemory reads only the host's memory: Probe's Memory, with what of it is unknown and why
-// in Unknown and Notes; the other fields are left empty. It is the refresh an agent makes every
-// 30 s for what is available, which needs no chip, accelerators or hostname read again.
-func ProbeMemory(ctx context.Context, opts Options) Info {
+// ProbeLive reads only what changes while the host runs: Probe's Memory and OnBattery, with
+// what of them is unknown and why in Unknown and Notes; the other fields are left empty. It is
+// the refresh an agent makes every 30 s, which needs no chip, accelerators or hostname read
+// again.
+func ProbeLive(ctx context.Context, opts Options) Info {
 	opts = opts.defaults()
 	live := opts.Root == "/" && opts.OS == runtime.GOOS && opts.Arch == runtime.GOARCH
 	return probe(ctx, opts, newRootFS(opts.Root), live, true)
 }
 
-// probe reads a host through r: all of it, or with onlyMemory its memory.
-func probe(ctx context.Context, opts Options, r rootFS, live, onlyMemory bool) Info {
-	p := &prober{ctx: ctx, r: r, opts: opts, live: live, onlyMemory: onlyMemory, info: Info{OS: opts.OS, Arch: opts.Arch}}
+// probe reads a host through r: all of it, or with onlyLive what changes while it runs.
+func probe(ctx context.Context, opts Options, r rootFS, live, onlyLive bool) Info {
+	p := &prober{ctx: ctx, r: r, opts: opts, live: live, onlyLive: onlyLive, info: Info{OS: opts.OS, Arch: opts.Arch}}
 	switch opts.OS {
 	case "linux":
 		p.linux()
@@ -183,7 +187,7 @@ type prober struct {
 	r          rootFS
 	opts       Options
 	live       bool
-	onlyMemory bool // ProbeMemory's probe
+	onlyLive   bool // ProbeLive's probe
 	info       Info
 }
 
@@ -231,9 +235,9 @@ func (p *prober) liveBasics() {
 
 // other probes an OS we have no sources for: only what the Go runtime knows of a live host.
 func (p *prober) other() {
-	p.note(fmt.Sprintf("hwprobe does not read %s hosts: chip, memory and accelerators unknown", p.opts.OS))
-	if p.onlyMemory {
-		p.info.Unknown = append(p.info.Unknown, FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable)
+	p.note(fmt.Sprintf("hwprobe does not read %s hosts: chip, memory, accelerators and power source unknown", p.opts.OS))
+	if p.onlyLive {
+		p.info.Unknown = append(p.info.Unknown, FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable, FieldOnBattery)
 		return
 	}
 	if p.live {
@@ -241,7 +245,7 @@ func (p *prober) other() {
 	} else {
 		p.unknownAll([]string{FieldHostname, FieldCPUs, FieldPageSize}, "not a live probe of this host")
 	}
-	p.info.Unknown = append(p.info.Unknown, FieldChip, FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable, FieldAccelerators)
+	p.info.Unknown = append(p.info.Unknown, FieldChip, FieldTotal, FieldAvailable, FieldHostTotal, FieldHostAvailable, FieldAccelerators, FieldOnBattery)
 }
 
 // finishAccelerators names every accelerator whose memory is unknown.

@@ -156,7 +156,7 @@ func TestProbeFixtures(t *testing.T) {
 			assert.True(t, got.Known(FieldTotal))
 
 			// The refresh of memory alone reads the same memory, and nothing else.
-			mem := ProbeMemory(t.Context(), opts)
+			mem := ProbeLive(t.Context(), opts)
 			assert.Equal(t, Info{OS: tt.os, Arch: tt.arch, Memory: tt.want.Memory}, Info{OS: mem.OS, Arch: mem.Arch, Memory: mem.Memory})
 			var memUnknown []string
 			for _, f := range tt.want.Unknown {
@@ -241,7 +241,7 @@ func TestProbeCancelled(t *testing.T) {
 		OS: "linux", Arch: "arm64",
 		Unknown: []string{
 			FieldAccelerators, FieldChip, FieldCPUs, FieldHostname, FieldAvailable, FieldCgroupVersion,
-			FieldHostAvailable, FieldHostTotal, FieldTotal, FieldPageSize,
+			FieldHostAvailable, FieldHostTotal, FieldTotal, FieldOnBattery, FieldPageSize,
 		},
 		Notes: []string{
 			"hostname unknown: probe stopped: context canceled",
@@ -250,6 +250,7 @@ func TestProbeCancelled(t *testing.T) {
 			"chip unknown: probe stopped: context canceled",
 			"memory.total, memory.available, memory.host_total, memory.host_available, memory.cgroup_version unknown: probe stopped: context canceled",
 			"accelerators unknown: probe stopped: context canceled",
+			"on_battery unknown: probe stopped: context canceled",
 		},
 	}, info)
 }
@@ -260,18 +261,18 @@ func TestProbeUnsupportedOS(t *testing.T) {
 		OS: "plan9", Arch: "amd64",
 		Unknown: []string{
 			FieldAccelerators, FieldChip, FieldCPUs, FieldHostname, FieldAvailable,
-			FieldHostAvailable, FieldHostTotal, FieldTotal, FieldPageSize,
+			FieldHostAvailable, FieldHostTotal, FieldTotal, FieldOnBattery, FieldPageSize,
 		},
 		Notes: []string{
-			"hwprobe does not read plan9 hosts: chip, memory and accelerators unknown",
+			"hwprobe does not read plan9 hosts: chip, memory, accelerators and power source unknown",
 			"hostname, cpus, page_size unknown: not a live probe of this host",
 		},
 	}, info)
 	assert.Equal(t, Info{
 		OS: "plan9", Arch: "amd64",
-		Unknown: []string{FieldAvailable, FieldHostAvailable, FieldHostTotal, FieldTotal},
-		Notes:   []string{"hwprobe does not read plan9 hosts: chip, memory and accelerators unknown"},
-	}, ProbeMemory(t.Context(), Options{Root: "testdata/pi5-hailo", OS: "plan9", Arch: "amd64"}))
+		Unknown: []string{FieldAvailable, FieldHostAvailable, FieldHostTotal, FieldTotal, FieldOnBattery},
+		Notes:   []string{"hwprobe does not read plan9 hosts: chip, memory, accelerators and power source unknown"},
+	}, ProbeLive(t.Context(), Options{Root: "testdata/pi5-hailo", OS: "plan9", Arch: "amd64"}))
 }
 
 // TestProbeEmptyRoot probes a root with nothing in it: everything unknown, nothing invented.
@@ -341,6 +342,7 @@ memory available  14.8 GiB
 host memory       15.8 GiB total, 14.8 GiB available
 cgroup            v2 /system.slice/llmkube-agent.service, no limit, using 192 MiB
 accelerator       Hailo-10H (hailo) /dev/hailo0, 8.0 GiB
+power             not on battery
 `},
 		{"nested-cgroup", "linux", "amd64", `os                linux
 arch              amd64
@@ -353,6 +355,7 @@ memory available  50 MiB
 host memory       125.7 GiB total, 105.2 GiB available
 cgroup            v2 /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7c1e9a52.slice/cri-containerd-5f0d2b8c.scope, limit 1.0 GiB at /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7c1e9a52.slice, high 3.0 GiB, using 900 MiB
 accelerators      none
+power             not on battery
 `},
 		{"cgroup-v1-hybrid", "linux", "amd64", `os                linux
 arch              amd64
@@ -365,6 +368,7 @@ memory available  12.8 GiB
 host memory       15.6 GiB total, 12.8 GiB available
 cgroup            v1 memory controller: figures are the host's
 accelerators      none
+power             not on battery
 unknown           memory.cgroup_current, memory.cgroup_high, memory.cgroup_limit
 note              memory.cgroup_limit, memory.cgroup_high, memory.cgroup_current unknown: the memory controller is on cgroup v1
 note              memory figures are the host's: memory controller on cgroup v1
@@ -380,6 +384,7 @@ memory available  unknown
 host memory       7.7 GiB total, unknown available
 cgroup            unknown
 accelerators      none
+power             not on battery
 unknown           chip, memory.available, memory.cgroup_current, memory.cgroup_high, memory.cgroup_limit, memory.cgroup_version, memory.host_available, page_size
 note              page_size unknown: open /proc/self/auxv: file does not exist
 note              chip unknown: /proc/device-tree/model holds no printable name; /proc/cpuinfo has no "model name" or "Model" line
@@ -399,6 +404,7 @@ memory total      16.0 GiB
 memory available  4.2 GiB
 host memory       16.0 GiB total, 4.2 GiB available
 accelerator       Apple M2 (metal), shares system memory
+power             not on battery
 `},
 	}
 	for _, tt := range tests {

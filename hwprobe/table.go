@@ -76,6 +76,14 @@ func WriteTable(w io.Writer, info Info) error {
 		}
 		row("accelerator", cell)
 	}
+	power := "not on battery"
+	switch {
+	case !info.Known(FieldOnBattery):
+		power = "unknown"
+	case info.OnBattery:
+		power = "on battery"
+	}
+	row("power", power)
 	if len(info.Unknown) > 0 {
 		row("unknown", strings.Join(info.Unknown, ", "))
 	}

@@ -275,7 +275,7 @@ func runAgent(ctx context.Context, o *runOptions, e env) error {
 		NodeName:       o.nodeName,
 		Host:           info,
 		Reprobe: func(ctx context.Context) hwprobe.Info {
-			return hwprobe.ProbeMemory(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
+			return hwprobe.ProbeLive(ctx, hwprobe.Options{Root: o.hwRoot, OS: o.hwOS, Arch: o.hwArch})
 		},
 		Drivers:            drivers,
 		Chosen:             explicit,
