@@ -35,7 +35,9 @@ func TestLinuxPower(t *testing.T) {
 	bat := func(status string) map[string]string {
 		return supply("BAT0", map[string]string{"type": "Battery", "status": status, "capacity": "81", "scope": "System"})
 	}
-	ac := func(online string) map[string]string { return supply("AC", map[string]string{"type": "Mains", "online": online}) }
+	ac := func(online string) map[string]string {
+		return supply("AC", map[string]string{"type": "Mains", "online": online})
+	}
 	usb := func(name, online string) map[string]string {
 		return supply(name, map[string]string{"type": "USB", "online": online, "usb_type": "C [PD] PD_PPS"})
 	}

@@ -183,12 +183,12 @@ func probe(ctx context.Context, opts Options, r rootFS, live, onlyLive bool) Inf
 
 // prober carries one probe's state.
 type prober struct {
-	ctx        context.Context
-	r          rootFS
-	opts       Options
-	live       bool
-	onlyLive   bool // ProbeLive's probe
-	info       Info
+	ctx      context.Context
+	r        rootFS
+	opts     Options
+	live     bool
+	onlyLive bool // ProbeLive's probe
+	info     Info
 }
 
 // step runs one part of the probe, or, once the context is done, marks its fields unknown.
