@@ -57,8 +57,9 @@ type Config struct {
 	AllowTempStore bool
 	// NodeName overrides the name kept in the state dir.
 	NodeName string
-	// Host is what hwprobe found. Reprobe, when set, refreshes its available memory at each
-	// detection round (hwprobe.ProbeMemory does); the budget stays as computed at start.
+	// Host is what hwprobe found. Reprobe, when set, refreshes its available memory and whether
+	// it runs on battery at each detection round (hwprobe.ProbeLive does); the budget stays as
+	// computed at start.
 	Host    hwprobe.Info
 	Reprobe func(context.Context) hwprobe.Info
 	// Drivers are the selected runtimes, one driver each.
@@ -530,6 +531,12 @@ func (a *Agent) housekeeping(ctx context.Context) {
 				info := a.cfg.Reprobe(ctx)
 				a.mu.Lock()
 				a.host.Memory.Available = info.Memory.Available
+				if info.OnBattery != a.host.OnBattery {
+					a.host.OnBattery = info.OnBattery
+					a.log.Info("power source changed", "on_battery", info.OnBattery)
+					// Published at once: intents kept off battery hosts must see it now.
+					a.changedLocked()
+				}
 				a.mu.Unlock()
 			}
 		}
@@ -689,6 +696,7 @@ func (a *Agent) hostLocked() api.Host {
 		Memory:     mem,
 		Namespaces: slices.Clone(a.cfg.Namespaces),
 		Labels:     maps.Clone(a.cfg.Labels),
+		OnBattery:  h.OnBattery,
 		Anonymous:  a.cfg.AnonymousNamespace,
 		LANHTTP:    a.cfg.LANHTTP,
 		Offline:    a.cfg.Offline,

@@ -133,6 +133,8 @@ const (
 	CodeUnreachable  Code = "Unreachable"
 	CodeInternal     Code = "Internal"
 	CodeContextLimit Code = "ContextTooLong"
+	// CodeOnBattery: the host runs on battery and the request asked for one that does not.
+	CodeOnBattery Code = "OnBattery"
 	// CodeForbidden: the token is good, but its holder may not do this (place into another
 	// namespace, protect a placement, ask for a memory check that only warns).
 	CodeForbidden Code = "Forbidden"
@@ -193,6 +195,9 @@ type PlacementRequest struct {
 	Hosts []string `json:"hosts,omitempty"`
 	// Labels, when set, are labels a host must carry (Host.Labels) to be ranked fit for it.
 	Labels map[string]string `json:"labels,omitempty"`
+	// NotOnBattery keeps the intent off hosts running on battery (Host.OnBattery): new replicas
+	// go elsewhere; one already running stays.
+	NotOnBattery bool `json:"not_on_battery,omitempty"`
 	// MMProj is the source of a multimodal projector GGUF (a path, https:// or hf://) that
 	// llama-server runs beside the model (--mmproj), so the model reads images. It is sized,
 	// admitted and pulled with the model.
@@ -406,6 +411,9 @@ type Host struct {
 	// Labels are the operator's (`llmkube-agent run --label k=v`): a placement or intent that
 	// requires labels goes only to hosts carrying them (CheckLabels bounds them).
 	Labels map[string]string `json:"labels,omitempty"`
+	// OnBattery: the host runs on its battery now (refreshed every 30 s), so intents placed
+	// with NotOnBattery go elsewhere.
+	OnBattery bool `json:"on_battery,omitempty"`
 	// Anonymous is the one namespace whose models this agent serves without a token, on
 	// listing and inference routes only (opt-in, for clients that cannot send one); "" = off.
 	Anonymous string `json:"anonymous_namespace,omitempty"`

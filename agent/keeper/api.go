@@ -110,7 +110,7 @@ func (k *Keeper) Accept(ctx context.Context, who api.Principal, req api.Placemen
 }
 
 // placeable refuses an intent that no host of the view could ever run: every host refuses it
-// for a reason other than memory or liveness, which may change.
+// for a reason other than memory, liveness or running on battery, which may change.
 func (k *Keeper) placeable(in api.Intent) error {
 	members := k.members(time.Now())
 	ranked := rank.Rank(members, rank.Request{PlacementRequest: in.PlacementRequest, Estimate: api.SizeEstimate{Bytes: in.Need, Device: in.Device}})
@@ -120,7 +120,7 @@ func (k *Keeper) placeable(in api.Intent) error {
 			continue
 		}
 		switch {
-		case r.Verdict != api.VerdictRefused, r.Code == api.CodeInsufficientMemory, r.Code == api.CodeUnreachable:
+		case r.Verdict != api.VerdictRefused, r.Code == api.CodeInsufficientMemory, r.Code == api.CodeUnreachable, r.Code == api.CodeOnBattery:
 			return nil
 		case first == nil:
 			first = &ranked[i]
@@ -197,6 +197,9 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 	if lacks := api.MissingLabel(k.cfg.Agent.Host().Labels, req.Labels); lacks != "" {
 		return api.Placement{}, api.Errorf(api.CodeBadRequest, "%s has no label %s: place it where one does (mesh rank says which)", k.self, lacks)
 	}
+	if req.NotOnBattery && k.cfg.Agent.Host().OnBattery {
+		return api.Placement{}, api.Errorf(api.CodeOnBattery, "%s runs on battery: place it on a host that does not (mesh rank says which)", k.self)
+	}
 	if req.Split != nil || req.Part != nil {
 		// A split is kept by its main, which re-plans it when a member goes (agent/split.go);
 		// an intent would re-place it on one host, which cannot hold it. A part is its main's.
@@ -219,6 +222,7 @@ func (k *Keeper) Place(ctx context.Context, who api.Principal, req api.Placement
 		Source: p.Source, Runtime: p.Runtime, Namespace: p.Namespace, Context: p.Context, Priority: p.Priority,
 		Name: p.Model, Protected: p.Protected, MemoryCheck: p.MemoryCheck, SHA256: p.SHA256, Args: p.Args,
 		MMProj: p.MMProj, TTL: req.TTL, Hosts: req.Hosts, Labels: req.Labels, MaxReplicas: req.MaxReplicas,
+		NotOnBattery: req.NotOnBattery,
 	}, Need: p.Memory.Bytes, Device: p.Memory.Device}
 	in.Replicas = k.replicas(in, req.Replicas, 1)
 	if _, err := k.put(in); err != nil {

@@ -401,7 +401,8 @@ func (k *Keeper) choose(in api.Intent, members []api.Member, holding, backingOff
 			refusal, transient = r.Host+" is backing off after a failure", true
 			continue
 		case r.Verdict != api.VerdictFits:
-			transient = transient || r.Code == api.CodeUnreachable
+			// A host unreachable or on battery for now may take it later.
+			transient = transient || r.Code == api.CodeUnreachable || r.Code == api.CodeOnBattery
 			if len(chosen) == 0 && !strings.Contains(refusal, ": ") {
 				refusal = r.Host + " " + r.Reason
 			}

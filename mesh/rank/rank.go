@@ -105,6 +105,8 @@ func Rank(members []api.Member, req Request) []api.Ranked {
 			refuse(&r, api.CodeNamespaceNotAllow, nsRefusal)
 		case lacks != "":
 			refuse(&r, api.CodeBadRequest, "refused: no label "+lacks)
+		case req.NotOnBattery && m.Host.OnBattery:
+			refuse(&r, api.CodeOnBattery, "refused: on battery")
 		default:
 			judge(&r, m.Host, native, runtime, model, needStr, req)
 			if r.Verdict != api.VerdictRefused {

@@ -170,6 +170,7 @@ type requestFlags struct {
 	onlyHosts                          []string // place: the only hosts the mesh may keep it on
 	labels                             []string // place: labels its hosts must carry
 	maxReplicas                        int      // place: replicas it may scale to under load
+	notOnBattery                       bool     // only hosts not running on battery
 }
 
 func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
@@ -179,6 +180,7 @@ func (r *requestFlags) add(c *cobra.Command, forPlace bool) {
 	f.Var(contextValue{&r.context}, "context", "context size in tokens, e.g. 8192 or 8k (default: the runtime's, 2048)")
 	f.StringVar(&r.priority, "priority", "", "batch, low, normal, high or critical (eviction order; default normal)")
 	f.BoolVar(&r.spread, "spread", false, "prefer the host with the most room left (default: the tightest fit)")
+	f.BoolVar(&r.notOnBattery, "not-on-battery", false, "only hosts not running on battery (a laptop unplugged is refused; a replica already there keeps running)")
 	f.StringVar(&r.mmproj, "mmproj", "", "a multimodal projector GGUF (path, https:// or hf://) llama-server runs beside the model, so it reads images; sized and pulled with it")
 	if forPlace {
 		f.StringVar(&r.name, "name", "", "name the gateway serves the model under (default: from the source)")
@@ -225,7 +227,7 @@ func (r *requestFlags) request(source string) (api.PlacementRequest, error) {
 		Source: strings.TrimSpace(source), Runtime: api.Runtime(r.runtime), Namespace: r.namespace,
 		Context: r.context, Priority: api.Priority(r.priority), Name: r.name, Protected: r.protected,
 		SHA256: r.sha256, Args: r.args, Replicas: r.replicas, TTL: strings.TrimSpace(r.ttl), Hosts: r.onlyHosts,
-		MMProj: strings.TrimSpace(r.mmproj),
+		MMProj: strings.TrimSpace(r.mmproj), NotOnBattery: r.notOnBattery,
 	}
 	if r.replicas < 0 || r.replicas > api.MaxReplicas {
 		return req, usagef("--replicas %d: want 1 to %d", r.replicas, api.MaxReplicas)
