@@ -206,6 +206,9 @@ func hostsTable(w io.Writer, members []api.Member, withRole bool) error {
 			if h.OS == "" {
 				cells[2] = ""
 			}
+			if h.OnBattery {
+				cells[1] += " (on battery)"
+			}
 			cells[3] = h.Chip
 			cells[4] = acceleratorsText(h)
 			cells[5] = runtimesText(h)

@@ -40,6 +40,11 @@ gone  dead   -            -        -             -                              
 	require.NoError(t, hostsTable(&b, members[:1], true))
 	assert.True(t, strings.HasPrefix(b.String(), "HOST  ROLE   STATE"), b.String())
 	assert.Contains(t, b.String(), "pi5   agent  alive")
+
+	members[0].Host.OnBattery = true
+	b.Reset()
+	require.NoError(t, hostsTable(&b, members[:1], false))
+	assert.Contains(t, b.String(), "\npi5   alive (on battery)  linux/arm64", "a host on battery says so beside its state")
 }
 
 func TestPlacementsTable(t *testing.T) {

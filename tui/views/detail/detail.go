@@ -418,6 +418,10 @@ func (m *Model) hardware(h *api.Host) []string {
 		limit += " (cgroup v1: the figures are the host's)"
 	}
 	kv("cgroup limit", limit)
+	if h.OnBattery {
+		// Shown only then: most hosts have no battery, and intents kept off battery avoid it.
+		kv("power", st.Warn.Render("on battery"))
+	}
 	kv("hostname", orUnknown(h.Hostname))
 	if len(h.Accelerators) == 0 {
 		kv("accelerator", "none")

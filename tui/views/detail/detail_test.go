@@ -205,3 +205,21 @@ func TestLongLinesWrapAt80(t *testing.T) {
 	assert.Contains(t, words, "downloaded: deepseek_r1_distill_qwen:1.5b, qwen2.5-instruct:1.5b")
 	assert.Contains(t, view, "\n                     http://127.0.0.1:33939", "under the message's column")
 }
+
+// A host on battery says so in its detail; one that is not shows no power line.
+func TestOnBatteryShown(t *testing.T) {
+	ctx := testCtx()
+	for i := range ctx.Mesh.Members {
+		if ctx.Mesh.Members[i].Name == "pi5" {
+			h := *ctx.Mesh.Members[i].Host
+			h.OnBattery = true
+			ctx.Mesh.Members[i].Host = &h
+		}
+	}
+	m := New(ctx)
+	m.SetSize(120, 200)
+	m.Open("pi5")
+	assert.Contains(t, m.View(), "power        on battery")
+	m.Open("mac-mini")
+	assert.NotContains(t, m.View(), "on battery")
+}
