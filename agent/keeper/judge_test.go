@@ -355,3 +355,37 @@ func TestOneAgentAnnounces(t *testing.T) {
 	assert.True(t, keeperOf("b").speaks(members), "a is dead: b speaks")
 	assert.False(t, keeperOf("c").speaks(members))
 }
+
+// An intent kept off battery goes to a host not on battery, whatever ranks better; a replica
+// already running on a host that went on battery keeps running and counts; when every host is
+// on battery nothing is placed, and the intent is not blocked: a host plugged in takes it.
+func TestNotOnBatteryConstrainsNewReplicasOnly(t *testing.T) {
+	in := wants(1)
+	in.NotOnBattery = true
+	in.UpdatedAt = t0.Add(-time.Minute)
+	members := []api.Member{
+		agentOf("a", 4, api.Alive), // the tightest fit, on battery
+		agentOf("b", 8, api.Alive),
+	}
+	members[0].Host.OnBattery = true
+	for _, self := range []string{"a", "b"} {
+		p := keeperOf(self).judge(in, members, t0)
+		assert.Equal(t, self == "b", p.place, self)
+		assert.Contains(t, p.status.Note, "re-placing on b")
+	}
+
+	running := []api.Member{agentOf("a", 4, api.Alive, ready(t0.Add(-time.Hour))), agentOf("b", 8, api.Alive)}
+	running[0].Host.OnBattery = true
+	for _, self := range []string{"a", "b"} {
+		p := keeperOf(self).judge(in, running, t0)
+		assert.False(t, p.place, self)
+		assert.Empty(t, p.remove, "a replica on a host gone on battery keeps running")
+		assert.Equal(t, 1, p.status.Has)
+	}
+
+	members[1].Host.OnBattery = true
+	p := keeperOf("b").judge(in, members, t0)
+	assert.False(t, p.place)
+	assert.Empty(t, p.blocked, "on battery passes: not blocked")
+	assert.Contains(t, p.status.Note, "refused: on battery")
+}

@@ -476,3 +476,28 @@ func TestAlreadyRunsHere(t *testing.T) {
 
 // edited is p changed by f.
 func edited(p api.Placement, f func(*api.Placement)) api.Placement { f(&p); return p }
+
+// A request that wants no host on battery leaves such a host out, with the reason, and ranks
+// the others as before; a request that does not care ranks it as any other.
+func TestNotOnBattery(t *testing.T) {
+	unplugged := with(agent("laptop", 12), func(m *api.Member) {
+		h := *m.Host
+		h.OnBattery = true
+		m.Host = &h
+	})
+	members := []api.Member{unplugged, agent("desk", 4)}
+	req := gguf(gibs(1.9))
+	got := Rank(members, req)
+	require.Len(t, got, 2)
+	assert.Equal(t, api.VerdictFits, byHost(got)["laptop"].Verdict, "no constraint: a host on battery fits")
+
+	req.NotOnBattery = true
+	got = Rank(members, req)
+	require.Len(t, got, 2)
+	assert.Equal(t, "desk", got[0].Host)
+	assert.Equal(t, api.VerdictFits, got[0].Verdict)
+	laptop := byHost(got)["laptop"]
+	assert.Equal(t, api.VerdictRefused, laptop.Verdict)
+	assert.Equal(t, api.CodeOnBattery, laptop.Code)
+	assert.Equal(t, "refused: on battery", laptop.Reason)
+}
