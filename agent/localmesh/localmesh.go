@@ -87,7 +87,10 @@ type Options struct {
 	OnDemand []string
 	// ScaleAfter and ScaleIdle time an intent's scaling on every host (node.Config).
 	ScaleAfter, ScaleIdle time.Duration
-	Log                   *slog.Logger
+	// DetectInterval is how often every agent probes its engines and reads its host root again
+	// (free memory, on battery: agent.Config); zero: the agent's default, 30 s.
+	DetectInterval time.Duration
+	Log            *slog.Logger
 }
 
 // DemoHosts are the demo's three hosts: a Raspberry Pi 5 with a Hailo-10H running hailo-ollama,
@@ -325,6 +328,12 @@ func (m *Mesh) startHost(ctx context.Context, spec HostSpec, opts Options) (*Hos
 		AllowTempStore: true,
 		NodeName:       spec.Name,
 		Host:           info,
+		// The root is read again as a real host's is: a test changes a file there (a battery
+		// unplugged), and the agent sees it at its next round.
+		Reprobe: func(ctx context.Context) hwprobe.Info {
+			return hwprobe.ProbeLive(ctx, hwprobe.Options{Root: root, OS: spec.OS, Arch: spec.Arch})
+		},
+		DetectInterval: opts.DetectInterval,
 		Drivers:        drivers,
 		Sizer:          sizer,
 		Budget:         spec.Budget,
