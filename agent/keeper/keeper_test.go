@@ -48,19 +48,7 @@ func hostsOf(ctx context.Context, m *localmesh.Mesh, from string) (wants int, ho
 
 // servingOn counts the ready placements of the model mesh-wide, as host from sees them.
 func servingOn(ctx context.Context, m *localmesh.Mesh, from string) []string {
-	v, err := m.Client(from).Mesh(ctx)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, mb := range v.Members {
-		for _, p := range mb.Placements {
-			if p.Model == model && p.State == api.StateReady && mb.Liveness == api.Alive {
-				out = append(out, mb.Name)
-			}
-		}
-	}
-	return out
+	return readyOn(ctx, m, from, model)
 }
 
 // A placement with two replicas is kept on two hosts: the one that took it places the first,
