@@ -771,7 +771,7 @@ func TestStreamsEndWithoutTheirLastChunk(t *testing.T) {
 // (the library's HEAD and range answers, /api/tags), so a sizer sees the real model's numbers,
 // while its files, a full GET and the digests stay the small fake HEF's.
 func TestLibraryRealSizes(t *testing.T) {
-	s := start(t, func(c *Config) { c.RealSizes = true; c.Preloaded = []string{"llama3.2:3b"} })
+	s := start(t, func(c *Config) { c.RealSizes, c.FinalChunks, c.Preloaded = true, true, []string{"llama3.2:3b"} })
 	digest := HEFDigest("llama3.2:3b", 4096)
 	for _, blob := range []string{s.LibraryURL() + "/blob/sha256_" + digest, s.LibraryURL() + "/v5.4.0/blob/Llama-3.2-3B-Instruct.hef"} {
 		resp, _ := do(t, "HEAD", blob, "", "")
@@ -805,4 +805,12 @@ func TestLibraryRealSizes(t *testing.T) {
 
 	_, b := do(t, "GET", s.URL()+"/api/tags", "", "")
 	assert.Contains(t, string(b), `"size":3130000000`, "/api/tags lists the real HEF's size")
+
+	// A pull moves the fake HEF and counts in the real one's bytes.
+	resp, b := postJSON(t, s.URL()+"/api/pull", `{"model":"qwen2:1.5b","stream":true}`)
+	require.Equal(t, 200, resp.StatusCode)
+	lines := ndjsonLines(t, b)
+	require.NotEmpty(t, lines, "%s", b)
+	assert.Equal(t, map[string]any{"status": "pulling", "digest": HEFDigest("qwen2:1.5b", 4096), "total": 1.56e9, "completed": 1.56e9}, lines[0])
+	assertDigest(t, filepath.Join(s.cfg.DataDir, "models", "blob", "sha256_"+HEFDigest("qwen2:1.5b", 4096)), HEFDigest("qwen2:1.5b", 4096))
 }

@@ -79,21 +79,12 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest string
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if size := s.reportedSize(s.store.library[digest], fi.Size()); size != fi.Size() && (r.Method == http.MethodHead || r.Header.Get("Range") != "") {
+	if size := s.store.reportedSize(s.store.library[digest], fi.Size()); size != fi.Size() && (r.Method == http.MethodHead || r.Header.Get("Range") != "") {
 		// What a sizer asks: the real HEF's length, its bytes past the fake ones zeros.
 		http.ServeContent(w, r, "", fi.ModTime(), io.NewSectionReader(padded{f, fi.Size()}, 0, size))
 		return
 	}
 	http.ServeContent(w, r, "", fi.ModTime(), f)
-}
-
-// reportedSize is the size the simulator reports for model's HEF whose file holds n bytes: the
-// real HEF's with Config.RealSizes, else n.
-func (s *Server) reportedSize(model string, n int64) int64 {
-	if z, ok := zooModel(model); ok && s.cfg.RealSizes {
-		return z.realHEFBytes
-	}
-	return n
 }
 
 // padded reads a file of n bytes followed by zeros.
