@@ -407,6 +407,13 @@ func (a *Agent) Place(ctx context.Context, who api.Principal, req api.PlacementR
 		a.mu.Unlock()
 		return api.Placement{}, a.refuse(req, who, aerr)
 	}
+	if plan != nil {
+		// The main placement's own need is llama-server's alone; its layers are a part of their
+		// own, admitted next. Say so, with the figure the plan showed for this host.
+		mb := plan.Members[0]
+		verdict.reason += fmt.Sprintf("; that is llama-server's: with its %d/%d layers %s reserves %s of the split",
+			mb.Layers, plan.Layers, a.identity.NodeName, api.FormatBytes(mb.Reserves()))
+	}
 	pl.p.Memory = verdict.estimate
 	pl.model = a.modelFor(pl) // with the sized file's length and the prompt cache the estimate counted
 	pl.p.State = api.StatePulling

@@ -50,6 +50,11 @@ type SplitMember struct {
 	State PlacementState `json:"state,omitempty"`
 }
 
+// Reserves is what the member reserves for the split in all: its part's Need and, on the main,
+// llama-server's MainNeed. It is the one per-host figure a plan, a placement's progress and a
+// script show.
+func (m SplitMember) Reserves() int64 { return m.Need + m.MainNeed }
+
 // SplitLeftOut is a host a plan did not use, and why.
 type SplitLeftOut struct {
 	Host   string `json:"host"`

@@ -2,6 +2,8 @@ package localmesh
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,21 @@ func TestDemoSplitAcrossTheThreeHosts(t *testing.T) {
 	require.NotNil(t, p.Split)
 	require.Len(t, p.Split.Members, 3, "no two hosts hold it: %s", p.Split.Reason)
 	ready := waitSplit(t, ctx, m, "mac-mini", p.ID, func(p api.Placement) bool { return p.State == api.StateReady })
+
+	// The main's admission says its own need is llama-server's, and what the host reserves for
+	// the split in all: the figure the plan showed for it.
+	main := p.Split.Members[0]
+	want := fmt.Sprintf("that is llama-server's: with its %d/%d layers mac-mini reserves %s of the split", main.Layers, p.Split.Layers, api.FormatBytes(main.Reserves()))
+	found := errors.New("found")
+	ectx, ecancel := context.WithTimeout(ctx, 10*time.Second)
+	err = m.Client("mac-mini").Events(ectx, 1, nil, func(ev api.Event) error {
+		if ev.Placement != nil && ev.Placement.ID == p.ID && strings.Contains(ev.Message, want) {
+			return found
+		}
+		return nil
+	})
+	ecancel()
+	require.ErrorIs(t, err, found, "an event of %s says %q", p.ID, want)
 	assert.ElementsMatch(t, []string{"mac-mini", "gpu-server", "pi5-hailo"}, hostsOf(ready))
 
 	// Through another host's gateway, once gossip carried the split's readiness there.

@@ -432,6 +432,9 @@ func (m *Mesh) startHailoSim(ctx context.Context, opts Options, dir string, h *H
 		cfg = hailosim.FastConfig("")
 	}
 	cfg.DataDir = filepath.Join(dir, "hailo-ollama")
+	// The zoo's models size as the real ones (the library reports their HEFs' sizes), so the
+	// mesh's numbers are a real Hailo-10H's, from small fake files.
+	cfg.RealSizes = true
 	srv, err := hailosim.Start(ctx, cfg, log.With("part", "hailo-sim"))
 	if err != nil {
 		return nil, err

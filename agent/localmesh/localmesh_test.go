@@ -52,6 +52,8 @@ func TestDemoMeshEndToEnd(t *testing.T) {
 	for _, p := range placed {
 		assert.Equal(t, api.StateReady, p.State, p.Model)
 	}
+	// The Hailo model sizes as the real one (1.56 GB, Hailo's figure), not as the fake HEF on disk.
+	assert.EqualValues(t, 1_560_000_000, placed[0].Memory.Bytes, placed[0].Memory.Detail)
 
 	// Every host's gateway serves every model: locally or by forwarding to the owner.
 	for _, from := range m.Hosts {

@@ -48,6 +48,11 @@ type Config struct {
 	ConfigHome string
 	// HEFSize is the exact size in bytes of every fake HEF. Keep it small in tests.
 	HEFSize int64
+	// RealSizes makes the simulator report each model's real HEF size (Hailo's, in zoo.go)
+	// wherever the real ones report a HEF's size: the library's HEAD and range answers (which
+	// a sizer reads before pulling) and /api/tags. The files stay HEFSize bytes, which a full
+	// GET and a pull still move: a demo shows the real models' numbers without GB files.
+	RealSizes bool
 	// Preloaded names zoo models whose blob is already downloaded at start.
 	Preloaded []string
 	// FilenameManifests names zoo models whose manifest is written in the newer (5.4)

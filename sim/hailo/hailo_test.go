@@ -766,3 +766,51 @@ func TestStreamsEndWithoutTheirLastChunk(t *testing.T) {
 	resp, b = postJSON(t, s.URL()+"/api/pull", `{"name":"qwen2:1.5b"}`)
 	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode, "%s", b)
 }
+
+// With RealSizes the simulator reports the real HEF's size wherever a real one reports a size
+// (the library's HEAD and range answers, /api/tags), so a sizer sees the real model's numbers,
+// while its files, a full GET and the digests stay the small fake HEF's.
+func TestLibraryRealSizes(t *testing.T) {
+	s := start(t, func(c *Config) { c.RealSizes, c.FinalChunks, c.Preloaded = true, true, []string{"llama3.2:3b"} })
+	digest := HEFDigest("llama3.2:3b", 4096)
+	for _, blob := range []string{s.LibraryURL() + "/blob/sha256_" + digest, s.LibraryURL() + "/v5.4.0/blob/Llama-3.2-3B-Instruct.hef"} {
+		resp, _ := do(t, "HEAD", blob, "", "")
+		assert.Equal(t, 200, resp.StatusCode)
+		assert.EqualValues(t, 3_130_000_000, resp.ContentLength, "HEAD answers the real HEF's size")
+
+		req, _ := http.NewRequest("GET", blob, nil)
+		req.Header.Set("Range", "bytes=0-0")
+		rr, err := client.Do(req)
+		require.NoError(t, err)
+		first, _ := io.ReadAll(rr.Body)
+		rr.Body.Close()
+		assert.Equal(t, 206, rr.StatusCode)
+		assert.Equal(t, "bytes 0-0/3130000000", rr.Header.Get("Content-Range"))
+		fake, _ := io.ReadAll(io.LimitReader(hefContent("llama3.2:3b", 4096), 1))
+		assert.Equal(t, fake, first, "the bytes it has are the fake HEF's")
+
+		req.Header.Set("Range", "bytes=4094-4097")
+		rr, err = client.Do(req)
+		require.NoError(t, err)
+		tail, _ := io.ReadAll(rr.Body)
+		rr.Body.Close()
+		assert.Len(t, tail, 4)
+		assert.Equal(t, []byte{0, 0}, tail[2:], "past the fake bytes, zeros")
+
+		resp, b := do(t, "GET", blob, "", "")
+		assert.Equal(t, 200, resp.StatusCode)
+		sum := sha256.Sum256(b)
+		assert.Equal(t, digest, hex.EncodeToString(sum[:]), "a full GET moves the fake HEF")
+	}
+
+	_, b := do(t, "GET", s.URL()+"/api/tags", "", "")
+	assert.Contains(t, string(b), `"size":3130000000`, "/api/tags lists the real HEF's size")
+
+	// A pull moves the fake HEF and counts in the real one's bytes.
+	resp, b := postJSON(t, s.URL()+"/api/pull", `{"model":"qwen2:1.5b","stream":true}`)
+	require.Equal(t, 200, resp.StatusCode)
+	lines := ndjsonLines(t, b)
+	require.NotEmpty(t, lines, "%s", b)
+	assert.Equal(t, map[string]any{"status": "pulling", "digest": HEFDigest("qwen2:1.5b", 4096), "total": 1.56e9, "completed": 1.56e9}, lines[0])
+	assertDigest(t, filepath.Join(s.cfg.DataDir, "models", "blob", "sha256_"+HEFDigest("qwen2:1.5b", 4096)), HEFDigest("qwen2:1.5b", 4096))
+}

@@ -1,6 +1,7 @@
 package hailo
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -78,5 +79,29 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest string
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	if size := s.store.reportedSize(s.store.library[digest], fi.Size()); size != fi.Size() && (r.Method == http.MethodHead || r.Header.Get("Range") != "") {
+		// What a sizer asks: the real HEF's length, its bytes past the fake ones zeros.
+		http.ServeContent(w, r, "", fi.ModTime(), io.NewSectionReader(padded{f, fi.Size()}, 0, size))
+		return
+	}
 	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+// padded reads a file of n bytes followed by zeros.
+type padded struct {
+	f *os.File
+	n int64
+}
+
+func (p padded) ReadAt(b []byte, off int64) (int, error) {
+	var read int
+	if off < p.n {
+		var err error
+		read, err = p.f.ReadAt(b[:min(int64(len(b)), p.n-off)], off)
+		if err != nil && err != io.EOF {
+			return read, err
+		}
+	}
+	clear(b[read:])
+	return len(b), nil
 }

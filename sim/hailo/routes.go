@@ -151,7 +151,7 @@ func (s *Server) info(name string) (modelInfo, bool) {
 	if !ok {
 		return modelInfo{}, false
 	}
-	return modelInfo{Name: name, Model: name, ModifiedAt: isoTime(fi.ModTime()), Size: fi.Size(), Details: m.details}, true
+	return modelInfo{Name: name, Model: name, ModifiedAt: isoTime(fi.ModTime()), Size: s.store.reportedSize(name, fi.Size()), Details: m.details}, true
 }
 
 func (s *Server) tags(w http.ResponseWriter, r *http.Request) {

@@ -78,6 +78,7 @@ type store struct {
 	dataDir    string
 	libraryDir string
 	hefSize    int64
+	realSizes  bool // Config.RealSizes
 	models     map[string]manifest
 	// library: digest -> model, for the blobs the library listener serves.
 	library map[string]string
@@ -89,6 +90,7 @@ func openStore(cfg Config) (*store, error) {
 		dataDir:    cfg.DataDir,
 		libraryDir: cfg.LibraryDir,
 		hefSize:    cfg.HEFSize,
+		realSizes:  cfg.RealSizes,
 		models:     map[string]manifest{},
 		library:    map[string]string{},
 	}
@@ -139,6 +141,15 @@ func (st *store) writeLibraryBlob(model string) (string, error) {
 		return "", err
 	}
 	return digest, os.Rename(filepath.Join(st.libraryDir, "pending.hef"), st.libraryPath(digest))
+}
+
+// reportedSize is the size the simulator reports for model's HEF whose file holds n bytes: the
+// real HEF's with Config.RealSizes, else n.
+func (st *store) reportedSize(model string, n int64) int64 {
+	if z, ok := zooModel(model); ok && st.realSizes {
+		return z.realHEFBytes
+	}
+	return n
 }
 
 func (st *store) libraryPath(digest string) string {
@@ -382,6 +393,13 @@ func (st *store) pull(ctx context.Context, client *http.Client, libraryURL, vers
 				if done-last >= progressEvery || done == total {
 					last = done
 					t, c := total, done
+					if r := st.reportedSize(m.name, total); r != total && total > 0 {
+						// In the reported size's terms: the same fraction of the real HEF.
+						t, c = r, int64(float64(done)/float64(total)*float64(r))
+						if done == total {
+							c = r
+						}
+					}
 					if err := emit(pullEvent{Status: "pulling", Digest: digest, Total: &t, Completed: &c}); err != nil {
 						return err
 					}

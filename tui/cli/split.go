@@ -94,12 +94,11 @@ func splitTable(w io.Writer, p api.SplitPlan) error {
 	fmt.Fprintln(tw, "HOST\tROLE\tLAYERS\tSHARE\tWEIGHTS\tKV\tCOMPUTE\tNEED\tFREE")
 	for _, m := range p.Members {
 		role := "worker"
-		need := m.Need
 		if m.Main {
-			role, need = "main", m.Need+m.MainNeed
+			role = "main"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.2f\t%s\t%s\t%s\t%s\t%s\n", api.Printable(m.Host), role, m.Layers, p.Layers, m.Share,
-			api.FormatBytes(m.Weights), api.FormatBytes(m.KV), api.FormatBytes(m.Compute), api.FormatBytes(need), api.FormatBytes(m.Free))
+			api.FormatBytes(m.Weights), api.FormatBytes(m.KV), api.FormatBytes(m.Compute), api.FormatBytes(m.Reserves()), api.FormatBytes(m.Free))
 	}
 	for _, l := range p.Left {
 		fmt.Fprintf(tw, "%s\tleft out\t\t\t\t\t\t\t%s\n", api.Printable(l.Host), api.Printable(l.Reason))

@@ -59,6 +59,18 @@ func CutLines(s string, width int) string {
 	return strings.Join(lines, "\n")
 }
 
+// WrapLines wraps s at spaces to width cells over at most most lines, the last ending with "…"
+// when more was left: a detail line under a list keeps its end (a reason, a split's members)
+// instead of being cut at one line.
+func WrapLines(s string, width, most int) string {
+	lines := strings.Split(ansi.Wrap(s, max(width, 20), " "), "\n")
+	if len(lines) > most {
+		lines = lines[:most]
+		lines[most-1] = Cut(lines[most-1]+" …", width)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Pad cuts or pads s to exactly width cells.
 func Pad(s string, width int) string {
 	s = Cut(s, width)

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +128,16 @@ func TestLayout(t *testing.T) {
 
 	cols, _ := Layout(specs, 3)
 	assert.Len(t, cols, 1, "one column is always left")
+}
+
+func TestWrapLines(t *testing.T) {
+	assert.Equal(t, "short", WrapLines("short", 30, 3))
+	assert.Equal(t, "one two three four five six\nseven", WrapLines("one two three four five six seven", 30, 3))
+	long := strings.Repeat("word ", 40)
+	got := strings.Split(WrapLines(long, 20, 3), "\n")
+	assert.Len(t, got, 3, "at most 3 lines")
+	assert.True(t, strings.HasSuffix(got[2], "…"), "the last says more was left: %q", got[2])
+	for _, l := range got {
+		assert.LessOrEqual(t, ansi.StringWidth(l), 20)
+	}
 }

@@ -139,15 +139,42 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
-// listHeight is the rows under the status line (or the filter) and the column titles, as
-// drawn. The status line's height and the titles' are their styles', whatever they say.
+// listHeight is the rows of the list, as foot lays them out.
 func (m *Model) listHeight() int {
+	h, _ := m.foot()
+	return h
+}
+
+// detailLines is the most the detail under the list takes.
+const detailLines = 3
+
+// foot lays out the list and the detail under it: the detail of the last event shown, wrapped
+// over up to detailLines lines rather than cut at one (a placement's reason and source are at its
+// end), and the rows left for the list under the status line (or the filter) and the column
+// titles, as drawn (their heights are their styles', whatever they say). The list gives the
+// detail one row at a time until the detail of the event then last shown fits.
+func (m *Model) foot() (height int, detail string) {
 	st := m.ctx.Styles
 	top := st.Header.Render("")
 	if m.filter.Shown() {
 		top = m.filter.View()
 	}
-	return max(m.height-common.RowsOf(top, render.Head(st, nil))-1, 1) // the detail line under it
+	rest := m.height - common.RowsOf(top, render.Head(st, nil))
+	rows := m.Rows()
+	lines, owner := m.render()
+	for k := 1; ; k++ {
+		height = max(rest-k, 1)
+		s := m.scroll // a trial: the real scroll moves only on keys
+		shown := s.Window(lines, height)
+		last := s.Offset + len(shown) - 1
+		if last < 0 || last >= len(owner) {
+			return height, ""
+		}
+		detail = render.WrapLines(Detail(rows[owner[last]]), m.width, detailLines)
+		if strings.Count(detail, "\n") < k || k >= detailLines {
+			return height, detail
+		}
+	}
 }
 
 // columns are the list's: HOST as wide as the longest member named (between 10 and 24), so
@@ -291,16 +318,16 @@ func (m *Model) View() string {
 	case len(rows) == 0:
 		b.WriteString("\n" + st.Muted.Render(render.Cut("no event matches (esc clears the filters)", m.width)))
 	default:
-		lines, owner := m.render()
-		shown := m.scroll.Window(lines, m.listHeight())
+		height, detail := m.foot()
+		shown := m.scroll.Window(m.lines(), height)
 		for _, l := range shown {
 			b.WriteString("\n" + l)
 		}
-		for range m.listHeight() - len(shown) {
+		for range height - len(shown) {
 			b.WriteString("\n")
 		}
-		if last := m.scroll.Offset + len(shown) - 1; last >= 0 && last < len(owner) {
-			b.WriteString("\n" + st.Muted.Render(render.Cut(Detail(rows[owner[last]]), m.width)))
+		if detail != "" {
+			b.WriteString("\n" + st.Muted.Render(detail))
 		}
 	}
 	return render.Place(b.String(), m.width, m.height)

@@ -208,3 +208,19 @@ func TestIntentEventDetail(t *testing.T) {
 		Placement: &api.Placement{Namespace: "default", Model: "llama3.2:3b", Source: "hailo://llama3.2:3b", Runtime: api.RuntimeHailoOllama}}
 	assert.Equal(t, "intent default/llama3.2:3b · hailo://llama3.2:3b · said by gpu-server", Detail(e))
 }
+
+// The selected event's detail wraps over up to three lines at 80 columns rather than being cut
+// at one: a failed placement's reason and source are at its end. The list gives up the rows.
+func TestDetailWraps(t *testing.T) {
+	ctx := testCtx()
+	ctx.AddEvent(api.Event{Seq: 12, Time: now, Type: api.EventPlacement, Host: "mac-mini", Message: "failed",
+		Placement: &api.Placement{ID: "p-7", Model: "sim-70b", Host: "mac-mini", State: api.StateFailed,
+			Reason: "split member gpu-server refused its share: needs 31.2 GiB, 9.3 GiB free of a 16.1 GiB budget",
+			Source: "file:///tmp/llmkube-localmesh-1/mac-mini/gguf/sim-70b.gguf"}})
+	m := New(ctx)
+	m.SetSize(80, 24)
+	view := m.View()
+	assert.Contains(t, view, "sim-70b.gguf", "the detail's end is shown")
+	assert.Equal(t, 24, strings.Count(view, "\n")+1, "the view keeps its height")
+	golden.RequireEqual(t, []byte(view))
+}

@@ -479,7 +479,7 @@ func (m *Model) foot() string {
 		a := m.again
 		return st.Danger.Render(render.Cut(fmt.Sprintf("place again (y/n)? %s on %s, replacing %s", a.p.Model, a.p.Host, a.replaces), m.width))
 	case ok:
-		detail := st.Muted.Render(m.detailLines(Detail(sel)))
+		detail := st.Muted.Render(render.WrapLines(Detail(sel), m.width, footLines))
 		if r := Replaced(m.ctx.Mesh, sel); r != "" {
 			return st.Warn.Render(render.Cut(r+" · r places it again", m.width)) + "\n" + detail
 		}
@@ -488,19 +488,9 @@ func (m *Model) foot() string {
 	return ""
 }
 
-// footLines is the most the selected placement's detail takes under the table.
+// footLines is the most the selected placement's detail takes under the table: its reason (why
+// it failed, what replaced it) and a split's members are at its end.
 const footLines = 3
-
-// detailLines is the selected placement's detail wrapped over up to footLines lines rather than
-// cut at one: its reason (why it failed, what replaced it) and a split's members are at its end.
-func (m *Model) detailLines(d string) string {
-	lines := strings.Split(ansi.Wrap(d, max(m.width, 20), " "), "\n")
-	if len(lines) > footLines {
-		lines = lines[:footLines]
-		lines[footLines-1] = render.Cut(lines[footLines-1]+" …", m.width)
-	}
-	return strings.Join(lines, "\n")
-}
 
 // Summary counts placements by state.
 func Summary(ps []api.Placement) string {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/llmkube/mesh/agent/api"
+	"github.com/llmkube/mesh/tui/render"
 )
 
 // A split placement (one model across hosts) is one row: its main placement, named by its
@@ -22,18 +23,22 @@ func hostOf(p api.Placement) string {
 	return strings.Join(names, "+")
 }
 
-// memoryOf is what a placement holds, a split's on every member.
+// memoryOf is what a placement holds, a split's on every member (its main's llama-server
+// among them).
 func memoryOf(p api.Placement) int64 {
-	n := p.Memory.Bytes
-	if p.Split != nil {
-		for _, m := range p.Split.Members {
-			n += m.Need
-		}
+	if p.Split == nil || len(p.Split.Members) == 0 {
+		return p.Memory.Bytes
+	}
+	var n int64
+	for _, m := range p.Split.Members {
+		n += m.Reserves()
 	}
 	return n
 }
 
-// splitDetail says each member's share: "split: h1 main 0/8 layers, h2 8/8 layers (1.0)".
+// splitDetail says each member's share, what it reserves (the plan's figure, its part and on the
+// main llama-server's) and its layers: "split: h1 main 1.2 GiB: 0/8 layers (0.00), h2 6.0 GiB:
+// 8/8 layers (1.00)".
 func splitDetail(p api.Placement) string {
 	if p.Split == nil {
 		return ""
@@ -44,7 +49,7 @@ func splitDetail(p api.Placement) string {
 		if m.Main {
 			role = " main"
 		}
-		parts = append(parts, fmt.Sprintf("%s%s %d/%d layers (%.2f)", m.Host, role, m.Layers, p.Split.Layers, m.Share))
+		parts = append(parts, fmt.Sprintf("%s%s %s: %d/%d layers (%.2f)", m.Host, role, render.Bytes(m.Reserves()), m.Layers, p.Split.Layers, m.Share))
 	}
 	return "split: " + strings.Join(parts, ", ")
 }

@@ -40,6 +40,7 @@ func TestSplitIsOneRow(t *testing.T) {
 	require.Len(t, split, 1)
 	assert.Equal(t, "tower+pi4", hostOf(split[0]))
 	assert.Equal(t, int64(1000<<20), memoryOf(split[0]))
-	assert.Contains(t, Detail(split[0]), "split: tower main 2/8 layers (0.25), pi4 6/8 layers (0.75)")
+	assert.Contains(t, Detail(split[0]), "split: tower main 700 MiB: 2/8 layers (0.25), pi4 300 MiB: 6/8 layers (0.75)",
+		"each member's figure is what it reserves, the main's llama-server with its layers")
 	assert.True(t, strings.Contains(m.View(), "tower+pi4"), "the row names the members")
 }

@@ -1237,3 +1237,32 @@ func TestRankedAgainShowsWhereItRuns(t *testing.T) {
 	assert.Contains(t, row, "fits    tower      runs already runs here (p-4d5e6f, ready)")
 	assert.NotContains(t, row, "best")
 }
+
+// Following a split, the sizing step says what each member reserves, the figure the plan showed
+// for it (NEED: the main's llama-server and its layers), not the main placement's own part.
+func TestViewSplitFollowed(t *testing.T) {
+	m := New(splitCtx())
+	m.SetSize(80, 24)
+	m.Open(bigSource)
+	ranked(m, bigGGUF, "mac-mini")
+	require.True(t, m.showsSplit())
+	press(m, "enter")
+	require.NotNil(t, press(m, "enter"))
+	require.True(t, m.placing)
+	plan := *m.plan
+	main := plan.Members[0]
+	require.True(t, main.Main)
+	require.Positive(t, main.Need, "the main holds layers too")
+	preview := render.Bytes(main.Reserves())
+
+	// The main placement as the agent makes it: its own Memory is llama-server's part alone.
+	p := api.Placement{ID: "p-s", Host: plan.Main, Model: "big-q4", Source: bigSource, Runtime: api.RuntimeLlamaServer,
+		State: api.StatePulling, Memory: api.SizeEstimate{Bytes: main.MainNeed, Method: api.SizeHeader, Device: api.DeviceHost},
+		Split: &plan}
+	m.Update(placedMsg{seq: m.placeSeq, p: p})
+	view := m.View()
+	assert.NotContains(t, view, render.Bytes(main.MainNeed)+" reserved", "not the main's own part as the split's")
+	assert.Contains(t, view, fmt.Sprintf("%s %s = llama-server %s + ", plan.Main, preview, render.Bytes(main.MainNeed)),
+		"the main's figure is the plan's, with its parts named")
+	golden.RequireEqual(t, []byte(view))
+}

@@ -313,12 +313,12 @@ func (m *Model) splitLines() []string {
 		cols := splitCols
 		out = append(out, "  "+render.Head(st, cols))
 		for _, mb := range p.Members {
-			role, need := "worker", mb.Need
+			role := "worker"
 			if mb.Main {
-				role, need = "main", mb.Need+mb.MainNeed
+				role = "main"
 			}
 			row := render.Row(cols, []string{api.Printable(mb.Host), role, fmt.Sprintf("%d/%d", mb.Layers, p.Layers),
-				render.Bytes(mb.Weights), render.Bytes(mb.KV), render.Bytes(mb.Compute), render.Bytes(need), render.Bytes(mb.Free)})
+				render.Bytes(mb.Weights), render.Bytes(mb.KV), render.Bytes(mb.Compute), render.Bytes(mb.Reserves()), render.Bytes(mb.Free)})
 			out = append(out, render.Cut("  "+row, m.width))
 		}
 	}
@@ -434,6 +434,11 @@ func (m *Model) progressLines() []string {
 				line = st.Warn.Render("  › "+render.Pad(string(s), 8)) + m.stepNote(s, p)
 			}
 			out = append(out, render.Cut(line, m.width))
+			if s == api.StateSizing && i <= cur {
+				for _, r := range splitReserved(p) {
+					out = append(out, st.Muted.Render(render.Cut("      "+r, m.width)))
+				}
+			}
 		}
 		if cur < 0 && !p.State.Terminal() {
 			out = append(out, st.State(p.State).Render("  "+string(p.State)))
@@ -463,6 +468,15 @@ func (m *Model) progressLines() []string {
 func (m *Model) stepNote(s api.PlacementState, p *api.Placement) string {
 	switch s {
 	case api.StateSizing:
+		if p.Split != nil && len(p.Split.Members) > 0 {
+			// The main placement's own Memory is llama-server's part alone: the split reserves
+			// each member's share (splitReserved, under this line), as its plan said.
+			var all int64
+			for _, mb := range p.Split.Members {
+				all += mb.Reserves()
+			}
+			return fmt.Sprintf("%s reserved on %d hosts:", render.Bytes(all), len(p.Split.Members))
+		}
 		if p.Memory.Bytes > 0 {
 			where := ""
 			if p.Memory.Device == api.DeviceHailo {
@@ -495,6 +509,30 @@ func (m *Model) stepNote(s api.PlacementState, p *api.Placement) string {
 		return p.Model + " answers on " + p.Host
 	}
 	return ""
+}
+
+// splitReserved says what a split placement reserves on each member, the figure its plan
+// showed (NEED), and which is which: "mac-mini 7.9 GiB = llama-server 1.7 GiB + 40/80 layers
+// 6.2 GiB" on the main, "tower 6.2 GiB = 40/80 layers" on a worker.
+func splitReserved(p *api.Placement) []string {
+	if p.Split == nil {
+		return nil
+	}
+	var out []string
+	for _, mb := range p.Split.Members {
+		layers := fmt.Sprintf("%d/%d layers", mb.Layers, p.Split.Layers)
+		line := api.Printable(mb.Host) + " " + render.Bytes(mb.Reserves()) + " = "
+		switch {
+		case mb.MainNeed > 0 && mb.Layers > 0:
+			line += "llama-server " + render.Bytes(mb.MainNeed) + " + " + layers + " " + render.Bytes(mb.Need)
+		case mb.MainNeed > 0:
+			line += "llama-server, no layers"
+		default:
+			line += layers
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // errorLines show an error with its code, its message and what would fix it.
