@@ -689,6 +689,9 @@ func (c *Client) Chat(ctx context.Context, model string, req engines.ChatRequest
 	resp, err := c.do(reqCtx, http.MethodPost, path, body)
 	if err != nil {
 		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err() // the caller's (a deadline stays a deadline), not reqCtx's cancel
+		}
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {

@@ -285,3 +285,18 @@ func FuzzChatStream(f *testing.F) {
 		}
 	})
 }
+
+// A chat whose deadline passes before the daemon answers (loading the model) ends with the
+// deadline, not a cancel: the request has a cancel of its own (Client.finish), which the
+// caller's end calls, and the caller's error is the one told.
+func TestChatDeadlineBeforeTheAnswer(t *testing.T) {
+	sim := ollamatest.StartOllama(t, func(c *ollamasim.Config) {
+		c.Preloaded = []string{"qwen2.5:0.5b"}
+		c.LoadDelay = 5 * time.Second
+	})
+	d := newDriver(t, sim.URL())
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	err := d.Chat(ctx, qwen, ollamatest.Hello(), func(engines.ChatChunk) error { return nil })
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
