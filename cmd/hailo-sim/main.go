@@ -40,6 +40,7 @@ var settings = []struct{ flag, env, usage string }{
 	{"library-version", hailo.EnvLibraryVersion, "release `folder` of the 5.4 library form /v<version>/blob/<file> (default 5.4.0)"},
 	{"data-dir", hailo.EnvDataDir, "hailo-ollama data `folder` holding models/ (default <home>/.local/share/hailo-ollama)"},
 	{"hef-size", hailo.EnvHEFSize, "exact `size` of every fake HEF: 4096, 64KiB, 1MiB… (default 1MiB)"},
+	{"real-sizes", hailo.EnvRealSizes, "`true` reports each model's real HEF size (Hailo's) where the library and daemon report sizes, the files staying hef-size (default false)"},
 	{"preloaded", hailo.EnvPreloaded, "comma-separated `models` already downloaded at start, e.g. qwen2:1.5b"},
 	{"filename-manifests", hailo.EnvFilenameManifests, "comma-separated `models` whose manifest uses the 5.4 hef_filename form"},
 	{"tokens-per-second", hailo.EnvTokensPerSecond, "generation `rate`; 0 is as fast as possible (default \"model\": Hailo's figure per model)"},

@@ -138,6 +138,7 @@ const (
 	EnvLibraryVersion    = "HAILO_SIM_LIBRARY_VERSION"
 	EnvDataDir           = "HAILO_SIM_DATA_DIR"
 	EnvHEFSize           = "HAILO_SIM_HEF_SIZE"
+	EnvRealSizes         = "HAILO_SIM_REAL_SIZES"
 	EnvPreloaded         = "HAILO_SIM_PRELOADED"
 	EnvFilenameManifests = "HAILO_SIM_FILENAME_MANIFESTS"
 	EnvTokensPerSecond   = "HAILO_SIM_TOKENS_PER_SECOND"
@@ -228,6 +229,7 @@ func ConfigFromEnv(getenv func(string) string, base Config) (Config, error) {
 	}
 	set(EnvFinalChunks, boolean(&c.FinalChunks))
 	set(EnvStampTokens, boolean(&c.StampTokens))
+	set(EnvRealSizes, boolean(&c.RealSizes))
 	if v := getenv(EnvLongestAnswer); strings.TrimSpace(v) != "" {
 		n, err := simtext.ParseLongestAnswer(EnvLongestAnswer, v)
 		if err != nil {

@@ -651,7 +651,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvTokensPerSecond: "12.5", EnvTTFT: "300ms", EnvLoadTime: "model", EnvSwitchDelay: "0s",
 		EnvPreloaded: "qwen2:1.5b, llama3.2:3b", EnvDataDir: "/tmp/x", EnvContext: "4096",
 		EnvLibraryURL: "https://dev-public.hailo.ai", EnvFilenameManifests: "qwen2:1.5b",
-		EnvFinalChunks: "true", EnvStampTokens: "1", EnvLongestAnswer: "200",
+		EnvFinalChunks: "true", EnvStampTokens: "1", EnvLongestAnswer: "200", EnvRealSizes: "true",
 	}
 	c, err := ConfigFromEnv(func(k string) string { return env[k] }, DefaultConfig())
 	require.NoError(t, err)
@@ -666,13 +666,14 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.Equal(t, 4096, c.ContextTokens)
 	assert.True(t, c.FinalChunks)
 	assert.True(t, c.StampTokens)
+	assert.True(t, c.RealSizes)
 	assert.Equal(t, 200, c.LongestAnswer)
 
 	for key, val := range map[string]string{
 		EnvListen: "localhost:99999", EnvLibraryListen: "example.com:80", EnvHEFSize: "-1",
 		EnvTokensPerSecond: "fast", EnvTTFT: "-1s", EnvSwitchDelay: "soon", EnvPreloaded: "gpt4:1t",
 		EnvLibraryURL: "ftp://x", EnvContext: "0", EnvLibraryVersion: "5.4",
-		EnvFinalChunks: "maybe", EnvStampTokens: "yes please", EnvLongestAnswer: "3",
+		EnvFinalChunks: "maybe", EnvStampTokens: "yes please", EnvLongestAnswer: "3", EnvRealSizes: "big",
 	} {
 		bad := map[string]string{EnvDataDir: "/tmp/x", key: val}
 		_, err := ConfigFromEnv(func(k string) string { return bad[k] }, DefaultConfig())
