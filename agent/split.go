@@ -94,11 +94,13 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, own int64, without ..
 		return nil, est, api.Errorf(api.CodeInsufficientMemory, "%s", msg)
 	}
 	main := plan.Members[0]
+	embeddings, _ := rank.Ends(est)
 	mainEst := api.SizeEstimate{
-		Bytes: main.MainNeed, Compute: est.Compute, Cache: est.Cache, Overhead: est.Overhead,
+		Bytes: main.MainNeed, Weights: embeddings, Compute: est.Compute, Cache: est.Cache, Overhead: est.Overhead,
 		Method: est.Method, Device: api.DeviceHost, TrainContext: est.TrainContext, FileBytes: est.FileBytes, Layers: est.Layers,
-		Detail: fmt.Sprintf("main of a split across %d hosts: llama-server's compute %s + prompt cache %s + overhead %s; the layers are the parts'",
-			len(plan.Members), api.FormatBytes(est.Compute), api.FormatBytes(est.Cache), api.FormatBytes(est.Overhead)),
+		InputWeights: embeddings,
+		Detail: fmt.Sprintf("main of a split across %d hosts: llama-server's token embeddings %s + compute %s + prompt cache %s + overhead %s; the layers are the parts'",
+			len(plan.Members), api.FormatBytes(embeddings), api.FormatBytes(est.Compute), api.FormatBytes(est.Cache), api.FormatBytes(est.Overhead)),
 	}
 	return &plan, mainEst, nil
 }
@@ -262,10 +264,7 @@ func (d splitDriver) Load(ctx context.Context, m engines.Model) (engines.Instanc
 	a.tunnels.close(m.ID)
 	var ends []string
 	var shares []float64
-	for _, mb := range plan.Members {
-		if mb.Layers == 0 {
-			continue
-		}
+	for _, mb := range plan.Devices() {
 		end, err := a.tunnels.open(a, m.ID, mb)
 		if err != nil {
 			a.tunnels.close(m.ID)

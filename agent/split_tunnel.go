@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/internal/seal"
 )
@@ -42,8 +44,14 @@ func (ts *tunnelSet) open(a *Agent, id string, mb api.SplitMember) (string, erro
 	}
 	t := &tunnel{ln: ln, conns: map[io.Closer]struct{}{}}
 	ts.add(id, t)
-	go t.serve(func(ctx context.Context) (io.ReadWriteCloser, error) { return a.dialPart(ctx, mb.Host, mb.Part) },
-		func() { ts.broke(id, mb.Host) }, a)
+	sent, received := a.metrics.SplitChannel(mb.Host)
+	go t.serve(func(ctx context.Context) (io.ReadWriteCloser, error) {
+		rc, err := a.dialPart(ctx, mb.Host, mb.Part)
+		if err != nil {
+			return nil, err
+		}
+		return counted{rc, sent, received}, nil
+	}, func() { ts.broke(id, mb.Host) }, a)
 	return ln.Addr().String(), nil
 }
 
@@ -217,6 +225,24 @@ func (s *Server) rpcTunnel(w http.ResponseWriter, r *http.Request) {
 		src = bufferedConn{conn, brw.Reader}
 	}
 	pipe(src, up.(*net.TCPConn))
+}
+
+// counted is a member's stream that counts the bytes written to it and read from it.
+type counted struct {
+	io.ReadWriteCloser
+	sent, received prometheus.Counter
+}
+
+func (c counted) Read(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Read(p)
+	c.received.Add(float64(n))
+	return n, err
+}
+
+func (c counted) Write(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Write(p)
+	c.sent.Add(float64(n))
+	return n, err
 }
 
 // bufferedConn reads what the server had buffered first.

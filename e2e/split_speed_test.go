@@ -76,8 +76,7 @@ type speedLAN struct {
 	llama, rpcBin    string // the real engines' programs
 	model            string
 	sa, sb           *agentHost
-	split, bare, one string   // each run's llama-server, as sa reaches it
-	holders          []string // the members holding layers, in the plan's order
+	split, bare, one string // each run's llama-server, as sa reaches it
 }
 
 func (l *speedLAN) makeModelAndBuild(t *testing.T, note func(string, ...any)) {
@@ -95,8 +94,9 @@ func (l *speedLAN) makeModelAndBuild(t *testing.T, note func(string, ...any)) {
 }
 
 func (l *speedLAN) startShaped(ctx context.Context, t *testing.T, note func(string, ...any)) {
-	// Neither budget holds the model with llama-server; the two together do.
-	hosts := startSplitAgents(ctx, t, l.e, l.llama, "1000MiB", note, "sa", "sb")
+	// Neither budget holds the model with llama-server; the two together do, the main's with
+	// room for the token embeddings, two layers and the output layer besides llama-server.
+	hosts := startSplitAgents(ctx, t, l.e, l.llama, "1200MiB", note, "sa", "sb")
 	l.sa, l.sb = hosts[0], hosts[1]
 	l.e.box = l.sa
 	// tbf: this kernel has no netem (CONFIG_NET_SCH_NETEM is off), so the 0.3 ms
@@ -118,24 +118,23 @@ func (l *speedLAN) place(ctx context.Context, t *testing.T, note func(string, ..
 		t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
 	}
 	l.split = p.Engine
-	for _, m := range p.Split.Members {
-		if m.Layers > 0 {
-			l.holders = append(l.holders, m.Host)
-		}
-	}
 }
 
 // startBaselines starts the two runs the split is measured beside, on the split's own command
 // lines, so every setting but the path of the RPC bytes is the same: bare llama.cpp RPC, one
-// rpc-server per member holding layers, in the plan's order, and llama-server dialling them
+// rpc-server per member holding layers, in the split's own --rpc order, and llama-server dialling them
 // directly; and one host with the whole model.
 func (l *speedLAN) startBaselines(ctx context.Context, t *testing.T, note func(string, ...any)) {
 	main, err := cmdline(l.sa.NS, "llama-server")
 	if err != nil {
 		t.Fatal(err)
 	}
+	holders, err := l.holdersInOrder(main)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ends []string
-	for _, name := range l.holders {
+	for _, name := range holders {
 		ends = append(ends, l.startBareRPCServer(ctx, t, name))
 	}
 	bareArgs := withFlag(withFlag(main, "--port", "18080"), "--rpc", strings.Join(ends, ","))
@@ -145,6 +144,30 @@ func (l *speedLAN) startBaselines(ctx context.Context, t *testing.T, note func(s
 	l.bare, l.one = "http://127.0.0.1:18080", "http://127.0.0.1:18081"
 	l.startLlamaServer(ctx, t, "bare-llama-server", l.bare, bareArgs, note)
 	l.startLlamaServer(ctx, t, "one-llama-server", l.one, oneArgs, note)
+}
+
+// holdersInOrder names the members behind the split's --rpc ends, in main's order (the order
+// --tensor-split follows): the main's own part is dialled at its rpc-server's loopback port,
+// the other member through its agent's tunnel.
+func (l *speedLAN) holdersInOrder(main []string) ([]string, error) {
+	i := slices.Index(main, "--rpc")
+	part, err := cmdline(l.sa.NS, "ggml-rpc-server")
+	if i < 0 || i+1 >= len(main) || err != nil {
+		return nil, fmt.Errorf("the split's --rpc or sa's rpc-server not found (%v): %q", err, main)
+	}
+	j := slices.Index(part, "-p")
+	if j < 0 || j+1 >= len(part) {
+		return nil, fmt.Errorf("sa's rpc-server has no -p: %q", part)
+	}
+	var out []string
+	for _, end := range strings.Split(main[i+1], ",") {
+		if strings.HasSuffix(end, ":"+part[j+1]) {
+			out = append(out, "sa")
+		} else {
+			out = append(out, "sb")
+		}
+	}
+	return out, nil
 }
 
 // startBareRPCServer starts an rpc-server on the member named name with the command line of

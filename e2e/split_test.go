@@ -86,7 +86,10 @@ func (l *splitLAN) build(t *testing.T, _ func(string, ...any)) {
 }
 
 func (l *splitLAN) start(ctx context.Context, t *testing.T, llama string, note func(string, ...any)) {
-	l.hosts = startSplitAgents(ctx, t, l.e, llama, "800MiB", note, "sa", "sb", "sc")
+	// 850 MiB: under the model's 989 MiB alone, enough for the main's llama-server (its compute,
+	// prompt cache, overhead and the token embeddings it keeps: 739 MiB with the headroom) and
+	// for a worker holding every layer and the output layer.
+	l.hosts = startSplitAgents(ctx, t, l.e, llama, "850MiB", note, "sa", "sb", "sc")
 	l.sa, l.sb, l.sc = l.hosts[0], l.hosts[1], l.hosts[2]
 	l.e.box = l.sc // the laptop's commands go through the host outside the split
 }

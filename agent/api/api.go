@@ -272,6 +272,11 @@ type SizeEstimate struct {
 	// Layers is the model's count of repeating layers (a GGUF's block_count), which a split
 	// divides among its members; 0 when unknown.
 	Layers int `json:"layers,omitempty"`
+	// InputWeights and OutputWeights are the parts of Weights outside the repeating layers:
+	// the token embeddings, which llama-server keeps in its own memory, and the output layer,
+	// which goes with its last device. A split counts them where they land; 0 when unknown.
+	InputWeights  int64 `json:"input_weights,omitempty"`
+	OutputWeights int64 `json:"output_weights,omitempty"`
 }
 
 // Placement is one model on one host.

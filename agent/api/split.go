@@ -30,6 +30,11 @@ type SplitMember struct {
 	// member's value in --tensor-split (its fraction of the layers).
 	Layers int     `json:"layers"`
 	Share  float64 `json:"share"`
+	// Output: this member holds the model's output layer too (its weights are in Weights),
+	// and is llama-server's last device (see SplitPlan.Devices). It is the main whenever the
+	// main holds layers, so the logits of every token (4 bytes for each word of the
+	// vocabulary) never cross the LAN.
+	Output bool `json:"output,omitempty"`
 	// What the member's part holds: its layers' weights and KV cache, its compute buffer and
 	// the rpc-server process's overhead; Need is their sum (what it reserves). On the main, Main*
 	// is what llama-server holds besides (its own compute buffer, prompt cache and overhead).
@@ -79,11 +84,32 @@ type SplitPlan struct {
 	Basis      string  `json:"basis,omitempty"`
 }
 
-// TensorSplit is the plan's --tensor-split, in members' order.
-func (p SplitPlan) TensorSplit() []float64 {
-	out := make([]float64, len(p.Members))
+// Devices are the members holding layers in llama-server's order of devices (its --rpc and
+// --tensor-split): the one holding the output layer last, since llama.cpp gives the output
+// layer to the device of the last layers; the others in the plan's order.
+func (p SplitPlan) Devices() []SplitMember {
+	var out []SplitMember
+	var last *SplitMember
 	for i, m := range p.Members {
-		out[i] = m.Share
+		switch {
+		case m.Layers == 0:
+		case m.Output && last == nil:
+			last = &p.Members[i]
+		default:
+			out = append(out, m)
+		}
+	}
+	if last != nil {
+		out = append(out, *last)
+	}
+	return out
+}
+
+// TensorSplit is the plan's --tensor-split, in the order of Devices.
+func (p SplitPlan) TensorSplit() []float64 {
+	var out []float64
+	for _, m := range p.Devices() {
+		out = append(out, m.Share)
 	}
 	return out
 }

@@ -134,15 +134,33 @@ func TestSplitRealEngines(t *testing.T) {
 	assert.Equal(t, api.StateReady, parts[0].State)
 	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, parts[0].Engine, "the worker listens on loopback only")
 
+	// The main holds the output layer and is llama-server's last device: each token's logits
+	// (4 bytes for each of the vocabulary's 32,000 words) stay on it.
+	main := p.Split.Members[0]
+	require.Equal(t, "h1", main.Host)
+	assert.True(t, main.Output, "the main holds the output layer: %s", p.Split.Reason)
+	assert.Equal(t, "h1", p.Split.Devices()[len(p.Split.Devices())-1].Host)
+
 	// Chat through a host that is not the main: streamed from the split.
+	before := channelBytes(t, m, "h1", "h2", "received")
+	var usage apiclient.ChatUsage
 	require.Eventually(t, func() bool {
 		var text strings.Builder
 		err := m.Client("h3").ChatStream(ctx, "tiny", []apiclient.ChatMessage{{Role: "user", Content: "hello"}}, apiclient.ChatOptions{MaxTokens: 8}, func(d apiclient.ChatDelta) error {
 			text.WriteString(d.Content)
+			if d.Usage != nil {
+				usage = *d.Usage
+			}
 			return nil
 		})
 		return err == nil && text.Len() > 0
 	}, 30*time.Second, 200*time.Millisecond, "a chat through h3")
+	// What came back from the worker over the sealed channel: its layers' activations and
+	// answers, not a logits vector (128,000 bytes) a token.
+	got := channelBytes(t, m, "h1", "h2", "received") - before
+	require.Positive(t, usage.CompletionTokens)
+	assert.Less(t, got, float64(usage.CompletionTokens*16<<10), "%.0f bytes from the worker for %d tokens", got, usage.CompletionTokens)
+	t.Logf("%.0f bytes from the worker for %d tokens", got, usage.CompletionTokens)
 
 	// The parts are not models: no gateway lists them.
 	ms := models(t, ctx, m, "h3")
@@ -161,6 +179,29 @@ func TestSplitRealEngines(t *testing.T) {
 		return len(partsOf(t, ctx, m, "h1", p.ID))+len(partsOf(t, ctx, m, "h2", p.ID)) == 0 &&
 			len(children(t, "ggml-rpc-server"))+len(children(t, "llama-server")) == 0
 	}, 30*time.Second, 100*time.Millisecond, "every part and process is gone")
+}
+
+// channelBytes is what host's split channels to member moved in direction, as its metrics
+// count.
+func channelBytes(t *testing.T, m *Mesh, host, member, direction string) float64 {
+	t.Helper()
+	mfs, err := m.Host(host).Node.Agent.Metrics().Registry().Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "llmkube_split_channel_bytes_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["member"] == member && labels["direction"] == direction {
+				return mt.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // waitSplit waits until the split placement id on host is ready on members, or fails.

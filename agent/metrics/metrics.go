@@ -30,6 +30,7 @@ type Metrics struct {
 	evictions      *prometheus.CounterVec
 	engineRestarts *prometheus.CounterVec
 	pullBytes      *prometheus.CounterVec
+	splitBytes     *prometheus.CounterVec
 	healthLatency  *prometheus.HistogramVec
 }
 
@@ -46,11 +47,13 @@ func New(snapshot func() Snapshot) *Metrics {
 			Help: "Engine restarts after a crash or a failed health check, by runtime."}, []string{"runtime"}),
 		pullBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmkube_pull_bytes_total",
 			Help: "Model bytes pulled, by runtime."}, []string{"runtime"}),
+		splitBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmkube_split_channel_bytes_total",
+			Help: "Bytes of llama.cpp RPC a split's main exchanged with a member over the sealed channel, by member and direction (sent or received)."}, []string{"member", "direction"}),
 		healthLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llmkube_health_check_seconds",
 			Help:    "Engine health-check latency, by runtime and result (ok or fail).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"runtime", "result"}),
 	}
-	m.reg.MustRegister(m.refused, m.evictions, m.engineRestarts, m.pullBytes, m.healthLatency,
+	m.reg.MustRegister(m.refused, m.evictions, m.engineRestarts, m.pullBytes, m.splitBytes, m.healthLatency,
 		&gauges{snapshot: snapshot}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -150,6 +153,12 @@ func (m *Metrics) Pulled(r api.Runtime, n int64) {
 	if n > 0 {
 		m.pullBytes.WithLabelValues(string(r)).Add(float64(n))
 	}
+}
+
+// SplitChannel is the counters of a split's channel to member: bytes sent to it and received
+// from it.
+func (m *Metrics) SplitChannel(member string) (sent, received prometheus.Counter) {
+	return m.splitBytes.WithLabelValues(member, "sent"), m.splitBytes.WithLabelValues(member, "received")
 }
 
 // HealthChecked records one health check.

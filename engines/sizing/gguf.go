@@ -274,6 +274,7 @@ func fromHeader(gf *parser.GGUFFile, contextSize int, run Run, how string) (api.
 		Device:       api.DeviceHost,
 		TrainContext: p.trainContext,
 		Layers:       p.layers,
+		InputWeights: p.input, OutputWeights: p.output,
 		Detail: fmt.Sprintf("weights %s + %s + compute %s%s + prompt cache %s + overhead %s; %s",
 			api.FormatBytes(p.weights), p.kvWords, api.FormatBytes(p.compute), p.computeWords, api.FormatBytes(cache), api.FormatBytes(Overhead), how),
 	}, nil
@@ -290,6 +291,7 @@ func promptCache(kv int64) int64 {
 // parts are gguf-parser-go's figures for the host device.
 type parts struct {
 	weights, kv, compute int64
+	input, output        int64  // of weights: the token embeddings and the output layer
 	kvWords              string // "KV 224 MiB (28 layers × 2048 ctx, f16)"
 	computeWords         string // " (flash attention off: attention scores 1 GiB)", or ""
 	trainContext         int    // the header's context_length; 0 when absent
@@ -325,6 +327,8 @@ func headerParts(gf *parser.GGUFFile, contextSize int, run Run) (parts, error) {
 		trainContext: int(min(a.MaximumContextLength, math.MaxInt32)),
 		layers:       int(min(a.BlockCount, math.MaxInt32)),
 		weights:      int64(d.Weight.Sum()),
+		input:        int64(d.Weight.Input),
+		output:       int64(d.Weight.Output),
 		kv:           kv,
 		compute:      int64(d.Computation.Sum()) + int64(d.Footprint),
 		kvWords:      fmt.Sprintf("KV %s (%d layers × %d ctx, %s)", api.FormatBytes(kv), a.BlockCount, e.ContextSize, run.cacheWords()),

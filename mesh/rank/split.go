@@ -73,6 +73,7 @@ type candidate struct {
 	speed    float64
 	rtt      time.Duration
 	llama    bool // can be the main: runs llama-server
+	output   bool // holds the output layer (outputOn)
 }
 
 // Split plans req across the fewest hosts of members that hold the model with headroom: every
@@ -104,9 +105,12 @@ func Split(members []api.Member, req SplitRequest) api.SplitPlan {
 		model = modelName(req.Source)
 	}
 	ns := cmp.Or(req.Namespace, api.DefaultNamespace)
-	perLayer := ceilDiv(est.Weights+est.KV, int64(est.Layers))
+	// The token embeddings stay with llama-server on the main; the output layer goes with the
+	// last device (outputOn); the repeating layers and their KV cache are what is divided.
+	in, out := Ends(est)
+	perLayer := ceilDiv(est.Weights-in-out+est.KV, int64(est.Layers))
 	fixed := est.Compute + WorkerOverhead
-	mainExtra := est.Compute + est.Cache + est.Overhead
+	mainExtra := mainNeed(est)
 
 	var cands []*candidate
 	for i := range members {
@@ -170,6 +174,7 @@ func Split(members []api.Member, req SplitRequest) api.SplitPlan {
 	slices.SortStableFunc(others, func(a, b *candidate) int {
 		return cmp.Or(cmp.Compare(b.capacity, a.capacity), strings.Compare(a.m.Name, b.m.Name))
 	})
+	outputOn(main, others, out, perLayer)
 	// The main may hold no layer (then it runs no rpc-server), but it must hold llama-server.
 	if main.usable < mainExtra {
 		plan.Reason = fmt.Sprintf("refused: the main %s needs %s for llama-server, %s free with headroom",
@@ -201,11 +206,14 @@ func Split(members []api.Member, req SplitRequest) api.SplitPlan {
 		}
 		return plan
 	}
-	plan.Members = arithmetic(chosen, est, layersFor(chosen, est.Layers))
+	plan.Members = arithmetic(chosen, est, withOutput(chosen, layersFor(chosen, est.Layers)))
 	plan.Fits = true
 	names := make([]string, len(plan.Members))
 	for i, m := range plan.Members {
 		names[i] = m.Host + " " + strconv.Itoa(m.Layers)
+		if m.Output {
+			names[i] += " and the output layer"
+		}
 	}
 	plan.Reason = fmt.Sprintf("fits across %d hosts, main %s; layers: %s of %d", len(chosen), plan.Main, strings.Join(names, ", "), est.Layers)
 	plan.TokensPerS, plan.Basis = speedOf(plan.Members, est.Layers)
@@ -231,6 +239,59 @@ func pickMain(cands []*candidate, named string) *candidate {
 		}
 	}
 	return best
+}
+
+// outputOn gives the output layer (out bytes) to the main when it can hold it beside a layer
+// of its own, so the logits of each token stay on the host that reads them; otherwise to the
+// other member with the most room. That member's capacity is what is left beside it.
+func outputOn(main *candidate, others []*candidate, out, perLayer int64) {
+	if out == 0 {
+		return
+	}
+	holder := main
+	if room := int64(main.capacity)*perLayer - out; room < perLayer && len(others) > 0 {
+		main.capacity, holder = 0, others[0]
+	}
+	holder.output = true
+	holder.capacity = int(max(int64(holder.capacity)*perLayer-out, 0) / perLayer)
+}
+
+// withOutput makes sure the member holding the output layer holds a layer too (llama.cpp
+// gives the output to the device of the last layers), taking one from the member with most.
+func withOutput(chosen []*candidate, layers []int) []int {
+	for i, c := range chosen {
+		if !c.output || layers[i] > 0 {
+			continue
+		}
+		most := 0
+		for j := range layers {
+			if layers[j] > layers[most] {
+				most = j
+			}
+		}
+		if layers[most] > 1 {
+			layers[i]++
+			layers[most]--
+		}
+	}
+	return layers
+}
+
+// Ends are the weights outside the repeating layers: the token embeddings and the output
+// layer; both 0 when unknown, or when the figures cannot be right.
+func Ends(est api.SizeEstimate) (in, out int64) {
+	in, out = est.InputWeights, est.OutputWeights
+	if in < 0 || out < 0 || in+out >= est.Weights {
+		return 0, 0
+	}
+	return in, out
+}
+
+// mainNeed is what llama-server itself holds on the main: its compute buffer, prompt cache,
+// overhead and the token embeddings, which stay in its memory.
+func mainNeed(est api.SizeEstimate) int64 {
+	in, _ := Ends(est)
+	return est.Compute + est.Cache + est.Overhead + in
 }
 
 // layersFor divides layers among the chosen in proportion to what each can hold (each within
@@ -266,7 +327,8 @@ func layersFor(chosen []*candidate, layers int) []int {
 
 // arithmetic is each member's share; layers nil shows what each could hold at most.
 func arithmetic(chosen []*candidate, est api.SizeEstimate, layers []int) []api.SplitMember {
-	out := make([]api.SplitMember, len(chosen))
+	in, out := Ends(est)
+	members := make([]api.SplitMember, len(chosen))
 	for i, c := range chosen {
 		l := c.capacity
 		if layers != nil {
@@ -276,19 +338,36 @@ func arithmetic(chosen []*candidate, est api.SizeEstimate, layers []int) []api.S
 			RTTMillis: float64(c.rtt) / float64(time.Millisecond)}
 		if est.Layers > 0 {
 			m.Share = float64(l) / float64(est.Layers)
-			m.Weights = est.Weights * int64(l) / int64(est.Layers)
+			m.Weights = (est.Weights - in - out) * int64(l) / int64(est.Layers)
 			m.KV = est.KV * int64(l) / int64(est.Layers)
+		}
+		if c.output && l > 0 {
+			m.Output, m.Weights = true, m.Weights+out
 		}
 		if l > 0 {
 			m.Compute, m.Overhead = est.Compute, WorkerOverhead
 			m.Need = m.Weights + m.KV + m.Compute + m.Overhead
 		}
 		if i == 0 {
-			m.MainNeed = est.Compute + est.Cache + est.Overhead
+			m.MainNeed = mainNeed(est)
 		}
-		out[i] = m
+		members[i] = m
 	}
-	return out
+	if out > 0 && layers != nil && !slices.ContainsFunc(members, func(m api.SplitMember) bool { return m.Output }) {
+		// No member could take the output beside its layers (outputOn): it goes with the last
+		// device all the same, and that member's own admission judges it.
+		last := -1
+		for i, m := range members {
+			if m.Layers > 0 {
+				last = i
+			}
+		}
+		if last >= 0 {
+			m := &members[last]
+			m.Output, m.Weights, m.Need = true, m.Weights+out, m.Need+out
+		}
+	}
+	return members
 }
 
 // speedOf is the expected tokens/s: each member's layers take their share of its measured

@@ -156,3 +156,66 @@ func TestRTTsFromTheView(t *testing.T) {
 	got := RTTs([]api.Member{{Name: "a", RTTMillis: 0.5}, {Name: "b"}})
 	assert.Equal(t, map[string]time.Duration{"a": 500 * time.Microsecond}, got, "an unmeasured member is not judged on it")
 }
+
+// withEnds is big() with 1 GiB of token embeddings and 1 GiB of output layer among its weights.
+func withEnds() SplitRequest {
+	r := big()
+	r.Estimate.InputWeights, r.Estimate.OutputWeights = gib, gib
+	return r
+}
+
+func TestSplitTheMainHoldsTheOutputLayer(t *testing.T) {
+	members := []api.Member{rpcAgent("a", 14), rpcAgent("b", 14)}
+	req := withEnds()
+	req.Main = "a"
+	p := Split(members, req)
+	require.True(t, p.Fits, p.Reason)
+	main, other := p.Members[0], p.Members[1]
+	require.True(t, main.Main)
+	assert.True(t, main.Output, "the main holds the output layer, so the logits stay on it")
+	assert.False(t, other.Output)
+	assert.Equal(t, 40, main.Layers+other.Layers)
+	perLayer := float64(14*gib) / 40 // the repeating layers' weights
+	assert.InDelta(t, perLayer*float64(main.Layers)+float64(gib), float64(main.Weights), 1, "the main's part: its layers and the output layer")
+	assert.InDelta(t, perLayer*float64(other.Layers), float64(other.Weights), 1, "the other's: its layers only")
+	assert.Equal(t, req.Estimate.Compute+req.Estimate.Cache+req.Estimate.Overhead+gib, main.MainNeed, "llama-server holds the token embeddings")
+	for _, m := range p.Members {
+		assert.LessOrEqual(t, m.Need, int64(float64(m.Free)*(1-DefaultHeadroom))-m.MainNeed, "member %s within its budget", m.Host)
+	}
+	devices := p.Devices()
+	require.Len(t, devices, 2)
+	assert.Equal(t, []string{"b", "a"}, []string{devices[0].Host, devices[1].Host}, "the output's holder is llama-server's last device")
+	assert.Equal(t, []float64{other.Share, main.Share}, p.TensorSplit(), "--tensor-split follows --rpc's order")
+}
+
+func TestSplitOutputLayerOnAnotherWhenTheMainHasNoRoom(t *testing.T) {
+	// The main has room for llama-server (with the embeddings) but not for a layer beside the
+	// output layer: it holds no layer, and the member with the most room takes the output.
+	members := []api.Member{rpcAgent("small", 4.2), rpcAgent("b", 14), rpcAgent("c", 11)}
+	req := withEnds()
+	req.Main = "small"
+	p := Split(members, req)
+	require.True(t, p.Fits, p.Reason)
+	byHost := map[string]api.SplitMember{}
+	for _, m := range p.Members {
+		byHost[m.Host] = m
+	}
+	assert.Zero(t, byHost["small"].Layers, "%+v", p.Members)
+	assert.True(t, byHost["b"].Output, "%+v", p.Members)
+	devices := p.Devices()
+	assert.Equal(t, "b", devices[len(devices)-1].Host)
+	for _, m := range p.Members {
+		assert.LessOrEqual(t, m.Need, int64(float64(m.Free)*(1-DefaultHeadroom))-m.MainNeed, "member %s within its budget", m.Host)
+	}
+}
+
+func TestSplitWithoutTheEndsKnownSpreadsThem(t *testing.T) {
+	p := Split([]api.Member{rpcAgent("a", 14), rpcAgent("b", 14)}, big())
+	require.True(t, p.Fits, p.Reason)
+	var total int64
+	for _, m := range p.Members {
+		assert.False(t, m.Output, "no output layer known")
+		total += m.Weights
+	}
+	assert.InDelta(t, float64(16*gib), float64(total), 40, "every weight counted once")
+}

@@ -38,7 +38,7 @@ func memoryOf(p api.Placement) int64 {
 
 // splitDetail says each member's share, what it reserves (the plan's figure, its part and on the
 // main llama-server's) and its layers: "split: h1 main 1.2 GiB: 0/8 layers (0.00), h2 6.0 GiB:
-// 8/8 layers (1.00)".
+// 8/8 layers + output (1.00)" (the member holding the output layer says so).
 func splitDetail(p api.Placement) string {
 	if p.Split == nil {
 		return ""
@@ -49,7 +49,11 @@ func splitDetail(p api.Placement) string {
 		if m.Main {
 			role = " main"
 		}
-		parts = append(parts, fmt.Sprintf("%s%s %s: %d/%d layers (%.2f)", m.Host, role, render.Bytes(m.Reserves()), m.Layers, p.Split.Layers, m.Share))
+		output := ""
+		if m.Output {
+			output = " + output"
+		}
+		parts = append(parts, fmt.Sprintf("%s%s %s: %d/%d layers%s (%.2f)", m.Host, role, render.Bytes(m.Reserves()), m.Layers, p.Split.Layers, output, m.Share))
 	}
 	return "split: " + strings.Join(parts, ", ")
 }

@@ -521,6 +521,9 @@ func splitReserved(p *api.Placement) []string {
 	var out []string
 	for _, mb := range p.Split.Members {
 		layers := fmt.Sprintf("%d/%d layers", mb.Layers, p.Split.Layers)
+		if mb.Output {
+			layers += " + output"
+		}
 		line := api.Printable(mb.Host) + " " + render.Bytes(mb.Reserves()) + " = "
 		switch {
 		case mb.MainNeed > 0 && mb.Layers > 0:
