@@ -239,6 +239,7 @@ func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, 
 		}
 	}
 	load := loadAverage()
+	sent, received := l.channelBytes(ctx, t)
 	for round := range speedRounds {
 		for k := range runs {
 			r := &runs[(round+k)%len(runs)]
@@ -251,6 +252,33 @@ func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, 
 	}
 	note("%d rounds of one %d-token answer each, the order rotating; load average %s at the start, %s at the end", speedRounds, answerTokens, load, loadAverage())
 	noteFigures(runs, note)
+	sent2, received2 := l.channelBytes(ctx, t)
+	note("the sealed channel carried, an answer: %.1f KB to sb and %.1f KB back (sa's llmkube_split_channel_bytes_total)",
+		(sent2-sent)/speedRounds/1000, (received2-received)/speedRounds/1000)
+}
+
+// channelBytes is what sa's split channel to sb has sent and received, as sa's metrics say.
+func (l *speedLAN) channelBytes(ctx context.Context, t *testing.T) (sent, received float64) {
+	code, body, err := l.e.laptop.get(ctx, l.sa.apiURL()+"/metrics", l.e.admin)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("sa's metrics: %d %v", code, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(name, "llmkube_split_channel_bytes_total{") || !strings.Contains(name, `member="sb"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("sa's metrics: %q: %v", line, err)
+		}
+		if strings.Contains(name, `direction="sent"`) {
+			sent = v
+		} else {
+			received = v
+		}
+	}
+	return sent, received
 }
 
 // noteFigures notes each run's median figures, and the sealed run's beside the bare one's.
