@@ -94,11 +94,13 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, own int64, without ..
 		return nil, est, api.Errorf(api.CodeInsufficientMemory, "%s", msg)
 	}
 	main := plan.Members[0]
-	embeddings, _ := rank.Ends(est)
+	// The main's own estimate holds the token embeddings (they stay in llama-server) and keeps
+	// the output layer's size, which a member holds: a re-plan sizes the model again from them.
+	embeddings, output := rank.Ends(est)
 	mainEst := api.SizeEstimate{
 		Bytes: main.MainNeed, Weights: embeddings, Compute: est.Compute, Cache: est.Cache, Overhead: est.Overhead,
 		Method: est.Method, Device: api.DeviceHost, TrainContext: est.TrainContext, FileBytes: est.FileBytes, Layers: est.Layers,
-		InputWeights: embeddings,
+		InputWeights: embeddings, OutputWeights: output,
 		Detail: fmt.Sprintf("main of a split across %d hosts: llama-server's token embeddings %s + compute %s + prompt cache %s + overhead %s; the layers are the parts'",
 			len(plan.Members), api.FormatBytes(embeddings), api.FormatBytes(est.Compute), api.FormatBytes(est.Cache), api.FormatBytes(est.Overhead)),
 	}
@@ -410,8 +412,8 @@ func (a *Agent) replan(ctx context.Context, pl *placement, gone []string) error 
 	full := pl.p.Memory
 	own := heldOf(pl.p)
 	a.mu.RUnlock()
-	full.Weights, full.KV = old.Members[0].Weights, old.Members[0].KV
-	for _, m := range old.Members[1:] {
+	full.KV = 0 // the main's own Weights are the token embeddings; the members hold the rest
+	for _, m := range old.Members {
 		full.Weights += m.Weights
 		full.KV += m.KV
 	}

@@ -251,12 +251,15 @@ func TestSplitReplansThenFailsWhenMembersGo(t *testing.T) {
 	defer cancel()
 	m := splitMesh(t, ctx, 2<<30)
 	p := readySplit(t, ctx, m, model)
+	before := splitWeights(p)
 
 	require.NoError(t, m.Host("h2").Node.Close())
 	p = waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool {
 		return p.State == api.StateReady && slices.Equal(hostsOf(p), []string{"h1", "h3"})
 	})
 	assert.Positive(t, p.Restarts, "the split restarted without h2")
+	assert.InDelta(t, before, splitWeights(p), float64(p.Split.Layers), "the re-plan sizes the same model: every weight counted once")
+	assert.True(t, p.Split.Members[0].Output, "the main still holds the output layer: %s", p.Split.Reason)
 	require.Eventually(t, func() bool {
 		var text strings.Builder
 		err := m.Client("h3").ChatStream(ctx, "tiny", []apiclient.ChatMessage{{Role: "user", Content: "hello"}}, apiclient.ChatOptions{MaxTokens: 4}, func(d apiclient.ChatDelta) error {
@@ -273,6 +276,16 @@ func TestSplitReplansThenFailsWhenMembersGo(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(partsOf(t, ctx, m, "h1", p.ID)) == 0 && len(children(t, "ggml-rpc-server"))+len(children(t, "llama-server")) == 0
 	}, 30*time.Second, 100*time.Millisecond, "a failed split leaves nothing running")
+}
+
+// splitWeights is every weight a split counts: its members' and the token embeddings in the
+// main's llama-server.
+func splitWeights(p api.Placement) float64 {
+	w := p.Memory.Weights
+	for _, m := range p.Split.Members {
+		w += m.Weights
+	}
+	return float64(w)
 }
 
 // A main that goes away takes its parts with it: each member drops its part once it sees the
