@@ -98,11 +98,11 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, own int64, without ..
 	// the output layer's size, which a member holds: a re-plan sizes the model again from them.
 	embeddings, output := rank.Ends(est)
 	mainEst := api.SizeEstimate{
-		Bytes: main.MainNeed, Weights: embeddings, Compute: est.Compute, Cache: est.Cache, Overhead: est.Overhead,
+		Bytes: main.MainNeed, Weights: embeddings, Compute: est.Compute, Overhead: est.Overhead, // no prompt cache: see rank's mainNeed
 		Method: est.Method, Device: api.DeviceHost, TrainContext: est.TrainContext, FileBytes: est.FileBytes, Layers: est.Layers,
 		InputWeights: embeddings, OutputWeights: output,
-		Detail: fmt.Sprintf("main of a split across %d hosts: llama-server's token embeddings %s + compute %s + prompt cache %s + overhead %s; the layers are the parts'",
-			len(plan.Members), api.FormatBytes(embeddings), api.FormatBytes(est.Compute), api.FormatBytes(est.Cache), api.FormatBytes(est.Overhead)),
+		Detail: fmt.Sprintf("main of a split across %d hosts: llama-server's token embeddings %s + compute %s + overhead %s, no prompt cache; the layers are the parts'",
+			len(plan.Members), api.FormatBytes(embeddings), api.FormatBytes(est.Compute), api.FormatBytes(est.Overhead)),
 	}
 	return &plan, mainEst, nil
 }

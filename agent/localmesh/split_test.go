@@ -134,6 +134,15 @@ func TestSplitRealEngines(t *testing.T) {
 	assert.Equal(t, api.StateReady, parts[0].State)
 	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, parts[0].Engine, "the worker listens on loopback only")
 
+	// No host prompt cache on the main: llama-server would save the members' KV there, over the
+	// LAN, whenever a new prompt takes the slot.
+	assert.Zero(t, ready.Memory.Cache)
+	llamas := children(t, "llama-server")
+	require.Len(t, llamas, 1)
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(llamas[0]), "cmdline"))
+	require.NoError(t, err)
+	assert.Contains(t, string(cmdline), "\x00--cache-ram\x000\x00")
+
 	// The main holds the output layer and is llama-server's last device: each token's logits
 	// (4 bytes for each of the vocabulary's 32,000 words) stay on it.
 	main := p.Split.Members[0]

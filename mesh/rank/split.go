@@ -287,11 +287,14 @@ func Ends(est api.SizeEstimate) (in, out int64) {
 	return in, out
 }
 
-// mainNeed is what llama-server itself holds on the main: its compute buffer, prompt cache,
-// overhead and the token embeddings, which stay in its memory.
+// mainNeed is what llama-server itself holds on the main: its compute buffer, overhead and the
+// token embeddings, which stay in its memory. No host prompt cache: llama-server saves a
+// sequence's KV cache there whenever a new prompt takes its slot, and a split's KV lives on its
+// members, so each new prompt would first pull the last one's KV over the LAN (a long chat on a
+// large model: gigabytes); the slot's own KV still serves a conversation that goes on.
 func mainNeed(est api.SizeEstimate) int64 {
 	in, _ := Ends(est)
-	return est.Compute + est.Cache + est.Overhead + in
+	return est.Compute + est.Overhead + in
 }
 
 // layersFor divides layers among the chosen in proportion to what each can hold (each within

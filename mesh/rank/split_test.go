@@ -161,6 +161,7 @@ func TestRTTsFromTheView(t *testing.T) {
 func withEnds() SplitRequest {
 	r := big()
 	r.Estimate.InputWeights, r.Estimate.OutputWeights = gib, gib
+	r.Estimate.Cache = 256 * mib
 	return r
 }
 
@@ -178,7 +179,8 @@ func TestSplitTheMainHoldsTheOutputLayer(t *testing.T) {
 	perLayer := float64(14*gib) / 40 // the repeating layers' weights
 	assert.InDelta(t, perLayer*float64(main.Layers)+float64(gib), float64(main.Weights), 1, "the main's part: its layers and the output layer")
 	assert.InDelta(t, perLayer*float64(other.Layers), float64(other.Weights), 1, "the other's: its layers only")
-	assert.Equal(t, req.Estimate.Compute+req.Estimate.Cache+req.Estimate.Overhead+gib, main.MainNeed, "llama-server holds the token embeddings")
+	assert.Equal(t, req.Estimate.Compute+req.Estimate.Overhead+gib, main.MainNeed,
+		"llama-server holds the token embeddings, and no prompt cache (it would pull the members' KV over the LAN)")
 	for _, m := range p.Members {
 		assert.LessOrEqual(t, m.Need, int64(float64(m.Free)*(1-DefaultHeadroom))-m.MainNeed, "member %s within its budget", m.Host)
 	}
