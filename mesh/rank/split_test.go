@@ -221,3 +221,17 @@ func TestSplitWithoutTheEndsKnownSpreadsThem(t *testing.T) {
 	}
 	assert.InDelta(t, float64(16*gib), float64(total), 40, "every weight counted once")
 }
+
+func TestSplitOutputGoesWithTheLastDeviceWhenItsHolderHasNoLayer(t *testing.T) {
+	est := withEnds().Estimate
+	a := &candidate{m: &api.Member{Name: "a"}, capacity: 30, output: true}
+	b := &candidate{m: &api.Member{Name: "b"}, capacity: 40}
+	// a was to hold the output layer but holds no layer: the output lands on llama-server's last
+	// device, b, and is counted there.
+	ms := arithmetic([]*candidate{a, b}, est, []int{0, 40})
+	assert.False(t, ms[0].Output)
+	require.True(t, ms[1].Output)
+	assert.Equal(t, (est.Weights-2*gib)+gib, ms[1].Weights, "b's layers and the output layer")
+	assert.Equal(t, ms[1].Weights+ms[1].KV+ms[1].Compute+ms[1].Overhead, ms[1].Need)
+	assert.Equal(t, "b", api.SplitPlan{Members: ms}.Devices()[0].Host)
+}
