@@ -50,7 +50,7 @@ func (ts *tunnelSet) open(a *Agent, id string, mb api.SplitMember) (string, erro
 		if err != nil {
 			return nil, err
 		}
-		return counted{rc, sent, received}, nil
+		return &counted{rc, sent, received}, nil
 	}, func() { ts.broke(id, mb.Host) }, a)
 	return ln.Addr().String(), nil
 }
@@ -233,13 +233,13 @@ type counted struct {
 	sent, received prometheus.Counter
 }
 
-func (c counted) Read(p []byte) (int, error) {
+func (c *counted) Read(p []byte) (int, error) {
 	n, err := c.ReadWriteCloser.Read(p)
 	c.received.Add(float64(n))
 	return n, err
 }
 
-func (c counted) Write(p []byte) (int, error) {
+func (c *counted) Write(p []byte) (int, error) {
 	n, err := c.ReadWriteCloser.Write(p)
 	c.sent.Add(float64(n))
 	return n, err
