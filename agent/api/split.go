@@ -37,7 +37,8 @@ type SplitMember struct {
 	Output bool `json:"output,omitempty"`
 	// What the member's part holds: its layers' weights and KV cache, its compute buffer and
 	// the rpc-server process's overhead; Need is their sum (what it reserves). On the main, Main*
-	// is what llama-server holds besides (its own compute buffer, prompt cache and overhead).
+	// is what llama-server holds besides (its own compute buffer, overhead and the token
+	// embeddings; no prompt cache, see mesh/rank).
 	Weights  int64 `json:"weights"`
 	KV       int64 `json:"kv"`
 	Compute  int64 `json:"compute"`
