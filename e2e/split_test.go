@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -110,7 +111,27 @@ func (l *splitLAN) place(ctx context.Context, t *testing.T, model string, note f
 	}
 }
 
+// chatBothWays chats with the split through sc, streamed and not, with a capture on the LAN's
+// bridge: the chats and the RPC between sa and sb cross it, and nothing captured holds the
+// prompt, an answer or the admin token.
 func (l *splitLAN) chatBothWays(ctx context.Context, t *testing.T, note func(string, ...any)) {
+	bridge, err := startCapture(l.e.lab.hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{"Say something about meshes", l.e.admin}
+	defer func() {
+		frames, apiBytes := bridge.stop()
+		if apiBytes < 4096 {
+			t.Errorf("the capture saw %d bytes on the API port: it did not watch the split's traffic", apiBytes)
+		}
+		for _, s := range secrets {
+			if len(s) >= 8 && bytes.Contains(frames, []byte(s)) {
+				t.Errorf("%.40q… crossed the LAN in the clear", s)
+			}
+		}
+		note("captured %d bytes on the bridge, %d on the API port; the prompt, %d answers and the admin token not among them", len(frames), apiBytes, len(secrets)-2)
+	}()
 	for _, stream := range []bool{true, false} {
 		var c chatResult
 		if _, err := eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
@@ -120,6 +141,7 @@ func (l *splitLAN) chatBothWays(ctx context.Context, t *testing.T, note func(str
 			t.Fatalf("stream %v: %v", stream, err)
 		}
 		note("stream %v: %s", stream, c)
+		secrets = append(secrets, c.content)
 	}
 }
 
