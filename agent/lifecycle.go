@@ -290,6 +290,7 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 			readyAt := time.Now()
 			ok := a.update(pl, func(p *api.Placement) {
 				p.State, p.Reason, p.Code = api.StateReady, "", ""
+				p.Progress, p.PulledBytes, p.TotalBytes = 0, 0, 0 // a split's start reports its sending
 				p.Engine, p.LogPath = inst.Endpoint(), inst.LogPath()
 				p.Details = details
 				if s, ok := inst.(interface{ Switched() bool }); ok && s.Switched() {

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,4 +118,40 @@ func TestSplitRefusalReleasesEveryPart(t *testing.T) {
 	assert.Empty(t, a.Placements(), "this host's own part was released")
 	assert.Zero(t, a.Host().Memory.Reserved)
 	assert.Empty(t, plan.Members[0].Part)
+}
+
+// While a split's llama-server starts, its main reports what the channels have sent the members
+// of their layers' weights (the long part of a large split's start); the figure goes once the
+// split is ready.
+func TestSplitStartReportsWhatItSent(t *testing.T) {
+	a := newBareAgent(t, "container-2g", nil)
+	plan := &api.SplitPlan{Layers: 8, Members: []api.SplitMember{
+		{Host: a.Name(), Main: true, Layers: 2, Weights: 1 << 30}, // its own part: loopback, not counted
+		{Host: "w1", Layers: 3, Weights: 3 << 30}, {Host: "w2", Layers: 3, Weights: 1 << 30}}}
+	pl := put(a, "p-1", "big", api.StateLoading, 1<<30, api.PriorityNormal, func(pl *placement) { pl.p.Split = plan })
+	w1, w2 := &tunnel{}, &tunnel{}
+	a.tunnels.add("p-1", w1)
+	a.tunnels.add("p-1", w2)
+	stop := a.followSending(pl, "p-1", plan)
+	defer stop()
+
+	w1.sent.Add(1 << 30)
+	w2.sent.Add(1 << 30)
+	now := func() api.Placement {
+		a.mu.RLock()
+		defer a.mu.RUnlock()
+		return pl.p
+	}
+	shown := func(sent, total int64, progress float64) func() bool {
+		return func() bool {
+			p := now()
+			return p.PulledBytes == sent && p.TotalBytes == total && p.Progress == progress
+		}
+	}
+	require.Eventually(t, shown(2<<30, 4<<30, 0.5), 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "sent to the members", now().Moving())
+
+	// More than the weights (llama.cpp's other transfers): the bar stops short of done.
+	w1.sent.Add(3 << 30)
+	require.Eventually(t, shown(4<<30, 4<<30, 0.99), 5*time.Second, 10*time.Millisecond)
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ import (
 // tunnel is one loopback listener on the main relaying to one member's part.
 type tunnel struct {
 	ln    net.Listener
+	sent  atomic.Int64 // bytes sent the member, for a start's progress (tunnelSet.sent)
 	mu    sync.Mutex
 	conns map[io.Closer]struct{}
 	shut  bool
@@ -50,7 +52,7 @@ func (ts *tunnelSet) open(a *Agent, id string, mb api.SplitMember) (string, erro
 		if err != nil {
 			return nil, err
 		}
-		return &counted{rc, sent, received}, nil
+		return &counted{rc, sent, received, &t.sent}, nil
 	}, func() { ts.broke(id, mb.Host) }, a)
 	return ln.Addr().String(), nil
 }
@@ -231,6 +233,7 @@ func (s *Server) rpcTunnel(w http.ResponseWriter, r *http.Request) {
 type counted struct {
 	io.ReadWriteCloser
 	sent, received prometheus.Counter
+	tally          *atomic.Int64 // the tunnel's own count of bytes sent
 }
 
 func (c *counted) Read(p []byte) (int, error) {
@@ -242,6 +245,7 @@ func (c *counted) Read(p []byte) (int, error) {
 func (c *counted) Write(p []byte) (int, error) {
 	n, err := c.ReadWriteCloser.Write(p)
 	c.sent.Add(float64(n))
+	c.tally.Add(int64(n))
 	return n, err
 }
 

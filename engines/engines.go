@@ -37,6 +37,9 @@ type Model struct {
 	// shares (--tensor-split); none for a model on one host.
 	RPC         []string
 	TensorSplit []float64
+	// Sent counts the bytes a split's main has sent its members (their weights, while it
+	// loads); nil for a model on one host. A load that moves bytes is not stalled.
+	Sent func() int64
 }
 
 // Progress reports a pull.

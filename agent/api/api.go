@@ -296,11 +296,13 @@ type Placement struct {
 	MMProj      string   `json:"mmproj,omitempty"` // multimodal projector's source: the model reads images
 	// TTL is the placement's idle time before it sleeps, as a Go duration ("5m0s"; negative:
 	// never); empty takes the agent's --idle-ttl. A request's keep_alive changes it.
-	TTL      string         `json:"ttl,omitempty"`
-	State    PlacementState `json:"state"`
-	Progress float64        `json:"progress,omitempty"` // 0..1 while pulling
-	Code     Code           `json:"code,omitempty"`     // why it failed or was evicted
-	Reason   string         `json:"reason,omitempty"`
+	TTL   string         `json:"ttl,omitempty"`
+	State PlacementState `json:"state"`
+	// Progress is 0..1 while pulling, and while a split's main loads (StateLoading or
+	// StateRestarting): what it has sent its members of their layers' weights.
+	Progress float64 `json:"progress,omitempty"`
+	Code     Code    `json:"code,omitempty"` // why it failed or was evicted
+	Reason   string  `json:"reason,omitempty"`
 	// Was is the state an unavailable placement (State StateUnavailable, set by a member's view,
 	// never by its agent) had before its host stopped answering: "ready" is a model that will
 	// serve again when the host comes back.
@@ -321,8 +323,8 @@ type Placement struct {
 	BusySince   time.Time     `json:"busy_since,omitzero"`
 	TTFTMillis  float64       `json:"ttft_ms,omitempty"`        // rolling time to first token
 	TokensPerS  float64       `json:"tokens_per_s,omitempty"`   // rolling generation speed
-	PulledBytes int64         `json:"pulled_bytes,omitempty"`   // while pulling
-	TotalBytes  int64         `json:"total_bytes,omitempty"`    // while pulling
+	PulledBytes int64         `json:"pulled_bytes,omitempty"`   // while pulling, or sent (see Progress)
+	TotalBytes  int64         `json:"total_bytes,omitempty"`    // while pulling, or to send
 	ReplacedBy  string        `json:"replaced_by,omitempty"`    // a Hailo swap evicted it for this id
 	LogPath     string        `json:"log_path,omitempty"`       // engine log on the owning host
 	Engine      string        `json:"engine_address,omitempty"` // loopback address on the owning host
@@ -341,6 +343,19 @@ func (p Placement) QualifiedName() string {
 		return p.Model
 	}
 	return p.Namespace + "/" + p.Model
+}
+
+// Moving says what the placement's byte counts (PulledBytes of TotalBytes, Progress) are
+// moving: "pulled" while it pulls, "sent to the members" while a split's main sends its members
+// their weights, "" when nothing is.
+func (p Placement) Moving() string {
+	switch {
+	case p.State == StatePulling:
+		return "pulled"
+	case (p.State == StateLoading || p.State == StateRestarting) && p.Split != nil && p.TotalBytes > 0:
+		return "sent to the members"
+	}
+	return ""
 }
 
 // ModelDetails is what an engine (or the model file) says a loaded model is, in the words

@@ -134,6 +134,15 @@ func TestSplitRealEngines(t *testing.T) {
 	assert.Equal(t, api.StateReady, parts[0].State)
 	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, parts[0].Engine, "the worker listens on loopback only")
 
+	// The start sent the worker its layers' weights over the channel: what the main's progress
+	// counts against while it starts, and no figure once ready.
+	worker := p.Split.Members[1]
+	require.Equal(t, "h2", worker.Host)
+	sent := channelBytes(t, m, "h1", "h2", "sent")
+	assert.GreaterOrEqual(t, sent, 0.9*float64(worker.Weights), "sent to h2 while starting; its layers' weights are %d bytes", worker.Weights)
+	assert.Zero(t, ready.TotalBytes)
+	assert.Zero(t, ready.Progress)
+
 	// No host prompt cache on the main: llama-server would save the members' KV there, over the
 	// LAN, whenever a new prompt takes the slot.
 	assert.Zero(t, ready.Memory.Cache)

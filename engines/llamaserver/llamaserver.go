@@ -38,7 +38,8 @@ const BinaryName = "llama-server"
 
 // Defaults for Config's zero values.
 const (
-	// DefaultHealthTimeout is generous: a large model on a slow disk takes minutes to load.
+	// DefaultHealthTimeout is generous: a large model on a slow disk takes minutes to load,
+	// and this bounds only a start that shows no progress.
 	DefaultHealthTimeout = 10 * time.Minute
 	DefaultStopGrace     = 10 * time.Second
 )
@@ -61,8 +62,10 @@ type Config struct {
 	ModelsDir string
 	// HFBase is the Hugging Face base URL for hf:// sources; "" is source.DefaultHFBase.
 	HFBase string
-	// HealthTimeout bounds a start: the time from launch to /health answering 200.
-	// 0 is DefaultHealthTimeout.
+	// HealthTimeout bounds a start that stalls: llama-server fails to start when /health has
+	// not answered 200 and, for this long, it read nothing of its model from the disk nor sent
+	// a split's members anything (a 70B split over Wi-Fi sends its members their weights for
+	// longer than any fixed bound). 0 is DefaultHealthTimeout.
 	HealthTimeout time.Duration
 	// StopGrace is how long a stop waits after SIGTERM before SIGKILL; 0 is DefaultStopGrace.
 	StopGrace time.Duration
@@ -525,7 +528,7 @@ func (d *Driver) Load(ctx context.Context, m engines.Model) (engines.Instance, e
 		if err != nil {
 			return nil, err
 		}
-		err = inst.waitReady(ctx, d.cfg.HealthTimeout)
+		err = inst.waitReady(ctx, d.cfg.HealthTimeout, m.Sent)
 		if err == nil {
 			d.mu.Lock()
 			if ctx.Err() != nil { // an Unload came just as it became ready

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -287,13 +288,60 @@ func TestHealthTimeout(t *testing.T) {
 	m := engines.Model{ID: "slow", Source: modelFile(t)}
 	_, err := d.Load(t.Context(), m)
 	assert.Equal(t, api.CodeEngineError, codeOf(err))
-	assert.ErrorContains(t, err, "llama-server did not become healthy within 400ms (raise the health timeout for large models); last log lines:")
+	assert.ErrorContains(t, err, "llama-server did not become healthy, and for 400ms it read nothing of the model from the disk and sent a split's members nothing; last log lines:")
 	// The process was stopped (gracefully), not left behind.
 	logText, rerr := os.ReadFile(filepath.Join(d.cfg.LogDir, "slow.log"))
 	require.NoError(t, rerr)
 	assert.Contains(t, string(logText), "cleaning up before exit")
 	names, _ := d.Loaded(t.Context())
 	assert.Empty(t, names)
+}
+
+// The bound is on a stall, not on the start: a split's main that keeps sending its members
+// their weights starts however long that takes, and fails once the bytes stop moving.
+func TestHealthTimeoutCountsFromTheLastProgress(t *testing.T) {
+	d := newDriver(t, func(c *Config) { c.HealthTimeout = 400 * time.Millisecond })
+	moving := func(stop <-chan struct{}) func() int64 {
+		var sent atomic.Int64
+		go func() {
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-tick.C:
+					sent.Add(1 << 20)
+				case <-stop:
+					return
+				case <-t.Context().Done():
+					return
+				}
+			}
+		}()
+		return sent.Load
+	}
+
+	// Loading for 2 s, five times the bound, with bytes moving all along: ready.
+	d.cfg.Env = []string{"LLAMA_SIM_LOAD_DELAY=2s"}
+	inst, err := d.Load(t.Context(), engines.Model{ID: "moving", Source: modelFile(t), Sent: moving(nil)})
+	require.NoError(t, err)
+	require.NotNil(t, inst)
+
+	// The bytes stop: the start fails a bound later, and is stopped.
+	d.cfg.Env = []string{"LLAMA_SIM_LOAD_DELAY=1h"}
+	stop := make(chan struct{})
+	sent := moving(stop)
+	go func() {
+		for sent() < 8<<20 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(stop)
+	}()
+	_, err = d.Load(t.Context(), engines.Model{ID: "stalled", Source: modelFile(t), Sent: sent})
+	assert.Equal(t, api.CodeEngineError, codeOf(err))
+	assert.ErrorContains(t, err, "for 400ms it read nothing of the model")
+	assert.GreaterOrEqual(t, sent(), int64(8<<20), "it failed only once the bytes stopped")
+	names, _ := d.Loaded(t.Context())
+	assert.Len(t, names, 1, "the stalled start was stopped: only the first runs")
 }
 
 // A process that ignores SIGTERM is killed after the grace period, with everything it started.

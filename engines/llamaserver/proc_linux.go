@@ -50,3 +50,19 @@ func resident(pid int) (engines.Resident, error) {
 	}
 	return r, nil
 }
+
+// readBytes is what process pid has read from storage, mapped pages included (/proc/<pid>/io's
+// read_bytes): a loading engine's progress through its model file. 0 when unreadable.
+func readBytes(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "read_bytes: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -230,20 +230,36 @@ var probeClient = &http.Client{
 	Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
 }
 
-// waitReady polls /health until it answers 200, the process exits, timeout passes or ctx ends,
-// then checks that the server on the port is this one (serving this alias), so a port taken by
-// another server is not mistaken for our engine.
-func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
-	errTimeout := errors.New("health timeout")
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
-	defer cancel()
+// waitReady polls /health until it answers 200, the process exits, the start stalls or ctx
+// ends, then checks that the server on the port is this one (serving this alias), so a port
+// taken by another server is not mistaken for our engine. The start has stalled when, for
+// stall, it has shown no progress: no bytes of the model read from the disk (mapped or read,
+// /proc/<pid>/io's read_bytes; Linux only) and none of sent (a split's weights to its members)
+// moved. The bound is on a stall, not the start: a large model read from an SD card, or a
+// split sending its members tens of GB, takes as long as it takes.
+func (i *Instance) waitReady(ctx context.Context, stall time.Duration, sent func() int64) error {
+	progress := func() int64 {
+		n := readBytes(i.Pid())
+		if sent != nil {
+			n += sent()
+		}
+		return n
+	}
+	last, since := progress(), time.Now()
 	interval := 20 * time.Millisecond
 	for {
 		status, err := i.get(ctx, "/health", nil)
 		if err == nil && status == http.StatusOK {
 			return i.checkIdentity(ctx)
 		}
-		t := time.NewTimer(interval)
+		if n := progress(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= stall {
+			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
+				"llama-server did not become healthy, and for %v it read nothing of the model from the disk and sent a split's members nothing; last log lines:\n%s",
+				stall, tailLines(i.logPath, tailLinesInErrors))}
+		}
+		t := time.NewTimer(min(interval, max(stall-time.Since(since), time.Millisecond)))
 		select {
 		case <-i.done:
 			t.Stop()
@@ -257,11 +273,6 @@ func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
 			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf("while starting, %w", ee)}
 		case <-ctx.Done():
 			t.Stop()
-			if context.Cause(ctx) == errTimeout {
-				return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
-					"llama-server did not become healthy within %v (raise the health timeout for large models); last log lines:\n%s",
-					timeout, tailLines(i.logPath, tailLinesInErrors))}
-			}
 			return ctx.Err()
 		case <-t.C:
 		}

@@ -160,8 +160,8 @@ func size(b int64) string {
 // stateText is a placement's state with what a reader needs next to it.
 func stateText(p api.Placement) string {
 	switch {
-	case p.State == api.StatePulling && p.Progress > 0:
-		return fmt.Sprintf("pulling %d%%", int(p.Progress*100))
+	case p.Moving() != "" && p.Progress > 0:
+		return fmt.Sprintf("%s %d%%", p.State, int(p.Progress*100))
 	case p.Code != "" && (p.State.Terminal() || p.State == api.StateUnavailable):
 		return string(p.State) + " (" + string(p.Code) + ")"
 	}

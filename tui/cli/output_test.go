@@ -138,3 +138,29 @@ func TestJSONSchemaFields(t *testing.T) {
 	assert.ElementsMatch(t, []string{"schema", "done", "model", "host", "finish_reason", "usage"},
 		keys(ChatLine{Schema: Schema, Done: true, Model: "m", Host: "h", FinishReason: "stop", Usage: &apiclient.ChatUsage{}}))
 }
+
+// mesh place's progress on stderr: each state once, and what moves in steps of 10% — a pull,
+// and a split's main sending its members their weights.
+func TestPlaceProgress(t *testing.T) {
+	var buf bytes.Buffer
+	p := &progress{w: &app{stderr: newSafeWriter(&redactor{}, &buf)}}
+	split := &api.SplitPlan{}
+	for _, pl := range []api.Placement{
+		{Host: "h1", State: api.StatePulling, Progress: 0.05, PulledBytes: 50 << 20, TotalBytes: 1000 << 20},
+		{Host: "h1", State: api.StatePulling, Progress: 0.08, PulledBytes: 80 << 20, TotalBytes: 1000 << 20},
+		{Host: "h1", State: api.StatePulling, Progress: 0.5, PulledBytes: 500 << 20, TotalBytes: 1000 << 20},
+		{Host: "h1", State: api.StateLoading, Split: split},
+		{Host: "h1", State: api.StateLoading, Split: split, Progress: 0.02, PulledBytes: 80 << 20, TotalBytes: 4 << 30},
+		{Host: "h1", State: api.StateLoading, Split: split, Progress: 0.31, PulledBytes: 1270 << 20, TotalBytes: 4 << 30},
+		{Host: "h1", State: api.StateLoading, Split: split, Progress: 0.33, PulledBytes: 1352 << 20, TotalBytes: 4 << 30},
+		{Host: "h1", State: api.StateReady},
+	} {
+		p.show(pl)
+	}
+	assert.Equal(t, `h1: pulling 5% (50 MiB of 1000 MiB pulled)
+h1: pulling 50% (500 MiB of 1000 MiB pulled)
+h1: loading
+h1: loading 31% (1.2 GiB of 4.0 GiB sent to the members)
+h1: ready
+`, buf.String())
+}

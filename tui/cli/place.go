@@ -182,8 +182,9 @@ func (a *app) chooseHost(ctx context.Context, conn *console.Conn, req api.Placem
 	return best.Host, nil
 }
 
-// progress prints a placement's progress on stderr: each state once, and pulls in steps of
-// 10%, so a log of it stays short.
+// progress prints a placement's progress on stderr: each state once, and what it moves (a
+// pull, a split's weights to its members: api.Placement.Moving) in steps of 10%, so a log of it
+// stays short.
 type progress struct {
 	w       *app
 	state   api.PlacementState
@@ -193,13 +194,13 @@ type progress struct {
 
 func (p *progress) show(pl api.Placement) {
 	d := int(pl.Progress * 10)
-	if p.started && pl.State == p.state && (pl.State != api.StatePulling || d <= p.decile) {
+	if p.started && pl.State == p.state && (pl.Moving() == "" || d <= p.decile) {
 		return
 	}
 	p.started, p.state, p.decile = true, pl.State, d
 	line := pl.Host + ": " + stateText(pl)
-	if pl.State == api.StatePulling && pl.TotalBytes > 0 {
-		line += fmt.Sprintf(" (%s of %s)", size(pl.PulledBytes), size(pl.TotalBytes))
+	if m := pl.Moving(); m != "" && pl.TotalBytes > 0 {
+		line += fmt.Sprintf(" (%s of %s %s)", size(pl.PulledBytes), size(pl.TotalBytes), m)
 	}
 	if pl.Reason != "" && (pl.State.Terminal() || pl.State == api.StateRestarting) {
 		line += ": " + pl.Reason

@@ -567,12 +567,13 @@ func StateCell(ctx *common.Context, p api.Placement, deleting bool, width int) s
 		return st.Warn.Render(render.Cut("deleting…", width))
 	}
 	word := string(p.State)
-	switch p.State {
-	case api.StatePulling:
+	if p.Moving() != "" {
 		if width >= len(word)+7 {
 			return st.State(p.State).Render(word) + " " + render.Progress(st, width-len(word)-1, p.Progress)
 		}
-		word = fmt.Sprintf("%s %d%%", word, int(p.Progress*100+0.5))
+		return st.State(p.State).Render(render.Cut(fmt.Sprintf("%s %d%%", word, int(p.Progress*100+0.5)), width))
+	}
+	switch p.State {
 	case api.StateFailed, api.StateEvicted:
 		if p.Code != "" {
 			word += " (" + string(p.Code) + ")"
@@ -606,8 +607,8 @@ func Detail(p api.Placement) string {
 	if p.Memory.Device == api.DeviceHailo {
 		parts = append(parts, "on the Hailo-10H")
 	}
-	if p.State == api.StatePulling && p.TotalBytes > 0 {
-		parts = append(parts, render.Bytes(p.PulledBytes)+" of "+render.Bytes(p.TotalBytes)+" pulled")
+	if m := p.Moving(); m != "" && p.TotalBytes > 0 {
+		parts = append(parts, render.Bytes(p.PulledBytes)+" of "+render.Bytes(p.TotalBytes)+" "+m)
 	}
 	if s := splitDetail(p); s != "" {
 		parts = append(parts, s)

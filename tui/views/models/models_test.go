@@ -177,6 +177,10 @@ func TestStateCell(t *testing.T) {
 		{api.Placement{State: api.StatePulling, Progress: 0.42}, 12, "pulling 42%"},
 		{api.Placement{State: api.StateFailed, Code: api.CodePullFailed}, 24, "failed (PullFailed)"},
 		{api.Placement{State: api.StateRestarting, Restarts: 2}, 16, "restarting ×2"},
+		// A split's main sending its members their weights.
+		{api.Placement{State: api.StateLoading, Progress: 0.42, TotalBytes: 1, Split: &api.SplitPlan{}}, 16, "loading █░░  42%"},
+		{api.Placement{State: api.StateLoading, Progress: 0.42, TotalBytes: 1, Split: &api.SplitPlan{}}, 12, "loading 42%"},
+		{api.Placement{State: api.StateLoading, Progress: 0.42}, 12, "loading"},
 	}
 	for _, c := range cases {
 		assert.Equal(t, c.want, StateCell(ctx, c.p, false, c.width), c.want)

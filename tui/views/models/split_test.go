@@ -43,4 +43,9 @@ func TestSplitIsOneRow(t *testing.T) {
 	assert.Contains(t, Detail(split[0]), "split: tower main 700 MiB: 2/8 layers (0.25), pi4 300 MiB: 6/8 layers (0.75)",
 		"each member's figure is what it reserves, the main's llama-server with its layers")
 	assert.True(t, strings.Contains(m.View(), "tower+pi4"), "the row names the members")
+
+	// While it starts, what the main has sent its members of their weights.
+	starting := split[0]
+	starting.State, starting.Progress, starting.PulledBytes, starting.TotalBytes = api.StateLoading, 0.25, 1<<30, 4<<30
+	assert.Contains(t, Detail(starting), "1.0 GiB of 4.0 GiB sent to the members")
 }

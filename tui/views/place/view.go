@@ -497,6 +497,11 @@ func (m *Model) stepNote(s api.PlacementState, p *api.Placement) string {
 		if p.State != api.StateLoading {
 			break
 		}
+		if mv := p.Moving(); mv != "" {
+			// A split's start is mostly its members' weights crossing the LAN.
+			return render.Progress(m.ctx.Styles, min(20, max(m.width-60, 10)), p.Progress) + "  " +
+				render.Bytes(p.PulledBytes) + " of " + render.Bytes(p.TotalBytes) + " " + mv
+		}
 		switch p.Runtime {
 		case api.RuntimeLlamaServer:
 			return "starting llama-server and waiting for it to answer"
