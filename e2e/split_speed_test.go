@@ -110,9 +110,21 @@ func (l *speedLAN) startShaped(ctx context.Context, t *testing.T, note func(stri
 }
 
 func (l *speedLAN) place(ctx context.Context, t *testing.T, note func(string, ...any)) {
-	p := placeSplit(ctx, t, l.e, l.model, "user", "--hosts", "sa,sb", "--host", "sa")
+	p, progress := placeSplit(ctx, t, l.e, l.model, "user", "--hosts", "sa,sb", "--host", "sa")
 	for _, m := range p.Split.Members {
 		note("%s: %d of %d layers", m.Host, m.Layers, p.Split.Layers)
+	}
+	// The start sends sb its layers' weights over the 1 Gbit/s link, seconds of it: mesh place
+	// shows them going.
+	sending := 0
+	for line := range strings.SplitSeq(progress, "\n") {
+		if strings.Contains(line, "sent to the members") {
+			sending++
+			note("mesh place: %s", line)
+		}
+	}
+	if sending == 0 {
+		t.Errorf("mesh place showed nothing sent to the members while the split started:\n%s", progress)
 	}
 	if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
 		t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)

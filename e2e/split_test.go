@@ -100,7 +100,7 @@ func (l *splitLAN) place(ctx context.Context, t *testing.T, model string, note f
 	if r := l.e.mesh(ctx, "rank", "file://"+model); r.code != 3 || !strings.Contains(r.stderr, "no host holds it alone, but 2 do together") {
 		t.Errorf("rank without --split: %s", r)
 	}
-	p := placeSplit(ctx, t, l.e, model, "tiny", "--hosts", "sa,sb", "--host", "sa")
+	p, _ := placeSplit(ctx, t, l.e, model, "tiny", "--hosts", "sa,sb", "--host", "sa")
 	l.p = p
 	if got := splitHosts(p); !slices.Equal(got, []string{"sa", "sb"}) {
 		t.Fatalf("members %v, want sa and sb: %s", got, p.Split.Reason)
@@ -332,8 +332,8 @@ func startSplitAgents(ctx context.Context, t *testing.T, e *env, llama, budget s
 }
 
 // placeSplit places model as a split named name from the laptop, with `mesh place`'s further
-// args, and waits until it is ready.
-func placeSplit(ctx context.Context, t *testing.T, e *env, model, name string, args ...string) api.Placement {
+// args, and waits until it is ready; the progress mesh place printed is in stderr.
+func placeSplit(ctx context.Context, t *testing.T, e *env, model, name string, args ...string) (p api.Placement, stderr string) {
 	t.Helper()
 	var doc struct {
 		Placement *api.Placement `json:"placement"`
@@ -343,7 +343,7 @@ func placeSplit(ctx context.Context, t *testing.T, e *env, model, name string, a
 	if err != nil || doc.Placement == nil || doc.Placement.State != api.StateReady {
 		t.Fatalf("split placement: %v\n%s", err, r)
 	}
-	return *doc.Placement
+	return *doc.Placement, r.stderr
 }
 
 func splitHosts(p api.Placement) []string {
