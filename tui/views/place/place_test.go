@@ -1265,4 +1265,9 @@ func TestViewSplitFollowed(t *testing.T) {
 	assert.Contains(t, view, fmt.Sprintf("%s %s = llama-server %s + ", plan.Main, preview, render.Bytes(main.MainNeed)),
 		"the main's figure is the plan's, with its parts named")
 	golden.RequireEqual(t, []byte(view))
+
+	// Starting: what the main has sent its members of their weights.
+	p.State, p.Progress, p.PulledBytes, p.TotalBytes = api.StateLoading, 0.25, 1<<30, 4<<30
+	m.Update(progressMsg{seq: m.placeSeq, p: p})
+	assert.Contains(t, m.View(), "25%  1.0 GiB of 4.0 GiB sent to the members")
 }
