@@ -288,7 +288,7 @@ func TestHealthTimeout(t *testing.T) {
 	m := engines.Model{ID: "slow", Source: modelFile(t)}
 	_, err := d.Load(t.Context(), m)
 	assert.Equal(t, api.CodeEngineError, codeOf(err))
-	assert.ErrorContains(t, err, "llama-server did not become healthy, and for 400ms it read nothing of the model from the disk and sent a split's members nothing; last log lines:")
+	assert.ErrorContains(t, err, "llama-server did not become healthy, and for 400ms it read nothing of the model from the disk; last log lines:")
 	// The process was stopped (gracefully), not left behind.
 	logText, rerr := os.ReadFile(filepath.Join(d.cfg.LogDir, "slow.log"))
 	require.NoError(t, rerr)
@@ -338,7 +338,7 @@ func TestHealthTimeoutCountsFromTheLastProgress(t *testing.T) {
 	}()
 	_, err = d.Load(t.Context(), engines.Model{ID: "stalled", Source: modelFile(t), Sent: sent})
 	assert.Equal(t, api.CodeEngineError, codeOf(err))
-	assert.ErrorContains(t, err, "for 400ms it read nothing of the model")
+	assert.ErrorContains(t, err, "for 400ms it read nothing of the model from the disk and sent its split's members nothing")
 	assert.GreaterOrEqual(t, sent(), int64(8<<20), "it failed only once the bytes stopped")
 	names, _ := d.Loaded(t.Context())
 	assert.Len(t, names, 1, "the stalled start was stopped: only the first runs")

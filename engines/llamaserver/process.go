@@ -255,9 +255,13 @@ func (i *Instance) waitReady(ctx context.Context, stall time.Duration, sent func
 		if n := progress(); n != last {
 			last, since = n, time.Now()
 		} else if time.Since(since) >= stall {
+			what := "read nothing of the model from the disk"
+			if sent != nil {
+				what += " and sent its split's members nothing"
+			}
 			return &engines.Error{Code: api.CodeEngineError, Err: fmt.Errorf(
-				"llama-server did not become healthy, and for %v it read nothing of the model from the disk and sent a split's members nothing; last log lines:\n%s",
-				stall, tailLines(i.logPath, tailLinesInErrors))}
+				"llama-server did not become healthy, and for %v it %s; last log lines:\n%s",
+				stall, what, tailLines(i.logPath, tailLinesInErrors))}
 		}
 		t := time.NewTimer(min(interval, max(stall-time.Since(since), time.Millisecond)))
 		select {
