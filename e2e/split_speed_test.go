@@ -23,16 +23,19 @@ import (
 	"github.com/llmkube/mesh/engines/enginetest"
 )
 
-// speedRounds is how many answers each of the three runs gives, one of each per round.
-const speedRounds = 12
+// speedRounds is how many answers each of the four runs gives, one of each per round: enough
+// that a run's median ratio moves by less than the margins of the targets (±5 %).
+const speedRounds = 20
 
 // TestSpeedLANSplit measures what the sealed channel costs a split model (issue 43): two hosts
 // of the LAN on a link shaped to 1 Gbit/s each way, a model whose token takes tens of
 // milliseconds of CPU, placed as a split across both from the laptop. Beside it on the same
 // hosts and link: bare llama.cpp RPC (the split's own llama-server and rpc-server command
-// lines, the rpc-servers dialled directly) and one host running the whole model (the same
-// llama-server without --rpc). The three answer in turn, round after round, the order rotating,
-// so a load that comes and goes on a shared machine falls on each alike. It fails only when a
+// lines, the rpc-servers dialled directly), the same through two plain relays (one on each
+// host, e2e/internal/tcprelay: a reference for what any relay costs here) and one host running
+// the whole model (the same llama-server without --rpc). The four answer in turn, round after
+// round, the order rotating, so a load that comes and goes on a shared machine falls on each
+// alike. It fails only when a
 // run cannot be set up or does not answer: the figures are for `make bench-split` and
 // BENCHMARKS.md, held to no target here.
 func TestSpeedLANSplit(t *testing.T) {
@@ -41,7 +44,7 @@ func TestSpeedLANSplit(t *testing.T) {
 	t.Setenv(reportEnv, cmp.Or(os.Getenv(reportEnv), filepath.Join(os.TempDir(), "llmkube-e2e-report.txt"))+".split-speed")
 	rep := newReport()
 	t.Cleanup(func() { rep.write(t) })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	l.dir = t.TempDir()
 	l.e = newEnv(t, l.dir)
@@ -59,12 +62,12 @@ func TestSpeedLANSplit(t *testing.T) {
 	}) {
 		t.FailNow()
 	}
-	if !rep.step(t, "start bare llama.cpp RPC and one host with the whole model", func(t *testing.T, note func(string, ...any)) {
+	if !rep.step(t, "start bare llama.cpp RPC, the same through two relays, and one host with the whole model", func(t *testing.T, note func(string, ...any)) {
 		l.startBaselines(ctx, t, note)
 	}) {
 		t.FailNow()
 	}
-	rep.step(t, "tokens/s and first token, the three in turn", func(t *testing.T, note func(string, ...any)) {
+	rep.step(t, "tokens/s and first token, the four in turn", func(t *testing.T, note func(string, ...any)) {
 		l.measure(ctx, t, note)
 	})
 }
@@ -77,12 +80,18 @@ type speedLAN struct {
 	model            string
 	sa, sb           *agentHost
 	split, bare, one string // each run's llama-server, as sa reaches it
+	relayed          string // and bare llama.cpp RPC through two plain relays
+	relays           []*proc
 }
 
 func (l *speedLAN) makeModelAndBuild(t *testing.T, note func(string, ...any)) {
 	var wg sync.WaitGroup
 	var buildErr error
-	wg.Go(func() { buildErr = buildPrograms(l.e.bin) })
+	wg.Go(func() {
+		if buildErr = buildPrograms(l.e.bin); buildErr == nil {
+			buildErr = buildRelay(l.e.bin)
+		}
+	})
 	l.model = makeModel(t, filepath.Dir(l.llama), filepath.Join(l.dir, "user.gguf"), userModel...)
 	wg.Wait()
 	if buildErr != nil {
@@ -91,6 +100,15 @@ func (l *speedLAN) makeModelAndBuild(t *testing.T, note func(string, ...any)) {
 	if fi, err := os.Stat(l.model); err == nil {
 		note("the model: make_gguf.py %s, %s", strings.Join(userModel, " "), api.FormatBytes(fi.Size()))
 	}
+}
+
+// buildRelay builds the reference relay (e2e/internal/tcprelay) into dir.
+func buildRelay(dir string) error {
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", filepath.Join(dir, "tcprelay"), "github.com/llmkube/mesh/e2e/internal/tcprelay")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build tcprelay: %v\n%s", err, out)
+	}
+	return nil
 }
 
 func (l *speedLAN) startShaped(ctx context.Context, t *testing.T, note func(string, ...any)) {
@@ -135,7 +153,8 @@ func (l *speedLAN) place(ctx context.Context, t *testing.T, note func(string, ..
 // startBaselines starts the two runs the split is measured beside, on the split's own command
 // lines, so every setting but the path of the RPC bytes is the same: bare llama.cpp RPC, one
 // rpc-server per member holding layers, in the split's own --rpc order, and llama-server dialling them
-// directly; and one host with the whole model.
+// directly; the same through two plain relays (what any user-space relay costs here, a
+// reference); and one host with the whole model.
 func (l *speedLAN) startBaselines(ctx context.Context, t *testing.T, note func(string, ...any)) {
 	main, err := cmdline(l.sa.NS, "llama-server")
 	if err != nil {
@@ -145,17 +164,53 @@ func (l *speedLAN) startBaselines(ctx context.Context, t *testing.T, note func(s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ends []string
+	// Each rpc-server serves one client: the bare and the relayed runs have their own.
+	parts := map[string][]string{}
+	for _, h := range []*agentHost{l.sa, l.sb} {
+		if parts[h.Name], err = cmdline(h.NS, "ggml-rpc-server"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ends, relayed []string
 	for _, name := range holders {
-		ends = append(ends, l.startBareRPCServer(ctx, t, name))
+		ends = append(ends, l.startBareRPCServer(ctx, t, name, parts[name], "50052"))
+		end := l.startBareRPCServer(ctx, t, name, parts[name], "50053")
+		if name == "sb" {
+			end = l.startRelays(ctx, t, end)
+		}
+		relayed = append(relayed, end)
 	}
 	bareArgs := withFlag(withFlag(main, "--port", "18080"), "--rpc", strings.Join(ends, ","))
+	relayedArgs := withFlag(withFlag(main, "--port", "18082"), "--rpc", strings.Join(relayed, ","))
 	// One host computes with as many threads as each rpc-server (its default: half the
 	// cores), the same share of this shared machine.
 	oneArgs := withFlag(withFlag(withoutFlags(main, "--rpc", "-ngl", "--tensor-split"), "--port", "18081"), "-t", strconv.Itoa(max(1, runtime.NumCPU()/2)))
-	l.bare, l.one = "http://127.0.0.1:18080", "http://127.0.0.1:18081"
+	l.bare, l.one, l.relayed = "http://127.0.0.1:18080", "http://127.0.0.1:18081", "http://127.0.0.1:18082"
 	l.startLlamaServer(ctx, t, "bare-llama-server", l.bare, bareArgs, note)
+	l.startLlamaServer(ctx, t, "relayed-llama-server", l.relayed, relayedArgs, note)
 	l.startLlamaServer(ctx, t, "one-llama-server", l.one, oneArgs, note)
+}
+
+// startRelays puts two plain relays between sa and sb's rpc-server at end, as the agents' tunnel
+// and part are placed: one on sa's loopback, one on sb's LAN address; it returns sa's end once
+// a connection through both reaches the rpc-server.
+func (l *speedLAN) startRelays(ctx context.Context, t *testing.T, end string) string {
+	far := l.sb.Addr + ":50055"
+	near := "127.0.0.1:50056"
+	for _, r := range []struct {
+		h              *agentHost
+		name, from, to string
+	}{{l.sb, "tcprelay-sb", far, end}, {l.sa, "tcprelay-sa", near, far}} {
+		p, err := r.h.spawn(r.name, nil, l.e.prog("tcprelay"), "-listen", r.from, "-to", r.to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.relays = append(l.relays, p)
+	}
+	if err := l.reachable(ctx, near); err != nil {
+		t.Fatalf("the relays to sb's rpc-server: %v", err)
+	}
+	return near
 }
 
 // holdersInOrder names the members behind the split's --rpc ends, in main's order (the order
@@ -185,32 +240,35 @@ func (l *speedLAN) holdersInOrder(main []string) ([]string, error) {
 // startBareRPCServer starts an rpc-server on the member named name with the command line of
 // the split's own, the main's on loopback, as its part is, the others on their LAN address
 // (this test alone exposes one), and returns its address once sa reaches it.
-func (l *speedLAN) startBareRPCServer(ctx context.Context, t *testing.T, name string) string {
+func (l *speedLAN) startBareRPCServer(ctx context.Context, t *testing.T, name string, args []string, port string) string {
 	h := map[string]*agentHost{"sa": l.sa, "sb": l.sb}[name]
-	args, err := cmdline(h.NS, "ggml-rpc-server")
-	if err != nil {
-		t.Fatal(err)
-	}
 	host := h.Addr
 	if h == l.sa {
 		host = "127.0.0.1"
 	}
-	args = withFlag(withFlag(args, "-H", host), "-p", "50052")
-	if _, err := h.spawn("bare-rpc-server", []string{"LLAMA_CACHE=" + filepath.Join(h.Dir, "bare-cache")}, l.rpcBin, args...); err != nil {
+	args = withFlag(withFlag(args, "-H", host), "-p", port)
+	if _, err := h.spawn("bare-rpc-server-"+port, []string{"LLAMA_CACHE=" + filepath.Join(h.Dir, "bare-cache-"+port)}, l.rpcBin, args...); err != nil {
 		t.Fatal(err)
 	}
-	end := host + ":50052"
-	if _, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
-		c, err := nsDialer(l.sa.NS)(ctx, "tcp", end)
+	end := host + ":" + port
+	if err := l.reachable(ctx, end); err != nil {
+		t.Fatalf("bare rpc-server on %s: %v", name, err)
+	}
+	return end
+}
+
+// reachable waits until sa connects to addr. (An rpc-server drops a client that sends nothing
+// and serves the next.)
+func (l *speedLAN) reachable(ctx context.Context, addr string) error {
+	_, err := eventually(ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
+		c, err := nsDialer(l.sa.NS)(ctx, "tcp", addr)
 		if err != nil {
 			return false, err.Error()
 		}
 		c.Close()
 		return true, ""
-	}); err != nil {
-		t.Fatalf("bare rpc-server on %s: %v", name, err)
-	}
-	return end
+	})
+	return err
 }
 
 // startLlamaServer starts llama-server on sa with args as the process name, and waits until it
@@ -236,14 +294,15 @@ func (l *speedLAN) startLlamaServer(ctx context.Context, t *testing.T, name, bas
 	note("%s ready after %.1fs: llama-server %s", name, d.Seconds(), strings.Join(args, " "))
 }
 
-// speedRun is one of the three runs measured, and its answers' figures.
+// speedRun is one of the four runs measured, and its answers' figures.
 type speedRun struct {
 	name, base string
 	got        []figures
 }
 
 func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, ...any)) {
-	runs := []speedRun{{"through the sealed channel", l.split, nil}, {"bare llama.cpp RPC", l.bare, nil}, {"one host, the whole model", l.one, nil}}
+	runs := []speedRun{{"through the sealed channel", l.split, nil}, {"bare llama.cpp RPC", l.bare, nil},
+		{"bare through two plain relays", l.relayed, nil}, {"one host, the whole model", l.one, nil}}
 	// One answer each first, not counted: the first graph of a server allocates its buffers.
 	for _, r := range runs {
 		if _, err := answer(ctx, l.sa.netHost, r.base, 0); err != nil {
@@ -251,6 +310,11 @@ func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, 
 		}
 	}
 	load := loadAverage()
+	agents, relays := []int{l.sa.agent.cmd.Process.Pid, l.sb.agent.cmd.Process.Pid}, []int{}
+	for _, p := range l.relays {
+		relays = append(relays, p.cmd.Process.Pid)
+	}
+	agentsCPU, relaysCPU := cpuSeconds(agents), cpuSeconds(relays)
 	sent, received := l.channelBytes(ctx, t)
 	for round := range speedRounds {
 		for k := range runs {
@@ -264,6 +328,9 @@ func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, 
 	}
 	note("%d rounds of one %d-token answer each, the order rotating; load average %s at the start, %s at the end", speedRounds, answerTokens, load, loadAverage())
 	noteFigures(runs, note)
+	tokens := float64(speedRounds * answerTokens)
+	note("CPU a token it carried: the two agents %.2f ms (with their own work beside), the two plain relays %.2f ms",
+		1000*(cpuSeconds(agents)-agentsCPU)/tokens, 1000*(cpuSeconds(relays)-relaysCPU)/tokens)
 	sent2, received2 := l.channelBytes(ctx, t)
 	note("the sealed channel carried, an answer: %.1f KB to sb and %.1f KB back (sa's llmkube_split_channel_bytes_total)",
 		(sent2-sent)/speedRounds/1000, (received2-received)/speedRounds/1000)
@@ -295,21 +362,49 @@ func (l *speedLAN) channelBytes(ctx context.Context, t *testing.T) (sent, receiv
 
 // noteFigures notes each run's median figures, and the sealed run's beside the bare one's.
 func noteFigures(runs []speedRun, note func(string, ...any)) {
-	note("%-28s %-24s %s", "", "tokens/s: median (IQR)", "first token (prompt, ms): median (IQR)")
+	note("%-30s %-24s %s", "", "tokens/s: median (IQR)", "first token (prompt, ms): median (IQR)")
 	for _, r := range runs {
 		tps, pms := pick(r.got, figures.tokensPerS), pick(r.got, figures.promptMillis)
-		note("%-28s %-24s %s", r.name, spread(tps, "%.1f"), spread(pms, "%.0f"))
+		note("%-30s %-24s %s", r.name, spread(tps, "%.1f"), spread(pms, "%.0f"))
 	}
 	// Each round's sealed answer beside its bare one: a load that drifts over the minute
 	// falls on both of a pair alike, so the median of the pairs' ratios is the figure.
-	s, b := runs[0].got, runs[1].got
-	var tps, ft []float64
-	for i := range s {
-		tps = append(tps, s[i].tps/b[i].tps)
-		ft = append(ft, s[i].promptMS/b[i].promptMS)
-	}
+	tps, ft := ratios(runs[0].got, runs[1].got)
 	note("sealed ÷ bare, the median of the rounds' ratios (IQR): tokens/s %.3f× (%s), target ≥ 0.95×: %s; first token %.3f× (%s), target ≤ 1.05×: %s",
 		median(tps), iqr(tps), verdict(median(tps) >= 0.95), median(ft), iqr(ft), verdict(median(ft) <= 1.05))
+	tps, ft = ratios(runs[2].got, runs[1].got)
+	note("two plain relays ÷ bare (a reference, held to no target): tokens/s %.3f× (%s), first token %.3f× (%s)",
+		median(tps), iqr(tps), median(ft), iqr(ft))
+}
+
+// ratios are each round's tokens/s and first-token time of a run over another's.
+func ratios(a, b []figures) (tps, firstToken []float64) {
+	for i := range a {
+		tps = append(tps, a[i].tps/b[i].tps)
+		firstToken = append(firstToken, a[i].promptMS/b[i].promptMS)
+	}
+	return tps, firstToken
+}
+
+// cpuSeconds is the CPU time the processes have used (utime and stime in /proc/<pid>/stat).
+func cpuSeconds(pids []int) float64 {
+	var sum float64
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the command's closing parenthesis: utime and stime are the 12th and
+		// 13th, in clock ticks (100 a second).
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		user, _ := strconv.ParseFloat(f[11], 64)
+		sys, _ := strconv.ParseFloat(f[12], 64)
+		sum += (user + sys) / 100
+	}
+	return sum
 }
 
 // userModel is make_gguf.py's arguments for the speed test's model: 12 layers of dim 1536,
