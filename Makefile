@@ -57,8 +57,8 @@ bench:
 	@$(MAKE) --no-print-directory bench-split
 
 # A model split across two hosts of a LAN of namespaces: tokens/s and first token through the
-# sealed channel, beside bare llama.cpp RPC and one host running the whole model (issue 43,
-# BENCHMARKS.md), ~90 s. Needs root and the real llama-server and ggml-rpc-server
+# sealed channel, beside bare llama.cpp RPC, the same through two plain relays, and one host
+# running the whole model (issue 43, BENCHMARKS.md), ~2 min. Needs root and the real llama-server and ggml-rpc-server
 # (../shared/engines or LLMKUBE_LLAMA_SERVER); without them the test skips and says why. The
 # report ends with the table, also written to $(E2E_REPORT).split-speed.
 bench-split:
