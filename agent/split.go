@@ -304,7 +304,8 @@ func (a *Agent) followSending(pl *placement, id string, plan *api.SplitPlan) (st
 		defer close(ended)
 		tick := time.NewTicker(progressEvery)
 		defer tick.Stop()
-		var last int64
+		var last, told int64
+		toldAt, percent := time.Now(), -1
 		for total > 0 {
 			select {
 			case <-done:
@@ -316,12 +317,21 @@ func (a *Agent) followSending(pl *placement, id string, plan *api.SplitPlan) (st
 				continue
 			}
 			last = sent
+			now := time.Now()
 			a.mu.Lock()
 			if pl.ctx.Err() == nil && (pl.p.State == api.StateLoading || pl.p.State == api.StateRestarting) {
 				pl.p.PulledBytes, pl.p.TotalBytes = min(sent, total), total
 				pl.p.Progress = min(0.99, float64(sent)/float64(total))
-				pl.p.UpdatedAt = time.Now().UTC()
+				pl.p.UpdatedAt = now.UTC()
 				a.changedLocked()
+				// An event at each whole percent, with the rate since the last: the Events
+				// view and mesh watch tell how long the rest will take.
+				if p := int(100 * pl.p.Progress); p != percent {
+					rate := float64(sent-told) / now.Sub(toldAt).Seconds()
+					a.publishLocked(api.EventPlacement, pl, fmt.Sprintf("sending the members their weights: %d%% (%s of %s, %.0f MB/s)",
+						p, api.FormatBytes(pl.p.PulledBytes), api.FormatBytes(total), rate/1e6), "")
+					percent, told, toldAt = p, sent, now
+				}
 			}
 			a.mu.Unlock()
 		}

@@ -132,11 +132,12 @@ func TestSplitStartReportsWhatItSent(t *testing.T) {
 	w1, w2 := &tunnel{}, &tunnel{}
 	a.tunnels.add("p-1", w1)
 	a.tunnels.add("p-1", w2)
-	stop := a.followSending(pl, "p-1", plan)
-	defer stop()
-
 	w1.sent.Add(1 << 30)
 	w2.sent.Add(1 << 30)
+	_, sub := a.Events().Subscribe(0, nil)
+	defer sub.Close()
+	stop := a.followSending(pl, "p-1", plan)
+	defer stop()
 	now := func() api.Placement {
 		a.mu.RLock()
 		defer a.mu.RUnlock()
@@ -150,6 +151,13 @@ func TestSplitStartReportsWhatItSent(t *testing.T) {
 	}
 	require.Eventually(t, shown(2<<30, 4<<30, 0.5), 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "sent to the members", now().Moving())
+	// An event says it with the rate: the Events view and mesh watch tell the time left.
+	select {
+	case ev := <-sub.C():
+		assert.Regexp(t, `^sending the members their weights: 50% \(2\.0 GiB of 4\.0 GiB, \d+ MB/s\)$`, ev.Message)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event said what was sent")
+	}
 
 	// More than the weights (llama.cpp's other transfers): the bar stops short of done.
 	w1.sent.Add(3 << 30)
