@@ -119,6 +119,8 @@ func TestRefusalsBeforeSizing(t *testing.T) {
 		{"protected needs admin", s.nsClient(t, "team-a"), api.PlacementRequest{Source: "ollama://qwen2:1.5b", Protected: true}, api.CodeForbidden, 403},
 		{"bad priority", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Priority: "urgent"}, api.CodeBadRequest, 400},
 		{"bad namespace", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Namespace: "Team_A"}, api.CodeBadRequest, 400},
+		{"split's round-trip bound over 1 s", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Split: &api.SplitAsk{MaxRTTMillis: 5000}}, api.CodeBadRequest, 400},
+		{"negative round-trip bound", s.admin, api.PlacementRequest{Source: "/m/x.gguf", Split: &api.SplitAsk{MaxRTTMillis: -1}}, api.CodeBadRequest, 400},
 		{"projector on ollama", s.admin, api.PlacementRequest{Source: "ollama://qwen2:1.5b", MMProj: "/m/p.gguf"}, api.CodeBadRequest, 400},
 		{"projector not a GGUF", s.admin, api.PlacementRequest{Source: "/m/x.gguf", MMProj: "ollama://llava:7b"}, api.CodeInvalidSource, 400},
 		{"malformed projector", s.admin, api.PlacementRequest{Source: "/m/x.gguf", MMProj: "ftp://x/p.gguf"}, api.CodeInvalidSource, 400},

@@ -75,7 +75,7 @@ func (a *Agent) planSplit(c checked, est api.SizeEstimate, own int64, without ..
 	}
 	req := rank.SplitRequest{Request: rank.Request{PlacementRequest: c.req, Estimate: est}, Main: a.Name(), RTT: rank.RTTs(members)}
 	if c.req.Split != nil {
-		req.Hosts = c.req.Split.Hosts
+		req.Hosts, req.MaxRTT = c.req.Split.Hosts, c.req.Split.RTTBound()
 	}
 	if c.src.Path != "" {
 		if _, err := os.Stat(c.src.Path); err == nil {
@@ -466,7 +466,7 @@ func (a *Agent) replan(ctx context.Context, pl *placement, gone []string) error 
 	old := *pl.p.Split
 	old.Members = append([]api.SplitMember(nil), old.Members...)
 	c := checked{req: api.PlacementRequest{Source: pl.p.Source, Namespace: pl.p.Namespace, Context: pl.p.Context, Name: pl.p.Model,
-		Runtime: api.RuntimeLlamaServer}, src: pl.src}
+		Runtime: api.RuntimeLlamaServer, Split: &api.SplitAsk{MaxRTTMillis: old.MaxRTTMillis}}, src: pl.src}
 	full := pl.p.Memory
 	own := heldOf(pl.p)
 	a.mu.RUnlock()

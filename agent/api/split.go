@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // One model across several hosts (a split placement): the main host runs llama-server with
 // --rpc and --tensor-split, and every member, the main included, runs a ggml-rpc-server of its
 // own for its share of the layers. Each member's share is an ordinary placement on that member
@@ -20,6 +22,22 @@ const RPCUpgrade = "llmkube-rpc"
 type SplitAsk struct {
 	// Hosts are the members to use (the main among them or not); empty lets the plan choose.
 	Hosts []string `json:"hosts,omitempty"`
+	// MaxRTTMillis leaves out hosts whose measured round trip from the main is over it (llama.cpp
+	// RPC waits for a round trip to a member at least once a token); 0 is the planner's
+	// default, 50 ms. At most MaxSplitRTTMillis.
+	MaxRTTMillis float64 `json:"max_rtt_ms,omitempty"`
+}
+
+// MaxSplitRTTMillis bounds SplitAsk.MaxRTTMillis: a member a second away would add seconds to
+// every token.
+const MaxSplitRTTMillis = 1000
+
+// RTTBound is the round trip the ask allows, 0 for the planner's default (and for no ask).
+func (s *SplitAsk) RTTBound() time.Duration {
+	if s == nil {
+		return 0
+	}
+	return time.Duration(s.MaxRTTMillis * float64(time.Millisecond))
 }
 
 // SplitMember is one member's share of a split, and its arithmetic.
@@ -83,6 +101,9 @@ type SplitPlan struct {
 	// TokensPerS is the expected speed (0: unknown); Basis says what it rests on.
 	TokensPerS float64 `json:"tokens_per_s,omitempty"`
 	Basis      string  `json:"basis,omitempty"`
+	// MaxRTTMillis is the round-trip bound the plan was asked for (SplitAsk.MaxRTTMillis; 0:
+	// the default): a re-plan keeps it.
+	MaxRTTMillis float64 `json:"max_rtt_ms,omitempty"`
 }
 
 // Devices are the members holding layers in llama-server's order of devices (its --rpc and

@@ -82,7 +82,7 @@ type candidate struct {
 // host was left out. Pure, like Rank.
 func Split(members []api.Member, req SplitRequest) api.SplitPlan {
 	est := req.Estimate
-	plan := api.SplitPlan{Layers: est.Layers}
+	plan := api.SplitPlan{Layers: est.Layers, MaxRTTMillis: float64(req.MaxRTT) / float64(time.Millisecond)}
 	maxRTT := cmp.Or(req.MaxRTT, DefaultMaxRTT)
 	headroom := req.Headroom
 	if headroom <= 0 || headroom >= 1 {

@@ -83,6 +83,13 @@ func TestSplitRefusals(t *testing.T) {
 	assert.Equal(t, "refused: no other host can take part", p.Reason)
 	assert.Contains(t, left(p, "old").Reason, "RPC protocol v4.0.0 differs from the main's v5.0.0")
 	assert.Contains(t, left(p, "far").Reason, "RTT 80ms over the bound of 50ms")
+	assert.Zero(t, p.MaxRTTMillis, "the default bound")
+	// The user's bound takes the far host in, and the plan keeps it for a re-plan.
+	wide := req
+	wide.MaxRTT = 100 * time.Millisecond
+	pw := Split(members, wide)
+	assert.NotContains(t, left(pw, "far").Reason, "RTT", "far is within 100 ms")
+	assert.Equal(t, 100.0, pw.MaxRTTMillis)
 	assert.Contains(t, left(p, "none").Reason, "no RPC runtime")
 	assert.Equal(t, api.CodeUnreachable, left(p, "dead").Code)
 	assert.Contains(t, left(p, "small").Reason, "not enough budget")

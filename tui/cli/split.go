@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,14 +17,16 @@ import (
 // splitFlags are `mesh rank --split` and `mesh place --split [--hosts a,b,c]`: one model across
 // several hosts over llama.cpp RPC.
 type splitFlags struct {
-	split bool
-	hosts []string
+	split  bool
+	hosts  []string
+	maxRTT time.Duration
 }
 
 func (s *splitFlags) add(c *cobra.Command) {
 	f := c.Flags()
 	f.BoolVar(&s.split, "split", false, "split the model across several hosts (llama.cpp RPC over the sealed channel)")
 	f.StringSliceVar(&s.hosts, "hosts", nil, "with --split: the hosts to use, comma-separated (default: the fewest that fit)")
+	f.DurationVar(&s.maxRTT, "max-rtt", 0, "with --split: leave out hosts whose round trip is over this, up to 1s (default 50ms)")
 	_ = c.RegisterFlagCompletionFunc("hosts", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	})
@@ -34,7 +37,18 @@ func (s *splitFlags) check() error {
 	if len(s.hosts) > 0 && !s.split {
 		return usagef("--hosts chooses the members of a split: give --split too")
 	}
+	if s.maxRTT != 0 && !s.split {
+		return usagef("--max-rtt bounds the members of a split: give --split too")
+	}
+	if s.maxRTT < 0 || s.maxRTT > api.MaxSplitRTTMillis*time.Millisecond {
+		return usagef("--max-rtt %s: want a duration up to 1s (the default is 50ms)", s.maxRTT)
+	}
 	return nil
+}
+
+// ask is the split the flags ask for.
+func (s splitFlags) ask() *api.SplitAsk {
+	return &api.SplitAsk{Hosts: s.hosts, MaxRTTMillis: float64(s.maxRTT) / float64(time.Millisecond)}
 }
 
 // SplitDoc is `mesh rank --split --json`; Error is set (exit 3) when the hosts do not hold it.
@@ -53,6 +67,7 @@ func (a *app) planSplit(ctx context.Context, conn *console.Conn, req api.Placeme
 	if err != nil {
 		return r, api.SplitPlan{}, err
 	}
+	req.Split = sf.ask()
 	plan := r.Split(conn.View().Members, req, sf.hosts, main)
 	if !plan.Fits {
 		return r, plan, &api.Error{Code: api.CodeInsufficientMemory, Message: plan.Reason}
@@ -84,7 +99,7 @@ func (a *app) splitMain(ctx context.Context, conn *console.Conn, req *api.Placem
 		return "", err
 	}
 	fmt.Fprintf(a.stderr, "split: %s\n", plan.Reason)
-	req.Split = &api.SplitAsk{Hosts: sf.hosts}
+	req.Split = sf.ask()
 	return plan.Main, nil
 }
 

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,31 @@ func TestE2ESplit(t *testing.T) {
 	assert.Positive(t, doc.Plan.Layers)
 	assert.NotEmpty(t, doc.Plan.Protocol)
 	assert.NotEmpty(t, doc.Plan.Basis, "the speed says what it rests on")
+
+	// A round-trip bound of the user's, below every link's, leaves the other hosts out of the
+	// main's plan and says why (the agents measure each link within a few probes; a console
+	// that joins for one command has measured none, and its own plan cannot judge them).
+	r = runCLI(t, ctx, env, "", "mesh", "rank", src, "--max-rtt", "1ms")
+	assert.Equal(t, cli.ExitUsage, r.code, "--max-rtt without --split: %s", r.stderr)
+	r = runCLI(t, ctx, env, "", "mesh", "rank", src, "--split", "--max-rtt", "2s")
+	assert.Equal(t, cli.ExitUsage, r.code, "--max-rtt over 1s: %s", r.stderr)
+	require.Eventually(t, func() bool {
+		for _, h := range []string{"h1", "h2", "h3"} {
+			v, err := m.Client(h).Mesh(ctx)
+			if err != nil {
+				return false
+			}
+			for _, mb := range v.Members {
+				if mb.Name != h && strings.HasPrefix(mb.Name, "h") && mb.RTTMillis <= 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "every agent measures its links")
+	r = runCLI(t, ctx, env, "", "mesh", "place", src, "--name", "near", "--context", "256", "--split", "--max-rtt", "1us")
+	assert.Equal(t, cli.ExitRefused, r.code, r.stderr)
+	assert.Equal(t, 2, strings.Count(r.stderr, "over the bound of 1µs"), "both other hosts left out for it: %s", r.stderr)
 
 	table := runCLI(t, ctx, env, "", "mesh", "rank", src, "--split")
 	require.Equal(t, cli.ExitOK, table.code, table.stderr)

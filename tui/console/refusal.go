@@ -19,9 +19,11 @@ func (r Ranking) Request(req api.PlacementRequest, spread bool) rank.Request {
 
 // Split plans req across the hosts of members from this ranking's estimate, with the measured
 // round trips: the plan `mesh rank --split`, `mesh place --split` and the Place view show. Hosts
-// and main bound it when given; empty lets the plan choose.
+// and main bound it when given; empty lets the plan choose. req.Split's round-trip bound, when
+// it asks one, is the plan's.
 func (r Ranking) Split(members []api.Member, req api.PlacementRequest, hosts []string, main string) api.SplitPlan {
-	return rank.Split(members, rank.SplitRequest{Request: r.Request(req, false), Hosts: hosts, Main: main, RTT: rank.RTTs(members)})
+	return rank.Split(members, rank.SplitRequest{Request: r.Request(req, false), Hosts: hosts, Main: main,
+		RTT: rank.RTTs(members), MaxRTT: req.Split.RTTBound()})
 }
 
 // closeness is how far a refused host got toward running a request: a host without the
