@@ -249,7 +249,7 @@ func checkOptions(who api.Principal, req *api.PlacementRequest, src source.Sourc
 		return err
 	}
 	if s := req.Split; s != nil && (s.MaxRTTMillis < 0 || s.MaxRTTMillis > api.MaxSplitRTTMillis || math.IsNaN(s.MaxRTTMillis)) {
-		return api.Errorf(api.CodeBadRequest, "split max_rtt_ms %v: want 0 (the default, 50 ms) up to %d", s.MaxRTTMillis, api.MaxSplitRTTMillis)
+		return api.Errorf(api.CodeBadRequest, "split max_rtt_ms %v: want 0 (the default, %d ms) up to %d", s.MaxRTTMillis, api.DefaultSplitRTTMillis, api.MaxSplitRTTMillis)
 	}
 	if req.Protected && !who.Admin {
 		// Protection keeps a model from eviction and swaps mesh-wide policy: the operator's call.

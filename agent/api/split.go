@@ -23,14 +23,18 @@ type SplitAsk struct {
 	// Hosts are the members to use (the main among them or not); empty lets the plan choose.
 	Hosts []string `json:"hosts,omitempty"`
 	// MaxRTTMillis leaves out hosts whose measured round trip from the main is over it (llama.cpp
-	// RPC waits for a round trip to a member at least once a token); 0 is the planner's
-	// default, 50 ms. At most MaxSplitRTTMillis.
+	// RPC waits for a round trip to a member at least once a token); 0 is
+	// DefaultSplitRTTMillis. At most MaxSplitRTTMillis.
 	MaxRTTMillis float64 `json:"max_rtt_ms,omitempty"`
 }
 
-// MaxSplitRTTMillis bounds SplitAsk.MaxRTTMillis: a member a second away would add seconds to
-// every token.
-const MaxSplitRTTMillis = 1000
+// Round-trip bounds of a split's members, in milliseconds: the planner's default (see
+// mesh/rank's DefaultMaxRTT for why), and the most SplitAsk.MaxRTTMillis may ask (a member a
+// second away would add seconds to every token).
+const (
+	DefaultSplitRTTMillis = 50
+	MaxSplitRTTMillis     = 1000
+)
 
 // RTTBound is the round trip the ask allows, 0 for the planner's default (and for no ask).
 func (s *SplitAsk) RTTBound() time.Duration {

@@ -38,7 +38,7 @@ const (
 	// milliseconds even on loopback (a smoothed mean once read 51 ms on two loaded cores under
 	// the race detector), so the view gives the lowest of the last probes. The bound leaves out
 	// only what would make a split crawl; the speed estimate shows the cost of the rest.
-	DefaultMaxRTT = 50 * time.Millisecond
+	DefaultMaxRTT = api.DefaultSplitRTTMillis * time.Millisecond
 	// DefaultHeadroom of each member's free budget is left free.
 	DefaultHeadroom = 0.1
 	// WorkerOverhead is an rpc-server process beyond the tensors it holds (measured: ~20 MiB

@@ -26,7 +26,8 @@ func (s *splitFlags) add(c *cobra.Command) {
 	f := c.Flags()
 	f.BoolVar(&s.split, "split", false, "split the model across several hosts (llama.cpp RPC over the sealed channel)")
 	f.StringSliceVar(&s.hosts, "hosts", nil, "with --split: the hosts to use, comma-separated (default: the fewest that fit)")
-	f.DurationVar(&s.maxRTT, "max-rtt", 0, "with --split: leave out hosts whose round trip is over this, up to 1s (default 50ms)")
+	f.DurationVar(&s.maxRTT, "max-rtt", 0, fmt.Sprintf("with --split: leave out hosts whose round trip is over this, up to %v (default %v)",
+		api.MaxSplitRTTMillis*time.Millisecond, api.DefaultSplitRTTMillis*time.Millisecond))
 	_ = c.RegisterFlagCompletionFunc("hosts", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	})
@@ -41,7 +42,8 @@ func (s *splitFlags) check() error {
 		return usagef("--max-rtt bounds the members of a split: give --split too")
 	}
 	if s.maxRTT < 0 || s.maxRTT > api.MaxSplitRTTMillis*time.Millisecond {
-		return usagef("--max-rtt %s: want a duration up to 1s (the default is 50ms)", s.maxRTT)
+		return usagef("--max-rtt %s: want a duration up to %v (the default is %v)", s.maxRTT,
+			api.MaxSplitRTTMillis*time.Millisecond, api.DefaultSplitRTTMillis*time.Millisecond)
 	}
 	return nil
 }
