@@ -299,6 +299,9 @@ func (a *Agent) followSending(pl *placement, id string, plan *api.SplitPlan) (st
 			total += mb.Weights
 		}
 	}
+	if total == 0 {
+		return func() {} // every layer on this host: nothing crosses
+	}
 	done, ended := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(ended)
@@ -306,7 +309,7 @@ func (a *Agent) followSending(pl *placement, id string, plan *api.SplitPlan) (st
 		defer tick.Stop()
 		var last, told int64
 		toldAt, percent := time.Now(), -1
-		for total > 0 {
+		for {
 			select {
 			case <-done:
 				return

@@ -247,10 +247,14 @@ func waitSplit(t *testing.T, ctx context.Context, m *Mesh, host, id string, done
 }
 
 // readySplit places model split across h1 (the main) and h2, and waits until it is ready.
+// readyRTTBound is readySplit's round-trip bound: wider than the default, which loopback never
+// reaches anyway; the plan records it, and a re-plan keeps it.
+const readyRTTBound = 900
+
 func readySplit(t *testing.T, ctx context.Context, m *Mesh, model string) api.Placement {
 	t.Helper()
 	p, err := m.Client("h1").Place(ctx, api.PlacementRequest{Source: FileSource(model), Name: "tiny", Context: 256,
-		Split: &api.SplitAsk{Hosts: []string{"h1", "h2"}}})
+		Split: &api.SplitAsk{Hosts: []string{"h1", "h2"}, MaxRTTMillis: readyRTTBound}})
 	require.NoError(t, err)
 	return waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool { return p.State == api.StateReady })
 }
@@ -275,6 +279,7 @@ func TestSplitReplansThenFailsWhenMembersGo(t *testing.T) {
 	m := splitMesh(t, ctx, 2<<30)
 	p := readySplit(t, ctx, m, model)
 	before := splitWeights(p)
+	assert.Equal(t, float64(readyRTTBound), p.Split.MaxRTTMillis, "the plan records the bound asked for")
 
 	require.NoError(t, m.Host("h2").Node.Close())
 	p = waitSplit(t, ctx, m, "h1", p.ID, func(p api.Placement) bool {
@@ -283,6 +288,7 @@ func TestSplitReplansThenFailsWhenMembersGo(t *testing.T) {
 	assert.Positive(t, p.Restarts, "the split restarted without h2")
 	assert.InDelta(t, before, splitWeights(p), float64(p.Split.Layers), "the re-plan sizes the same model: every weight counted once")
 	assert.True(t, p.Split.Members[0].Output, "the main still holds the output layer: %s", p.Split.Reason)
+	assert.Equal(t, float64(readyRTTBound), p.Split.MaxRTTMillis, "the re-plan keeps the round-trip bound")
 	require.Eventually(t, func() bool {
 		var text strings.Builder
 		err := m.Client("h3").ChatStream(ctx, "tiny", []apiclient.ChatMessage{{Role: "user", Content: "hello"}}, apiclient.ChatOptions{MaxTokens: 4}, func(d apiclient.ChatDelta) error {

@@ -301,17 +301,16 @@ func TestHealthTimeout(t *testing.T) {
 // their weights starts however long that takes, and fails once the bytes stop moving.
 func TestHealthTimeoutCountsFromTheLastProgress(t *testing.T) {
 	d := newDriver(t, func(c *Config) { c.HealthTimeout = 400 * time.Millisecond })
-	moving := func(stop <-chan struct{}) func() int64 {
+	// moving is a split's count of bytes sent: 1 MiB every 50 ms, up to limit.
+	moving := func(limit int64) func() int64 {
 		var sent atomic.Int64
 		go func() {
 			tick := time.NewTicker(50 * time.Millisecond)
 			defer tick.Stop()
-			for {
+			for sent.Load() < limit {
 				select {
 				case <-tick.C:
 					sent.Add(1 << 20)
-				case <-stop:
-					return
 				case <-t.Context().Done():
 					return
 				}
@@ -322,20 +321,13 @@ func TestHealthTimeoutCountsFromTheLastProgress(t *testing.T) {
 
 	// Loading for 2 s, five times the bound, with bytes moving all along: ready.
 	d.cfg.Env = []string{"LLAMA_SIM_LOAD_DELAY=2s"}
-	inst, err := d.Load(t.Context(), engines.Model{ID: "moving", Source: modelFile(t), Sent: moving(nil)})
+	inst, err := d.Load(t.Context(), engines.Model{ID: "moving", Source: modelFile(t), Sent: moving(1 << 40)})
 	require.NoError(t, err)
 	require.NotNil(t, inst)
 
-	// The bytes stop: the start fails a bound later, and is stopped.
+	// The bytes stop at 8 MiB: the start fails a bound later, and is stopped.
 	d.cfg.Env = []string{"LLAMA_SIM_LOAD_DELAY=1h"}
-	stop := make(chan struct{})
-	sent := moving(stop)
-	go func() {
-		for sent() < 8<<20 {
-			time.Sleep(10 * time.Millisecond)
-		}
-		close(stop)
-	}()
+	sent := moving(8 << 20)
 	_, err = d.Load(t.Context(), engines.Model{ID: "stalled", Source: modelFile(t), Sent: sent})
 	assert.Equal(t, api.CodeEngineError, codeOf(err))
 	assert.ErrorContains(t, err, "for 400ms it read nothing of the model from the disk and sent its split's members nothing")
