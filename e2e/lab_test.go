@@ -176,6 +176,27 @@ func (h *netHost) setLink(up bool) error {
 	return ipCmd("-n", h.lab.hub, "link", "set", h.Name, state)
 }
 
+// delayCable runs the host's cable through a delay line (e2e/internal/delayline, the program
+// prog): unhooked from the bridge, its hub end is joined to a new veth pair on the bridge by the
+// line, which holds each frame delay, each way, as netem on both ends of the cable would (this
+// kernel has no netem). It stops with the test.
+func (h *netHost) delayCable(prog string, delay time.Duration) error {
+	hub := &netHost{lab: h.lab, Name: "hub", NS: h.lab.hub, Dir: h.lab.dir}
+	line, bridged := h.Name+"-d", h.Name+"-b"
+	for _, args := range [][]string{
+		{"-n", hub.NS, "link", "add", "dev", line, "type", "veth", "peer", "name", bridged},
+		{"-n", hub.NS, "link", "set", bridged, "master", "br0", "up"},
+		{"-n", hub.NS, "link", "set", line, "up"},
+		{"-n", hub.NS, "link", "set", h.Name, "nomaster"},
+	} {
+		if err := ipCmd(args...); err != nil {
+			return err
+		}
+	}
+	_, err := hub.spawn("delayline-"+h.Name, nil, prog, "-a", h.Name, "-b", line, "-delay", delay.String())
+	return err
+}
+
 // nsDialer dials from inside the network namespace ns: a socket stays in the namespace it was
 // made in (netnslab.Enter).
 func nsDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {

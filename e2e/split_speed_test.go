@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/llmkube/mesh/agent/api"
 	"github.com/llmkube/mesh/engines/enginetest"
@@ -102,13 +105,31 @@ func (l *speedLAN) makeModelAndBuild(t *testing.T, note func(string, ...any)) {
 	}
 }
 
-// buildRelay builds the reference relay (e2e/internal/tcprelay) into dir.
+// buildRelay builds the reference relay and the delay line (e2e/internal/tcprelay, delayline)
+// into dir.
 func buildRelay(dir string) error {
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", filepath.Join(dir, "tcprelay"), "github.com/llmkube/mesh/e2e/internal/tcprelay")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build tcprelay: %v\n%s", err, out)
+	for _, name := range []string{"tcprelay", "delayline"} {
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", filepath.Join(dir, name), "github.com/llmkube/mesh/e2e/internal/"+name)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", name, err, out)
+		}
 	}
 	return nil
+}
+
+// linkDelay is what the link between sa and sb adds each way: the issue's `netem delay 0.3ms`
+// on each end, a round trip of ~0.6 ms more, what a switched gigabit LAN with its hosts' stacks
+// shows. LLMKUBE_E2E_LINK_DELAY sets another ("0": no delay line, the bridge alone).
+func linkDelay() (time.Duration, error) {
+	v := os.Getenv("LLMKUBE_E2E_LINK_DELAY")
+	if v == "" {
+		return 300 * time.Microsecond, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("LLMKUBE_E2E_LINK_DELAY=%q: want a duration such as 300us or 0", v)
+	}
+	return d, nil
 }
 
 func (l *speedLAN) startShaped(ctx context.Context, t *testing.T, note func(string, ...any)) {
@@ -117,14 +138,33 @@ func (l *speedLAN) startShaped(ctx context.Context, t *testing.T, note func(stri
 	hosts := startSplitAgents(ctx, t, l.e, l.llama, "1200MiB", note, "sa", "sb")
 	l.sa, l.sb = hosts[0], hosts[1]
 	l.e.box = l.sa
-	// tbf: this kernel has no netem (CONFIG_NET_SCH_NETEM is off), so the issue's 0.3 ms
-	// delay cannot be made; the rate is the link's.
+	// This kernel has no netem (CONFIG_NET_SCH_NETEM is off): tbf sets the rate on each end,
+	// and a delay line on sb's cable the latency.
 	for _, h := range hosts {
 		if out, err := exec.Command("tc", "-n", h.NS, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "10ms").CombinedOutput(); err != nil {
 			t.Fatalf("shaping %s's link: %v: %s", h.Name, err, out)
 		}
 	}
-	note("tbf on sa's and sb's ends (no netem in this kernel: no delay added)")
+	delay, err := linkDelay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if delay == 0 {
+		note("tbf on sa's and sb's ends; no delay line (LLMKUBE_E2E_LINK_DELAY=0)")
+		return
+	}
+	if err := l.sb.delayCable(l.e.prog("delayline"), delay); err != nil {
+		t.Fatalf("the delay line on sb's cable: %v", err)
+	}
+	sbAPI := l.sb.Addr + ":" + strconv.Itoa(apiPort)
+	if err := l.reachable(ctx, sbAPI); err != nil {
+		t.Fatalf("sb through the delay line: %v", err)
+	}
+	rtt, err := l.handshakeRTT(ctx, sbAPI)
+	if err != nil {
+		t.Fatalf("sb through the delay line: %v", err)
+	}
+	note("tbf on sa's and sb's ends; a delay line on sb's cable holds each frame %v each way: a TCP handshake from sa to sb takes %.2f ms", delay, rtt.Seconds()*1000)
 }
 
 func (l *speedLAN) place(ctx context.Context, t *testing.T, note func(string, ...any)) {
@@ -269,6 +309,31 @@ func (l *speedLAN) reachable(ctx context.Context, addr string) error {
 		return true, ""
 	})
 	return err
+}
+
+// handshakeRTT is the lowest round trip of five TCP handshakes from sa to addr, as the kernel
+// measured them (TCP_INFO's rtt: the SYN to its SYN-ACK).
+func (l *speedLAN) handshakeRTT(ctx context.Context, addr string) (time.Duration, error) {
+	best := time.Duration(-1)
+	for range 5 {
+		c, err := nsDialer(l.sa.NS)(ctx, "tcp", addr)
+		if err != nil {
+			return 0, err
+		}
+		var info *unix.TCPInfo
+		rc, err := c.(*net.TCPConn).SyscallConn()
+		if err == nil {
+			err = rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+		}
+		c.Close()
+		if err != nil {
+			return 0, fmt.Errorf("TCP_INFO: %w", err)
+		}
+		if d := time.Duration(info.Rtt) * time.Microsecond; best < 0 || d < best {
+			best = d
+		}
+	}
+	return best, nil
 }
 
 // startLlamaServer starts llama-server on sa with args as the process name, and waits until it
