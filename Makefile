@@ -56,11 +56,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
 	@$(MAKE) --no-print-directory bench-split
 
-# A model split across two hosts of a LAN of namespaces: tokens/s and first token through the
-# sealed channel, beside bare llama.cpp RPC, the same through two plain relays, and one host
-# running the whole model (issue 43, BENCHMARKS.md), ~2 min. Needs root and the real llama-server and ggml-rpc-server
-# (../shared/engines or LLMKUBE_LLAMA_SERVER); without them the test skips and says why. The
-# report ends with the table, also written to $(E2E_REPORT).split-speed.
+# A model split across two hosts of a LAN of namespaces, their link 1 Gbit/s with 0.3 ms each
+# way (LLMKUBE_E2E_LINK_DELAY=0: none): tokens/s and first token through the sealed channel,
+# beside bare llama.cpp RPC, the same through two plain relays, and one host running the whole
+# model (issue 43, BENCHMARKS.md), ~2 min. Needs root and the real llama-server and
+# ggml-rpc-server (../shared/engines or LLMKUBE_LLAMA_SERVER); without them the test skips and
+# says why. The report ends with the table, also written to $(E2E_REPORT).split-speed.
 bench-split:
 	@mkdir -p $(dir $(E2E_REPORT))
 	LLMKUBE_E2E=1 LLMKUBE_E2E_REPORT=$(E2E_REPORT) $(GO) test -count=1 -timeout 10m -v -run '^TestSpeedLANSplit$$' ./e2e/
