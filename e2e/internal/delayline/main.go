@@ -41,6 +41,7 @@ func main() {
 		log.Fatal(err)
 	}
 	errc := make(chan error, 2)
+	log.Printf("delaying frames between %s and %s by %v each way", *a, *b, *delay)
 	go func() { errc <- pass(ina, outb, *delay, *limit) }()
 	go func() { errc <- pass(inb, outa, *delay, *limit) }()
 	log.Fatal(<-errc)
