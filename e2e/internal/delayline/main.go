@@ -6,12 +6,14 @@
 //
 // Each way is one OS thread that waits in ppoll(2) for the next frame or the next frame due,
 // whichever comes first: Go's own timers round a wait under a millisecond up to one when the
-// process is idle, too coarse for a delay of 0.3 ms. Packet sockets with virtio-net headers
+// process is idle, too coarse for a delay of 0.3 ms. A frame is due delay after the kernel
+// received it (its SO_TIMESTAMPNS), so the thread's own wake-up to read it is not added. Packet sockets with virtio-net headers
 // carry the veth's segmentation offload through unchanged, so a 64 KB TCP segment is one frame.
 // Like netem's default limit, at most -limit frames wait each way; more are dropped.
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -71,6 +73,9 @@ func open(name string) (in, out int, err error) {
 			if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
 				return 0, 0, fmt.Errorf("ignoring what is sent on %s: %w", name, err)
 			}
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+				return 0, 0, fmt.Errorf("receive times on %s: %w", name, err)
+			}
 		}
 		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(s.proto), Ifindex: ifi.Index}); err != nil {
 			return 0, 0, fmt.Errorf("binding to %s: %w", name, err)
@@ -94,7 +99,7 @@ func pass(in, out int, delay time.Duration, limit int) error {
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("timer slack: %w", err)
 	}
-	buf := make([]byte, 1<<18)
+	buf, oob := make([]byte, 1<<18), make([]byte, 128)
 	var q []frame
 	fds := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}}
 	for {
@@ -107,7 +112,7 @@ func pass(in, out int, delay time.Duration, limit int) error {
 			return fmt.Errorf("ppoll: %w", err)
 		}
 		for {
-			n, err := unix.Read(in, buf)
+			n, oobn, _, _, err := unix.Recvmsg(in, buf, oob, 0)
 			if errors.Is(err, unix.EAGAIN) {
 				break
 			}
@@ -115,7 +120,7 @@ func pass(in, out int, delay time.Duration, limit int) error {
 				return fmt.Errorf("reading: %w", err)
 			}
 			if len(q) < limit {
-				q = append(q, frame{due: time.Now().Add(delay), b: append([]byte(nil), buf[:n]...)})
+				q = append(q, frame{due: received(oob[:oobn]).Add(delay), b: append([]byte(nil), buf[:n]...)})
 			}
 		}
 		now := time.Now()
@@ -128,4 +133,17 @@ func pass(in, out int, delay time.Duration, limit int) error {
 			q = q[1:]
 		}
 	}
+}
+
+// received is the kernel's receive time of a frame, from its control message; now if it has none.
+func received(oob []byte) time.Time {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err == nil {
+		for _, m := range msgs {
+			if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+				return time.Unix(int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:])))
+			}
+		}
+	}
+	return time.Now()
 }
