@@ -51,6 +51,7 @@ func TestSpeedLANSplit(t *testing.T) {
 	t.Cleanup(cancel)
 	l.dir = t.TempDir()
 	l.e = newEnv(t, l.dir)
+	l.e.userTimings = true
 
 	if !rep.step(t, "make a user's model and build the programs", l.makeModelAndBuild) {
 		t.FailNow()
