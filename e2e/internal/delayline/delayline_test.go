@@ -61,6 +61,11 @@ func TestDelayLine(t *testing.T) {
 	defer cancel()
 	var c net.Conn
 	for c == nil { // until the line is up (the first SYN may be lost while it starts)
+		select {
+		case <-p.Done():
+			t.Fatalf("the delay line exited:\n%s", p.Out.String())
+		default:
+		}
 		if c, err = l.Dial(1)(ctx, "tcp", ln.Addr().String()); err != nil && ctx.Err() != nil {
 			t.Fatalf("dialling host 2 through the line: %v\n%s", err, p.Out.String())
 		}
