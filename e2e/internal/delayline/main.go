@@ -92,7 +92,7 @@ type frame struct {
 	b   []byte
 }
 
-// pass moves frames from in to out, each delay after it was read.
+// pass moves frames from in to out, each delay after the kernel received it.
 func pass(in, out int, delay time.Duration, limit int) error {
 	runtime.LockOSThread() // ppoll's timeout and the timer slack belong to this thread
 	// Linux lets a sleeping thread's timer fire up to 50 µs late by default.
