@@ -30,6 +30,9 @@ import (
 // that a run's median ratio moves by less than the margins of the targets (±5 %).
 const speedRounds = 20
 
+// quietSpell is how long the carriers' own background is measured before the rounds.
+const quietSpell = 10 * time.Second
+
 // TestSpeedLANSplit measures what the sealed channel costs a split model (issue 43): two hosts
 // of the LAN on a link shaped to 1 Gbit/s each way, a model whose token takes tens of
 // milliseconds of CPU, placed as a split across both from the laptop. Beside it on the same
@@ -376,12 +379,23 @@ func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, 
 			t.Fatal(err)
 		}
 	}
-	load := loadAverage()
 	agents, relays := []int{l.sa.agent.cmd.Process.Pid, l.sb.agent.cmd.Process.Pid}, []int{}
 	for _, p := range l.relays {
 		relays = append(relays, p.cmd.Process.Pid)
 	}
-	agentsCPU, relaysCPU := cpuSeconds(agents), cpuSeconds(relays)
+	// What the carriers spend beside carrying (the agents gossip, answer mDNS, check their
+	// engines), over a quiet spell first: it is taken off what they spend over the rounds, so a
+	// token's cost is what carrying it took.
+	quietFrom, agentsQuiet, relaysQuiet := time.Now(), usageOf(agents), usageOf(relays)
+	select {
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	case <-time.After(quietSpell):
+	}
+	quiet := time.Since(quietFrom)
+	agentsAside, relaysAside := usageOf(agents).minus(agentsQuiet), usageOf(relays).minus(relaysQuiet)
+	load := loadAverage()
+	roundsFrom, agentsBefore, relaysBefore := time.Now(), usageOf(agents), usageOf(relays)
 	sent, received := l.channelBytes(ctx, t)
 	for round := range speedRounds {
 		for k := range runs {
@@ -393,11 +407,16 @@ func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, 
 			r.got = append(r.got, f)
 		}
 	}
+	share := time.Since(roundsFrom).Seconds() / quiet.Seconds()
+	agentsCarried := usageOf(agents).minus(agentsBefore).minus(agentsAside.times(share))
+	relaysCarried := usageOf(relays).minus(relaysBefore).minus(relaysAside.times(share))
 	note("%d rounds of one %d-token answer each, the order rotating; load average %s at the start, %s at the end", speedRounds, answerTokens, load, loadAverage())
 	noteFigures(runs, note)
 	tokens := float64(speedRounds * answerTokens)
-	note("CPU a token it carried: the two agents %.2f ms (with their own work beside), the two plain relays %.2f ms",
-		1000*(cpuSeconds(agents)-agentsCPU)/tokens, 1000*(cpuSeconds(relays)-relaysCPU)/tokens)
+	note("a token carried cost the two agents %.2f ms of CPU and %.1f context switches, the two plain relays %.2f ms and %.1f "+
+		"(less what each spent aside, measured over %.0f s before the rounds: the agents %.2f %% of a core and %.0f switches a second)",
+		1000*agentsCarried.cpu/tokens, agentsCarried.switches/tokens, 1000*relaysCarried.cpu/tokens, relaysCarried.switches/tokens,
+		quiet.Seconds(), 100*agentsAside.cpu/quiet.Seconds(), agentsAside.switches/quiet.Seconds())
 	sent2, received2 := l.channelBytes(ctx, t)
 	note("the sealed channel carried, an answer: %.1f KB to sb and %.1f KB back (sa's llmkube_split_channel_bytes_total)",
 		(sent2-sent)/speedRounds/1000, (received2-received)/speedRounds/1000)
@@ -453,11 +472,20 @@ func ratios(a, b []figures) (tps, firstToken []float64) {
 	return tps, firstToken
 }
 
-// cpuSeconds is the CPU time the processes have used (utime and stime in /proc/<pid>/stat).
-func cpuSeconds(pids []int) float64 {
-	var sum float64
+// usage is what processes have spent: CPU seconds, and context switches (every thread's,
+// voluntary or not: each is a wake-up or a preemption).
+type usage struct{ cpu, switches float64 }
+
+func (u usage) minus(v usage) usage   { return usage{u.cpu - v.cpu, u.switches - v.switches} }
+func (u usage) times(k float64) usage { return usage{u.cpu * k, u.switches * k} }
+
+// usageOf is what the processes have spent so far: utime and stime from /proc/<pid>/stat, and
+// the switches of each of their threads from /proc/<pid>/task/*/status.
+func usageOf(pids []int) usage {
+	var u usage
 	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		dir := "/proc/" + strconv.Itoa(pid)
+		b, err := os.ReadFile(dir + "/stat")
 		if err != nil {
 			continue
 		}
@@ -469,9 +497,22 @@ func cpuSeconds(pids []int) float64 {
 		}
 		user, _ := strconv.ParseFloat(f[11], 64)
 		sys, _ := strconv.ParseFloat(f[12], 64)
-		sum += (user + sys) / 100
+		u.cpu += (user + sys) / 100
+		tasks, _ := filepath.Glob(dir + "/task/*/status")
+		for _, status := range tasks {
+			b, err := os.ReadFile(status)
+			if err != nil {
+				continue // the thread ended
+			}
+			for line := range strings.SplitSeq(string(b), "\n") {
+				if name, value, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(name, "ctxt_switches") {
+					n, _ := strconv.ParseFloat(strings.TrimSpace(value), 64)
+					u.switches += n
+				}
+			}
+		}
 	}
-	return sum
+	return u
 }
 
 // userModel is make_gguf.py's arguments for the speed test's model: 12 layers of dim 1536,
