@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -24,16 +25,70 @@ import (
 // BenchmarkSplitTunnel is one RPC exchange of llama.cpp's pattern (a command byte, its size
 // and its payload, each its own send as ggml-rpc does; an answer of a size and a payload)
 // through a split's tunnel (the main's loopback end, the sealed Upgrade, the member's relay to
-// the part's loopback port) beside the same exchange straight over loopback TCP: the relays'
-// cost a round trip, of which a token takes several.
+// the part's loopback port), beside the same exchange straight over loopback TCP, through two
+// plain io.Copy relays, and through two relays speaking TLS 1.3 to each other with the mesh's
+// identities: what the tunnel costs a round trip beyond any two relays, of which a token takes
+// one.
 func BenchmarkSplitTunnel(b *testing.B) {
 	for _, size := range []int{64, 64 << 10} {
 		echo := rpcEcho(b)
 		direct := echo.Addr().String()
 		b.Run("direct/"+sizeName(size), func(b *testing.B) { exchanges(b, direct, size) })
+		plain := relay(b, func() (net.Conn, error) { return net.Dial("tcp", relay(b, dialer(direct), nil)) }, nil)
+		b.Run("plain-relays/"+sizeName(size), func(b *testing.B) { exchanges(b, plain, size) })
+		ca, err := seal.NewCA("bench", make([]byte, 32))
+		if err != nil {
+			b.Fatal(err)
+		}
+		far, near := sealIdentity(b, ca, "far", seal.RoleAgent), sealIdentity(b, ca, "near", seal.RoleAgent)
+		farEnd := relay(b, dialer(direct), func(c net.Conn) net.Conn { return tls.Server(c, far.ServerConfig()) })
+		sealed := relay(b, func() (net.Conn, error) {
+			return tls.Dial("tcp", farEnd, near.ClientConfig(seal.PeerNamed("far", hex.EncodeToString(far.KeyID()))))
+		}, nil)
+		b.Run("tls-relays/"+sizeName(size), func(b *testing.B) { exchanges(b, sealed, size) })
 		tunnelled, _ := splitTunnelTo(b, direct, func() api.Liveness { return api.Alive })
 		b.Run("tunnel/"+sizeName(size), func(b *testing.B) { exchanges(b, tunnelled, size) })
 	}
+}
+
+// relay listens on loopback and pipes each connection, wrapped by wrap when it is not nil, to
+// a connection dial opens; it returns its address.
+func relay(tb testing.TB, dial func() (net.Conn, error), wrap func(net.Conn) net.Conn) string {
+	return serveLoopback(tb, func(c net.Conn) {
+		if wrap != nil {
+			c = wrap(c)
+		}
+		up, err := dial()
+		if err != nil {
+			c.Close()
+			return
+		}
+		pipe(c, up)
+	}).Addr().String()
+}
+
+// serveLoopback listens on loopback and serves each connection with handle, in a goroutine of
+// its own, until the test ends.
+func serveLoopback(tb testing.TB, handle func(net.Conn)) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return ln
+}
+
+func dialer(addr string) func() (net.Conn, error) {
+	return func() (net.Conn, error) { return net.Dial("tcp", addr) }
 }
 
 func sizeName(n int) string {
@@ -81,43 +136,29 @@ func exchange(c net.Conn, payload []byte) error {
 
 // rpcEcho answers each command with a payload of its own size, as an rpc-server would.
 func rpcEcho(tb testing.TB) net.Listener {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveLoopback(tb, func(c net.Conn) {
+		defer c.Close()
+		var cmd [9]byte
+		buf := make([]byte, 1<<20)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := io.ReadFull(c, cmd[:]); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				var cmd [9]byte
-				buf := make([]byte, 1<<20)
-				for {
-					if _, err := io.ReadFull(c, cmd[:]); err != nil {
-						return
-					}
-					if cmd[0] == 0 { // the test's way to make the rpc-server go away
-						return
-					}
-					n := binary.LittleEndian.Uint64(cmd[1:])
-					if _, err := io.ReadFull(c, buf[:n]); err != nil {
-						return
-					}
-					if _, err := c.Write(cmd[1:]); err != nil {
-						return
-					}
-					if _, err := c.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			}()
+			if cmd[0] == 0 { // the test's way to make the rpc-server go away
+				return
+			}
+			n := binary.LittleEndian.Uint64(cmd[1:])
+			if _, err := io.ReadFull(c, buf[:n]); err != nil {
+				return
+			}
+			if _, err := c.Write(cmd[1:]); err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
 		}
-	}()
-	return ln
+	})
 }
 
 // splitTunnelTo is the loopback end of a main's tunnel to a member whose ready part's
