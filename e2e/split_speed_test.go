@@ -171,8 +171,19 @@ func (l *speedLAN) startShaped(ctx context.Context, t *testing.T, note func(stri
 	note("tbf on sa's and sb's ends; a delay line on sb's cable holds each frame %v each way: a TCP handshake from sa to sb takes %.2f ms", delay, rtt.Seconds()*1000)
 }
 
+// splitArgs are the engine arguments the split is placed with, from LLMKUBE_E2E_SPLIT_ARGS
+// (space-separated: "-fa off" measures the split without flash attention; the baselines take
+// them too, from the split's command line), as mesh place's --arg flags.
+func splitArgs() []string {
+	var flags []string
+	for _, a := range strings.Fields(os.Getenv("LLMKUBE_E2E_SPLIT_ARGS")) {
+		flags = append(flags, "--arg", a)
+	}
+	return flags
+}
+
 func (l *speedLAN) place(ctx context.Context, t *testing.T, note func(string, ...any)) {
-	p, progress := placeSplit(ctx, t, l.e, l.model, "user", "--hosts", "sa,sb", "--host", "sa")
+	p, progress := placeSplit(ctx, t, l.e, l.model, "user", append([]string{"--hosts", "sa,sb", "--host", "sa"}, splitArgs()...)...)
 	for _, m := range p.Split.Members {
 		note("%s: %d of %d layers", m.Host, m.Layers, p.Split.Layers)
 	}
