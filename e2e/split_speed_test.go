@@ -26,7 +26,7 @@ import (
 	"github.com/llmkube/mesh/engines/enginetest"
 )
 
-// speedRounds is how many answers each of the four runs gives, one of each per round: enough
+// speedRounds is how many answers each of the five runs gives, one of each per round: enough
 // that a run's median ratio moves by less than the margins of the targets (±5 %).
 const speedRounds = 20
 
@@ -38,12 +38,12 @@ const quietSpell = 10 * time.Second
 // milliseconds of CPU, placed as a split across both from the laptop. Beside it on the same
 // hosts and link: bare llama.cpp RPC (the split's own llama-server and rpc-server command
 // lines, the rpc-servers dialled directly), the same through two plain relays (one on each
-// host, e2e/internal/tcprelay: a reference for what any relay costs here) and one host running
-// the whole model (the same llama-server without --rpc). The four answer in turn, round after
-// round, the order rotating, so a load that comes and goes on a shared machine falls on each
-// alike. It fails only when a
-// run cannot be set up or does not answer: the figures are for `make bench-split` and
-// BENCHMARKS.md, held to no target here.
+// host, e2e/internal/tcprelay: a reference for what any relay costs here), the same through
+// two relays speaking TLS 1.3 to each other (what the encryption adds to them), and one host
+// running the whole model (the same llama-server without --rpc). The five answer in turn,
+// round after round, the order rotating, so a load that comes and goes on a shared machine
+// falls on each alike. It fails only when a run cannot be set up or does not answer: the
+// figures are for `make bench-split` and BENCHMARKS.md, held to no target here.
 func TestSpeedLANSplit(t *testing.T) {
 	skipUnlessLAN(t)
 	l := &speedLAN{llama: enginetest.LlamaServer(t), rpcBin: enginetest.RPCServer(t)}
@@ -74,7 +74,7 @@ func TestSpeedLANSplit(t *testing.T) {
 	}) {
 		t.FailNow()
 	}
-	rep.step(t, "tokens/s and first token, the four in turn", func(t *testing.T, note func(string, ...any)) {
+	rep.step(t, "tokens/s and first token, the five in turn", func(t *testing.T, note func(string, ...any)) {
 		l.measure(ctx, t, note)
 	})
 }
@@ -88,7 +88,9 @@ type speedLAN struct {
 	sa, sb           *agentHost
 	split, bare, one string // each run's llama-server, as sa reaches it
 	relayed          string // and bare llama.cpp RPC through two plain relays
+	tlsRelayed       string // and through two relays speaking TLS between them
 	relays           []*proc
+	tlsRelays        []*proc
 }
 
 func (l *speedLAN) makeModelAndBuild(t *testing.T, note func(string, ...any)) {
@@ -209,7 +211,8 @@ func (l *speedLAN) place(ctx context.Context, t *testing.T, note func(string, ..
 // lines, so every setting but the path of the RPC bytes is the same: bare llama.cpp RPC, one
 // rpc-server per member holding layers, in the split's own --rpc order, and llama-server dialling them
 // directly; the same through two plain relays (what any user-space relay costs here, a
-// reference); and one host with the whole model.
+// reference) and through two relays speaking TLS to each other; and one host with the whole
+// model.
 func (l *speedLAN) startBaselines(ctx context.Context, t *testing.T, note func(string, ...any)) {
 	main, err := cmdline(l.sa.NS, "llama-server")
 	if err != nil {
@@ -226,14 +229,17 @@ func (l *speedLAN) startBaselines(ctx context.Context, t *testing.T, note func(s
 			t.Fatal(err)
 		}
 	}
-	var ends, relayed []string
+	var ends, relayed, tlsRelayed []string
 	for _, name := range holders {
 		ends = append(ends, l.startBareRPCServer(ctx, t, name, parts[name], "50052"))
 		end := l.startBareRPCServer(ctx, t, name, parts[name], "50053")
+		tlsEnd := l.startBareRPCServer(ctx, t, name, parts[name], "50054")
 		if name == "sb" {
-			end = l.startRelays(ctx, t, end)
+			end = l.startRelays(ctx, t, end, false)
+			tlsEnd = l.startRelays(ctx, t, tlsEnd, true)
 		}
 		relayed = append(relayed, end)
+		tlsRelayed = append(tlsRelayed, tlsEnd)
 	}
 	bareArgs := withFlag(withFlag(main, "--port", "18080"), "--rpc", strings.Join(ends, ","))
 	relayedArgs := withFlag(withFlag(main, "--port", "18082"), "--rpc", strings.Join(relayed, ","))
@@ -243,24 +249,29 @@ func (l *speedLAN) startBaselines(ctx context.Context, t *testing.T, note func(s
 	l.bare, l.one, l.relayed = "http://127.0.0.1:18080", "http://127.0.0.1:18081", "http://127.0.0.1:18082"
 	l.startLlamaServer(ctx, t, "bare-llama-server", l.bare, bareArgs, note)
 	l.startLlamaServer(ctx, t, "relayed-llama-server", l.relayed, relayedArgs, note)
+	l.tlsRelayed = "http://127.0.0.1:18083"
+	l.startLlamaServer(ctx, t, "tls-relayed-llama-server", l.tlsRelayed, withFlag(withFlag(main, "--port", "18083"), "--rpc", strings.Join(tlsRelayed, ",")), note)
 	l.startLlamaServer(ctx, t, "one-llama-server", l.one, oneArgs, note)
 }
 
-// startRelays puts two plain relays between sa and sb's rpc-server at end, as the agents' tunnel
-// and part are placed: one on sa's loopback, one on sb's LAN address; it returns sa's end once
-// a connection through both reaches the rpc-server.
-func (l *speedLAN) startRelays(ctx context.Context, t *testing.T, end string) string {
-	far := l.sb.Addr + ":50055"
-	near := "127.0.0.1:50056"
+// startRelays puts two relays between sa and sb's rpc-server at end, as the agents' tunnel and
+// part are placed, plain or (sealed) speaking TLS 1.3 between them: one on sa's loopback, one
+// on sb's LAN address; it returns sa's end once a connection through both reaches the
+// rpc-server.
+func (l *speedLAN) startRelays(ctx context.Context, t *testing.T, end string, sealed bool) string {
+	far, near, farTLS, nearTLS, kind, into := l.sb.Addr+":50055", "127.0.0.1:50056", "", "", "tcprelay", &l.relays
+	if sealed {
+		far, near, farTLS, nearTLS, kind, into = l.sb.Addr+":50057", "127.0.0.1:50058", "accept", "dial", "tlsrelay", &l.tlsRelays
+	}
 	for _, r := range []struct {
-		h              *agentHost
-		name, from, to string
-	}{{l.sb, "tcprelay-sb", far, end}, {l.sa, "tcprelay-sa", near, far}} {
-		p, err := r.h.spawn(r.name, nil, l.e.prog("tcprelay"), "-listen", r.from, "-to", r.to)
+		h                   *agentHost
+		name, from, to, tls string
+	}{{l.sb, kind + "-sb", far, end, farTLS}, {l.sa, kind + "-sa", near, far, nearTLS}} {
+		p, err := r.h.spawn(r.name, nil, l.e.prog("tcprelay"), "-listen", r.from, "-to", r.to, "-tls", r.tls)
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.relays = append(l.relays, p)
+		*into = append(*into, p)
 	}
 	if err := l.reachable(ctx, near); err != nil {
 		t.Fatalf("the relays to sb's rpc-server: %v", err)
@@ -375,7 +386,7 @@ func (l *speedLAN) startLlamaServer(ctx context.Context, t *testing.T, name, bas
 	note("%s ready after %.1fs: llama-server %s", name, d.Seconds(), strings.Join(args, " "))
 }
 
-// speedRun is one of the four runs measured, and its answers' figures.
+// speedRun is one of the five runs measured, and its answers' figures.
 type speedRun struct {
 	name, base string
 	got        []figures
@@ -383,7 +394,8 @@ type speedRun struct {
 
 func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, ...any)) {
 	runs := []speedRun{{"through the sealed channel", l.split, nil}, {"bare llama.cpp RPC", l.bare, nil},
-		{"bare through two plain relays", l.relayed, nil}, {"one host, the whole model", l.one, nil}}
+		{"bare through two plain relays", l.relayed, nil}, {"one host, the whole model", l.one, nil},
+		{"bare through two TLS relays", l.tlsRelayed, nil}}
 	// One answer each first, not counted: the first graph of a server allocates its buffers.
 	for _, r := range runs {
 		if _, err := answer(ctx, l.sa.netHost, r.base, 0); err != nil {
@@ -471,6 +483,9 @@ func noteFigures(runs []speedRun, note func(string, ...any)) {
 		median(tps), iqr(tps), verdict(median(tps) >= 0.95), median(ft), iqr(ft), verdict(median(ft) <= 1.05))
 	tps, ft = ratios(runs[2].got, runs[1].got)
 	note("two plain relays ÷ bare (a reference, held to no target): tokens/s %.3f× (%s), first token %.3f× (%s)",
+		median(tps), iqr(tps), median(ft), iqr(ft))
+	tps, ft = ratios(runs[4].got, runs[1].got)
+	note("two TLS relays ÷ bare (a reference, held to no target): tokens/s %.3f× (%s), first token %.3f× (%s)",
 		median(tps), iqr(tps), median(ft), iqr(ft))
 }
 
