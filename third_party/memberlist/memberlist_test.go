@@ -877,6 +877,11 @@ func TestMemberlist_JoinDifferentNetworksMultiMasks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("unexpected err: %s", err)
 	}
+	// m1 learns of m2 in its handler of the push/pull stream, which may still be merging after
+	// m2's Join returned; the rogue below learns of m2 from m1 (llmkube: it saw only m1 and
+	// itself once, under -race beside a build loop).
+	require.Eventually(t, func() bool { return len(m1.Members()) == 2 }, 5*time.Second, time.Millisecond,
+		"m1 should have 2 nodes! %v", m1.Members())
 
 	// Create a rogue node that allows all networks
 	// It should see others, but will not be seen by others
