@@ -2,22 +2,23 @@
 // connection to -to, both ways, with io.Copy and nothing else — no HTTP, no counting. Two of
 // them in a path (one on each host) are what any pair of user-space relays costs on the
 // machine, measured beside the agents' sealed channel (BENCHMARKS.md). With -tls, the pair
-// speaks TLS 1.3 between them (-tls accept on the far one, -tls dial on the near one): what
-// the encryption and its records add to two relays, without anything else of the agents.
+// speaks TLS between them as two agents do, with the sealed channel's own configurations and
+// identities of one mesh (-tls accept on the far one, -tls dial on the near one): what the
+// encryption and its records add to two relays, without anything else of the agents.
 package main
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"io"
 	"log"
-	"math/big"
 	"net"
-	"time"
+
+	"github.com/llmkube/mesh/internal/seal"
 )
+
+// secret is the reference mesh's: both relays derive its CA from it.
+var secret = []byte("tcprelay's reference mesh, not a user's")
 
 func main() {
 	listen := flag.String("listen", "", "the address to listen on")
@@ -31,11 +32,9 @@ func main() {
 	dial := func() (net.Conn, error) { return net.Dial("tcp", *to) }
 	switch *mode {
 	case "accept":
-		ln = tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{selfSigned()}})
+		ln = tls.NewListener(ln, identity("far").ServerConfig())
 	case "dial":
-		// The reference measures TLS's records, not trust: the far relay's certificate is its
-		// own, made at start, and the path is the test's.
-		cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}
+		cfg := identity("near").ClientConfig(seal.PeerNamed("far", ""))
 		dial = func() (net.Conn, error) { return tls.Dial("tcp", *to, cfg) }
 	case "":
 	default:
@@ -64,16 +63,19 @@ func relay(c net.Conn, dial func() (net.Conn, error)) {
 	<-done
 }
 
-// selfSigned is a certificate of a key made now, valid for a day.
-func selfSigned() tls.Certificate {
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
+// identity is an agent's of the reference mesh, named name, with a key made now.
+func identity(name string) *seal.Identity {
+	ca, err := seal.NewCA("tcprelay", secret)
 	if err != nil {
 		log.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	key, err := seal.NewKey()
 	if err != nil {
 		log.Fatal(err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	id, err := ca.Identity(name, seal.RoleAgent, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return id
 }
