@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -41,7 +42,7 @@ const quietSpell = 10 * time.Second
 // host, e2e/internal/tcprelay: a reference for what any relay costs here), the same through
 // two relays speaking TLS 1.3 to each other (what the encryption adds to them), and one host
 // running the whole model (the same llama-server without --rpc). The five answer in turn,
-// round after round, the order rotating, so a load that comes and goes on a shared machine
+// round after round, in balanced orders (williams), so a load that comes and goes on a shared machine
 // falls on each alike. It fails only when a run cannot be set up or does not answer: the
 // figures are for `make bench-split` and BENCHMARKS.md, held to no target here.
 func TestSpeedLANSplit(t *testing.T) {
@@ -420,9 +421,10 @@ func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, 
 	load := loadAverage()
 	roundsFrom, agentsBefore, relaysBefore := time.Now(), usageOf(agents), usageOf(relays)
 	sent, received := l.channelBytes(ctx, t)
+	orders := williams(len(runs))
 	for round := range speedRounds {
-		for k := range runs {
-			r := &runs[(round+k)%len(runs)]
+		for _, k := range orders[round%len(orders)] {
+			r := &runs[k]
 			f, err := answer(ctx, l.sa.netHost, r.base, round+1)
 			if err != nil {
 				t.Fatal(err)
@@ -433,7 +435,7 @@ func (l *speedLAN) measure(ctx context.Context, t *testing.T, note func(string, 
 	share := time.Since(roundsFrom).Seconds() / quiet.Seconds()
 	agentsCarried := usageOf(agents).minus(agentsBefore).minus(agentsAside.times(share))
 	relaysCarried := usageOf(relays).minus(relaysBefore).minus(relaysAside.times(share))
-	note("%d rounds of one %d-token answer each, the order rotating; load average %s at the start, %s at the end", speedRounds, answerTokens, load, loadAverage())
+	note("%d rounds of one %d-token answer each, in orders where each run follows every other alike; load average %s at the start, %s at the end", speedRounds, answerTokens, load, loadAverage())
 	noteFigures(runs, note)
 	tokens := float64(speedRounds * answerTokens)
 	note("a token carried cost the two agents %.2f ms of CPU and %.1f context switches, the two plain relays %.2f ms and %.1f "+
@@ -476,6 +478,14 @@ func noteFigures(runs []speedRun, note func(string, ...any)) {
 		tps, pms := pick(r.got, figures.tokensPerS), pick(r.got, figures.promptMillis)
 		note("%-30s %-24s %s", r.name, spread(tps, "%.1f"), spread(pms, "%.0f"))
 	}
+	note("%-30s %s", "", "between two tokens as the client got them, ms: p10 / p50 / p90 / p99")
+	for _, r := range runs {
+		var gaps []float64
+		for _, f := range r.got {
+			gaps = append(gaps, f.gaps...)
+		}
+		note("%-30s %.1f / %.1f / %.1f / %.1f", r.name, quantile(gaps, 0.1), median(gaps), quantile(gaps, 0.9), quantile(gaps, 0.99))
+	}
 	// Each round's sealed answer beside its bare one: a load that drifts over the minute
 	// falls on both of a pair alike, so the median of the pairs' ratios is the figure.
 	tps, ft := ratios(runs[0].got, runs[1].got)
@@ -487,6 +497,35 @@ func noteFigures(runs []speedRun, note func(string, ...any)) {
 	tps, ft = ratios(runs[4].got, runs[1].got)
 	note("two TLS relays ÷ bare (a reference, held to no target): tokens/s %.3f× (%s), first token %.3f× (%s)",
 		median(tps), iqr(tps), median(ft), iqr(ft))
+}
+
+// williams is a Williams design for n runs (n odd: 2n orders): over its orders each run comes
+// at each place, and right after each other run, equally often. An answer can leave something
+// behind for the next (a woken CPU, warm caches), so no run may always follow the same one.
+func williams(n int) [][]int {
+	first := []int{0} // 0, 1, n-1, 2, n-2, …
+	for lo, hi := 1, n-1; lo <= hi; lo, hi = lo+1, hi-1 {
+		first = append(first, lo)
+		if lo != hi {
+			first = append(first, hi)
+		}
+	}
+	var orders [][]int
+	for k := range n {
+		row := make([]int, n)
+		for i, x := range first {
+			row[i] = (x + k) % n
+		}
+		orders = append(orders, row)
+	}
+	if n%2 == 1 {
+		for k := range n {
+			back := slices.Clone(orders[k])
+			slices.Reverse(back)
+			orders = append(orders, back)
+		}
+	}
+	return orders
 }
 
 // ratios are each round's tokens/s and first-token time of a run over another's.
@@ -549,13 +588,17 @@ var userModel = []string{"--preset", "big", "--layers", "12", "--dim", "1536", "
 // answerTokens is the length of each answer measured.
 const answerTokens = 32
 
-// figures is what llama-server's own timings say of an answer.
-type figures struct{ tps, promptMS float64 }
+// figures is what llama-server's own timings say of an answer, and the gaps between its
+// tokens as the client received them, in milliseconds.
+type figures struct {
+	tps, promptMS float64
+	gaps          []float64
+}
 
 func (f figures) tokensPerS() float64   { return f.tps }
 func (f figures) promptMillis() float64 { return f.promptMS }
 
-// answer asks the llama-server at base, from inside h's namespace, for one answer of
+// answer asks the llama-server at base, from inside h's namespace, for one streamed answer of
 // answerTokens tokens, the prompt cache off so its prompt is evaluated. The bound is generous:
 // a busy machine slows an answer several times over.
 func answer(ctx context.Context, h *netHost, base string, n int) (figures, error) {
@@ -563,7 +606,7 @@ func answer(ctx context.Context, h *netHost, base string, n int) (figures, error
 	defer cancel()
 	body, err := json.Marshal(map[string]any{
 		"prompt": fmt.Sprintf("Run %d: tell me about meshes of small computers.", n), "n_predict": answerTokens, "cache_prompt": false,
-		"temperature": 0, "ignore_eos": true,
+		"temperature": 0, "ignore_eos": true, "stream": true,
 	})
 	if err != nil {
 		return figures{}, err
@@ -577,24 +620,50 @@ func answer(ctx context.Context, h *netHost, base string, n int) (figures, error
 		return figures{}, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return figures{}, fmt.Errorf("%s/completion: %s %v %s", base, resp.Status, err, b)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return figures{}, fmt.Errorf("%s/completion: %s %s", base, resp.Status, b)
 	}
-	var doc struct {
-		Timings struct {
-			PromptMS  float64 `json:"prompt_ms"`
-			TPS       float64 `json:"predicted_per_second"`
-			Predicted int     `json:"predicted_n"`
-		} `json:"timings"`
+	var (
+		f    figures
+		last time.Time
+		done bool
+		sc   = bufio.NewScanner(resp.Body)
+	)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: "))
+		if !ok {
+			continue
+		}
+		var doc struct {
+			Stop    bool `json:"stop"`
+			Timings struct {
+				PromptMS  float64 `json:"prompt_ms"`
+				TPS       float64 `json:"predicted_per_second"`
+				Predicted int     `json:"predicted_n"`
+			} `json:"timings"`
+		}
+		if err := json.Unmarshal(data, &doc); err != nil {
+			return figures{}, fmt.Errorf("%s/completion: %w in %q", base, err, data)
+		}
+		if doc.Stop {
+			if doc.Timings.Predicted != answerTokens {
+				return figures{}, fmt.Errorf("%s/completion: %d tokens, want %d", base, doc.Timings.Predicted, answerTokens)
+			}
+			f.tps, f.promptMS, done = doc.Timings.TPS, doc.Timings.PromptMS, true
+			break
+		}
+		now := time.Now()
+		if !last.IsZero() {
+			f.gaps = append(f.gaps, float64(now.Sub(last))/float64(time.Millisecond))
+		}
+		last = now
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return figures{}, err
+	if err := sc.Err(); err != nil || !done {
+		return figures{}, fmt.Errorf("%s/completion: the stream ended before its last chunk: %v", base, err)
 	}
-	if doc.Timings.Predicted != answerTokens {
-		return figures{}, fmt.Errorf("%s/completion: %d tokens, want %d", base, doc.Timings.Predicted, answerTokens)
-	}
-	return figures{doc.Timings.TPS, doc.Timings.PromptMS}, nil
+	return f, nil
 }
 
 func pick(fs []figures, f func(figures) float64) []float64 {
@@ -683,4 +752,37 @@ func withoutFlags(args []string, flags ...string) []string {
 		out = append(out, args[i])
 	}
 	return out
+}
+
+// TestWilliams: over a design's orders each run comes at each place, and right after each
+// other run, equally often.
+func TestWilliams(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5, 6, 7} {
+		orders := williams(n)
+		at, after := map[[2]int]int{}, map[[2]int]int{}
+		for _, o := range orders {
+			if len(o) != n {
+				t.Fatalf("n=%d: order %v", n, o)
+			}
+			for i, x := range o {
+				at[[2]int{x, i}]++
+				if i > 0 {
+					after[[2]int{o[i-1], x}]++
+				}
+			}
+		}
+		want := len(orders) / n
+		for x := range n {
+			for i := range n {
+				if at[[2]int{x, i}] != want {
+					t.Errorf("n=%d: run %d at place %d %d times, want %d: %v", n, x, i, at[[2]int{x, i}], want, orders)
+				}
+			}
+			for y := range n {
+				if x != y && after[[2]int{x, y}] != want {
+					t.Errorf("n=%d: %d right after %d %d times, want %d: %v", n, y, x, after[[2]int{x, y}], want, orders)
+				}
+			}
+		}
+	}
 }
