@@ -1100,3 +1100,49 @@ func TestRealOllamaCreatedModelPlaces(t *testing.T) {
 		t.Fatal("empty answer")
 	}
 }
+
+// TestReadyMeansServing: whenever the agent shows a placement ready, its engine is there for
+// the gateway's look-up — a client that polls for "ready" and asks at once is served, not told
+// 503 "not ready (ready)". A checker looks at every placement under the agent's lock as often
+// as it can get it, so it holds the lock next whenever the lifecycle lets it go, over several
+// loads.
+func TestReadyMeansServing(t *testing.T) {
+	dir := t.TempDir()
+	a := engineAgent(t, dir, "x86-nvidia", []engines.Driver{llamaDriver(t, dir)}, nil)
+	s := serve(t, a, nil)
+	model := tinyModel(t, dir, "tiny")
+	for range 5 {
+		quit, done := make(chan struct{}), make(chan string, 1)
+		go func() {
+			var bad string
+			defer func() { done <- bad }()
+			for {
+				select {
+				case <-quit:
+					return
+				default:
+				}
+				a.mu.RLock()
+				for id, pl := range a.placements {
+					if a.viewLocked(pl).State == api.StateReady && pl.inst == nil && bad == "" {
+						bad = id
+					}
+				}
+				a.mu.RUnlock()
+			}
+		}()
+		p, err := s.admin.Place(context.Background(), api.PlacementRequest{Source: model})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, s.admin, p.ID, api.StateReady)
+		close(quit)
+		if id := <-done; id != "" {
+			t.Fatalf("placement %s was shown ready with no engine serving it", id)
+		}
+		if err := s.admin.Delete(context.Background(), p.ID); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return len(a.List(api.Principal{Admin: true})) == 0 }, "the placement gone")
+	}
+}

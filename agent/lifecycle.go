@@ -296,14 +296,14 @@ func (a *Agent) serve(ctx context.Context, pl *placement, retry bool) {
 				if s, ok := inst.(interface{ Switched() bool }); ok && s.Switched() {
 					a.hailoLoad = readyAt.Sub(loadStart) // a.mu is held: gossiped with the ready state
 				}
+				// In the same critical section as the state: a client that saw "ready" and
+				// asks at once must find the instance serving, not a 503 "not ready (ready)".
+				pl.inst, pl.readyAt = inst, readyAt
+				a.endWakeLocked(pl, nil)
 			})
 			if !ok {
 				return
 			}
-			a.mu.Lock()
-			pl.inst, pl.readyAt = inst, readyAt
-			a.endWakeLocked(pl, nil)
-			a.mu.Unlock()
 			a.measure(pl, inst, true)
 			ready := "ready at " + inst.Endpoint()
 			if r, ok := inst.(interface{ ServedAs() string }); ok && r.ServedAs() != "" {
