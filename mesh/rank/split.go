@@ -46,9 +46,6 @@ const (
 	WorkerOverhead int64 = 64 << 20
 	// MaxMembers is llama.cpp's bound on RPC servers of one llama-server (GGML_RPC_MAX_SERVERS).
 	MaxMembers = 16
-	// roundTripsPerToken is how many round trips each remote member adds to a token: the graph
-	// compute and the read of its result.
-	roundTripsPerToken = 2
 )
 
 // RTTs are the measured round trips to members, as a view gives them (api.Member.RTTMillis),
@@ -393,7 +390,11 @@ func speedOf(ms []api.SplitMember, layers int) (float64, string) {
 			continue
 		}
 		if m.RTTMillis > 0 {
-			perToken += roundTripsPerToken * m.RTTMillis / 1000
+			// One round trip a token: llama.cpp sends a token's commands to a member (the
+			// inputs' SET_TENSOR, GRAPH_COMPUTE) without waiting, and only the read of the
+			// result (GET_TENSOR) waits for its answer (RPC v5, strace: BENCHMARKS.md, "What
+			// crosses the channel").
+			perToken += m.RTTMillis / 1000
 			links = append(links, fmt.Sprintf("%s %.2f ms RTT", m.Host, m.RTTMillis))
 		} else {
 			links = append(links, m.Host+" RTT not measured")
@@ -407,7 +408,7 @@ func speedOf(ms []api.SplitMember, layers int) (float64, string) {
 		basis += "; no measured speed for this model on " + strings.Join(missing, ", ")
 	}
 	if len(links) > 0 {
-		basis += "; " + strings.Join(links, ", ") + " (" + strconv.Itoa(roundTripsPerToken) + " round trips a token each)"
+		basis += "; " + strings.Join(links, ", ") + " (one round trip a token each)"
 	}
 	if len(missing) > 0 || perToken <= 0 {
 		return 0, basis
