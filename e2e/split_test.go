@@ -268,12 +268,18 @@ func bigModel(t *testing.T, engines, dir string) string {
 	return makeModel(t, engines, filepath.Join(dir, "big.gguf"), "--preset", "big")
 }
 
-// makeModel writes a random-weight model with make_gguf.py's args to out.
-func makeModel(t *testing.T, engines, out string, args ...string) string {
+// skipUnlessModelMaker skips t, saying why, unless make_gguf.py can run here.
+func skipUnlessModelMaker(t *testing.T) {
 	t.Helper()
 	if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
 		t.Skipf("making a bigger model needs /usr/bin/python3 with numpy (python3-numpy): %v", err)
 	}
+}
+
+// makeModel writes a random-weight model with make_gguf.py's args to out.
+func makeModel(t *testing.T, engines, out string, args ...string) string {
+	t.Helper()
+	skipUnlessModelMaker(t)
 	cmd := exec.Command("/usr/bin/python3", append([]string{filepath.Join(engines, "make_gguf.py"), "--gguf-py", filepath.Join(engines, "gguf-py"),
 		"--vocab", filepath.Join(engines, "ggml-vocab-llama-spm.gguf"), "--out", out}, args...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
