@@ -85,17 +85,17 @@ func TestSpeedLANSplit(t *testing.T) {
 }
 
 // ballastBytes is the memory holdBallast takes.
-const ballastBytes = 1536 << 20
+const ballastBytes = 4 << 30
 
 // holdBallast takes ballastBytes of memory, page by page, and holds them until the test ends,
 // before any run's processes start. On the VM the split was measured on, the memory handed out
 // first after the model was made and the programs built computed slower: the rpc-servers that
-// took it were 4–10 % slower on the very commands the others ran (strace: the same command
-// stream; make bench-split's line "the rpc-servers' CPU a token"). They were the split's in
-// every run, and the bare run's when the split was deleted and placed again after the
-// baselines (sealed ÷ bare 1.06×). With this memory held, every run's rpc-servers spent the
-// same CPU a token. Why that memory is slower is the VM's (the guest sees 4 KiB pages
-// everywhere, the same layout in each process): not found.
+// took it spent 4–10 % more CPU on the very commands the others ran (strace: the same command
+// stream; the report's line "the rpc-servers' CPU a token"). They were the split's in every
+// run, and the bare run's when the split was deleted and placed again after the baselines
+// (sealed ÷ bare 1.06×). Holding 1.5 GiB here evened most runs, 4 GiB every one tried. Why that
+// memory is slower is the VM's (inside the guest: 4 KiB pages everywhere, the same layout in
+// each process): not found.
 func holdBallast(t *testing.T, note func(string, ...any)) {
 	b := make([]byte, ballastBytes)
 	for i := 0; i < len(b); i += os.Getpagesize() {
