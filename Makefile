@@ -59,7 +59,8 @@ bench:
 # A model split across two hosts of a LAN of namespaces, their link 1 Gbit/s with 0.3 ms each
 # way (LLMKUBE_E2E_LINK_DELAY=0: none): tokens/s and first token through the sealed channel,
 # beside bare llama.cpp RPC, the same through two plain and two TLS relays, and one host
-# running the whole model (issue 43, BENCHMARKS.md), ~3 min. Needs root and the real llama-server and
+# running the whole model (issue 43, BENCHMARKS.md), ~3 min; it holds 4 GiB first so that no run
+# computes on slower memory (LLMKUBE_E2E_SPLIT_BALLAST=0: not). Needs root and the real llama-server and
 # ggml-rpc-server (../shared/engines or LLMKUBE_LLAMA_SERVER); without them the test skips and
 # says why. The report ends with the table, also written to $(E2E_REPORT).split-speed.
 bench-split:

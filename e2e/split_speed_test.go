@@ -101,7 +101,12 @@ const ballastBytes, ballastSpare = 4 << 30, 6 << 30
 //
 // A machine that cannot spare it (less than the ballast and ballastSpare available) runs
 // without, and the report says so: its figures may then carry that difference.
+// LLMKUBE_E2E_SPLIT_BALLAST=0 runs without it too, to show that difference.
 func holdBallast(t *testing.T, note func(string, ...any)) {
+	if os.Getenv("LLMKUBE_E2E_SPLIT_BALLAST") == "0" {
+		note("no ballast held (LLMKUBE_E2E_SPLIT_BALLAST=0)")
+		return
+	}
 	if avail := hwprobe.ProbeLive(context.Background(), hwprobe.Options{}).Memory.HostAvailable; avail < ballastBytes+ballastSpare {
 		note("no ballast held: %s available, under %s; the runs' rpc-servers may compute on memory of different speeds (see their CPU a token)",
 			api.FormatBytes(avail), api.FormatBytes(ballastBytes+ballastSpare))
@@ -434,9 +439,6 @@ type speedRun struct {
 // findWorkers sets each run's rpc-server pids: the baselines' by the port they were given, the
 // split's as the other one on each member.
 func (l *speedLAN) findWorkers(runs []speedRun) {
-	ours := func(port string) bool {
-		return slices.ContainsFunc(runs, func(r speedRun) bool { return r.port == port })
-	}
 	for m, h := range []*agentHost{l.sa, l.sb} {
 		for _, e := range engines(h.NS) {
 			name, pid, _ := strings.Cut(e, " ")
@@ -444,16 +446,15 @@ func (l *speedLAN) findWorkers(runs []speedRun) {
 			if name != "ggml-rpc-server" || err != nil {
 				continue
 			}
-			port := ""
-			if f := strings.Split(string(args), "\x00"); slices.Index(f, "-p") >= 0 && slices.Index(f, "-p")+1 < len(f) {
-				port = f[slices.Index(f, "-p")+1]
+			port, f := "", strings.Split(string(args), "\x00")
+			if i := slices.Index(f, "-p"); i >= 0 && i+1 < len(f) {
+				port = f[i+1]
 			}
-			n, _ := strconv.Atoi(pid)
-			for k := range runs {
-				if runs[k].port == port || (runs[k].port == "" && !ours(port)) {
-					runs[k].workers[m] = n
-				}
+			k := slices.IndexFunc(runs, func(r speedRun) bool { return r.port == port })
+			if k < 0 { // not a baseline's port: the split's own
+				k = slices.IndexFunc(runs, func(r speedRun) bool { return r.port == "" })
 			}
+			runs[k].workers[m], _ = strconv.Atoi(pid)
 		}
 	}
 }
