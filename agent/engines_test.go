@@ -116,7 +116,9 @@ func waitState(t testing.TB, c *apiclient.Client, id string, want api.PlacementS
 	return p
 }
 
-// chat asks a local placement something through its driver and returns the answer.
+// chat asks a local placement something through its driver and returns the answer. It asks
+// greedily: sampled, a real engine's tiny test model can end its answer at once, which the
+// callers would read as an empty answer.
 func chat(t testing.TB, a *Agent, ns, model string) string {
 	t.Helper()
 	l, ok := serving(t, a, ns, model)
@@ -125,8 +127,9 @@ func chat(t testing.TB, a *Agent, ns, model string) string {
 	}
 	var b strings.Builder
 	err := l.Driver.Chat(context.Background(), l.Model, engines.ChatRequest{
-		Messages:  []engines.Message{{Role: "user", Content: "Say hello."}},
-		MaxTokens: 16,
+		Messages:    []engines.Message{{Role: "user", Content: "Say hello."}},
+		MaxTokens:   16,
+		Temperature: new(0.0),
 	}, func(c engines.ChatChunk) error {
 		b.WriteString(c.Content)
 		return nil
