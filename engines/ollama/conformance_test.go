@@ -73,8 +73,8 @@ func TestConformanceModelTheDaemonHas(t *testing.T) {
 func TestConformanceAnAnswerEndedEarlyIsFinished(t *testing.T) {
 	enough := fmt.Errorf("a stop sequence: %w", engines.ErrEnough)
 	// Greedy, so every answer is the same and long enough to be ended early: sampled, the
-	// tiny model's answer now and then ended by itself after a piece or two (1 chat in ~700),
-	// and the chat returned no error because the caller never ended it.
+	// tiny model's answer now and then ended by itself after a piece or two (3 chats of ~2,800
+	// tried), and the chat returned no error because the caller never ended it.
 	greedy := func() engines.ChatRequest {
 		req := ollamatest.Hello()
 		req.MaxTokens = 24
